@@ -1,0 +1,22 @@
+// Host matrix products with weights kept in their stored type (dequantized in registers).
+#pragma once
+#include <cstdint>
+
+#include "gpu/host/thread_pool.h"
+#include "model/tensor.h"
+
+namespace specula {
+
+// y[n, rows] = x[n, cols] * W^T, W = [rows, cols] in any supported DType (row-major).
+// n = 1 is decode (GEMV); n > 1 reuses each dequantized weight block across the n rows, so
+// verifying K+1 tokens costs far less than K+1 single steps.
+// Picks the AVX2 path at run time when the CPU has it, else the portable path.
+void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool& pool);
+
+// The simple reference: dequantize_row per row, f64-free f32 dot products, single thread.
+void matmul_reference(const TensorView& w, const float* x, int64_t n, float* y);
+
+// Which path matmul takes on this machine ("avx2" or "portable"); SPECULA_SIMD=portable forces it.
+const char* matmul_isa();
+
+}  // namespace specula

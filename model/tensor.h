@@ -1,0 +1,63 @@
+// Tensor element types (GGUF ids) and a non-owning view of a stored tensor.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace specula {
+
+// A failure caused by a model file or directory: missing, truncated, corrupt or unsupported.
+// The message names the file and the problem in one line.
+class ModelError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Values are GGUF's type ids so a GGUF tensor type converts directly.
+enum class DType : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q8_0 = 8,
+  Q4_K = 12,
+  Q6_K = 14,
+  BF16 = 30,
+};
+
+struct DTypeInfo {
+  const char* name;
+  int64_t block_elems;  // values per block (1 for plain floats)
+  int64_t block_bytes;  // bytes per block
+};
+
+// Throws ModelError for a type id Specula has no kernel for, naming it.
+const DTypeInfo& dtype_info(DType t);
+bool dtype_supported(uint32_t gguf_type_id);
+const char* dtype_name(DType t);
+// Bytes of one row of `cols` values; cols must be a multiple of the block size.
+size_t dtype_row_bytes(DType t, int64_t cols);
+
+// A tensor as stored: row-major, shape outermost first (a matrix is [rows, cols], i.e. an
+// HF [out, in] weight; GGUF dims are reversed into this order by the loader).
+struct TensorView {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const std::byte* data = nullptr;
+  size_t nbytes = 0;
+
+  bool empty() const { return data == nullptr; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  int64_t rows() const { return shape.size() >= 2 ? numel() / shape.back() : 1; }
+  int64_t cols() const { return shape.empty() ? 0 : shape.back(); }
+  const std::byte* row(int64_t r) const { return data + static_cast<size_t>(r) * dtype_row_bytes(dtype, cols()); }
+};
+
+}  // namespace specula
