@@ -13,6 +13,9 @@ struct RopeScaling {
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int64_t original_max_position = 8192;
+  // Per-dimension divisors of inv_freq (head_dim/2 values) as GGUF stores them in
+  // rope_freqs.weight; when set they replace the computation from the factors above.
+  std::vector<float> freq_factors;
 };
 
 // How RoPE pairs dimensions. GGUF converters permute q/k rows so that adjacent pairs
