@@ -1,6 +1,108 @@
-// Placeholder while the command is being written; replaced in the same session.
+// `specula generate`: one prompt in, streamed text out, speeds at the end.
+#include <chrono>
 #include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "spec/generate.h"
+#include "tools/specula/common.h"
 #include "tools/specula/commands.h"
+
 namespace specula::cli {
-int cmd_generate(int, char**) { std::fputs("specula generate: not built yet\n", stderr); return 2; }
+
+namespace {
+
+const char* kUsage =
+    "usage: specula generate [--model PATH] (--prompt TEXT | --prompt-ids 1,2,3) [--chat] [--system TEXT]\n"
+    "                        [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
+    "                        [--json] [--device auto|host|cuda] [--threads N] [--ctx N]\n"
+    "  Streams the continuation to stdout and ends with prefill and decode tokens/s on stderr.\n"
+    "  --chat applies the model's chat template to the prompt (as one user message).\n"
+    "  Defaults: temperature 0.8, top-k 40, top-p 0.95, max-tokens 256, a random seed (printed).\n"
+    "  --json prints one JSON object {prompt_ids, ids, text, finish_reason, ...} instead.\n";
+
+}  // namespace
+
+SamplingParams sampling_from_args(const Args& a) {
+  SamplingParams sp;
+  sp.temperature = static_cast<float>(a.number("temperature", 0.8));
+  sp.top_k = static_cast<int>(a.integer("top-k", 40));
+  sp.top_p = static_cast<float>(a.number("top-p", 0.95));
+  sp.seed = a.has("seed") ? static_cast<uint64_t>(a.integer("seed", 0)) : std::random_device{}();
+  try {
+    sp.validate();
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  return sp;
+}
+
+int cmd_generate(int argc, char** argv) {
+  std::set<std::string> options = kModelOptions;
+  options.insert({"prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "seed"});
+  const Args a(argc, argv, options, {"chat", "json"});
+  if (a.help()) { std::fputs(kUsage, stdout); return 0; }
+  if (a.has("prompt") == a.has("prompt-ids")) throw UsageError("give exactly one of --prompt or --prompt-ids");
+  const SamplingParams sp = sampling_from_args(a);
+  const long long max_tokens = a.integer("max-tokens", 256);
+  if (max_tokens < 1 || max_tokens > 1'000'000) throw UsageError("--max-tokens must be between 1 and 1000000");
+
+  Session s = open_session(a);
+  const Tokenizer& tok = *s.loaded.tokenizer;
+  GenerateRequest req;
+  if (a.has("prompt-ids")) {
+    for (int id : a.int_list("prompt-ids")) {
+      if (id < 0 || id >= tok.vocab_size())
+        throw UsageError("--prompt-ids: token " + std::to_string(id) + " is outside the vocabulary of " +
+                         std::to_string(tok.vocab_size()));
+      req.prompt.push_back(id);
+    }
+  } else if (a.flag("chat")) {
+    std::vector<ChatMessage> msgs;
+    if (a.has("system")) msgs.push_back({"system", a.str("system")});
+    msgs.push_back({"user", a.str("prompt")});
+    req.prompt = tok.encode(s.loaded.chat_template.render(msgs));
+  } else {
+    req.prompt = tok.encode(a.str("prompt"));
+  }
+  if (req.prompt.empty()) throw UsageError("the prompt is empty");
+  req.max_tokens = static_cast<int>(max_tokens);
+  req.sampling = sp;
+  req.stop_ids = default_stop_ids(s.loaded);
+
+  const int seq = s.kv->create_sequence();
+  const bool json = a.flag("json");
+  std::vector<int32_t> ids;
+  StreamDecoder dec(s.loaded.tokenizer, /*skip_special=*/true);
+  const GenerateStats st = generate(*s.model, *s.kv, seq, req, [&](int32_t t) {
+    ids.push_back(t);
+    if (!json) {
+      std::fputs(dec.push(t).c_str(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  });
+
+  if (json) {
+    nlohmann::json j;
+    j["prompt_ids"] = req.prompt;
+    j["ids"] = ids;
+    j["text"] = tok.decode(ids, /*skip_special=*/true);
+    j["finish_reason"] = st.finish_reason;
+    j["seed"] = sp.seed;
+    j["prefill_tokens_per_second"] = st.prefill_tokens_per_second();
+    j["decode_tokens_per_second"] = st.decode_tokens_per_second();
+    j["device"] = s.ops->name();
+    std::cout << j.dump() << "\n";
+  } else {
+    std::fputs(dec.flush().c_str(), stdout);
+    std::fprintf(stderr, "\n[prefill %lld tokens at %.1f tok/s; decode %lld tokens at %.1f tok/s; %s; seed %llu; %s]\n",
+                 static_cast<long long>(st.prompt_tokens), st.prefill_tokens_per_second(),
+                 static_cast<long long>(st.generated), st.decode_tokens_per_second(), st.finish_reason.c_str(),
+                 static_cast<unsigned long long>(sp.seed), s.ops->name().c_str());
+  }
+  return 0;
+}
+
 }  // namespace specula::cli

@@ -5,6 +5,7 @@
 #include <exception>
 #include <string>
 
+#include "tools/specula/args.h"
 #include "tools/specula/commands.h"
 
 namespace {
@@ -36,6 +37,9 @@ int main(int argc, char** argv) {
     if (cmd == "tokenize") return cmd_tokenize(argc - 1, argv + 1);
     if (cmd == "bench") return cmd_bench(argc - 1, argv + 1);
     if (cmd == "info") return cmd_info(argc - 1, argv + 1);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "specula %s: %s (see 'specula %s --help')\n", cmd.c_str(), e.what(), cmd.c_str());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "specula %s: error: %s\n", cmd.c_str(), e.what());
     return 1;

@@ -1,0 +1,36 @@
+// Device selection: --device auto|host|cuda.
+#include <stdexcept>
+
+#include "gpu/cuda/cuda_probe.h"
+#include "gpu/host/host_device.h"
+#include "gpu/ops.h"
+
+namespace specula {
+
+#ifndef SPECULA_HAVE_CUDA
+int cuda_device_count(std::string* why) {
+  if (why) *why = "this build has no CUDA device (nvcc was not found when it was configured)";
+  return 0;
+}
+#endif
+
+std::unique_ptr<Ops> make_device(const DeviceOptions& opt) {
+  if (opt.threads < 1 || opt.threads > 256)
+    throw std::invalid_argument("--threads must be between 1 and 256, got " + std::to_string(opt.threads));
+  if (opt.device == "host" || opt.device == "cpu") return std::make_unique<HostOps>(opt.threads);
+  if (opt.device == "cuda" || opt.device == "auto") {
+    std::string why;
+    const int gpus = cuda_device_count(&why);
+    if (gpus > 0) {
+      // The CUDA ops (gpu/cuda/) are the subject of their own issue; until they land, a GPU
+      // machine runs the host device for "auto" and refuses "cuda" plainly.
+      if (opt.device == "cuda") throw std::runtime_error("--device cuda: the CUDA ops are not in this build yet");
+    } else if (opt.device == "cuda") {
+      throw std::runtime_error("--device cuda: " + why);
+    }
+    return std::make_unique<HostOps>(opt.threads);
+  }
+  throw std::invalid_argument("unknown --device '" + opt.device + "' (expected auto, host or cuda)");
+}
+
+}  // namespace specula

@@ -1,0 +1,189 @@
+// Host implementations of the small ops; the matmul lives in matmul*.cpp.
+#include "gpu/host/host_device.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "gpu/host/matmul.h"
+#include "gpu/host/quant.h"
+#include "gpu/kv_cache.h"
+
+namespace specula {
+
+namespace {
+
+// Eight independent partial sums so the compiler can vectorise without -ffast-math.
+inline float dot(const float* a, const float* b, int64_t n) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) s[j] += a[i + j] * b[i + j];
+  float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+  for (; i < n; ++i) r += a[i] * b[i];
+  return r;
+}
+
+}  // namespace
+
+HostOps::HostOps(int threads) : pool_(std::max(1, threads)) {}
+
+std::string HostOps::name() const {
+  return std::string("host (") + matmul_isa() + ", " + std::to_string(pool_.threads()) + " threads)";
+}
+
+float* HostOps::alloc(size_t n) {
+  // 64-byte aligned so SIMD loads of activation rows never split cache lines.
+  const size_t bytes = ((std::max<size_t>(n, 1) * sizeof(float)) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, bytes);
+  return static_cast<float*>(p);
+}
+void HostOps::release(float* p) { std::free(p); }
+void HostOps::copy_to_host(const float* src, float* dst, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+void HostOps::copy_to_device(const float* src, float* dst, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+
+Weight HostOps::upload(const TensorView& t) {
+  Weight w;
+  w.view = t;  // zero-copy: the host computes straight from the mapped file
+  return w;
+}
+
+void HostOps::embed(const Weight& table, std::span<const int32_t> tokens, float* out) {
+  const int64_t dim = table.cols(), vocab = table.rows();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab)
+      throw std::out_of_range("token id " + std::to_string(tokens[i]) + " outside the vocabulary of " +
+                              std::to_string(vocab));
+    dequantize_row(table.view.dtype, table.view.row(tokens[i]), out + i * dim, dim);
+  }
+}
+
+void HostOps::rmsnorm(const float* x, const Weight& w, float eps, int64_t n, int64_t dim, float* out) {
+  const float* g = reinterpret_cast<const float*>(w.view.data);
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * dim;
+    float* o = out + r * dim;
+    // Mean of squares in double: the reference (HF) accumulates in float32 but with a tree
+    // reduction; double keeps us within rounding of either.
+    double ss = 0;
+    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
+    for (int64_t i = 0; i < dim; ++i) o[i] = xr[i] * inv * g[i];
+  }
+}
+
+void HostOps::matmul(const float* x, const Weight& w, int64_t n, float* y) { specula::matmul(w.view, x, n, y, pool_); }
+
+void HostOps::rope(float* x, int64_t n, int64_t heads, int64_t head_dim, std::span<const int32_t> positions,
+                   std::span<const float> inv_freq, RopeStyle style) {
+  const int64_t half = head_dim / 2;
+  std::vector<float> cs(half), sn(half);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      // Angle in float32 as the reference implementations compute it.
+      const float a = static_cast<float>(positions[t]) * inv_freq[i];
+      cs[i] = std::cos(a);
+      sn[i] = std::sin(a);
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + (t * heads + h) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        // Interleaved rotates (2i, 2i+1); HalfSplit rotates (i, i + d/2).
+        const int64_t a = style == RopeStyle::Interleaved ? 2 * i : i;
+        const int64_t b = style == RopeStyle::Interleaved ? 2 * i + 1 : i + half;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cs[i] - x1 * sn[i];
+        v[b] = x0 * sn[i] + x1 * cs[i];
+      }
+    }
+  }
+}
+
+void HostOps::swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void HostOps::add(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void HostOps::kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<const SeqSlice> slices) {
+  const int64_t rf = kv.row_floats();
+  float* kp = kv.k_pool(layer);
+  float* vp = kv.v_pool(layer);
+  for (const SeqSlice& s : slices)
+    for (int64_t i = 0; i < s.n; ++i) {
+      const int64_t off = kv.offset(s.seq, s.start + i);
+      std::memcpy(kp + off, k + (s.row + i) * rf, rf * sizeof(float));
+      std::memcpy(vp + off, v + (s.row + i) * rf, rf * sizeof(float));
+    }
+}
+
+void HostOps::attention(const float* q, KvCache& kv, int layer, std::span<const SeqSlice> slices, int64_t heads,
+                        float* out) {
+  const int64_t hd = kv.config().head_dim, kvh = kv.config().kv_heads, group = heads / kvh;
+  const int64_t rf = kv.row_floats();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float* kp = kv.k_pool(layer);
+  const float* vp = kv.v_pool(layer);
+
+  // One work item per (token row, head). Work is roughly proportional to the context length,
+  // so small batches run inline rather than paying for a dispatch.
+  struct Item { const SeqSlice* s; int64_t i; };
+  std::vector<Item> rows;
+  int64_t work = 0;
+  for (const SeqSlice& s : slices)
+    for (int64_t i = 0; i < s.n; ++i) {
+      rows.push_back({&s, i});
+      work += s.start + i + 1;
+    }
+  const int64_t items = static_cast<int64_t>(rows.size()) * heads;
+
+  auto run = [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    std::vector<int64_t> offs;
+    for (int64_t it = begin; it < end; ++it) {
+      const Item& r = rows[it / heads];
+      const int64_t h = it % heads, kh = h / group;
+      const int64_t pos = r.s->start + r.i, row = r.s->row + r.i;
+      const float* qv = q + (row * heads + h) * hd;
+      scores.resize(pos + 1);
+      offs.resize(pos + 1);
+      float mx = -INFINITY;
+      for (int64_t p = 0; p <= pos; ++p) {
+        offs[p] = kv.offset(r.s->seq, p) + kh * hd;
+        scores[p] = dot(qv, kp + offs[p], hd) * scale;
+        mx = std::max(mx, scores[p]);
+      }
+      float sum = 0;
+      for (int64_t p = 0; p <= pos; ++p) {
+        scores[p] = std::exp(scores[p] - mx);
+        sum += scores[p];
+      }
+      float* o = out + (row * heads + h) * hd;
+      std::fill(o, o + hd, 0.0f);
+      const float inv = 1.0f / sum;
+      for (int64_t p = 0; p <= pos; ++p) {
+        const float w = scores[p] * inv;
+        const float* vv = vp + offs[p];
+        for (int64_t d = 0; d < hd; ++d) o[d] += w * vv[d];
+      }
+    }
+  };
+  (void)rf;
+  if (work * heads * hd < (1 << 16) || pool_.threads() == 1)
+    run(0, items);
+  else
+    pool_.parallel_for(items, 1, run);
+}
+
+void HostOps::gather_rows(const float* src, int64_t cols, std::span<const int64_t> rows, float* dst) {
+  for (size_t i = 0; i < rows.size(); ++i) std::memcpy(dst + i * cols, src + rows[i] * cols, cols * sizeof(float));
+}
+
+}  // namespace specula

@@ -1,0 +1,40 @@
+// The host (CPU) device: gpu/ops.h on plain memory, matmuls in the stored weight types.
+#pragma once
+#include <memory>
+
+#include "gpu/host/thread_pool.h"
+#include "gpu/ops.h"
+
+namespace specula {
+
+class HostOps final : public Ops {
+ public:
+  explicit HostOps(int threads);
+  DeviceKind kind() const override { return DeviceKind::Host; }
+  std::string name() const override;
+  ThreadPool& pool() { return pool_; }
+
+  float* alloc(size_t n_floats) override;
+  void release(float* p) override;
+  void copy_to_host(const float* src, float* dst, size_t n) override;
+  void copy_to_device(const float* src, float* dst, size_t n) override;
+  Weight upload(const TensorView& t) override;
+
+  void embed(const Weight& table, std::span<const int32_t> tokens, float* out) override;
+  void rmsnorm(const float* x, const Weight& w, float eps, int64_t n, int64_t dim, float* out) override;
+  void matmul(const float* x, const Weight& w, int64_t n, float* y) override;
+  void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, std::span<const int32_t> positions,
+            std::span<const float> inv_freq, RopeStyle style) override;
+  void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
+  void add(float* x, const float* y, int64_t n) override;
+  void kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<const SeqSlice> slices) override;
+  void attention(const float* q, KvCache& kv, int layer, std::span<const SeqSlice> slices, int64_t heads,
+                 float* out) override;
+  void gather_rows(const float* src, int64_t cols, std::span<const int64_t> rows, float* dst) override;
+  void synchronize() override {}
+
+ private:
+  ThreadPool pool_;
+};
+
+}  // namespace specula

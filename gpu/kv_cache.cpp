@@ -1,0 +1,82 @@
+// Paged KV cache bookkeeping (the storage itself lives on the device).
+#include "gpu/kv_cache.h"
+
+#include <cassert>
+#include <string>
+
+namespace specula {
+
+KvCache::KvCache(Ops& ops, const KvCacheConfig& cfg) : cfg_(cfg) {
+  if (cfg.layers <= 0 || cfg.kv_heads <= 0 || cfg.head_dim <= 0 || cfg.block_tokens <= 0 || cfg.num_blocks <= 0)
+    throw std::invalid_argument("KV cache config must be positive (layers, kv_heads, head_dim, block_tokens, blocks)");
+  const size_t n = static_cast<size_t>(cfg.layers * layer_stride());
+  k_ = DeviceBuffer(ops, n);
+  v_ = DeviceBuffer(ops, n);
+  free_.reserve(cfg.num_blocks);
+  for (int64_t b = cfg.num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+}
+
+int KvCache::create_sequence() {
+  for (size_t i = 0; i < seqs_.size(); ++i)
+    if (!seqs_[i].live) {
+      seqs_[i] = Seq{true, 0, {}};
+      return static_cast<int>(i);
+    }
+  seqs_.push_back(Seq{true, 0, {}});
+  return static_cast<int>(seqs_.size() - 1);
+}
+
+void KvCache::free_sequence(int id) {
+  Seq& s = seq(id);
+  truncate_to(id, 0);
+  s.live = false;
+}
+
+bool KvCache::has_sequence(int id) const {
+  return id >= 0 && static_cast<size_t>(id) < seqs_.size() && seqs_[id].live;
+}
+
+const KvCache::Seq& KvCache::seq(int id) const {
+  if (!has_sequence(id)) throw std::out_of_range("KV cache has no sequence " + std::to_string(id));
+  return seqs_[id];
+}
+KvCache::Seq& KvCache::seq(int id) { return const_cast<Seq&>(static_cast<const KvCache&>(*this).seq(id)); }
+
+int64_t KvCache::length(int id) const { return seq(id).length; }
+
+const std::vector<int32_t>& KvCache::block_table(int id) const { return seq(id).blocks; }
+
+void KvCache::reserve(int id, int64_t new_length) {
+  Seq& s = seq(id);
+  if (new_length < s.length) throw std::invalid_argument("KV reserve cannot shrink; use truncate_to");
+  const int64_t need = blocks_needed(new_length) - static_cast<int64_t>(s.blocks.size());
+  if (need > blocks_free())
+    throw KvCacheFull("KV cache full: sequence needs " + std::to_string(need) + " more blocks, " +
+                      std::to_string(blocks_free()) + " free of " + std::to_string(cfg_.num_blocks));
+  for (int64_t i = 0; i < need; ++i) {
+    s.blocks.push_back(free_.back());
+    free_.pop_back();
+  }
+  s.length = new_length;
+}
+
+void KvCache::truncate_to(int id, int64_t len) {
+  Seq& s = seq(id);
+  if (len < 0 || len > s.length)
+    throw std::invalid_argument("KV truncate_to(" + std::to_string(len) + ") outside [0, " + std::to_string(s.length) + "]");
+  const int64_t keep = blocks_needed(len);
+  while (static_cast<int64_t>(s.blocks.size()) > keep) {
+    free_.push_back(s.blocks.back());
+    s.blocks.pop_back();
+  }
+  s.length = len;
+}
+
+int64_t KvCache::offset(int id, int64_t position) const {
+  const Seq& s = seqs_[id];
+  assert(position < static_cast<int64_t>(s.blocks.size()) * cfg_.block_tokens);
+  const int64_t block = s.blocks[position / cfg_.block_tokens];
+  return (block * cfg_.block_tokens + position % cfg_.block_tokens) * row_floats();
+}
+
+}  // namespace specula

@@ -1,0 +1,63 @@
+// The Llama forward pass, written once against gpu/ops.h: a batch of sequence slices in,
+// logits for the rows asked for out.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "gpu/kv_cache.h"
+#include "gpu/ops.h"
+#include "model/weights.h"
+
+namespace specula {
+
+// One sequence's new tokens in a batched forward.
+struct ForwardSeq {
+  int seq = -1;                      // KV cache sequence; tokens append at its current length
+  std::span<const int32_t> tokens;   // new tokens
+  bool all_logits = false;           // logits for every new token (verification) or only the last
+};
+
+class LlamaModel {
+ public:
+  // Uploads the weights to the device. `weights` must outlive the model (host views point
+  // into its mapped files).
+  LlamaModel(const ModelWeights& weights, Ops& ops);
+
+  const LlamaConfig& config() const { return cfg_; }
+  Ops& ops() const { return ops_; }
+  // A KV cache sized for `max_tokens` positions across all sequences.
+  KvCacheConfig kv_config(int64_t max_tokens, int64_t block_tokens = 16) const;
+
+  // Appends each sequence's tokens to `kv` and writes logits into `logits` (host memory):
+  // rows in batch order, one per token of an all_logits sequence and one for the last token
+  // of the others; [rows, vocab]. Throws KvCacheFull (cache unchanged) when blocks run out,
+  // std::invalid_argument for an empty sequence or a context overflow.
+  // `skip_layers` (optional, one flag per layer) runs the model with those blocks skipped,
+  // which is how the self-speculative drafter shares the target's weights.
+  void forward(std::span<const ForwardSeq> batch, KvCache& kv, std::vector<float>& logits,
+               const std::vector<bool>* skip_layers = nullptr);
+
+  // Bytes of weights one decode step reads (every matrix, the output head, the norms).
+  int64_t weight_bytes_per_token() const;
+
+ private:
+  struct Layer {
+    Weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+  };
+  void ensure_workspace(int64_t rows);
+  void run_layers(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                  std::span<const SeqSlice> slices, std::span<const int64_t> out_rows, KvCache& kv,
+                  std::vector<float>& logits, const std::vector<bool>* skip_layers);
+
+  Ops& ops_;
+  LlamaConfig cfg_;
+  Weight embed_, output_norm_, output_;
+  std::vector<Layer> layers_;
+  std::vector<float> inv_freq_;
+  // Activations [rows, width] for the widest batch seen so far.
+  DeviceBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, hidden_, logits_rows_;
+  int64_t capacity_rows_ = 0;
+};
+
+}  // namespace specula

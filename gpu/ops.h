@@ -1,0 +1,110 @@
+// The interface the Llama forward pass is written against. Each device (gpu/host, gpu/cuda)
+// implements it; `gpu/llama.cpp` never names a device.
+//
+// Activations are float32 in the device's memory (float* below are device pointers); weights
+// are uploaded once as `Weight` handles in whatever form the device computes with (the host
+// device keeps the stored, possibly quantized, bytes and dequantizes in registers).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/tensor.h"
+
+namespace specula {
+
+class KvCache;
+
+enum class DeviceKind { Host, Cuda };
+
+struct Weight {
+  TensorView view;                    // the stored tensor (shape, dtype, host bytes)
+  void* device = nullptr;             // device copy, when the device is not the host
+  std::shared_ptr<void> owner;        // keeps `device` alive
+  int64_t rows() const { return view.rows(); }
+  int64_t cols() const { return view.cols(); }
+};
+
+// One sequence's slice of a batched forward: `n` new tokens appended at position `start`.
+struct SeqSlice {
+  int seq = -1;       // KV cache sequence id
+  int64_t start = 0;  // position of the first new token (= the sequence's cached length)
+  int64_t n = 0;      // new tokens; their rows are consecutive in the batch
+  int64_t row = 0;    // first row of this slice in the batch's activations
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual std::string name() const = 0;  // e.g. "host (avx2, 2 threads)"
+
+  // --- memory ---------------------------------------------------------------
+  virtual float* alloc(size_t n_floats) = 0;  // zero-initialised
+  virtual void release(float* p) = 0;
+  virtual void copy_to_host(const float* src, float* dst, size_t n) = 0;
+  virtual void copy_to_device(const float* src, float* dst, size_t n) = 0;
+  virtual Weight upload(const TensorView& t) = 0;
+
+  // --- compute; shapes in comments are [rows, cols], row-major --------------
+  // out[n, dim] = table[tokens[i]] ; tokens live on the host.
+  virtual void embed(const Weight& table, std::span<const int32_t> tokens, float* out) = 0;
+  // out[n, dim] = x / rms(x) * w
+  virtual void rmsnorm(const float* x, const Weight& w, float eps, int64_t n, int64_t dim, float* out) = 0;
+  // y[n, W.rows] = x[n, W.cols] * W^T
+  virtual void matmul(const float* x, const Weight& w, int64_t n, float* y) = 0;
+  // Rotates x[n, heads, head_dim] in place; positions[n] live on the host.
+  virtual void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, std::span<const int32_t> positions,
+                    std::span<const float> inv_freq, RopeStyle style) = 0;
+  // out[i] = silu(gate[i]) * up[i] for i < n
+  virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
+  // x[i] += y[i] for i < n
+  virtual void add(float* x, const float* y, int64_t n) = 0;
+  // Writes k, v [rows, kv_heads*head_dim] into the layer's cache at each slice's positions.
+  virtual void kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<const SeqSlice> slices) = 0;
+  // out[rows, heads*head_dim] = softmax(q k^T / sqrt(d)) v, causal: the token at position p
+  // sees cached positions 0..p of its own sequence (GQA: head h reads kv head h / (heads/kv_heads)).
+  virtual void attention(const float* q, KvCache& kv, int layer, std::span<const SeqSlice> slices, int64_t heads,
+                         float* out) = 0;
+  // dst[i, :] = src[rows[i], :], cols wide; rows live on the host (gathers logits rows).
+  virtual void gather_rows(const float* src, int64_t cols, std::span<const int64_t> rows, float* dst) = 0;
+  // Blocks until queued work is done (no-op on the host).
+  virtual void synchronize() = 0;
+};
+
+// A device buffer of floats, released with its device.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Ops& ops, size_t n) : ops_(&ops), p_(ops.alloc(n)), n_(n) {}
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ops_(o.ops_), p_(o.p_), n_(o.n_) { o.p_ = nullptr; o.n_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) { reset(); ops_ = o.ops_; p_ = o.p_; n_ = o.n_; o.p_ = nullptr; o.n_ = 0; }
+    return *this;
+  }
+  void reset() { if (p_) ops_->release(p_); p_ = nullptr; n_ = 0; }
+  // Grows (never shrinks) to at least n floats; contents are not kept.
+  void ensure(Ops& ops, size_t n) { if (n > n_) { reset(); ops_ = &ops; p_ = ops.alloc(n); n_ = n; } }
+  float* get() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  Ops* ops_ = nullptr;
+  float* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+struct DeviceOptions {
+  std::string device = "auto";  // "auto", "host" or "cuda"
+  int threads = 2;              // host threads (the caller included)
+};
+
+// Makes the device the options ask for. "auto" picks CUDA when a GPU is present and the CUDA
+// device is built, else the host. Throws std::runtime_error with a clear reason otherwise.
+std::unique_ptr<Ops> make_device(const DeviceOptions& opt);
+
+}  // namespace specula

@@ -1,0 +1,44 @@
+// Plain (target-only) autoregressive generation: prefill, then one token per step.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpu/llama.h"
+#include "spec/sampling.h"
+
+namespace specula {
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;      // tokens appended after what `seq` already caches
+  int max_tokens = 256;
+  SamplingParams sampling;
+  std::vector<int32_t> stop_ids;    // generation ends after emitting one of these
+};
+
+struct GenerateStats {
+  int64_t prompt_tokens = 0;
+  int64_t generated = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;        // from the first sampled token to the last
+  std::string finish_reason;        // "stop", "length", "cancelled" or "context"
+  double prefill_tokens_per_second() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0; }
+  double decode_tokens_per_second() const {
+    return decode_seconds > 0 && generated > 1 ? (generated - 1) / decode_seconds : 0;
+  }
+};
+
+// Called with each new token; return false to stop (finish_reason "cancelled").
+using TokenCallback = std::function<bool(int32_t token)>;
+
+// Feeds the prompt into `seq` of `kv` and samples up to max_tokens tokens. Each token is drawn
+// with the sampler keyed by the position it will occupy, so a seeded request always gives the
+// same text. The last sampled token is not fed (the KV holds prompt + generated[0..n-1)).
+GenerateStats generate(LlamaModel& model, KvCache& kv, int seq, const GenerateRequest& req, const TokenCallback& on_token);
+
+// The model's own end tokens: config EOS ids, the tokenizer's, and the chat template's
+// end-of-turn token when it is a single token.
+std::vector<int32_t> default_stop_ids(const LoadedModel& m);
+
+}  // namespace specula

@@ -1,0 +1,43 @@
+// Philox4x32-10 (Salmon et al., SC'11): a counter-based generator. Random numbers are a pure
+// function of (key, counter), so a request's draws depend only on its seed and the token
+// position, never on what else runs or in which order.
+#pragma once
+#include <array>
+#include <cstdint>
+
+namespace specula {
+
+using PhiloxBlock = std::array<uint32_t, 4>;
+
+inline PhiloxBlock philox4x32(PhiloxBlock c, uint64_t key) {
+  constexpr uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
+  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = static_cast<uint64_t>(M0) * c[0];
+    const uint64_t p1 = static_cast<uint64_t>(M1) * c[2];
+    c = {static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k0, static_cast<uint32_t>(p1),
+         static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k1, static_cast<uint32_t>(p0)};
+    k0 += W0;
+    k1 += W1;
+  }
+  return c;
+}
+
+// What a draw is for; each purpose has its own stream so they never share numbers.
+enum class RngStream : uint32_t {
+  Token = 0,     // Gumbel noise that picks a token from the target distribution
+  Accept = 1,    // the uniform of the speculative acceptance test
+  Residual = 2,  // Gumbel noise that samples the residual max(0, p - q)
+  Draft = 3,     // Gumbel noise of the draft model's own sampling
+};
+
+// A uniform in the open interval (0, 1) for (seed, position, stream, index).
+inline double philox_uniform(uint64_t seed, int64_t position, RngStream stream, uint64_t index) {
+  const PhiloxBlock out = philox4x32({static_cast<uint32_t>(index >> 2), static_cast<uint32_t>(position),
+                                      static_cast<uint32_t>(static_cast<uint64_t>(position) >> 32),
+                                      static_cast<uint32_t>(stream)},
+                                     seed);
+  return (static_cast<double>(out[index & 3]) + 0.5) * (1.0 / 4294967296.0);
+}
+
+}  // namespace specula

@@ -1,0 +1,41 @@
+// Sampling: the logits transform (temperature, top-k, top-p) and Gumbel-max draws keyed by
+// (seed, position), so the same seed gives the same text whatever else runs.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "spec/philox.h"
+
+namespace specula {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy
+  int top_k = 0;             // 0 = off
+  float top_p = 1.0f;        // 1 = off; must be in (0, 1]
+  uint64_t seed = 0;
+
+  bool greedy() const { return temperature <= 0.0f; }
+  // Throws std::invalid_argument naming the bad field and value.
+  void validate() const;
+};
+
+// logp[v] = log softmax(logits / T) restricted to the top-k / top-p set (renormalised), -inf
+// outside it. Greedy params give a one-hot at the argmax (log 1 = 0).
+void transform_logits(std::span<const float> logits, const SamplingParams& sp, std::vector<float>& logp);
+
+// The same transform as probabilities (p[v] = exp(logp[v])).
+void transform_to_probs(std::span<const float> logits, const SamplingParams& sp, std::vector<float>& probs);
+
+// argmax, lowest index on ties.
+int32_t argmax(std::span<const float> x);
+
+// Gumbel-max: argmax_v logp[v] + G(seed, position, stream, v), G = -log(-log(U)); this is an
+// exact draw from softmax(logp). Entries at -inf are never chosen.
+int32_t sample_gumbel(std::span<const float> logp, uint64_t seed, int64_t position, RngStream stream);
+
+// Draws the token for `position` from raw logits with the request's params (greedy: argmax).
+int32_t sample_token(std::span<const float> logits, const SamplingParams& sp, int64_t position);
+
+}  // namespace specula

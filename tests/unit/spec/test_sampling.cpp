@@ -1,0 +1,136 @@
+// Sampling: the transform keeps exactly the top-k / top-p set, Gumbel-max draws follow the
+// distribution (chi-square, with a planted-bug control), and a seed fixes every draw.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "spec/philox.h"
+#include "spec/sampling.h"
+
+namespace specula {
+namespace {
+
+std::vector<float> logits_of(std::initializer_list<float> l) { return std::vector<float>(l); }
+
+// Pearson chi-square of counts against expected probabilities; bins with tiny expectation merged.
+double chi_square(const std::vector<int64_t>& counts, const std::vector<double>& p, int64_t n, int* dof) {
+  double stat = 0, rest_obs = 0, rest_exp = 0;
+  int bins = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double e = p[i] * n;
+    if (e < 5) { rest_obs += counts[i]; rest_exp += e; continue; }
+    stat += (counts[i] - e) * (counts[i] - e) / e;
+    ++bins;
+  }
+  if (rest_exp > 0) { stat += (rest_obs - rest_exp) * (rest_obs - rest_exp) / std::max(rest_exp, 1e-9); ++bins; }
+  *dof = bins - 1;
+  return stat;
+}
+
+// 99.9% quantile of chi-square via the Wilson-Hilferty approximation.
+double chi_square_critical(int dof) {
+  const double z = 3.0902;
+  const double k = dof;
+  return k * std::pow(1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k)), 3);
+}
+
+TEST(Philox, MatchesThePublishedKnownAnswerVector) {
+  // Random123's kat_vectors: philox4x32_10, counter 0, key 0.
+  const PhiloxBlock out = philox4x32({0, 0, 0, 0}, 0);
+  EXPECT_EQ(out[0], 0x6627e8d5u);
+  EXPECT_EQ(out[1], 0xe169c58du);
+  EXPECT_EQ(out[2], 0xbc57ac4cu);
+  EXPECT_EQ(out[3], 0x9b00dbd8u);
+}
+
+TEST(Sampling, TopKKeepsExactlyTheKLargestLogits) {
+  SamplingParams sp{1.0f, 2, 1.0f, 0};
+  std::vector<float> logp;
+  transform_logits(logits_of({0.1f, 3.0f, -1.0f, 2.0f, 0.5f}), sp, logp);
+  EXPECT_TRUE(std::isinf(logp[0]) && std::isinf(logp[2]) && std::isinf(logp[4]));
+  const double p1 = std::exp(logp[1]), p3 = std::exp(logp[3]);
+  EXPECT_NEAR(p1 + p3, 1.0, 1e-6);
+  EXPECT_NEAR(p1 / p3, std::exp(1.0), 1e-5);
+}
+
+TEST(Sampling, TopPKeepsTheSmallestPrefixReachingP) {
+  // softmax of log(0.5, 0.3, 0.15, 0.05): top_p 0.8 keeps {0.5, 0.3}; 0.81 adds 0.15.
+  std::vector<float> l = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  std::vector<float> logp;
+  transform_logits(l, SamplingParams{1.0f, 0, 0.8f, 0}, logp);
+  EXPECT_FALSE(std::isinf(logp[0]));
+  EXPECT_FALSE(std::isinf(logp[1]));
+  EXPECT_TRUE(std::isinf(logp[2]));
+  transform_logits(l, SamplingParams{1.0f, 0, 0.81f, 0}, logp);
+  EXPECT_FALSE(std::isinf(logp[2]));
+  EXPECT_TRUE(std::isinf(logp[3]));
+  EXPECT_NEAR(std::exp(logp[0]), 0.5 / 0.95, 1e-5);
+}
+
+TEST(Sampling, TopPOverALargeVocabularyWidensPastTheFirstCandidates) {
+  // A flat distribution over 5000 tokens: top_p 0.5 must keep 2500 of them.
+  std::vector<float> l(5000, 0.0f);
+  std::vector<float> logp;
+  transform_logits(l, SamplingParams{1.0f, 0, 0.5f, 0}, logp);
+  int kept = 0;
+  for (float x : logp) kept += !std::isinf(x);
+  EXPECT_EQ(kept, 2500);
+}
+
+TEST(Sampling, TemperatureZeroIsArgmaxWithTheLowestIndexOnTies) {
+  EXPECT_EQ(sample_token(logits_of({1.0f, 5.0f, 5.0f, 2.0f}), SamplingParams{0.0f, 0, 1.0f, 9}, 3), 1);
+}
+
+TEST(Sampling, ASeedAndPositionFixTheDrawAndOtherPositionsVary) {
+  const std::vector<float> l(64, 0.0f);
+  SamplingParams sp{1.0f, 0, 1.0f, 1234};
+  std::set<int32_t> seen;
+  for (int pos = 0; pos < 50; ++pos) {
+    const int32_t a = sample_token(l, sp, pos);
+    EXPECT_EQ(a, sample_token(l, sp, pos));
+    seen.insert(a);
+  }
+  EXPECT_GT(seen.size(), 20u);
+}
+
+TEST(Sampling, InvalidParametersAreRejectedWithTheirValues) {
+  EXPECT_THROW((SamplingParams{-0.5f, 0, 1.0f, 0}.validate()), std::invalid_argument);
+  EXPECT_THROW((SamplingParams{1.0f, -1, 1.0f, 0}.validate()), std::invalid_argument);
+  EXPECT_THROW((SamplingParams{1.0f, 0, 0.0f, 0}.validate()), std::invalid_argument);
+  EXPECT_THROW((SamplingParams{1.0f, 0, 1.5f, 0}.validate()), std::invalid_argument);
+}
+
+// Draws n tokens at positions 0..n-1 and returns the chi-square verdict against softmax(l/T).
+bool gumbel_draws_match_softmax(const std::vector<float>& l, float temperature, bool planted_bug) {
+  SamplingParams sp{temperature, 0, 1.0f, 42};
+  std::vector<float> logp;
+  transform_logits(l, sp, logp);
+  if (planted_bug)  // the classic bug: forgetting the temperature in the transform
+    transform_logits(l, SamplingParams{1.0f, 0, 1.0f, 42}, logp);
+  const int64_t n = 200000;
+  std::vector<int64_t> counts(l.size(), 0);
+  for (int64_t pos = 0; pos < n; ++pos) ++counts[sample_gumbel(logp, sp.seed, pos, RngStream::Token)];
+  std::vector<float> ref;
+  transform_logits(l, sp, ref);
+  std::vector<double> p(l.size());
+  for (size_t i = 0; i < l.size(); ++i) p[i] = std::exp(static_cast<double>(ref[i]));
+  int dof = 0;
+  const double stat = chi_square(counts, p, n, &dof);
+  return stat < chi_square_critical(dof);
+}
+
+TEST(Sampling, GumbelMaxDrawsFollowTheTemperedSoftmax) {
+  const std::vector<float> l = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f, 1.5f, 0.2f, -0.3f};
+  EXPECT_TRUE(gumbel_draws_match_softmax(l, 0.7f, false));
+  EXPECT_TRUE(gumbel_draws_match_softmax(l, 1.0f, false));
+}
+
+TEST(Sampling, TheChiSquareTestCatchesAPlantedTemperatureBug) {
+  const std::vector<float> l = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f, 1.5f, 0.2f, -0.3f};
+  EXPECT_FALSE(gumbel_draws_match_softmax(l, 0.7f, true));
+}
+
+}  // namespace
+}  // namespace specula
