@@ -93,11 +93,12 @@ class Reader {
   void check_count(uint64_t count, uint64_t min_item_bytes, const char* items) const {
     if (count > remaining() / min_item_bytes)
       throw ModelError("GGUF file '" + path_ + "' is truncated or corrupt: " + context_ + " claims " +
-                       std::to_string(count) + " " + items + " (at least " +
+                       std::to_string(count) + " " + items + ", which need at least " +
                        (count > std::numeric_limits<uint64_t>::max() / min_item_bytes
                             ? std::string("2^64")
                             : std::to_string(count * min_item_bytes)) +
-                       " bytes) but only " + std::to_string(remaining()) + " bytes of the file remain");
+                       " bytes from offset " + std::to_string(pos_) + ", but the file has " + std::to_string(size_) +
+                       " bytes");
   }
 
  private:
@@ -227,7 +228,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
   r.set_context("the metadata count");
   uint64_t n_kv = r.read<uint64_t>();
 
-  r.set_context("the metadata entries");
+  r.set_context("the header");
   r.check_count(n_kv, 8 + 4 + 1, "metadata entries");
   for (uint64_t i = 0; i < n_kv; ++i) {
     r.set_context("the key of metadata entry #" + std::to_string(i));
@@ -248,7 +249,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
   }
 
   // A tensor info is at least: name length, n_dims, one dim, type, offset.
-  r.set_context("the tensor infos");
+  r.set_context("the header");
   r.check_count(n_tensors, 8 + 4 + 8 + 4 + 8, "tensor infos");
   tensors_.reserve(static_cast<size_t>(n_tensors));
   std::vector<uint64_t> offsets;
