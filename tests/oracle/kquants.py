@@ -1,0 +1,76 @@
+"""Simple Q4_K and Q6_K quantizers (the gguf package only dequantizes these types).
+
+They only need to produce VALID blocks whose values approximate the input: the numerical
+reference always uses gguf.quants.dequantize of the stored bytes, never these codes, so the
+scale search is plain min/max rather than llama.cpp's optimised one. The block layouts follow
+ggml-quants.c (dequantize_row_q4_K / dequantize_row_q6_K); test_reference_self_checks.py
+round-trips them through gguf.quants.dequantize.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+QK_K = 256
+
+
+def _fp16(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float16)
+
+
+def quantize_q4_k(x: np.ndarray) -> np.ndarray:
+    """[rows, cols] float -> [rows, cols/256*144] uint8. Block: d f16, dmin f16, scales[12], qs[128];
+    value = d*sc[j]*q - dmin*m[j] for 8 sub-blocks j of 32 values, sc/m 6-bit, q 4-bit."""
+    rows, cols = x.shape
+    assert cols % QK_K == 0, f"Q4_K needs cols % 256 == 0, got {cols}"
+    b = x.astype(np.float32).reshape(-1, 8, 32)
+    lo = np.minimum(b.min(axis=-1), 0.0)  # [nb, 8]; offsets are >= 0 as in ggml
+    hi = b.max(axis=-1)
+    scale = (hi - lo) / 15.0
+    offset = -lo
+    d = _fp16(scale.max(axis=-1) / 63.0)  # [nb]
+    dmin = _fp16(offset.max(axis=-1) / 63.0)
+    d32, dmin32 = d.astype(np.float32)[:, None], dmin.astype(np.float32)[:, None]
+    sc = np.where(d32 > 0, np.clip(np.rint(scale / np.where(d32 > 0, d32, 1)), 0, 63), 0).astype(np.uint8)
+    m = np.where(dmin32 > 0, np.clip(np.rint(offset / np.where(dmin32 > 0, dmin32, 1)), 0, 63), 0).astype(np.uint8)
+    eff_scale = (d32 * sc)[..., None]
+    eff_min = (dmin32 * m)[..., None]
+    q = np.where(eff_scale > 0, np.rint((b + eff_min) / np.where(eff_scale > 0, eff_scale, 1)), 0)
+    q = np.clip(q, 0, 15).astype(np.uint8)  # [nb, 8, 32]
+
+    nb = b.shape[0]
+    scales = np.zeros((nb, 12), np.uint8)
+    scales[:, 0:4] = (sc[:, 0:4] & 63) | ((sc[:, 4:8] >> 4) << 6)
+    scales[:, 4:8] = (m[:, 0:4] & 63) | ((m[:, 4:8] >> 4) << 6)
+    scales[:, 8:12] = (sc[:, 4:8] & 0xF) | ((m[:, 4:8] & 0xF) << 4)
+    # 64-value chunk j holds sub-block 2j in the low nibbles and 2j+1 in the high nibbles.
+    qs = (q[:, 0::2, :] | (q[:, 1::2, :] << 4)).reshape(nb, 128)
+    blocks = np.concatenate([d.reshape(nb, 1).view(np.uint8), dmin.reshape(nb, 1).view(np.uint8), scales, qs], axis=1)
+    assert blocks.shape[1] == 144
+    return blocks.reshape(rows, cols // QK_K * 144)
+
+
+def quantize_q6_k(x: np.ndarray) -> np.ndarray:
+    """[rows, cols] float -> [rows, cols/256*210] uint8. Block: ql[128], qh[64], scales[16] int8, d f16;
+    value = d*scale[j]*(q-32) for 16 sub-blocks j of 16 values, q 6-bit."""
+    rows, cols = x.shape
+    assert cols % QK_K == 0, f"Q6_K needs cols % 256 == 0, got {cols}"
+    b = x.astype(np.float32).reshape(-1, 16, 16)
+    nb = b.shape[0]
+    sub = np.abs(b).max(axis=-1) / 31.0  # [nb, 16]
+    d = _fp16(sub.max(axis=-1) / 127.0)
+    d32 = d.astype(np.float32)[:, None]
+    sc = np.where(d32 > 0, np.clip(np.rint(sub / np.where(d32 > 0, d32, 1)), 0, 127), 0).astype(np.int8)
+    eff = (d32 * sc)[..., None]
+    q = np.where(eff > 0, np.rint(b / np.where(eff > 0, eff, 1)), 0)
+    q = (np.clip(q, -32, 31) + 32).astype(np.uint8).reshape(nb, 2, 4, 32)  # [block, half, quarter, l]
+
+    # In each 128-value half: ql[l] = v[l] | v[l+64] << 4, ql[l+32] = v[l+32] | v[l+96] << 4,
+    # qh[l] = bits 4-5 of v[l], v[l+32], v[l+64], v[l+96] at shifts 0, 2, 4, 6.
+    lo = q & 0xF
+    hi = q >> 4
+    ql = np.concatenate([lo[:, :, 0] | (lo[:, :, 2] << 4), lo[:, :, 1] | (lo[:, :, 3] << 4)], axis=2)  # [nb, 2, 64]
+    qh = hi[:, :, 0] | (hi[:, :, 1] << 2) | (hi[:, :, 2] << 4) | (hi[:, :, 3] << 6)  # [nb, 2, 32]
+    blocks = np.concatenate(
+        [ql.reshape(nb, 128), qh.reshape(nb, 64), sc.view(np.uint8), d.reshape(nb, 1).view(np.uint8)], axis=1)
+    assert blocks.shape[1] == 210
+    return blocks.reshape(rows, cols // QK_K * 210)

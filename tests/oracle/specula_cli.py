@@ -1,0 +1,50 @@
+"""Drives the `specula` program the way the oracle tests need it: `logits` (.npy of every
+position's logits) and greedy `generate --json`. A failing run raises AssertionError carrying
+the command line and its stderr."""
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import uuid
+
+import numpy as np
+
+
+def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}: {' '.join(map(str, cmd))}\n{proc.stderr.strip()[-2000:]}")
+    return proc
+
+
+def logits(specula_bin, model, tokens, work_dir, chunk: int | None = None, truncate_at: int | None = None,
+           timeout: float = 120) -> np.ndarray:
+    """`specula logits`: float32 [len(tokens), vocab]. With truncate_at T, rows >= T come from
+    re-feeding tokens[T:] (in chunks of `chunk`) after truncating the KV cache to T."""
+    out = pathlib.Path(work_dir) / f"logits-{uuid.uuid4().hex}.npy"
+    cmd = [specula_bin, "logits", "--model", model, "--tokens", ",".join(map(str, tokens)), "--out", out]
+    if chunk is not None:
+        cmd += ["--chunk", chunk]
+    if truncate_at is not None:
+        cmd += ["--truncate-at", truncate_at]
+    _run(cmd, timeout)
+    try:
+        arr = np.load(out)
+    finally:
+        out.unlink(missing_ok=True)
+    assert arr.dtype == np.float32, f"specula logits wrote {arr.dtype}, expected float32"
+    assert arr.ndim == 2 and arr.shape[0] == len(tokens), f"specula logits wrote shape {arr.shape} for {len(tokens)} tokens"
+    return arr
+
+
+def generate_greedy(specula_bin, model, prompt_ids, max_tokens: int, timeout: float = 300) -> dict:
+    """`specula generate --prompt-ids ... --temperature 0 --json`: the JSON object it prints."""
+    proc = _run([specula_bin, "generate", "--model", model, "--prompt-ids", ",".join(map(str, prompt_ids)),
+                 "--max-tokens", max_tokens, "--temperature", 0, "--json"], timeout)
+    text = proc.stdout.strip()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        # Tolerate log lines before the object: the object is the last line.
+        return json.loads(text.splitlines()[-1])
