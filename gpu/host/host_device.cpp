@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "gpu/host/matmul.h"
 #include "gpu/host/quant.h"
 #include "gpu/kv_cache.h"
@@ -16,8 +18,9 @@ namespace specula {
 
 namespace {
 
-// Eight independent partial sums so the compiler can vectorise without -ffast-math.
-inline float dot(const float* a, const float* b, int64_t n) {
+// Eight independent partial sums so the compiler can vectorise without -ffast-math; cloned
+// for AVX2+FMA and picked at load time (GCC ifunc), the default clone for other CPUs.
+__attribute__((target_clones("avx2,fma", "default"))) float dot(const float* a, const float* b, int64_t n) {
   float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -25,6 +28,10 @@ inline float dot(const float* a, const float* b, int64_t n) {
   float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
   for (; i < n; ++i) r += a[i] * b[i];
   return r;
+}
+
+__attribute__((target_clones("avx2,fma", "default"))) void axpy(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
 }  // namespace
@@ -38,12 +45,32 @@ std::string HostOps::name() const {
 float* HostOps::alloc(size_t n) {
   // 64-byte aligned so SIMD loads of activation rows never split cache lines.
   const size_t bytes = ((std::max<size_t>(n, 1) * sizeof(float)) + 63) / 64 * 64;
+  if (bytes >= kMapThreshold) {
+    // Large pools (the KV cache) come zeroed from the kernel page by page as they are touched,
+    // so an 8192-position cache costs nothing until it is used.
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    std::lock_guard<std::mutex> lock(mapped_mutex_);
+    mapped_[p] = bytes;
+    return static_cast<float*>(p);
+  }
   void* p = std::aligned_alloc(64, bytes);
   if (!p) throw std::bad_alloc();
   std::memset(p, 0, bytes);
   return static_cast<float*>(p);
 }
-void HostOps::release(float* p) { std::free(p); }
+
+void HostOps::release(float* p) {
+  {
+    std::lock_guard<std::mutex> lock(mapped_mutex_);
+    if (auto it = mapped_.find(p); it != mapped_.end()) {
+      munmap(p, it->second);
+      mapped_.erase(it);
+      return;
+    }
+  }
+  std::free(p);
+}
 void HostOps::copy_to_host(const float* src, float* dst, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
 void HostOps::copy_to_device(const float* src, float* dst, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
 
@@ -127,55 +154,61 @@ void HostOps::kv_store(KvCache& kv, int layer, const float* k, const float* v, s
 void HostOps::attention(const float* q, KvCache& kv, int layer, std::span<const SeqSlice> slices, int64_t heads,
                         float* out) {
   const int64_t hd = kv.config().head_dim, kvh = kv.config().kv_heads, group = heads / kvh;
-  const int64_t rf = kv.row_floats();
+  const int64_t bt = kv.config().block_tokens, rf = kv.row_floats();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float* kp = kv.k_pool(layer);
   const float* vp = kv.v_pool(layer);
 
-  // One work item per (token row, head). Work is roughly proportional to the context length,
-  // so small batches run inline rather than paying for a dispatch.
-  struct Item { const SeqSlice* s; int64_t i; };
-  std::vector<Item> rows;
+  // One work item per (token row, kv head): the `group` query heads that share a kv head are
+  // done together so each cached K/V row is read once for all of them.
+  struct Row { const SeqSlice* s; int64_t i; };
+  std::vector<Row> rows;
   int64_t work = 0;
   for (const SeqSlice& s : slices)
     for (int64_t i = 0; i < s.n; ++i) {
       rows.push_back({&s, i});
       work += s.start + i + 1;
     }
-  const int64_t items = static_cast<int64_t>(rows.size()) * heads;
+  const int64_t items = static_cast<int64_t>(rows.size()) * kvh;
 
   auto run = [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
-    std::vector<int64_t> offs;
     for (int64_t it = begin; it < end; ++it) {
-      const Item& r = rows[it / heads];
-      const int64_t h = it % heads, kh = h / group;
-      const int64_t pos = r.s->start + r.i, row = r.s->row + r.i;
-      const float* qv = q + (row * heads + h) * hd;
-      scores.resize(pos + 1);
-      offs.resize(pos + 1);
-      float mx = -INFINITY;
-      for (int64_t p = 0; p <= pos; ++p) {
-        offs[p] = kv.offset(r.s->seq, p) + kh * hd;
-        scores[p] = dot(qv, kp + offs[p], hd) * scale;
-        mx = std::max(mx, scores[p]);
+      const Row& r = rows[it / kvh];
+      const int64_t kh = it % kvh;
+      const int64_t ctx = r.s->start + r.i + 1, row = r.s->row + r.i;
+      const std::vector<int32_t>& blocks = kv.block_table(r.s->seq);
+      scores.resize(static_cast<size_t>(group * ctx));
+      // scores[g, p] = q_g . k_p * scale, walking the block table block by block.
+      for (int64_t p0 = 0; p0 < ctx; p0 += bt) {
+        const float* kb = kp + blocks[p0 / bt] * bt * rf + kh * hd;
+        const int64_t np = std::min(bt, ctx - p0);
+        for (int64_t g = 0; g < group; ++g) {
+          const float* qv = q + (row * heads + kh * group + g) * hd;
+          for (int64_t j = 0; j < np; ++j) scores[g * ctx + p0 + j] = dot(qv, kb + j * rf, hd) * scale;
+        }
       }
-      float sum = 0;
-      for (int64_t p = 0; p <= pos; ++p) {
-        scores[p] = std::exp(scores[p] - mx);
-        sum += scores[p];
+      for (int64_t g = 0; g < group; ++g) {
+        float* sc = scores.data() + g * ctx;
+        float mx = -INFINITY;
+        for (int64_t p = 0; p < ctx; ++p) mx = std::max(mx, sc[p]);
+        float sum = 0;
+        for (int64_t p = 0; p < ctx; ++p) sum += (sc[p] = std::exp(sc[p] - mx));
+        const float inv = 1.0f / sum;
+        for (int64_t p = 0; p < ctx; ++p) sc[p] *= inv;
+        std::fill(out + (row * heads + kh * group + g) * hd, out + (row * heads + kh * group + g + 1) * hd, 0.0f);
       }
-      float* o = out + (row * heads + h) * hd;
-      std::fill(o, o + hd, 0.0f);
-      const float inv = 1.0f / sum;
-      for (int64_t p = 0; p <= pos; ++p) {
-        const float w = scores[p] * inv;
-        const float* vv = vp + offs[p];
-        for (int64_t d = 0; d < hd; ++d) o[d] += w * vv[d];
+      for (int64_t p0 = 0; p0 < ctx; p0 += bt) {
+        const float* vb = vp + blocks[p0 / bt] * bt * rf + kh * hd;
+        const int64_t np = std::min(bt, ctx - p0);
+        for (int64_t g = 0; g < group; ++g) {
+          float* o = out + (row * heads + kh * group + g) * hd;
+          const float* sc = scores.data() + g * ctx + p0;
+          for (int64_t j = 0; j < np; ++j) axpy(sc[j], vb + j * rf, o, hd);
+        }
       }
     }
   };
-  (void)rf;
   if (work * heads * hd < (1 << 16) || pool_.threads() == 1)
     run(0, items);
   else

@@ -1,6 +1,8 @@
 // The host (CPU) device: gpu/ops.h on plain memory, matmuls in the stored weight types.
 #pragma once
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include "gpu/host/thread_pool.h"
 #include "gpu/ops.h"
@@ -34,7 +36,10 @@ class HostOps final : public Ops {
   void synchronize() override {}
 
  private:
+  static constexpr size_t kMapThreshold = size_t{1} << 20;
   ThreadPool pool_;
+  std::mutex mapped_mutex_;
+  std::map<void*, size_t> mapped_;  // mmap'd allocations and their sizes
 };
 
 }  // namespace specula
