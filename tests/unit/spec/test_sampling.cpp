@@ -56,24 +56,25 @@ TEST(Sampling, TopKKeepsExactlyTheKLargestLogits) {
 }
 
 TEST(Sampling, TopPKeepsTheSmallestPrefixReachingP) {
-  // softmax of log(0.5, 0.3, 0.15, 0.05): top_p 0.8 keeps {0.5, 0.3}; 0.81 adds 0.15.
+  // softmax of log(0.5, 0.3, 0.15, 0.05): top_p 0.75 keeps {0.5, 0.3}; 0.85 adds 0.15.
+  // (Values exactly at a boundary are left alone: float rounding decides those.)
   std::vector<float> l = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
   std::vector<float> logp;
-  transform_logits(l, SamplingParams{1.0f, 0, 0.8f, 0}, logp);
+  transform_logits(l, SamplingParams{1.0f, 0, 0.75f, 0}, logp);
   EXPECT_FALSE(std::isinf(logp[0]));
   EXPECT_FALSE(std::isinf(logp[1]));
   EXPECT_TRUE(std::isinf(logp[2]));
-  transform_logits(l, SamplingParams{1.0f, 0, 0.81f, 0}, logp);
+  transform_logits(l, SamplingParams{1.0f, 0, 0.85f, 0}, logp);
   EXPECT_FALSE(std::isinf(logp[2]));
   EXPECT_TRUE(std::isinf(logp[3]));
   EXPECT_NEAR(std::exp(logp[0]), 0.5 / 0.95, 1e-5);
 }
 
 TEST(Sampling, TopPOverALargeVocabularyWidensPastTheFirstCandidates) {
-  // A flat distribution over 5000 tokens: top_p 0.5 must keep 2500 of them.
+  // A flat distribution over 5000 tokens: top_p 0.4999 must keep 2500 of them (2499 hold 0.4998).
   std::vector<float> l(5000, 0.0f);
   std::vector<float> logp;
-  transform_logits(l, SamplingParams{1.0f, 0, 0.5f, 0}, logp);
+  transform_logits(l, SamplingParams{1.0f, 0, 0.4999f, 0}, logp);
   int kept = 0;
   for (float x : logp) kept += !std::isinf(x);
   EXPECT_EQ(kept, 2500);
