@@ -289,7 +289,7 @@ LlamaConfig read_hf_config(const fs::path& dir) {
     for (const json& name : a)
       if (name.is_string()) {
         if (name.get<std::string>() == "LlamaForCausalLM") llama = true;
-        if (arch.empty() || arch == "llama") arch = name.get<std::string>();
+        if (&name == &a.front()) arch = name.get<std::string>();  // the class name says more than model_type
       }
   }
   if (!llama) unsupported_architecture(path.string(), arch.empty() ? "unknown" : arch);
