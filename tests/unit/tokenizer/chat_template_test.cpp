@@ -1,0 +1,100 @@
+// Chat templates render exactly the prompt text the models were trained on.
+#include "model/chat_template.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "tokenizer_test_support.h"
+
+namespace specula {
+namespace {
+
+// SmolLM2-Instruct's template as its GGUF stores it (real newlines inside the Jinja strings).
+const std::string kSmolLM2Template =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+// A ChatML template with no default system line (Jinja `\n` escapes, as in some JSON configs).
+const std::string kBareChatMLTemplate =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+const std::string kLlama3Template =
+    "{{- bos_token }}{% for message in messages %}{{- '<|start_header_id|>' + message['role'] + "
+    "'<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}{% endfor %}";
+
+TEST(ChatTemplate, RecognisesEachKindFromItsTemplateText) {
+  EXPECT_EQ(ChatTemplate::from_template_text(kSmolLM2Template).kind(), ChatTemplate::Kind::ChatML);
+  EXPECT_EQ(ChatTemplate::from_template_text(kBareChatMLTemplate).kind(), ChatTemplate::Kind::ChatML);
+  EXPECT_EQ(ChatTemplate::from_template_text(kLlama3Template).kind(), ChatTemplate::Kind::Llama3);
+  EXPECT_EQ(ChatTemplate::from_template_text("{{ messages }}").kind(), ChatTemplate::Kind::Plain);
+  EXPECT_EQ(ChatTemplate::from_template_text("").kind(), ChatTemplate::Kind::Plain);
+}
+
+TEST(ChatTemplate, ChatMLInsertsSmolLMsDefaultSystemLineWhenTheFirstMessageIsNotSystem) {
+  const ChatTemplate t = ChatTemplate::from_template_text(kSmolLM2Template);
+  EXPECT_EQ(t.render({{"user", "Hi there"}}),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            "<|im_start|>user\nHi there<|im_end|>\n"
+            "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, ChatMLKeepsTheCallersSystemMessage) {
+  const ChatTemplate t = ChatTemplate::from_template_text(kSmolLM2Template);
+  EXPECT_EQ(t.render({{"system", "Be terse."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}}),
+            "<|im_start|>system\nBe terse.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello.<|im_end|>\n"
+            "<|im_start|>user\nBye<|im_end|>\n"
+            "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, ChatMLWithoutADefaultLineInsertsNothing) {
+  const ChatTemplate t = ChatTemplate::from_template_text(kBareChatMLTemplate);
+  EXPECT_EQ(t.render({{"user", "Hi"}}), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, ChatMLTakesADefaultLineWrittenWithJinjaEscapes) {
+  const std::string jinja = "{{ '<|im_start|>system\\nYou are Qwen.<|im_end|>\\n' }}" + kBareChatMLTemplate;
+  EXPECT_EQ(ChatTemplate::from_template_text(jinja).render({{"user", "x"}}, false),
+            "<|im_start|>system\nYou are Qwen.<|im_end|>\n<|im_start|>user\nx<|im_end|>\n");
+}
+
+TEST(ChatTemplate, Llama3WrapsEveryTurnInHeadersAndEndsWithTheAssistantHeader) {
+  const ChatTemplate t(ChatTemplate::Kind::Llama3);
+  EXPECT_EQ(t.render({{"system", "Be brief."}, {"user", "  What is 2+2?\n"}}),
+            "<|begin_of_text|>"
+            "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(t.render({{"user", "Hi"}}, /*add_generation_prompt=*/false),
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+}
+
+TEST(ChatTemplate, PlainJoinsContentsWithNewlines) {
+  const ChatTemplate t;
+  EXPECT_EQ(t.render({{"system", "one"}, {"user", "two"}, {"assistant", "three"}}), "one\ntwo\nthree");
+}
+
+TEST(ChatTemplate, NamesTheTokenThatEndsAnAssistantTurn) {
+  EXPECT_EQ(ChatTemplate(ChatTemplate::Kind::ChatML).end_of_turn(), "<|im_end|>");
+  EXPECT_EQ(ChatTemplate(ChatTemplate::Kind::Llama3).end_of_turn(), "<|eot_id|>");
+  EXPECT_EQ(ChatTemplate(ChatTemplate::Kind::Plain).end_of_turn(), "");
+}
+
+TEST(ChatTemplate, RefusesAnEmptyConversation) {
+  test::expect_error<std::invalid_argument>([] { ChatTemplate(ChatTemplate::Kind::ChatML).render({}); },
+                                            {"no messages"});
+}
+
+TEST(ChatTemplate, RefusesAnUnknownRoleNamingIt) {
+  test::expect_error<std::invalid_argument>(
+      [] { ChatTemplate(ChatTemplate::Kind::Llama3).render({{"user", "a"}, {"wizard", "b"}}); },
+      {"message 1", "'wizard'"});
+}
+
+}  // namespace
+}  // namespace specula
