@@ -2,7 +2,9 @@
 // tokenizers), run through Tokenizer::from_gguf on the vocabulary-only GGUF.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <sstream>
+#include <thread>
 
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -85,6 +87,29 @@ TEST_F(Gpt2Vectors, SpecialTokenTextBecomesOneIdOnlyWhenParsingSpecials) {
   EXPECT_EQ(std::count(literal.begin(), literal.end(), 50256), 0);
   EXPECT_EQ(tok_->decode(literal), text);
   EXPECT_EQ(tok_->decode(std::vector<int32_t>{64, 50256, 65}, /*skip_special=*/true), "ab");
+}
+
+TEST_F(Gpt2Vectors, EncodesBytesThatAreNotUtf8AsByteTokens) {
+  const std::string text = std::string("ok \xff\xfe bad \xe6\x97 cut ") + '\0' + " nul";
+  std::string bytes;
+  for (int32_t id : tok_->encode(text)) bytes += tok_->token_bytes(id);
+  EXPECT_EQ(bytes, text);
+}
+
+TEST_F(Gpt2Vectors, EncodesTheSameFromManyThreadsAtOnce) {
+  std::vector<std::vector<int32_t>> expected;
+  for (const Vector& v : vectors_) expected.push_back(v.ids);
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int round = 0; round < 20; ++round) {
+        for (size_t i = 0; i < vectors_.size(); ++i) mismatches += tok_->encode(vectors_[i].text) != expected[i];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST_F(Gpt2Vectors, DecodingAnIdOutsideTheVocabularyThrowsNamingIt) {
