@@ -194,7 +194,7 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& out) con
   struct Candidate {
     int32_t rank;
     int left;
-    int32_t left_id, right_id;
+    int32_t left_id, right_id, merged;
     bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
   };
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
@@ -202,7 +202,7 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& out) con
     if (left < 0 || sym[left].next < 0) return;
     const int32_t l = sym[left].id, r = sym[sym[left].next].id;
     auto it = merges.find(static_cast<uint64_t>(l) << 32 | static_cast<uint32_t>(r));
-    if (it != merges.end()) heap.push(Candidate{it->second.rank, left, l, r});
+    if (it != merges.end()) heap.push(Candidate{it->second.rank, left, l, r, it->second.merged});
   };
   for (int i = 0; i + 1 < static_cast<int>(sym.size()); ++i) consider(i);
 
@@ -212,7 +212,7 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& out) con
     Symbol& left = sym[c.left];
     if (left.id != c.left_id || left.next < 0 || sym[left.next].id != c.right_id) continue;  // stale
     const int right = left.next;
-    left.id = merges.at(static_cast<uint64_t>(c.left_id) << 32 | static_cast<uint32_t>(c.right_id)).merged;
+    left.id = c.merged;
     left.next = sym[right].next;
     if (left.next >= 0) sym[left.next].prev = c.left;
     sym[right].id = -1;  // dead: no pair can match it again
