@@ -1,9 +1,11 @@
 """Drives the `specula` program the way the oracle tests need it: `logits` (.npy of every
 position's logits) and greedy `generate --json`. A failing run raises AssertionError carrying
-the command line and its stderr."""
+the command line and its stderr. SPECULA_DEVICE (e.g. "cuda"), when set, is passed as --device
+so the same oracles check another device."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import uuid
@@ -12,6 +14,8 @@ import numpy as np
 
 
 def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+    if os.environ.get("SPECULA_DEVICE"):
+        cmd = cmd + ["--device", os.environ["SPECULA_DEVICE"]]
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}: {' '.join(map(str, cmd))}\n{proc.stderr.strip()[-2000:]}")
@@ -38,11 +42,15 @@ def logits(specula_bin, model, tokens, work_dir, chunk: int | None = None, trunc
     return arr
 
 
-def generate_greedy(specula_bin, model, prompt_ids, max_tokens: int, timeout: float = 300) -> dict:
-    """`specula generate --prompt-ids ... --temperature 0 --json`: the JSON object it prints."""
-    proc = _run([specula_bin, "generate", "--model", model, "--prompt-ids", ",".join(map(str, prompt_ids)),
-                 "--max-tokens", max_tokens, "--temperature", 0, "--json"], timeout)
-    text = proc.stdout.strip()
+def generate_greedy(specula_bin, model, prompt_ids=None, max_tokens: int = 16, prompt: str | None = None,
+                    chat: bool = False, timeout: float = 300) -> dict:
+    """`specula generate (--prompt-ids ... | --prompt TEXT [--chat]) --temperature 0 --json`:
+    the JSON object it prints."""
+    cmd = [specula_bin, "generate", "--model", model, "--max-tokens", max_tokens, "--temperature", 0, "--json"]
+    cmd += ["--prompt-ids", ",".join(map(str, prompt_ids))] if prompt is None else ["--prompt", prompt]
+    if chat:
+        cmd.append("--chat")
+    text = _run(cmd, timeout).stdout.strip()
     try:
         return json.loads(text)
     except json.JSONDecodeError:

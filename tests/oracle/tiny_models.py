@@ -77,7 +77,8 @@ class TinySpec:
 
     @property
     def quantized(self) -> bool:
-        return any(t not in ("F32",) for t in list(self.gguf_types.values()) + list(self.gguf_overrides.values()))
+        """True when some GGUF tensor is block-quantized (not F32/F16/BF16)."""
+        return any(t not in ("F32", "F16", "BF16") for t in list(self.gguf_types.values()) + list(self.gguf_overrides.values()))
 
 
 # original_max_position 256 with head_dim 16, theta 1e4: wavelengths 2*pi*1e4^(i/8) are 6.3, 20, 63
@@ -102,7 +103,6 @@ VARIANTS: dict[str, TinySpec] = {s.name: s for s in [
              gguf_overrides={"attn_v": "Q6_K", "ffn_down": "Q6_K"}),
 ]}
 
-F32_VARIANTS = [n for n, s in VARIANTS.items() if not s.quantized]
 HF_VARIANTS = [n for n, s in VARIANTS.items() if s.hf_dtype is not None]
 
 
@@ -342,7 +342,10 @@ def _encode(w: np.ndarray, type_name: str):
     return gguf.quants.quantize(np.ascontiguousarray(w, dtype=np.float32), t), t
 
 
-def write_gguf(s: TinySpec, weights: dict[str, np.ndarray], path: pathlib.Path) -> pathlib.Path:
+def write_gguf(s: TinySpec, weights: dict[str, np.ndarray], path: pathlib.Path, *,
+               permute: bool = True, scaling_keys: bool = True) -> pathlib.Path:
+    """permute=False writes q/k in HF row order (a broken converter: negative controls);
+    scaling_keys=False leaves only rope_freqs.weight, exactly as convert_hf_to_gguf.py does."""
     import gguf
     path.parent.mkdir(parents=True, exist_ok=True)
     w = gguf.GGUFWriter(str(path), "llama")
@@ -357,7 +360,7 @@ def write_gguf(s: TinySpec, weights: dict[str, np.ndarray], path: pathlib.Path) 
     w.add_layer_norm_rms_eps(s.rms_eps)
     w.add_rope_dimension_count(s.head_dim)
     w.add_vocab_size(s.vocab)
-    if s.llama3_scaling is not None:
+    if s.llama3_scaling is not None and scaling_keys:
         factor, low, high, original = s.llama3_scaling
         # llama.cpp itself reads only rope_freqs.weight for llama3; these keys say the same for
         # readers that compute the frequencies (low/high_freq_factor are not standard GGUF keys).
@@ -379,9 +382,9 @@ def write_gguf(s: TinySpec, weights: dict[str, np.ndarray], path: pathlib.Path) 
 
     for name, arr in weights.items():
         gname = gguf_name(name)
-        if "self_attn.q_proj" in name:
+        if "self_attn.q_proj" in name and permute:
             arr = permute_qk(arr, s.heads)
-        elif "self_attn.k_proj" in name:
+        elif "self_attn.k_proj" in name and permute:
             arr = permute_qk(arr, s.kv_heads)
         data, raw = _encode(arr, gguf_type_of(s, gname))
         w.add_tensor(gname, data, raw_dtype=raw)
