@@ -1,12 +1,14 @@
 // Fork-join thread pool for the host kernels. A decode step makes a few hundred parallel_for
 // calls of a few microseconds each, so dispatch must cost well under a microsecond while the
 // pool is busy, yet idle workers must not hold a core: they spin on the generation counter for
-// a short while, then sleep on a futex until the next job.
+// a short while, then sleep in std::atomic::wait until the next job.
 //
 // Chunking is deterministic: [0, n) is cut into the same chunks (multiples of grain) for the
-// same (n, grain, threads); which thread runs a chunk is decided at run time by an atomic
-// counter, so a late worker (or one the OS preempted on this shared machine) just takes fewer
-// chunks. Kernels write disjoint outputs per index, so results do not depend on who ran what.
+// same (n, grain, threads). Which thread runs a chunk is decided at run time: chunks are claimed
+// from one atomic word that also names the job, so a worker that wakes late (or that the OS
+// preempted on this shared 2-core machine) takes no chunk of a finished job, and the caller,
+// who claims chunks too, never waits for a worker that has not started. Kernels write disjoint
+// outputs per index, so results do not depend on who ran what.
 #include "gpu/host/thread_pool.h"
 
 #include <algorithm>
@@ -17,10 +19,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -33,37 +31,39 @@ namespace specula {
 
 namespace {
 
-// How long an idle worker keeps spinning before it sleeps; long enough to bridge the gaps
-// between the kernels of one decode step, short enough not to steal the core between requests.
-constexpr auto kSpinFor = std::chrono::microseconds(200);
+// How long an idle worker spins before it sleeps: long enough to bridge the gaps between the
+// kernels of one decode step, short enough not to steal the core between requests.
+constexpr auto kWorkerSpin = std::chrono::microseconds(100);
+// How long the caller spins for the last chunks before it sleeps (a running worker finishes a
+// chunk in microseconds; a preempted one may take a scheduler tick).
+constexpr auto kCallerSpin = std::chrono::microseconds(50);
 // Chunks per thread: more balances better when a thread is slow; fewer costs fewer atomics.
 constexpr int64_t kChunksPerThread = 4;
 
 thread_local bool t_inside_pool_job = false;
 
-// Sleep/wake on a 32-bit atomic with the futex system call directly: the kernel re-checks the
-// value, so no wake-up can be lost, and nothing depends on libstdc++'s waiter bookkeeping.
-template <class T>
-void futex_wait(std::atomic<T>& a, T expected) {
-  static_assert(sizeof(T) == 4 && std::atomic<T>::is_always_lock_free);
-  syscall(SYS_futex, reinterpret_cast<int*>(&a), FUTEX_WAIT_PRIVATE, static_cast<int>(expected), nullptr, nullptr, 0);
-}
-template <class T>
-void futex_wake_all(std::atomic<T>& a) {
-  syscall(SYS_futex, reinterpret_cast<int*>(&a), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
-}
-
-// Spin with a pause until pred() holds or the budget is spent; true if pred() held.
+// Spin with a pause until pred() holds or `budget` is spent; true if pred() held.
 template <class Pred>
-bool spin_until(Pred pred) {
-  const auto deadline = std::chrono::steady_clock::now() + kSpinFor;
+bool spin_until(Pred pred, std::chrono::microseconds budget) {
+  const auto deadline = std::chrono::steady_clock::now() + budget;
   for (;;) {
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < 32; ++i) {
       if (pred()) return true;
       SPECULA_CPU_RELAX();
     }
     if (std::chrono::steady_clock::now() >= deadline) return pred();
   }
+}
+
+// The claim word: job id (32 bits) | chunk count (16) | next unclaimed chunk (16).
+constexpr uint64_t claim_word(uint32_t job, uint32_t chunks, uint32_t next) { return (uint64_t{job} << 32) | (uint64_t{chunks} << 16) | next; }
+constexpr uint32_t claim_chunks(uint64_t c) { return static_cast<uint32_t>(c >> 16) & 0xffffu; }
+constexpr uint32_t claim_next(uint64_t c) { return static_cast<uint32_t>(c) & 0xffffu; }
+
+// Chunk c of `chunks` covers grain-units [c*units/chunks, (c+1)*units/chunks): contiguous,
+// balanced to within one unit, and a pure function of (n, grain, chunks).
+std::pair<int64_t, int64_t> chunk_range(int64_t c, int64_t chunks, int64_t units, int64_t grain, int64_t n) {
+  return {std::min(n, c * units / chunks * grain), std::min(n, (c + 1) * units / chunks * grain)};
 }
 
 }  // namespace
@@ -72,59 +72,62 @@ struct ThreadPool::Impl {
   int threads = 1;
   std::vector<std::thread> workers;
 
-  // Bumped once per job (and once at shutdown); workers wait for it to change.
+  // Bumped once per job (and once at shutdown); idle workers wait for it to change.
   alignas(64) std::atomic<uint32_t> generation{0};
-  // Workers that have not yet finished the current job; the caller waits for it to reach 0
-  // before returning, since the job lives on the caller's stack.
-  alignas(64) std::atomic<int> busy{0};
-  // Next chunk index to claim.
-  alignas(64) std::atomic<int64_t> next_chunk{0};
+  // claim_word(job, chunks, next). A chunk is taken by a CAS on the whole word, so a claim
+  // succeeds only against the current job, and while any of its chunks is claimed but not
+  // done the caller has not returned: the job's fields below are safe to read.
+  alignas(64) std::atomic<uint64_t> claim{0};
+  // Chunks of the current job finished; the caller returns when it reaches the chunk count.
+  alignas(64) std::atomic<uint32_t> done{0};
 
-  // The current job, written by the caller before the generation bump (release) and read by
-  // workers after they observe it (acquire).
+  // The current job: written by the caller before the release store of `claim`.
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
-  int64_t n = 0, grain = 1, units = 0, chunks = 0;
-  bool stop = false;
+  int64_t n = 0, grain = 1, units = 0;
+  uint32_t job = 0;
+  bool stop = false;  // written before the final generation bump
 
   std::mutex error_mutex;
   std::exception_ptr error;
 
-  // Chunk c covers grain-units [c*units/chunks, (c+1)*units/chunks): contiguous, balanced to
-  // within one unit, and a pure function of (n, grain, chunks).
+  // Claims and runs chunks until the current job has none left unclaimed.
   void run_chunks() {
+    uint64_t c = claim.load(std::memory_order_acquire);
     for (;;) {
-      const int64_t c = next_chunk.fetch_add(1, std::memory_order_relaxed);
-      if (c >= chunks) return;
-      const int64_t begin = std::min(n, c * units / chunks * grain);
-      const int64_t end = std::min(n, (c + 1) * units / chunks * grain);
+      const uint32_t chunks = claim_chunks(c), next = claim_next(c);
+      if (next >= chunks) return;
+      if (!claim.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+      const auto [begin, end] = chunk_range(next, chunks, units, grain, n);
       try {
         (*fn)(begin, end);
       } catch (...) {
         std::lock_guard lock(error_mutex);
         if (!error) error = std::current_exception();
       }
+      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done.notify_one();
+      c = claim.load(std::memory_order_acquire);
     }
   }
 
   void worker_loop() {
     t_inside_pool_job = true;  // a parallel_for from inside a job runs inline
-    // Not generation.load(): a job posted before this thread first ran must still be seen.
+    // 0, the value before any job, not a fresh load: a worker that starts late must still see
+    // the first job's bump as new.
     uint32_t seen = 0;
     for (;;) {
-      if (!spin_until([&] { return generation.load(std::memory_order_acquire) != seen; })) {
-        futex_wait(generation, seen);
+      if (!spin_until([&] { return generation.load(std::memory_order_acquire) != seen; }, kWorkerSpin)) {
+        generation.wait(seen, std::memory_order_acquire);
         continue;  // re-check: wait may return spuriously
       }
       seen = generation.load(std::memory_order_acquire);
       if (stop) return;
       run_chunks();
-      if (busy.fetch_sub(1, std::memory_order_acq_rel) == 1) futex_wake_all(busy);
     }
   }
 };
 
 ThreadPool::ThreadPool(int threads) : impl_(new Impl) {
-  impl_->threads = std::max(1, threads);
+  impl_->threads = std::clamp(threads, 1, 1024);  // 1024 * kChunksPerThread fits the 16-bit count
   impl_->workers.reserve(static_cast<size_t>(impl_->threads - 1));
   for (int i = 1; i < impl_->threads; ++i) impl_->workers.emplace_back([this] { impl_->worker_loop(); });
 }
@@ -132,7 +135,7 @@ ThreadPool::ThreadPool(int threads) : impl_(new Impl) {
 ThreadPool::~ThreadPool() {
   impl_->stop = true;
   impl_->generation.fetch_add(1, std::memory_order_release);
-  futex_wake_all(impl_->generation);
+  impl_->generation.notify_all();
   for (auto& w : impl_->workers) w.join();
   delete impl_;
 }
@@ -146,8 +149,11 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   const int64_t units = (n + grain - 1) / grain;
   const int64_t chunks = std::min(units, p.threads * kChunksPerThread);
   if (p.threads == 1 || chunks == 1 || t_inside_pool_job) {
-    // Same chunk boundaries as the parallel path, so a reduction keyed by chunk agrees.
-    for (int64_t c = 0; c < chunks; ++c) fn(std::min(n, c * units / chunks * grain), std::min(n, (c + 1) * units / chunks * grain));
+    // The same chunk boundaries as the parallel path, run in order on this thread.
+    for (int64_t c = 0; c < chunks; ++c) {
+      const auto [b, e] = chunk_range(c, chunks, units, grain, n);
+      fn(b, e);
+    }
     return;
   }
 
@@ -155,20 +161,20 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   p.n = n;
   p.grain = grain;
   p.units = units;
-  p.chunks = chunks;
-  p.next_chunk.store(0, std::memory_order_relaxed);
-  p.busy.store(static_cast<int>(p.workers.size()), std::memory_order_relaxed);
+  p.done.store(0, std::memory_order_relaxed);
+  p.claim.store(claim_word(++p.job, static_cast<uint32_t>(chunks), 0), std::memory_order_release);
   p.generation.fetch_add(1, std::memory_order_release);
-  futex_wake_all(p.generation);
+  p.generation.notify_all();  // libstdc++ skips the syscall when no worker sleeps
 
   t_inside_pool_job = true;
   p.run_chunks();
   t_inside_pool_job = false;
 
-  // Workers are usually finishing their last chunk: spin, then sleep if one was preempted.
-  auto all_done = [&] { return p.busy.load(std::memory_order_acquire) == 0; };
-  if (!spin_until(all_done)) {
-    for (int b = p.busy.load(std::memory_order_acquire); b != 0; b = p.busy.load(std::memory_order_acquire)) futex_wait(p.busy, b);
+  // Every chunk is claimed; wait for the ones other threads are still running.
+  const auto total = static_cast<uint32_t>(chunks);
+  if (!spin_until([&] { return p.done.load(std::memory_order_acquire) == total; }, kCallerSpin)) {
+    for (uint32_t d = p.done.load(std::memory_order_acquire); d != total; d = p.done.load(std::memory_order_acquire))
+      p.done.wait(d, std::memory_order_acquire);
   }
   p.fn = nullptr;
   if (p.error) {

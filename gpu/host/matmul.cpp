@@ -1,0 +1,144 @@
+// Host matmul: argument checks, run-time ISA dispatch, the single-thread reference and the
+// portable kernel. The AVX2 kernels live in matmul_avx2.cpp (the only file built with AVX2).
+#include "gpu/host/matmul.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gpu/host/matmul_kernels.h"
+#include "gpu/host/quant.h"
+
+namespace specula {
+
+namespace host_kernels {
+
+bool cpu_has_avx2_fma() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return has;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+// Values of a row dequantized at a time by the buffered kernels: one Q4_K/Q6_K super-block,
+// eight 32-value blocks; 1 KiB of stack.
+constexpr int64_t kSliceCols = 256;
+// Activation rows sharing one dequantized slice (matches the AVX2 kernels' widest tile).
+constexpr int64_t kPortableTile = 8;
+
+// Plain f32 dot with 8 independent partial sums, which the compiler can keep in SSE registers.
+float dot_portable(const float* a, const float* b, int64_t len) {
+  float s[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= len; j += 8)
+    for (int k = 0; k < 8; ++k) s[k] += a[j + k] * b[j + k];
+  for (; j < len; ++j) s[0] += a[j] * b[j];
+  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
+// Portable kernel v1: per weight row, dequantize kSliceCols values to the stack, then dot them
+// with up to kPortableTile activation rows; each row of W is decoded n / 8 times.
+void portable_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  alignas(32) float buf[kSliceCols];
+  const int64_t block = dtype_info(a.dtype).block_elems;
+  const int64_t slice = std::max(block, kSliceCols / block * block);
+  for (int64_t r = r0; r < r1; ++r) {
+    const std::byte* wr = a.w + static_cast<size_t>(r) * a.row_bytes;
+    for (int64_t i0 = 0; i0 < a.n; i0 += kPortableTile) {
+      const int64_t tile = std::min(kPortableTile, a.n - i0);
+      float acc[kPortableTile] = {};
+      for (int64_t c0 = 0; c0 < a.cols; c0 += slice) {
+        const int64_t len = std::min(slice, a.cols - c0);
+        dequantize_row(a.dtype, wr + dtype_row_bytes(a.dtype, c0), buf, len);
+        for (int64_t i = 0; i < tile; ++i) acc[i] += dot_portable(buf, a.x + (i0 + i) * a.cols + c0, len);
+      }
+      for (int64_t i = 0; i < tile; ++i) a.y[(i0 + i) * a.rows + r] = acc[i];
+    }
+  }
+}
+
+// Read once: matmul runs a few hundred times per decode step.
+Isa default_isa() {
+  static const Isa isa = isa_for_env(std::getenv("SPECULA_SIMD"));
+  return isa;
+}
+
+}  // namespace
+
+Isa isa_for_env(const char* specula_simd) {
+  if (specula_simd != nullptr && std::strcmp(specula_simd, "portable") == 0) return Isa::kPortable;
+  return cpu_has_avx2_fma() ? Isa::kAvx2 : Isa::kPortable;
+}
+
+RowsKernel portable_rows_kernel(DType) { return &portable_rows; }
+
+int64_t matmul_grain_rows(size_t row_bytes) {
+  // ~4 KiB of weights per unit, at least 4 rows (the AVX2 kernels' row group is 4).
+  const int64_t rows = static_cast<int64_t>(4096 / std::max<size_t>(row_bytes, 1));
+  return std::max<int64_t>(4, (rows + 3) / 4 * 4);
+}
+
+void matmul_isa_path(Isa isa, const MatmulArgs& a, ThreadPool& pool) {
+  if (isa == Isa::kAvx2 && !cpu_has_avx2_fma()) throw std::invalid_argument("matmul: AVX2+FMA+F16C path requested on a CPU without it");
+  const RowsKernel kernel = isa == Isa::kAvx2 ? avx2_rows_kernel(a.dtype, a.cols) : portable_rows_kernel(a.dtype);
+  if (a.n <= 0 || a.rows <= 0) return;
+  pool.parallel_for(a.rows, matmul_grain_rows(a.row_bytes), [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
+}
+
+}  // namespace host_kernels
+
+namespace {
+
+host_kernels::MatmulArgs checked_args(const TensorView& w, const float* x, int64_t n, float* y) {
+  if (w.shape.size() != 2)
+    throw std::invalid_argument("matmul: weight '" + w.name + "' must be a matrix, has " + std::to_string(w.shape.size()) + " dims");
+  if (n < 0) throw std::invalid_argument("matmul: n = " + std::to_string(n) + " is negative");
+  host_kernels::MatmulArgs a;
+  a.dtype = w.dtype;
+  a.rows = w.shape[0];
+  a.cols = w.shape[1];
+  const int64_t block = dtype_info(w.dtype).block_elems;
+  if (a.cols % block != 0)
+    throw std::invalid_argument("matmul: weight '" + w.name + "' has " + std::to_string(a.cols) + " columns, not a multiple of the " +
+                                dtype_name(w.dtype) + " block size " + std::to_string(block));
+  a.row_bytes = dtype_row_bytes(w.dtype, a.cols);
+  if (w.data == nullptr || w.nbytes < a.row_bytes * static_cast<size_t>(a.rows))
+    throw std::invalid_argument("matmul: weight '" + w.name + "' holds " + std::to_string(w.nbytes) + " bytes, needs " +
+                                std::to_string(a.row_bytes * static_cast<size_t>(a.rows)));
+  a.w = w.data;
+  a.x = x;
+  a.n = n;
+  a.y = y;
+  return a;
+}
+
+}  // namespace
+
+void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
+  host_kernels::matmul_isa_path(host_kernels::default_isa(), checked_args(w, x, n, y), pool);
+}
+
+void matmul_reference(const TensorView& w, const float* x, int64_t n, float* y) {
+  const host_kernels::MatmulArgs a = checked_args(w, x, n, y);
+  std::vector<float> row(static_cast<size_t>(a.cols));
+  for (int64_t r = 0; r < a.rows; ++r) {
+    dequantize_row(a.dtype, a.w + static_cast<size_t>(r) * a.row_bytes, row.data(), a.cols);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = x + i * a.cols;
+      float s = 0.0f;
+      for (int64_t j = 0; j < a.cols; ++j) s += row[static_cast<size_t>(j)] * xi[j];
+      y[i * a.rows + r] = s;
+    }
+  }
+}
+
+const char* matmul_isa() { return host_kernels::default_isa() == host_kernels::Isa::kAvx2 ? "avx2" : "portable"; }
+
+}  // namespace specula

@@ -1,0 +1,53 @@
+// Private to gpu/host/matmul*.cpp and their tests: the per-ISA row-range kernels behind matmul().
+// matmul_avx2.cpp is the only file built with -mavx2 -mfma -mf16c; matmul.cpp calls into it only
+// after checking the CPU at run time.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "gpu/host/thread_pool.h"
+#include "model/tensor.h"
+
+namespace specula::host_kernels {
+
+// y[n, rows] = x[n, cols] * W^T for W = [rows, cols] stored row-major in `dtype`.
+struct MatmulArgs {
+  DType dtype = DType::F32;
+  const std::byte* w = nullptr;  // row 0 of W
+  size_t row_bytes = 0;          // bytes of one stored row (dtype_row_bytes(dtype, cols))
+  int64_t rows = 0, cols = 0;
+  const float* x = nullptr;      // [n, cols], row-major
+  int64_t n = 0;
+  float* y = nullptr;            // [n, rows], row-major
+};
+
+// Computes y[i, r] for every i < n and r in [r0, r1); a row range is the unit of parallel work.
+using RowsKernel = void (*)(const MatmulArgs& a, int64_t r0, int64_t r1);
+
+enum class Isa { kPortable, kAvx2 };
+
+// Plain C++ kernel for any dtype: dequantize a slice of a row to a stack buffer, dot it with
+// every activation row. Always available.
+RowsKernel portable_rows_kernel(DType t);
+
+// AVX2+FMA+F16C kernels (matmul_avx2.cpp): Q4_0, Q4_1, Q8_0, F32, F16, BF16 dequantize each
+// 32-value block in registers and FMA it against up to 8 activation rows; other types (and
+// float rows whose length is not a multiple of 32) dequantize a slice to a stack buffer.
+// Call only where cpu_has_avx2_fma() is true.
+RowsKernel avx2_rows_kernel(DType t, int64_t cols);
+
+bool cpu_has_avx2_fma();
+
+// The path for a value of env SPECULA_SIMD (nullptr when unset): "portable" forces the portable
+// kernels; anything else takes AVX2 where the CPU has it.
+Isa isa_for_env(const char* specula_simd);
+
+// matmul() with the ISA chosen by the caller (tests compare both paths on one machine).
+// Throws std::invalid_argument for kAvx2 on a CPU without it.
+void matmul_isa_path(Isa isa, const MatmulArgs& a, ThreadPool& pool);
+
+// Rows per unit of parallel work for a matrix with rows of `row_bytes`: a few KiB of weights,
+// so a chunk amortises its dispatch yet the 49152-row output head splits finely.
+int64_t matmul_grain_rows(size_t row_bytes);
+
+}  // namespace specula::host_kernels

@@ -1,0 +1,204 @@
+// Scalar reference dequantization of GGUF block types, written after ggml-quants.c
+// (dequantize_row_q4_0 / q4_1 / q8_0 / q4_K / q6_K). The fast matmul kernels are checked
+// against these, so they stay plain: one value at a time, no intrinsics.
+#include "gpu/host/quant.h"
+
+#include <bit>
+#include <cassert>
+#include <cstring>
+
+namespace specula {
+
+// ---- half and bfloat16 -------------------------------------------------------------------
+
+float fp16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {  // inf / nan: keep the payload
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else if (exp != 0) {  // normal: rebias 15 -> 127
+    bits = sign | ((exp + 112u) << 23) | (mant << 13);
+  } else if (mant == 0) {  // signed zero
+    bits = sign;
+  } else {  // subnormal half = mant * 2^-24, always a normal float
+    int e = -1;
+    do {
+      mant <<= 1;
+      ++e;
+    } while ((mant & 0x400u) == 0);
+    bits = sign | ((112u - static_cast<uint32_t>(e)) << 23) | ((mant & 0x3ffu) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+uint16_t f32_to_fp16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u) {  // inf or nan (nan stays a quiet nan)
+    return sign | (absx > 0x7f800000u ? 0x7e00u : 0x7c00u);
+  }
+  if (absx >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: overflow to inf
+  const int32_t exp = static_cast<int32_t>(absx >> 23) - 127;
+  if (exp >= -14) {  // normal half: drop 13 mantissa bits, round to nearest even
+    uint32_t h = (static_cast<uint32_t>(exp + 15) << 10) | ((absx >> 13) & 0x3ffu);
+    const uint32_t rest = absx & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // carry may bump the exponent
+    return sign | static_cast<uint16_t>(h);
+  }
+  if (exp < -25) return sign;  // below half the smallest subnormal: rounds to zero
+  // subnormal half: value = m * 2^-24 with the implicit bit made explicit
+  const uint32_t m = (absx & 0x7fffffu) | 0x800000u;
+  const int shift = -exp - 14 + 13;  // 14..24
+  uint32_t h = m >> shift;
+  const uint32_t rest = m & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1);
+  if (rest > half || (rest == half && (h & 1u))) ++h;
+  return sign | static_cast<uint16_t>(h);
+}
+
+float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+uint16_t f32_to_bf16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet nan
+  const uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);  // nearest, ties to even
+  return static_cast<uint16_t>((x + rounding) >> 16);
+}
+
+// ---- block layouts (ggml-common.h); all fields little-endian, fp16 scales -----------------
+
+namespace {
+
+uint16_t load_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+float load_fp16(const uint8_t* p) { return fp16_to_f32(load_u16(p)); }
+
+// Q4_0: 18 bytes = fp16 d, 16 bytes of nibbles. Value j (< 16) is the low nibble of byte j,
+// value j + 16 the high nibble; y = (q - 8) * d.
+void dequantize_q4_0(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 18, y += 32) {
+    const float d = load_fp16(b);
+    const uint8_t* qs = b + 2;
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>((qs[j] & 0x0f) - 8) * d;
+      y[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+// Q4_1: 20 bytes = fp16 d, fp16 m, 16 bytes of nibbles (same order as Q4_0); y = q * d + m.
+void dequantize_q4_1(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 20, y += 32) {
+    const float d = load_fp16(b);
+    const float m = load_fp16(b + 2);
+    const uint8_t* qs = b + 4;
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>(qs[j] & 0x0f) * d + m;
+      y[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
+    }
+  }
+}
+
+// Q8_0: 34 bytes = fp16 d, 32 int8; y = q * d.
+void dequantize_q8_0(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 34, y += 32) {
+    const float d = load_fp16(b);
+    const int8_t* qs = reinterpret_cast<const int8_t*>(b + 2);
+    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(qs[j]) * d;
+  }
+}
+
+// ggml's get_scale_min_k4: eight 6-bit scales and eight 6-bit mins packed into 12 bytes.
+void get_scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
+  }
+}
+
+// Q4_K: 144 bytes per 256 values = fp16 d, fp16 dmin, 12 bytes of scales/mins, 128 bytes of
+// nibbles. Each 64 values use 32 bytes: low nibbles with (scale, min) 2i, high with 2i + 1;
+// y = d * sc * q - dmin * m.
+void dequantize_q4_K(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 144) {
+    const float d = load_fp16(b);
+    const float min = load_fp16(b + 2);
+    const uint8_t* scales = b + 4;
+    const uint8_t* q = b + 16;
+    int is = 0;
+    uint8_t sc, m;
+    for (int j = 0; j < 256; j += 64) {
+      get_scale_min_k4(is + 0, scales, &sc, &m);
+      const float d1 = d * sc;
+      const float m1 = min * m;
+      get_scale_min_k4(is + 1, scales, &sc, &m);
+      const float d2 = d * sc;
+      const float m2 = min * m;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0xF) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
+      q += 32;
+      is += 2;
+    }
+  }
+}
+
+// Q6_K: 210 bytes per 256 values = 128 bytes ql (low 4 bits), 64 bytes qh (high 2 bits),
+// 16 int8 scales (one per 16 values), fp16 d last; y = d * scale * (q - 32).
+void dequantize_q6_K(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 210) {
+    const uint8_t* ql = b;
+    const uint8_t* qh = b + 128;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+    const float d = load_fp16(b + 208);
+    for (int n = 0; n < 256; n += 128) {
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int8_t q1 = static_cast<int8_t>((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int8_t q2 = static_cast<int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int8_t q3 = static_cast<int8_t>((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int8_t q4 = static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l + 0] = d * sc[is + 0] * q1;
+        y[l + 32] = d * sc[is + 2] * q2;
+        y[l + 64] = d * sc[is + 4] * q3;
+        y[l + 96] = d * sc[is + 6] * q4;
+      }
+      y += 128;
+      ql += 64;
+      qh += 32;
+      sc += 8;
+    }
+  }
+}
+
+}  // namespace
+
+void dequantize_row(DType t, const void* src, float* dst, int64_t cols) {
+  const auto* b = static_cast<const uint8_t*>(src);
+  const int64_t block = dtype_info(t).block_elems;
+  assert(cols % block == 0);
+  const int64_t nb = cols / block;
+  switch (t) {
+    case DType::F32:
+      std::memcpy(dst, src, static_cast<size_t>(cols) * sizeof(float));
+      return;
+    case DType::F16:
+      for (int64_t j = 0; j < cols; ++j) dst[j] = fp16_to_f32(load_u16(b + 2 * j));
+      return;
+    case DType::BF16:
+      for (int64_t j = 0; j < cols; ++j) dst[j] = bf16_to_f32(load_u16(b + 2 * j));
+      return;
+    case DType::Q4_0: return dequantize_q4_0(b, dst, nb);
+    case DType::Q4_1: return dequantize_q4_1(b, dst, nb);
+    case DType::Q8_0: return dequantize_q8_0(b, dst, nb);
+    case DType::Q4_K: return dequantize_q4_K(b, dst, nb);
+    case DType::Q6_K: return dequantize_q6_K(b, dst, nb);
+  }
+  throw ModelError(std::string("dequantize_row: no kernel for type ") + dtype_name(t));
+}
+
+}  // namespace specula

@@ -1,0 +1,215 @@
+// Reference dequantization: half/bfloat16 conversions and every block type, checked against
+// blocks packed by hand here (the test packs chosen values; the library unpacks them).
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gpu/host/quant.h"
+
+namespace specula {
+namespace {
+
+void put_u16(std::vector<uint8_t>& b, size_t off, uint16_t v) {
+  b[off] = static_cast<uint8_t>(v & 0xff);
+  b[off + 1] = static_cast<uint8_t>(v >> 8);
+}
+
+TEST(Fp16, KnownValuesConvertBothWays) {
+  EXPECT_EQ(fp16_to_f32(0x3c00), 1.0f);
+  EXPECT_EQ(fp16_to_f32(0xc000), -2.0f);
+  EXPECT_EQ(fp16_to_f32(0x3800), 0.5f);
+  EXPECT_EQ(fp16_to_f32(0x7bff), 65504.0f);
+  EXPECT_EQ(fp16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(fp16_to_f32(0x03ff), std::ldexp(1023.0f, -24));  // largest subnormal
+  EXPECT_EQ(fp16_to_f32(0x0400), std::ldexp(1.0f, -14));  // smallest normal
+  EXPECT_TRUE(std::signbit(fp16_to_f32(0x8000)));
+  EXPECT_EQ(fp16_to_f32(0x7c00), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(fp16_to_f32(0x7e00)));
+
+  EXPECT_EQ(f32_to_fp16(1.0f), 0x3c00);
+  EXPECT_EQ(f32_to_fp16(-2.0f), 0xc000);
+  EXPECT_EQ(f32_to_fp16(65504.0f), 0x7bff);
+  EXPECT_EQ(f32_to_fp16(65519.0f), 0x7bff);  // below the halfway point to 65536
+  EXPECT_EQ(f32_to_fp16(65520.0f), 0x7c00);  // the tie rounds to even: overflow
+  EXPECT_EQ(f32_to_fp16(1e10f), 0x7c00);
+  EXPECT_EQ(f32_to_fp16(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(f32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);       // tie between 0 and 2^-24: even
+  EXPECT_EQ(f32_to_fp16(std::ldexp(1.5f, -25)), 0x0001);       // above the tie
+  EXPECT_EQ(f32_to_fp16(std::ldexp(3.0f, -25)), 0x0002);       // tie between 1 and 2: even
+  EXPECT_EQ(f32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie: stays at even 1.0
+  EXPECT_EQ(f32_to_fp16(1.0f + std::ldexp(3.0f, -11)), 0x3c02);  // tie: rounds up to even
+  EXPECT_TRUE(std::isnan(fp16_to_f32(f32_to_fp16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(Fp16, EveryHalfRoundTripsThroughFloat) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0) continue;  // nan payloads are not kept
+    ASSERT_EQ(f32_to_fp16(fp16_to_f32(static_cast<uint16_t>(h))), h) << "half 0x" << std::hex << h;
+  }
+}
+
+#if defined(__FLT16_MAX__)
+// The compiler's _Float16 (libgcc's soft conversion on x86 without AVX-512) is an independent
+// correctly rounded implementation: compare on every half and on a million random floats.
+TEST(Fp16, ConversionsAgreeWithTheCompilersFloat16) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float ours = fp16_to_f32(static_cast<uint16_t>(h));
+    const float theirs = static_cast<float>(std::bit_cast<_Float16>(static_cast<uint16_t>(h)));
+    if (std::isnan(theirs)) {
+      ASSERT_TRUE(std::isnan(ours));
+    } else {
+      ASSERT_EQ(std::bit_cast<uint32_t>(ours), std::bit_cast<uint32_t>(theirs)) << "half 0x" << std::hex << h;
+    }
+  }
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 1000000; ++i) {
+    // Spread the exponents over the half range and around it (2^-30 .. 2^18).
+    uint32_t u = bits(rng);
+    u = (u & 0x807fffffu) | ((97u + (u >> 23) % 48u) << 23);
+    const float f = std::bit_cast<float>(u);
+    ASSERT_EQ(f32_to_fp16(f), std::bit_cast<uint16_t>(static_cast<_Float16>(f))) << "float " << f;
+  }
+}
+#endif
+
+TEST(Bf16, ConvertsAndRoundsToNearestEven) {
+  EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
+  EXPECT_EQ(bf16_to_f32(0xc040), -3.0f);
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(f32_to_bf16(std::bit_cast<float>(0x3f808000u)), 0x3f80);  // tie, even stays
+  EXPECT_EQ(f32_to_bf16(std::bit_cast<float>(0x3f818000u)), 0x3f82);  // tie, odd rounds up
+  EXPECT_EQ(f32_to_bf16(std::bit_cast<float>(0x3f808001u)), 0x3f81);  // above the tie
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_EQ(f32_to_bf16(-std::numeric_limits<float>::infinity()), 0xff80);
+}
+
+TEST(Dequantize, FloatTypesConvertEachValue) {
+  const float f32[3] = {1.5f, -2.0f, 0.25f};
+  float out[3];
+  dequantize_row(DType::F32, f32, out, 3);
+  EXPECT_EQ(out[0], 1.5f);
+  EXPECT_EQ(out[2], 0.25f);
+  const uint16_t f16[3] = {0x3c00, 0xc000, 0x3400};  // 1, -2, 0.25
+  dequantize_row(DType::F16, f16, out, 3);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -2.0f);
+  EXPECT_EQ(out[2], 0.25f);
+  const uint16_t bf16[3] = {0x3f80, 0xc000, 0x3e80};  // 1, -2, 0.25
+  dequantize_row(DType::BF16, bf16, out, 3);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -2.0f);
+  EXPECT_EQ(out[2], 0.25f);
+}
+
+// Packs 32 nibbles the GGUF way: value j < 16 in the low nibble of byte j, j + 16 in the high.
+void pack_nibbles(const int q[32], uint8_t* qs) {
+  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+}
+
+TEST(Dequantize, Q4_0SubtractsEightAndScales) {
+  // Two blocks: d = 0.5 and d = -2; nibble values chosen to hit 0, 8 and 15.
+  std::vector<uint8_t> b(36);
+  int q[2][32];
+  for (int j = 0; j < 32; ++j) q[0][j] = j % 16, q[1][j] = 15 - (j * 7) % 16;
+  put_u16(b, 0, 0x3800);   // 0.5
+  put_u16(b, 18, 0xc000);  // -2
+  pack_nibbles(q[0], &b[2]);
+  pack_nibbles(q[1], &b[20]);
+  float y[64];
+  dequantize_row(DType::Q4_0, b.data(), y, 64);
+  EXPECT_EQ(y[0], -4.0f);   // (0 - 8) * 0.5
+  EXPECT_EQ(y[8], 0.0f);    // (8 - 8) * 0.5
+  EXPECT_EQ(y[15], 3.5f);   // (15 - 8) * 0.5
+  EXPECT_EQ(y[32], -14.0f);  // (15 - 8) * -2
+  for (int k = 0; k < 2; ++k)
+    for (int j = 0; j < 32; ++j) EXPECT_EQ(y[32 * k + j], (q[k][j] - 8) * (k == 0 ? 0.5f : -2.0f)) << k << "," << j;
+}
+
+TEST(Dequantize, Q4_1ScalesAndAddsTheMinimum) {
+  std::vector<uint8_t> b(20);
+  int q[32];
+  for (int j = 0; j < 32; ++j) q[j] = (j * 5) % 16;
+  put_u16(b, 0, 0x3400);  // d = 0.25
+  put_u16(b, 2, 0xbc00);  // m = -1
+  pack_nibbles(q, &b[4]);
+  float y[32];
+  dequantize_row(DType::Q4_1, b.data(), y, 32);
+  EXPECT_EQ(y[0], -1.0f);       // 0 * 0.25 - 1
+  EXPECT_EQ(y[3], 2.75f);       // 15 * 0.25 - 1
+  EXPECT_EQ(y[16], -1.0f);      // q[16] = 80 % 16 = 0
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], q[j] * 0.25f - 1.0f) << j;
+}
+
+TEST(Dequantize, Q8_0ScalesSignedBytes) {
+  std::vector<uint8_t> b(34);
+  put_u16(b, 0, 0x4000);  // d = 2
+  for (int j = 0; j < 31; ++j) b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(j * 8 - 128));  // -128 .. 112
+  b[2 + 31] = 127;
+  float y[32];
+  dequantize_row(DType::Q8_0, b.data(), y, 32);
+  EXPECT_EQ(y[0], -256.0f);
+  EXPECT_EQ(y[31], 254.0f);
+  for (int j = 0; j < 31; ++j) EXPECT_EQ(y[j], 2.0f * (j * 8 - 128)) << j;
+}
+
+// Q4_K: y = d * sc[s] * q - dmin * m[s] for sub-block s = i / 32; six-bit scales and mins
+// packed as ggml's quantize_row_q4_K does (the inverse of get_scale_min_k4).
+TEST(Dequantize, Q4_KUnpacksSixBitScalesAndMinsPerSubBlock) {
+  const int sc[8] = {1, 63, 17, 32, 5, 48, 33, 62};
+  const int mn[8] = {0, 7, 63, 40, 16, 31, 2, 59};
+  int q[256];
+  for (int i = 0; i < 256; ++i) q[i] = (i * 11 + i / 32) % 16;
+  std::vector<uint8_t> b(144);
+  put_u16(b, 0, 0x3800);  // d = 0.5
+  put_u16(b, 2, 0x3400);  // dmin = 0.25
+  uint8_t* scales = &b[4];
+  for (int j = 0; j < 4; ++j) {
+    scales[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    scales[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+    scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
+  }
+  uint8_t* qs = &b[16];
+  for (int c = 0; c < 4; ++c)  // 64 values per 32 bytes: low nibbles first, then high
+    for (int l = 0; l < 32; ++l) qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+  float y[256];
+  dequantize_row(DType::Q4_K, b.data(), y, 256);
+  EXPECT_EQ(y[0], 0.5f * 1 * q[0] - 0.0f);
+  EXPECT_EQ(y[32], 0.5f * 63 * q[32] - 0.25f * 7);
+  EXPECT_EQ(y[255], 0.5f * 62 * q[255] - 0.25f * 59);
+  for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], 0.5f * sc[i / 32] * q[i] - 0.25f * mn[i / 32]) << i;
+}
+
+// Q6_K: y = d * scale[i / 16] * (q - 32), q six bits split into ql (low 4) and qh (high 2).
+TEST(Dequantize, Q6_KJoinsLowAndHighBitsAndAppliesSignedScales) {
+  int q[256];
+  for (int i = 0; i < 256; ++i) q[i] = (i * 37 + 5) % 64;
+  q[0] = 0;
+  q[1] = 63;
+  int8_t scales[16];
+  for (int s = 0; s < 16; ++s) scales[s] = static_cast<int8_t>((s % 2 ? -1 : 1) * (s * 8 + 1));
+  std::vector<uint8_t> b(210);
+  for (int h = 0; h < 2; ++h) {
+    const int* v = q + 128 * h;
+    for (int l = 0; l < 32; ++l) {
+      b[64 * h + l] = static_cast<uint8_t>((v[l] & 15) | ((v[l + 64] & 15) << 4));
+      b[64 * h + 32 + l] = static_cast<uint8_t>((v[l + 32] & 15) | ((v[l + 96] & 15) << 4));
+      b[128 + 32 * h + l] = static_cast<uint8_t>((v[l] >> 4) | ((v[l + 32] >> 4) << 2) | ((v[l + 64] >> 4) << 4) | ((v[l + 96] >> 4) << 6));
+    }
+  }
+  std::memcpy(&b[192], scales, 16);
+  put_u16(b, 208, 0x3400);  // d = 0.25
+  float y[256];
+  dequantize_row(DType::Q6_K, b.data(), y, 256);
+  EXPECT_EQ(y[0], 0.25f * 1 * -32);
+  EXPECT_EQ(y[1], 0.25f * 1 * 31);
+  for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], 0.25f * scales[i / 16] * (q[i] - 32)) << i;
+}
+
+}  // namespace
+}  // namespace specula
