@@ -1,0 +1,82 @@
+// Draft length control: the K that maximises expected tokens per second.
+#include "spec/adaptive_k.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace specula {
+
+namespace {
+constexpr double kDecay = 0.95;  // per round: the estimates follow the last ~20 rounds
+
+void check_k(const char* field, int k) {
+  if (k < 1 || k > kMaxDraftTokens)
+    throw std::invalid_argument(std::string(field) + " must be between 1 and " + std::to_string(kMaxDraftTokens) +
+                                ", got " + std::to_string(k));
+}
+}  // namespace
+
+void DraftLengthConfig::validate() const {
+  check_k("K (draft tokens per round)", k);
+  if (adaptive) {
+    check_k("K_min", k_min);
+    check_k("K_max", k_max);
+    if (k_min > k_max)
+      throw std::invalid_argument("K_min " + std::to_string(k_min) + " is larger than K_max " + std::to_string(k_max));
+  }
+  if (!std::isfinite(max_entropy) || max_entropy < 0)
+    throw std::invalid_argument("the draft entropy threshold must be >= 0 nats (0 = off), got " + std::to_string(max_entropy));
+}
+
+double expected_tokens_per_round(double a, double k) {
+  if (a >= 1.0) return k + 1;
+  return (1 - std::pow(a, k + 1)) / (1 - a);
+}
+
+double theorem_3_8_speedup(double a, double k, double c) { return expected_tokens_per_round(a, k) / (k * c + 1); }
+
+DraftLength::DraftLength(const DraftLengthConfig& cfg) : cfg_(cfg), k_(cfg.k) {
+  cfg_.validate();
+  if (cfg_.adaptive) k_ = std::clamp(k_, cfg_.k_min, cfg_.k_max);
+}
+
+double DraftLength::verify_slope() const {
+  const double var = sxx_ * w_ - sx_ * sx_;
+  if (w_ <= 0 || var <= 1e-9 * w_ * w_) return 0;
+  return std::max(0.0, (sxy_ * w_ - sx_ * sy_) / var);
+}
+
+double DraftLength::verify_intercept() const {
+  if (w_ <= 0) return 0;
+  return std::max(0.0, (sy_ - verify_slope() * sx_) / w_);
+}
+
+void DraftLength::observe(int drafted, int accepted, double draft_seconds, double verify_seconds) {
+  // One Bernoulli judgement per accepted token, plus the rejection if there was one.
+  accepted_ = accepted_ * kDecay + accepted;
+  judged_ = judged_ * kDecay + accepted + (accepted < drafted ? 1 : 0);
+  if (drafted > 0) {
+    draft_time_ = draft_time_ * kDecay + draft_seconds;
+    draft_tokens_ = draft_tokens_ * kDecay + drafted;
+  }
+  w_ = w_ * kDecay + 1;
+  sx_ = sx_ * kDecay + drafted;
+  sy_ = sy_ * kDecay + verify_seconds;
+  sxx_ = sxx_ * kDecay + static_cast<double>(drafted) * drafted;
+  sxy_ = sxy_ * kDecay + drafted * verify_seconds;
+  if (!cfg_.adaptive) return;
+
+  const double a = acceptance(), d = draft_seconds_per_token();
+  const double v0 = std::max(verify_intercept(), 1e-9), v1 = verify_slope();
+  int best = k_;
+  double best_rate = -1;
+  for (int k = cfg_.k_min; k <= cfg_.k_max; ++k) {
+    const double rate = expected_tokens_per_round(a, k) / (k * d + v0 + v1 * k);
+    if (rate > best_rate * (1 + 1e-9)) { best_rate = rate; best = k; }
+  }
+  k_ = best;
+}
+
+}  // namespace specula

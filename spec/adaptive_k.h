@@ -1,0 +1,56 @@
+// How many tokens to draft per round: fixed K, or K chosen each round from the request's running
+// acceptance and measured costs (Leviathan et al. 2023, Theorem 3.8), plus an entropy cut-off
+// that ends a draft early where the draft distribution is flat.
+#pragma once
+#include <cstdint>
+
+namespace specula {
+
+inline constexpr int kMaxDraftTokens = 16;  // the largest K a request may ask for
+
+struct DraftLengthConfig {
+  int k = 4;              // fixed K; with `adaptive`, the K of the first round
+  bool adaptive = false;  // choose K per round within [k_min, k_max]
+  int k_min = 1;
+  int k_max = 8;
+  float max_entropy = 0;  // nats; stop a draft once H(q_i) exceeds this (after k_min tokens); 0 = off
+
+  // Throws std::invalid_argument naming the field: K, k_min, k_max outside 1..kMaxDraftTokens,
+  // k_min > k_max, a negative or non-finite entropy threshold.
+  void validate() const;
+};
+
+// Theorem 3.8: expected tokens per round with per-token acceptance a and draft length k,
+// (1 - a^(k+1)) / (1 - a) (k + 1 at a = 1).
+double expected_tokens_per_round(double a, double k);
+// Theorem 3.8's expected walltime improvement (1 - a^(k+1)) / ((1 - a)(k c + 1)) for cost
+// ratio c = draft step time / target step time; it assumes verifying k+1 tokens costs one step.
+double theorem_3_8_speedup(double a, double k, double c);
+
+// The per-request controller. Estimates, with exponential forgetting, (a) the per-token
+// acceptance a = accepted / judged (judged = accepted + rejections: drafts after the first
+// rejection were never judged), (b) draft seconds per drafted token, (c) verify seconds as
+// v0 + v1 * k. Picks the K in [k_min, k_max] maximising expected tokens per second:
+// E[tokens](a, K) / (K * draft + v0 + v1 * K), which is Theorem 3.8 when v1 = 0.
+class DraftLength {
+ public:
+  explicit DraftLength(const DraftLengthConfig& cfg);
+  int next() const { return k_; }
+  void observe(int drafted, int accepted, double draft_seconds, double verify_seconds);
+
+  double acceptance() const { return judged_ > 0 ? accepted_ / judged_ : 0.5; }
+  double draft_seconds_per_token() const { return draft_tokens_ > 0 ? draft_time_ / draft_tokens_ : 0; }
+  // Verify time fit v0 + v1 * k (seconds); v1 is 0 until two different k were seen.
+  double verify_intercept() const;
+  double verify_slope() const;
+
+ private:
+  DraftLengthConfig cfg_;
+  int k_;
+  // Sums with forgetting factor kDecay per round.
+  double accepted_ = 1, judged_ = 2;  // prior: a = 0.5 with the weight of two judgements
+  double draft_time_ = 0, draft_tokens_ = 0;
+  double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;  // weighted least squares of verify time on k
+};
+
+}  // namespace specula

@@ -1,0 +1,49 @@
+// Drafters: whatever proposes the next few tokens of a sequence (a smaller model, prompt lookup,
+// the target with layers skipped), behind one interface the speculative loop drives.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "spec/sampling.h"
+#include "spec/speculative_sampling.h"
+
+namespace specula {
+
+// What the loop asks of a drafter in one round.
+struct DraftRequest {
+  std::span<const int32_t> context;  // the request's tokens so far: prompt + committed output; the last is g
+  int64_t position = 0;              // absolute position of t1 (the RNG key of the first draft token)
+  int max_tokens = 1;                // K for this round; propose at most this many (>= 0)
+  int min_tokens = 1;                // the entropy rule never stops a draft shorter than this
+  float max_entropy = 0;             // stop once H(q_i) in nats exceeds this (0 = off)
+  SamplingParams sampling;           // the request's transform, applied to q as the verifier applies it to p
+  SpecSampling mode = SpecSampling::Exact;  // exact: draw t_i with RngStream::Draft; coupled: RngStream::Token
+};
+
+// Thread-safety: none; one owner (the loop or the draft actor) drives it.
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual std::string name() const = 0;
+  // Start of a request whose context is `context` (a stateful drafter fills its cache now, so
+  // the time counts as prefill, not drafting). Optional: propose() catches up on its own.
+  virtual void prefill(std::span<const int32_t> context) {}
+  // Proposes up to req.max_tokens tokens continuing req.context, each with its q row
+  // (full vocabulary, after req.sampling's transform). `out` is overwritten.
+  virtual void propose(const DraftRequest& req, DraftProposal& out) = 0;
+  // The first `length` tokens of the context are settled and agree with what the drafter was
+  // shown or proposed; forget everything after them (a model drafter truncates its cache).
+  virtual void rollback(int64_t length) = 0;
+};
+
+// The draft token at req.position + i drawn from q_i = exp(logq): greedy params -> argmax,
+// coupled -> Gumbel-max with RngStream::Token (the target-only sampler's noise), exact ->
+// Gumbel-max with RngStream::Draft.
+int32_t draw_draft_token(std::span<const float> logq, const DraftRequest& req, int64_t i);
+
+// Shannon entropy in nats of a probability vector.
+double entropy_nats(std::span<const float> q);
+
+}  // namespace specula

@@ -1,0 +1,128 @@
+// The sequential speculative loop (DESIGN.md section 1, steps 1-6), one sequence at a time.
+#include "spec/speculative_generate.h"
+
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <stdexcept>
+
+namespace specula {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
+
+std::vector<double> SpeculativeStats::per_position_acceptance() const {
+  std::vector<double> out;
+  for (size_t i = 0; i < drafted_at.size() && drafted_at[i] > 0; ++i)
+    out.push_back(static_cast<double>(accepted_at[i]) / drafted_at[i]);
+  return out;
+}
+
+SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, Drafter& drafter,
+                                      const SpeculativeRequest& req, const SpecTokenCallback& on_token) {
+  req.sampling.validate();
+  req.draft.validate();
+  if (req.max_tokens < 1) throw std::invalid_argument("max_tokens must be >= 1, got " + std::to_string(req.max_tokens));
+  if (req.prompt.empty()) throw std::invalid_argument("the prompt is empty");
+  const int64_t ctx = target.config().max_positions;
+  const int64_t base = kv.length(seq);  // positions cached before this request
+  if (ctx > 0 && base + static_cast<int64_t>(req.prompt.size()) >= ctx)
+    throw std::invalid_argument("the prompt has " + std::to_string(base + req.prompt.size()) +
+                                " tokens; the context holds " + std::to_string(ctx));
+
+  SpeculativeStats st;
+  st.prompt_tokens = static_cast<int64_t>(req.prompt.size());
+  // Invariant between rounds: the target cache holds base + context minus its last token g,
+  // which the next verify forward feeds.
+  std::vector<int32_t> context = req.prompt;
+  std::vector<float> logits;
+  const auto t_prefill = Clock::now();
+  if (context.size() > 1) {
+    ForwardSeq fs{seq, std::span<const int32_t>(context).first(context.size() - 1), false};
+    target.forward({&fs, 1}, kv, logits);
+  }
+  drafter.prefill(context);
+  st.prefill_seconds = since(t_prefill);
+
+  DraftLength draft_length(req.draft);
+  DraftRequest dreq;
+  dreq.min_tokens = req.draft.adaptive ? req.draft.k_min : 1;
+  dreq.max_entropy = req.draft.max_entropy;
+  dreq.sampling = req.sampling;
+  dreq.mode = req.mode;
+  DraftProposal draft;
+  std::vector<int32_t> verify_tokens;
+
+  const auto t_decode = Clock::now();
+  for (;;) {
+    const int64_t n0 = static_cast<int64_t>(context.size());
+    const int64_t position = base + n0;  // where t1 (or this round's target token) will sit
+    // No more drafts than could be emitted (the round adds one target token) or fit the context.
+    int64_t k = std::min<int64_t>(draft_length.next(), req.max_tokens - st.generated - 1);
+    if (ctx > 0) k = std::min<int64_t>(k, ctx - position);
+
+    // 1. Draft t1..tk with their q rows.
+    auto t0 = Clock::now();
+    draft.clear();
+    if (k > 0) {
+      dreq.context = context;
+      dreq.position = position;
+      dreq.max_tokens = static_cast<int>(k);
+      drafter.propose(dreq, draft);
+      assert(draft.k() <= k);
+    }
+    const double draft_s = since(t0);
+
+    // 2-5. One target forward over [g, t1..tk] gives p at k+1 positions; judge the draft.
+    t0 = Clock::now();
+    verify_tokens.assign(1, context.back());
+    verify_tokens.insert(verify_tokens.end(), draft.tokens.begin(), draft.tokens.end());
+    ForwardSeq fs{seq, verify_tokens, true};
+    target.forward({&fs, 1}, kv, logits);
+    const RoundOutcome verdict = verify_draft(draft, logits, req.sampling, position, req.mode);
+    const int n = verdict.accepted;
+
+    // 6. Roll both caches back to the committed tokens (g, t1..tn; the new last token is not fed).
+    kv.truncate_to(seq, base + n0 + n);
+    drafter.rollback(n0 + n);
+    const double verify_s = since(t0);
+
+    ++st.rounds;
+    st.drafted += draft.k();
+    st.accepted += n;
+    st.rejected += n < draft.k() ? 1 : 0;
+    for (int64_t i = 0; i < draft.k(); ++i) {
+      ++st.drafted_at[static_cast<size_t>(i)];
+      if (i < n) ++st.accepted_at[static_cast<size_t>(i)];
+    }
+    st.draft_seconds += draft_s;
+    st.verify_seconds += verify_s;
+    draft_length.observe(static_cast<int>(draft.k()), n, draft_s, verify_s);
+
+    // Emit the round's tokens one at a time with generate()'s stop rules.
+    for (int j = 0; j <= n; ++j) {
+      const int32_t tok = verdict.tokens[static_cast<size_t>(j)];
+      const int64_t tok_position = position + j;
+      const TokenOrigin origin = j < n ? TokenOrigin::Accepted : verdict.bonus ? TokenOrigin::Bonus : TokenOrigin::Recovered;
+      context.push_back(tok);
+      ++st.generated;
+      const char* finish = nullptr;
+      if (!on_token(tok, origin)) finish = "cancelled";
+      else if (std::find(req.stop_ids.begin(), req.stop_ids.end(), tok) != req.stop_ids.end()) finish = "stop";
+      else if (st.generated >= req.max_tokens) finish = "length";
+      else if (ctx > 0 && tok_position + 1 >= ctx) finish = "context";
+      if (finish) {
+        // As generate() leaves it: everything but the last emitted token in the cache.
+        kv.truncate_to(seq, tok_position);
+        drafter.rollback(static_cast<int64_t>(context.size()) - 1);
+        st.finish_reason = finish;
+        st.decode_seconds = since(t_decode);
+        return st;
+      }
+    }
+  }
+}
+
+}  // namespace specula

@@ -1,0 +1,141 @@
+// Speculative sampling: the acceptance test, the residual, the greedy and coupled rules.
+#include "spec/speculative_sampling.h"
+
+#include <cassert>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace specula {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+std::span<const float> row(std::span<const float> m, int64_t vocab, int64_t i) {
+  return m.subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(vocab));
+}
+
+// log of each probability, -inf where it is 0, for a Gumbel-max draw.
+void log_of(std::span<const float> probs, std::vector<float>& out) {
+  out.resize(probs.size());
+  for (size_t v = 0; v < probs.size(); ++v) out[v] = probs[v] > 0.0f ? std::log(probs[v]) : kNegInf;
+}
+
+}  // namespace
+
+const char* spec_sampling_name(SpecSampling m) { return m == SpecSampling::Exact ? "exact" : "coupled"; }
+
+SpecSampling parse_spec_sampling(std::string_view s) {
+  if (s == "exact") return SpecSampling::Exact;
+  if (s == "coupled") return SpecSampling::Coupled;
+  throw std::invalid_argument("speculative sampling must be 'exact' or 'coupled', got '" + std::string(s) + "'");
+}
+
+bool accept_draft_token(double p_t, double q_t, double u) {
+  if (!(q_t > 0.0)) return false;
+  return u * q_t < p_t;  // u < p/q without the division; p >= q always accepts (u < 1)
+}
+
+double acceptance_uniform(uint64_t seed, int64_t position) {
+  return philox_uniform(seed, position, RngStream::Accept, 0);
+}
+
+int32_t sample_recovered(std::span<const float> p, std::span<const float> q, uint64_t seed, int64_t position) {
+  assert(p.size() == q.size());
+  std::vector<float> log_r(p.size(), kNegInf);
+  double mass = 0;
+  for (size_t v = 0; v < p.size(); ++v) {
+    const double r = static_cast<double>(p[v]) - static_cast<double>(q[v]);
+    if (r > 0) {
+      mass += r;
+      log_r[v] = static_cast<float>(std::log(r));  // norm() is a constant shift: argmax unchanged
+    }
+  }
+  if (mass < kResidualFloor) log_of(p, log_r);
+  return sample_gumbel(log_r, seed, position, RngStream::Residual);
+}
+
+RoundOutcome speculative_sample(std::span<const int32_t> draft, std::span<const float> q, std::span<const float> p,
+                                int64_t vocab, uint64_t seed, int64_t position) {
+  const int64_t k = static_cast<int64_t>(draft.size());
+  assert(static_cast<int64_t>(q.size()) == k * vocab && static_cast<int64_t>(p.size()) == (k + 1) * vocab);
+  RoundOutcome out;
+  for (int64_t i = 0; i < k; ++i) {
+    const int32_t t = draft[i];
+    const auto p_i = row(p, vocab, i), q_i = row(q, vocab, i);
+    // accept t_i with probability min(1, p(t_i) / q(t_i)); else draw from norm(max(0, p - q)) and stop
+    if (accept_draft_token(p_i[t], q_i[t], acceptance_uniform(seed, position + i))) {
+      out.tokens.push_back(t);
+      ++out.accepted;
+      continue;
+    }
+    out.tokens.push_back(sample_recovered(p_i, q_i, seed, position + i));
+    return out;
+  }
+  std::vector<float> log_p;
+  log_of(row(p, vocab, k), log_p);
+  out.tokens.push_back(sample_gumbel(log_p, seed, position + k, RngStream::Token));
+  out.bonus = true;
+  return out;
+}
+
+RoundOutcome greedy_verify(std::span<const int32_t> draft, std::span<const float> target_logits, int64_t vocab) {
+  const int64_t k = static_cast<int64_t>(draft.size());
+  assert(static_cast<int64_t>(target_logits.size()) == (k + 1) * vocab);
+  RoundOutcome out;
+  for (int64_t i = 0; i <= k; ++i) {
+    const int32_t best = argmax(row(target_logits, vocab, i));
+    out.tokens.push_back(best);
+    if (i == k) { out.bonus = true; break; }
+    if (draft[i] != best) break;
+    ++out.accepted;
+  }
+  return out;
+}
+
+RoundOutcome coupled_verify(std::span<const int32_t> draft, std::span<const float> target_logits, int64_t vocab,
+                            const SamplingParams& sp, int64_t position) {
+  const int64_t k = static_cast<int64_t>(draft.size());
+  assert(static_cast<int64_t>(target_logits.size()) == (k + 1) * vocab);
+  RoundOutcome out;
+  std::vector<float> log_p;
+  for (int64_t i = 0; i <= k; ++i) {
+    // the draw target-only sampling makes at this position (sample_token's exact arithmetic)
+    transform_logits(row(target_logits, vocab, i), sp, log_p);
+    const int32_t y = sample_gumbel(log_p, sp.seed, position + i, RngStream::Token);
+    out.tokens.push_back(y);
+    if (i == k) { out.bonus = true; break; }
+    if (draft[i] != y) break;
+    ++out.accepted;
+  }
+  return out;
+}
+
+RoundOutcome verify_draft(const DraftProposal& draft, std::span<const float> target_logits,
+                          const SamplingParams& sp, int64_t position, SpecSampling mode) {
+  const int64_t k = draft.k();
+  if (target_logits.empty() || target_logits.size() % static_cast<size_t>(k + 1) != 0)
+    throw std::invalid_argument("verify_draft: " + std::to_string(target_logits.size()) +
+                                " target logits are not k+1 = " + std::to_string(k + 1) + " rows");
+  const int64_t vocab = static_cast<int64_t>(target_logits.size()) / (k + 1);
+  for (int32_t t : draft.tokens)
+    if (t < 0 || t >= vocab)
+      throw std::invalid_argument("verify_draft: draft token " + std::to_string(t) + " is outside the vocabulary of " +
+                                  std::to_string(vocab));
+  if (sp.greedy()) return greedy_verify(draft.tokens, target_logits, vocab);
+  if (mode == SpecSampling::Coupled) return coupled_verify(draft.tokens, target_logits, vocab, sp, position);
+  if (static_cast<int64_t>(draft.q.size()) != k * vocab)
+    throw std::invalid_argument("verify_draft: the draft has " + std::to_string(draft.q.size()) +
+                                " q values for k = " + std::to_string(k) + " rows of " + std::to_string(vocab));
+  std::vector<float> p(static_cast<size_t>((k + 1) * vocab)), p_row;
+  for (int64_t i = 0; i <= k; ++i) {
+    transform_to_probs(row(target_logits, vocab, i), sp, p_row);
+    std::copy(p_row.begin(), p_row.end(), p.begin() + i * vocab);
+  }
+  return speculative_sample(draft.tokens, draft.q, p, vocab, sp.seed, position);
+}
+
+}  // namespace specula

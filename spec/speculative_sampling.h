@@ -1,0 +1,96 @@
+// The verifier of speculative decoding (Leviathan et al. 2023, Algorithm 1; DESIGN.md section 1):
+// given K draft tokens with their draft distributions q and the target's distributions p at K+1
+// positions, decide how many draft tokens to keep and which target token to add.
+//
+// Names, used the same way everywhere in Specula:
+//   p                 the target's distribution at a position, after the request's transform
+//                     (temperature, top-k, top-p), as spec/sampling.h computes it
+//   q                 the draft's distribution at that position, after the SAME transform
+//   accepted tokens   t1..tn, the longest prefix of the draft that passed the test
+//   recovered token   at the first rejection (n < k): a draw from the residual
+//                     norm(max(0, p - q)) at that position (vLLM's "recovered" token)
+//   bonus token       when every draft token passed (n == k): a draw from p at position k+1
+// A round therefore always commits n + 1 tokens.
+//
+// Randomness is Philox keyed by (request seed, absolute position, stream) (spec/philox.h):
+// RngStream::Accept for the acceptance uniform, RngStream::Residual for the recovered token,
+// RngStream::Token for the bonus token, RngStream::Draft for the draft's own sampling.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "spec/sampling.h"
+
+namespace specula {
+
+// How sampled (temperature > 0) requests are verified. Greedy requests always use the greedy
+// rule (accept while argmax p == t_i; the recovered / bonus token is argmax p).
+enum class SpecSampling {
+  // Rejection sampling: accept t_i with probability min(1, p(t_i)/q(t_i)), else draw from the
+  // residual. The output has exactly the target's distribution; it accepts the most.
+  Exact,
+  // The draft samples with the same per-position Gumbel noise as the target-only sampler
+  // (RngStream::Token); t_i is accepted exactly when it equals the target's own Gumbel-max
+  // choice, which is also the recovered / bonus token. The text is then identical, token for
+  // token, to target-only sample_token() with the same seed.
+  Coupled,
+};
+const char* spec_sampling_name(SpecSampling m);
+// "exact" or "coupled"; throws std::invalid_argument naming the value otherwise.
+SpecSampling parse_spec_sampling(std::string_view s);
+
+// What a drafter hands the verifier for one sequence and one round.
+struct DraftProposal {
+  std::vector<int32_t> tokens;  // [k] t1..tk, proposed after the last committed token; k may be 0
+  std::vector<float> q;         // [k, vocab] row i: the distribution t_{i+1} was drawn from, after
+                                // the request's transform (one-hot for a deterministic drafter)
+  int64_t k() const { return static_cast<int64_t>(tokens.size()); }
+  void clear() { tokens.clear(); q.clear(); }
+};
+
+// The verdict on one round.
+struct RoundOutcome {
+  int accepted = 0;             // n, 0 <= n <= k: accepted draft tokens
+  std::vector<int32_t> tokens;  // [n + 1] t1..tn, then the recovered token (n < k) or the bonus token (n == k)
+  bool bonus = false;           // the last token is the bonus token (all k accepted)
+};
+
+// --- the rule, one position at a time (exact mode) -------------------------------------
+// Accepts a draft token with probability min(1, p_t / q_t) given the uniform u in (0, 1):
+// u * q_t < p_t. A token the draft gave no mass (q_t <= 0; impossible for a sampled token) is
+// rejected, so a drafter bug can only shrink acceptance, never bias the output toward the draft.
+bool accept_draft_token(double p_t, double q_t, double u);
+
+// The acceptance uniform for the draft token at `position`.
+double acceptance_uniform(uint64_t seed, int64_t position);
+
+// The recovered token at `position`: Gumbel-max over log max(0, p - q) (RngStream::Residual),
+// an exact draw from norm(max(0, p - q)). When the residual's mass is below kResidualFloor
+// (p == q up to rounding, so a rejection was a rounding artefact) it draws from p instead.
+inline constexpr double kResidualFloor = 1e-7;
+int32_t sample_recovered(std::span<const float> p, std::span<const float> q, uint64_t seed, int64_t position);
+
+// --- one round ------------------------------------------------------------------------
+// Exact speculative sampling over probabilities: draft [k], q [k, vocab], p [k+1, vocab];
+// `position` is the absolute position of t1.
+RoundOutcome speculative_sample(std::span<const int32_t> draft, std::span<const float> q, std::span<const float> p,
+                                int64_t vocab, uint64_t seed, int64_t position);
+
+// Greedy: accept while t_i == argmax p_i; the recovered / bonus token is argmax p.
+// target_logits [k+1, vocab] (raw logits; argmax is unchanged by the transform).
+RoundOutcome greedy_verify(std::span<const int32_t> draft, std::span<const float> target_logits, int64_t vocab);
+
+// Coupled: y_i = the target's Gumbel-max choice at position + i - 1 (RngStream::Token, the
+// draw sample_token() makes there); accept while t_i == y_i; the last token is y_{n+1}.
+RoundOutcome coupled_verify(std::span<const int32_t> draft, std::span<const float> target_logits, int64_t vocab,
+                            const SamplingParams& sp, int64_t position);
+
+// The verifier: target_logits [k+1, vocab] from one target forward over [g, t1..tk]; applies
+// the request's transform to each row and dispatches on greedy / exact / coupled.
+RoundOutcome verify_draft(const DraftProposal& draft, std::span<const float> target_logits,
+                          const SamplingParams& sp, int64_t position, SpecSampling mode);
+
+}  // namespace specula

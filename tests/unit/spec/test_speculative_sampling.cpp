@@ -1,0 +1,264 @@
+// The acceptance rule on synthetic distributions: its output follows p exactly (chi-square over
+// 200k draws for 24 (p, q) pairs), and the same test fails for the two classic planted bugs.
+// Plus the greedy and coupled rules, the guards, and seeded determinism.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <string>
+
+#include "spec/philox.h"
+#include "spec/sampling.h"
+#include "spec/speculative_sampling.h"
+#include "tests/unit/spec/chi_square.h"
+
+namespace specula {
+namespace {
+
+using Dist = std::vector<float>;
+
+struct Pair {
+  std::string name;
+  Dist p, q;
+};
+
+Dist normalised(std::vector<double> w) {
+  const double s = std::accumulate(w.begin(), w.end(), 0.0);
+  Dist d(w.size());
+  for (size_t i = 0; i < w.size(); ++i) d[i] = static_cast<float>(w[i] / s);
+  return d;
+}
+
+// A random distribution over `v` tokens: exp(scale * N(0,1)) weights, `zeros` entries set to 0.
+Dist random_dist(uint64_t seed, int v, double scale, std::vector<int> zeros = {}) {
+  std::vector<double> w(static_cast<size_t>(v));
+  for (int i = 0; i < v; ++i) {
+    const double u1 = philox_uniform(seed, i, RngStream::Token, 0), u2 = philox_uniform(seed, i, RngStream::Token, 1);
+    w[static_cast<size_t>(i)] = std::exp(scale * std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  }
+  for (int z : zeros) w[static_cast<size_t>(z)] = 0;
+  return normalised(w);
+}
+
+Dist one_hot(int v, int at) {
+  Dist d(static_cast<size_t>(v), 0.0f);
+  d[static_cast<size_t>(at)] = 1.0f;
+  return d;
+}
+
+// 24 pairs over vocabularies of 3..12 tokens covering the cases the rule must get right.
+std::vector<Pair> synthetic_pairs() {
+  std::vector<Pair> out;
+  for (int i = 0; i < 8; ++i) {
+    const int v = 3 + i;
+    out.push_back({"dense " + std::to_string(i), random_dist(100 + i, v, 1.0), random_dist(200 + i, v, 1.0)});
+  }
+  out.push_back({"peaked p, flat q", random_dist(301, 8, 2.5), random_dist(302, 8, 0.2)});
+  out.push_back({"flat p, peaked q", random_dist(303, 8, 0.2), random_dist(304, 8, 2.5)});
+  out.push_back({"q zero where p has mass", random_dist(305, 6, 1.0), random_dist(306, 6, 1.0, {0, 3})});
+  out.push_back({"q zero on p's mode", random_dist(307, 10, 1.5), random_dist(308, 10, 1.0, {0, 1, 2, 3, 4})});
+  out.push_back({"p zero where q has mass", random_dist(309, 6, 1.0, {1, 4}), random_dist(310, 6, 1.0)});
+  out.push_back({"p zero on most of q", random_dist(311, 12, 1.0, {0, 1, 2, 3, 4, 5, 6, 7}), random_dist(312, 12, 1.0)});
+  out.push_back({"disjoint supports", random_dist(313, 8, 1.0, {0, 1, 2, 3}), random_dist(314, 8, 1.0, {4, 5, 6, 7})});
+  {
+    const Dist p = random_dist(315, 7, 1.0);
+    out.push_back({"p == q", p, p});
+  }
+  {
+    const Dist p = random_dist(316, 12, 2.0);
+    out.push_back({"p == q, peaked", p, p});
+  }
+  out.push_back({"one-hot q on a likely token", random_dist(317, 5, 1.0), one_hot(5, 2)});
+  out.push_back({"one-hot q on an unlikely token", random_dist(318, 9, 1.5), one_hot(9, 8)});
+  out.push_back({"one-hot q where p is 0", random_dist(319, 6, 1.0, {3}), one_hot(6, 3)});
+  out.push_back({"one-hot p, dense q", one_hot(6, 4), random_dist(320, 6, 1.0)});
+  out.push_back({"near-equal p and q", random_dist(321, 8, 1.0), random_dist(321, 8, 1.02)});
+  return out;
+}
+
+enum class Bug { None, ResidualIsP, InvertedRatio };
+
+// The first token of a k = 1 round at `position`: the draft draws t ~ q, the verifier judges it.
+// A planted bug replaces one step of the rule, composed from the same primitives.
+int32_t first_token(const Dist& p, const Dist& q, uint64_t seed, int64_t position, Bug bug) {
+  std::vector<float> log_q(q.size());
+  for (size_t v = 0; v < q.size(); ++v) log_q[v] = q[v] > 0 ? std::log(q[v]) : -INFINITY;
+  const int32_t t = sample_gumbel(log_q, seed, position, RngStream::Draft);
+  if (bug == Bug::None) {
+    Dist p2 = p;
+    p2.insert(p2.end(), p.begin(), p.end());  // p at k+1 = 2 positions; the bonus row is unused here
+    return speculative_sample({&t, 1}, q, p2, static_cast<int64_t>(p.size()), seed, position).tokens[0];
+  }
+  const double u = acceptance_uniform(seed, position);
+  if (bug == Bug::ResidualIsP) {
+    if (accept_draft_token(p[t], q[t], u)) return t;
+    std::vector<float> log_p(p.size());
+    for (size_t v = 0; v < p.size(); ++v) log_p[v] = p[v] > 0 ? std::log(p[v]) : -INFINITY;
+    return sample_gumbel(log_p, seed, position, RngStream::Residual);
+  }
+  if (accept_draft_token(q[t], p[t], u)) return t;  // min(1, q/p) instead of min(1, p/q)
+  return sample_recovered(p, q, seed, position);
+}
+
+constexpr int64_t kDraws = 200000;
+
+test::ChiSquare draws_against_p(const Pair& pr, uint64_t seed, Bug bug) {
+  std::vector<int64_t> counts(pr.p.size(), 0);
+  for (int64_t pos = 0; pos < kDraws; ++pos) ++counts[static_cast<size_t>(first_token(pr.p, pr.q, seed, pos, bug))];
+  std::vector<double> p(pr.p.begin(), pr.p.end());
+  return test::chi_square_test(counts, p, kDraws);
+}
+
+// The distribution a planted bug produces, worked out by hand, and its total variation from p.
+double bug_total_variation(const Pair& pr, Bug bug) {
+  const size_t v = pr.p.size();
+  std::vector<double> out(v, 0), res(v, 0);
+  double beta = 0, mass = 0;
+  for (size_t i = 0; i < v; ++i) {
+    beta += std::min(pr.p[i], pr.q[i]);
+    res[i] = std::max(0.0, static_cast<double>(pr.p[i]) - pr.q[i]);
+    mass += res[i];
+  }
+  for (size_t i = 0; i < v; ++i) res[i] = mass < kResidualFloor ? pr.p[i] : res[i] / mass;
+  if (bug == Bug::ResidualIsP) {
+    for (size_t i = 0; i < v; ++i) out[i] = std::min(pr.p[i], pr.q[i]) + (1 - beta) * pr.p[i];
+  } else {
+    double accepted = 0;
+    for (size_t i = 0; i < v; ++i) {
+      const double a = pr.p[i] > 0 ? std::min(1.0, static_cast<double>(pr.q[i]) / pr.p[i]) : 0.0;
+      out[i] = pr.q[i] * a;
+      accepted += out[i];
+    }
+    for (size_t i = 0; i < v; ++i) out[i] += (1 - accepted) * res[i];
+  }
+  double tv = 0;
+  for (size_t i = 0; i < v; ++i) tv += std::abs(out[i] - pr.p[i]) / 2;
+  return tv;
+}
+
+TEST(SpeculativeSampling, OutputFollowsPForEveryPairOfDistributions) {
+  const auto pairs = synthetic_pairs();
+  ASSERT_GE(pairs.size(), 20u);
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const auto r = draws_against_p(pairs[i], 1000 + i, Bug::None);
+    EXPECT_TRUE(r.pass()) << pairs[i].name << ": " << r.str();
+  }
+}
+
+TEST(SpeculativeSampling, TheTestRejectsAResidualReplacedByP) {
+  int checked = 0;
+  for (const Pair& pr : synthetic_pairs()) {
+    if (bug_total_variation(pr, Bug::ResidualIsP) < 0.02) continue;  // the bug barely moves this pair
+    const auto r = draws_against_p(pr, 77, Bug::ResidualIsP);
+    EXPECT_FALSE(r.pass()) << pr.name << ": the planted bug went unnoticed, " << r.str();
+    ++checked;
+  }
+  EXPECT_GE(checked, 15);
+}
+
+TEST(SpeculativeSampling, TheTestRejectsAnInvertedAcceptanceRatio) {
+  int checked = 0;
+  for (const Pair& pr : synthetic_pairs()) {
+    if (bug_total_variation(pr, Bug::InvertedRatio) < 0.02) continue;
+    const auto r = draws_against_p(pr, 78, Bug::InvertedRatio);
+    EXPECT_FALSE(r.pass()) << pr.name << ": the planted bug went unnoticed, " << r.str();
+    ++checked;
+  }
+  EXPECT_GE(checked, 15);
+}
+
+TEST(SpeculativeSampling, AOneHotDraftIsAcceptedWithProbabilityPOfItsToken) {
+  const Dist p = random_dist(400, 6, 1.0), q = one_hot(6, 1);
+  Dist p2 = p;
+  p2.insert(p2.end(), p.begin(), p.end());
+  int64_t accepted = 0;
+  const int64_t n = 100000;
+  const int32_t t = 1;
+  for (int64_t pos = 0; pos < n; ++pos) accepted += speculative_sample({&t, 1}, q, p2, 6, 5, pos).accepted;
+  const double rate = static_cast<double>(accepted) / n, sd = std::sqrt(p[1] * (1 - p[1]) / n);
+  EXPECT_NEAR(rate, p[1], 5 * sd);
+}
+
+TEST(SpeculativeSampling, ATokenTheDraftGaveNoMassIsRejected) {
+  EXPECT_FALSE(accept_draft_token(0.5, 0.0, 1e-9));
+  EXPECT_FALSE(accept_draft_token(0.0, 0.3, 1e-9));
+  EXPECT_TRUE(accept_draft_token(0.3, 0.3, 0.999999));
+  // The recovered token after such a rejection still comes from max(0, p - q), which keeps t.
+  const Dist p = {0.2f, 0.8f}, q = {1.0f, 0.0f};
+  for (int64_t pos = 0; pos < 50; ++pos) EXPECT_EQ(sample_recovered(p, q, 9, pos), 1);
+}
+
+TEST(SpeculativeSampling, AResidualWithNoMassFallsBackToP) {
+  const Dist p = random_dist(401, 5, 1.0);
+  std::vector<int64_t> counts(5, 0);
+  for (int64_t pos = 0; pos < kDraws; ++pos) ++counts[static_cast<size_t>(sample_recovered(p, p, 3, pos))];
+  const auto r = test::chi_square_test(counts, std::vector<double>(p.begin(), p.end()), kDraws);
+  EXPECT_TRUE(r.pass()) << r.str();
+}
+
+TEST(SpeculativeSampling, AllKAcceptedAddsABonusTokenDrawnFromTheLastRow) {
+  // p == q at both draft positions: always accepted; the bonus comes from row 3, one-hot at 4.
+  const int64_t v = 5;
+  const Dist d = random_dist(402, 5, 1.0), bonus = one_hot(5, 4);
+  Dist q = d, p = d;
+  q.insert(q.end(), d.begin(), d.end());
+  p.insert(p.end(), d.begin(), d.end());
+  p.insert(p.end(), bonus.begin(), bonus.end());
+  const std::vector<int32_t> draft = {0, 3};
+  const RoundOutcome r = speculative_sample(draft, q, p, v, 11, 40);
+  EXPECT_EQ(r.accepted, 2);
+  EXPECT_TRUE(r.bonus);
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{0, 3, 4}));
+}
+
+TEST(SpeculativeSampling, ASeedAndPositionFixTheOutcome) {
+  const Dist p = random_dist(403, 8, 1.0), q = random_dist(404, 8, 1.0);
+  for (int64_t pos = 0; pos < 200; ++pos)
+    EXPECT_EQ(first_token(p, q, 21, pos, Bug::None), first_token(p, q, 21, pos, Bug::None));
+}
+
+TEST(GreedyVerify, AcceptsWhileTheDraftIsTheArgmaxAndCorrectsWithTheArgmax) {
+  // rows' argmax: 2, 0, 1, 3
+  const std::vector<float> logits = {0, 1, 5, 0, /**/ 9, 1, 2, 0, /**/ 0, 3, 1, 0, /**/ 0, 0, 0, 1};
+  const std::vector<int32_t> all_good = {2, 0, 1}, second_bad = {2, 3, 1};
+  RoundOutcome r = greedy_verify(all_good, logits, 4);
+  EXPECT_EQ(r.accepted, 3);
+  EXPECT_TRUE(r.bonus);
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{2, 0, 1, 3}));
+  r = greedy_verify(second_bad, logits, 4);
+  EXPECT_EQ(r.accepted, 1);
+  EXPECT_FALSE(r.bonus);
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{2, 0}));
+}
+
+TEST(CoupledVerify, AcceptsExactlyTheTargetsOwnDrawAndCorrectsWithIt) {
+  const int64_t v = 8;
+  const SamplingParams sp{0.9f, 5, 0.9f, 1234};
+  std::vector<float> logits;
+  for (int i = 0; i < 4 * v; ++i) logits.push_back(static_cast<float>(std::sin(i * 1.7) * 2));
+  std::vector<int32_t> y;  // what sample_token draws at positions 30..33
+  for (int i = 0; i < 4; ++i) y.push_back(sample_token(std::span<const float>(logits).subspan(i * v, v), sp, 30 + i));
+  RoundOutcome r = coupled_verify({y.data(), 3}, logits, v, sp, 30);
+  EXPECT_EQ(r.accepted, 3);
+  EXPECT_EQ(r.tokens, y);
+  const std::vector<int32_t> wrong_second = {y[0], (y[1] + 1) % 8, y[2]};
+  r = coupled_verify(wrong_second, logits, v, sp, 30);
+  EXPECT_EQ(r.accepted, 1);
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{y[0], y[1]}));
+}
+
+TEST(VerifyDraft, RefusesLogitsThatAreNotKPlusOneRowsAndTokensOutsideTheVocabulary) {
+  DraftProposal d;
+  d.tokens = {1, 2};
+  d.q.assign(8, 0.25f);
+  const std::vector<float> logits(10, 0.0f);  // not 3 rows
+  EXPECT_THROW(verify_draft(d, logits, SamplingParams{}, 0, SpecSampling::Exact), std::invalid_argument);
+  d.tokens = {1, 7};
+  EXPECT_THROW(verify_draft(d, std::vector<float>(12, 0.0f), SamplingParams{}, 0, SpecSampling::Exact),
+               std::invalid_argument);
+  EXPECT_THROW(parse_spec_sampling("typical"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace specula
