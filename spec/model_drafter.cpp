@@ -102,13 +102,15 @@ std::vector<bool> parse_skip_layers(std::string_view spec, int64_t layers) {
   return skip;
 }
 
-ModelDrafter::ModelDrafter(const LoadedModel& target, const LoadedModel& draft, Ops& ops, int64_t max_positions) {
-  check_same_vocabulary(target, draft);
-  owned_ = std::make_unique<LlamaModel>(draft.weights, ops);
+ModelDrafter::ModelDrafter(const LoadedModel& target, std::shared_ptr<const LoadedModel> draft, Ops& ops,
+                           int64_t max_positions)
+    : loaded_(std::move(draft)) {
+  check_same_vocabulary(target, *loaded_);
+  owned_ = std::make_unique<LlamaModel>(loaded_->weights, ops);
   model_ = owned_.get();
   kv_ = std::make_unique<KvCache>(ops, model_->kv_config(max_positions));
   seq_ = kv_->create_sequence();
-  name_ = "model:" + draft.path;
+  name_ = "model:" + loaded_->path;
 }
 
 ModelDrafter::ModelDrafter(LlamaModel& model, int64_t max_positions, std::vector<bool> skip_layers, std::string name)

@@ -34,8 +34,8 @@ std::vector<bool> parse_skip_layers(std::string_view spec, int64_t layers);
 class ModelDrafter final : public Drafter {
  public:
   // A separate draft model: checks the vocabularies (VocabularyMismatch), uploads `draft`'s
-  // weights to `ops` (`draft` must outlive the drafter) and sizes a cache for max_positions.
-  ModelDrafter(const LoadedModel& target, const LoadedModel& draft, Ops& ops, int64_t max_positions);
+  // weights to `ops` (the drafter keeps `draft` alive) and sizes a cache for max_positions.
+  ModelDrafter(const LoadedModel& target, std::shared_ptr<const LoadedModel> draft, Ops& ops, int64_t max_positions);
   // `model` (not owned; the caller vouches for its vocabulary) with a cache of its own. With
   // `skip_layers` (one flag per layer) the skipped blocks are not run: the target's own
   // weights as a cheaper draft. Throws std::invalid_argument for a wrong-length or all-layer set.
@@ -57,7 +57,8 @@ class ModelDrafter final : public Drafter {
   void feed(std::span<const int32_t> tokens);
   int64_t max_positions() const;
 
-  std::unique_ptr<LlamaModel> owned_;  // set when the drafter loaded its own model
+  std::shared_ptr<const LoadedModel> loaded_;  // a separate draft model's files and weights
+  std::unique_ptr<LlamaModel> owned_;          // ... uploaded to the device
   LlamaModel* model_ = nullptr;
   std::unique_ptr<KvCache> kv_;
   int seq_ = -1;

@@ -1,4 +1,5 @@
-// `specula generate`: one prompt in, streamed text out, speeds at the end.
+// `specula generate`: one prompt in, streamed text out, speeds at the end; with --draft, the
+// same through the speculative loop, with acceptance statistics at the end.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -6,8 +7,11 @@
 #include <random>
 
 #include "spec/generate.h"
+#include "spec/make_drafter.h"
+#include "spec/speculative_generate.h"
 #include "tools/specula/common.h"
 #include "tools/specula/commands.h"
+#include "tools/specula/spec_cli.h"
 
 namespace specula::cli {
 
@@ -17,10 +21,19 @@ const char* kUsage =
     "usage: specula generate [--model PATH] (--prompt TEXT | --prompt-ids 1,2,3) [--chat] [--system TEXT]\n"
     "                        [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "                        [--json] [--device auto|host|cuda] [--threads N] [--ctx N]\n"
+    "                        [--draft none|ngram[:n=3]|skip:LAYERS|PATH] [--spec-k K] [--adaptive]\n"
+    "                        [--spec-k-min K] [--spec-k-max K] [--draft-entropy NATS] [--spec-sampling exact|coupled]\n"
     "  Streams the continuation to stdout and ends with prefill and decode tokens/s on stderr.\n"
     "  --chat applies the model's chat template to the prompt (as one user message).\n"
     "  Defaults: temperature 0.8, top-k 40, top-p 0.95, max-tokens 256, a random seed (printed).\n"
-    "  --json prints one JSON object {prompt_ids, ids, text, finish_reason, ...} instead.\n";
+    "  --json prints one JSON object {prompt_ids, ids, text, finish_reason, ...} instead.\n"
+    "  --draft runs exact speculative decoding: ngram (prompt lookup, n = 3 by default), skip:LAYERS\n"
+    "  (the model itself with layers skipped, e.g. skip:10-19 or skip:3,5,7-9) or a draft model\n"
+    "  with the same vocabulary. --spec-k: draft tokens per round (1-16, default 4); --adaptive\n"
+    "  picks K per round in [--spec-k-min, --spec-k-max] (1, 8) from the running acceptance;\n"
+    "  --draft-entropy ends a draft where its distribution's entropy exceeds NATS. --spec-sampling\n"
+    "  coupled makes sampled output identical to target-only output for the seed (exact, the\n"
+    "  default, accepts more). Acceptance statistics follow on stderr (or under \"speculative\").\n";
 
 }  // namespace
 
@@ -38,15 +51,39 @@ SamplingParams sampling_from_args(const Args& a) {
   return sp;
 }
 
+DraftLengthConfig draft_length_from_args(const Args& a) {
+  DraftLengthConfig c;
+  c.k = static_cast<int>(a.integer("spec-k", 4));
+  c.adaptive = a.flag("adaptive");
+  c.k_min = static_cast<int>(a.integer("spec-k-min", 1));
+  c.k_max = static_cast<int>(a.integer("spec-k-max", std::max(8, c.k)));
+  c.max_entropy = static_cast<float>(a.number("draft-entropy", 0));
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--spec-k: ") + e.what());
+  }
+  return c;
+}
+
 int cmd_generate(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
-  options.insert({"prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "seed"});
-  const Args a(argc, argv, options, {"chat", "json"});
+  options.insert({"prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "seed", "draft",
+                  "spec-k", "spec-k-min", "spec-k-max", "draft-entropy", "spec-sampling"});
+  const Args a(argc, argv, options, {"chat", "json", "adaptive"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   if (a.has("prompt") == a.has("prompt-ids")) throw UsageError("give exactly one of --prompt or --prompt-ids");
   const SamplingParams sp = sampling_from_args(a);
   const long long max_tokens = a.integer("max-tokens", 256);
   if (max_tokens < 1 || max_tokens > 1'000'000) throw UsageError("--max-tokens must be between 1 and 1000000");
+  const std::string draft_spec = a.str("draft", "none");
+  const DraftLengthConfig draft_length = draft_length_from_args(a);
+  SpecSampling spec_sampling = SpecSampling::Exact;
+  try {
+    spec_sampling = parse_spec_sampling(a.str("spec-sampling", "exact"));
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--spec-sampling: ") + e.what());
+  }
 
   Session s = open_session(a);
   const Tokenizer& tok = *s.loaded.tokenizer;
@@ -71,18 +108,39 @@ int cmd_generate(int argc, char** argv) {
   req.sampling = sp;
   req.stop_ids = default_stop_ids(s.loaded);
 
+  std::unique_ptr<Drafter> drafter;
+  try {
+    drafter = make_drafter(draft_spec, s.loaded, *s.model, s.kv->blocks_total() * s.kv->config().block_tokens);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--draft: ") + e.what());
+  }
+
   const int seq = s.kv->create_sequence();
   const bool json = a.flag("json");
   std::vector<int32_t> ids;
   StreamDecoder dec(s.loaded.tokenizer, /*skip_special=*/true);
-  const GenerateStats st = generate(*s.model, *s.kv, seq, req, [&](int32_t t) {
+  auto emit = [&](int32_t t) {
     ids.push_back(t);
     if (!json) {
       std::fputs(dec.push(t).c_str(), stdout);
       std::fflush(stdout);
     }
     return true;
-  });
+  };
+  GenerateStats st;
+  SpeculativeStats spec;
+  if (drafter) {
+    SpeculativeRequest sreq;
+    static_cast<GenerateRequest&>(sreq) = req;
+    sreq.draft = draft_length;
+    sreq.mode = spec_sampling;
+    spec = speculative_generate(*s.model, *s.kv, seq, *drafter, sreq, [&](int32_t t, TokenOrigin) { return emit(t); });
+    st = spec;
+  } else {
+    st = generate(*s.model, *s.kv, seq, req, emit);
+  }
+  // Speculative decode time covers every token (the first comes from a round, not prefill).
+  const double decode_tps = drafter ? spec.speculative_tokens_per_second() : st.decode_tokens_per_second();
 
   if (json) {
     nlohmann::json j;
@@ -92,15 +150,26 @@ int cmd_generate(int argc, char** argv) {
     j["finish_reason"] = st.finish_reason;
     j["seed"] = sp.seed;
     j["prefill_tokens_per_second"] = st.prefill_tokens_per_second();
-    j["decode_tokens_per_second"] = st.decode_tokens_per_second();
+    j["decode_tokens_per_second"] = decode_tps;
     j["device"] = s.ops->name();
+    if (drafter) {
+      j["speculative"] = spec_stats_json(spec);
+      j["speculative"]["draft"] = drafter->name();
+      j["speculative"]["k"] = draft_length.k;
+      j["speculative"]["adaptive"] = draft_length.adaptive;
+      j["speculative"]["sampling"] = sp.greedy() ? "greedy" : spec_sampling_name(spec_sampling);
+    }
     std::cout << j.dump() << "\n";
   } else {
     std::fputs(dec.flush().c_str(), stdout);
     std::fprintf(stderr, "\n[prefill %lld tokens at %.1f tok/s; decode %lld tokens at %.1f tok/s; %s; seed %llu; %s]\n",
                  static_cast<long long>(st.prompt_tokens), st.prefill_tokens_per_second(),
-                 static_cast<long long>(st.generated), st.decode_tokens_per_second(), st.finish_reason.c_str(),
+                 static_cast<long long>(st.generated), decode_tps, st.finish_reason.c_str(),
                  static_cast<unsigned long long>(sp.seed), s.ops->name().c_str());
+    if (drafter)
+      std::fprintf(stderr, "[%s, K %d%s, %s: %s]\n", drafter->name().c_str(), draft_length.k,
+                   draft_length.adaptive ? " adaptive" : "", sp.greedy() ? "greedy" : spec_sampling_name(spec_sampling),
+                   spec_stats_line(spec).c_str());
   }
   return 0;
 }

@@ -213,7 +213,9 @@ void expect_same_as_generate(const SamplingParams& sp, SpecSampling mode, int k)
       }).accepted;
       ASSERT_EQ(got, want) << drafter->name() << ", seed " << seed;
     }
-    if (drafter == &itself) EXPECT_GT(accepted, 0) << "the target drafting for itself must be accepted";
+    if (drafter == &itself) {
+      EXPECT_GT(accepted, 0) << "the target drafting for itself must be accepted";
+    }
   }
 }
 

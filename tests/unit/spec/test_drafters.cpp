@@ -1,0 +1,238 @@
+// Drafters and draft length: prompt lookup proposes the right continuation with one-hot q; a
+// draft model with another vocabulary, a skip set that skips every layer and K outside 1..16
+// are refused with clear errors; adaptive K follows acceptance; the entropy rule cuts drafts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "gpu/host/host_device.h"
+#include "model/gguf.h"
+#include "model/pretokenizer.h"
+#include "spec/adaptive_k.h"
+#include "spec/model_drafter.h"
+#include "spec/ngram_drafter.h"
+#include "spec/speculative_generate.h"
+#include "tests/unit/spec/tiny_llama.h"
+#include "tests/unit/tokenizer/tokenizer_test_support.h"
+
+namespace specula {
+namespace {
+
+DraftRequest request(const std::vector<int32_t>& context, int k) {
+  DraftRequest r;
+  r.context = context;
+  r.position = static_cast<int64_t>(context.size());
+  r.max_tokens = k;
+  r.sampling = SamplingParams{1.0f, 0, 1.0f, 7};
+  return r;
+}
+
+// --- n-gram -----------------------------------------------------------------------------
+
+TEST(NgramDrafter, ProposesWhatFollowedTheMostRecentLongestMatch) {
+  NgramDrafter d(100, 3);
+  //                                 match of [7 8 9] ---v          v--- suffix
+  const std::vector<int32_t> ctx = {1, 7, 8, 9, 40, 41, 5, 7, 8, 9, 50, 51, 52, 7, 8, 9};
+  DraftProposal out;
+  d.propose(request(ctx, 3), out);
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{50, 51, 52}));  // the most recent occurrence wins
+  ASSERT_EQ(out.q.size(), 300u);
+  for (int i = 0; i < 3; ++i)
+    for (int v = 0; v < 100; ++v) EXPECT_EQ(out.q[i * 100 + v], v == out.tokens[i] ? 1.0f : 0.0f);
+}
+
+TEST(NgramDrafter, FallsBackToShorterSuffixesAndProposesNothingWithoutAMatch) {
+  NgramDrafter d(100, 3);
+  DraftProposal out;
+  d.propose(request({1, 2, 3, 4, 2, 9, 9, 3}, 2), out);  // only [3] recurs: 3 -> 4 2
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{4, 2}));
+  d.propose(request({1, 2, 3, 4, 5}, 4), out);
+  EXPECT_TRUE(out.tokens.empty());
+  EXPECT_TRUE(out.q.empty());
+}
+
+TEST(NgramDrafter, ARepeatingSpanIsProposedInFullPastTheContextsEnd) {
+  NgramDrafter d(10, 3);
+  DraftProposal out;
+  d.propose(request({1, 2, 1, 2, 1, 2}, 5), out);
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{1, 2, 1, 2, 1}));
+}
+
+TEST(NgramDrafter, RefusesAnNOutside1To16) {
+  EXPECT_THROW(NgramDrafter(10, 0), std::invalid_argument);
+  EXPECT_THROW(NgramDrafter(10, 17), std::invalid_argument);
+}
+
+// --- vocabulary check -----------------------------------------------------------------
+
+struct Vocab {
+  std::vector<std::string> extra = {"<s>", "</s>", "ab", "cd", "xy"};
+  std::vector<int32_t> types = {};  // default: byte tokens normal, <s> </s> control
+  uint32_t bos = 256, eos = 257;
+};
+
+std::shared_ptr<const Tokenizer> tokenizer(const Vocab& v, const std::string& file) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(byte_level::char_of_byte(static_cast<uint8_t>(b)));
+  tokens.insert(tokens.end(), v.extra.begin(), v.extra.end());
+  std::vector<int32_t> types = v.types;
+  if (types.empty()) {
+    types.assign(tokens.size(), 1);
+    types[256] = types[257] = 3;
+  }
+  test::VocabGgufWriter w;
+  w.set("tokenizer.ggml.model", std::string("gpt2"));
+  w.set("tokenizer.ggml.pre", std::string("gpt-2"));
+  w.set("tokenizer.ggml.tokens", tokens);
+  w.set("tokenizer.ggml.token_type", types);
+  w.set("tokenizer.ggml.merges", std::vector<std::string>{"a b", "c d"});
+  w.set("tokenizer.ggml.bos_token_id", v.bos);
+  w.set("tokenizer.ggml.eos_token_id", v.eos);
+  const auto path = test::scratch_dir() / file;
+  w.write(path);
+  return Tokenizer::from_gguf(GgufFile(path.string()));
+}
+
+std::shared_ptr<LoadedModel> loaded(const Vocab& v, const std::string& name, int64_t logits = 16) {
+  auto m = std::make_shared<LoadedModel>();
+  m->path = name;
+  m->format = "test";
+  m->weights = test::tiny_llama(3, {.vocab = logits, .layers = 1});
+  m->tokenizer = tokenizer(v, name + ".gguf");
+  return m;
+}
+
+void expect_mismatch(const Vocab& draft, std::initializer_list<std::string> parts, int64_t logits = 16) {
+  HostOps ops(1);
+  const auto t = loaded(Vocab{}, "target"), d = loaded(draft, "draft", logits);
+  test::expect_error<VocabularyMismatch>([&] { ModelDrafter(*t, d, ops, 64); }, parts);
+}
+
+TEST(ModelDrafter, AcceptsADraftWithTheSameVocabulary) {
+  HostOps ops(1);
+  const auto t = loaded(Vocab{}, "target"), d = loaded(Vocab{}, "draft");
+  EXPECT_NO_THROW(ModelDrafter(*t, d, ops, 64));
+}
+
+TEST(ModelDrafter, RefusesADraftVocabularyThatDiffersAndNamesTheFirstDifference) {
+  expect_mismatch(Vocab{.extra = {"<s>", "</s>", "ab", "cd", "yx"}}, {"draft", "token 260", "\"yx\"", "\"xy\""});
+  expect_mismatch(Vocab{.extra = {"<s>", "</s>", "ab", "cd", "xy", "ef"}}, {"262 tokens", "261"});
+  expect_mismatch(Vocab{}, {"32 logits", "16"}, 32);
+  expect_mismatch(Vocab{.bos = 258}, {"BOS", "258", "256"});
+  expect_mismatch(Vocab{.eos = 259}, {"EOS", "[259]", "[257]"});
+  std::vector<int32_t> types(261, 1);
+  types[256] = 3;  // </s> not special in the draft
+  expect_mismatch(Vocab{.types = types}, {"token 257", "special in the target only"});
+}
+
+// --- skip sets ------------------------------------------------------------------------
+
+TEST(SkipLayers, ParsesRangesAndLists) {
+  const auto s = parse_skip_layers("1,3-5,9", 10);
+  EXPECT_EQ(s, (std::vector<bool>{false, true, false, true, true, true, false, false, false, true}));
+}
+
+TEST(SkipLayers, RefusesASetThatSkipsEveryLayer) {
+  test::expect_error<std::invalid_argument>([] { parse_skip_layers("0-29", 30); }, {"every", "30 layers"});
+  test::expect_error<std::invalid_argument>([] { parse_skip_layers("0,1", 2); }, {"every", "2 layers"});
+  HostOps ops(1);
+  const ModelWeights w = test::tiny_llama(4, {.layers = 2});
+  LlamaModel model(w, ops);
+  test::expect_error<std::invalid_argument>([&] { ModelDrafter(model, 64, {true, true}); }, {"every", "2 layers"});
+  test::expect_error<std::invalid_argument>([&] { ModelDrafter(model, 64, {true}); }, {"1 flags", "2 layers"});
+}
+
+TEST(SkipLayers, RefusesBadSyntaxAndLayersOutsideTheModel) {
+  test::expect_error<std::invalid_argument>([] { parse_skip_layers("3-x", 30); }, {"'x'", "not a layer number"});
+  test::expect_error<std::invalid_argument>([] { parse_skip_layers("", 30); }, {"empty"});
+  test::expect_error<std::invalid_argument>([] { parse_skip_layers("28-30", 30); }, {"layer 30", "0..29"});
+  test::expect_error<std::invalid_argument>([] { parse_skip_layers("5-2", 30); }, {"5-2", "empty"});
+}
+
+// --- draft length ---------------------------------------------------------------------
+
+TEST(DraftLength, RefusesKBelowOneOrAboveTheLimit) {
+  test::expect_error<std::invalid_argument>([] { DraftLengthConfig{.k = 0}.validate(); }, {"K", "between 1 and 16", "got 0"});
+  test::expect_error<std::invalid_argument>([] { DraftLengthConfig{.k = 17}.validate(); }, {"got 17"});
+  test::expect_error<std::invalid_argument>([] { DraftLengthConfig{.k = 4, .adaptive = true, .k_min = 6, .k_max = 5}.validate(); },
+                                            {"K_min 6", "K_max 5"});
+  test::expect_error<std::invalid_argument>([] { DraftLengthConfig{.k = 4, .adaptive = true, .k_min = 1, .k_max = 20}.validate(); },
+                                            {"K_max", "got 20"});
+}
+
+TEST(DraftLength, SpeculativeGenerateRefusesABadKBeforeRunningAnything) {
+  HostOps ops(1);
+  const ModelWeights w = test::tiny_llama(4, {.layers = 1});
+  LlamaModel model(w, ops);
+  KvCache kv(ops, model.kv_config(64));
+  const int seq = kv.create_sequence();
+  NgramDrafter d(16, 3);
+  SpeculativeRequest req;
+  req.prompt = {1, 2};
+  req.draft.k = 0;
+  EXPECT_THROW(speculative_generate(model, kv, seq, d, req, [](int32_t, TokenOrigin) { return true; }),
+               std::invalid_argument);
+  EXPECT_EQ(kv.length(seq), 0);
+}
+
+TEST(DraftLength, Theorem38MatchesThePapersFormula) {
+  EXPECT_NEAR(expected_tokens_per_round(0.8, 4), (1 - std::pow(0.8, 5)) / 0.2, 1e-12);
+  EXPECT_NEAR(expected_tokens_per_round(1.0, 4), 5, 1e-12);
+  EXPECT_NEAR(theorem_3_8_speedup(0.8, 4, 0.1), (1 - std::pow(0.8, 5)) / (0.2 * 1.4), 1e-12);
+  EXPECT_NEAR(theorem_3_8_speedup(0.0, 3, 0.5), 1 / 2.5, 1e-12);
+}
+
+TEST(DraftLength, FixedKNeverMoves) {
+  DraftLength dl(DraftLengthConfig{.k = 5});
+  for (int i = 0; i < 50; ++i) dl.observe(5, 0, 0.01, 0.02);
+  EXPECT_EQ(dl.next(), 5);
+}
+
+TEST(DraftLength, AdaptiveKGrowsWhenDraftsAreAcceptedAndShrinksWhenTheyAreNot) {
+  // A cheap draft (c = 0.05) and a verify that costs 1 + 0.05 per extra token.
+  const DraftLengthConfig cfg{.k = 4, .adaptive = true, .k_min = 1, .k_max = 12};
+  auto verify = [](int k) { return 0.010 * (1 + 0.05 * k); };
+  DraftLength good(cfg), bad(cfg);
+  for (int r = 0; r < 60; ++r) {
+    const int kg = good.next(), kb = bad.next();
+    good.observe(kg, kg, 0.0005 * kg, verify(kg));                 // everything accepted
+    bad.observe(kb, r % 3 == 0 ? 1 : 0, 0.0005 * kb, verify(kb));  // a ~ 0.25
+  }
+  EXPECT_GE(good.next(), 10);
+  EXPECT_LE(bad.next(), 2);
+  EXPECT_GT(good.acceptance(), 0.95);
+  EXPECT_LT(bad.acceptance(), 0.4);
+}
+
+TEST(DraftLength, AnExpensiveDraftKeepsKShort) {
+  const DraftLengthConfig cfg{.k = 8, .adaptive = true, .k_min = 1, .k_max = 16};
+  DraftLength dl(cfg);
+  for (int r = 0; r < 60; ++r) {
+    const int k = dl.next();
+    dl.observe(k, std::min(k, 2), 0.010 * k, 0.010);  // c = 1 and two tokens accepted per round
+  }
+  EXPECT_LE(dl.next(), 3);
+}
+
+// --- the entropy rule -------------------------------------------------------------------
+
+TEST(EntropyCutoff, AFlatDraftStopsAfterTheMinimumAndAPeakedOneRunsToK) {
+  HostOps ops(1);
+  const ModelWeights flat_w = test::tiny_llama(5, {.layers = 1, .logit_scale = 0.01f});  // q ~ uniform: H ~ log 16
+  const ModelWeights peaked_w = test::tiny_llama(6, {.layers = 1, .logit_scale = 30.0f});
+  LlamaModel flat(flat_w, ops), peaked(peaked_w, ops);
+  ModelDrafter flat_d(flat, 64), peaked_d(peaked, 64);
+  const std::vector<int32_t> context = {1, 2, 3};
+  DraftRequest r = request(context, 6);
+  r.max_entropy = 1.0f;
+  r.min_tokens = 2;
+  DraftProposal out;
+  flat_d.propose(r, out);
+  EXPECT_EQ(out.k(), 2);
+  EXPECT_GT(entropy_nats({out.q.data(), 16}), 2.7);
+  peaked_d.propose(r, out);
+  EXPECT_EQ(out.k(), 6);
+}
+
+}  // namespace
+}  // namespace specula

@@ -1,0 +1,53 @@
+// What `generate` and `bench spec` share about speculative decoding: the draft-length options
+// and the statistics as JSON or as one line.
+#pragma once
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "spec/speculative_generate.h"
+#include "tools/specula/args.h"
+
+namespace specula::cli {
+
+// --spec-k (4), --adaptive, --spec-k-min (1), --spec-k-max (8), --draft-entropy (0 = off);
+// a UsageError for K outside 1..16. Defined in cmd_generate.cpp.
+DraftLengthConfig draft_length_from_args(const Args& a);
+
+inline nlohmann::json spec_stats_json(const SpeculativeStats& st) {
+  nlohmann::json j;
+  j["rounds"] = st.rounds;
+  j["drafted"] = st.drafted;
+  j["accepted"] = st.accepted;
+  j["acceptance_rate"] = st.acceptance_rate();
+  j["alpha"] = st.alpha();
+  j["mean_accepted_length"] = st.mean_accepted_length();
+  j["mean_draft_length"] = st.mean_draft_length();
+  j["tokens_per_round"] = st.tokens_per_round();
+  j["per_position_acceptance"] = st.per_position_acceptance();
+  j["draft_seconds"] = st.draft_seconds;
+  j["verify_seconds"] = st.verify_seconds;
+  return j;
+}
+
+inline std::string spec_stats_line(const SpeculativeStats& st) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%lld rounds, %lld drafted, %lld accepted (%.1f%%, alpha %.2f), %.2f accepted and %.2f tokens per round; "
+                "draft %.2fs, verify %.2fs",
+                static_cast<long long>(st.rounds), static_cast<long long>(st.drafted), static_cast<long long>(st.accepted),
+                100 * st.acceptance_rate(), st.alpha(), st.mean_accepted_length(), st.tokens_per_round(),
+                st.draft_seconds, st.verify_seconds);
+  std::string s = buf;
+  const auto pos = st.per_position_acceptance();
+  if (!pos.empty()) {
+    s += "; per position";
+    for (double a : pos) {
+      std::snprintf(buf, sizeof buf, " %.2f", a);
+      s += buf;
+    }
+  }
+  return s;
+}
+
+}  // namespace specula::cli
