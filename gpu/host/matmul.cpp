@@ -89,7 +89,17 @@ void matmul_isa_path(Isa isa, const MatmulArgs& a, ThreadPool& pool) {
   if (isa == Isa::kAvx2 && !cpu_has_avx2_fma()) throw std::invalid_argument("matmul: AVX2+FMA+F16C path requested on a CPU without it");
   const RowsKernel kernel = isa == Isa::kAvx2 ? avx2_rows_kernel(a.dtype, a.cols) : portable_rows_kernel(a.dtype);
   if (a.n <= 0 || a.rows <= 0) return;
-  pool.parallel_for(a.rows, matmul_grain_rows(a.row_bytes), [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
+  MatmulArgs args = a;
+  if (isa == Isa::kAvx2 && avx2_needs_prepared_activations(a.dtype)) {
+    // Reused across calls (a decode step makes hundreds): n * cols plus n * cols / 32 floats.
+    thread_local std::vector<float> xprep, xsum;
+    xprep.resize(static_cast<size_t>(a.n * a.cols));
+    xsum.resize(prepared_xsum_floats(a.n, a.cols));
+    prepare_activations_avx2(a.dtype, a.x, a.n, a.cols, xprep.data(), xsum.data());
+    args.xprep = xprep.data();
+    args.xsum = xsum.data();
+  }
+  pool.parallel_for(args.rows, matmul_grain_rows(args.row_bytes), [&](int64_t r0, int64_t r1) { kernel(args, r0, r1); });
 }
 
 }  // namespace host_kernels

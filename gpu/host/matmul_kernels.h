@@ -19,7 +19,19 @@ struct MatmulArgs {
   const float* x = nullptr;      // [n, cols], row-major
   int64_t n = 0;
   float* y = nullptr;            // [n, rows], row-major
+  // Prepared activations for the AVX2 Q4_0/Q4_1 kernels (filled by matmul_isa_path):
+  // xprep [n, cols]: per 32-value block, x_j - x_{j+16}/16 then x_{j+16}/16 for j < 16
+  // xsum [ceil(n/8), cols/32, 8]: block sums of x, lane i for activation
+  // row 8 * tile + i, times -8 for Q4_0.
+  const float* xprep = nullptr;
+  const float* xsum = nullptr;
 };
+
+// Whether avx2_rows_kernel(t, ...) reads MatmulArgs::xprep / xsum.
+inline bool avx2_needs_prepared_activations(DType t) { return t == DType::Q4_0 || t == DType::Q4_1; }
+inline size_t prepared_xsum_floats(int64_t n, int64_t cols) { return static_cast<size_t>((n + 7) / 8 * (cols / 32) * 8); }
+// Fills xprep (n * cols floats) and xsum (prepared_xsum_floats) for x[n, cols], cols % 32 == 0.
+void prepare_activations_avx2(DType t, const float* x, int64_t n, int64_t cols, float* xprep, float* xsum);
 
 // Computes y[i, r] for every i < n and r in [r0, r1); a row range is the unit of parallel work.
 using RowsKernel = void (*)(const MatmulArgs& a, int64_t r0, int64_t r1);
