@@ -47,9 +47,9 @@ inline void write_text(const std::string& path, const std::string& s) {
 
 template <class T>
 void put(Bytes& b, T v) {
-  uint8_t raw[sizeof(T)];
-  std::memcpy(raw, &v, sizeof(T));
-  b.insert(b.end(), raw, raw + sizeof(T));
+  const size_t at = b.size();
+  b.resize(at + sizeof(T));
+  std::memcpy(b.data() + at, &v, sizeof(T));
 }
 
 inline void put_string(Bytes& b, const std::string& s) {
@@ -180,10 +180,11 @@ class GgufWriter {
 
 // safetensors writer: header JSON (given whole, so tests can write bad ones) then the data.
 inline Bytes safetensors_bytes(const std::string& header_json, const Bytes& data) {
-  Bytes b;
-  put<uint64_t>(b, header_json.size());
-  b.insert(b.end(), header_json.begin(), header_json.end());
-  b.insert(b.end(), data.begin(), data.end());
+  Bytes b(8 + header_json.size() + data.size());
+  const uint64_t n = header_json.size();
+  std::memcpy(b.data(), &n, 8);
+  if (n) std::memcpy(b.data() + 8, header_json.data(), n);
+  if (!data.empty()) std::memcpy(b.data() + 8 + n, data.data(), data.size());
   return b;
 }
 
@@ -192,10 +193,22 @@ class SafetensorsWriter {
  public:
   void add(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape, const Bytes& data) {
     std::string shape_json;
-    for (size_t i = 0; i < shape.size(); ++i) shape_json += (i ? "," : "") + std::to_string(shape[i]);
-    if (!header_.empty()) header_ += ",";
-    header_ += "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":[" + shape_json + "],\"data_offsets\":[" +
-               std::to_string(data_.size()) + "," + std::to_string(data_.size() + data.size()) + "]}";
+    for (size_t i = 0; i < shape.size(); ++i) {
+      if (i) shape_json += ',';
+      shape_json += std::to_string(shape[i]);
+    }
+    if (!header_.empty()) header_ += ',';
+    header_ += '"';
+    header_ += name;
+    header_ += "\":{\"dtype\":\"";
+    header_ += dtype;
+    header_ += "\",\"shape\":[";
+    header_ += shape_json;
+    header_ += "],\"data_offsets\":[";
+    header_ += std::to_string(data_.size());
+    header_ += ',';
+    header_ += std::to_string(data_.size() + data.size());
+    header_ += "]}";
     data_.insert(data_.end(), data.begin(), data.end());
   }
   void add_f32(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& v) {

@@ -400,10 +400,22 @@ struct HfModel {
   static std::string tokenizer_json() {
     std::vector<std::string> toks = tiny_tokens();
     std::string vocab;
-    for (size_t i = 0; i < toks.size(); ++i) vocab += (i ? "," : "") + ("\"" + escape(toks[i]) + "\":" + std::to_string(i));
+    for (size_t i = 0; i < toks.size(); ++i) {
+      if (i) vocab += ',';
+      vocab += '"';
+      vocab += escape(toks[i]);
+      vocab += "\":";
+      vocab += std::to_string(i);
+    }
     std::string added;
-    for (int i = 0; i < 3; ++i)
-      added += (i ? "," : "") + ("{\"id\":" + std::to_string(i) + ",\"content\":\"" + toks[i] + "\",\"special\":true}");
+    for (int i = 0; i < 3; ++i) {
+      if (i) added += ',';
+      added += "{\"id\":";
+      added += std::to_string(i);
+      added += ",\"content\":\"";
+      added += toks[static_cast<size_t>(i)];
+      added += "\",\"special\":true}";
+    }
     return R"({"version":"1.0","added_tokens":[)" + added + R"(],"normalizer":null,)" +
            R"("pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true},)" +
            R"("decoder":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":{)" + vocab + R"(},"merges":["t h"]}})";
