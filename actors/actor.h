@@ -45,16 +45,16 @@ class Actor {
   using Sender = typename Mailbox<Message>::Sender;
   using executor_type = boost::asio::strand<boost::asio::any_io_executor>;
 
-  // The actor's handlers run on a strand of `executor`: one at a time, on whichever thread
-  // runs the executor.
+  // Owner only (construction). The actor's handlers run on a strand of `executor`: one at a
+  // time, on whichever thread runs the executor.
   Actor(boost::asio::any_io_executor executor, std::string name)
       : strand_(boost::asio::make_strand(std::move(executor))), name_(std::move(name)) {}
 
   Actor(const Actor&) = delete;
   Actor& operator=(const Actor&) = delete;
 
-  // Owner only. Precondition: the loop has ended (wait_stopped) or no thread runs the executor
-  // any more; otherwise the loop would run on a destroyed actor.
+  // Owner only. Precondition: the loop has ended (wait_stopped), or the executor will never run
+  // again; otherwise the loop would resume on a destroyed actor.
   virtual ~Actor() { mailbox_.close(); }
 
   // Owner only, once: spawn the message loop on the strand.
@@ -95,6 +95,7 @@ class Actor {
   // Any thread: how many messages have failed so far.
   std::uint64_t failures() const { return failures_.load(std::memory_order_relaxed); }
 
+  // Any thread.
   const std::string& name() const { return name_; }
   const executor_type& get_executor() const { return strand_; }
 

@@ -77,7 +77,7 @@ class Mailbox {
   boost::asio::awaitable<std::optional<T>> receive() {
     for (;;) {
       const std::uint64_t seen = state_.load(std::memory_order_acquire);
-      if (std::optional<T> message = try_receive()) co_return message;
+      if (std::optional<T> message = try_receive()) co_return std::move(message);
       if (drained_after_close(seen)) co_return std::nullopt;
       co_await boost::asio::async_initiate<const boost::asio::use_awaitable_t<>&, void()>(
           [this, seen](auto handler) {

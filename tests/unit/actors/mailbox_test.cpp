@@ -174,14 +174,14 @@ TEST(Mailbox, SendsAfterCloseAreRefusedAndTheMessageStaysWithTheCaller) {
 }
 
 TEST(Mailbox, MessagesAcceptedBeforeCloseAreStillReceived) {
-  Mailbox<int> mailbox;
-  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(accepted(mailbox.send(i)));
+  Mailbox<std::unique_ptr<int>> mailbox;  // move-only messages work too
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(accepted(mailbox.send(std::make_unique<int>(i))));
   mailbox.close();
   asio::io_context io;
   std::vector<int> got;
   bool saw_end = false;
   asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    while (std::optional<int> m = co_await mailbox.receive()) got.push_back(*m);
+    while (std::optional<std::unique_ptr<int>> m = co_await mailbox.receive()) got.push_back(**m);
     saw_end = true;
   }, asio::detached);
   io.run();
