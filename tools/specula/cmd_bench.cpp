@@ -1,16 +1,24 @@
 // `specula bench decode`: prefill and decode speed, the memory-bandwidth roofline of decode,
 // and the cost of scoring n tokens in one forward relative to one — as JSON on stdout.
+// `specula bench spec`: a prompt set target-only vs each drafter, speedup against Theorem 3.8.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+#include <memory>
+
 #include "gpu/host/bandwidth.h"
 #include "gpu/host/host_device.h"
+#include "spec/generate.h"
+#include "spec/make_drafter.h"
 #include "spec/sampling.h"
+#include "spec/speculative_generate.h"
 #include "tools/specula/common.h"
 #include "tools/specula/commands.h"
+#include "tools/specula/spec_cli.h"
 
 namespace specula::cli {
 
@@ -21,7 +29,21 @@ const char* kUsage =
     "                            [--repeat R] [--max-verify N] [--device D] [--ctx N]\n"
     "  Prints JSON: prefill and decode tokens/s (median of R runs), bytes read per decode step,\n"
     "  the read bandwidth measured in the same run, the fraction of that roofline decode reaches,\n"
-    "  and the time of one forward over n tokens relative to one token (n = 1..max-verify).\n";
+    "  and the time of one forward over n tokens relative to one token (n = 1..max-verify).\n"
+    "\n"
+    "usage: specula bench spec [--model PATH] [--prompts FILE] [--drafts LIST] [--limit N] [--max-tokens N]\n"
+    "                          [--spec-k K] [--adaptive] [--spec-k-min K] [--spec-k-max K] [--draft-entropy NATS]\n"
+    "                          [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
+    "                          [--spec-sampling exact|coupled|both] [--threads N] [--device D] [--ctx N]\n"
+    "  Runs a prompt set (JSON lines with \"messages\" and an optional \"max_tokens\"; default\n"
+    "  ../shared/data/prompts/chat.jsonl) target-only and with each drafter, prompt by prompt so that\n"
+    "  changes in machine load hit every configuration alike, and prints JSON per configuration:\n"
+    "  tokens/s and speedup, acceptance, accepted length and tokens per round, the measured cost ratio\n"
+    "  c (draft time per drafted token / target time per token) and verify cost (a round's verify\n"
+    "  forward / one target token), and Theorem 3.8's predicted speedup from the measured a and c.\n"
+    "  --drafts: ';'-separated drafter spellings as for generate --draft (default \"ngram;skip:4-7\").\n"
+    "  Temperature defaults to 0 (greedy); sampled runs verify both exact and coupled unless\n"
+    "  --spec-sampling names one. Greedy and coupled runs also report whether the text matched.\n";
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -127,17 +149,227 @@ int bench_decode(const Args& a) {
   return 0;
 }
 
+
+// --- bench spec ---------------------------------------------------------------------------
+
+struct BenchPrompt {
+  std::string id;
+  std::vector<int32_t> tokens;
+  int max_tokens = 128;
+};
+
+std::vector<BenchPrompt> read_prompts(const std::string& path, const LoadedModel& m, long long limit, long long max_tokens) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("--prompts: cannot read " + path);
+  std::vector<BenchPrompt> out;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (limit > 0 && static_cast<long long>(out.size()) >= limit) break;
+    try {
+      const auto j = nlohmann::json::parse(line);
+      std::vector<ChatMessage> msgs;
+      for (const auto& msg : j.at("messages")) msgs.push_back({msg.at("role"), msg.at("content")});
+      BenchPrompt p;
+      p.id = j.value("id", std::to_string(n));
+      p.tokens = m.tokenizer->encode(m.chat_template.render(msgs));
+      p.max_tokens = j.value("max_tokens", 128);
+      if (max_tokens > 0) p.max_tokens = static_cast<int>(std::min<long long>(p.max_tokens, max_tokens));
+      out.push_back(std::move(p));
+    } catch (const nlohmann::json::exception& e) {
+      throw UsageError(path + " line " + std::to_string(n) + ": " + e.what());
+    }
+  }
+  if (out.empty()) throw UsageError("--prompts: no prompts in " + path);
+  return out;
+}
+
+// One configuration's sums over the prompt set.
+struct SpecTotals {
+  std::string draft;          // "none" for target-only
+  std::string mode;           // "greedy", "exact" or "coupled"
+  SpecSampling sampling = SpecSampling::Exact;
+  Drafter* drafter = nullptr;
+  int64_t tokens = 0, decode_tokens = 0, mismatched_prompts = 0;
+  double wall = 0, decode = 0;
+  SpeculativeStats spec;
+  void add(const SpeculativeStats& st) {
+    spec.rounds += st.rounds;
+    spec.drafted += st.drafted;
+    spec.accepted += st.accepted;
+    spec.rejected += st.rejected;
+    for (size_t i = 0; i < spec.drafted_at.size(); ++i) {
+      spec.drafted_at[i] += st.drafted_at[i];
+      spec.accepted_at[i] += st.accepted_at[i];
+    }
+    spec.draft_seconds += st.draft_seconds;
+    spec.verify_seconds += st.verify_seconds;
+  }
+};
+
+int bench_spec(const Args& a) {
+  const SamplingParams base = [&] {
+    SamplingParams sp;
+    sp.temperature = static_cast<float>(a.number("temperature", 0.0));
+    sp.top_k = static_cast<int>(a.integer("top-k", 0));
+    sp.top_p = static_cast<float>(a.number("top-p", 1.0));
+    sp.seed = static_cast<uint64_t>(a.integer("seed", 1));
+    try {
+      sp.validate();
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+    return sp;
+  }();
+  const DraftLengthConfig draft_length = draft_length_from_args(a);
+  std::vector<SpecSampling> modes;
+  const std::string which = a.str("spec-sampling", "both");
+  if (base.greedy() || which == "exact") modes = {SpecSampling::Exact};
+  else if (which == "coupled") modes = {SpecSampling::Coupled};
+  else if (which == "both") modes = {SpecSampling::Exact, SpecSampling::Coupled};
+  else throw UsageError("--spec-sampling must be exact, coupled or both, got '" + which + "'");
+
+  Session s = open_session(a);
+  const std::vector<BenchPrompt> prompts =
+      read_prompts(a.str("prompts", "../shared/data/prompts/chat.jsonl"), s.loaded, a.integer("limit", 0), a.integer("max-tokens", 0));
+  const int64_t max_positions = s.kv->blocks_total() * s.kv->config().block_tokens;
+  const std::vector<int32_t> stop_ids = default_stop_ids(s.loaded);
+
+  // Drafters, one per spelling, shared by the exact and coupled runs.
+  std::vector<std::unique_ptr<Drafter>> drafters;
+  std::vector<SpecTotals> runs(1);
+  runs[0].draft = "none";
+  runs[0].mode = base.greedy() ? "greedy" : "target";
+  std::string list = a.str("drafts", "ngram;skip:4-7");
+  for (size_t at = 0; at <= list.size();) {
+    const size_t semi = std::min(list.find(';', at), list.size());
+    const std::string spelling = list.substr(at, semi - at);
+    at = semi + 1;
+    if (spelling.empty() || spelling == "none") continue;
+    try {
+      drafters.push_back(make_drafter(spelling, s.loaded, *s.model, max_positions));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--drafts: " + std::string(e.what()));
+    }
+    for (SpecSampling m : modes) {
+      SpecTotals t;
+      t.draft = drafters.back()->name();
+      t.mode = base.greedy() ? "greedy" : spec_sampling_name(m);
+      t.sampling = m;
+      t.drafter = drafters.back().get();
+      runs.push_back(std::move(t));
+    }
+  }
+  if (runs.size() < 2) throw UsageError("--drafts names no drafter");
+
+  const int seq = s.kv->create_sequence();
+  {  // warm-up: page in the weights and size the workspaces, not counted
+    GenerateRequest w{prompts[0].tokens, 8, base, {}};
+    generate(*s.model, *s.kv, seq, w, [](int32_t) { return true; });
+  }
+  for (size_t pi = 0; pi < prompts.size(); ++pi) {
+    GenerateRequest req{prompts[pi].tokens, prompts[pi].max_tokens, base, stop_ids};
+    req.sampling.seed = base.seed + pi;
+    std::vector<int32_t> reference;
+    for (SpecTotals& r : runs) {
+      std::vector<int32_t> ids;
+      s.kv->truncate_to(seq, 0);
+      const auto t0 = Clock::now();
+      if (!r.drafter) {
+        const GenerateStats st = generate(*s.model, *s.kv, seq, req, [&](int32_t t) { ids.push_back(t); return true; });
+        r.wall += since(t0);
+        r.decode += st.decode_seconds;
+        r.decode_tokens += st.generated - 1;  // generate()'s first token comes with the prefill
+        reference = ids;
+      } else {
+        SpeculativeRequest sreq;
+        static_cast<GenerateRequest&>(sreq) = req;
+        sreq.draft = draft_length;
+        sreq.mode = r.sampling;
+        const SpeculativeStats st = speculative_generate(*s.model, *s.kv, seq, *r.drafter, sreq, [&](int32_t t, TokenOrigin) {
+          ids.push_back(t);
+          return true;
+        });
+        r.wall += since(t0);
+        r.decode += st.decode_seconds;
+        r.decode_tokens += st.generated;
+        r.add(st);
+        if (ids != reference) ++r.mismatched_prompts;
+      }
+      r.tokens += static_cast<int64_t>(ids.size());
+    }
+    std::fprintf(stderr, "[bench spec] prompt %zu/%zu (%s) done\n", pi + 1, prompts.size(), prompts[pi].id.c_str());
+  }
+
+  const SpecTotals& target = runs[0];
+  const double target_tps = target.tokens / target.wall;
+  const double t_token = target.decode / std::max<int64_t>(1, target.decode_tokens);  // one target decode step
+  nlohmann::json out = nlohmann::json::array();
+  for (const SpecTotals& r : runs) {
+    nlohmann::json j;
+    j["draft"] = r.draft;
+    j["mode"] = r.mode;
+    j["tokens"] = r.tokens;
+    j["seconds"] = r.wall;
+    j["tokens_per_second"] = r.tokens / r.wall;
+    j["decode_tokens_per_second"] = r.decode_tokens / r.decode;
+    j["speedup"] = (r.tokens / r.wall) / target_tps;
+    if (!r.drafter) {
+      j["ms_per_token"] = 1e3 * t_token;
+      out.push_back(j);
+      continue;
+    }
+    const SpeculativeStats& st = r.spec;
+    j["decode_speedup"] = (r.decode_tokens / r.decode) * t_token;
+    if (base.greedy() || r.sampling == SpecSampling::Coupled) j["text_matches_target"] = r.mismatched_prompts == 0;
+    j.update(spec_stats_json(st));
+    const double gamma = st.mean_draft_length(), alpha = st.alpha();
+    const double c = st.drafted > 0 ? (st.draft_seconds / st.drafted) / t_token : 0;
+    const double verify_cost = (st.verify_seconds / std::max<int64_t>(1, st.rounds)) / t_token;
+    j["c"] = c;
+    j["verify_cost"] = verify_cost;
+    j["expected_tokens_per_round"] = expected_tokens_per_round(alpha, gamma);
+    j["theorem_3_8_speedup"] = theorem_3_8_speedup(alpha, gamma, c);
+    j["predicted_speedup_with_verify_cost"] = expected_tokens_per_round(alpha, gamma) / (gamma * c + verify_cost);
+    j["overhead_seconds"] = r.decode - st.draft_seconds - st.verify_seconds;
+    out.push_back(j);
+  }
+  nlohmann::json j;
+  j["bench"] = "spec";
+  j["model"] = s.loaded.path;
+  j["device"] = s.ops->name();
+  j["threads"] = a.integer("threads", 2);
+  j["prompts"] = prompts.size();
+  j["prompt_file"] = a.str("prompts", "../shared/data/prompts/chat.jsonl");
+  j["sampling"] = {{"temperature", base.temperature}, {"top_k", base.top_k}, {"top_p", base.top_p}, {"seed", base.seed}};
+  j["k"] = draft_length.k;
+  j["adaptive"] = draft_length.adaptive;
+  if (draft_length.adaptive) j["k_range"] = {draft_length.k_min, draft_length.k_max};
+  j["draft_entropy"] = draft_length.max_entropy;
+  j["runs"] = out;
+  std::cout << j.dump(2) << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
   if (argc >= 2 && argv[1][0] != '-') {
     const std::string what = argv[1];
     std::set<std::string> options = kModelOptions;
-    options.insert({"prompt-tokens", "decode-tokens", "repeat", "max-verify"});
-    const Args a(argc - 1, argv + 1, options, {});
+    std::set<std::string> flags;
+    if (what == "spec") {
+      options.insert({"prompts", "drafts", "limit", "max-tokens", "spec-k", "spec-k-min", "spec-k-max", "draft-entropy",
+                      "temperature", "top-k", "top-p", "seed", "spec-sampling"});
+      flags.insert("adaptive");
+    } else {
+      options.insert({"prompt-tokens", "decode-tokens", "repeat", "max-verify"});
+    }
+    const Args a(argc - 1, argv + 1, options, flags);
     if (a.help()) { std::fputs(kUsage, stdout); return 0; }
     if (what == "decode") return bench_decode(a);
-    throw UsageError("unknown benchmark '" + what + "' (expected: decode)");
+    if (what == "spec") return bench_spec(a);
+    throw UsageError("unknown benchmark '" + what + "' (expected: decode or spec)");
   }
   std::fputs(kUsage, argc >= 2 ? stdout : stderr);
   return argc >= 2 ? 0 : 2;
