@@ -1,0 +1,92 @@
+// Drafting on the draft stream: each sequence's drafter is caught up (prefill for a new one,
+// rollback to the committed length otherwise) and proposes up to the round's K for it.
+#include "actors/draft_actor.h"
+
+#include <chrono>
+
+#include "actors/scheduler.h"
+#include "spec/make_drafter.h"
+#include "streams/host_stream.h"
+
+namespace specula::actors {
+
+DraftActor::DraftActor(boost::asio::any_io_executor executor, std::string spec, const LoadedModel& target_files,
+                       LlamaModel& target, FaultHook hook)
+    : Actor(std::move(executor), "draft"),
+      spec_(std::move(spec)),
+      target_files_(target_files),
+      target_(target),
+      hook_(std::move(hook)),
+      stream_(std::make_unique<streams::HostStream>("draft")) {}
+
+DraftActor::~DraftActor() = default;
+
+void DraftActor::connect(Actor<Scheduler, SchedulerMessage>& scheduler) { to_scheduler_.emplace(scheduler.make_sender()); }
+
+Drafter* DraftActor::drafter_for(const DraftItem& item) {
+  const RequestId id = item.request->id;
+  auto it = drafters_.find(id);
+  if (it != drafters_.end()) {
+    // The sequential loop rolls back right after the verdict; the first `n0 - 1` tokens are
+    // settled (g itself has not been fed).
+    if (it->second) it->second->rollback(static_cast<int64_t>(item.context.size()) - 1);
+    return it->second.get();
+  }
+  const SpeculativeRequest& r = item.request->request;
+  const int64_t positions = static_cast<int64_t>(r.prompt.size()) + r.max_tokens + kMaxDraftTokens + 2;
+  std::unique_ptr<Drafter> d = make_drafter(spec_, target_files_, target_, positions);
+  if (d) d->prefill(item.context);
+  return drafters_.emplace(id, std::move(d)).first->second.get();
+}
+
+boost::asio::awaitable<void> DraftActor::on(DraftRound& round) {
+  DraftsReady ready;
+  ready.round = round.round;
+  double seconds = 0;
+  stream_->enqueue([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (hook_) {
+      std::vector<RequestId> ids;
+      for (const DraftItem& item : round.items) ids.push_back(item.request->id);
+      hook_("draft", ids);
+    }
+    for (DraftItem& item : round.items) {
+      Drafted out{item.request, std::move(item.context), {}};
+      item.context = out.context;  // kept for on_failure's ids only; cheap next to a forward
+      Drafter* drafter = drafter_for(item);
+      if (drafter && item.k > 0) {
+        const SpeculativeRequest& r = item.request->request;
+        DraftRequest dreq;
+        dreq.context = out.context;
+        dreq.position = static_cast<int64_t>(out.context.size());
+        dreq.max_tokens = item.k;
+        dreq.min_tokens = r.draft.adaptive ? r.draft.k_min : 1;
+        dreq.max_entropy = r.draft.max_entropy;
+        dreq.sampling = r.sampling;
+        dreq.mode = r.mode;
+        drafter->propose(dreq, out.draft);
+      }
+      ready.items.push_back(std::move(out));
+    }
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  co_await stream_->record().async_wait(boost::asio::use_awaitable);
+  ready.draft_seconds = seconds;
+  to_scheduler_->send(SchedulerMessage(std::move(ready)));
+}
+
+void DraftActor::on(Release& release) {
+  for (const RequestRef& r : release.requests) drafters_.erase(r->id);
+}
+
+void DraftActor::on_failure(DraftMessage& message, std::exception_ptr error) {
+  if (auto* round = std::get_if<DraftRound>(&message)) {
+    RoundFailed failed{round->round, {}, "draft: " + describe(error)};
+    for (const DraftItem& item : round->items) failed.ids.push_back(item.request->id);
+    to_scheduler_->send(SchedulerMessage(std::move(failed)));
+  } else {
+    Actor::on_failure(message, error);
+  }
+}
+
+}  // namespace specula::actors

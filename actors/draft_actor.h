@@ -1,0 +1,48 @@
+// The draft actor: one drafter per active sequence (each with its own KV cache where it has one)
+// and the draft stream. It drafts a round for every sequence in it and hands the drafts back.
+#pragma once
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "actors/actor.h"
+#include "actors/messages.h"
+#include "gpu/llama.h"
+#include "model/weights.h"
+#include "spec/drafter.h"
+#include "streams/stream.h"
+
+namespace specula::actors {
+
+class Scheduler;
+
+class DraftActor : public Actor<DraftActor, DraftMessage> {
+ public:
+  // `spec` is a drafter spelling (spec/make_drafter.h); `target` is what the skip drafter runs.
+  // Both models must outlive the actor.
+  DraftActor(boost::asio::any_io_executor executor, std::string spec, const LoadedModel& target_files,
+             LlamaModel& target, FaultHook hook);
+  ~DraftActor() override;
+  // Owner only, before start().
+  void connect(Actor<Scheduler, SchedulerMessage>& scheduler);
+
+  boost::asio::awaitable<void> on(DraftRound& round);
+  void on(Release& release);
+
+ protected:
+  void on_failure(DraftMessage& message, std::exception_ptr error) override;
+
+ private:
+  Drafter* drafter_for(const DraftItem& item);
+
+  std::string spec_;
+  const LoadedModel& target_files_;
+  LlamaModel& target_;
+  FaultHook hook_;
+  std::unique_ptr<streams::Stream> stream_;
+  std::map<RequestId, std::unique_ptr<Drafter>> drafters_;  // nullptr for the "none" drafter
+  std::optional<Mailbox<SchedulerMessage>::Sender> to_scheduler_;
+};
+
+}  // namespace specula::actors

@@ -1,0 +1,196 @@
+// The engine: loads the target, builds the four actors on one io_context and wires them.
+#include "actors/engine.h"
+
+#include <stdexcept>
+#include <thread>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include "actors/draft_actor.h"
+#include "actors/sampler.h"
+#include "actors/scheduler.h"
+#include "actors/verifier.h"
+#include "gpu/llama.h"
+#include "spec/generate.h"
+#include "spec/make_drafter.h"
+
+namespace specula::actors {
+
+struct Engine::Impl {
+  EngineConfig cfg;
+  std::unique_ptr<Ops> ops;
+  LoadedModel files;
+  std::unique_ptr<LlamaModel> model;
+  std::vector<int32_t> default_stop;
+  boost::asio::io_context io;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work = boost::asio::make_work_guard(io);
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<DraftActor> draft;
+  std::unique_ptr<Verifier> verifier;
+  std::unique_ptr<Sampler> sampler;
+  std::vector<std::thread> threads;
+  std::atomic<RequestId> next_id{1};
+};
+
+Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.cfg = std::move(config);
+  m.cfg.draft.validate();
+  if (m.cfg.max_batch < 1) throw std::invalid_argument("max_batch must be >= 1, got " + std::to_string(m.cfg.max_batch));
+  if (m.cfg.io_threads < 1) throw std::invalid_argument("io_threads must be >= 1, got " + std::to_string(m.cfg.io_threads));
+  if (m.cfg.kv_tokens < 16)
+    throw std::invalid_argument("kv_tokens must be >= 16, got " + std::to_string(m.cfg.kv_tokens));
+  m.ops = make_device(DeviceOptions{m.cfg.device, m.cfg.threads});
+  m.files = load_model(m.cfg.target);
+  m.model = std::make_unique<LlamaModel>(m.files.weights, *m.ops);
+  m.default_stop = default_stop_ids(m.files);
+  make_drafter(m.cfg.drafter, m.files, *m.model, 16);  // a bad spelling fails here, not per request
+
+  const auto ex = m.io.get_executor();
+  m.verifier = std::make_unique<Verifier>(ex, *m.model, m.cfg.kv_tokens, m.cfg.fault_hook);
+  SchedulerLimits limits{m.cfg.max_batch, m.verifier->blocks_total(), m.verifier->block_tokens(),
+                         m.model->config().max_positions};
+  m.scheduler = std::make_unique<Scheduler>(ex, limits);
+  m.draft = std::make_unique<DraftActor>(ex, m.cfg.drafter, m.files, *m.model, m.cfg.fault_hook);
+  m.sampler = std::make_unique<Sampler>(ex, m.files.tokenizer, m.model->config().max_positions, m.cfg.fault_hook);
+  m.scheduler->connect(*m.draft, *m.verifier, *m.sampler);
+  m.draft->connect(*m.scheduler);
+  m.verifier->connect(*m.scheduler, *m.sampler);
+  m.sampler->connect(*m.scheduler);
+  m.scheduler->start();
+  m.draft->start();
+  m.verifier->start();
+  m.sampler->start();
+  for (int i = 0; i < m.cfg.io_threads; ++i) m.threads.emplace_back([&m] { m.io.run(); });
+}
+
+Engine::~Engine() {
+  Impl& m = *impl_;
+  // The scheduler first, so that no new round starts; then the rest finish what they hold.
+  m.scheduler->stop();
+  m.scheduler->wait_stopped();
+  m.draft->stop();
+  m.draft->wait_stopped();
+  m.verifier->stop();
+  m.verifier->wait_stopped();
+  m.sampler->stop();
+  m.sampler->wait_stopped();
+  m.work.reset();
+  m.io.stop();
+  for (std::thread& t : m.threads) t.join();
+}
+
+const EngineConfig& Engine::config() const { return impl_->cfg; }
+const LoadedModel& Engine::model() const { return impl_->files; }
+bool Engine::idle() const { return impl_->scheduler->idle(); }
+int64_t Engine::kv_blocks_free() const { return impl_->verifier->blocks_free(); }
+int64_t Engine::kv_blocks_total() const { return impl_->verifier->blocks_total(); }
+std::uint64_t Engine::failures() const {
+  const Impl& m = *impl_;
+  return m.scheduler->failures() + m.draft->failures() + m.verifier->failures() + m.sampler->failures();
+}
+
+std::vector<int32_t> Engine::tokenize(const EngineRequest& request) const {
+  if (!request.prompt_ids.empty()) return request.prompt_ids;
+  const LoadedModel& f = impl_->files;
+  if (!f.tokenizer) throw std::invalid_argument("the model has no tokenizer; pass prompt_ids");
+  if (request.chat) return f.tokenizer->encode(f.chat_template.render({ChatMessage{"user", request.prompt}}));
+  return f.tokenizer->encode(request.prompt);
+}
+
+TokenStream Engine::start(EngineRequest request) {
+  Impl& m = *impl_;
+  auto info = std::make_shared<RequestInfo>();
+  SpeculativeRequest& r = info->request;
+  r.prompt = tokenize(request);
+  r.max_tokens = request.max_tokens;
+  r.sampling = request.sampling;
+  r.stop_ids = request.stop_ids ? *request.stop_ids : m.default_stop;
+  r.draft = request.draft ? *request.draft : m.cfg.draft;
+  r.mode = request.mode;
+  r.sampling.validate();
+  r.draft.validate();
+  if (r.max_tokens < 1) throw std::invalid_argument("max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
+  if (r.prompt.empty()) throw std::invalid_argument("the prompt is empty");
+  const int64_t ctx = m.model->config().max_positions;
+  if (ctx > 0 && static_cast<int64_t>(r.prompt.size()) >= ctx)
+    throw std::invalid_argument("the prompt has " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
+                                std::to_string(ctx));
+  info->id = m.next_id.fetch_add(1);
+  info->events = std::make_shared<EventChannel>();
+  TokenStream stream(this, info->id, info->events);
+  if (!accepted(m.scheduler->send(SchedulerMessage(SubmitRequest{std::move(info)}))))
+    throw std::runtime_error("the engine is shutting down");
+  return stream;
+}
+
+GenerateResult Engine::generate_blocking(EngineRequest request) {
+  TokenStream stream = start(std::move(request));
+  GenerateResult out;
+  for (;;) {
+    StreamEvent ev = stream.next_blocking();
+    out.text += ev.text;
+    if (ev.kind == StreamEvent::Kind::Token) {
+      out.tokens.push_back(ev.token);
+      out.from_draft.push_back(ev.from_draft);
+      continue;
+    }
+    out.finish_reason = ev.finish_reason;
+    out.error = ev.error;
+    out.stats = ev.stats;
+    return out;
+  }
+}
+
+void Engine::cancel(RequestId id) { impl_->scheduler->send(SchedulerMessage(Cancel{id})); }
+
+// --- TokenStream ---------------------------------------------------------------------------
+
+TokenStream::TokenStream(Engine* engine, RequestId id, std::shared_ptr<EventChannel> events)
+    : engine_(engine), id_(id), events_(std::move(events)) {}
+
+TokenStream::TokenStream(TokenStream&& o) noexcept
+    : engine_(std::exchange(o.engine_, nullptr)), id_(o.id_), events_(std::move(o.events_)), last_(std::move(o.last_)) {}
+
+TokenStream& TokenStream::operator=(TokenStream&& o) noexcept {
+  if (this != &o) {
+    if (engine_ && !last_) engine_->cancel(id_);
+    engine_ = std::exchange(o.engine_, nullptr);
+    id_ = o.id_;
+    events_ = std::move(o.events_);
+    last_ = std::move(o.last_);
+  }
+  return *this;
+}
+
+TokenStream::~TokenStream() {
+  if (engine_ && !last_) engine_->cancel(id_);
+}
+
+void TokenStream::cancel() {
+  if (engine_ && !last_) engine_->cancel(id_);
+}
+
+StreamEvent TokenStream::take(std::optional<StreamEvent> ev) {
+  if (!ev) {
+    StreamEvent err;
+    err.kind = StreamEvent::Kind::Error;
+    err.error = "the engine stopped";
+    ev = std::move(err);
+  }
+  if (ev->terminal()) last_ = *ev;
+  return std::move(*ev);
+}
+
+boost::asio::awaitable<StreamEvent> TokenStream::next() {
+  if (last_) co_return *last_;
+  co_return take(co_await events_->receive());
+}
+
+StreamEvent TokenStream::next_blocking() {
+  if (last_) return *last_;
+  return take(events_->receive_blocking());
+}
+
+}  // namespace specula::actors

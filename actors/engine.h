@@ -1,0 +1,127 @@
+// The in-process C++ coroutine API: an Engine wires the scheduler, draft, verifier and sampler
+// actors around one target model; generate() returns a token stream.
+//
+//   EngineConfig config;  config.target = path;  config.drafter = "ngram";
+//   Engine engine(config);
+//   EngineRequest request;  request.prompt = "Hello";  request.max_tokens = 32;
+//   TokenStream stream = co_await engine.generate(std::move(request));
+//   for (;;) {
+//     StreamEvent ev = co_await stream.next();
+//     if (ev.kind == StreamEvent::Kind::Token) std::cout << ev.text;
+//     if (ev.terminal()) break;   // Done (ev.finish_reason, ev.stats) or Error (ev.error)
+//   }
+// (Name the request: GCC 12 destroys a temporary aggregate inside a co_await expression twice.)
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "actors/messages.h"
+#include "actors/token_stream.h"
+#include "model/weights.h"
+#include "spec/adaptive_k.h"
+#include "spec/sampling.h"
+#include "spec/speculative_sampling.h"
+
+namespace specula::actors {
+
+struct EngineConfig {
+  std::string target;                  // model path (GGUF file or Hugging Face directory)
+  std::string drafter = "ngram";       // none | ngram[:n=N] | skip:LAYERS | draft model path
+  std::string device = "auto";         // auto | host | cuda
+  DraftLengthConfig draft;             // default K (fixed or adaptive) for requests that set none
+  int max_batch = 16;                  // active requests per round
+  int64_t kv_tokens = 16384;           // target KV positions shared by all requests (the admission budget)
+  int threads = 2;                     // compute threads of the host device
+  int io_threads = 1;                  // threads running the actors (they only route; compute is on streams)
+  FaultHook fault_hook;                // tests only: throw from it to fail a round
+};
+
+struct EngineRequest {
+  std::string prompt;                          // text, used when prompt_ids is empty
+  std::vector<int32_t> prompt_ids;             // token ids (taken as they are)
+  bool chat = false;                           // apply the model's chat template to `prompt` (one user message)
+  int max_tokens = 256;
+  SamplingParams sampling{0.0f, 0, 1.0f, 0};   // greedy by default
+  SpecSampling mode = SpecSampling::Exact;
+  std::optional<DraftLengthConfig> draft;      // default: the engine's
+  std::optional<std::vector<int32_t>> stop_ids;  // default: the model's end tokens
+};
+
+class Engine;
+
+// One request's events, in order. Move-only. Dropping it before the terminal event cancels the
+// request. It must not outlive its Engine.
+class TokenStream {
+ public:
+  TokenStream(TokenStream&& other) noexcept;
+  TokenStream& operator=(TokenStream&& other) noexcept;
+  ~TokenStream();
+
+  // The one reader. The next event; after the terminal one, that event again.
+  boost::asio::awaitable<StreamEvent> next();
+  // The same for a plain thread (blocks).
+  StreamEvent next_blocking();
+  // Any thread: stop the request; a Done event with finish_reason "cancelled" follows (unless
+  // it finished first). Its KV is freed at the next round boundary.
+  void cancel();
+  RequestId id() const { return id_; }
+  bool ended() const { return last_.has_value(); }
+
+ private:
+  friend class Engine;
+  TokenStream(Engine* engine, RequestId id, std::shared_ptr<EventChannel> events);
+  StreamEvent take(std::optional<StreamEvent> ev);
+
+  Engine* engine_ = nullptr;
+  RequestId id_ = 0;
+  std::shared_ptr<EventChannel> events_;
+  std::optional<StreamEvent> last_;  // the terminal event, once seen
+};
+
+// What the blocking wrapper returns.
+struct GenerateResult {
+  std::string text;
+  std::vector<int32_t> tokens;
+  std::vector<bool> from_draft;
+  std::string finish_reason;   // empty on error
+  std::string error;
+  SpeculativeStats stats;
+};
+
+class Engine {
+ public:
+  // Loads the target and the drafter and starts the actors. Throws ModelError / invalid_argument
+  // for a bad file or setting, naming it.
+  explicit Engine(EngineConfig config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Any thread. Submits the request; throws std::invalid_argument for a bad one (empty prompt,
+  // bad sampling or K, prompt longer than the context).
+  boost::asio::awaitable<TokenStream> generate(EngineRequest request) { co_return start(std::move(request)); }
+  TokenStream start(EngineRequest request);
+  // Blocking wrapper: runs one request to its end.
+  GenerateResult generate_blocking(EngineRequest request);
+
+  // Any thread.
+  void cancel(RequestId id);
+  const EngineConfig& config() const;
+  const LoadedModel& model() const;
+  std::vector<int32_t> tokenize(const EngineRequest& request) const;
+  bool idle() const;                // nothing queued, active or in flight
+  int64_t kv_blocks_free() const;   // the target pool as the verifier last left it
+  int64_t kv_blocks_total() const;
+  std::uint64_t failures() const;   // rounds that failed in any actor
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace specula::actors

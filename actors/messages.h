@@ -1,0 +1,129 @@
+// The messages between the engine and its four actors (DESIGN.md section 3): plain structs named
+// for what they ask. A round flows scheduler -> draft (DraftRound) -> scheduler (DraftsReady)
+// -> verifier (VerifyRound) -> sampler (Judge) -> scheduler (Verdict); a failure anywhere comes
+// back as RoundFailed and the scheduler ends that round's requests with Release.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "actors/token_stream.h"
+#include "spec/speculative_generate.h"
+
+namespace specula::actors {
+
+// A request as admitted: immutable, shared by every actor that serves it.
+struct RequestInfo {
+  RequestId id = 0;
+  SpeculativeRequest request;              // prompt ids, max_tokens, sampling, stop ids, K, mode
+  std::shared_ptr<EventChannel> events;    // the caller's token stream
+};
+using RequestRef = std::shared_ptr<const RequestInfo>;
+
+// --- to the scheduler ----------------------------------------------------------------------
+struct SubmitRequest {
+  RequestRef request;
+};
+
+// Stop a request; its KV is freed at the next round boundary.
+struct Cancel {
+  RequestId id = 0;
+};
+
+// One sequence's draft in a round.
+struct Drafted {
+  RequestRef request;
+  std::vector<int32_t> context;  // [n0] prompt + committed tokens; the last is g
+  DraftProposal draft;           // tokens [k], q [k, vocab]
+};
+
+// draft -> scheduler: the round's drafts.
+struct DraftsReady {
+  std::uint64_t round = 0;
+  std::vector<Drafted> items;
+  double draft_seconds = 0;      // the draft stream's time for the whole round
+};
+
+// One sequence's verdict.
+struct Judged {
+  RequestId id = 0;
+  int drafted = 0;                // k
+  int accepted = 0;               // n
+  std::vector<int32_t> tokens;    // [n + 1] committed: t1..tn then the recovered / bonus token
+  bool finished = false;          // the sampler ended the request (stop id, length, context)
+};
+
+// sampler -> scheduler.
+struct Verdict {
+  std::uint64_t round = 0;
+  std::vector<Judged> items;
+  double draft_seconds = 0, verify_seconds = 0;
+};
+
+// any actor -> scheduler: the round could not be completed; its requests fail with `error`.
+struct RoundFailed {
+  std::uint64_t round = 0;
+  std::vector<RequestId> ids;
+  std::string error;
+};
+
+using SchedulerMessage = std::variant<SubmitRequest, Cancel, DraftsReady, Verdict, RoundFailed>;
+
+// --- to the draft, verifier and sampler ------------------------------------------------------
+// One sequence's part of a draft round.
+struct DraftItem {
+  RequestRef request;
+  std::vector<int32_t> context;  // [n0] prompt + committed tokens; the last is g
+  int k = 0;                     // draft at most this many (0: the target alone this round)
+};
+
+// scheduler -> draft: draft every active sequence (continuous batching: the set may change
+// between rounds).
+struct DraftRound {
+  std::uint64_t round = 0;
+  std::vector<DraftItem> items;
+};
+
+// scheduler -> verifier: one target forward over every sequence's [g, t1..tk].
+struct VerifyRound {
+  std::uint64_t round = 0;
+  std::vector<Drafted> items;
+  double draft_seconds = 0;
+};
+
+// One sequence's target output.
+struct Scored {
+  RequestRef request;
+  int64_t position = 0;               // absolute position of t1
+  DraftProposal draft;                // tokens [k], q [k, vocab]
+  std::vector<float> target_logits;   // [k + 1, vocab] raw logits at g, t1..tk (host memory here;
+                                      // a device handle once the verifier runs on CUDA)
+};
+
+// verifier -> sampler: the target's distributions for the round (TargetProbsReady and Judge in one).
+struct Judge {
+  std::uint64_t round = 0;
+  std::vector<Scored> items;
+  double draft_seconds = 0, verify_seconds = 0;
+};
+
+// scheduler -> draft, verifier, sampler: these requests have left the active set (between
+// rounds): free their KV / drafter / stream state. The sampler ends each stream not yet ended:
+// with `error` if it is not empty, else as "cancelled".
+struct Release {
+  std::vector<RequestRef> requests;
+  std::string error;
+};
+
+using DraftMessage = std::variant<DraftRound, Release>;
+using VerifierMessage = std::variant<VerifyRound, Release>;
+using SamplerMessage = std::variant<Judge, Release>;
+
+// A test hook: called inside each actor's round work with the actor's name ("draft",
+// "verifier", "sampler") and the round's requests; an exception it throws fails that round.
+using FaultHook = std::function<void(const std::string& actor, const std::vector<RequestId>& ids)>;
+
+}  // namespace specula::actors

@@ -1,0 +1,47 @@
+// The sampler actor: the acceptance rule (spec/speculative_sampling.h) for each sequence of a
+// round, stop ids and max_tokens, incremental detokenization, each request's token stream, and
+// the verdict (accepted length and committed tokens) back to the scheduler.
+#pragma once
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "actors/actor.h"
+#include "actors/messages.h"
+#include "model/tokenizer.h"
+
+namespace specula::actors {
+
+class Scheduler;
+
+class Sampler : public Actor<Sampler, SamplerMessage> {
+ public:
+  // `max_positions`: the target's context (0 = unlimited), as the sequential loop's "context" rule.
+  Sampler(boost::asio::any_io_executor executor, std::shared_ptr<const Tokenizer> tokenizer, int64_t max_positions,
+          FaultHook hook);
+  // Owner only, before start().
+  void connect(Actor<Scheduler, SchedulerMessage>& scheduler);
+
+  void on(Judge& judge);
+  void on(Release& release);
+
+ protected:
+  void on_failure(SamplerMessage& message, std::exception_ptr error) override;
+
+ private:
+  struct Open {
+    RequestRef request;
+    StreamDecoder decoder;
+    SpeculativeStats stats;
+    bool ended = false;  // the terminal event was sent
+  };
+  Open& open(const RequestRef& request);
+
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  int64_t max_positions_;
+  FaultHook hook_;
+  std::map<RequestId, Open> open_;
+  std::optional<Mailbox<SchedulerMessage>::Sender> to_scheduler_;
+};
+
+}  // namespace specula::actors

@@ -1,0 +1,112 @@
+// Verification on the verify stream: new sequences are prefilled (prompt minus its last token),
+// every sequence is rolled back to its committed length, then one forward scores all windows.
+#include "actors/verifier.h"
+
+#include <chrono>
+
+#include "actors/sampler.h"
+#include "actors/scheduler.h"
+#include "streams/host_stream.h"
+
+namespace specula::actors {
+
+Verifier::Verifier(boost::asio::any_io_executor executor, LlamaModel& target, int64_t kv_tokens, FaultHook hook)
+    : Actor(std::move(executor), "verifier"),
+      target_(target),
+      kv_(target.ops(), target.kv_config(kv_tokens)),
+      hook_(std::move(hook)),
+      stream_(std::make_unique<streams::HostStream>("verify")),
+      blocks_free_(kv_.blocks_free()) {}
+
+Verifier::~Verifier() = default;
+
+void Verifier::connect(Actor<Scheduler, SchedulerMessage>& scheduler, Actor<Sampler, SamplerMessage>& sampler) {
+  to_scheduler_.emplace(scheduler.make_sender());
+  to_sampler_.emplace(sampler.make_sender());
+}
+
+void Verifier::verify(VerifyRound& round, Judge& judge) {
+  if (hook_) {
+    std::vector<RequestId> ids;
+    for (const Drafted& d : round.items) ids.push_back(d.request->id);
+    hook_("verifier", ids);
+  }
+  // Prefill the sequences seen for the first time: one forward over their prompts (minus g).
+  std::vector<ForwardSeq> batch;
+  for (const Drafted& d : round.items) {
+    const RequestId id = d.request->id;
+    if (seqs_.count(id)) continue;
+    const int seq = kv_.create_sequence();
+    seqs_.emplace(id, seq);
+    if (d.context.size() > 1)
+      batch.push_back({seq, std::span<const int32_t>(d.context).first(d.context.size() - 1), false});
+  }
+  if (!batch.empty()) target_.forward(batch, kv_, logits_);
+
+  // One forward over every sequence's [g, t1..tk], after rolling each back to n0 - 1 positions.
+  std::vector<std::vector<int32_t>> windows(round.items.size());
+  batch.clear();
+  for (size_t i = 0; i < round.items.size(); ++i) {
+    const Drafted& d = round.items[i];
+    const int seq = seqs_.at(d.request->id);
+    kv_.truncate_to(seq, static_cast<int64_t>(d.context.size()) - 1);
+    windows[i].assign(1, d.context.back());
+    windows[i].insert(windows[i].end(), d.draft.tokens.begin(), d.draft.tokens.end());
+    batch.push_back({seq, windows[i], true});
+  }
+  target_.forward(batch, kv_, logits_);
+  const int64_t vocab = target_.config().vocab_size;
+  size_t row = 0;
+  for (size_t i = 0; i < round.items.size(); ++i) {
+    Drafted& d = round.items[i];
+    Scored s{d.request, static_cast<int64_t>(d.context.size()), std::move(d.draft), {}};
+    const size_t rows = windows[i].size();
+    s.target_logits.assign(logits_.begin() + static_cast<std::ptrdiff_t>(row * vocab),
+                           logits_.begin() + static_cast<std::ptrdiff_t>((row + rows) * vocab));
+    row += rows;
+    judge.items.push_back(std::move(s));
+  }
+}
+
+boost::asio::awaitable<void> Verifier::on(VerifyRound& round) {
+  Judge judge;
+  judge.round = round.round;
+  judge.draft_seconds = round.draft_seconds;
+  stream_->enqueue([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    verify(round, judge);
+    judge.verify_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  streams::Event done = stream_->record();
+  std::exception_ptr error;
+  try {
+    co_await done.async_wait(boost::asio::use_awaitable);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  blocks_free_.store(kv_.blocks_free(), std::memory_order_release);
+  if (error) std::rethrow_exception(error);
+  to_sampler_->send(SamplerMessage(std::move(judge)));
+}
+
+void Verifier::on(Release& release) {
+  for (const RequestRef& r : release.requests) {
+    auto it = seqs_.find(r->id);
+    if (it == seqs_.end()) continue;
+    kv_.free_sequence(it->second);
+    seqs_.erase(it);
+  }
+  blocks_free_.store(kv_.blocks_free(), std::memory_order_release);
+}
+
+void Verifier::on_failure(VerifierMessage& message, std::exception_ptr error) {
+  if (auto* round = std::get_if<VerifyRound>(&message)) {
+    RoundFailed failed{round->round, {}, "verifier: " + describe(error)};
+    for (const Drafted& d : round->items) failed.ids.push_back(d.request->id);
+    to_scheduler_->send(SchedulerMessage(std::move(failed)));
+  } else {
+    Actor::on_failure(message, error);
+  }
+}
+
+}  // namespace specula::actors

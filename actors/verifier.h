@@ -1,0 +1,53 @@
+// The verifier actor: the target model, its KV cache and the verify stream. Each round is one
+// batched target forward over every active sequence's [g, t1..tk] window.
+#pragma once
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "actors/actor.h"
+#include "actors/messages.h"
+#include "gpu/kv_cache.h"
+#include "gpu/llama.h"
+#include "streams/stream.h"
+
+namespace specula::actors {
+
+class Scheduler;
+class Sampler;
+
+class Verifier : public Actor<Verifier, VerifierMessage> {
+ public:
+  // `target` must outlive the actor; the KV cache holds `kv_tokens` positions over all sequences.
+  Verifier(boost::asio::any_io_executor executor, LlamaModel& target, int64_t kv_tokens, FaultHook hook);
+  ~Verifier() override;
+  // Owner only, before start().
+  void connect(Actor<Scheduler, SchedulerMessage>& scheduler, Actor<Sampler, SamplerMessage>& sampler);
+
+  boost::asio::awaitable<void> on(VerifyRound& round);
+  void on(Release& release);
+
+  // Any thread: the pool as of the last message handled.
+  int64_t blocks_free() const { return blocks_free_.load(std::memory_order_acquire); }
+  int64_t blocks_total() const { return kv_.blocks_total(); }
+  int64_t block_tokens() const { return kv_.config().block_tokens; }
+
+ protected:
+  void on_failure(VerifierMessage& message, std::exception_ptr error) override;
+
+ private:
+  void verify(VerifyRound& round, Judge& judge);
+
+  LlamaModel& target_;
+  KvCache kv_;
+  FaultHook hook_;
+  std::unique_ptr<streams::Stream> stream_;
+  std::map<RequestId, int> seqs_;  // request -> KV sequence
+  std::atomic<int64_t> blocks_free_;
+  std::vector<float> logits_;
+  std::optional<Mailbox<SchedulerMessage>::Sender> to_scheduler_;
+  std::optional<Mailbox<SamplerMessage>::Sender> to_sampler_;
+};
+
+}  // namespace specula::actors
