@@ -22,6 +22,8 @@ struct Engine::Impl {
   std::unique_ptr<Ops> ops;
   LoadedModel files;
   std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Ops> draft_ops;            // pipelining only: the draft's own device and
+  std::unique_ptr<LlamaModel> draft_model;   // target instance, used concurrently with the verifier's
   std::vector<int32_t> default_stop;
   boost::asio::io_context io;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work = boost::asio::make_work_guard(io);
@@ -46,13 +48,19 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   m.model = std::make_unique<LlamaModel>(m.files.weights, *m.ops);
   m.default_stop = default_stop_ids(m.files);
   make_drafter(m.cfg.drafter, m.files, *m.model, 16);  // a bad spelling fails here, not per request
+  LlamaModel* draft_target = m.model.get();
+  if (m.cfg.pipeline) {
+    m.draft_ops = make_device(DeviceOptions{m.cfg.device, m.cfg.threads});
+    m.draft_model = std::make_unique<LlamaModel>(m.files.weights, *m.draft_ops);
+    draft_target = m.draft_model.get();
+  }
 
   const auto ex = m.io.get_executor();
   m.verifier = std::make_unique<Verifier>(ex, *m.model, m.cfg.kv_tokens, m.cfg.fault_hook);
   SchedulerLimits limits{m.cfg.max_batch, m.verifier->blocks_total(), m.verifier->block_tokens(),
-                         m.model->config().max_positions};
+                         m.model->config().max_positions, m.cfg.pipeline};
   m.scheduler = std::make_unique<Scheduler>(ex, limits);
-  m.draft = std::make_unique<DraftActor>(ex, m.cfg.drafter, m.files, *m.model, m.cfg.fault_hook);
+  m.draft = std::make_unique<DraftActor>(ex, m.cfg.drafter, m.files, *draft_target, m.cfg.fault_hook);
   m.sampler = std::make_unique<Sampler>(ex, m.files.tokenizer, m.model->config().max_positions, m.cfg.fault_hook);
   m.scheduler->connect(*m.draft, *m.verifier, *m.sampler);
   m.draft->connect(*m.scheduler);

@@ -38,6 +38,10 @@ struct EngineConfig {
   int64_t kv_tokens = 16384;           // target KV positions shared by all requests (the admission budget)
   int threads = 2;                     // compute threads of the host device
   int io_threads = 1;                  // threads running the actors (they only route; compute is on streams)
+  // Two rounds in flight over disjoint halves of the active set (ping-pong micro-batches), so the
+  // draft stream works while the verify stream does. The draft then gets its own device and model
+  // instance (the skip drafter must not share the target's workspace with a concurrent verify).
+  bool pipeline = false;
   FaultHook fault_hook;                // tests only: throw from it to fail a round
 };
 

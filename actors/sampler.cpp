@@ -19,7 +19,7 @@ void Sampler::connect(Actor<Scheduler, SchedulerMessage>& scheduler) { to_schedu
 Sampler::Open& Sampler::open(const RequestRef& request) {
   auto it = open_.find(request->id);
   if (it == open_.end()) {
-    it = open_.emplace(request->id, Open{request, StreamDecoder(tokenizer_, /*skip_special=*/true), {}, false}).first;
+    it = open_.try_emplace(request->id, request, tokenizer_).first;  // the decoder skips special tokens
     it->second.stats.prompt_tokens = static_cast<int64_t>(request->request.prompt.size());
   }
   return it->second;

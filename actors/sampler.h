@@ -30,6 +30,7 @@ class Sampler : public Actor<Sampler, SamplerMessage> {
 
  private:
   struct Open {
+    Open(RequestRef r, std::shared_ptr<const Tokenizer> tok) : request(std::move(r)), decoder(std::move(tok), true) {}
     RequestRef request;
     StreamDecoder decoder;
     SpeculativeStats stats;

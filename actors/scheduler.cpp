@@ -1,4 +1,6 @@
-// Rounds without pipelining: one round in flight at a time through draft -> verifier -> sampler.
+// Rounds through draft -> verifier -> sampler. Without pipelining one round is in flight at a
+// time; with it, two rounds over disjoint requests, so a request still sees its rounds one after
+// another (exactly the sequential loop) while the draft and verify streams overlap.
 #include "actors/scheduler.h"
 
 #include <algorithm>
@@ -40,7 +42,7 @@ void Scheduler::release(std::vector<RequestRef> requests, const std::string& err
 }
 
 void Scheduler::publish() {
-  pending_.store(static_cast<int64_t>(queue_.size() + active_.size()) + (in_flight_ ? 1 : 0),
+  pending_.store(static_cast<int64_t>(queue_.size() + active_.size()) + in_flight_,
                  std::memory_order_release);
 }
 
@@ -83,8 +85,9 @@ void Scheduler::on(Verdict& verdict) {
     a->context.insert(a->context.end(), j.tokens.begin(), j.tokens.end());
     a->length.observe(j.drafted, j.accepted, verdict.draft_seconds, verdict.verify_seconds);
     a->finished = a->finished || j.finished;
+    a->busy = false;
   }
-  in_flight_ = false;
+  --in_flight_;
   next_round();
 }
 
@@ -93,19 +96,19 @@ void Scheduler::on(RoundFailed& failed) {
     if (Active* a = find(id)) {
       a->failed = true;
       a->error = failed.error;
+      a->busy = false;
     }
   }
-  in_flight_ = false;
+  --in_flight_;
   next_round();
 }
 
 void Scheduler::next_round() {
-  if (in_flight_) return publish();
   // Leave: finished and cancelled requests, and failed ones grouped by their error.
   std::vector<RequestRef> done;
   std::vector<std::pair<std::string, std::vector<RequestRef>>> failed;
   std::erase_if(active_, [&](Active& a) {
-    if (!a.cancelled && !a.finished && !a.failed) return false;
+    if (a.busy || (!a.cancelled && !a.finished && !a.failed)) return false;
     blocks_reserved_ -= a.blocks;
     if (a.failed && !a.finished) {
       auto it = std::find_if(failed.begin(), failed.end(), [&](const auto& f) { return f.first == a.error; });
@@ -126,23 +129,38 @@ void Scheduler::next_round() {
     RequestRef r = std::move(queue_.front());
     queue_.pop_front();
     blocks_reserved_ += need;
-    active_.push_back(Active{r, r->request.prompt, DraftLength(r->request.draft), need, false, false, false, {}});
+    active_.push_back(Active{r, r->request.prompt, DraftLength(r->request.draft), need, false, false, false, false, {}});
   }
-  if (active_.empty()) return publish();
-
-  // One round over the whole active set. K as the sequential loop picks it: no more drafts than
-  // could be emitted (the round adds one target token) or fit in the context.
-  DraftRound round{++round_, {}};
-  for (Active& a : active_) {
-    const SpeculativeRequest& r = a.request->request;
-    const int64_t generated = static_cast<int64_t>(a.context.size() - r.prompt.size());
-    int64_t k = std::min<int64_t>(a.length.next(), r.max_tokens - generated - 1);
-    if (limits_.max_positions > 0)
-      k = std::min<int64_t>(k, limits_.max_positions - static_cast<int64_t>(a.context.size()));
-    round.items.push_back(DraftItem{a.request, a.context, static_cast<int>(std::max<int64_t>(k, 0))});
+  std::vector<Active*> idle;
+  for (Active& a : active_)
+    if (!a.busy) idle.push_back(&a);
+  const int lanes = limits_.pipeline ? 2 : 1;
+  if (idle.empty() || in_flight_ >= lanes) return publish();
+  if (lanes == 2 && in_flight_ == 0 && idle.size() >= 2) {
+    // Ping-pong: split so that one half drafts while the other verifies.
+    const auto half = static_cast<std::ptrdiff_t>((idle.size() + 1) / 2);
+    start_round({idle.begin(), idle.begin() + half});
+    start_round({idle.begin() + half, idle.end()});
+  } else {
+    start_round(std::move(idle));
   }
-  in_flight_ = true;
   publish();
+}
+
+void Scheduler::start_round(std::vector<Active*> members) {
+  // K as the sequential loop picks it: no more drafts than could be emitted (the round adds one
+  // target token) or fit in the context.
+  DraftRound round{++round_, {}};
+  for (Active* a : members) {
+    const SpeculativeRequest& r = a->request->request;
+    const int64_t generated = static_cast<int64_t>(a->context.size() - r.prompt.size());
+    int64_t k = std::min<int64_t>(a->length.next(), r.max_tokens - generated - 1);
+    if (limits_.max_positions > 0)
+      k = std::min<int64_t>(k, limits_.max_positions - static_cast<int64_t>(a->context.size()));
+    round.items.push_back(DraftItem{a->request, a->context, static_cast<int>(std::max<int64_t>(k, 0))});
+    a->busy = true;
+  }
+  ++in_flight_;
   to_draft_->send(DraftMessage(std::move(round)));
 }
 

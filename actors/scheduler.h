@@ -23,6 +23,9 @@ struct SchedulerLimits {
   int64_t kv_blocks = 0;       // the target cache's pool
   int64_t block_tokens = 16;   // positions per block
   int64_t max_positions = 0;   // the target's context (0 = unlimited)
+  // Two rounds in flight over disjoint halves of the active set (ping-pong micro-batches): the
+  // draft actor drafts one half while the verifier verifies the other. Off: one round at a time.
+  bool pipeline = false;
 };
 
 class Scheduler : public Actor<Scheduler, SchedulerMessage> {
@@ -47,6 +50,7 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
     std::vector<int32_t> context;  // prompt + committed tokens
     DraftLength length;
     int64_t blocks = 0;            // reserved for prompt + max_tokens + a full draft window
+    bool busy = false;             // in a round in flight
     bool cancelled = false, finished = false, failed = false;
     std::string error;
   };
@@ -54,8 +58,9 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   Active* find(RequestId id);
   void release(std::vector<RequestRef> requests, const std::string& error);
   // At a round boundary: let finished / cancelled / failed requests go, admit from the queue,
-  // and start the next round if anything is active.
+  // and start rounds for the requests not in one (two halves when pipelining and none is in flight).
   void next_round();
+  void start_round(std::vector<Active*> members);
   void publish();
 
   SchedulerLimits limits_;
@@ -63,7 +68,7 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   std::vector<Active> active_;
   std::vector<RequestId> cancel_queued_;
   int64_t blocks_reserved_ = 0;
-  bool in_flight_ = false;
+  int in_flight_ = 0;              // rounds in flight (at most 2 with pipelining, else 1)
   std::uint64_t round_ = 0;
   std::atomic<int64_t> pending_{0};
   std::optional<Mailbox<DraftMessage>::Sender> to_draft_;
