@@ -58,14 +58,17 @@ int32_t sample_recovered(std::span<const float> p, std::span<const float> q, uin
   return sample_gumbel(log_r, seed, position, RngStream::Residual);
 }
 
-RoundOutcome speculative_sample(std::span<const int32_t> draft, std::span<const float> q, std::span<const float> p,
-                                int64_t vocab, uint64_t seed, int64_t position) {
+// The exact rule with p's rows fetched on demand (p_row(i) -> [vocab]): the verifier transforms
+// only the rows the round actually reaches (n + 1 of k + 1).
+template <class PRow>
+RoundOutcome speculative_sample_rows(std::span<const int32_t> draft, std::span<const float> q, int64_t vocab,
+                                     uint64_t seed, int64_t position, PRow&& p_row) {
   const int64_t k = static_cast<int64_t>(draft.size());
-  assert(static_cast<int64_t>(q.size()) == k * vocab && static_cast<int64_t>(p.size()) == (k + 1) * vocab);
+  assert(static_cast<int64_t>(q.size()) == k * vocab);
   RoundOutcome out;
   for (int64_t i = 0; i < k; ++i) {
     const int32_t t = draft[i];
-    const auto p_i = row(p, vocab, i), q_i = row(q, vocab, i);
+    const std::span<const float> p_i = p_row(i), q_i = row(q, vocab, i);
     // accept t_i with probability min(1, p(t_i) / q(t_i)); else draw from norm(max(0, p - q)) and stop
     if (accept_draft_token(p_i[t], q_i[t], acceptance_uniform(seed, position + i))) {
       out.tokens.push_back(t);
@@ -76,10 +79,16 @@ RoundOutcome speculative_sample(std::span<const int32_t> draft, std::span<const 
     return out;
   }
   std::vector<float> log_p;
-  log_of(row(p, vocab, k), log_p);
+  log_of(p_row(k), log_p);
   out.tokens.push_back(sample_gumbel(log_p, seed, position + k, RngStream::Token));
   out.bonus = true;
   return out;
+}
+
+RoundOutcome speculative_sample(std::span<const int32_t> draft, std::span<const float> q, std::span<const float> p,
+                                int64_t vocab, uint64_t seed, int64_t position) {
+  assert(static_cast<int64_t>(p.size()) == (static_cast<int64_t>(draft.size()) + 1) * vocab);
+  return speculative_sample_rows(draft, q, vocab, seed, position, [&](int64_t i) { return row(p, vocab, i); });
 }
 
 RoundOutcome greedy_verify(std::span<const int32_t> draft, std::span<const float> target_logits, int64_t vocab) {
@@ -130,12 +139,11 @@ RoundOutcome verify_draft(const DraftProposal& draft, std::span<const float> tar
   if (static_cast<int64_t>(draft.q.size()) != k * vocab)
     throw std::invalid_argument("verify_draft: the draft has " + std::to_string(draft.q.size()) +
                                 " q values for k = " + std::to_string(k) + " rows of " + std::to_string(vocab));
-  std::vector<float> p(static_cast<size_t>((k + 1) * vocab)), p_row;
-  for (int64_t i = 0; i <= k; ++i) {
-    transform_to_probs(row(target_logits, vocab, i), sp, p_row);
-    std::copy(p_row.begin(), p_row.end(), p.begin() + i * vocab);
-  }
-  return speculative_sample(draft.tokens, draft.q, p, vocab, sp.seed, position);
+  std::vector<float> p_i;
+  return speculative_sample_rows(draft.tokens, draft.q, vocab, sp.seed, position, [&](int64_t i) {
+    transform_to_probs(row(target_logits, vocab, i), sp, p_i);
+    return std::span<const float>(p_i);
+  });
 }
 
 }  // namespace specula
