@@ -45,6 +45,8 @@ boost::asio::awaitable<void> DraftActor::on(DraftRound& round) {
   double seconds = 0;
   stream_->enqueue([&] {
     const auto t0 = std::chrono::steady_clock::now();
+    TraceScope span(trace_, Trace::DraftStream,
+                    "draft round " + std::to_string(round.round) + " (" + std::to_string(round.items.size()) + " seqs)");
     if (hook_) {
       std::vector<RequestId> ids;
       for (const DraftItem& item : round.items) ids.push_back(item.request->id);

@@ -8,6 +8,7 @@
 
 #include "actors/actor.h"
 #include "actors/messages.h"
+#include "actors/trace.h"
 #include "gpu/llama.h"
 #include "model/weights.h"
 #include "spec/drafter.h"
@@ -24,6 +25,8 @@ class DraftActor : public Actor<DraftActor, DraftMessage> {
   DraftActor(boost::asio::any_io_executor executor, std::string spec, const LoadedModel& target_files,
              LlamaModel& target, FaultHook hook);
   ~DraftActor() override;
+  // Owner only, before start(): record spans into `trace` (null: off); it must outlive the actor.
+  void set_trace(Trace* trace) { trace_ = trace; }
   // Owner only, before start().
   void connect(Actor<Scheduler, SchedulerMessage>& scheduler);
 
@@ -43,6 +46,7 @@ class DraftActor : public Actor<DraftActor, DraftMessage> {
   std::unique_ptr<streams::Stream> stream_;
   std::map<RequestId, std::unique_ptr<Drafter>> drafters_;  // nullptr for the "none" drafter
   std::optional<Mailbox<SchedulerMessage>::Sender> to_scheduler_;
+  Trace* trace_ = nullptr;
 };
 
 }  // namespace specula::actors

@@ -10,6 +10,7 @@
 #include "actors/draft_actor.h"
 #include "actors/sampler.h"
 #include "actors/scheduler.h"
+#include "actors/trace.h"
 #include "actors/verifier.h"
 #include "gpu/llama.h"
 #include "spec/generate.h"
@@ -27,6 +28,7 @@ struct Engine::Impl {
   std::vector<int32_t> default_stop;
   boost::asio::io_context io;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work = boost::asio::make_work_guard(io);
+  std::unique_ptr<Trace> trace;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<DraftActor> draft;
   std::unique_ptr<Verifier> verifier;
@@ -62,6 +64,13 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   m.scheduler = std::make_unique<Scheduler>(ex, limits);
   m.draft = std::make_unique<DraftActor>(ex, m.cfg.drafter, m.files, *draft_target, m.cfg.fault_hook);
   m.sampler = std::make_unique<Sampler>(ex, m.files.tokenizer, m.model->config().max_positions, m.cfg.fault_hook);
+  if (!m.cfg.trace_path.empty()) {
+    m.trace = std::make_unique<Trace>();
+    m.scheduler->set_trace(m.trace.get());
+    m.draft->set_trace(m.trace.get());
+    m.verifier->set_trace(m.trace.get());
+    m.sampler->set_trace(m.trace.get());
+  }
   m.scheduler->connect(*m.draft, *m.verifier, *m.sampler);
   m.draft->connect(*m.scheduler);
   m.verifier->connect(*m.scheduler, *m.sampler);
@@ -87,7 +96,16 @@ Engine::~Engine() {
   m.work.reset();
   m.io.stop();
   for (std::thread& t : m.threads) t.join();
+  if (m.trace) {
+    try {
+      m.trace->write(m.cfg.trace_path);
+    } catch (const std::exception& e) {
+      report_to_stderr("engine", e.what());
+    }
+  }
 }
+
+std::string Engine::trace_json() const { return impl_->trace ? impl_->trace->json() : std::string(); }
 
 const EngineConfig& Engine::config() const { return impl_->cfg; }
 const LoadedModel& Engine::model() const { return impl_->files; }

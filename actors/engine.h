@@ -42,6 +42,7 @@ struct EngineConfig {
   // draft stream works while the verify stream does. The draft then gets its own device and model
   // instance (the skip drafter must not share the target's workspace with a concurrent verify).
   bool pipeline = false;
+  std::string trace_path;              // write Chrome trace-event JSON here when the engine closes ("" = off)
   FaultHook fault_hook;                // tests only: throw from it to fail a round
 };
 
@@ -122,6 +123,7 @@ class Engine {
   int64_t kv_blocks_free() const;   // the target pool as the verifier last left it
   int64_t kv_blocks_total() const;
   std::uint64_t failures() const;   // rounds that failed in any actor
+  std::string trace_json() const;   // the trace so far ("" when trace_path is empty)
 
  private:
   struct Impl;

@@ -26,6 +26,7 @@ Sampler::Open& Sampler::open(const RequestRef& request) {
 }
 
 void Sampler::on(Judge& judge) {
+  TraceScope span(trace_, Trace::Sampler, "judge round " + std::to_string(judge.round));
   if (hook_) {
     std::vector<RequestId> ids;
     for (const Scored& s : judge.items) ids.push_back(s.request->id);

@@ -8,6 +8,7 @@
 
 #include "actors/actor.h"
 #include "actors/messages.h"
+#include "actors/trace.h"
 #include "model/tokenizer.h"
 
 namespace specula::actors {
@@ -19,6 +20,8 @@ class Sampler : public Actor<Sampler, SamplerMessage> {
   // `max_positions`: the target's context (0 = unlimited), as the sequential loop's "context" rule.
   Sampler(boost::asio::any_io_executor executor, std::shared_ptr<const Tokenizer> tokenizer, int64_t max_positions,
           FaultHook hook);
+  // Owner only, before start(): record spans into `trace` (null: off); it must outlive the actor.
+  void set_trace(Trace* trace) { trace_ = trace; }
   // Owner only, before start().
   void connect(Actor<Scheduler, SchedulerMessage>& scheduler);
 
@@ -43,6 +46,7 @@ class Sampler : public Actor<Sampler, SamplerMessage> {
   FaultHook hook_;
   std::map<RequestId, Open> open_;
   std::optional<Mailbox<SchedulerMessage>::Sender> to_scheduler_;
+  Trace* trace_ = nullptr;
 };
 
 }  // namespace specula::actors

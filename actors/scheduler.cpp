@@ -74,11 +74,13 @@ void Scheduler::on(Cancel& cancel) {
 }
 
 void Scheduler::on(DraftsReady& ready) {
+  TraceScope span(trace_, Trace::Scheduler, "drafts ready round " + std::to_string(ready.round));
   VerifyRound round{ready.round, std::move(ready.items), ready.draft_seconds};
   to_verifier_->send(VerifierMessage(std::move(round)));
 }
 
 void Scheduler::on(Verdict& verdict) {
+  TraceScope span(trace_, Trace::Scheduler, "verdict round " + std::to_string(verdict.round));
   for (const Judged& j : verdict.items) {
     Active* a = find(j.id);
     if (!a) continue;

@@ -10,6 +10,7 @@
 
 #include "actors/actor.h"
 #include "actors/messages.h"
+#include "actors/trace.h"
 #include "spec/adaptive_k.h"
 
 namespace specula::actors {
@@ -31,6 +32,8 @@ struct SchedulerLimits {
 class Scheduler : public Actor<Scheduler, SchedulerMessage> {
  public:
   Scheduler(boost::asio::any_io_executor executor, SchedulerLimits limits);
+  // Owner only, before start(): record spans into `trace` (null: off); it must outlive the actor.
+  void set_trace(Trace* trace) { trace_ = trace; }
   // Owner only, before start().
   void connect(Actor<DraftActor, DraftMessage>& draft, Actor<Verifier, VerifierMessage>& verifier,
                Actor<Sampler, SamplerMessage>& sampler);
@@ -74,6 +77,7 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   std::optional<Mailbox<DraftMessage>::Sender> to_draft_;
   std::optional<Mailbox<VerifierMessage>::Sender> to_verifier_;
   std::optional<Mailbox<SamplerMessage>::Sender> to_sampler_;
+  Trace* trace_ = nullptr;
 };
 
 }  // namespace specula::actors

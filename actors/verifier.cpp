@@ -74,6 +74,8 @@ boost::asio::awaitable<void> Verifier::on(VerifyRound& round) {
   judge.draft_seconds = round.draft_seconds;
   stream_->enqueue([&] {
     const auto t0 = std::chrono::steady_clock::now();
+    TraceScope span(trace_, Trace::VerifyStream,
+                    "verify round " + std::to_string(round.round) + " (" + std::to_string(round.items.size()) + " seqs)");
     verify(round, judge);
     judge.verify_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   });

@@ -8,6 +8,7 @@
 
 #include "actors/actor.h"
 #include "actors/messages.h"
+#include "actors/trace.h"
 #include "gpu/kv_cache.h"
 #include "gpu/llama.h"
 #include "streams/stream.h"
@@ -22,6 +23,8 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
   // `target` must outlive the actor; the KV cache holds `kv_tokens` positions over all sequences.
   Verifier(boost::asio::any_io_executor executor, LlamaModel& target, int64_t kv_tokens, FaultHook hook);
   ~Verifier() override;
+  // Owner only, before start(): record spans into `trace` (null: off); it must outlive the actor.
+  void set_trace(Trace* trace) { trace_ = trace; }
   // Owner only, before start().
   void connect(Actor<Scheduler, SchedulerMessage>& scheduler, Actor<Sampler, SamplerMessage>& sampler);
 
@@ -48,6 +51,7 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
   std::vector<float> logits_;
   std::optional<Mailbox<SchedulerMessage>::Sender> to_scheduler_;
   std::optional<Mailbox<SamplerMessage>::Sender> to_sampler_;
+  Trace* trace_ = nullptr;
 };
 
 }  // namespace specula::actors

@@ -2,7 +2,9 @@
 // second request with the blocking wrapper.
 //
 //   engine_example MODEL.gguf [DRAFTER] [PROMPT]     (DRAFTER: ngram (default), skip:4-7, none, a model path)
+//   SPECULA_TRACE=trace.json SPECULA_PIPELINE=1 engine_example MODEL.gguf skip:4-7
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 
@@ -46,6 +48,9 @@ int main(int argc, char** argv) {
     EngineConfig config;
     config.target = argv[1];
     config.drafter = argc > 2 ? argv[2] : "ngram";
+    // SPECULA_TRACE=FILE writes a Chrome trace (open it in ui.perfetto.dev); SPECULA_PIPELINE=1 pipelines.
+    if (const char* t = std::getenv("SPECULA_TRACE")) config.trace_path = t;
+    if (const char* p = std::getenv("SPECULA_PIPELINE")) config.pipeline = std::string(p) == "1";
     Engine engine(config);
     const std::string prompt = argc > 3 ? argv[3] : "Write a haiku about the sea.";
 

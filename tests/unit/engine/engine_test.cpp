@@ -79,7 +79,7 @@ struct Shared {
       auto config = [](const Drafting& dr) {
         return EngineConfig{.target = default_model_path(), .drafter = dr.spelling, .device = "host", .draft = dr.k,
                             .max_batch = 16, .kv_tokens = 16 * 128, .threads = 2, .io_threads = 1,
-                            .pipeline = dr.pipeline, .fault_hook = fault_hook};
+                            .pipeline = dr.pipeline, .trace_path = "", .fault_hook = fault_hook};
       };
       d->ngram = std::make_unique<Engine>(config(kNgram));
       d->skip = std::make_unique<Engine>(config(kSkip));
