@@ -254,6 +254,51 @@ TEST(Engine, CancellingRequestsMidwayReturnsTheKvPoolToFullWhenIdle) {
   EXPECT_TRUE(wait_until_idle_with_full_pool(e)) << e.kv_blocks_free() << " of " << e.kv_blocks_total() << " blocks free";
 }
 
+// 64 requests with mixed lengths, K and sampling through the pipelined engine; 16 of them are
+// cancelled after their first token. Greedy ones must be prefixes of the 32-token reference.
+TEST(Engine, SixtyFourMixedRequestsCompleteAndCancellingSixteenFreesTheirKv) {
+  REQUIRE_SETUP(s);
+  Engine& e = *s->ngram_pipelined;
+  struct Sent {
+    TokenStream stream;
+    int prompt, max_tokens;
+    bool greedy, cancel;
+  };
+  std::vector<Sent> sent;
+  for (int i = 0; i < 64; ++i) {
+    const int prompt = i % kPrompts;
+    const bool greedy = i % 3 == 0, cancel = i % 4 == 3;
+    EngineRequest r = s->request(prompt, greedy ? SamplingParams{0.0f, 0, 1.0f, 0}
+                                                : SamplingParams{0.7f, i % 2 ? 40 : 0, 0.9f, static_cast<uint64_t>(i)});
+    r.max_tokens = cancel ? 48 : 4 + (i * 7) % 13;
+    r.mode = i % 2 ? SpecSampling::Coupled : SpecSampling::Exact;
+    r.draft = DraftLengthConfig{.k = 1 + i % 6};
+    sent.push_back({e.start(r), prompt, r.max_tokens, greedy, cancel});
+  }
+  for (Sent& x : sent)
+    if (x.cancel) {
+      ASSERT_EQ(x.stream.next_blocking().kind, StreamEvent::Kind::Token);
+      x.stream.cancel();
+    }
+  int cancelled = 0;
+  for (Sent& x : sent) {
+    const Collected c = collect(x.stream);
+    ASSERT_EQ(c.last.kind, StreamEvent::Kind::Done) << c.last.error;
+    if (x.cancel) {
+      cancelled += c.last.finish_reason == "cancelled";
+      continue;
+    }
+    EXPECT_EQ(c.last.finish_reason, "length");
+    EXPECT_EQ(static_cast<int>(c.tokens.size()), x.max_tokens);
+    if (x.greedy) {
+      const std::vector<int32_t>& want = s->greedy(kNgram, x.prompt);
+      EXPECT_EQ(c.tokens, std::vector<int32_t>(want.begin(), want.begin() + x.max_tokens));
+    }
+  }
+  EXPECT_GT(cancelled, 8) << "most of the 16 should have been cancelled midway (48 tokens each)";
+  EXPECT_TRUE(wait_until_idle_with_full_pool(e)) << e.kv_blocks_free() << " of " << e.kv_blocks_total() << " blocks free";
+}
+
 TEST(Engine, AnExceptionInOneRoundFailsOnlyThatRoundsRequestsAndLaterRequestsSucceed) {
   REQUIRE_SETUP(s);
   Engine& e = *s->ngram;
