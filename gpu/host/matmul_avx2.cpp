@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "gpu/host/matmul_kernels.h"
@@ -114,8 +115,7 @@ void blocked_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
 // broadcast d, and the m * sum(x) term from precomputed block sums - instead of four FMAs to
 // dequantize plus four to multiply. Profiling (llvm-mca, znver3) showed the kernel bound by FP
 // pipe and issue pressure, not memory, so every uop per block counts:
-//  - fp16 scales come from a 256 KiB f32 table indexed by the raw half (a broadcast load, no
-//    FP uop), instead of vcvtph2ps + broadcast per scale;
+//  - d and m are converted together by one vcvtph2ps of the block's first 4 bytes;
 //  - nibbles: the activations are prepared once per call as x'_j = x_j - x_{j+16}/16 and
 //    x''_j = x_{j+16}/16 (j < 16), so that with a byte b_j = lo_j + 16 hi_j,
 //    lo_j x_j + hi_j x_{j+16} = lo_j x'_j + b_j x''_j: the high nibble needs no shift;
@@ -125,15 +125,6 @@ void blocked_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
 // Measured on this machine (EPYC Zen 3, one thread, L2-resident Q4_1 rows of 576 and 1536):
 // v1 dequant-then-FMA 2.7-2.85 ns/block, v3 1.9-2.0 ns/block.
 
-const float* fp16_table() {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(65536);
-    for (uint32_t h = 0; h < 65536; ++h) t[h] = _cvtsh_ss(static_cast<unsigned short>(h));
-    return t;
-  }();
-  return table.data();
-}
-
 // Software prefetch of the weight stream, this many bytes ahead of the block being read. The
 // hardware prefetcher alone left a single-thread Q8_0 GEMV of the output head at ~7 GB/s from
 // DRAM against ~20 GB/s of plain streaming reads; 1 KiB ahead (one prefetch per block, mostly to
@@ -141,28 +132,31 @@ const float* fp16_table() {
 constexpr size_t kPrefetchBytes = 1024;
 inline void prefetch_ahead(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0); }
 
-inline uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
+// The block's leading fp16 pair converted in one go: lane 0 = d, lane 1 = m (Q4_1) or the first
+// quant bytes (ignored). One vcvtph2ps per block; a 256 KiB f32 lookup table indexed by the half
+// measured the same on the real model and costs cache, so it was dropped.
+inline __m128 scales(const uint8_t* blk) {
+  int32_t v;
+  std::memcpy(&v, blk, 4);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
 }
 
-// Block layouts: byte size, where the fp16 d and the 16 or 32 quant bytes sit, and which half
-// gives m (Q4_0's m = -8 d reuses d's half; its block sums are prepared pre-multiplied by -8).
+// Block layouts: byte size, where the quant bytes start, and where m comes from (lane 0 of
+// scales() is d; Q4_0's m = -8 d reuses d, its block sums are prepared pre-multiplied by -8).
 struct LayoutQ4_0 {
   static constexpr size_t kBytes = 18, kQs = 2;
   static constexpr bool kNibbles = true, kHasMin = true;
-  static uint32_t m_half(uint32_t dm) { return dm & 0xffff; }
+  static __m128 min(__m128 dm) { return dm; }
 };
 struct LayoutQ4_1 {
   static constexpr size_t kBytes = 20, kQs = 4;
   static constexpr bool kNibbles = true, kHasMin = true;
-  static uint32_t m_half(uint32_t dm) { return dm >> 16; }
+  static __m128 min(__m128 dm) { return _mm_movehdup_ps(dm); }
 };
 struct LayoutQ8_0 {
   static constexpr size_t kBytes = 34, kQs = 2;
   static constexpr bool kNibbles = false, kHasMin = false;
-  static uint32_t m_half(uint32_t) { return 0; }
+  static __m128 min(__m128 dm) { return _mm_setzero_ps(); }
 };
 
 // The block's quants as exact f32 in the order the prepared activations expect:
@@ -196,51 +190,69 @@ inline __m256 block_dot(const __m256 v[4], const float* xb) {
   return _mm256_add_ps(p, r);
 }
 
-// GEMV, R weight rows (1 or 2) against one prepared activation row: y[rr] for rows w0 + rr.
-// sums: this activation row's block sums at stride 8 (lane 0 of the tile layout).
+// GEMV scales of two rows' blocks in one vcvtph2ps: [dA, mA, dB, mB] for Q4_1, [dA, 0, dB, 0]
+// otherwise (Q4_0 reads only d's two bytes: the next two are quants, possibly an fp16 nan).
+template <class L>
+inline __m128 pair_scales(const uint8_t* a, const uint8_t* b) {
+  __m128i h;
+  if constexpr (std::is_same_v<L, LayoutQ4_1>) {
+    int32_t va, vb;
+    std::memcpy(&va, a, 4);
+    std::memcpy(&vb, b, 4);
+    h = _mm_insert_epi32(_mm_cvtsi32_si128(va), vb, 1);
+  } else {
+    uint16_t va, vb;
+    std::memcpy(&va, a, 2);
+    std::memcpy(&vb, b, 2);
+    h = _mm_insert_epi16(_mm_cvtsi32_si128(va), vb, 2);
+  }
+  return _mm_cvtph_ps(h);
+}
+
+// GEMV, weight rows A = w0 and B = w0 + row_bytes against one prepared activation row (for
+// R = 1 only A is stored). sums: the GEMV block-sum layout, 8 floats per block whose first four
+// line up with pair_scales: [0, S, 0, S] for Q4_1, [-8S, 0, -8S, 0] for Q4_0, so one 4-wide FMA
+// per block pair accumulates both rows' m * sum(x) terms.
 template <class L, int R>
 inline void gemv_rows(const uint8_t* w0, size_t row_bytes, int64_t nb, const float* xp, const float* sums, float* y) {
-  const float* table = fp16_table();
-  __m256 acc[R];
-  __m128 macc[R];
-  for (int rr = 0; rr < R; ++rr) acc[rr] = _mm256_setzero_ps(), macc[rr] = _mm_setzero_ps();
+  const uint8_t* w1 = R == 2 ? w0 + row_bytes : w0;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m128 macc = _mm_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const float* xb = xp + b * 32;
-    __m256 x[4];
-    for (int k = 0; k < 4; ++k) x[k] = _mm256_loadu_ps(xb + 8 * k);
-    const __m128 s = L::kHasMin ? _mm_load_ss(sums + 8 * b) : _mm_setzero_ps();
-    for (int rr = 0; rr < R; ++rr) {
-      const uint8_t* blk = w0 + rr * row_bytes + static_cast<size_t>(b) * L::kBytes;
-      prefetch_ahead(blk);
-      const uint32_t dm = load_u32(blk);
-      const __m256 d = _mm256_broadcast_ss(table + (dm & 0xffff));
-      if constexpr (L::kHasMin) macc[rr] = _mm_fmadd_ss(_mm_load_ss(table + L::m_half(dm)), s, macc[rr]);
-      __m256 v[4];
-      unpack<L>(blk + L::kQs, v);
-      __m256 p = _mm256_mul_ps(v[0], x[0]);
-      __m256 r = _mm256_mul_ps(v[2], x[2]);
-      p = _mm256_fmadd_ps(v[1], x[1], p);
-      r = _mm256_fmadd_ps(v[3], x[3], r);
-      acc[rr] = _mm256_fmadd_ps(d, _mm256_add_ps(p, r), acc[rr]);
+    const uint8_t* blk0 = w0 + static_cast<size_t>(b) * L::kBytes;
+    const uint8_t* blk1 = w1 + static_cast<size_t>(b) * L::kBytes;
+    prefetch_ahead(blk0);
+    if constexpr (R == 2) prefetch_ahead(blk1);
+    const __m128 dm = pair_scales<L>(blk0, blk1);
+    if constexpr (L::kHasMin) macc = _mm_fmadd_ps(dm, _mm_loadu_ps(sums + 8 * b), macc);
+    __m256 v[4];
+    unpack<L>(blk0 + L::kQs, v);
+    acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm), block_dot(v, xb), acc0);
+    if constexpr (R == 2) {
+      unpack<L>(blk1 + L::kQs, v);
+      acc1 = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehl_ps(dm, dm)), block_dot(v, xb), acc1);
     }
   }
-  for (int rr = 0; rr < R; ++rr) y[rr] = hsum(acc[rr]) + _mm_cvtss_f32(macc[rr]);
+  alignas(16) float m[4];
+  _mm_store_ps(m, macc);
+  y[0] = hsum(acc0) + (m[0] + m[1]);
+  if constexpr (R == 2) y[1] = hsum(acc1) + (m[2] + m[3]);
 }
 
 // GEMM, one weight row against N <= 8 prepared activation rows (stride ldx); sums: the tile's
 // block sums [nb][8], lane i for activation row i.
 template <class L, int N>
 inline void gemm_row(const uint8_t* wr, int64_t nb, const float* xp, int64_t ldx, const float* sums, float* y, int64_t ldy) {
-  const float* table = fp16_table();
   __m256 acc[N];
   __m256 macc = _mm256_setzero_ps();
   SPECULA_UNROLL for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = wr + static_cast<size_t>(b) * L::kBytes;
     prefetch_ahead(blk);
-    const uint32_t dm = load_u32(blk);
-    const __m256 d = _mm256_broadcast_ss(table + (dm & 0xffff));
-    if constexpr (L::kHasMin) macc = _mm256_fmadd_ps(_mm256_broadcast_ss(table + L::m_half(dm)), _mm256_loadu_ps(sums + 8 * b), macc);
+    const __m128 dmf = scales(blk);
+    const __m256 d = _mm256_broadcastss_ps(dmf);
+    if constexpr (L::kHasMin) macc = _mm256_fmadd_ps(_mm256_broadcastss_ps(L::min(dmf)), _mm256_loadu_ps(sums + 8 * b), macc);
     __m256 v[4];
     unpack<L>(blk + L::kQs, v);
     const float* xb = xp + b * 32;
@@ -352,7 +364,13 @@ void prepare_activations_avx2(DType t, const float* x, int64_t n, int64_t cols, 
       _mm256_storeu_ps(pi + b * 32 + 8, _mm256_sub_ps(x1, h3));
       _mm256_storeu_ps(pi + b * 32 + 16, h2);
       _mm256_storeu_ps(pi + b * 32 + 24, h3);
-      si[b * 8] = min_scale * hsum(_mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3)));
+      const float sum = min_scale * hsum(_mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3)));
+      if (n == 1) {  // the GEMV layout (see gemv_rows)
+        const int lane = t == DType::Q4_1 ? 1 : 0;
+        si[b * 8 + lane] = si[b * 8 + lane + 2] = sum;
+      } else {
+        si[b * 8] = sum;
+      }
     }
   }
 }

@@ -22,7 +22,7 @@ struct MatmulArgs {
   // Prepared activations for the AVX2 Q4_0/Q4_1 kernels (filled by matmul_isa_path):
   // xprep [n, cols]: per 32-value block, x_j - x_{j+16}/16 then x_{j+16}/16 for j < 16
   // xsum [ceil(n/8), cols/32, 8]: block sums of x, lane i for activation
-  // row 8 * tile + i, times -8 for Q4_0.
+  // row 8 * tile + i, times -8 for Q4_0 (for n = 1 the GEMV's own lane pattern, see gemv_rows).
   const float* xprep = nullptr;
   const float* xsum = nullptr;
 };
