@@ -85,7 +85,9 @@ struct ThreadPool::Impl {
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0, grain = 1, units = 0;
   uint32_t job = 0;
-  bool stop = false;  // written before the final generation bump
+  // Set by the destructor before its generation bump; atomic because a worker that woke for an
+  // earlier job may still be reading it.
+  std::atomic<bool> stop{false};
 
   std::mutex error_mutex;
   std::exception_ptr error;
@@ -120,7 +122,7 @@ struct ThreadPool::Impl {
         continue;  // re-check: wait may return spuriously
       }
       seen = generation.load(std::memory_order_acquire);
-      if (stop) return;
+      if (stop.load(std::memory_order_acquire)) return;
       run_chunks();
     }
   }
@@ -133,7 +135,7 @@ ThreadPool::ThreadPool(int threads) : impl_(new Impl) {
 }
 
 ThreadPool::~ThreadPool() {
-  impl_->stop = true;
+  impl_->stop.store(true, std::memory_order_release);
   impl_->generation.fetch_add(1, std::memory_order_release);
   impl_->generation.notify_all();
   for (auto& w : impl_->workers) w.join();
