@@ -110,28 +110,42 @@ std::vector<std::byte> random_matrix(DType t, int64_t rows, int64_t cols, std::m
 
 }  // namespace
 
-MatmulTiming time_matmul(ThreadPool& pool, DType dtype, int64_t rows, int64_t cols, int64_t n, int copies, int runs) {
+MatmulTiming time_matmul_set(ThreadPool& pool, const std::vector<MatmulShape>& shapes, int64_t n, int runs) {
   std::mt19937 rng(1234);
   std::vector<std::vector<std::byte>> mats;
   std::vector<TensorView> views;
-  for (int c = 0; c < copies; ++c) mats.push_back(random_matrix(dtype, rows, cols, rng));
-  for (auto& m : mats) views.push_back(TensorView{"bench", dtype, {rows, cols}, m.data(), m.size()});
-  std::vector<float> x(static_cast<size_t>(n * cols)), y(static_cast<size_t>(n * rows));
+  int64_t max_rows = 1, max_cols = 1;
+  for (const MatmulShape& m : shapes) {
+    mats.push_back(random_matrix(m.dtype, m.rows, m.cols, rng));
+    views.push_back(TensorView{"bench", m.dtype, {m.rows, m.cols}, mats.back().data(), mats.back().size()});
+    max_rows = std::max(max_rows, m.rows);
+    max_cols = std::max(max_cols, m.cols);
+  }
+  std::vector<float> x(static_cast<size_t>(n * max_cols)), y(static_cast<size_t>(n * max_rows));
   std::uniform_real_distribution<float> val(-1.0f, 1.0f);
   for (auto& v : x) v = val(rng);
 
   for (auto& v : views) matmul(v, x.data(), n, y.data(), pool);  // warm-up pass
-  std::vector<double> per_call;
+  std::vector<double> per_pass;
   for (int r = 0; r < runs; ++r) {
     const auto t0 = Clock::now();
     for (auto& v : views) matmul(v, x.data(), n, y.data(), pool);
-    per_call.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / copies);
+    per_pass.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  std::sort(per_call.begin(), per_call.end());
+  std::sort(per_pass.begin(), per_pass.end());
   MatmulTiming t;
-  t.best_s = per_call.front();
-  t.median_s = per_call[per_call.size() / 2];
-  t.weight_bytes = static_cast<double>(mats.front().size());
+  t.best_s = per_pass.front();
+  t.median_s = per_pass[per_pass.size() / 2];
+  for (auto& m : mats) t.weight_bytes += static_cast<double>(m.size());
+  return t;
+}
+
+MatmulTiming time_matmul(ThreadPool& pool, DType dtype, int64_t rows, int64_t cols, int64_t n, int copies, int runs) {
+  MatmulTiming t = time_matmul_set(pool, std::vector<MatmulShape>(static_cast<size_t>(copies), MatmulShape{dtype, rows, cols}), n, runs);
+  // Per call, not per pass over the copies.
+  t.best_s /= copies;
+  t.median_s /= copies;
+  t.weight_bytes /= copies;
   return t;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "gpu/host/thread_pool.h"
 #include "model/tensor.h"
@@ -25,5 +26,14 @@ struct MatmulTiming {
 // of `dtype` used in turn (copies x size should exceed the last-level cache so the weights come
 // from DRAM, as in decoding). `runs` timed passes over all copies.
 MatmulTiming time_matmul(ThreadPool& pool, DType dtype, int64_t rows, int64_t cols, int64_t n, int copies, int runs);
+
+struct MatmulShape {
+  DType dtype;
+  int64_t rows, cols;
+};
+// Times one pass of matmul() over a distinct random matrix per shape, in order (e.g. every
+// weight matrix of a decode step): best_s / median_s are seconds per pass, weight_bytes the
+// bytes of all matrices.
+MatmulTiming time_matmul_set(ThreadPool& pool, const std::vector<MatmulShape>& shapes, int64_t n, int runs);
 
 }  // namespace specula

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gpu/host/bandwidth.h"
@@ -37,6 +38,29 @@ TEST(MatmulBench, DISABLED_GemvAndGemmBandwidthAgainstTheReadRoofline) {
       std::printf("{\"bench\":\"gemm6_over_gemv\",\"dtype\":\"%s\",\"threads\":%d,\"ratio_best\":%.2f,\"ratio_median\":%.2f}\n",
                   dtype_name(c.t), threads, six.best_s / one.best_s, six.median_s / one.median_s);
     }
+  }
+}
+
+// Every weight matrix of one SmolLM2-135M Q4_1 decode step, random values, in model order:
+// 30 x (q 576x576, k and v 192x576, o 576x576, gate and up 1536x576, down 576x1536) Q4_1, then
+// the 49152x576 Q8_0 tied embedding as the output head (~96 MB, three times the L3).
+TEST(MatmulBench, DISABLED_SmolLM2DecodeStepMatmulsAgainstTheReadRoofline) {
+  std::vector<MatmulShape> step;
+  for (int layer = 0; layer < 30; ++layer) {
+    for (auto [rows, cols] : {std::pair{576, 576}, {192, 576}, {192, 576}, {576, 576}, {1536, 576}, {1536, 576}, {576, 1536}})
+      step.push_back(MatmulShape{DType::Q4_1, rows, cols});
+  }
+  step.push_back(MatmulShape{DType::Q8_0, 49152, 576});
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    const double read = measure_read_bandwidth_gbs(pool);
+    const MatmulTiming one = time_matmul_set(pool, step, 1, 30);
+    const MatmulTiming six = time_matmul_set(pool, step, 6, 15);
+    std::printf("{\"bench\":\"smollm2_decode_matmuls\",\"isa\":\"%s\",\"threads\":%d,\"weight_mb\":%.1f,\"read_gbs\":%.2f,"
+                "\"n1_best_ms\":%.3f,\"n1_median_ms\":%.3f,\"n1_best_gbs\":%.2f,\"roofline_best\":%.3f,\"roofline_median\":%.3f,"
+                "\"n6_best_ms\":%.3f,\"n6_median_ms\":%.3f,\"n6_over_n1_best\":%.2f,\"n6_over_n1_median\":%.2f}\n",
+                matmul_isa(), threads, one.weight_bytes / 1e6, read, one.best_s * 1e3, one.median_s * 1e3, one.best_gbs(), one.best_gbs() / read,
+                one.median_gbs() / read, six.best_s * 1e3, six.median_s * 1e3, six.best_s / one.best_s, six.median_s / one.median_s);
   }
 }
 
