@@ -1,7 +1,9 @@
 // The engine: loads the target, builds the four actors on one io_context and wires them.
 #include "actors/engine.h"
 
+#include <mutex>
 #include <stdexcept>
+#include <unordered_map>
 #include <thread>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -17,6 +19,25 @@
 #include "spec/make_drafter.h"
 
 namespace specula::actors {
+
+// The event channels of requests whose streams may still be read, so that closing the engine can
+// end them (a reader then gets an Error, never waits for ever), and the flag that tells a stream
+// outliving its engine not to call back into it.
+struct StreamRegistry {
+  std::mutex mu;
+  bool closed = false;
+  std::unordered_map<RequestId, std::weak_ptr<EventChannel>> open;
+
+  void forget(RequestId id) {
+    std::lock_guard lock(mu);
+    open.erase(id);
+  }
+  // Calls engine->cancel(id) unless the engine has closed.
+  void cancel(Engine* engine, RequestId id) {
+    std::lock_guard lock(mu);
+    if (!closed) engine->cancel(id);
+  }
+};
 
 struct Engine::Impl {
   EngineConfig cfg;
@@ -35,6 +56,7 @@ struct Engine::Impl {
   std::unique_ptr<Sampler> sampler;
   std::vector<std::thread> threads;
   std::atomic<RequestId> next_id{1};
+  std::shared_ptr<StreamRegistry> streams = std::make_shared<StreamRegistry>();
 };
 
 Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
@@ -84,6 +106,14 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
 
 Engine::~Engine() {
   Impl& m = *impl_;
+  std::vector<std::shared_ptr<EventChannel>> unfinished;
+  {
+    std::lock_guard lock(m.streams->mu);
+    m.streams->closed = true;
+    for (auto& [id, weak] : m.streams->open)
+      if (auto channel = weak.lock()) unfinished.push_back(std::move(channel));
+    m.streams->open.clear();
+  }
   // The scheduler first, so that no new round starts; then the rest finish what they hold.
   m.scheduler->stop();
   m.scheduler->wait_stopped();
@@ -96,6 +126,8 @@ Engine::~Engine() {
   m.work.reset();
   m.io.stop();
   for (std::thread& t : m.threads) t.join();
+  // Streams still open now read their events so far, then an Error (TokenStream::take).
+  for (const auto& channel : unfinished) channel->close();
   if (m.trace) {
     try {
       m.trace->write(m.cfg.trace_path);
@@ -139,13 +171,20 @@ TokenStream Engine::start(EngineRequest request) {
   r.draft.validate();
   if (r.max_tokens < 1) throw std::invalid_argument("max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
   if (r.prompt.empty()) throw std::invalid_argument("the prompt is empty");
+  validate_stop_strings(request.stop);
   const int64_t ctx = m.model->config().max_positions;
   if (ctx > 0 && static_cast<int64_t>(r.prompt.size()) >= ctx)
     throw std::invalid_argument("the prompt has " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
                                 std::to_string(ctx));
   info->id = m.next_id.fetch_add(1);
   info->events = std::make_shared<EventChannel>();
-  TokenStream stream(this, info->id, info->events);
+  info->stop = std::move(request.stop);
+  {
+    std::lock_guard lock(m.streams->mu);
+    if (m.streams->closed) throw std::runtime_error("the engine is shutting down");
+    m.streams->open.emplace(info->id, info->events);
+  }
+  TokenStream stream(this, m.streams, info->id, info->events);
   if (!accepted(m.scheduler->send(SchedulerMessage(SubmitRequest{std::move(info)}))))
     throw std::runtime_error("the engine is shutting down");
   return stream;
@@ -173,16 +212,22 @@ void Engine::cancel(RequestId id) { impl_->scheduler->send(SchedulerMessage(Canc
 
 // --- TokenStream ---------------------------------------------------------------------------
 
-TokenStream::TokenStream(Engine* engine, RequestId id, std::shared_ptr<EventChannel> events)
-    : engine_(engine), id_(id), events_(std::move(events)) {}
+TokenStream::TokenStream(Engine* engine, std::shared_ptr<StreamRegistry> registry, RequestId id,
+                         std::shared_ptr<EventChannel> events)
+    : engine_(engine), registry_(std::move(registry)), id_(id), events_(std::move(events)) {}
 
 TokenStream::TokenStream(TokenStream&& o) noexcept
-    : engine_(std::exchange(o.engine_, nullptr)), id_(o.id_), events_(std::move(o.events_)), last_(std::move(o.last_)) {}
+    : engine_(std::exchange(o.engine_, nullptr)),
+      registry_(std::move(o.registry_)),
+      id_(o.id_),
+      events_(std::move(o.events_)),
+      last_(std::move(o.last_)) {}
 
 TokenStream& TokenStream::operator=(TokenStream&& o) noexcept {
   if (this != &o) {
-    if (engine_ && !last_) engine_->cancel(id_);
+    release();
     engine_ = std::exchange(o.engine_, nullptr);
+    registry_ = std::move(o.registry_);
     id_ = o.id_;
     events_ = std::move(o.events_);
     last_ = std::move(o.last_);
@@ -190,19 +235,24 @@ TokenStream& TokenStream::operator=(TokenStream&& o) noexcept {
   return *this;
 }
 
-TokenStream::~TokenStream() {
-  if (engine_ && !last_) engine_->cancel(id_);
+TokenStream::~TokenStream() { release(); }
+
+void TokenStream::release() {
+  if (!engine_) return;
+  if (!last_) registry_->cancel(engine_, id_);
+  registry_->forget(id_);
+  engine_ = nullptr;
 }
 
 void TokenStream::cancel() {
-  if (engine_ && !last_) engine_->cancel(id_);
+  if (engine_ && !last_) registry_->cancel(engine_, id_);
 }
 
 StreamEvent TokenStream::take(std::optional<StreamEvent> ev) {
   if (!ev) {
     StreamEvent err;
     err.kind = StreamEvent::Kind::Error;
-    err.error = "the engine stopped";
+    err.error = "the engine shut down before the request finished";
     ev = std::move(err);
   }
   if (ev->terminal()) last_ = *ev;
@@ -212,6 +262,13 @@ StreamEvent TokenStream::take(std::optional<StreamEvent> ev) {
 boost::asio::awaitable<StreamEvent> TokenStream::next() {
   if (last_) co_return *last_;
   co_return take(co_await events_->receive());
+}
+
+std::optional<StreamEvent> TokenStream::try_next() {
+  if (last_) return *last_;
+  std::optional<StreamEvent> ev = events_->try_receive();
+  if (!ev) return std::nullopt;
+  return take(std::move(ev));
 }
 
 StreamEvent TokenStream::next_blocking() {

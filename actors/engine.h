@@ -55,12 +55,17 @@ struct EngineRequest {
   SpecSampling mode = SpecSampling::Exact;
   std::optional<DraftLengthConfig> draft;      // default: the engine's
   std::optional<std::vector<int32_t>> stop_ids;  // default: the model's end tokens
+  // Stop strings: the text ends before the first one that appears (it is not shown), with
+  // finish_reason "stop". Text that might still become one is held back until it cannot.
+  std::vector<std::string> stop;
 };
 
 class Engine;
+struct StreamRegistry;
 
 // One request's events, in order. Move-only. Dropping it before the terminal event cancels the
-// request. It must not outlive its Engine.
+// request. A stream may outlive its Engine: once the engine is destroyed, the events it had sent
+// are still read, then an Error ("the engine shut down before the request finished").
 class TokenStream {
  public:
   TokenStream(TokenStream&& other) noexcept;
@@ -71,6 +76,8 @@ class TokenStream {
   boost::asio::awaitable<StreamEvent> next();
   // The same for a plain thread (blocks).
   StreamEvent next_blocking();
+  // The next event if one is ready, without waiting (the server coalesces a round's tokens).
+  std::optional<StreamEvent> try_next();
   // Any thread: stop the request; a Done event with finish_reason "cancelled" follows (unless
   // it finished first). Its KV is freed at the next round boundary.
   void cancel();
@@ -79,10 +86,13 @@ class TokenStream {
 
  private:
   friend class Engine;
-  TokenStream(Engine* engine, RequestId id, std::shared_ptr<EventChannel> events);
+  TokenStream(Engine* engine, std::shared_ptr<StreamRegistry> registry, RequestId id,
+              std::shared_ptr<EventChannel> events);
   StreamEvent take(std::optional<StreamEvent> ev);
+  void release();  // cancel unless ended, and leave the engine's registry
 
   Engine* engine_ = nullptr;
+  std::shared_ptr<StreamRegistry> registry_;
   RequestId id_ = 0;
   std::shared_ptr<EventChannel> events_;
   std::optional<StreamEvent> last_;  // the terminal event, once seen

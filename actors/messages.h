@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -19,6 +20,7 @@ namespace specula::actors {
 struct RequestInfo {
   RequestId id = 0;
   SpeculativeRequest request;              // prompt ids, max_tokens, sampling, stop ids, K, mode
+  std::vector<std::string> stop;           // stop strings (the sampler ends the text before one)
   std::shared_ptr<EventChannel> events;    // the caller's token stream
 };
 using RequestRef = std::shared_ptr<const RequestInfo>;
@@ -38,6 +40,9 @@ struct Drafted {
   RequestRef request;
   std::vector<int32_t> context;  // [n0] prompt + committed tokens; the last is g
   DraftProposal draft;           // tokens [k], q [k, vocab]
+  // Batch-1 pipelining: an optimistic draft of the next round is in flight, so the sampler judges
+  // its first token (a Continuation) against the last row instead of drawing the bonus token.
+  bool continued = false;
 };
 
 // draft -> scheduler: the round's drafts.
@@ -50,10 +55,12 @@ struct DraftsReady {
 // One sequence's verdict.
 struct Judged {
   RequestId id = 0;
-  int drafted = 0;                // k
+  int drafted = 0;                // k (+ 1 when a continuation token was judged)
   int accepted = 0;               // n
   std::vector<int32_t> tokens;    // [n + 1] committed: t1..tn then the recovered / bonus token
   bool finished = false;          // the sampler ended the request (stop id, length, context)
+  bool continued = false;         // the last token is the accepted continuation token: the
+                                  // optimistic draft's remaining tokens are the next window
 };
 
 // sampler -> scheduler.
@@ -61,6 +68,8 @@ struct Verdict {
   std::uint64_t round = 0;
   std::vector<Judged> items;
   double draft_seconds = 0, verify_seconds = 0;
+  int64_t forward_tokens = 0;     // rows of the round's batched verify forward (sum of k + 1)
+  double forward_seconds = 0;     // its time (prefill excluded): the scheduler's verify cost model
 };
 
 // any actor -> scheduler: the round could not be completed; its requests fail with `error`.
@@ -101,6 +110,7 @@ struct Scored {
   DraftProposal draft;                // tokens [k], q [k, vocab]
   std::vector<float> target_logits;   // [k + 1, vocab] raw logits at g, t1..tk (host memory here;
                                       // a device handle once the verifier runs on CUDA)
+  bool continued = false;             // a Continuation for this round follows (Drafted::continued)
 };
 
 // verifier -> sampler: the target's distributions for the round (TargetProbsReady and Judge in one).
@@ -108,6 +118,19 @@ struct Judge {
   std::uint64_t round = 0;
   std::vector<Scored> items;
   double draft_seconds = 0, verify_seconds = 0;
+  int64_t forward_tokens = 0;         // as Verdict's
+  double forward_seconds = 0;
+};
+
+// scheduler -> sampler (batch-1 pipelining): the first token of the optimistic draft of the round
+// after `round`, drafted while `round` was verified from the context that assumes all of
+// `round`'s drafts accepted. If they are, the sampler judges this token against `round`'s last
+// row with the ordinary rule (verify_draft_without_bonus) where it would otherwise draw the bonus
+// token; an empty draft (the drafter proposed nothing) means: draw the bonus token after all.
+struct Continuation {
+  std::uint64_t round = 0;
+  RequestRef request;
+  DraftProposal draft;                // tokens [0 or 1], q [that many, vocab]
 };
 
 // scheduler -> draft, verifier, sampler: these requests have left the active set (between
@@ -125,5 +148,11 @@ using SamplerMessage = std::variant<Judge, Release>;
 // A test hook: called inside each actor's round work with the actor's name ("draft",
 // "verifier", "sampler") and the round's requests; an exception it throws fails that round.
 using FaultHook = std::function<void(const std::string& actor, const std::vector<RequestId>& ids)>;
+
+// A test hook: replaces the acceptance rule in the sampler so that a statistical test can show it
+// catches a planted bug. `bonus` says which rule is asked for: verify_draft (target_logits has
+// k + 1 rows) or verify_draft_without_bonus (k rows).
+using JudgeRule = std::function<RoundOutcome(const DraftProposal& draft, std::span<const float> target_logits,
+                                             const SamplingParams& sp, int64_t position, SpecSampling mode, bool bonus)>;
 
 }  // namespace specula::actors

@@ -2,10 +2,45 @@
 #include "actors/sampler.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "actors/scheduler.h"
 
 namespace specula::actors {
+
+void validate_stop_strings(const std::vector<std::string>& stops) {
+  if (stops.size() > kMaxStopStrings)
+    throw std::invalid_argument("stop: at most " + std::to_string(kMaxStopStrings) + " strings, got " +
+                                std::to_string(stops.size()));
+  for (const std::string& s : stops) {
+    if (s.empty()) throw std::invalid_argument("stop: a stop string is empty");
+    if (s.size() > kMaxStopStringBytes)
+      throw std::invalid_argument("stop: a stop string has " + std::to_string(s.size()) + " bytes; the limit is " +
+                                  std::to_string(kMaxStopStringBytes));
+  }
+}
+
+std::string release_text(std::string& held, const std::vector<std::string>& stops, bool& stopped) {
+  stopped = false;
+  size_t first = std::string::npos;
+  for (const std::string& s : stops) first = std::min(first, held.find(s));
+  if (first != std::string::npos) {
+    std::string shown = held.substr(0, first);
+    held.clear();
+    stopped = true;
+    return shown;
+  }
+  size_t keep = 0;  // the longest tail of `held` that a stop string starts with
+  for (const std::string& s : stops)
+    for (size_t n = std::min(s.size() - 1, held.size()); n > keep; --n)
+      if (held.compare(held.size() - n, n, s, 0, n) == 0) {
+        keep = n;
+        break;
+      }
+  std::string shown = held.substr(0, held.size() - keep);
+  held.erase(0, held.size() - keep);
+  return shown;
+}
 
 Sampler::Sampler(boost::asio::any_io_executor executor, std::shared_ptr<const Tokenizer> tokenizer,
                  int64_t max_positions, FaultHook hook)
@@ -23,6 +58,15 @@ Sampler::Open& Sampler::open(const RequestRef& request) {
     it->second.stats.prompt_tokens = static_cast<int64_t>(request->request.prompt.size());
   }
   return it->second;
+}
+
+std::string Sampler::flush(Open& o) const {
+  o.held += o.decoder.flush();
+  bool stopped = false;
+  std::string shown = release_text(o.held, o.request->stop, stopped);
+  if (!stopped) shown += o.held;  // the end: a partial stop string is text after all
+  o.held.clear();
+  return shown;
 }
 
 void Sampler::on(Judge& judge) {
@@ -63,16 +107,18 @@ void Sampler::on(Judge& judge) {
       StreamEvent ev;
       ev.token = tok;
       ev.from_draft = i < n;
-      ev.text = o.decoder.push(tok);
+      o.held += o.decoder.push(tok);
+      bool stopped = false;
+      ev.text = release_text(o.held, s.request->stop, stopped);
       s.request->events->send(std::move(ev));
       const char* finish = nullptr;
-      if (std::find(req.stop_ids.begin(), req.stop_ids.end(), tok) != req.stop_ids.end()) finish = "stop";
+      if (stopped || std::find(req.stop_ids.begin(), req.stop_ids.end(), tok) != req.stop_ids.end()) finish = "stop";
       else if (st.generated >= req.max_tokens) finish = "length";
       else if (max_positions_ > 0 && tok_position + 1 >= max_positions_) finish = "context";
       if (finish) {
         StreamEvent done;
         done.kind = StreamEvent::Kind::Done;
-        done.text = o.decoder.flush();
+        done.text = stopped ? std::string() : flush(o);
         done.finish_reason = finish;
         st.finish_reason = finish;
         done.stats = st;
@@ -94,7 +140,7 @@ void Sampler::on(Release& release) {
       StreamEvent ev;
       if (release.error.empty()) {
         ev.kind = StreamEvent::Kind::Done;
-        ev.text = o.decoder.flush();
+        ev.text = flush(o);
         ev.finish_reason = o.stats.finish_reason = "cancelled";
       } else {
         ev.kind = StreamEvent::Kind::Error;

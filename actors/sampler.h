@@ -5,6 +5,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "actors/actor.h"
 #include "actors/messages.h"
@@ -14,6 +16,17 @@
 namespace specula::actors {
 
 class Scheduler;
+
+inline constexpr std::size_t kMaxStopStrings = 16;
+inline constexpr std::size_t kMaxStopStringBytes = 256;
+// Throws std::invalid_argument for an empty stop string, more than kMaxStopStrings, or one longer
+// than kMaxStopStringBytes.
+void validate_stop_strings(const std::vector<std::string>& stops);
+
+// Moves from `held` what can be shown now. If a stop string occurs in it, returns the text before
+// the first occurrence, clears `held` and sets `stopped`; otherwise returns all but the longest
+// tail of `held` that is the start of some stop string, which stays held.
+std::string release_text(std::string& held, const std::vector<std::string>& stops, bool& stopped);
 
 class Sampler : public Actor<Sampler, SamplerMessage> {
  public:
@@ -37,9 +50,12 @@ class Sampler : public Actor<Sampler, SamplerMessage> {
     RequestRef request;
     StreamDecoder decoder;
     SpeculativeStats stats;
+    std::string held;    // decoded text not shown yet: it may be the start of a stop string
     bool ended = false;  // the terminal event was sent
   };
   Open& open(const RequestRef& request);
+  // The text still held back at the end of a request, up to a stop string in it.
+  std::string flush(Open& o) const;
 
   std::shared_ptr<const Tokenizer> tokenizer_;
   int64_t max_positions_;
