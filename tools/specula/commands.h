@@ -9,5 +9,6 @@ int cmd_logits(int argc, char** argv);    // dump logits as .npy (numerics oracl
 int cmd_tokenize(int argc, char** argv);  // JSON-lines strings -> ids (tokenizer oracle)
 int cmd_bench(int argc, char** argv);     // benchmarks, JSON out
 int cmd_info(int argc, char** argv);      // print a model's config and tensor types
+int cmd_serve(int argc, char** argv);     // the HTTP / WebSocket server (net/)
 
 }  // namespace specula::cli

@@ -13,6 +13,7 @@ namespace {
 const char* kUsage =
     "usage: specula <command> [options]\n"
     "commands:\n"
+    "  serve      the server: chat page, WebSocket and OpenAI-compatible HTTP API, metrics\n"
     "  chat       interactive chat in the terminal (default model unless --model)\n"
     "  generate   generate text from --prompt (add --chat to apply the chat template)\n"
     "  bench      benchmarks (bench decode), JSON on stdout\n"
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "generate") return cmd_generate(argc - 1, argv + 1);
     if (cmd == "chat") return cmd_chat(argc - 1, argv + 1);
+    if (cmd == "serve") return cmd_serve(argc - 1, argv + 1);
     if (cmd == "logits") return cmd_logits(argc - 1, argv + 1);
     if (cmd == "tokenize") return cmd_tokenize(argc - 1, argv + 1);
     if (cmd == "bench") return cmd_bench(argc - 1, argv + 1);

@@ -1,0 +1,302 @@
+// Request fields -> EngineRequest, with errors that name the field (docs/protocol.md).
+#include "net/api_request.h"
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "actors/sampler.h"
+
+namespace specula::net {
+
+using nlohmann::json;
+
+int ApiError::http_status() const {
+  if (code == "message_too_large") return 413;
+  if (code == "overloaded") return 429;
+  if (code == "shutting_down") return 503;
+  if (code == "not_found") return 404;
+  if (code == "method_not_allowed") return 405;
+  if (code == "internal") return 500;
+  return 400;
+}
+
+namespace {
+
+// A field that is absent or null counts as not given.
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError("invalid_request", message, param);
+}
+
+std::string shown(const json& v) {
+  std::string s = v.dump();
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+
+int64_t integer(const json& v, const std::string& name, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) bad(name, name + " must be an integer, got " + shown(v));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    bad(name, name + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + shown(v));
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi)
+    bad(name, name + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + shown(v));
+  return x;
+}
+
+double number(const json& v, const std::string& name) {
+  if (!v.is_number()) bad(name, name + " must be a number, got " + shown(v));
+  const double x = v.get<double>();
+  if (!std::isfinite(x)) bad(name, name + " must be finite");
+  return x;
+}
+
+std::string text_content(const json& content, const std::string& name, bool parts_allowed) {
+  if (content.is_string()) return content.get<std::string>();
+  if (parts_allowed && content.is_array()) {  // OpenAI content parts: [{"type":"text","text":...}]
+    std::string s;
+    for (const json& part : content) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        bad(name, name + ": only text parts ({\"type\":\"text\",\"text\":...}) are supported");
+      s += part["text"].get<std::string>();
+    }
+    return s;
+  }
+  bad(name, name + " must be a string" + std::string(parts_allowed ? " or an array of text parts" : "") + ", got " +
+                shown(content));
+}
+
+std::vector<ChatMessage> parse_messages(const json& v, bool openai) {
+  if (!v.is_array() || v.empty()) bad("messages", "messages must be a non-empty array of {\"role\",\"content\"}");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    const json& m = v[i];
+    if (!m.is_object()) bad(where, where + " must be an object with role and content");
+    const json* role = field(m, "role");
+    if (!role || !role->is_string()) bad(where + ".role", where + ".role must be a string");
+    std::string r = role->get<std::string>();
+    if (openai && r == "developer") r = "system";
+    if (r != "system" && r != "user" && r != "assistant")
+      bad(where + ".role", where + ".role must be system, user or assistant, got " + shown(*role));
+    const json* content = field(m, "content");
+    if (!content) {
+      if (r == "assistant") { out.push_back({r, ""}); continue; }
+      bad(where + ".content", where + ".content is missing");
+    }
+    out.push_back({r, text_content(*content, where + ".content", openai)});
+  }
+  return out;
+}
+
+std::vector<int32_t> parse_token_ids(const json& v, int64_t vocab) {
+  std::vector<int32_t> ids;
+  for (const json& t : v) ids.push_back(static_cast<int32_t>(integer(t, "prompt", 0, vocab - 1)));
+  return ids;
+}
+
+std::vector<std::string> parse_stop(const json& v) {
+  std::vector<std::string> stops;
+  if (v.is_string()) {
+    stops.push_back(v.get<std::string>());
+  } else if (v.is_array()) {
+    for (const json& s : v) {
+      if (!s.is_string()) bad("stop", "stop must be a string or an array of strings, got an element " + shown(s));
+      stops.push_back(s.get<std::string>());
+    }
+  } else {
+    bad("stop", "stop must be a string or an array of strings, got " + shown(v));
+  }
+  if (stops.size() > actors::kMaxStopStrings)
+    bad("stop", "stop: at most " + std::to_string(actors::kMaxStopStrings) + " strings, got " +
+                    std::to_string(stops.size()));
+  for (const std::string& s : stops) {
+    if (s.empty()) bad("stop", "stop: a stop string is empty");
+    if (s.size() > actors::kMaxStopStringBytes)
+      bad("stop", "stop: a stop string has " + std::to_string(s.size()) + " bytes; the limit is " +
+                      std::to_string(actors::kMaxStopStringBytes));
+  }
+  return stops;
+}
+
+DraftLengthConfig parse_speculation(const json& v, DraftLengthConfig c) {
+  if (!v.is_object()) bad("speculation", "speculation must be an object {\"k\",\"adaptive\",\"mode\"}, got " + shown(v));
+  if (const json* k = field(v, "k")) {
+    c.k = static_cast<int>(integer(*k, "speculation.k", 1, kMaxDraftTokens));
+    if (c.k > c.k_max) c.k_max = c.k;
+    if (c.k < c.k_min) c.k_min = c.k;
+  }
+  if (const json* a = field(v, "adaptive")) {
+    if (!a->is_boolean()) bad("speculation.adaptive", "speculation.adaptive must be true or false, got " + shown(*a));
+    c.adaptive = a->get<bool>();
+  }
+  return c;
+}
+
+}  // namespace
+
+int64_t context_length(const actors::Engine& engine) {
+  int64_t ctx = engine.model().weights.config.max_positions;
+  // The scheduler reserves prompt + max_tokens + 17 positions in whole blocks; beyond the pool a
+  // request could never be admitted.
+  const int64_t blocks = engine.kv_blocks_total();
+  if (blocks > 0) {
+    const int64_t block_tokens = std::max<int64_t>(1, engine.config().kv_tokens / blocks);
+    const int64_t room = blocks * block_tokens - 17;
+    if (ctx <= 0 || room < ctx) ctx = room;
+  }
+  return ctx;
+}
+
+std::string model_name_from_path(const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.filename().empty()) p = p.parent_path();
+  std::string name = p.filename().string();
+  if (name.size() > 5 && name.substr(name.size() - 5) == ".gguf") name.resize(name.size() - 5);
+  return name;
+}
+
+ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::Engine& engine,
+                               const RequestDefaults& defaults) {
+  if (!body.is_object()) throw ApiError("invalid_json", "the request must be a JSON object");
+  ParsedRequest out;
+  actors::EngineRequest& r = out.request;
+  const bool openai = kind != PromptKind::WebSocket;
+  const LoadedModel& model = engine.model();
+  const int64_t vocab = model.weights.config.vocab_size;
+
+  // --- the prompt ---
+  const json* messages = field(body, "messages");
+  const json* prompt = field(body, "prompt");
+  if (kind == PromptKind::Chat && !messages) bad("messages", "messages is required");
+  if (kind == PromptKind::Completion && !prompt) bad("prompt", "prompt is required");
+  if (kind == PromptKind::WebSocket && (messages != nullptr) == (prompt != nullptr))
+    bad("messages", "give exactly one of messages or prompt");
+  if (kind == PromptKind::Chat) prompt = nullptr;
+  if (kind == PromptKind::Completion) messages = nullptr;
+  if (!model.tokenizer) throw ApiError("internal", "the model has no tokenizer");
+  if (messages) {
+    const std::vector<ChatMessage> chat = parse_messages(*messages, openai);
+    std::string text;
+    try {
+      text = model.chat_template.render(chat);
+    } catch (const std::invalid_argument& e) {
+      bad("messages", e.what());
+    }
+    r.prompt_ids = model.tokenizer->encode(text);
+  } else {
+    const json& p = *prompt;
+    if (p.is_string()) {
+      r.prompt_ids = model.tokenizer->encode(p.get<std::string>());
+    } else if (openai && p.is_array() && p.size() == 1 && p[0].is_string()) {
+      r.prompt_ids = model.tokenizer->encode(p[0].get<std::string>());
+    } else if (openai && p.is_array() && p.size() == 1 && p[0].is_array()) {
+      r.prompt_ids = parse_token_ids(p[0], vocab);
+    } else if (openai && p.is_array() && !p.empty() && p[0].is_number()) {
+      r.prompt_ids = parse_token_ids(p, vocab);
+    } else if (openai && p.is_array() && p.size() > 1) {
+      bad("prompt", "only one prompt per request is supported (n and batched prompts are not)");
+    } else {
+      bad("prompt", std::string("prompt must be a string") + (openai ? " or an array of token ids" : "") + ", got " +
+                        shown(p));
+    }
+  }
+  if (r.prompt_ids.empty()) bad(messages ? "messages" : "prompt", "the prompt is empty");
+  out.prompt_tokens = static_cast<int64_t>(r.prompt_ids.size());
+  const int64_t ctx = context_length(engine);
+  if (out.prompt_tokens >= ctx)
+    throw ApiError("context_length_exceeded",
+                   "this model's maximum context length is " + std::to_string(ctx) + " tokens; the prompt has " +
+                       std::to_string(out.prompt_tokens) + " tokens",
+                   messages ? "messages" : "prompt");
+
+  // --- length and sampling ---
+  int64_t max_tokens = defaults.max_tokens;
+  const char* max_name = "max_tokens";
+  const json* mt = field(body, "max_tokens");
+  if (!mt && openai && (mt = field(body, "max_completion_tokens"))) max_name = "max_completion_tokens";
+  if (mt) max_tokens = integer(*mt, max_name, 1, ctx);
+  if (out.prompt_tokens + max_tokens > ctx) {
+    max_tokens = ctx - out.prompt_tokens;
+    out.max_tokens_clamped = true;
+  }
+  r.max_tokens = static_cast<int>(max_tokens);
+
+  SamplingParams& sp = r.sampling;
+  sp.temperature = defaults.temperature;
+  sp.top_k = defaults.top_k;
+  sp.top_p = defaults.top_p;
+  if (const json* v = field(body, "temperature")) {
+    const double t = number(*v, "temperature");
+    if (t < 0) bad("temperature", "temperature must be >= 0, got " + shown(*v));
+    sp.temperature = static_cast<float>(t);
+  }
+  if (const json* v = field(body, "top_p")) {
+    const double p = number(*v, "top_p");
+    if (!(p > 0 && p <= 1)) bad("top_p", "top_p must be in (0, 1], got " + shown(*v));
+    sp.top_p = static_cast<float>(p);
+  }
+  if (const json* v = field(body, "top_k")) sp.top_k = static_cast<int>(std::max<int64_t>(0, integer(*v, "top_k", -1, vocab)));
+  if (const json* v = field(body, "seed")) {
+    if (!v->is_number_integer()) bad("seed", "seed must be an integer, got " + shown(*v));
+    sp.seed = v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
+  } else {
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    sp.seed = rng() >> 1;  // fits a JSON integer every client reads back
+  }
+  if (const json* v = field(body, "stop")) r.stop = parse_stop(*v);
+
+  // --- speculation ---
+  DraftLengthConfig draft = defaults.draft;
+  r.mode = SpecSampling::Exact;
+  if (const json* v = field(body, "speculation")) {
+    draft = parse_speculation(*v, draft);
+    if (const json* m = field(*v, "mode")) {
+      if (!m->is_string() || (*m != "exact" && *m != "coupled"))
+        bad("speculation.mode", "speculation.mode must be \"exact\" or \"coupled\", got " + shown(*m));
+      r.mode = *m == "coupled" ? SpecSampling::Coupled : SpecSampling::Exact;
+    }
+  }
+  try {
+    draft.validate();
+  } catch (const std::invalid_argument& e) {
+    bad("speculation", std::string("speculation: ") + e.what());
+  }
+  r.draft = draft;
+
+  // --- OpenAI-only switches ---
+  if (openai) {
+    if (const json* v = field(body, "n"); v && integer(*v, "n", 1, 1000) != 1) bad("n", "only n = 1 is supported");
+    if (const json* v = field(body, "best_of"); v && integer(*v, "best_of", 1, 1000) != 1)
+      bad("best_of", "only best_of = 1 is supported");
+    if (const json* v = field(body, "logprobs"); v && !(v->is_boolean() && !v->get<bool>()))
+      bad("logprobs", "logprobs are not supported");
+    if (const json* v = field(body, "echo"); v && !(v->is_boolean() && !v->get<bool>()))
+      bad("echo", "echo is not supported");
+    if (const json* v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
+      bad("suffix", "suffix is not supported");
+    if (const json* v = field(body, "tools"); v && !(v->is_array() && v->empty())) bad("tools", "tools are not supported");
+    if (const json* v = field(body, "response_format");
+        v && !(v->is_object() && v->value("type", "text") == "text"))
+      bad("response_format", "only response_format {\"type\":\"text\"} is supported");
+    if (const json* v = field(body, "stream")) {
+      if (!v->is_boolean()) bad("stream", "stream must be true or false, got " + shown(*v));
+      out.stream = v->get<bool>();
+    }
+    if (const json* v = field(body, "stream_options")) {
+      if (!v->is_object()) bad("stream_options", "stream_options must be an object");
+      if (const json* u = field(*v, "include_usage")) {
+        if (!u->is_boolean()) bad("stream_options.include_usage", "stream_options.include_usage must be true or false");
+        out.include_usage = u->get<bool>();
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace specula::net

@@ -1,0 +1,58 @@
+// What the WebSocket and the OpenAI routes share about a generation request: the error type every
+// refusal travels as, and the parsing of prompt, sampling and speculation fields into an
+// EngineRequest, with the checks that name the offending field (docs/protocol.md).
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/engine.h"
+
+namespace specula::net {
+
+// A refusal the client caused (or the server's state: overloaded, shutting down). `code` is the
+// protocol's error code; `param` the offending field, when there is one.
+struct ApiError : std::runtime_error {
+  std::string code;
+  std::string param;
+  ApiError(std::string code_, const std::string& message, std::string param_ = {})
+      : std::runtime_error(message), code(std::move(code_)), param(std::move(param_)) {}
+  // The HTTP status of the code (400, 413, 429, 500, 503, ...).
+  int http_status() const;
+};
+
+// Server-wide defaults and limits for requests that leave a field out.
+struct RequestDefaults {
+  int max_tokens = 512;
+  float temperature = 0.8f;  // llama.cpp's defaults, as `specula generate`
+  int top_k = 40;
+  float top_p = 0.95f;
+  DraftLengthConfig draft;   // the server's --spec-k / --adaptive
+};
+
+// A request ready for Engine::start, and what the server needs to report on it.
+struct ParsedRequest {
+  actors::EngineRequest request;   // prompt_ids filled in (tokenized here)
+  int64_t prompt_tokens = 0;
+  bool max_tokens_clamped = false; // max_tokens was cut to the room left in the context
+  bool stream = false;             // OpenAI: stream
+  bool include_usage = false;      // OpenAI: stream_options.include_usage
+};
+
+enum class PromptKind { Chat, Completion, WebSocket };  // messages only / prompt only / either
+
+// Parses the fields of docs/protocol.md from `body` (a JSON object) and tokenizes the prompt.
+// Throws ApiError (invalid_request naming the field, context_length_exceeded).
+ParsedRequest parse_generation(const nlohmann::json& body, PromptKind kind, const actors::Engine& engine,
+                               const RequestDefaults& defaults);
+
+// The context a request may fill: the model's positions, and no more than the KV pool holds.
+int64_t context_length(const actors::Engine& engine);
+
+// The name clients see in /v1/models and responses: the model file's name without ".gguf".
+std::string model_name_from_path(const std::string& path);
+
+}  // namespace specula::net

@@ -1,0 +1,160 @@
+// A request's token stream read in batches, its statistics and its metrics.
+#include "net/generation.h"
+
+#include <stdexcept>
+
+namespace specula::net {
+
+using nlohmann::json;
+
+namespace {
+
+double ms_between(Generation::Clock::time_point a, Generation::Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+json GenerationStats::to_json() const {
+  const double decode_ms = elapsed_ms - ttft_ms;
+  return json{{"prompt_tokens", prompt_tokens},
+              {"completion_tokens", completion_tokens},
+              {"rounds", rounds},
+              {"drafted", drafted},
+              {"accepted", accepted},
+              {"acceptance_rate", drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0},
+              {"mean_accepted_length", rounds > 0 ? static_cast<double>(accepted) / rounds : 0.0},
+              {"ttft_ms", ttft_ms},
+              {"elapsed_ms", elapsed_ms},
+              {"tokens_per_second", decode_ms > 0 && completion_tokens > 1 ? (completion_tokens - 1) * 1000.0 / decode_ms
+                                    : 0.0}};
+}
+
+std::shared_ptr<Generation> Generation::start(ServerState& st, ParsedRequest parsed, Clock::time_point received) {
+  auto reject = [&](ApiError e) {
+    st.metrics.count_request("rejected");
+    return e;
+  };
+  if (st.draining) throw reject(ApiError("shutting_down", "the server is shutting down"));
+  if (st.inflight >= st.admission_limit())
+    throw reject(ApiError("overloaded", "the server is at its limit of " + std::to_string(st.admission_limit()) +
+                                            " running and queued requests; retry later"));
+  try {
+    actors::TokenStream stream = st.engine.start(parsed.request);
+    return std::shared_ptr<Generation>(new Generation(st, std::move(stream), parsed, received));
+  } catch (const std::invalid_argument& e) {
+    throw reject(ApiError("invalid_request", e.what()));
+  } catch (const std::runtime_error& e) {  // the engine is shutting down
+    throw reject(ApiError("shutting_down", e.what()));
+  }
+}
+
+Generation::Generation(ServerState& st, actors::TokenStream stream, const ParsedRequest& parsed,
+                       Clock::time_point received)
+    : st_(st),
+      stream_(std::move(stream)),
+      key_(st.next_key++),
+      seed_(parsed.request.sampling.seed),
+      clamped_(parsed.max_tokens_clamped),
+      received_(received) {
+  stats_.prompt_tokens = parsed.prompt_tokens;
+  st_.generations.emplace(key_, this);
+  ++st_.inflight;
+  ++st_.metrics.waiting;
+  st_.metrics.prompt_tokens += parsed.prompt_tokens;
+}
+
+Generation::~Generation() {
+  if (!ended_) {  // dropped before its end: the TokenStream cancels it
+    ended_ = true;
+    st_.metrics.count_request("cancelled");
+    st_.metrics.e2e.observe(ms_between(received_, Clock::now()) / 1000);
+  }
+  if (started_)
+    --st_.metrics.running;
+  else
+    --st_.metrics.waiting;
+  --st_.inflight;
+  st_.generations.erase(key_);
+}
+
+void Generation::cancel() {
+  if (!ended_) stream_.cancel();
+}
+
+boost::asio::awaitable<GenerationUpdate> Generation::next() {
+  GenerationUpdate u;
+  actors::StreamEvent ev = co_await stream_.next();
+  // Tokens of one round arrive together: take whatever else is ready without waiting.
+  for (;;) {
+    if (ev.terminal()) {
+      u.text += ev.text;
+      on_end(ev, u);
+      break;
+    }
+    u.text += ev.text;
+    u.tokens.push_back(TokenOut{ev.token, std::move(ev.text), ev.from_draft});
+    std::optional<actors::StreamEvent> more = stream_.try_next();
+    if (!more) break;
+    ev = std::move(*more);
+  }
+  if (!u.tokens.empty()) on_tokens(u);
+  co_return u;
+}
+
+void Generation::on_tokens(const GenerationUpdate& u) {
+  const Clock::time_point now = Clock::now();
+  const auto n = static_cast<int64_t>(u.tokens.size());
+  Metrics& m = st_.metrics;
+  if (!started_) {
+    started_ = true;
+    --m.waiting;
+    ++m.running;
+    stats_.ttft_ms = ms_between(received_, now);
+    m.ttft.observe(stats_.ttft_ms / 1000);
+    // The first token's gap is the TTFT; the rest of this batch came with it.
+    for (int64_t i = 1; i < n; ++i) m.inter_token.observe(0);
+  } else {
+    const double per_token = std::chrono::duration<double>(now - last_token_).count() / n;
+    for (int64_t i = 0; i < n; ++i) m.inter_token.observe(per_token);
+  }
+  last_token_ = now;
+  stats_.completion_tokens += n;
+  m.generation_tokens += n;
+  // A round commits its accepted draft tokens and then one target token (recovered or bonus).
+  for (const TokenOut& t : u.tokens) {
+    if (t.draft) {
+      ++draft_run_;
+    } else {
+      m.accepted_length.observe(draft_run_);
+      draft_run_ = 0;
+    }
+  }
+}
+
+void Generation::on_end(const actors::StreamEvent& ev, GenerationUpdate& u) {
+  ended_ = true;
+  u.terminal = true;
+  const Clock::time_point now = Clock::now();
+  stats_.elapsed_ms = ms_between(received_, now);
+  stats_.rounds = ev.stats.rounds;
+  stats_.drafted = ev.stats.drafted;
+  stats_.accepted = ev.stats.accepted;
+  Metrics& m = st_.metrics;
+  if (ev.kind == actors::StreamEvent::Kind::Error) {
+    u.error = ev.error.empty() ? "the request failed" : ev.error;
+    m.count_request("error");
+  } else {
+    u.finish_reason = ev.finish_reason;
+    if (clamped_ && u.finish_reason == "length") u.finish_reason = "context";
+    m.count_request(u.finish_reason);
+  }
+  if (draft_run_ > 0) m.accepted_length.observe(draft_run_);  // a round cut short by a stop
+  draft_run_ = 0;
+  m.draft_tokens += static_cast<uint64_t>(stats_.drafted);
+  m.accepted_tokens += static_cast<uint64_t>(stats_.accepted);
+  if (stats_.drafted > 0) m.acceptance_rate.observe(static_cast<double>(stats_.accepted) / stats_.drafted);
+  m.e2e.observe(stats_.elapsed_ms / 1000);
+}
+
+}  // namespace specula::net

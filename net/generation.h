@@ -1,0 +1,80 @@
+// One request through the engine as the server sees it: admission against --max-batch +
+// --max-queue, the token stream read in batches (tokens that are ready together come as one
+// update), the per-request statistics of docs/protocol.md and the metrics. Owner only (the I/O
+// thread).
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include "net/server_state.h"
+
+namespace specula::net {
+
+struct TokenOut {
+  int32_t id = -1;
+  std::string text;
+  bool draft = false;  // an accepted draft token
+};
+
+// What one read of the stream gives: the tokens ready now, or the end.
+struct GenerationUpdate {
+  std::string text;               // the tokens' text (at the end: whatever was held back)
+  std::vector<TokenOut> tokens;
+  bool terminal = false;
+  std::string finish_reason;      // terminal and not an error: stop | length | context | cancelled
+  std::string error;              // terminal with an engine error
+};
+
+struct GenerationStats {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t rounds = 0;
+  int64_t drafted = 0;
+  int64_t accepted = 0;
+  double ttft_ms = 0;
+  double elapsed_ms = 0;
+  nlohmann::json to_json() const;  // the `stats` object of a WebSocket `done`
+};
+
+class Generation {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Admits and starts the request. Throws ApiError: shutting_down, overloaded, or
+  // invalid_request when the engine refuses it. Counts the refusal as "rejected".
+  static std::shared_ptr<Generation> start(ServerState& st, ParsedRequest parsed, Clock::time_point received);
+  ~Generation();
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
+  // The next update; after the terminal one, do not call again.
+  boost::asio::awaitable<GenerationUpdate> next();
+  // Ends the request early ("cancelled" follows unless it finished first).
+  void cancel();
+  bool ended() const { return ended_; }
+  const GenerationStats& stats() const { return stats_; }
+  uint64_t seed() const { return seed_; }
+
+ private:
+  Generation(ServerState& st, actors::TokenStream stream, const ParsedRequest& parsed, Clock::time_point received);
+  void on_tokens(const GenerationUpdate& u);
+  void on_end(const actors::StreamEvent& ev, GenerationUpdate& u);
+
+  ServerState& st_;
+  actors::TokenStream stream_;
+  uint64_t key_;
+  uint64_t seed_;
+  bool clamped_;
+  bool ended_ = false;
+  bool started_ = false;  // first token seen (waiting -> running)
+  int draft_run_ = 0;     // draft tokens since the last target token (this round's accepted length)
+  Clock::time_point received_;
+  Clock::time_point last_token_;
+  GenerationStats stats_;
+};
+
+}  // namespace specula::net

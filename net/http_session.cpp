@@ -1,0 +1,133 @@
+// One accepted connection: HTTP/1.1 requests with keep-alive, routed to the chat page, health,
+// metrics, models and the OpenAI routes; a WebSocket upgrade on /v1/ws leaves for its session.
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/websocket/rfc6455.hpp>
+
+#include "net/http_util.h"
+#include "net/openai_routes.h"
+#include "net/sessions.h"
+
+namespace specula::net {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using nlohmann::json;
+
+namespace {
+
+constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
+constexpr std::chrono::seconds kIdleTimeout{120};  // a keep-alive connection with no request
+
+json models_json(const ServerState& st) {
+  return {{"object", "list"},
+          {"data", json::array({{{"id", st.model_name},
+                                 {"object", "model"},
+                                 {"created", st.created},
+                                 {"owned_by", "specula"},
+                                 {"max_model_len", context_length(st.engine)}}})}};
+}
+
+// The routes without a generation. Returns nothing for a path it does not serve.
+std::optional<HttpResponse> simple_route(ServerState& st, const HttpRequest& req, std::string_view path) {
+  const bool ka = req.keep_alive();
+  const unsigned v = req.version();
+  const bool get = req.method() == http::verb::get || req.method() == http::verb::head;
+  if (path == "/" || path == "/index.html") {
+    if (!get) return error_response(ApiError("method_not_allowed", "use GET"), ka, v);
+    HttpResponse res = make_response(200, std::string(chat_page_html()), "text/html; charset=utf-8", ka, v);
+    res.set(http::field::cache_control, "no-cache");
+    return res;
+  }
+  if (path == "/health") {
+    if (st.draining) return json_response(503, {{"status", "shutting_down"}}, ka, v);
+    return json_response(200, {{"status", "ok"}}, ka, v);
+  }
+  if (path == "/metrics") {
+    if (!get) return error_response(ApiError("method_not_allowed", "use GET"), ka, v);
+    return make_response(200, st.metrics.render(st.engine.kv_blocks_free(), st.engine.kv_blocks_total()),
+                         "text/plain; version=0.0.4; charset=utf-8", ka, v);
+  }
+  if (path == "/v1/models") {
+    if (!get) return error_response(ApiError("method_not_allowed", "use GET"), ka, v);
+    return json_response(200, models_json(st), ka, v);
+  }
+  if (path.starts_with("/v1/models/")) {
+    if (path.substr(11) != st.model_name)
+      return error_response(ApiError("not_found", "the model '" + std::string(path.substr(11)) + "' does not exist", "model"), ka, v);
+    return json_response(200, models_json(st)["data"][0], ka, v);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  bool closed = false;
+  std::optional<ConnectionRegistration> registration;
+  registration.emplace(st, [&stream, &closed] {
+    closed = true;
+    beast::error_code ignored;
+    stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    stream.socket().close(ignored);
+  });
+  beast::flat_buffer buffer;
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(st.config.max_body_bytes);
+    parser.header_limit(64 * 1024);
+    stream.expires_after(kIdleTimeout);
+    auto [ec, n] = co_await http::async_read(stream, buffer, parser, kAwait);
+    stream.expires_never();
+    if (ec == http::error::body_limit) {
+      HttpResponse res = error_response(
+          ApiError("message_too_large", "request bodies are limited to " + std::to_string(st.config.max_body_bytes) + " bytes"),
+          false);
+      co_await http::async_write(stream, res, kAwait);
+      break;
+    }
+    if (ec) break;  // closed, timed out, or not HTTP
+    HttpRequest req = parser.release();
+    std::string_view path(req.target().data(), req.target().size());
+    if (auto q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
+
+    if (path == "/v1/ws") {
+      if (beast::websocket::is_upgrade(req)) {
+        registration.reset();  // the WebSocket session registers itself
+        co_await run_websocket_session(st, std::move(stream), std::move(req));
+        co_return;
+      }
+      HttpResponse res = error_response(ApiError("invalid_request", "/v1/ws takes a WebSocket upgrade"), req.keep_alive(),
+                                        req.version());
+      co_await http::async_write(stream, res, kAwait);
+      continue;
+    }
+    bool keep_alive = req.keep_alive();
+    if (std::optional<HttpResponse> res = simple_route(st, req, path)) {
+      if (req.method() == http::verb::head) res->body().clear();
+      auto [wec, wn] = co_await http::async_write(stream, *res, kAwait);
+      if (wec) break;
+    } else if (path == "/v1/chat/completions" || path == "/v1/completions") {
+      if (req.method() != http::verb::post) {
+        HttpResponse res = error_response(ApiError("method_not_allowed", "use POST"), keep_alive, req.version());
+        co_await http::async_write(stream, res, kAwait);
+      } else {
+        keep_alive = co_await serve_openai_completion(st, stream, req, path == "/v1/chat/completions");
+      }
+    } else {
+      HttpResponse res = error_response(ApiError("not_found", "no route for " + std::string(path)), keep_alive, req.version());
+      auto [wec, wn] = co_await http::async_write(stream, res, kAwait);
+      if (wec) break;
+    }
+    if (!keep_alive || closed || st.draining) break;
+  }
+  if (!closed) {
+    beast::error_code ignored;
+    stream.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+  }
+}
+
+}  // namespace specula::net

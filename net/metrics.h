@@ -1,0 +1,48 @@
+// The server's Prometheus metrics (docs/protocol.md, "Metrics"): counters, histograms and
+// gauges, rendered in the text exposition format 0.0.4. Owner only: the server's one I/O thread
+// updates and renders them.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace specula::net {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double x);
+  // Appends the _bucket / _sum / _count lines of metric `name`.
+  void render(std::string& out, const std::string& name) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket (not cumulative); the last is +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+struct Metrics {
+  Metrics();
+
+  std::map<std::string, uint64_t> requests;  // outcome -> finished requests
+  uint64_t prompt_tokens = 0;
+  uint64_t generation_tokens = 0;
+  uint64_t draft_tokens = 0;
+  uint64_t accepted_tokens = 0;
+  Histogram acceptance_rate;     // per request
+  Histogram accepted_length;     // per round
+  Histogram ttft;                // seconds
+  Histogram inter_token;         // seconds
+  Histogram e2e;                 // seconds
+  int64_t running = 0;           // started and past their first token
+  int64_t waiting = 0;           // started, no token yet
+  int64_t websocket_connections = 0;
+
+  void count_request(const std::string& outcome) { ++requests[outcome]; }
+  // The text page; the KV gauges are read by the caller (any thread may ask the engine).
+  std::string render(int64_t kv_blocks_free, int64_t kv_blocks_total) const;
+};
+
+}  // namespace specula::net

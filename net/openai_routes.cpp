@@ -1,0 +1,196 @@
+// POST /v1/chat/completions and /v1/completions: OpenAI's request and response shapes, with
+// `stream: true` as server-sent events (docs/protocol.md). A client that goes away cancels.
+#include <ctime>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include "net/generation.h"
+#include "net/http_util.h"
+#include "net/openai_routes.h"
+
+namespace specula::net {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using nlohmann::json;
+
+namespace {
+
+constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
+constexpr std::chrono::seconds kWriteTimeout{30};  // a streaming client that stops reading is dropped
+
+// Waits until the client's side of the socket closes (readable with nothing to read) and then
+// cancels the generation. Pipelined bytes of a next request end the watch without cancelling.
+asio::awaitable<void> watch_disconnect(asio::ip::tcp::socket& socket, std::weak_ptr<Generation> weak,
+                                       std::shared_ptr<bool> finished) {
+  auto [ec] = co_await socket.async_wait(asio::ip::tcp::socket::wait_read, kAwait);
+  if (ec || *finished) co_return;
+  boost::system::error_code ignored;
+  if (socket.available(ignored) == 0)
+    if (auto g = weak.lock()) g->cancel();
+}
+
+std::string openai_finish(const std::string& reason) { return reason == "context" ? "length" : reason; }
+
+json usage_json(const GenerationStats& s) {
+  return {{"prompt_tokens", s.prompt_tokens},
+          {"completion_tokens", s.completion_tokens},
+          {"total_tokens", s.prompt_tokens + s.completion_tokens}};
+}
+
+json speculation_json(const GenerationStats& s) {
+  json j = s.to_json();
+  return {{"rounds", j["rounds"]},
+          {"drafted", j["drafted"]},
+          {"accepted", j["accepted"]},
+          {"acceptance_rate", j["acceptance_rate"]},
+          {"mean_accepted_length", j["mean_accepted_length"]},
+          {"ttft_ms", j["ttft_ms"]},
+          {"tokens_per_second", j["tokens_per_second"]}};
+}
+
+struct Shape {
+  bool chat;
+  std::string id;
+  std::string model;
+  int64_t created;
+
+  json base(const char* object) const {
+    return {{"id", id}, {"object", object}, {"created", created}, {"model", model}};
+  }
+  // One streamed chunk carrying `text` (chat: as delta.content) and an optional finish reason.
+  json chunk(const std::string& text, const json& finish, bool role = false) const {
+    json j = base(chat ? "chat.completion.chunk" : "text_completion");
+    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    if (chat) {
+      json delta = json::object();
+      if (role) delta["role"] = "assistant";
+      if (role || !text.empty() || finish.is_null()) delta["content"] = text;
+      choice["delta"] = std::move(delta);
+    } else {
+      choice["text"] = text;
+    }
+    j["choices"] = json::array({std::move(choice)});
+    return j;
+  }
+};
+
+asio::awaitable<bool> write_response(beast::tcp_stream& stream, HttpResponse res) {
+  stream.expires_after(kWriteTimeout);
+  auto [ec, n] = co_await http::async_write(stream, res, kAwait);
+  stream.expires_never();
+  co_return !ec && res.keep_alive();
+}
+
+}  // namespace
+
+asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream& stream, const HttpRequest& req,
+                                              bool chat) {
+  const auto received = Generation::Clock::now();
+  const bool keep_alive = req.keep_alive();
+  std::shared_ptr<Generation> g;
+  ParsedRequest parsed;
+  std::optional<ApiError> refused;
+  try {
+    json body = json::parse(req.body(), nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded()) throw ApiError("invalid_json", "the request body is not valid JSON");
+    if (!body.is_object()) throw ApiError("invalid_json", "the request body must be a JSON object");
+    try {
+      parsed = parse_generation(body, chat ? PromptKind::Chat : PromptKind::Completion, st.engine, st.config.defaults);
+    } catch (const ApiError&) {
+      st.metrics.count_request("rejected");
+      throw;
+    }
+    g = Generation::start(st, parsed, received);
+  } catch (const ApiError& e) {
+    refused = e;
+  }
+  if (refused) co_return co_await write_response(stream, error_response(*refused, keep_alive, req.version()));
+
+  const Shape shape{chat, std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(st.next_key++), st.model_name,
+                    static_cast<int64_t>(std::time(nullptr))};
+  auto finished = std::make_shared<bool>(false);
+  asio::co_spawn(stream.get_executor(), watch_disconnect(stream.socket(), g, finished), asio::detached);
+  struct StopWatch {  // whatever way this returns, the watcher stops
+    beast::tcp_stream& stream;
+    std::shared_ptr<bool> finished;
+    ~StopWatch() {
+      *finished = true;
+      boost::system::error_code ignored;
+      stream.socket().cancel(ignored);
+    }
+  } stop_watch{stream, finished};
+
+  if (!parsed.stream) {
+    std::string text;
+    GenerationUpdate u;
+    do {
+      u = co_await g->next();
+      text += u.text;
+    } while (!u.terminal);
+    if (!u.error.empty()) co_return co_await write_response(stream, error_response(ApiError("internal", u.error), keep_alive, req.version()));
+    if (u.finish_reason == "cancelled") co_return false;  // the client went away (or shutdown)
+    json res = shape.base(chat ? "chat.completion" : "text_completion");
+    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", openai_finish(u.finish_reason)}};
+    if (chat)
+      choice["message"] = {{"role", "assistant"}, {"content", text}};
+    else
+      choice["text"] = text;
+    res["choices"] = json::array({std::move(choice)});
+    res["usage"] = usage_json(g->stats());
+    res["speculation"] = speculation_json(g->stats());
+    co_return co_await write_response(stream, json_response(200, res, keep_alive, req.version()));
+  }
+
+  // --- stream: true ---
+  http::response<http::empty_body> head{http::status::ok, req.version()};
+  head.set(http::field::server, "specula");
+  head.set(http::field::content_type, "text/event-stream");
+  head.set(http::field::cache_control, "no-cache");
+  head.keep_alive(keep_alive);
+  head.chunked(true);
+  http::response_serializer<http::empty_body> serializer{head};
+  stream.expires_after(kWriteTimeout);
+  if (auto [ec, n] = co_await http::async_write_header(stream, serializer, kAwait); ec) co_return false;
+  auto send_event = [&](const std::string& data) -> asio::awaitable<bool> {
+    std::string event = "data: " + data + "\n\n";
+    stream.expires_after(kWriteTimeout);
+    auto [ec, n] = co_await asio::async_write(stream, http::make_chunk(asio::buffer(event)), kAwait);
+    co_return !ec;
+  };
+  auto with_usage = [&](json j) {
+    if (parsed.include_usage) j["usage"] = nullptr;
+    return j;
+  };
+  if (chat && !co_await send_event(dump_json(with_usage(shape.chunk("", nullptr, /*role=*/true))))) co_return false;
+  for (;;) {
+    GenerationUpdate u = co_await g->next();
+    if (!u.text.empty() && !co_await send_event(dump_json(with_usage(shape.chunk(u.text, nullptr))))) co_return false;
+    if (!u.terminal) continue;
+    if (!u.error.empty()) {
+      if (!co_await send_event(dump_json(openai_error(ApiError("internal", u.error))))) co_return false;
+    } else {
+      json last = with_usage(shape.chunk("", openai_finish(u.finish_reason)));
+      last["speculation"] = speculation_json(g->stats());
+      if (!co_await send_event(dump_json(last))) co_return false;
+      if (parsed.include_usage) {
+        json usage = shape.base(chat ? "chat.completion.chunk" : "text_completion");
+        usage["choices"] = json::array();
+        usage["usage"] = usage_json(g->stats());
+        if (!co_await send_event(dump_json(usage))) co_return false;
+      }
+    }
+    break;
+  }
+  if (!co_await send_event("[DONE]")) co_return false;
+  auto [ec, n] = co_await asio::async_write(stream, http::make_chunk_last(), kAwait);
+  stream.expires_never();
+  co_return !ec && keep_alive;
+}
+
+}  // namespace specula::net

@@ -1,0 +1,16 @@
+// The OpenAI-compatible generation routes (docs/protocol.md, "OpenAI-compatible HTTP").
+#pragma once
+#include <boost/asio/awaitable.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+
+#include "net/http_util.h"
+#include "net/server_state.h"
+
+namespace specula::net {
+
+// POST /v1/chat/completions (chat) or /v1/completions: answers `req` on `stream`; returns
+// whether the connection may read another request.
+boost::asio::awaitable<bool> serve_openai_completion(ServerState& st, boost::beast::tcp_stream& stream,
+                                                     const HttpRequest& req, bool chat);
+
+}  // namespace specula::net

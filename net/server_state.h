@@ -1,0 +1,63 @@
+// What every connection of `specula serve` shares: the engine, the settings, the metrics, the
+// admission count and the registries that shutdown walks. Owner only: everything here is used
+// on the server's one I/O thread (the engine itself is thread-safe).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "actors/engine.h"
+#include "net/api_request.h"
+#include "net/metrics.h"
+
+namespace specula::net {
+
+class Generation;
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int max_queue = 256;                     // requests waiting beyond the engine's max_batch
+  std::size_t max_message_bytes = 1 << 20; // WebSocket message (larger: message_too_large)
+  std::size_t max_body_bytes = 1 << 20;    // HTTP request body (larger: 413)
+  std::size_t send_queue_limit = 1024;     // outgoing WebSocket messages per socket
+  std::chrono::milliseconds shutdown_timeout{10'000};  // in-flight work may finish within this
+  std::string served_model_name;           // "" = the model file's name
+  RequestDefaults defaults;
+};
+
+struct ServerState {
+  ServerState(actors::Engine& engine_, ServerConfig config_);
+
+  actors::Engine& engine;
+  ServerConfig config;
+  std::string model_name;
+  int64_t created = 0;  // unix seconds at start (OpenAI's "created")
+  Metrics metrics;
+  bool draining = false;  // after SIGINT / SIGTERM: refuse new work
+  int64_t inflight = 0;   // generations started and not ended
+  std::map<uint64_t, Generation*> generations;
+  std::map<uint64_t, std::function<void()>> connections;  // closers, for the end of shutdown
+  uint64_t next_key = 1;
+
+  int64_t admission_limit() const { return engine.config().max_batch + config.max_queue; }
+};
+
+// A registration that lasts as long as this object (a connection's closer).
+class ConnectionRegistration {
+ public:
+  ConnectionRegistration(ServerState& st, std::function<void()> close) : st_(st), key_(st.next_key++) {
+    st_.connections.emplace(key_, std::move(close));
+  }
+  ~ConnectionRegistration() { st_.connections.erase(key_); }
+  ConnectionRegistration(const ConnectionRegistration&) = delete;
+  ConnectionRegistration& operator=(const ConnectionRegistration&) = delete;
+
+ private:
+  ServerState& st_;
+  uint64_t key_;
+};
+
+}  // namespace specula::net

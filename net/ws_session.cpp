@@ -1,0 +1,228 @@
+// The WebSocket protocol (docs/protocol.md): a reader that parses and dispatches messages, a
+// writer that drains a bounded outbox, and one coroutine per running generation. All three run on
+// the server's I/O thread, so the session's state needs no lock.
+#include <deque>
+#include <map>
+#include <memory>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/websocket.hpp>
+
+#include "net/generation.h"
+#include "net/sessions.h"
+
+namespace specula::net {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace websocket = beast::websocket;
+using nlohmann::json;
+
+namespace {
+
+constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
+constexpr std::size_t kHardMessageMax = 64u << 20;  // beyond this Beast closes the socket (1009)
+constexpr std::size_t kMaxIdBytes = 256;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+class WsSession : public std::enable_shared_from_this<WsSession> {
+ public:
+  WsSession(ServerState& st, beast::tcp_stream stream) : st_(st), ws_(std::move(stream)), wake_(ws_.get_executor()) {}
+
+  asio::awaitable<void> run(beast::http::request<beast::http::string_body> req) {
+    auto self = shared_from_this();
+    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    ws_.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) { res.set(beast::http::field::server, "specula"); }));
+    ws_.read_message_max(kHardMessageMax);
+    auto [ec] = co_await ws_.async_accept(req, kAwait);
+    if (ec) co_return;
+    ++st_.metrics.websocket_connections;
+    std::weak_ptr<WsSession> weak = self;
+    ConnectionRegistration registration(st_, [weak] {
+      if (auto s = weak.lock()) s->close_going_away();
+    });
+    asio::co_spawn(ws_.get_executor(), writer(self), asio::detached);
+    co_await read_loop();
+    --st_.metrics.websocket_connections;
+    end();
+  }
+
+ private:
+  asio::awaitable<void> read_loop() {
+    beast::flat_buffer buf;
+    for (;;) {
+      buf.clear();
+      bool too_big = false;
+      do {
+        auto [ec, n] = co_await ws_.async_read_some(buf, 64 * 1024, kAwait);
+        if (ec) co_return;  // closed by the client (websocket::error::closed), lost, or shut down
+        if (buf.size() > st_.config.max_message_bytes) {
+          too_big = true;  // read the rest of the message and drop it
+          buf.clear();
+        }
+      } while (!ws_.is_message_done());
+      if (!open_) co_return;
+      if (too_big) {
+        send_error(nullptr, "message_too_large",
+                   "messages are limited to " + std::to_string(st_.config.max_message_bytes) + " bytes");
+        continue;
+      }
+      if (!ws_.got_text()) {
+        send_error(nullptr, "invalid_json", "binary messages are not accepted; send JSON text");
+        continue;
+      }
+      const auto data = buf.cdata();
+      handle(std::string_view(static_cast<const char*>(data.data()), data.size()));
+    }
+  }
+
+  void handle(std::string_view text) {
+    const auto received = Generation::Clock::now();
+    json msg = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (msg.is_discarded()) return send_error(nullptr, "invalid_json", "the message is not valid JSON");
+    if (!msg.is_object()) return send_error(nullptr, "invalid_json", "the message must be a JSON object");
+    json id = nullptr;
+    if (auto it = msg.find("id"); it != msg.end() && !it->is_null()) {
+      if (!(it->is_string() || it->is_number_integer()))
+        return send_error(nullptr, "invalid_request", "id must be a string or an integer", "id");
+      if (it->is_string() && it->get_ref<const std::string&>().size() > kMaxIdBytes)
+        return send_error(nullptr, "invalid_request", "id is longer than " + std::to_string(kMaxIdBytes) + " bytes", "id");
+      id = *it;
+    }
+    auto type = msg.find("type");
+    if (type == msg.end() || !type->is_string())
+      return send_error(id, "unknown_type", "type must be \"generate\" or \"cancel\"", "type");
+    const std::string& t = type->get_ref<const std::string&>();
+    if (t == "cancel") {
+      if (id.is_null()) return send_error(nullptr, "invalid_request", "cancel needs the id of a generation", "id");
+      if (auto g = running_.find(dump(id)); g != running_.end()) g->second->cancel();
+      return;  // an id that is not running: ignored (it races with done)
+    }
+    if (t != "generate")
+      return send_error(id, "unknown_type", "unknown message type \"" + t + "\"; expected generate or cancel", "type");
+    if (id.is_null()) return send_error(nullptr, "invalid_request", "generate needs an id (a string or an integer)", "id");
+    const std::string key = dump(id);
+    if (running_.count(key)) return send_error(id, "duplicate_id", "a generation with id " + key + " is still running", "id");
+    std::shared_ptr<Generation> g;
+    try {
+      ParsedRequest parsed;
+      try {
+        parsed = parse_generation(msg, PromptKind::WebSocket, st_.engine, st_.config.defaults);
+      } catch (const ApiError&) {
+        st_.metrics.count_request("rejected");
+        throw;
+      }
+      g = Generation::start(st_, std::move(parsed), received);
+    } catch (const ApiError& e) {
+      return send_error(id, e.code, e.what(), e.param);
+    }
+    running_.emplace(key, g);
+    asio::co_spawn(ws_.get_executor(), stream_generation(shared_from_this(), id, key, std::move(g)), asio::detached);
+  }
+
+  asio::awaitable<void> stream_generation(std::shared_ptr<WsSession> self, json id, std::string key,
+                                          std::shared_ptr<Generation> g) {
+    for (;;) {
+      GenerationUpdate u = co_await g->next();
+      if (!u.tokens.empty() || !u.text.empty()) {
+        json tokens = json::array();
+        for (const TokenOut& t : u.tokens) tokens.push_back({{"id", t.id}, {"text", t.text}, {"draft", t.draft}});
+        send(json{{"type", "token"}, {"id", id}, {"text", u.text}, {"count", u.tokens.size()}, {"tokens", std::move(tokens)}});
+      }
+      if (!u.terminal) continue;
+      if (!u.error.empty()) {
+        send_error(id, "internal", u.error);
+      } else {
+        send(json{{"type", "done"},
+                  {"id", id},
+                  {"finish_reason", u.finish_reason},
+                  {"seed", g->seed()},
+                  {"stats", g->stats().to_json()}});
+      }
+      break;
+    }
+    running_.erase(key);
+  }
+
+  asio::awaitable<void> writer(std::shared_ptr<WsSession> self) {
+    ws_.text(true);
+    for (;;) {
+      if (outbox_.empty()) {
+        if (!open_) break;
+        if (closing_) {
+          co_await ws_.async_close(websocket::close_code::going_away, kAwait);
+          break;
+        }
+        wake_.expires_at(asio::steady_timer::time_point::max());
+        co_await wake_.async_wait(kAwait);
+        continue;
+      }
+      std::string msg = std::move(outbox_.front());
+      outbox_.pop_front();
+      auto [ec, n] = co_await ws_.async_write(asio::buffer(msg), kAwait);
+      if (ec) {
+        end();
+        break;
+      }
+    }
+  }
+
+  void send(const json& msg) {
+    if (!open_) return;
+    if (outbox_.size() >= st_.config.send_queue_limit) {
+      // The client stopped reading: free its generations and drop it.
+      end();
+      beast::error_code ignored;
+      beast::get_lowest_layer(ws_).socket().close(ignored);
+      return;
+    }
+    outbox_.push_back(dump(msg));
+    wake_.cancel();
+  }
+
+  void send_error(const json& id, const std::string& code, const std::string& message, const std::string& param = {}) {
+    json e{{"type", "error"}, {"id", id}, {"code", code}, {"message", message}};
+    if (!param.empty()) e["param"] = param;
+    send(e);
+  }
+
+  // The socket is done: cancel the generations (their KV returns) and stop the writer.
+  void end() {
+    if (!open_) return;
+    open_ = false;
+    outbox_.clear();
+    for (auto& [key, g] : running_) g->cancel();
+    wake_.cancel();
+  }
+
+  // Shutdown: once the outbox is written, close with 1001.
+  void close_going_away() {
+    closing_ = true;
+    wake_.cancel();
+  }
+
+  ServerState& st_;
+  websocket::stream<beast::tcp_stream> ws_;
+  asio::steady_timer wake_;            // the writer waits on it while the outbox is empty
+  std::deque<std::string> outbox_;
+  bool open_ = true;
+  bool closing_ = false;
+  std::map<std::string, std::shared_ptr<Generation>> running_;  // by the id's JSON text
+};
+
+}  // namespace
+
+asio::awaitable<void> run_websocket_session(ServerState& st, beast::tcp_stream stream,
+                                            beast::http::request<beast::http::string_body> req) {
+  auto session = std::make_shared<WsSession>(st, std::move(stream));
+  co_await session->run(std::move(req));
+}
+
+}  // namespace specula::net

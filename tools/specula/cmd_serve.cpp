@@ -1,0 +1,76 @@
+// `specula serve`: the engine behind the HTTP / WebSocket server of net/ (docs/serving.md).
+#include <cstdio>
+
+#include "actors/engine.h"
+#include "net/server.h"
+#include "tools/specula/common.h"
+#include "tools/specula/commands.h"
+#include "tools/specula/spec_cli.h"
+
+namespace specula::cli {
+
+namespace {
+
+const char* kUsage =
+    "usage: specula serve [--model PATH] [--draft none|ngram[:n=3]|skip:LAYERS|PATH] [--host 127.0.0.1] [--port 8080]\n"
+    "                     [--max-batch 16] [--kv-tokens 16384] [--max-queue 256] [--threads 2] [--device auto]\n"
+    "                     [--pipeline on|off] [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8]\n"
+    "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10]\n"
+    "  Serves the model on one port: the chat page at /, the WebSocket protocol at /v1/ws, the\n"
+    "  OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models, /health and /metrics\n"
+    "  (docs/protocol.md). --max-batch requests run together, --max-queue more wait; beyond that\n"
+    "  requests get 429 / overloaded. --kv-tokens: target KV positions shared by all requests.\n"
+    "  --spec-k / --adaptive: the draft length for requests that set none. --max-tokens: the default\n"
+    "  for requests that set none. SIGINT / SIGTERM drain: running requests get --shutdown-timeout\n"
+    "  seconds to finish, then are cancelled; the exit status is 0.\n";
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  const Args a(argc, argv,
+               {"model", "draft", "host", "port", "max-batch", "kv-tokens", "max-queue", "threads", "device", "pipeline",
+                "spec-k", "spec-k-min", "spec-k-max", "draft-entropy", "max-tokens", "served-model-name",
+                "shutdown-timeout"},
+               {"adaptive"});
+  if (a.help()) { std::fputs(kUsage, stdout); return 0; }
+  actors::EngineConfig ec;
+  ec.target = a.has("model") ? a.str("model") : default_model_path();
+  ec.drafter = a.str("draft", "ngram");
+  ec.device = a.str("device", "auto");
+  ec.draft = draft_length_from_args(a);
+  ec.max_batch = static_cast<int>(a.integer("max-batch", 16));
+  ec.kv_tokens = a.integer("kv-tokens", 16384);
+  ec.threads = static_cast<int>(a.integer("threads", 2));
+  const std::string pipeline = a.str("pipeline", "off");
+  if (pipeline != "on" && pipeline != "off") throw UsageError("--pipeline must be on or off, got '" + pipeline + "'");
+  ec.pipeline = pipeline == "on";
+  if (ec.max_batch < 1 || ec.max_batch > 1024) throw UsageError("--max-batch must be between 1 and 1024");
+  if (ec.threads < 1 || ec.threads > 256) throw UsageError("--threads must be between 1 and 256");
+
+  net::ServerConfig sc;
+  sc.host = a.str("host", "127.0.0.1");
+  const long long port = a.integer("port", 8080);
+  if (port < 0 || port > 65535) throw UsageError("--port must be between 0 and 65535");
+  sc.port = static_cast<int>(port);
+  sc.max_queue = static_cast<int>(a.integer("max-queue", 256));
+  if (sc.max_queue < 0) throw UsageError("--max-queue must be >= 0");
+  const double shutdown_s = a.number("shutdown-timeout", 10);
+  if (!(shutdown_s >= 0 && shutdown_s <= 3600)) throw UsageError("--shutdown-timeout must be between 0 and 3600 seconds");
+  sc.shutdown_timeout = std::chrono::milliseconds(static_cast<int64_t>(shutdown_s * 1000));
+  sc.served_model_name = a.str("served-model-name", "");
+  sc.defaults.draft = ec.draft;
+  const long long max_tokens = a.integer("max-tokens", 512);
+  if (max_tokens < 1 || max_tokens > 1'000'000) throw UsageError("--max-tokens must be between 1 and 1000000");
+  sc.defaults.max_tokens = static_cast<int>(max_tokens);
+
+  std::fprintf(stderr, "specula serve: loading %s (draft %s)\n", ec.target.c_str(), ec.drafter.c_str());
+  actors::Engine engine(ec);
+  return net::run_server(engine, sc, [&](const std::string& url) {
+    std::printf("specula serve: %s with draft %s, max batch %d; listening on %s (chat page: %s/)\n",
+                net::model_name_from_path(ec.target).c_str(), ec.drafter.c_str(), ec.max_batch, url.c_str(),
+                url.c_str());
+    std::fflush(stdout);
+  });
+}
+
+}  // namespace specula::cli
