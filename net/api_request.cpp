@@ -247,7 +247,7 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     sp.seed = v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
   } else {
     static thread_local std::mt19937_64 rng{std::random_device{}()};
-    sp.seed = rng() >> 1;  // fits a JSON integer every client reads back
+    sp.seed = rng() & ((uint64_t{1} << 53) - 1);  // exact in a JavaScript number, so the page can echo it
   }
   if (const json* v = field(body, "stop")) r.stop = parse_stop(*v);
 

@@ -58,13 +58,23 @@ cmake --build "$BUILD" -j "$JOBS"
 
 # --- 4. Test oracles' venv (pip cache outside the tree) ------------------------------
 if [ $WITH_TESTS -eq 1 ]; then
-  REQ=$ROOT/tests/oracle/requirements.txt
+  # The integration suite's browser test drives Debian's chromium through Playwright (Playwright
+  # never downloads a browser of its own).
+  if ! command -v chromium >/dev/null; then
+    log "installing Debian's chromium (integration tests)"
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  fi
+  REQS=("$ROOT/tests/oracle/requirements.txt" "$ROOT/tests/integration/requirements.txt")
   STAMP=$BUILD/venv/.requirements
-  if [ ! -x "$BUILD/venv/bin/python" ] || ! cmp -s "$REQ" "$STAMP"; then
+  if [ ! -x "$BUILD/venv/bin/python" ] || ! cat "${REQS[@]}" | cmp -s - "$STAMP"; then
     log "creating the test venv"
     python3 -m venv "$BUILD/venv"
-    PIP_CACHE_DIR=$CACHE/pip-cache "$BUILD/venv/bin/pip" install -q --disable-pip-version-check -r "$REQ"
-    cp "$REQ" "$STAMP"
+    PIP_CACHE_DIR=$CACHE/pip-cache "$BUILD/venv/bin/pip" install -q --disable-pip-version-check \
+      -r "${REQS[0]}" -r "${REQS[1]}"
+    cat "${REQS[@]}" > "$STAMP"
   fi
   # Llama 3's tokenizer ranks come from Meta's llama-models package (read, never installed).
   ls "$CACHE"/pip/llama_models-0.3.0-*.whl >/dev/null 2>&1 ||

@@ -1,0 +1,177 @@
+"""Bad input on the WebSocket: each gets a JSON error with a code and a message, and the socket
+and the server keep serving."""
+import asyncio
+import json
+
+import pytest
+from websockets.asyncio.client import connect
+
+from conftest import KV_TOKENS, collect, wait_for
+
+GOOD = {"type": "generate", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0}
+
+
+async def ask(ws, payload):
+    """Sends one message and returns the next error event."""
+    await ws.send(payload if isinstance(payload, (str, bytes)) else json.dumps(payload))
+    async with asyncio.timeout(30):
+        while True:
+            ev = json.loads(await ws.recv())
+            if ev["type"] == "error":
+                return ev
+
+
+async def still_serves(ws, gen_id="after"):
+    await ws.send(json.dumps({**GOOD, "id": gen_id}))
+    _, done = await collect(ws, gen_id)
+    assert done["type"] == "done", done
+
+
+def expect_error(server, payload, code, param=None, msg_id=None):
+    async def main():
+        async with connect(server.ws_url, max_size=None) as ws:
+            ev = await ask(ws, payload)
+            assert ev["code"] == code, ev
+            assert ev["message"], ev
+            assert ev["id"] == msg_id, ev
+            if param is not None:
+                assert ev.get("param") == param, ev
+            await still_serves(ws)
+    asyncio.run(main())
+
+
+def test_invalid_json_gets_an_invalid_json_error(server):
+    expect_error(server, '{"type": "generate", "id": 1,', "invalid_json")
+
+
+def test_a_json_value_that_is_not_an_object_gets_an_invalid_json_error(server):
+    expect_error(server, "[1, 2, 3]", "invalid_json")
+
+
+def test_a_binary_message_gets_an_invalid_json_error(server):
+    expect_error(server, b"\x00\x01binary", "invalid_json")
+
+
+def test_an_unknown_message_type_gets_unknown_type(server):
+    expect_error(server, {"type": "summon", "id": "u"}, "unknown_type", msg_id="u")
+
+
+def test_a_message_without_a_type_gets_unknown_type(server):
+    expect_error(server, {"id": "u"}, "unknown_type", msg_id="u")
+
+
+@pytest.mark.parametrize("field,value", [
+    ("max_tokens", "12"), ("max_tokens", 1.5), ("temperature", "hot"), ("top_p", [0.5]), ("top_k", 2.5),
+    ("seed", "x"), ("stop", 5), ("stop", ["ok", 3]), ("messages", "hello"), ("messages", [{"role": "user"}]),
+    ("messages", [{"role": "wizard", "content": "x"}]), ("speculation", 4), ("speculation", {"k": "4"}),
+    ("speculation", {"adaptive": "yes"}), ("speculation", {"mode": "fast"}),
+])
+def test_a_field_of_the_wrong_type_gets_invalid_request_naming_the_field(server, field, value):
+    ev = {**GOOD, "id": "w", field: value}
+    async def main():
+        async with connect(server.ws_url) as ws:
+            err = await ask(ws, ev)
+            assert err["code"] == "invalid_request", err
+            assert err["id"] == "w"
+            assert err["param"].split("[")[0].split(".")[0] == field, err
+            assert field in err["message"] or err["param"] in err["message"], err
+            await still_serves(ws)
+    asyncio.run(main())
+
+
+def test_an_id_that_is_neither_string_nor_integer_is_refused(server):
+    expect_error(server, {**GOOD, "id": {"a": 1}}, "invalid_request", param="id")
+
+
+def test_both_prompt_and_messages_are_refused(server):
+    expect_error(server, {**GOOD, "id": 3, "prompt": "Hi"}, "invalid_request", msg_id=3)
+
+
+def test_an_oversized_message_gets_message_too_large_and_the_socket_stays_open(server):
+    big = json.dumps({**GOOD, "id": "big", "prompt": "x" * (1 << 20)})
+    expect_error(server, big, "message_too_large")
+
+
+def test_a_prompt_longer_than_the_context_gets_context_length_exceeded(server):
+    prompt = "hello " * (KV_TOKENS + 100)
+    expect_error(server, {**GOOD, "id": "ctx", "messages": None, "prompt": prompt}, "context_length_exceeded",
+                 msg_id="ctx")
+
+
+@pytest.mark.parametrize("max_tokens", [0, -5, 10**9, 2**70])
+def test_max_tokens_of_zero_or_less_or_beyond_the_context_is_refused(server, max_tokens):
+    expect_error(server, {**GOOD, "id": "m", "max_tokens": max_tokens}, "invalid_request", param="max_tokens",
+                 msg_id="m")
+
+
+def test_a_negative_temperature_is_refused(server):
+    expect_error(server, {**GOOD, "id": "t", "temperature": -0.5}, "invalid_request", param="temperature", msg_id="t")
+
+
+@pytest.mark.parametrize("top_p", [0, -0.1, 1.5])
+def test_top_p_outside_zero_to_one_is_refused(server, top_p):
+    expect_error(server, {**GOOD, "id": "p", "top_p": top_p}, "invalid_request", param="top_p", msg_id="p")
+
+
+@pytest.mark.parametrize("k", [0, 17])
+def test_a_draft_length_outside_one_to_sixteen_is_refused(server, k):
+    expect_error(server, {**GOOD, "id": "k", "speculation": {"k": k}}, "invalid_request", param="speculation.k",
+                 msg_id="k")
+
+
+def test_a_running_id_used_again_gets_duplicate_id(server):
+    async def main():
+        async with connect(server.ws_url) as ws:
+            await ws.send(json.dumps({**GOOD, "id": "dup", "max_tokens": 200, "temperature": 0.8}))
+            err = await ask(ws, {**GOOD, "id": "dup"})
+            assert err["code"] == "duplicate_id" and err["id"] == "dup", err
+            await ws.send(json.dumps({"type": "cancel", "id": "dup"}))
+            _, done = await collect(ws, "dup")
+            assert done["type"] == "done"
+    asyncio.run(main())
+
+
+def test_a_client_that_disconnects_mid_stream_returns_its_kv_blocks(server):
+    total = server.metrics()["specula_kv_blocks_total"]
+    async def main():
+        ws = await connect(server.ws_url)
+        for i in range(3):
+            await ws.send(json.dumps({**GOOD, "id": i, "max_tokens": 300, "temperature": 0.9}))
+        async with asyncio.timeout(60):
+            while json.loads(await ws.recv())["type"] != "token":
+                pass
+        ws.transport.abort()  # drop the TCP connection without a close frame
+    asyncio.run(main())
+    assert wait_for(lambda: server.metrics()["specula_kv_blocks_free"] == total, timeout=30), server.metrics()
+    m = server.metrics()
+    assert m["specula_requests_running"] == 0 and m["specula_requests_waiting"] == 0
+
+
+def test_a_thousand_malformed_messages_get_a_thousand_errors_while_another_client_is_served(server):
+    bad = ["not json", "{}", '{"type": 5}', '{"type": "generate"}', '{"type": "generate", "id": 1, "top_p": 9}',
+           "[]", '{"type": "cancel"}', '{"type": "generate", "id": "x", "prompt": "", "max_tokens": 1}']
+    async def flood():
+        async with connect(server.ws_url) as ws:
+            async def reader():
+                codes = []
+                async with asyncio.timeout(120):
+                    while len(codes) < 1000:
+                        ev = json.loads(await ws.recv())
+                        assert ev["type"] == "error" and ev["message"], ev
+                        codes.append(ev["code"])
+                return codes
+            task = asyncio.create_task(reader())
+            for i in range(1000):
+                await ws.send(bad[i % len(bad)])
+            codes = await task
+            assert set(codes) <= {"invalid_json", "unknown_type", "invalid_request"}, set(codes)
+            await still_serves(ws)
+    async def other():
+        async with connect(server.ws_url) as ws:
+            for i in range(2):
+                await ws.send(json.dumps({**GOOD, "id": f"o{i}", "max_tokens": 8}))
+                _, done = await collect(ws, f"o{i}")
+                assert done["type"] == "done", done
+    async def main():
+        await asyncio.gather(flood(), other())
+    asyncio.run(main())

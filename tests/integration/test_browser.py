@@ -1,0 +1,60 @@
+"""The chat page in headless Chromium (Debian's, driven by Playwright): a message gets a
+streamed reply with statistics; the screenshot is kept in the build directory."""
+import os
+import pathlib
+import shutil
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+from conftest import BUILD_DIR
+
+
+def test_the_chat_page_streams_a_reply_with_draft_highlighting_and_statistics(server):
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is missing: run scripts/setup.sh --tests"
+    shot = pathlib.Path(os.environ.get("SPECULA_ARTIFACT_DIR", BUILD_DIR)) / "chat_page.png"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 800})
+            page.goto(server.url + "/")
+            page.wait_for_selector("#conn.ok", timeout=15000)
+            page.fill("#max_tokens", "24")
+            page.fill("#temperature", "0")
+            page.fill("#prompt", "one two three four five one two three four five one two three")
+            page.click("#send")
+            page.wait_for_selector(".msg.assistant .tok", timeout=30000)
+            stats = page.wait_for_selector(".msg.assistant .stats", timeout=60000)
+            text = stats.inner_text()
+            assert "tok/s" in text and "acceptance" in text and "mean accepted length" in text, text
+            reply = page.inner_text(".msg.assistant .body")
+            assert reply.strip(), "the reply is empty"
+            assert page.locator(".msg.assistant .tok").count() >= 2
+            # A second turn goes out with the history (multi-turn) and also completes.
+            page.fill("#prompt", "And then?")
+            page.click("#send")
+            page.wait_for_function("document.querySelectorAll('.msg.assistant .stats').length == 2", timeout=60000)
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    assert shot.stat().st_size > 1000
+
+
+def test_the_stop_button_cancels_a_reply(server):
+    chromium = shutil.which("chromium")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(server.url + "/")
+            page.wait_for_selector("#conn.ok", timeout=15000)
+            page.fill("#max_tokens", "500")
+            page.fill("#prompt", "Tell me a long story.")
+            page.click("#send")
+            page.wait_for_selector(".msg.assistant .tok", timeout=30000)
+            page.click("#stop")
+            stats = page.wait_for_selector(".msg.assistant .stats", timeout=30000)
+            assert "cancelled" in stats.inner_text()
+        finally:
+            browser.close()

@@ -1,0 +1,80 @@
+"""Limits and shutdown on servers of their own: the admission limit, SIGTERM draining."""
+import asyncio
+import json
+import signal
+import time
+
+import httpx
+from websockets.asyncio.client import connect
+
+from conftest import collect
+
+GEN = {"type": "generate", "messages": [{"role": "user", "content": "Tell me a story."}], "temperature": 0.8}
+
+
+def test_requests_beyond_max_batch_plus_max_queue_get_overloaded_and_429(fresh_server):
+    srv = fresh_server("--draft", "ngram", "--max-batch", "1", "--max-queue", "1")
+    async def main():
+        async with connect(srv.ws_url) as ws:
+            await ws.send(json.dumps({**GEN, "id": "a", "max_tokens": 300}))
+            await ws.send(json.dumps({**GEN, "id": "b", "max_tokens": 300}))
+            await ws.send(json.dumps({**GEN, "id": "c", "max_tokens": 4}))
+            _, err = await collect(ws, "c")
+            assert err["type"] == "error" and err["code"] == "overloaded", err
+            r = httpx.post(srv.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=30)
+            assert r.status_code == 429 and r.json()["error"]["code"] == "overloaded"
+            assert r.headers["retry-after"] == "1"
+            for gen_id in ("a", "b"):
+                await ws.send(json.dumps({"type": "cancel", "id": gen_id}))
+            ends = {}
+            async with asyncio.timeout(60):
+                while len(ends) < 2:
+                    ev = json.loads(await ws.recv())
+                    if ev["type"] != "token":
+                        ends[ev["id"]] = ev
+            assert ends["a"]["type"] == ends["b"]["type"] == "done", ends
+            await ws.send(json.dumps({**GEN, "id": "d", "max_tokens": 2}))
+            _, done = await collect(ws, "d")
+            assert done["type"] == "done", done
+    asyncio.run(main())
+    assert srv.metrics()['specula_requests_total{outcome="rejected"}'] >= 2
+
+
+def test_sigterm_lets_running_generations_finish_refuses_new_ones_and_exits_zero(fresh_server):
+    srv = fresh_server("--draft", "ngram", "--shutdown-timeout", "20")
+    async def main():
+        async with connect(srv.ws_url) as ws:
+            await ws.send(json.dumps({**GEN, "id": "run", "max_tokens": 40, "temperature": 0}))
+            async with asyncio.timeout(30):
+                while json.loads(await ws.recv())["type"] != "token":
+                    pass
+            srv.proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.2)
+            await ws.send(json.dumps({**GEN, "id": "late", "max_tokens": 4}))
+            events = {}
+            async with asyncio.timeout(60):
+                while len(events) < 2:
+                    ev = json.loads(await ws.recv())
+                    if ev["type"] != "token":
+                        events[ev["id"]] = ev
+            assert events["late"]["type"] == "error" and events["late"]["code"] == "shutting_down", events
+            assert events["run"]["type"] == "done" and events["run"]["finish_reason"] in ("length", "stop"), events
+    asyncio.run(main())
+    assert srv.proc.wait(30) == 0, srv.output()
+
+
+def test_sigterm_cancels_what_is_still_running_at_the_deadline_and_exits_zero(fresh_server):
+    srv = fresh_server("--draft", "ngram", "--shutdown-timeout", "0.5")
+    async def main():
+        async with connect(srv.ws_url) as ws:
+            await ws.send(json.dumps({**GEN, "id": "long", "max_tokens": 3000}))
+            async with asyncio.timeout(30):
+                while json.loads(await ws.recv())["type"] != "token":
+                    pass
+            start = time.monotonic()
+            srv.proc.send_signal(signal.SIGTERM)
+            _, done = await collect(ws, "long")
+            assert done["type"] == "done" and done["finish_reason"] == "cancelled", done
+            assert time.monotonic() - start < 10
+    asyncio.run(main())
+    assert srv.proc.wait(30) == 0, srv.output()

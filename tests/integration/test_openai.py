@@ -1,0 +1,95 @@
+"""The OpenAI-compatible routes through the real `openai` client, and their error shapes."""
+import json
+
+import httpx
+import openai
+import pytest
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def model_id(client):
+    return client.models.list().data[0].id
+
+
+def test_models_lists_the_served_model_with_its_context(server, client):
+    models = client.models.list().data
+    assert [m.id for m in models] == ["SmolLM2-135M-Instruct.Q4_1"]
+    raw = httpx.get(server.url + "/v1/models").json()
+    assert raw["object"] == "list" and raw["data"][0]["max_model_len"] > 0
+
+
+def test_a_chat_completion_returns_a_message_and_usage(client, model_id):
+    r = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "Say hello."}],
+                                       max_tokens=8, temperature=0)
+    assert r.object == "chat.completion" and r.model == model_id
+    assert r.choices[0].message.role == "assistant" and r.choices[0].message.content
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.usage.completion_tokens <= 8 and r.usage.prompt_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_a_streamed_chat_completion_equals_the_unstreamed_one_and_reports_usage(client, model_id):
+    args = dict(model=model_id, messages=[{"role": "system", "content": "You are terse."},
+                                          {"role": "user", "content": "Name three fruits."}],
+                max_tokens=12, temperature=0)
+    whole = client.chat.completions.create(**args).choices[0].message.content
+    chunks = list(client.chat.completions.create(**args, stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes in (["stop"], ["length"])
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
+
+
+def test_a_completion_continues_a_prompt_streamed_and_not(client, model_id):
+    r = client.completions.create(model=model_id, prompt="The capital of France is", max_tokens=6, temperature=0,
+                                  seed=3)
+    assert r.object == "text_completion" and r.choices[0].text
+    assert r.usage.completion_tokens <= 6
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=model_id, prompt="The capital of France is", max_tokens=6, temperature=0, stream=True) if c.choices)
+    assert streamed == r.choices[0].text
+
+
+def test_a_stop_string_ends_a_chat_completion_with_finish_reason_stop(client, model_id):
+    args = dict(model=model_id, messages=[{"role": "user", "content": "Write a sentence about cats."}],
+                max_tokens=16, temperature=0)
+    text = client.chat.completions.create(**args).choices[0].message.content
+    word = text.split()[len(text.split()) // 2]
+    r = client.chat.completions.create(**args, stop=[word])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].message.content == text[:text.index(word)]
+
+
+def test_n_other_than_one_is_a_400_with_openai_error_shape(client, model_id):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "Hi"}], n=2)
+    assert e.value.status_code == 400
+    assert e.value.body["param"] == "n" and e.value.body["code"] == "invalid_request"
+
+
+def test_bad_requests_get_openai_errors_with_status_type_code_and_param(server):
+    post = lambda path, body: httpx.post(server.url + path, content=body,
+                                          headers={"content-type": "application/json"}, timeout=30)
+    r = post("/v1/chat/completions", "{not json")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    r = post("/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": -1}))
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["type"] == "invalid_request_error" and err["param"] == "temperature"
+    r = post("/v1/completions", json.dumps({"prompt": "x", "top_p": 2}))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "top_p"
+    r = post("/v1/completions", json.dumps({"prompt": "hello " * 5000}))
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    r = post("/v1/completions", json.dumps({"prompt": "x" * (2 << 20)}))
+    assert r.status_code == 413 and r.json()["error"]["code"] == "message_too_large"
+    r = httpx.get(server.url + "/v1/nothing")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+    r = httpx.get(server.url + "/v1/chat/completions")
+    assert r.status_code == 405
+    assert httpx.get(server.url + "/health").json() == {"status": "ok"}

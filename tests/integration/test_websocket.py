@@ -1,0 +1,135 @@
+"""The WebSocket protocol of docs/protocol.md: streaming, statistics, draft flags, several
+generations on one socket, cancel."""
+import asyncio
+import json
+
+from websockets.asyncio.client import connect
+
+from conftest import collect
+
+# A prompt that repeats itself, so the n-gram drafter finds matches and drafts get accepted.
+REPEAT = "one two three four five six seven eight nine ten " * 6
+STATS = {"prompt_tokens", "completion_tokens", "rounds", "drafted", "accepted", "acceptance_rate",
+         "mean_accepted_length", "ttft_ms", "elapsed_ms", "tokens_per_second"}
+
+
+def generate(gen_id, **fields):
+    msg = {"type": "generate", "id": gen_id, "messages": [{"role": "user", "content": "Say hello."}],
+           "max_tokens": 12, "temperature": 0}
+    msg.update(fields)
+    return json.dumps(msg)
+
+
+def test_a_generation_streams_tokens_and_ends_with_done_and_stats(server):
+    async def main():
+        async with connect(server.ws_url) as ws:
+            await ws.send(generate("g1"))
+            tokens, done = await collect(ws, "g1")
+            assert done["type"] == "done", done
+            assert done["finish_reason"] in ("stop", "length")
+            assert set(done["stats"]) >= STATS
+            assert tokens, "no token event before done"
+            for ev in tokens:
+                assert ev["count"] == len(ev["tokens"])
+                assert ev["text"] == "".join(t["text"] for t in ev["tokens"]) or ev["count"] == 0
+            assert sum(ev["count"] for ev in tokens) == done["stats"]["completion_tokens"]
+            assert done["stats"]["ttft_ms"] > 0 and done["stats"]["elapsed_ms"] >= done["stats"]["ttft_ms"]
+            assert isinstance(done["seed"], int)
+    asyncio.run(main())
+
+
+def test_draft_flags_count_exactly_the_accepted_draft_tokens(server):
+    async def main():
+        async with connect(server.ws_url) as ws:
+            await ws.send(json.dumps({"type": "generate", "id": 7, "prompt": REPEAT, "max_tokens": 24,
+                                      "temperature": 0, "speculation": {"k": 4}}))
+            tokens, done = await collect(ws, 7)
+            assert done["type"] == "done", done
+            drafted = [t for ev in tokens for t in ev["tokens"] if t["draft"]]
+            assert len(drafted) == done["stats"]["accepted"]
+            assert done["stats"]["accepted"] > 0, "the n-gram drafter accepted nothing on a repeating prompt"
+            assert any(ev["count"] > 1 for ev in tokens), "a round's tokens were never coalesced into one event"
+            assert 0 < done["stats"]["acceptance_rate"] <= 1
+    asyncio.run(main())
+
+
+def test_two_generations_run_on_one_socket_keyed_by_id(server):
+    async def main():
+        async with connect(server.ws_url) as ws:
+            await ws.send(generate("a", max_tokens=8))
+            await ws.send(generate("b", max_tokens=10, messages=[{"role": "user", "content": "Count to five."}]))
+            ends, texts = {}, {"a": "", "b": ""}
+            async with asyncio.timeout(60):
+                while len(ends) < 2:
+                    ev = json.loads(await ws.recv())
+                    if ev["type"] == "token":
+                        texts[ev["id"]] += ev["text"]
+                    else:
+                        ends[ev["id"]] = ev
+            assert ends["a"]["type"] == ends["b"]["type"] == "done"
+            assert ends["a"]["stats"]["completion_tokens"] <= 8
+            assert ends["b"]["stats"]["completion_tokens"] <= 10
+            assert texts["a"] and texts["b"]
+    asyncio.run(main())
+
+
+def test_greedy_output_is_the_same_alone_and_beside_another_generation(server):
+    async def main():
+        async with connect(server.ws_url) as ws:
+            await ws.send(generate("solo", max_tokens=10))
+            tokens, _ = await collect(ws, "solo")
+            solo = "".join(ev["text"] for ev in tokens)
+            await ws.send(generate("pair", max_tokens=10))
+            await ws.send(generate("other", max_tokens=10, messages=[{"role": "user", "content": "Name a colour."}]))
+            tokens, _ = await collect(ws, "pair")
+            assert "".join(ev["text"] for ev in tokens) == solo
+    asyncio.run(main())
+
+
+def test_cancel_ends_a_generation_with_finish_reason_cancelled(server):
+    async def main():
+        async with connect(server.ws_url) as ws:
+            await ws.send(generate("long", max_tokens=400, temperature=0.8, seed=1))
+            async with asyncio.timeout(60):
+                while json.loads(await ws.recv())["type"] != "token":
+                    pass
+            await ws.send(json.dumps({"type": "cancel", "id": "long"}))
+            tokens, done = await collect(ws, "long")
+            assert done["type"] == "done" and done["finish_reason"] == "cancelled", done
+            assert done["stats"]["completion_tokens"] < 400
+            # The id is free again and a cancel for an unknown id is ignored.
+            await ws.send(json.dumps({"type": "cancel", "id": "nothing-runs-under-this-id"}))
+            await ws.send(generate("long", max_tokens=3))
+            _, again = await collect(ws, "long")
+            assert again["type"] == "done"
+    asyncio.run(main())
+
+
+def test_a_stop_string_ends_the_text_before_it(server):
+    async def main():
+        async with connect(server.ws_url) as ws:
+            await ws.send(generate("free", max_tokens=16))
+            tokens, _ = await collect(ws, "free")
+            text = "".join(ev["text"] for ev in tokens)
+            words = text.split()
+            assert len(words) >= 3, text
+            stop = words[len(words) // 2]
+            await ws.send(generate("s", max_tokens=16, stop=[stop, "never appears"]))
+            tokens, done = await collect(ws, "s")
+            cut = "".join(ev["text"] for ev in tokens)
+            assert done["finish_reason"] == "stop", (done, cut)
+            assert cut == text[:text.index(stop)]
+    asyncio.run(main())
+
+
+def test_the_same_seed_gives_the_same_sampled_text(server):
+    async def main():
+        async with connect(server.ws_url) as ws:
+            texts = []
+            for gen_id in ("x", "y"):
+                await ws.send(generate(gen_id, max_tokens=10, temperature=1.0, seed=1234))
+                tokens, done = await collect(ws, gen_id)
+                assert done["seed"] == 1234
+                texts.append("".join(ev["text"] for ev in tokens))
+            assert texts[0] == texts[1]
+    asyncio.run(main())
