@@ -129,3 +129,19 @@ async def collect(ws, gen_id, timeout=60):
                 tokens.append(ev)
             else:
                 return tokens, ev
+
+
+async def collect_all(ws, ids, timeout=60):
+    """Reads until every generation in `ids` ends; returns ({id: text}, {id: terminal event})."""
+    import asyncio
+    texts, ends = {i: "" for i in ids}, {}
+    async with asyncio.timeout(timeout):
+        while len(ends) < len(ids):
+            ev = json.loads(await ws.recv())
+            if ev.get("id") not in texts:
+                continue
+            if ev["type"] == "token":
+                texts[ev["id"]] += ev["text"]
+            else:
+                ends[ev["id"]] = ev
+    return texts, ends

@@ -7,7 +7,7 @@ import time
 import httpx
 from websockets.asyncio.client import connect
 
-from conftest import collect
+from conftest import collect, collect_all
 
 GEN = {"type": "generate", "messages": [{"role": "user", "content": "Tell me a story."}], "temperature": 0.8}
 
@@ -26,12 +26,7 @@ def test_requests_beyond_max_batch_plus_max_queue_get_overloaded_and_429(fresh_s
             assert r.headers["retry-after"] == "1"
             for gen_id in ("a", "b"):
                 await ws.send(json.dumps({"type": "cancel", "id": gen_id}))
-            ends = {}
-            async with asyncio.timeout(60):
-                while len(ends) < 2:
-                    ev = json.loads(await ws.recv())
-                    if ev["type"] != "token":
-                        ends[ev["id"]] = ev
+            _, ends = await collect_all(ws, ["a", "b"])
             assert ends["a"]["type"] == ends["b"]["type"] == "done", ends
             await ws.send(json.dumps({**GEN, "id": "d", "max_tokens": 2}))
             _, done = await collect(ws, "d")
@@ -51,12 +46,7 @@ def test_sigterm_lets_running_generations_finish_refuses_new_ones_and_exits_zero
             srv.proc.send_signal(signal.SIGTERM)
             await asyncio.sleep(0.2)
             await ws.send(json.dumps({**GEN, "id": "late", "max_tokens": 4}))
-            events = {}
-            async with asyncio.timeout(60):
-                while len(events) < 2:
-                    ev = json.loads(await ws.recv())
-                    if ev["type"] != "token":
-                        events[ev["id"]] = ev
+            _, events = await collect_all(ws, ["run", "late"])
             assert events["late"]["type"] == "error" and events["late"]["code"] == "shutting_down", events
             assert events["run"]["type"] == "done" and events["run"]["finish_reason"] in ("length", "stop"), events
     asyncio.run(main())

@@ -93,3 +93,25 @@ def test_bad_requests_get_openai_errors_with_status_type_code_and_param(server):
     r = httpx.get(server.url + "/v1/chat/completions")
     assert r.status_code == 405
     assert httpx.get(server.url + "/health").json() == {"status": "ok"}
+
+
+def test_an_http_client_that_leaves_mid_request_cancels_it_and_frees_its_kv(server):
+    import socket
+    from conftest import wait_for
+    total = server.metrics()["specula_kv_blocks_total"]
+    cancelled = server.metrics()['specula_requests_total{outcome="cancelled"}']
+    # A streaming request dropped after its first event.
+    with httpx.stream("POST", server.url + "/v1/completions", timeout=60,
+                      json={"prompt": "Once upon a time", "max_tokens": 400, "stream": True}) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                break
+    # A non-streaming request whose client closes its socket while it runs.
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400}).encode()
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        assert wait_for(lambda: server.metrics()["specula_requests_running"] > 0, timeout=30)
+    assert wait_for(lambda: server.metrics()['specula_requests_total{outcome="cancelled"}'] >= cancelled + 2,
+                    timeout=30), server.metrics()
+    assert wait_for(lambda: server.metrics()["specula_kv_blocks_free"] == total, timeout=30)

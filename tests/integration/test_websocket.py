@@ -5,7 +5,7 @@ import json
 
 from websockets.asyncio.client import connect
 
-from conftest import collect
+from conftest import collect, collect_all
 
 # A prompt that repeats itself, so the n-gram drafter finds matches and drafts get accepted.
 REPEAT = "one two three four five six seven eight nine ten " * 6
@@ -58,14 +58,7 @@ def test_two_generations_run_on_one_socket_keyed_by_id(server):
         async with connect(server.ws_url) as ws:
             await ws.send(generate("a", max_tokens=8))
             await ws.send(generate("b", max_tokens=10, messages=[{"role": "user", "content": "Count to five."}]))
-            ends, texts = {}, {"a": "", "b": ""}
-            async with asyncio.timeout(60):
-                while len(ends) < 2:
-                    ev = json.loads(await ws.recv())
-                    if ev["type"] == "token":
-                        texts[ev["id"]] += ev["text"]
-                    else:
-                        ends[ev["id"]] = ev
+            texts, ends = await collect_all(ws, ["a", "b"])
             assert ends["a"]["type"] == ends["b"]["type"] == "done"
             assert ends["a"]["stats"]["completion_tokens"] <= 8
             assert ends["b"]["stats"]["completion_tokens"] <= 10
