@@ -2,6 +2,9 @@
 #include <stdexcept>
 
 #include "gpu/cuda/cuda_probe.h"
+#ifdef SPECULA_HAVE_CUDA
+#include "gpu/cuda/cuda_ops.h"
+#endif
 #include "gpu/host/host_device.h"
 #include "gpu/ops.h"
 
@@ -22,9 +25,9 @@ std::unique_ptr<Ops> make_device(const DeviceOptions& opt) {
     std::string why;
     const int gpus = cuda_device_count(&why);
     if (gpus > 0) {
-      // The CUDA ops (gpu/cuda/) are the subject of their own issue; until they land, a GPU
-      // machine runs the host device for "auto" and refuses "cuda" plainly.
-      if (opt.device == "cuda") throw std::runtime_error("--device cuda: the CUDA ops are not in this build yet");
+#ifdef SPECULA_HAVE_CUDA
+      return std::make_unique<CudaOps>(0);
+#endif
     } else if (opt.device == "cuda") {
       throw std::runtime_error("--device cuda: " + why);
     }

@@ -8,6 +8,12 @@
 namespace specula {
 
 LlamaModel::LlamaModel(const ModelWeights& w, Ops& ops) : ops_(ops), cfg_(w.config) {
+  int64_t elements = w.embed.numel() + w.output_norm.numel();
+  if (w.output.data != w.embed.data) elements += w.output.numel();
+  for (const LayerWeights& l : w.layers)
+    for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
+      elements += t->numel();
+  ops.reserve_weights(elements);
   embed_ = ops.upload(w.embed);
   output_norm_ = ops.upload(w.output_norm);
   output_ = ops.upload(w.output);

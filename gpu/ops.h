@@ -48,6 +48,9 @@ class Ops {
   virtual void copy_to_host(const float* src, float* dst, size_t n) = 0;
   virtual void copy_to_device(const float* src, float* dst, size_t n) = 0;
   virtual Weight upload(const TensorView& t) = 0;
+  // A hint before a model's uploads: they hold about `elements` values in all, so a device can
+  // take one allocation for them (the CUDA device's weight arena). No-op on the host.
+  virtual void reserve_weights(int64_t elements) {}
 
   // --- compute; shapes in comments are [rows, cols], row-major --------------
   // out[n, dim] = table[tokens[i]] ; tokens live on the host.

@@ -1,0 +1,344 @@
+// CudaOps: device memory (weight arenas, KV pools, scratch), the op boundary's argument checks,
+// and the dispatch to kernels.cu and cuBLAS.
+#include "gpu/cuda/cuda_ops.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gpu/cuda/cuda_check.h"
+#include "gpu/cuda/kernels.h"
+#include "gpu/host/quant.h"
+#include "gpu/kv_cache.h"
+
+namespace specula {
+
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("cuda op: " + what);
+}
+
+}  // namespace
+
+struct CudaOps::Impl {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  std::string name;
+
+  // The weight arena: bump allocation inside one cudaMalloc per reserve_weights (one per
+  // model). Every Weight holds the arena it lives in (Weight::owner), so it is freed with the
+  // last model that uses it.
+  std::shared_ptr<char> arena;
+  bool dedupe = false;  // only after reserve_weights: host pointers may be reused otherwise
+  size_t arena_size = 0, arena_used = 0, weight_bytes = 0;
+  // host tensor -> its device copy, within one reservation (a tied head shares the embedding's)
+  std::map<std::tuple<const std::byte*, size_t, std::string>, void*> uploaded;
+
+  struct Slot {
+    void* device = nullptr;
+    size_t capacity = 0;
+    std::vector<unsigned char> last;  // what upload_small put there last (empty: unknown)
+  };
+  Slot slots[static_cast<int>(Scratch::Count)];
+
+  void new_arena(size_t bytes) {
+    char* p = nullptr;
+    SPECULA_CUDA(cudaMalloc(&p, bytes));
+    arena = std::shared_ptr<char>(p, [](char* q) { cudaFree(q); });
+    arena_size = bytes;
+    arena_used = 0;
+  }
+
+  void* arena_alloc(size_t bytes) {
+    bytes = align_up(bytes);
+    // No reservation (or it was too small): a chunk of its own, at least 64 MiB.
+    if (!arena || arena_size - arena_used < bytes) new_arena(std::max(bytes, size_t{64} << 20));
+    void* p = arena.get() + arena_used;
+    arena_used += bytes;
+    weight_bytes += bytes;
+    return p;
+  }
+};
+
+CudaOps::CudaOps(int device) : impl_(std::make_unique<Impl>()), device_(device) {
+  SPECULA_CUDA(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  SPECULA_CUDA(cudaGetDeviceProperties(&prop, device));
+  impl_->name = "cuda:" + std::to_string(device) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
+                std::to_string(prop.minor) + ")";
+  SPECULA_CUDA(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+  SPECULA_CUDA(cublasCreate(&impl_->cublas));
+  SPECULA_CUDA(cublasSetStream(impl_->cublas, impl_->stream));
+}
+
+CudaOps::~CudaOps() {
+  cudaSetDevice(device_);
+  cudaStreamSynchronize(impl_->stream);
+  for (auto& s : impl_->slots) cudaFree(s.device);
+  if (impl_->cublas) cublasDestroy(impl_->cublas);
+  if (impl_->stream) cudaStreamDestroy(impl_->stream);
+}
+
+std::string CudaOps::name() const { return impl_->name; }
+void* CudaOps::stream() const { return impl_->stream; }
+
+size_t CudaOps::weight_bytes() const { return impl_->weight_bytes; }
+
+// --- memory ---------------------------------------------------------------------------------
+
+float* CudaOps::alloc(size_t n) {
+  void* p = nullptr;
+  const size_t bytes = std::max<size_t>(n, 1) * sizeof(float);
+  SPECULA_CUDA(cudaMalloc(&p, bytes));
+  SPECULA_CUDA(cudaMemsetAsync(p, 0, bytes, impl_->stream));
+  return static_cast<float*>(p);
+}
+
+void CudaOps::release(float* p) {
+  // cudaFree waits for the device; a buffer in use by queued work is therefore safe to free.
+  if (p) SPECULA_CUDA(cudaFree(p));
+}
+
+void CudaOps::copy_to_host(const float* src, float* dst, size_t n) {
+  SPECULA_CUDA(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, impl_->stream));
+  SPECULA_CUDA(cudaStreamSynchronize(impl_->stream));
+}
+
+void CudaOps::copy_to_device(const float* src, float* dst, size_t n) {
+  // From pageable memory the copy is staged before the call returns, so `src` may change after.
+  SPECULA_CUDA(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, impl_->stream));
+}
+
+void CudaOps::reserve_weights(int64_t elements) {
+  // BF16 matrices, F32 vectors: 2 bytes per value plus alignment slack per tensor.
+  impl_->new_arena(align_up(static_cast<size_t>(elements) * 2 + (size_t{4} << 20)));
+  impl_->uploaded.clear();
+  impl_->dedupe = true;
+}
+
+Weight CudaOps::upload(const TensorView& t) {
+  Weight w;
+  w.view = t;
+  if (t.empty()) return w;
+  const auto key = std::make_tuple(t.data, t.nbytes, t.name);
+  if (auto it = impl_->uploaded.find(key); impl_->dedupe && it != impl_->uploaded.end()) {
+    w.device = it->second;
+    w.owner = impl_->arena;
+    return w;
+  }
+  const int64_t rows = t.rows(), cols = t.cols();
+  if (t.shape.size() < 2) {
+    // Vectors (norm weights) stay F32.
+    require(t.dtype == DType::F32, "vector " + t.name + " must be F32, is " + dtype_name(t.dtype));
+    w.device = impl_->arena_alloc(t.nbytes);
+    SPECULA_CUDA(cudaMemcpy(w.device, t.data, t.nbytes, cudaMemcpyHostToDevice));
+  } else {
+    const size_t bytes = static_cast<size_t>(rows * cols) * 2;
+    w.device = impl_->arena_alloc(bytes);
+    if (t.dtype == DType::BF16) {
+      SPECULA_CUDA(cudaMemcpy(w.device, t.data, bytes, cudaMemcpyHostToDevice));
+    } else {
+      // Dequantize on the host a slab of rows at a time, round to BF16, copy.
+      const int64_t slab = std::max<int64_t>(1, (int64_t{16} << 20) / std::max<int64_t>(1, cols));
+      std::vector<float> f(static_cast<size_t>(cols));
+      std::vector<uint16_t> b(static_cast<size_t>(std::min(slab, rows) * cols));
+      for (int64_t r0 = 0; r0 < rows; r0 += slab) {
+        const int64_t nr = std::min(slab, rows - r0);
+        for (int64_t r = 0; r < nr; ++r) {
+          dequantize_row(t.dtype, t.row(r0 + r), f.data(), cols);
+          for (int64_t c = 0; c < cols; ++c) b[static_cast<size_t>(r * cols + c)] = f32_to_bf16(f[c]);
+        }
+        SPECULA_CUDA(cudaMemcpy(static_cast<uint16_t*>(w.device) + r0 * cols, b.data(),
+                                static_cast<size_t>(nr * cols) * 2, cudaMemcpyHostToDevice));
+      }
+    }
+  }
+  w.owner = impl_->arena;
+  if (impl_->dedupe) impl_->uploaded[key] = w.device;
+  return w;
+}
+
+void* CudaOps::scratch(Scratch slot, size_t bytes) {
+  Impl::Slot& s = impl_->slots[static_cast<int>(slot)];
+  if (bytes > s.capacity) {
+    SPECULA_CUDA(cudaStreamSynchronize(impl_->stream));  // queued work may still read the old one
+    SPECULA_CUDA(cudaFree(s.device));
+    s.device = nullptr;
+    s.capacity = align_up(std::max(bytes, size_t{4096}) * 2);  // room to grow
+    SPECULA_CUDA(cudaMalloc(&s.device, s.capacity));
+    s.last.clear();
+  }
+  return s.device;
+}
+
+const void* CudaOps::upload_small(Scratch slot, const void* data, size_t bytes) {
+  void* dev = scratch(slot, bytes);
+  Impl::Slot& s = impl_->slots[static_cast<int>(slot)];
+  if (s.last.size() == bytes && bytes > 0 && std::memcmp(s.last.data(), data, bytes) == 0) return dev;
+  // Pageable source: staged before the call returns; ordered after earlier readers on the stream.
+  SPECULA_CUDA(cudaMemcpyAsync(dev, data, bytes, cudaMemcpyHostToDevice, impl_->stream));
+  s.last.assign(static_cast<const unsigned char*>(data), static_cast<const unsigned char*>(data) + bytes);
+  return dev;
+}
+
+void CudaOps::synchronize() { SPECULA_CUDA(cudaStreamSynchronize(impl_->stream)); }
+
+double CudaOps::measure_copy_bandwidth_gbs(size_t bytes) {
+  void *a = nullptr, *b = nullptr;
+  SPECULA_CUDA(cudaMalloc(&a, bytes));
+  SPECULA_CUDA(cudaMalloc(&b, bytes));
+  SPECULA_CUDA(cudaMemsetAsync(a, 1, bytes, impl_->stream));
+  cudaEvent_t e0, e1;
+  SPECULA_CUDA(cudaEventCreate(&e0));
+  SPECULA_CUDA(cudaEventCreate(&e1));
+  std::vector<double> gbs;
+  for (int i = 0; i < 12; ++i) {
+    SPECULA_CUDA(cudaEventRecord(e0, impl_->stream));
+    SPECULA_CUDA(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice, impl_->stream));
+    SPECULA_CUDA(cudaEventRecord(e1, impl_->stream));
+    SPECULA_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    SPECULA_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    if (i >= 2) gbs.push_back(2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9);  // read + write
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  std::sort(gbs.begin(), gbs.end());
+  return gbs[gbs.size() / 2];
+}
+
+// --- compute --------------------------------------------------------------------------------
+
+void CudaOps::embed(const Weight& table, std::span<const int32_t> tokens, float* out) {
+  const int64_t dim = table.cols(), vocab = table.rows();
+  require(table.view.shape.size() == 2 && table.device, "embed: the table must be an uploaded matrix");
+  for (int32_t t : tokens)
+    if (t < 0 || t >= vocab)
+      throw std::out_of_range("token id " + std::to_string(t) + " outside the vocabulary of " + std::to_string(vocab));
+  if (tokens.empty()) return;
+  auto* dev = static_cast<const int32_t*>(upload_small(Scratch::Tokens, tokens.data(), tokens.size_bytes()));
+  cuda::embed(static_cast<const __nv_bfloat16*>(table.device), dev, static_cast<int64_t>(tokens.size()), dim, out,
+              impl_->stream);
+}
+
+void CudaOps::rmsnorm(const float* x, const Weight& w, float eps, int64_t n, int64_t dim, float* out) {
+  require(w.view.numel() == dim && w.device, "rmsnorm: weight has " + std::to_string(w.view.numel()) +
+                                                 " values for dim " + std::to_string(dim));
+  if (n <= 0) return;
+  cuda::rmsnorm(x, static_cast<const float*>(w.device), eps, n, dim, out, impl_->stream);
+}
+
+void CudaOps::matmul(const float* x, const Weight& w, int64_t n, float* y) {
+  require(w.view.shape.size() == 2 && w.device, "matmul: " + w.view.name + " is not an uploaded matrix");
+  if (n <= 0) return;
+  const int64_t rows = w.rows(), cols = w.cols();
+  const auto* wb = static_cast<const __nv_bfloat16*>(w.device);
+  const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  if (n <= kSkinnyMaxRows && cols % 8 == 0 && aligned) {
+    cuda::matmul_skinny(wb, rows, cols, x, n, y, impl_->stream);
+    return;
+  }
+  // Wide batches (prefill): activations to BF16, then cuBLAS with F32 accumulation and F32 out.
+  // Column-major view: Y^T[rows, n] = W[cols, rows]^T * X^T[cols, n].
+  auto* xb = static_cast<__nv_bfloat16*>(scratch(Scratch::Bf16Activations, static_cast<size_t>(n * cols) * 2));
+  cuda::to_bf16(x, n * cols, xb, impl_->stream);
+  const float alpha = 1.0f, beta = 0.0f;
+  SPECULA_CUDA(cublasGemmEx(impl_->cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n),
+                            static_cast<int>(cols), &alpha, wb, CUDA_R_16BF, static_cast<int>(cols), xb, CUDA_R_16BF,
+                            static_cast<int>(cols), &beta, y, CUDA_R_32F, static_cast<int>(rows),
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void CudaOps::rope(float* x, int64_t n, int64_t heads, int64_t head_dim, std::span<const int32_t> positions,
+                   std::span<const float> inv_freq, RopeStyle style) {
+  require(static_cast<int64_t>(positions.size()) >= n, "rope: " + std::to_string(positions.size()) +
+                                                           " positions for " + std::to_string(n) + " rows");
+  require(static_cast<int64_t>(inv_freq.size()) >= head_dim / 2 && head_dim % 2 == 0,
+          "rope: " + std::to_string(inv_freq.size()) + " frequencies for head_dim " + std::to_string(head_dim));
+  if (n <= 0) return;
+  auto* pos = static_cast<const int32_t*>(upload_small(Scratch::Positions, positions.data(), n * sizeof(int32_t)));
+  auto* inv = static_cast<const float*>(upload_small(Scratch::InvFreq, inv_freq.data(), (head_dim / 2) * sizeof(float)));
+  cuda::rope(x, n, heads, head_dim, pos, inv, style == RopeStyle::Interleaved, impl_->stream);
+}
+
+void CudaOps::swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  if (n > 0) cuda::swiglu(gate, up, n, out, impl_->stream);
+}
+
+void CudaOps::add(float* x, const float* y, int64_t n) {
+  if (n > 0) cuda::add(x, y, n, impl_->stream);
+}
+
+namespace {
+
+// The plan of one forward: a RowPlan per row, then the block tables of its sequences.
+// Bytes: [rows * sizeof(RowPlan)][int32 block ids].
+std::vector<unsigned char> make_plan(const KvCache& kv, std::span<const SeqSlice> slices, int64_t* rows_out) {
+  std::vector<cuda::RowPlan> rows;
+  std::vector<int32_t> tables;
+  for (const SeqSlice& s : slices) {
+    const std::vector<int32_t>& t = kv.block_table(s.seq);
+    require(static_cast<int64_t>(t.size()) * kv.config().block_tokens >= s.start + s.n,
+            "sequence " + std::to_string(s.seq) + " has no KV reserved for positions up to " +
+                std::to_string(s.start + s.n));
+    require(s.row == static_cast<int64_t>(rows.size()), "slices must cover consecutive rows from 0");
+    const int32_t begin = static_cast<int32_t>(tables.size());
+    tables.insert(tables.end(), t.begin(), t.end());
+    for (int64_t i = 0; i < s.n; ++i)
+      rows.push_back({kv.offset(s.seq, s.start + i), begin, static_cast<int32_t>(s.start + i + 1)});
+  }
+  std::vector<unsigned char> bytes(rows.size() * sizeof(cuda::RowPlan) + tables.size() * sizeof(int32_t));
+  std::memcpy(bytes.data(), rows.data(), rows.size() * sizeof(cuda::RowPlan));
+  std::memcpy(bytes.data() + rows.size() * sizeof(cuda::RowPlan), tables.data(), tables.size() * sizeof(int32_t));
+  *rows_out = static_cast<int64_t>(rows.size());
+  return bytes;
+}
+
+}  // namespace
+
+void CudaOps::kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<const SeqSlice> slices) {
+  int64_t rows = 0;
+  const std::vector<unsigned char> plan = make_plan(kv, slices, &rows);
+  if (rows == 0) return;
+  auto* dev = static_cast<const cuda::RowPlan*>(upload_small(Scratch::Plan, plan.data(), plan.size()));
+  cuda::kv_store(kv.k_pool(layer), kv.v_pool(layer), k, v, dev, rows, kv.row_floats(), impl_->stream);
+}
+
+void CudaOps::attention(const float* q, KvCache& kv, int layer, std::span<const SeqSlice> slices, int64_t heads,
+                        float* out) {
+  const KvCacheConfig& c = kv.config();
+  require(heads % c.kv_heads == 0 && heads / c.kv_heads <= 8,
+          "attention: " + std::to_string(heads) + " heads over " + std::to_string(c.kv_heads) +
+              " kv heads (the kernel takes groups of at most 8)");
+  require(c.head_dim <= 256, "attention: head_dim " + std::to_string(c.head_dim) + " > 256");
+  int64_t rows = 0;
+  const std::vector<unsigned char> plan = make_plan(kv, slices, &rows);
+  if (rows == 0) return;
+  auto* dev = static_cast<const unsigned char*>(upload_small(Scratch::Plan, plan.data(), plan.size()));
+  const auto* rp = reinterpret_cast<const cuda::RowPlan*>(dev);
+  const auto* tables = reinterpret_cast<const int32_t*>(dev + rows * sizeof(cuda::RowPlan));
+  cuda::attention(q, kv.k_pool(layer), kv.v_pool(layer), rp, tables, rows, heads, c.kv_heads, c.head_dim,
+                  c.block_tokens, out, impl_->stream);
+}
+
+void CudaOps::gather_rows(const float* src, int64_t cols, std::span<const int64_t> rows, float* dst) {
+  if (rows.empty()) return;
+  auto* dev = static_cast<const int64_t*>(upload_small(Scratch::Rows, rows.data(), rows.size_bytes()));
+  cuda::gather_rows(src, cols, dev, static_cast<int64_t>(rows.size()), dst, impl_->stream);
+}
+
+}  // namespace specula
