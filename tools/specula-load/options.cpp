@@ -24,8 +24,10 @@ const char* const kUsage =
     "  --seed N              seed for arrivals and per-request sampling seeds (1)\n"
     "  --max-tokens N        override each prompt's max_tokens\n"
     "  --temperature T  --top-p P  --top-k K   sampling settings sent with each request\n"
-    "  --speculation-k K|off draft length per round (off = no speculation)\n"
+    "  --speculation-k K     draft tokens per round, 1..16 (speculation on or off is the\n"
+    "                        server's choice: specula serve --draft none switches it off)\n"
     "  --adaptive            ask for the adaptive draft-length policy\n"
+    "  --speculation-mode M  exact or coupled\n"
     "  --model NAME          \"model\" of HTTP requests (default)\n"
     "  --json                print the result JSON on stdout\n"
     "  --out FILE            write the result JSON to FILE\n"
@@ -45,7 +47,8 @@ void check(bool ok, const std::string& message) {
 std::optional<LoadOptions> parse_options(int argc, char** argv) {
   const cli::Args a(argc, argv,
                     {"url", "prompts", "concurrency", "requests", "duration", "ramp", "rate", "timeout", "seed",
-                     "max-tokens", "temperature", "top-p", "top-k", "speculation-k", "model", "out", "report"},
+                     "max-tokens", "temperature", "top-p", "top-k", "speculation-k", "speculation-mode", "model", "out",
+                     "report"},
                     {"json", "quiet", "adaptive"});
   if (a.help()) {
     std::fputs(kUsage, stdout);
@@ -96,13 +99,16 @@ std::optional<LoadOptions> parse_options(int argc, char** argv) {
   }
   if (a.has("speculation-k")) {
     const std::string k = a.str("speculation-k");
-    if (k == "off" || k == "none") {
-      o.speculation_k = 0;
-    } else {
-      const long long v = a.integer("speculation-k", 0);
-      check(v >= 0 && v <= 64, "--speculation-k must be off or in [0, 64], got " + k);
-      o.speculation_k = static_cast<int>(v);
-    }
+    check(k != "off" && k != "none" && k != "0",
+          "--speculation-k " + k + ": the protocol has no per-request switch-off; run the server with --draft none");
+    const long long v = a.integer("speculation-k", 0);
+    check(v >= 1 && v <= 16, "--speculation-k must be in [1, 16], got " + k);
+    o.speculation_k = static_cast<int>(v);
+  }
+  if (a.has("speculation-mode")) {
+    o.speculation_mode = a.str("speculation-mode");
+    check(o.speculation_mode == "exact" || o.speculation_mode == "coupled",
+          "--speculation-mode must be exact or coupled, got '" + o.speculation_mode + "'");
   }
   o.adaptive = a.flag("adaptive");
   o.model = a.str("model", o.model);

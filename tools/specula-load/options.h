@@ -22,8 +22,9 @@ struct LoadOptions {
   std::optional<double> temperature; // --temperature
   std::optional<double> top_p;       // --top-p
   std::optional<int> top_k;          // --top-k
-  std::optional<int> speculation_k;  // --speculation-k K (0 = off)
+  std::optional<int> speculation_k;  // --speculation-k K: draft tokens per round (1..16)
   bool adaptive = false;             // --adaptive: ask for the adaptive K policy
+  std::string speculation_mode;      // --speculation-mode exact|coupled ("" = server default)
   std::string model = "default";     // --model: the "model" field of HTTP requests
   bool json = false;                 // --json: the result JSON on stdout
   std::string out_path;              // --out: the result JSON to a file

@@ -22,6 +22,7 @@ json speculation(const LoadOptions& o) {
   json s = json::object();
   if (o.speculation_k) s["k"] = *o.speculation_k;
   if (o.adaptive) s["adaptive"] = true;
+  if (!o.speculation_mode.empty()) s["mode"] = o.speculation_mode;
   return s;
 }
 
@@ -124,7 +125,7 @@ Outcome apply_ws_message(const std::string& text, const std::string& id, double 
   }
   const std::string type = m["type"].get<std::string>();
   // An error without an id (connection-level, e.g. overloaded) belongs to the request in flight.
-  if (m.contains("id") && id_string(m["id"]) != id) return Outcome::Pending;
+  if (m.contains("id") && !m["id"].is_null() && id_string(m["id"]) != id) return Outcome::Pending;
   if (type == "token") {
     int count = 1;
     if (auto it = m.find("tokens"); it != m.end() && it->is_array()) {
@@ -204,7 +205,7 @@ Outcome apply_sse_data(const std::string& payload, double now_s, RequestRecord& 
     r.server.completion_tokens = integer_or(*u, "completion_tokens", r.server.completion_tokens);
   }
   // Speculation counters, where the server adds them to a chunk (docs/protocol.md).
-  for (const char* key : {"specula", "stats"}) {
+  for (const char* key : {"speculation", "stats"}) {
     if (auto s = c.find(key); s != c.end() && s->is_object()) {
       r.server.rounds = integer_or(*s, "rounds", r.server.rounds);
       r.server.drafted = integer_or(*s, "drafted", r.server.drafted);

@@ -64,7 +64,8 @@ std::string html_report(const LoadOptions& o, size_t prompt_count, const RunResu
     << row({"arrivals", o.rate > 0 ? "Poisson, " + fmt(o.rate, "%g") + " requests/s, seed " + std::to_string(o.seed) : "closed loop"})
     << row({"max_tokens", o.max_tokens ? std::to_string(*o.max_tokens) : "per prompt"})
     << row({"temperature", opt(o.temperature)}) << row({"top_p", opt(o.top_p)}) << row({"top_k", opt(o.top_k)})
-    << row({"speculation k", o.speculation_k ? (*o.speculation_k == 0 ? "off" : std::to_string(*o.speculation_k)) : "server default"})
+    << row({"speculation k", o.speculation_k ? std::to_string(*o.speculation_k) : "server default"})
+    << row({"speculation mode", o.speculation_mode.empty() ? "server default" : escape(o.speculation_mode)})
     << row({"adaptive", o.adaptive ? "requested" : "server default"}) << "</table>\n";
 
   h << "<h2>Summary</h2><table>\n"

@@ -27,7 +27,8 @@ json config_json(const LoadOptions& o, size_t prompt_count) {
             {"top_p", o.top_p ? json(*o.top_p) : json(nullptr)},
             {"top_k", o.top_k ? json(*o.top_k) : json(nullptr)},
             {"speculation_k", o.speculation_k ? json(*o.speculation_k) : json(nullptr)},
-            {"adaptive", o.adaptive}};
+            {"adaptive", o.adaptive},
+            {"speculation_mode", o.speculation_mode.empty() ? json(nullptr) : json(o.speculation_mode)}};
   return c;
 }
 

@@ -57,10 +57,10 @@ TEST(Options, DefaultsAndOverrides) {
   EXPECT_EQ(o.concurrency, 8);
   EXPECT_EQ(o.requests, 128);
   EXPECT_FALSE(o.max_tokens);
-  const LoadOptions d = parse({"--url=ws://h:1", "--prompts=p", "--duration", "10", "--speculation-k", "off",
+  const LoadOptions d = parse({"--url=ws://h:1", "--prompts=p", "--duration", "10", "--speculation-k", "4",
                                "--concurrency", "32", "--rate", "2.5", "--json"});
   EXPECT_EQ(d.requests, -1);  // unbounded: the duration ends the run
-  EXPECT_EQ(d.speculation_k, 0);
+  EXPECT_EQ(d.speculation_k, 4);
   EXPECT_EQ(d.concurrency, 32);
   EXPECT_DOUBLE_EQ(d.rate, 2.5);
   EXPECT_TRUE(d.json);
@@ -82,6 +82,9 @@ TEST(Options, BadFlagsAreUsageErrors) {
   expect_usage_error(with({"--temperature", "-0.5"}), "--temperature");
   expect_usage_error(with({"--top-p", "1.5"}), "--top-p");
   expect_usage_error(with({"--speculation-k", "many"}), "expects an integer");
+  expect_usage_error(with({"--speculation-k", "off"}), "--draft none");
+  expect_usage_error(with({"--speculation-k", "17"}), "[1, 16]");
+  expect_usage_error(with({"--speculation-mode", "fast"}), "exact or coupled");
   expect_usage_error(with({"--max-tokens", "0"}), "--max-tokens");
   expect_usage_error(with({"--frobnicate"}), "unknown option --frobnicate");
   expect_usage_error(with({"--timeout"}), "needs a value");

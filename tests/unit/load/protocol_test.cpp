@@ -31,11 +31,13 @@ TEST(GenerateMessage, OptionsOverrideThePromptAndSampledRequestsGetDistinctSeeds
   LoadOptions o;
   o.max_tokens = 16;
   o.temperature = 0.8;
-  o.speculation_k = 0;
+  o.speculation_k = 3;
+  o.speculation_mode = "coupled";
   o.seed = 100;
   const json a = ws_generate_message(chat_prompt(), o, 1), b = ws_generate_message(chat_prompt(), o, 2);
   EXPECT_EQ(a["max_tokens"], 16);
-  EXPECT_EQ(a["speculation"]["k"], 0);
+  EXPECT_EQ(a["speculation"]["k"], 3);
+  EXPECT_EQ(a["speculation"]["mode"], "coupled");
   EXPECT_EQ(a["seed"], 101);
   EXPECT_EQ(b["seed"], 102);
 }
@@ -83,6 +85,13 @@ TEST(WsMessages, AnErrorEventIsAServerErrorNamedByItsCode) {
   EXPECT_EQ(r.error_message, "queue full");
 }
 
+TEST(WsMessages, AnErrorWithANullIdBelongsToTheRequestInFlight) {
+  RequestRecord r;
+  EXPECT_EQ(apply_ws_message(R"({"type":"error","id":null,"code":"invalid_json","message":"bad"})", "r1", 2, r),
+            Outcome::Failed);
+  EXPECT_EQ(r.error_kind, "server:invalid_json");
+}
+
 TEST(WsMessages, NonJsonOrUntypedMessagesAreProtocolErrors) {
   RequestRecord a, b;
   EXPECT_EQ(apply_ws_message("not json", "r1", 0, a), Outcome::Failed);
@@ -106,12 +115,16 @@ TEST(SseData, ContentChunksAreEventsUsageIsCountedAndDoneEnds) {
   EXPECT_EQ(apply_sse_data(R"({"choices":[{"index":0,"delta":{"role":"assistant"}}]})", 0.1, r), Outcome::Pending);
   EXPECT_EQ(r.event_s.size(), 0u);  // a role-only chunk carries no token
   EXPECT_EQ(apply_sse_data(R"({"choices":[{"index":0,"delta":{"content":"Hi"}}]})", 0.2, r), Outcome::Pending);
-  EXPECT_EQ(apply_sse_data(R"({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]})", 0.3, r), Outcome::Pending);
+  EXPECT_EQ(apply_sse_data(R"({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null,
+      "speculation":{"rounds":1,"drafted":3,"accepted":1,"acceptance_rate":0.33,"mean_accepted_length":1}})", 0.3, r),
+            Outcome::Pending);
   EXPECT_EQ(apply_sse_data(R"({"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2}})", 0.3, r), Outcome::Pending);
   EXPECT_EQ(apply_sse_data("[DONE]", 0.4, r), Outcome::Done);
   EXPECT_DOUBLE_EQ(r.first_token_s, 0.2);
   EXPECT_EQ(r.finish_reason, "stop");
   EXPECT_EQ(r.output_tokens(), 2);
+  EXPECT_EQ(r.server.drafted, 3);
+  EXPECT_EQ(r.server.accepted, 1);
   EXPECT_TRUE(r.ok());
 }
 
