@@ -140,6 +140,29 @@ DraftLengthConfig parse_speculation(const json& v, DraftLengthConfig c) {
 
 }  // namespace
 
+json parse_json(std::string_view text) {
+  constexpr int kMaxDepth = 64;
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth)
+        throw ApiError("invalid_json", "the JSON nests deeper than " + std::to_string(kMaxDepth) + " levels");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw ApiError("invalid_json", "the message is not valid JSON");
+  return j;
+}
+
 int64_t context_length(const actors::Engine& engine) {
   int64_t ctx = engine.model().weights.config.max_positions;
   // The scheduler reserves prompt + max_tokens + 17 positions in whole blocks; beyond the pool a

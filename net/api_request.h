@@ -49,6 +49,11 @@ enum class PromptKind { Chat, Completion, WebSocket };  // messages only / promp
 ParsedRequest parse_generation(const nlohmann::json& body, PromptKind kind, const actors::Engine& engine,
                                const RequestDefaults& defaults);
 
+// Parses a request body or message. Throws ApiError invalid_json for text that is not JSON or
+// nests deeper than 64 levels (nlohmann's printer and destructor recurse: a deep enough document
+// would overflow the stack).
+nlohmann::json parse_json(std::string_view text);
+
 // The context a request may fill: the model's positions, and no more than the KV pool holds.
 int64_t context_length(const actors::Engine& engine);
 

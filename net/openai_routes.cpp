@@ -97,8 +97,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   ParsedRequest parsed;
   std::optional<ApiError> refused;
   try {
-    json body = json::parse(req.body(), nullptr, /*allow_exceptions=*/false);
-    if (body.is_discarded()) throw ApiError("invalid_json", "the request body is not valid JSON");
+    json body = parse_json(req.body());
     if (!body.is_object()) throw ApiError("invalid_json", "the request body must be a JSON object");
     try {
       parsed = parse_generation(body, chat ? PromptKind::Chat : PromptKind::Completion, st.engine, st.config.defaults);

@@ -85,8 +85,12 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 
   void handle(std::string_view text) {
     const auto received = Generation::Clock::now();
-    json msg = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (msg.is_discarded()) return send_error(nullptr, "invalid_json", "the message is not valid JSON");
+    json msg;
+    try {
+      msg = parse_json(text);
+    } catch (const ApiError& e) {
+      return send_error(nullptr, e.code, e.what());
+    }
     if (!msg.is_object()) return send_error(nullptr, "invalid_json", "the message must be a JSON object");
     json id = nullptr;
     if (auto it = msg.find("id"); it != msg.end() && !it->is_null()) {

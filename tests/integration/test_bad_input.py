@@ -44,6 +44,11 @@ def test_invalid_json_gets_an_invalid_json_error(server):
     expect_error(server, '{"type": "generate", "id": 1,', "invalid_json")
 
 
+def test_deeply_nested_json_gets_an_invalid_json_error_not_a_crash(server):
+    deep = '{"type": "generate", "id": 1, "prompt": ' + "[" * 100000 + "]" * 100000 + "}"
+    expect_error(server, deep, "invalid_json")
+
+
 def test_a_json_value_that_is_not_an_object_gets_an_invalid_json_error(server):
     expect_error(server, "[1, 2, 3]", "invalid_json")
 
