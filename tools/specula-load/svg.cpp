@@ -9,7 +9,7 @@ namespace specula::load::svg {
 
 namespace {
 
-constexpr int kLeft = 64, kRight = 16, kTop = 30, kBottom = 44;
+constexpr int kLeft = 64, kRight = 16, kTop = 42, kBottom = 44;
 
 std::string num(double v) {
   char b[32];
@@ -69,8 +69,9 @@ struct Frame {
     std::ostringstream s;
     double x = kLeft + 8;
     for (const auto& [name, color] : items) {
-      s << "<rect x=\"" << num(x) << "\" y=\"" << kTop + 6 << "\" width=\"10\" height=\"10\" fill=\"" << color
-        << "\"/><text x=\"" << num(x + 14) << "\" y=\"" << kTop + 15 << "\">" << escape(name) << "</text>\n";
+      // In the band between the title and the plot, so it never covers data.
+      s << "<rect x=\"" << num(x) << "\" y=\"" << kTop - 17 << "\" width=\"10\" height=\"10\" fill=\"" << color
+        << "\"/><text x=\"" << num(x + 14) << "\" y=\"" << kTop - 8 << "\">" << escape(name) << "</text>\n";
       x += 24 + 7 * static_cast<double>(name.size());
     }
     return s.str();
