@@ -2,6 +2,7 @@
 // rollback to the committed length otherwise) and proposes up to the round's K for it.
 #include "actors/draft_actor.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "actors/scheduler.h"
@@ -46,7 +47,8 @@ boost::asio::awaitable<void> DraftActor::on(DraftRound& round) {
   stream_->enqueue([&] {
     const auto t0 = std::chrono::steady_clock::now();
     TraceScope span(trace_, Trace::DraftStream,
-                    "draft round " + std::to_string(round.round) + " (" + std::to_string(round.items.size()) + " seqs)");
+                    std::string(round.optimistic ? "optimistic " : "") + "draft round " + std::to_string(round.round) +
+                        " (" + std::to_string(round.items.size()) + " seqs)");
     if (hook_) {
       std::vector<RequestId> ids;
       for (const DraftItem& item : round.items) ids.push_back(item.request->id);
@@ -55,14 +57,16 @@ boost::asio::awaitable<void> DraftActor::on(DraftRound& round) {
     for (DraftItem& item : round.items) {
       Drafted out{item.request, std::move(item.context), {}};
       item.context = out.context;  // kept for on_failure's ids only; cheap next to a forward
-      Drafter* drafter = drafter_for(item);
+      // A request that never speculates gets no drafter; one whose K is 0 this round (the
+      // load-adaptive policy) keeps its drafter, which catches up when it drafts again.
+      Drafter* drafter = item.request->speculate ? drafter_for(item) : nullptr;
       if (drafter && item.k > 0) {
         const SpeculativeRequest& r = item.request->request;
         DraftRequest dreq;
         dreq.context = out.context;
         dreq.position = static_cast<int64_t>(out.context.size());
         dreq.max_tokens = item.k;
-        dreq.min_tokens = r.draft.adaptive ? r.draft.k_min : 1;
+        dreq.min_tokens = std::min(r.draft.adaptive ? r.draft.k_min : 1, item.k);
         dreq.max_entropy = r.draft.max_entropy;
         dreq.sampling = r.sampling;
         dreq.mode = r.mode;

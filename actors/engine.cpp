@@ -82,10 +82,11 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   const auto ex = m.io.get_executor();
   m.verifier = std::make_unique<Verifier>(ex, *m.model, m.cfg.kv_tokens, m.cfg.fault_hook);
   SchedulerLimits limits{m.cfg.max_batch, m.verifier->blocks_total(), m.verifier->block_tokens(),
-                         m.model->config().max_positions, m.cfg.pipeline};
+                         m.model->config().max_positions, m.cfg.pipeline, m.cfg.load_adaptive};
   m.scheduler = std::make_unique<Scheduler>(ex, limits);
   m.draft = std::make_unique<DraftActor>(ex, m.cfg.drafter, m.files, *draft_target, m.cfg.fault_hook);
   m.sampler = std::make_unique<Sampler>(ex, m.files.tokenizer, m.model->config().max_positions, m.cfg.fault_hook);
+  if (m.cfg.judge_rule) m.sampler->set_judge_rule(m.cfg.judge_rule);
   if (!m.cfg.trace_path.empty()) {
     m.trace = std::make_unique<Trace>();
     m.scheduler->set_trace(m.trace.get());
@@ -179,6 +180,7 @@ TokenStream Engine::start(EngineRequest request) {
   info->id = m.next_id.fetch_add(1);
   info->events = std::make_shared<EventChannel>();
   info->stop = std::move(request.stop);
+  info->speculate = request.speculate && m.cfg.drafter != "none";
   {
     std::lock_guard lock(m.streams->mu);
     if (m.streams->closed) throw std::runtime_error("the engine is shutting down");

@@ -39,11 +39,18 @@ struct EngineConfig {
   int threads = 2;                     // compute threads of the host device
   int io_threads = 1;                  // threads running the actors (they only route; compute is on streams)
   // Two rounds in flight over disjoint halves of the active set (ping-pong micro-batches), so the
-  // draft stream works while the verify stream does. The draft then gets its own device and model
-  // instance (the skip drafter must not share the target's workspace with a concurrent verify).
+  // draft stream works while the verify stream does; with one active request, the optimistic
+  // continuation (its next round drafted while this one is verified). The draft then gets its own
+  // device and model instance (the skip drafter must not share the target's workspace with a
+  // concurrent verify).
   bool pipeline = false;
+  // Requests with adaptive K (draft.adaptive) get K per round from the scheduler's cost model
+  // over the whole batch, down to 0 under load (actors/load_policy.h); off: each request's own
+  // adaptive K.
+  bool load_adaptive = true;
   std::string trace_path;              // write Chrome trace-event JSON here when the engine closes ("" = off)
   FaultHook fault_hook;                // tests only: throw from it to fail a round
+  JudgeRule judge_rule;                // tests only: replaces the acceptance rule (a planted bug)
 };
 
 struct EngineRequest {
@@ -54,6 +61,7 @@ struct EngineRequest {
   SamplingParams sampling{0.0f, 0, 1.0f, 0};   // greedy by default
   SpecSampling mode = SpecSampling::Exact;
   std::optional<DraftLengthConfig> draft;      // default: the engine's
+  bool speculate = true;                       // false: plain decode rounds (K = 0) through the same actors
   std::optional<std::vector<int32_t>> stop_ids;  // default: the model's end tokens
   // Stop strings: the text ends before the first one that appears (it is not shown), with
   // finish_reason "stop". Text that might still become one is held back until it cannot.

@@ -21,6 +21,7 @@ struct RequestInfo {
   RequestId id = 0;
   SpeculativeRequest request;              // prompt ids, max_tokens, sampling, stop ids, K, mode
   std::vector<std::string> stop;           // stop strings (the sampler ends the text before one)
+  bool speculate = true;                   // false: plain decode rounds (K = 0), no drafting
   std::shared_ptr<EventChannel> events;    // the caller's token stream
 };
 using RequestRef = std::shared_ptr<const RequestInfo>;
@@ -94,6 +95,7 @@ struct DraftItem {
 struct DraftRound {
   std::uint64_t round = 0;
   std::vector<DraftItem> items;
+  bool optimistic = false;       // batch-1 pipelining: drafted ahead, while the previous round verifies
 };
 
 // scheduler -> verifier: one target forward over every sequence's [g, t1..tk].
@@ -143,7 +145,7 @@ struct Release {
 
 using DraftMessage = std::variant<DraftRound, Release>;
 using VerifierMessage = std::variant<VerifyRound, Release>;
-using SamplerMessage = std::variant<Judge, Release>;
+using SamplerMessage = std::variant<Judge, Continuation, Release>;
 
 // A test hook: called inside each actor's round work with the actor's name ("draft",
 // "verifier", "sampler") and the round's requests; an exception it throws fails that round.

@@ -2,6 +2,7 @@
 #include "actors/sampler.h"
 
 #include <algorithm>
+#include <cassert>
 #include <stdexcept>
 
 #include "actors/scheduler.h"
@@ -69,6 +70,67 @@ std::string Sampler::flush(Open& o) const {
   return shown;
 }
 
+namespace {
+
+// Counts k judged draft tokens at offsets offset.. of a round, n of them accepted.
+void count_judged(SpeculativeStats& st, int offset, int k, int n) {
+  st.drafted += k;
+  st.accepted += n;
+  st.rejected += n < k ? 1 : 0;
+  for (int i = 0; i < k; ++i) {
+    const auto at = static_cast<size_t>(offset + i);
+    if (at >= st.drafted_at.size()) break;
+    ++st.drafted_at[at];
+    if (i < n) ++st.accepted_at[at];
+  }
+}
+
+}  // namespace
+
+RoundOutcome Sampler::apply_rule(const DraftProposal& draft, std::span<const float> target_logits, const RequestInfo& r,
+                            int64_t position, bool bonus) const {
+  const SpeculativeRequest& req = r.request;
+  if (rule_) return rule_(draft, target_logits, req.sampling, position, req.mode, bonus);
+  return bonus ? verify_draft(draft, target_logits, req.sampling, position, req.mode)
+               : verify_draft_without_bonus(draft, target_logits, req.sampling, position, req.mode);
+}
+
+bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> tokens, int from_draft,
+                   int64_t position, Judged& j) {
+  const SpeculativeRequest& req = request->request;
+  SpeculativeStats& st = o.stats;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int32_t tok = tokens[i];
+    const int64_t tok_position = position + static_cast<int64_t>(i);
+    j.tokens.push_back(tok);
+    ++st.generated;
+    StreamEvent ev;
+    ev.token = tok;
+    ev.from_draft = static_cast<int>(i) < from_draft;
+    o.held += o.decoder.push(tok);
+    bool stopped = false;
+    ev.text = release_text(o.held, request->stop, stopped);
+    request->events->send(std::move(ev));
+    const char* finish = nullptr;
+    if (stopped || std::find(req.stop_ids.begin(), req.stop_ids.end(), tok) != req.stop_ids.end()) finish = "stop";
+    else if (st.generated >= req.max_tokens) finish = "length";
+    else if (max_positions_ > 0 && tok_position + 1 >= max_positions_) finish = "context";
+    if (finish) {
+      StreamEvent done;
+      done.kind = StreamEvent::Kind::Done;
+      done.text = stopped ? std::string() : flush(o);
+      done.finish_reason = finish;
+      st.finish_reason = finish;
+      done.stats = st;
+      request->events->send(std::move(done));
+      o.ended = true;
+      j.finished = true;
+      return true;
+    }
+  }
+  return false;
+}
+
 void Sampler::on(Judge& judge) {
   TraceScope span(trace_, Trace::Sampler, "judge round " + std::to_string(judge.round));
   if (hook_) {
@@ -80,57 +142,83 @@ void Sampler::on(Judge& judge) {
   verdict.round = judge.round;
   verdict.draft_seconds = judge.draft_seconds;
   verdict.verify_seconds = judge.verify_seconds;
+  verdict.forward_tokens = judge.forward_tokens;
+  verdict.forward_seconds = judge.forward_seconds;
   for (Scored& s : judge.items) {
-    const SpeculativeRequest& req = s.request->request;
     Open& o = open(s.request);
-    const RoundOutcome outcome = verify_draft(s.draft, s.target_logits, req.sampling, s.position, req.mode);
-    const int n = outcome.accepted;
+    o.judged_round = judge.round;  // a continuation of an earlier round is stale from now on
     const int k = static_cast<int>(s.draft.k());
     SpeculativeStats& st = o.stats;
     ++st.rounds;
-    st.drafted += k;
-    st.accepted += n;
-    st.rejected += n < k ? 1 : 0;
-    for (int i = 0; i < k; ++i) {
-      ++st.drafted_at[static_cast<size_t>(i)];
-      if (i < n) ++st.accepted_at[static_cast<size_t>(i)];
-    }
     st.draft_seconds += judge.draft_seconds;
     st.verify_seconds += judge.verify_seconds;
-
-    Judged j{s.request->id, k, n, {}, false};
-    for (int i = 0; i <= n; ++i) {
-      const int32_t tok = outcome.tokens[static_cast<size_t>(i)];
-      const int64_t tok_position = s.position + i;
-      j.tokens.push_back(tok);
-      ++st.generated;
-      StreamEvent ev;
-      ev.token = tok;
-      ev.from_draft = i < n;
-      o.held += o.decoder.push(tok);
-      bool stopped = false;
-      ev.text = release_text(o.held, s.request->stop, stopped);
-      s.request->events->send(std::move(ev));
-      const char* finish = nullptr;
-      if (stopped || std::find(req.stop_ids.begin(), req.stop_ids.end(), tok) != req.stop_ids.end()) finish = "stop";
-      else if (st.generated >= req.max_tokens) finish = "length";
-      else if (max_positions_ > 0 && tok_position + 1 >= max_positions_) finish = "context";
-      if (finish) {
-        StreamEvent done;
-        done.kind = StreamEvent::Kind::Done;
-        done.text = stopped ? std::string() : flush(o);
-        done.finish_reason = finish;
-        st.finish_reason = finish;
-        done.stats = st;
-        s.request->events->send(std::move(done));
-        o.ended = true;
-        j.finished = true;
-        break;
+    Judged j{s.request->id, k, 0, {}, false};
+    if (!s.continued) {
+      const RoundOutcome outcome = apply_rule(s.draft, s.target_logits, *s.request, s.position, true);
+      count_judged(st, 0, k, outcome.accepted);
+      j.accepted = outcome.accepted;
+      emit(o, s.request, outcome.tokens, outcome.accepted, s.position, j);
+      verdict.items.push_back(std::move(j));
+      continue;
+    }
+    // Optimistic continuation (the scheduler continues only single-request rounds): judge the
+    // drafts against their rows without the bonus row; if all pass, the last row judges the
+    // continuation token, which may still be on its way.
+    assert(judge.items.size() == 1);
+    const size_t vocab = s.target_logits.size() / static_cast<size_t>(k + 1);
+    if (k > 0) {
+      const RoundOutcome first =
+          apply_rule(s.draft, std::span<const float>(s.target_logits).first(static_cast<size_t>(k) * vocab), *s.request,
+                s.position, false);
+      count_judged(st, 0, k, first.accepted);
+      j.accepted = first.accepted;
+      if (emit(o, s.request, first.tokens, first.accepted, s.position, j) || first.accepted < k) {
+        o.continuation.reset();
+        verdict.items.push_back(std::move(j));
+        continue;
       }
     }
-    verdict.items.push_back(std::move(j));
+    o.parked = Parked{judge.round, std::move(s), std::move(j), std::move(verdict)};
+    if (o.continuation && o.continuation->round == judge.round) judge_continuation(o);
+    return;
   }
   to_scheduler_->send(SchedulerMessage(std::move(verdict)));
+}
+
+void Sampler::on(Continuation& c) {
+  TraceScope span(trace_, Trace::Sampler, "continuation of round " + std::to_string(c.round));
+  Open& o = open(c.request);
+  if (o.parked && o.parked->round == c.round) {
+    o.continuation = std::move(c);
+    return judge_continuation(o);
+  }
+  // Before its round's Judge: keep it. After (the round rejected a draft): stale.
+  if (c.round > o.judged_round) o.continuation = std::move(c);
+}
+
+void Sampler::judge_continuation(Open& o) {
+  Parked p = std::move(*o.parked);
+  Continuation c = std::move(*o.continuation);
+  o.parked.reset();
+  o.continuation.reset();
+  const int k = static_cast<int>(p.scored.draft.k());
+  const size_t vocab = p.scored.target_logits.size() / static_cast<size_t>(k + 1);
+  const auto last = std::span<const float>(p.scored.target_logits).subspan(static_cast<size_t>(k) * vocab, vocab);
+  const int64_t position = p.scored.position + k;
+  RoundOutcome second;
+  if (c.draft.k() == 0) {
+    second = apply_rule(c.draft, last, *p.scored.request, position, true);  // nothing drafted: the bonus token
+  } else {
+    // the ordinary rule at the bonus position: accept t_{k+1} with min(1, p/q), else the residual
+    second = apply_rule(c.draft, last, *p.scored.request, position, false);
+    count_judged(o.stats, k, 1, second.accepted);
+    p.judged.drafted += 1;
+    p.judged.accepted += second.accepted;
+    p.judged.continued = second.accepted == 1;
+  }
+  emit(o, p.scored.request, second.tokens, second.accepted, position, p.judged);
+  p.verdict.items.push_back(std::move(p.judged));
+  to_scheduler_->send(SchedulerMessage(std::move(p.verdict)));
 }
 
 void Sampler::on(Release& release) {
@@ -158,6 +246,8 @@ void Sampler::on_failure(SamplerMessage& message, std::exception_ptr error) {
     RoundFailed failed{judge->round, {}, "sampler: " + describe(error)};
     for (const Scored& s : judge->items) failed.ids.push_back(s.request->id);
     to_scheduler_->send(SchedulerMessage(std::move(failed)));
+  } else if (auto* c = std::get_if<Continuation>(&message)) {
+    to_scheduler_->send(SchedulerMessage(RoundFailed{c->round, {c->request->id}, "sampler: " + describe(error)}));
   } else {
     Actor::on_failure(message, error);
   }

@@ -37,14 +37,23 @@ class Sampler : public Actor<Sampler, SamplerMessage> {
   void set_trace(Trace* trace) { trace_ = trace; }
   // Owner only, before start().
   void connect(Actor<Scheduler, SchedulerMessage>& scheduler);
+  // Owner only, before start(); tests only: judge with `rule` instead of spec/'s verify_draft.
+  void set_judge_rule(JudgeRule rule) { rule_ = std::move(rule); }
 
   void on(Judge& judge);
+  void on(Continuation& continuation);
   void on(Release& release);
 
  protected:
   void on_failure(SamplerMessage& message, std::exception_ptr error) override;
 
  private:
+  struct Parked {
+    std::uint64_t round = 0;
+    Scored scored;
+    Judged judged;
+    Verdict verdict;  // the round's, without this item yet
+  };
   struct Open {
     Open(RequestRef r, std::shared_ptr<const Tokenizer> tok) : request(std::move(r)), decoder(std::move(tok), true) {}
     RequestRef request;
@@ -52,14 +61,28 @@ class Sampler : public Actor<Sampler, SamplerMessage> {
     SpeculativeStats stats;
     std::string held;    // decoded text not shown yet: it may be the start of a stop string
     bool ended = false;  // the terminal event was sent
+    // Optimistic continuation: the round whose drafts all passed, waiting for its continuation
+    // token (its verdict is sent once that is judged), and a continuation that came first.
+    std::optional<Parked> parked;
+    std::optional<Continuation> continuation;
+    std::uint64_t judged_round = 0;  // the last round judged
   };
   Open& open(const RequestRef& request);
+  RoundOutcome apply_rule(const DraftProposal& draft, std::span<const float> target_logits, const RequestInfo& r,
+                     int64_t position, bool bonus) const;
+  // Sends `tokens` (the first `from_draft` accepted drafts; the first at absolute `position`) to
+  // the request's stream through the stop rules; true if the request finished.
+  bool emit(Open& o, const RequestRef& request, std::span<const int32_t> tokens, int from_draft, int64_t position,
+            Judged& j);
+  // Judges the parked round's continuation token against its last row; sends the verdict.
+  void judge_continuation(Open& o);
   // The text still held back at the end of a request, up to a stop string in it.
   std::string flush(Open& o) const;
 
   std::shared_ptr<const Tokenizer> tokenizer_;
   int64_t max_positions_;
   FaultHook hook_;
+  JudgeRule rule_;
   std::map<RequestId, Open> open_;
   std::optional<Mailbox<SchedulerMessage>::Sender> to_scheduler_;
   Trace* trace_ = nullptr;

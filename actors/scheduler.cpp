@@ -1,9 +1,12 @@
 // Rounds through draft -> verifier -> sampler. Without pipelining one round is in flight at a
 // time; with it, two rounds over disjoint requests, so a request still sees its rounds one after
-// another (exactly the sequential loop) while the draft and verify streams overlap.
+// another (exactly the sequential loop) while the draft and verify streams overlap. With a single
+// active request, pipelining is the optimistic continuation instead: its next round is drafted
+// while this one is verified, from the context that assumes every draft accepted.
 #include "actors/scheduler.h"
 
 #include <algorithm>
+#include <cassert>
 
 #include "actors/draft_actor.h"
 #include "actors/sampler.h"
@@ -42,7 +45,7 @@ void Scheduler::release(std::vector<RequestRef> requests, const std::string& err
 }
 
 void Scheduler::publish() {
-  pending_.store(static_cast<int64_t>(queue_.size() + active_.size()) + in_flight_,
+  pending_.store(static_cast<int64_t>(queue_.size() + active_.size() + optimistic_.size()) + in_flight_,
                  std::memory_order_release);
 }
 
@@ -74,13 +77,65 @@ void Scheduler::on(Cancel& cancel) {
 }
 
 void Scheduler::on(DraftsReady& ready) {
+  if (optimistic_.erase(ready.round)) return on_optimistic_draft(ready);
   TraceScope span(trace_, Trace::Scheduler, "drafts ready round " + std::to_string(ready.round));
+  int64_t drafted = 0;
+  for (const Drafted& d : ready.items) drafted += d.draft.k();
+  constexpr double kDecay = VerifyCostModel::kDecay;
+  draft_time_ = draft_time_ * kDecay + ready.draft_seconds;
+  draft_tokens_ = draft_tokens_ * kDecay + static_cast<double>(drafted);
+  if (ready.items.size() == 1 && active_.size() == 1)
+    if (Active* a = find(ready.items.front().request->id)) draft_optimistically(*a, ready.items.front());
   VerifyRound round{ready.round, std::move(ready.items), ready.draft_seconds};
   to_verifier_->send(VerifierMessage(std::move(round)));
 }
 
+int64_t Scheduler::k_limit(const Active& a, int64_t context_size, int64_t generated) const {
+  const SpeculativeRequest& r = a.request->request;
+  int64_t k = std::min<int64_t>(kMaxDraftTokens, r.max_tokens - generated - 1);
+  if (limits_.max_positions > 0) k = std::min<int64_t>(k, limits_.max_positions - context_size);
+  return std::max<int64_t>(k, 0);
+}
+
+bool Scheduler::draft_optimistically(Active& a, Drafted& window) {
+  if (!limits_.pipeline || !a.request->speculate || a.cancelled || a.spec_round != 0) return false;
+  // The context if every draft of `window` is accepted; the optimistic draft's first token
+  // t_{k+1} then stands where the bonus token would be drawn, the rest are the next window.
+  std::vector<int32_t> context = window.context;
+  context.insert(context.end(), window.draft.tokens.begin(), window.draft.tokens.end());
+  const int64_t after = static_cast<int64_t>(context.size()) + 1;  // with t_{k+1}
+  const int k_next = draft_lengths({&a}, {after}).front();
+  a.undrafted = k_next > 0 ? 0 : a.undrafted + 1;
+  const std::uint64_t id = ++round_;
+  DraftRound round{id, {DraftItem{a.request, std::move(context), static_cast<int>(1 + k_next)}}, true};
+  a.spec_round = id;
+  a.spec.reset();
+  optimistic_.insert(id);
+  window.continued = true;
+  to_draft_->send(DraftMessage(std::move(round)));
+  return true;
+}
+
+void Scheduler::on_optimistic_draft(DraftsReady& ready) {
+  TraceScope span(trace_, Trace::Scheduler, "optimistic draft ready round " + std::to_string(ready.round));
+  Active* a = ready.items.empty() ? nullptr : find(ready.items.front().request->id);
+  // Stale: its round rejected a draft (or failed, or the request left) before it was ready.
+  if (!a || a->spec_round != ready.round || !a->busy) return publish();
+  Drafted& d = ready.items.front();
+  Continuation c{a->round, d.request, {}};
+  if (d.draft.k() > 0) {
+    const auto vocab = static_cast<std::ptrdiff_t>(d.draft.q.size() / static_cast<size_t>(d.draft.k()));
+    c.draft.tokens.assign(1, d.draft.tokens.front());
+    c.draft.q.assign(d.draft.q.begin(), d.draft.q.begin() + vocab);
+  }
+  a->spec = std::move(d);
+  to_sampler_->send(SamplerMessage(std::move(c)));
+  publish();
+}
+
 void Scheduler::on(Verdict& verdict) {
   TraceScope span(trace_, Trace::Scheduler, "verdict round " + std::to_string(verdict.round));
+  if (verdict.forward_tokens > 0) verify_cost_.observe(verdict.forward_tokens, verdict.forward_seconds);
   for (const Judged& j : verdict.items) {
     Active* a = find(j.id);
     if (!a) continue;
@@ -88,17 +143,56 @@ void Scheduler::on(Verdict& verdict) {
     a->length.observe(j.drafted, j.accepted, verdict.draft_seconds, verdict.verify_seconds);
     a->finished = a->finished || j.finished;
     a->busy = false;
+    if (!j.continued || !a->spec || a->finished || a->cancelled || a->failed) {
+      a->spec_round = 0;  // discarded; if still in flight it is dropped when it arrives
+      a->spec.reset();
+      continue;
+    }
+    // The continuation token was accepted: the optimistic draft's other tokens are the next
+    // window, already drafted; verify them at once (and draft the round after meanwhile).
+    Drafted spec = std::move(*a->spec);
+    assert(spec.draft.k() >= 1);
+    const std::uint64_t id = a->spec_round;
+    a->spec.reset();
+    a->spec_round = 0;
+    assert(spec.context.size() + 1 == a->context.size() && a->context.back() == spec.draft.tokens.front());
+    Drafted window{a->request, a->context, {}};
+    const auto vocab = static_cast<std::ptrdiff_t>(spec.draft.q.size() / static_cast<size_t>(spec.draft.k()));
+    window.draft.tokens.assign(spec.draft.tokens.begin() + 1, spec.draft.tokens.end());
+    window.draft.q.assign(spec.draft.q.begin() + vocab, spec.draft.q.end());
+    a->busy = true;
+    a->round = id;
+    ++in_flight_;
+    if (active_.size() == 1) draft_optimistically(*a, window);
+    VerifyRound round{id, {}, 0};
+    round.items.push_back(std::move(window));
+    to_verifier_->send(VerifierMessage(std::move(round)));
   }
   --in_flight_;
   next_round();
 }
 
 void Scheduler::on(RoundFailed& failed) {
+  if (optimistic_.erase(failed.round)) {
+    // An optimistic draft failed: its request fails once its round in flight ends. The sampler may
+    // be waiting for the continuation; an empty one makes it draw the bonus token.
+    for (RequestId id : failed.ids) {
+      Active* a = find(id);
+      if (!a || a->spec_round != failed.round) continue;
+      a->failed = true;
+      a->error = failed.error;
+      a->spec_round = 0;
+      if (a->busy) to_sampler_->send(SamplerMessage(Continuation{a->round, a->request, {}}));
+    }
+    return publish();
+  }
   for (RequestId id : failed.ids) {
     if (Active* a = find(id)) {
       a->failed = true;
       a->error = failed.error;
       a->busy = false;
+      a->spec_round = 0;
+      a->spec.reset();
     }
   }
   --in_flight_;
@@ -131,7 +225,8 @@ void Scheduler::next_round() {
     RequestRef r = std::move(queue_.front());
     queue_.pop_front();
     blocks_reserved_ += need;
-    active_.push_back(Active{r, r->request.prompt, DraftLength(r->request.draft), need, false, false, false, false, {}});
+    active_.push_back(Active{r, r->request.prompt, DraftLength(r->request.draft), need, false, false, false, false, {},
+                             0, 0, std::nullopt});
   }
   std::vector<Active*> idle;
   for (Active& a : active_)
@@ -149,18 +244,59 @@ void Scheduler::next_round() {
   publish();
 }
 
+std::vector<int> Scheduler::draft_lengths(const std::vector<Active*>& members,
+                                          const std::vector<int64_t>& context_sizes) const {
+  std::vector<PolicyRequest> policy;
+  bool chosen_here = false;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const Active& a = *members[i];
+    const SpeculativeRequest& r = a.request->request;
+    const int64_t size = context_sizes[i];
+    const int64_t limit = a.request->speculate ? k_limit(a, size, size - static_cast<int64_t>(r.prompt.size())) : 0;
+    PolicyRequest p{a.length.acceptance(), static_cast<int>(std::min<int64_t>(a.length.next(), limit)), true};
+    if (limits_.load_adaptive && r.draft.adaptive && limit > 0) {
+      p.k_max = static_cast<int>(std::min<int64_t>(r.draft.k_max, limit));
+      p.fixed = false;
+      chosen_here = true;
+    }
+    policy.push_back(p);
+  }
+  std::vector<int> k;
+  if (!chosen_here) {
+    for (const PolicyRequest& p : policy) k.push_back(p.k_max);
+    return k;
+  }
+  const RoundCosts costs{verify_cost_.intercept(), verify_cost_.slope(),
+                         draft_tokens_ > 0 ? draft_time_ / draft_tokens_ : 0.0};
+  k = choose_draft_lengths(policy, costs);
+  // Probes: a request held at K = 0 for kProbeAfter rounds drafts one token if a good draft
+  // (acceptance kProbeAcceptance) would pay in this round; under a compute-bound load none does.
+  std::vector<PolicyRequest> hopeful = policy;
+  bool stale = false;
+  for (size_t i = 0; i < members.size(); ++i)
+    if (!policy[i].fixed && k[i] == 0 && members[i]->undrafted >= kProbeAfter) {
+      hopeful[i].acceptance = std::max(hopeful[i].acceptance, kProbeAcceptance);
+      stale = true;
+    }
+  if (stale) {
+    const std::vector<int> k_hopeful = choose_draft_lengths(hopeful, costs);
+    for (size_t i = 0; i < members.size(); ++i)
+      if (hopeful[i].acceptance != policy[i].acceptance && k_hopeful[i] > 0) k[i] = 1;
+  }
+  return k;
+}
+
 void Scheduler::start_round(std::vector<Active*> members) {
-  // K as the sequential loop picks it: no more drafts than could be emitted (the round adds one
-  // target token) or fit in the context.
-  DraftRound round{++round_, {}};
-  for (Active* a : members) {
-    const SpeculativeRequest& r = a->request->request;
-    const int64_t generated = static_cast<int64_t>(a->context.size() - r.prompt.size());
-    int64_t k = std::min<int64_t>(a->length.next(), r.max_tokens - generated - 1);
-    if (limits_.max_positions > 0)
-      k = std::min<int64_t>(k, limits_.max_positions - static_cast<int64_t>(a->context.size()));
-    round.items.push_back(DraftItem{a->request, a->context, static_cast<int>(std::max<int64_t>(k, 0))});
+  std::vector<int64_t> sizes;
+  for (Active* a : members) sizes.push_back(static_cast<int64_t>(a->context.size()));
+  const std::vector<int> k = draft_lengths(members, sizes);
+  DraftRound round{++round_, {}, false};
+  for (size_t i = 0; i < members.size(); ++i) {
+    Active* a = members[i];
+    a->undrafted = k[i] > 0 ? 0 : a->undrafted + 1;
+    round.items.push_back(DraftItem{a->request, a->context, k[i]});
     a->busy = true;
+    a->round = round.round;
   }
   ++in_flight_;
   to_draft_->send(DraftMessage(std::move(round)));

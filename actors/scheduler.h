@@ -1,14 +1,17 @@
 // The scheduler actor: admission against the target's KV block budget, the active set, each
-// request's K (fixed or adaptive), and the rounds. Continuous batching: requests join and leave
-// only between rounds; each round drafts and verifies the whole active set (at most max_batch
-// requests, admitted first come first served, so every active request advances every round).
+// request's K (fixed, adaptive, or chosen for the whole round by the load-adaptive policy), and
+// the rounds. Continuous batching: requests join and leave only between rounds; each round drafts
+// and verifies the whole active set (at most max_batch requests, admitted first come first served,
+// so every active request advances every round).
 #pragma once
 #include <atomic>
 #include <deque>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "actors/actor.h"
+#include "actors/load_policy.h"
 #include "actors/messages.h"
 #include "actors/trace.h"
 #include "spec/adaptive_k.h"
@@ -25,8 +28,13 @@ struct SchedulerLimits {
   int64_t block_tokens = 16;   // positions per block
   int64_t max_positions = 0;   // the target's context (0 = unlimited)
   // Two rounds in flight over disjoint halves of the active set (ping-pong micro-batches): the
-  // draft actor drafts one half while the verifier verifies the other. Off: one round at a time.
+  // draft actor drafts one half while the verifier verifies the other; with one active request,
+  // the optimistic continuation (its next round drafted while this one is verified). Off: one
+  // round at a time.
   bool pipeline = false;
+  // Requests with adaptive K get their K from the load-adaptive policy (actors/load_policy.h),
+  // chosen over the whole round, down to 0; off: from their own DraftLength.
+  bool load_adaptive = true;
 };
 
 class Scheduler : public Actor<Scheduler, SchedulerMessage> {
@@ -56,7 +64,17 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
     bool busy = false;             // in a round in flight
     bool cancelled = false, finished = false, failed = false;
     std::string error;
+    std::uint64_t round = 0;       // the round it is in, while busy
+    // Its optimistic draft of the next round (in flight, or `spec` once ready); 0: none.
+    std::uint64_t spec_round = 0;
+    std::optional<Drafted> spec;   // context = this round's context + drafts; draft = t_{k+1}, then the window
+    int undrafted = 0;             // rounds in a row the load-adaptive policy gave it K = 0
   };
+  // After this many rounds at K = 0 a request drafts one token if a draft accepted with
+  // probability kProbeAcceptance would pay, so that its acceptance estimate (which only drafting
+  // updates) can recover: a few bad rounds do not lock it out while drafting could pay.
+  static constexpr int kProbeAfter = 8;
+  static constexpr double kProbeAcceptance = 0.8;
   int64_t blocks_for(const SpeculativeRequest& r) const;
   Active* find(RequestId id);
   void release(std::vector<RequestRef> requests, const std::string& error);
@@ -64,6 +82,17 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   // and start rounds for the requests not in one (two halves when pipelining and none is in flight).
   void next_round();
   void start_round(std::vector<Active*> members);
+  // Each member's K for the round: its own (fixed or adaptive), or the load-adaptive policy's.
+  // `context_sizes`: each member's context length at the round's start.
+  std::vector<int> draft_lengths(const std::vector<Active*>& members, const std::vector<int64_t>& context_sizes) const;
+  // The most `a` may draft in a round starting from `context_size` tokens of which `generated`
+  // are output: no more than could be emitted (the round adds one target token) or fit.
+  int64_t k_limit(const Active& a, int64_t context_size, int64_t generated) const;
+  // Batch-1 pipelining: while `window` (a's round) is verified, draft a's next round assuming
+  // every draft of `window` is accepted. Marks the window continued; false if not started.
+  bool draft_optimistically(Active& a, Drafted& window);
+  // The optimistic draft of a round: a Continuation to the sampler, or dropped when stale.
+  void on_optimistic_draft(DraftsReady& ready);
   void publish();
 
   SchedulerLimits limits_;
@@ -72,7 +101,10 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   std::vector<RequestId> cancel_queued_;
   int64_t blocks_reserved_ = 0;
   int in_flight_ = 0;              // rounds in flight (at most 2 with pipelining, else 1)
+  std::set<std::uint64_t> optimistic_;  // optimistic draft rounds in flight (current or stale)
   std::uint64_t round_ = 0;
+  VerifyCostModel verify_cost_;    // the batched verify forward's seconds by rows
+  double draft_time_ = 0, draft_tokens_ = 0;  // draft seconds and tokens, forgotten like verify_cost_
   std::atomic<int64_t> pending_{0};
   std::optional<Mailbox<DraftMessage>::Sender> to_draft_;
   std::optional<Mailbox<VerifierMessage>::Sender> to_verifier_;

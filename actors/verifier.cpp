@@ -54,13 +54,16 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     windows[i].insert(windows[i].end(), d.draft.tokens.begin(), d.draft.tokens.end());
     batch.push_back({seq, windows[i], true});
   }
+  const auto t0 = std::chrono::steady_clock::now();
   target_.forward(batch, kv_, logits_);
+  judge.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t vocab = target_.config().vocab_size;
   size_t row = 0;
   for (size_t i = 0; i < round.items.size(); ++i) {
     Drafted& d = round.items[i];
-    Scored s{d.request, static_cast<int64_t>(d.context.size()), std::move(d.draft), {}};
+    Scored s{d.request, static_cast<int64_t>(d.context.size()), std::move(d.draft), {}, d.continued};
     const size_t rows = windows[i].size();
+    judge.forward_tokens += static_cast<int64_t>(rows);
     s.target_logits.assign(logits_.begin() + static_cast<std::ptrdiff_t>(row * vocab),
                            logits_.begin() + static_cast<std::ptrdiff_t>((row + rows) * vocab));
     row += rows;

@@ -37,20 +37,28 @@ double expected_tokens_per_round(double a, double k) {
 
 double theorem_3_8_speedup(double a, double k, double c) { return expected_tokens_per_round(a, k) / (k * c + 1); }
 
-DraftLength::DraftLength(const DraftLengthConfig& cfg) : cfg_(cfg), k_(cfg.k) {
-  cfg_.validate();
-  if (cfg_.adaptive) k_ = std::clamp(k_, cfg_.k_min, cfg_.k_max);
+void ForgettingLinearFit::observe(double x, double y) {
+  w_ = w_ * decay_ + 1;
+  sx_ = sx_ * decay_ + x;
+  sy_ = sy_ * decay_ + y;
+  sxx_ = sxx_ * decay_ + x * x;
+  sxy_ = sxy_ * decay_ + x * y;
 }
 
-double DraftLength::verify_slope() const {
+double ForgettingLinearFit::slope() const {
   const double var = sxx_ * w_ - sx_ * sx_;
   if (w_ <= 0 || var <= 1e-9 * w_ * w_) return 0;
   return std::max(0.0, (sxy_ * w_ - sx_ * sy_) / var);
 }
 
-double DraftLength::verify_intercept() const {
+double ForgettingLinearFit::intercept() const {
   if (w_ <= 0) return 0;
-  return std::max(0.0, (sy_ - verify_slope() * sx_) / w_);
+  return std::max(0.0, (sy_ - slope() * sx_) / w_);
+}
+
+DraftLength::DraftLength(const DraftLengthConfig& cfg) : cfg_(cfg), k_(cfg.k), verify_fit_(kDecay) {
+  cfg_.validate();
+  if (cfg_.adaptive) k_ = std::clamp(k_, cfg_.k_min, cfg_.k_max);
 }
 
 void DraftLength::observe(int drafted, int accepted, double draft_seconds, double verify_seconds) {
@@ -61,11 +69,7 @@ void DraftLength::observe(int drafted, int accepted, double draft_seconds, doubl
     draft_time_ = draft_time_ * kDecay + draft_seconds;
     draft_tokens_ = draft_tokens_ * kDecay + drafted;
   }
-  w_ = w_ * kDecay + 1;
-  sx_ = sx_ * kDecay + drafted;
-  sy_ = sy_ * kDecay + verify_seconds;
-  sxx_ = sxx_ * kDecay + static_cast<double>(drafted) * drafted;
-  sxy_ = sxy_ * kDecay + drafted * verify_seconds;
+  verify_fit_.observe(drafted, verify_seconds);
   if (!cfg_.adaptive) return;
 
   const double a = acceptance(), d = draft_seconds_per_token();

@@ -27,6 +27,20 @@ double expected_tokens_per_round(double a, double k);
 // ratio c = draft step time / target step time; it assumes verifying k+1 tokens costs one step.
 double theorem_3_8_speedup(double a, double k, double c);
 
+// y ~ v0 + v1 x by least squares with exponential forgetting: each observation first scales the
+// running sums by `decay`. The slope reads 0 until two different x were seen; both are >= 0.
+class ForgettingLinearFit {
+ public:
+  explicit ForgettingLinearFit(double decay) : decay_(decay) {}
+  void observe(double x, double y);
+  double intercept() const;
+  double slope() const;
+
+ private:
+  double decay_;
+  double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+};
+
 // The per-request controller. Estimates, with exponential forgetting, (a) the per-token
 // acceptance a = accepted / judged (judged = accepted + rejections: drafts after the first
 // rejection were never judged), (b) draft seconds per drafted token, (c) verify seconds as
@@ -41,8 +55,8 @@ class DraftLength {
   double acceptance() const { return judged_ > 0 ? accepted_ / judged_ : 0.5; }
   double draft_seconds_per_token() const { return draft_tokens_ > 0 ? draft_time_ / draft_tokens_ : 0; }
   // Verify time fit v0 + v1 * k (seconds); v1 is 0 until two different k were seen.
-  double verify_intercept() const;
-  double verify_slope() const;
+  double verify_intercept() const { return verify_fit_.intercept(); }
+  double verify_slope() const { return verify_fit_.slope(); }
 
  private:
   DraftLengthConfig cfg_;
@@ -50,7 +64,7 @@ class DraftLength {
   // Sums with forgetting factor kDecay per round.
   double accepted_ = 1, judged_ = 2;  // prior: a = 0.5 with the weight of two judgements
   double draft_time_ = 0, draft_tokens_ = 0;
-  double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;  // weighted least squares of verify time on k
+  ForgettingLinearFit verify_fit_;  // verify time on k
 };
 
 }  // namespace specula

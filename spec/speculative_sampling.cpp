@@ -60,9 +60,11 @@ int32_t sample_recovered(std::span<const float> p, std::span<const float> q, uin
 
 // The exact rule with p's rows fetched on demand (p_row(i) -> [vocab]): the verifier transforms
 // only the rows the round actually reaches (n + 1 of k + 1).
+// `bonus` false: there is no row after the last draft token, so when every token passes none is
+// drawn (the pipeline's optimistic continuation).
 template <class PRow>
 RoundOutcome speculative_sample_rows(std::span<const int32_t> draft, std::span<const float> q, int64_t vocab,
-                                     uint64_t seed, int64_t position, PRow&& p_row) {
+                                     uint64_t seed, int64_t position, PRow&& p_row, bool bonus = true) {
   const int64_t k = static_cast<int64_t>(draft.size());
   assert(static_cast<int64_t>(q.size()) == k * vocab);
   RoundOutcome out;
@@ -78,6 +80,7 @@ RoundOutcome speculative_sample_rows(std::span<const int32_t> draft, std::span<c
     out.tokens.push_back(sample_recovered(p_i, q_i, seed, position + i));
     return out;
   }
+  if (!bonus) return out;
   std::vector<float> log_p;
   log_of(p_row(k), log_p);
   out.tokens.push_back(sample_gumbel(log_p, seed, position + k, RngStream::Token));
@@ -91,11 +94,15 @@ RoundOutcome speculative_sample(std::span<const int32_t> draft, std::span<const 
   return speculative_sample_rows(draft, q, vocab, seed, position, [&](int64_t i) { return row(p, vocab, i); });
 }
 
-RoundOutcome greedy_verify(std::span<const int32_t> draft, std::span<const float> target_logits, int64_t vocab) {
+namespace {
+
+// The greedy rule over `rows` target rows (k + 1 with the bonus row, k without).
+RoundOutcome greedy_rows(std::span<const int32_t> draft, std::span<const float> target_logits, int64_t vocab,
+                         int64_t rows) {
   const int64_t k = static_cast<int64_t>(draft.size());
-  assert(static_cast<int64_t>(target_logits.size()) == (k + 1) * vocab);
+  assert(static_cast<int64_t>(target_logits.size()) == rows * vocab);
   RoundOutcome out;
-  for (int64_t i = 0; i <= k; ++i) {
+  for (int64_t i = 0; i < rows; ++i) {
     const int32_t best = argmax(row(target_logits, vocab, i));
     out.tokens.push_back(best);
     if (i == k) { out.bonus = true; break; }
@@ -105,13 +112,14 @@ RoundOutcome greedy_verify(std::span<const int32_t> draft, std::span<const float
   return out;
 }
 
-RoundOutcome coupled_verify(std::span<const int32_t> draft, std::span<const float> target_logits, int64_t vocab,
-                            const SamplingParams& sp, int64_t position) {
+// The coupled rule over `rows` target rows (k + 1 with the bonus row, k without).
+RoundOutcome coupled_rows(std::span<const int32_t> draft, std::span<const float> target_logits, int64_t vocab,
+                          const SamplingParams& sp, int64_t position, int64_t rows) {
   const int64_t k = static_cast<int64_t>(draft.size());
-  assert(static_cast<int64_t>(target_logits.size()) == (k + 1) * vocab);
+  assert(static_cast<int64_t>(target_logits.size()) == rows * vocab);
   RoundOutcome out;
   std::vector<float> log_p;
-  for (int64_t i = 0; i <= k; ++i) {
+  for (int64_t i = 0; i < rows; ++i) {
     // the draw target-only sampling makes at this position (sample_token's exact arithmetic)
     transform_logits(row(target_logits, vocab, i), sp, log_p);
     const int32_t y = sample_gumbel(log_p, sp.seed, position + i, RngStream::Token);
@@ -123,27 +131,58 @@ RoundOutcome coupled_verify(std::span<const int32_t> draft, std::span<const floa
   return out;
 }
 
-RoundOutcome verify_draft(const DraftProposal& draft, std::span<const float> target_logits,
-                          const SamplingParams& sp, int64_t position, SpecSampling mode) {
+}  // namespace
+
+RoundOutcome greedy_verify(std::span<const int32_t> draft, std::span<const float> target_logits, int64_t vocab) {
+  return greedy_rows(draft, target_logits, vocab, static_cast<int64_t>(draft.size()) + 1);
+}
+
+RoundOutcome coupled_verify(std::span<const int32_t> draft, std::span<const float> target_logits, int64_t vocab,
+                            const SamplingParams& sp, int64_t position) {
+  return coupled_rows(draft, target_logits, vocab, sp, position, static_cast<int64_t>(draft.size()) + 1);
+}
+
+namespace {
+
+// verify_draft and verify_draft_without_bonus: `rows` is k + 1 or k.
+RoundOutcome verify_rows(const DraftProposal& draft, std::span<const float> target_logits, const SamplingParams& sp,
+                         int64_t position, SpecSampling mode, int64_t rows) {
   const int64_t k = draft.k();
-  if (target_logits.empty() || target_logits.size() % static_cast<size_t>(k + 1) != 0)
-    throw std::invalid_argument("verify_draft: " + std::to_string(target_logits.size()) +
-                                " target logits are not k+1 = " + std::to_string(k + 1) + " rows");
-  const int64_t vocab = static_cast<int64_t>(target_logits.size()) / (k + 1);
+  const bool bonus = rows == k + 1;
+  if (target_logits.empty() || rows < 1 || target_logits.size() % static_cast<size_t>(rows) != 0)
+    throw std::invalid_argument("verify_draft: " + std::to_string(target_logits.size()) + " target logits are not " +
+                                (bonus ? "k+1 = " : "k = ") + std::to_string(rows) + " rows");
+  const int64_t vocab = static_cast<int64_t>(target_logits.size()) / rows;
   for (int32_t t : draft.tokens)
     if (t < 0 || t >= vocab)
       throw std::invalid_argument("verify_draft: draft token " + std::to_string(t) + " is outside the vocabulary of " +
                                   std::to_string(vocab));
-  if (sp.greedy()) return greedy_verify(draft.tokens, target_logits, vocab);
-  if (mode == SpecSampling::Coupled) return coupled_verify(draft.tokens, target_logits, vocab, sp, position);
+  if (sp.greedy()) return greedy_rows(draft.tokens, target_logits, vocab, rows);
+  if (mode == SpecSampling::Coupled) return coupled_rows(draft.tokens, target_logits, vocab, sp, position, rows);
   if (static_cast<int64_t>(draft.q.size()) != k * vocab)
     throw std::invalid_argument("verify_draft: the draft has " + std::to_string(draft.q.size()) +
                                 " q values for k = " + std::to_string(k) + " rows of " + std::to_string(vocab));
   std::vector<float> p_i;
-  return speculative_sample_rows(draft.tokens, draft.q, vocab, sp.seed, position, [&](int64_t i) {
-    transform_to_probs(row(target_logits, vocab, i), sp, p_i);
-    return std::span<const float>(p_i);
-  });
+  return speculative_sample_rows(
+      draft.tokens, draft.q, vocab, sp.seed, position,
+      [&](int64_t i) {
+        transform_to_probs(row(target_logits, vocab, i), sp, p_i);
+        return std::span<const float>(p_i);
+      },
+      bonus);
+}
+
+}  // namespace
+
+RoundOutcome verify_draft(const DraftProposal& draft, std::span<const float> target_logits,
+                          const SamplingParams& sp, int64_t position, SpecSampling mode) {
+  return verify_rows(draft, target_logits, sp, position, mode, draft.k() + 1);
+}
+
+RoundOutcome verify_draft_without_bonus(const DraftProposal& draft, std::span<const float> target_logits,
+                                        const SamplingParams& sp, int64_t position, SpecSampling mode) {
+  if (draft.k() < 1) throw std::invalid_argument("verify_draft_without_bonus: the draft is empty");
+  return verify_rows(draft, target_logits, sp, position, mode, draft.k());
 }
 
 }  // namespace specula

@@ -93,4 +93,12 @@ RoundOutcome coupled_verify(std::span<const int32_t> draft, std::span<const floa
 RoundOutcome verify_draft(const DraftProposal& draft, std::span<const float> target_logits,
                           const SamplingParams& sp, int64_t position, SpecSampling mode);
 
+// The same rule without the row after the last draft token: target_logits [k, vocab], k >= 1.
+// Every draft token is judged; when all pass, no bonus token is drawn (accepted == k, tokens
+// t1..tk). The pipeline's optimistic continuation judges its extra draft token this way against
+// the previous round's last row, where the bonus token would otherwise have been drawn: this is
+// the ordinary rule at that position, so the output keeps the target's distribution.
+RoundOutcome verify_draft_without_bonus(const DraftProposal& draft, std::span<const float> target_logits,
+                                        const SamplingParams& sp, int64_t position, SpecSampling mode);
+
 }  // namespace specula

@@ -25,8 +25,8 @@ struct Span {
   double t0, t1;
 };
 
-// Runs 4 concurrent skip-drafted requests and returns the trace the engine wrote when closed.
-nlohmann::json traced_run(bool pipeline) {
+// Runs `requests` concurrent skip-drafted requests and returns the trace the engine wrote when closed.
+nlohmann::json traced_run(bool pipeline, int requests = 4) {
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("specula_engine_trace_" + std::to_string(::getpid()) + (pipeline ? "_on" : "_off") + ".json"))
                                .string();
@@ -38,10 +38,10 @@ nlohmann::json traced_run(bool pipeline) {
     cfg.draft.k = 2;
     cfg.kv_tokens = 1024;
     cfg.pipeline = pipeline;
-    cfg.trace_path = path;
+    cfg.trace_path = path + (requests == 1 ? ".1" : "");
     Engine engine(cfg);
     std::vector<TokenStream> streams;
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < requests; ++i) {
       EngineRequest r;
       r.prompt = "Tell me about the number " + std::to_string(i);
       r.max_tokens = 12;
@@ -52,10 +52,11 @@ nlohmann::json traced_run(bool pipeline) {
       while (!s.next_blocking().terminal()) {
       }
   }
-  std::ifstream in(path);
+  const std::string written = path + (requests == 1 ? ".1" : "");
+  std::ifstream in(written);
   EXPECT_TRUE(in) << path;
   nlohmann::json j = nlohmann::json::parse(in);
-  std::filesystem::remove(path);
+  std::filesystem::remove(written);
   return j;
 }
 
@@ -89,6 +90,16 @@ TEST(EngineTrace, TheTraceNamesALanePerStreamAndActorAndHasSpansOnEach) {
   EXPECT_EQ(names[4], "sampler");
   for (int lane = 1; lane <= 4; ++lane) EXPECT_GT(spans[lane], 0) << names[lane];
   EXPECT_GT(overlap_us(trace), 0) << "with pipelining the draft stream should work while the verify stream does";
+}
+
+TEST(EngineTrace, WithPipeliningARequestAloneHasItsNextRoundDraftedWhileThisOneIsVerified) {
+  if (!std::filesystem::exists(model_path())) GTEST_FAIL() << "no default model at " << model_path();
+  const nlohmann::json trace = traced_run(true, 1);
+  int optimistic = 0;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && e["name"].get<std::string>().rfind("optimistic draft round", 0) == 0) ++optimistic;
+  EXPECT_GT(optimistic, 0) << "no optimistic draft round in the trace";
+  EXPECT_GT(overlap_us(trace), 0) << "the optimistic draft should run while the verify stream does";
 }
 
 TEST(EngineTrace, WithoutPipeliningTheDraftNeverOverlapsVerification) {

@@ -248,6 +248,54 @@ TEST(CoupledVerify, AcceptsExactlyTheTargetsOwnDrawAndCorrectsWithIt) {
   EXPECT_EQ(r.tokens, (std::vector<int32_t>{y[0], y[1]}));
 }
 
+// The pipeline judges a round's drafts, then its optimistic extra token against the round's
+// last row, in two calls without a bonus row; that must decide exactly what one call over the
+// joined draft decides, in every mode.
+TEST(VerifyDraft, JudgingWithoutABonusRowInTwoStepsEqualsJudgingTheJoinedDraft) {
+  const int64_t v = 6;
+  std::vector<float> logits;  // 4 rows: t1, t2, t3 (the extra token), then the bonus row
+  for (int i = 0; i < 4 * v; ++i) logits.push_back(static_cast<float>(std::sin(i * 0.9) * 1.5));
+  const Dist q1 = random_dist(501, 6, 1.0), q2 = random_dist(502, 6, 1.0), q3 = random_dist(503, 6, 1.0);
+  const SamplingParams sampled[] = {{1.0f, 0, 1.0f, 0}, {0.7f, 4, 0.9f, 0}, {0.0f, 0, 1.0f, 0}};
+  int both_stages = 0;
+  for (const SamplingParams& base : sampled)
+    for (SpecSampling mode : {SpecSampling::Exact, SpecSampling::Coupled})
+      for (uint64_t seed = 0; seed < 300; ++seed) {
+        SamplingParams sp = base;
+        sp.seed = seed;
+        const int32_t t1 = static_cast<int32_t>(seed % 6), t2 = static_cast<int32_t>((seed / 6) % 6),
+                      t3 = static_cast<int32_t>((seed / 36) % 6);
+        DraftProposal joined;
+        joined.tokens = {t1, t2, t3};
+        joined.q = q1;
+        joined.q.insert(joined.q.end(), q2.begin(), q2.end());
+        joined.q.insert(joined.q.end(), q3.begin(), q3.end());
+        const RoundOutcome want = verify_draft(joined, logits, sp, 50, mode);
+
+        DraftProposal first = joined, extra;
+        first.tokens.pop_back();
+        first.q.resize(2 * v);
+        extra.tokens = {t3};
+        extra.q = q3;
+        const std::span<const float> rows(logits);
+        RoundOutcome got = verify_draft_without_bonus(first, rows.first(2 * v), sp, 50, mode);
+        EXPECT_FALSE(got.bonus);
+        EXPECT_EQ(got.tokens.size(), static_cast<size_t>(got.accepted == 2 ? 2 : got.accepted + 1));
+        if (got.accepted == 2) {
+          ++both_stages;
+          const RoundOutcome second = verify_draft_without_bonus(extra, rows.subspan(2 * v, v), sp, 52, mode);
+          got.accepted += second.accepted;
+          got.tokens.insert(got.tokens.end(), second.tokens.begin(), second.tokens.end());
+        }
+        // the joined call goes on to draw a bonus after t3; the two-step one stops at t3
+        std::vector<int32_t> want_tokens = want.tokens;
+        if (want.bonus) want_tokens.pop_back();
+        EXPECT_EQ(got.accepted, want.accepted) << "seed " << seed;
+        EXPECT_EQ(got.tokens, want_tokens) << "seed " << seed;
+      }
+  EXPECT_GT(both_stages, 100) << "the second step should be reached often";
+}
+
 TEST(VerifyDraft, RefusesLogitsThatAreNotKPlusOneRowsAndTokensOutsideTheVocabulary) {
   DraftProposal d;
   d.tokens = {1, 2};

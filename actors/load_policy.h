@@ -1,0 +1,51 @@
+// The load-adaptive draft-length policy: under load the batched verify forward is compute-bound,
+// so every draft token costs nearly what a committed token does and speculation pays less. The
+// scheduler measures the verify forward's cost as a function of the rows in the round and the
+// draft's cost per token, and chooses each request's K for the round (down to 0 = a plain decode
+// step) to maximise the round's expected committed tokens per second.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "spec/adaptive_k.h"
+
+namespace specula::actors {
+
+// Seconds of one batched verify forward over T rows, fitted as v0 + v1 * T by least squares with
+// exponential forgetting (factor kDecay per observation). Until two different T were seen the
+// slope is unknown and reads 0 (speculation then looks free, as the per-request rule assumes).
+class VerifyCostModel {
+ public:
+  static constexpr double kDecay = 0.98;
+  void observe(int64_t rows, double seconds) { fit_.observe(static_cast<double>(rows), seconds); }
+  double intercept() const { return fit_.intercept(); }  // v0 >= 0
+  double slope() const { return fit_.slope(); }          // v1 >= 0
+
+ private:
+  ForgettingLinearFit fit_{kDecay};
+};
+
+struct RoundCosts {
+  double verify_intercept = 0;   // v0: seconds of a verify forward independent of its rows
+  double verify_per_row = 0;     // v1: seconds per row (one per committed position, one per draft token)
+  double draft_per_token = 0;    // d: draft seconds per drafted token (drafting is per sequence)
+};
+
+// One request of the round as the policy sees it.
+struct PolicyRequest {
+  double acceptance = 0.5;  // a: per-token acceptance (Theorem 3.8's alpha), its running estimate
+  int k_max = 0;            // the most it may draft this round (its K cap, length and context limits)
+  bool fixed = false;       // not the policy's to choose: it drafts k_max
+};
+
+// Expected committed tokens of a round with K drafts at per-token acceptance a (Theorem 3.8).
+double expected_committed(double a, int k);
+
+// Chooses K_i in [0, k_max_i] (k_max_i for fixed requests) maximising
+//   sum_i E(a_i, K_i) / (v0 + v1 * sum_i (K_i + 1) + d * sum_i K_i).
+// Every extra draft token costs the same (v1 + d) and request i's j-th one gains a_i^j, so adding
+// the tokens in order of decreasing gain while a gain beats the current ratio is optimal.
+std::vector<int> choose_draft_lengths(std::span<const PolicyRequest> requests, const RoundCosts& costs);
+
+}  // namespace specula::actors

@@ -1,0 +1,271 @@
+// Sampled output through the Engine has the target's distribution: a tiny random Llama (vocab 16,
+// 2 layers, written as a GGUF file) with the skip:1 self-drafter; the joint distribution of the
+// first 2 or 3 tokens over thousands of seeded requests passes chi-square against target-only
+// sampling, computed exactly by enumeration. With pipelining on and one request at a time, every
+// round is continued optimistically, so the last token is judged as the continuation token
+// whenever the drafts before it pass; with pipelining off, 32 requests run at a time.
+// Negative controls: an inverted acceptance ratio planted only in the no-bonus rule (the one the
+// continuation uses) fails with pipelining on and is invisible with it off; a residual replaced
+// by p fails with pipelining off.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "actors/engine.h"
+#include "gpu/host/host_device.h"
+#include "gpu/llama.h"
+#include "spec/sampling.h"
+#include "tests/unit/model/model_file_writer.h"
+#include "tests/unit/spec/chi_square.h"
+#include "tests/unit/spec/tiny_llama.h"
+
+namespace specula::actors {
+namespace {
+
+constexpr int64_t kVocab = 16;
+const std::vector<int32_t> kPrompt = {5, 11, 2};
+const int64_t kRuns = std::getenv("SPECULA_ENGINE_RUNS") ? std::atoll(std::getenv("SPECULA_ENGINE_RUNS")) : 20000;
+
+// The tiny target as a GGUF file: random weights (tests/unit/spec/tiny_llama.h), 16 one-letter
+// tokens, no end token.
+std::string write_tiny_gguf(const test::TempDir& dir) {
+  const ModelWeights w = test::tiny_llama(7, {.vocab = kVocab, .layers = 2, .max_positions = 256});
+  const LlamaConfig& c = w.config;
+  test::GgufWriter g;
+  g.add_string("general.architecture", "llama");
+  g.add_string("general.name", "tiny-engine");
+  g.add_u32("llama.block_count", static_cast<uint32_t>(c.layers));
+  g.add_u32("llama.context_length", static_cast<uint32_t>(c.max_positions));
+  g.add_u32("llama.embedding_length", static_cast<uint32_t>(c.hidden));
+  g.add_u32("llama.feed_forward_length", static_cast<uint32_t>(c.intermediate));
+  g.add_u32("llama.attention.head_count", static_cast<uint32_t>(c.heads));
+  g.add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(c.kv_heads));
+  g.add_u32("llama.attention.key_length", static_cast<uint32_t>(c.head_dim));
+  g.add_u32("llama.rope.dimension_count", static_cast<uint32_t>(c.head_dim));
+  g.add_f32("llama.rope.freq_base", c.rope_theta);
+  g.add_f32("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
+  g.add_string("tokenizer.ggml.model", "gpt2");
+  g.add_string("tokenizer.ggml.pre", "gpt-2");
+  std::vector<std::string> tokens;
+  for (int i = 0; i < kVocab; ++i) tokens.push_back(std::string(1, static_cast<char>('a' + i)));
+  g.add_strings("tokenizer.ggml.tokens", tokens);
+  g.add_strings("tokenizer.ggml.merges", {});
+  auto add = [&](const std::string& name, const TensorView& t) {
+    const auto* f = reinterpret_cast<const float*>(t.data);
+    g.add_f32_tensor(name, t.shape, std::vector<float>(f, f + t.numel()));
+  };
+  add("token_embd.weight", w.embed);
+  add("output_norm.weight", w.output_norm);
+  add("output.weight", w.output);
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& L = w.layers[l];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", L.attn_norm);
+    add(p + "attn_q.weight", L.wq);
+    add(p + "attn_k.weight", L.wk);
+    add(p + "attn_v.weight", L.wv);
+    add(p + "attn_output.weight", L.wo);
+    add(p + "ffn_norm.weight", L.ffn_norm);
+    add(p + "ffn_gate.weight", L.w_gate);
+    add(p + "ffn_up.weight", L.w_up);
+    add(p + "ffn_down.weight", L.w_down);
+  }
+  const std::string path = dir.file("tiny.gguf");
+  test::write_file(path, g.bytes());
+  return path;
+}
+
+struct Tiny {
+  test::TempDir dir;
+  std::string path = write_tiny_gguf(dir);
+};
+const std::string& tiny_path() {
+  static Tiny t;
+  return t.path;
+}
+
+// P(x1..xn | prompt) under target-only sampling with `sp`, by enumeration (1 + 16 + 256 forwards).
+std::vector<double> target_joint(const LoadedModel& files, const SamplingParams& sp, int n) {
+  HostOps ops(1);
+  LlamaModel model(files.weights, ops);
+  KvCache kv(ops, model.kv_config(256));
+  const int seq = kv.create_sequence();
+  std::vector<double> joint(static_cast<size_t>(std::pow(kVocab, n)), 0.0);
+  std::vector<float> logits, probs;
+  // Extends `prefix` (already in the cache up to its last token) by one token, recursively.
+  std::function<void(std::vector<int32_t>&, double)> walk = [&](std::vector<int32_t>& ctx, double mass) {
+    const int depth = static_cast<int>(ctx.size() - kPrompt.size());
+    if (depth == n) {
+      size_t cell = 0;
+      for (int i = 0; i < n; ++i) cell = cell * kVocab + static_cast<size_t>(ctx[kPrompt.size() + static_cast<size_t>(i)]);
+      joint[cell] = mass;
+      return;
+    }
+    kv.truncate_to(seq, 0);
+    ForwardSeq fs{seq, ctx, false};
+    model.forward({&fs, 1}, kv, logits);
+    transform_to_probs(std::span<const float>(logits).last(kVocab), sp, probs);
+    const std::vector<float> p = probs;
+    for (int32_t t = 0; t < kVocab; ++t) {
+      if (p[static_cast<size_t>(t)] == 0) continue;
+      ctx.push_back(t);
+      walk(ctx, mass * p[static_cast<size_t>(t)]);
+      ctx.pop_back();
+    }
+  };
+  std::vector<int32_t> ctx = kPrompt;
+  walk(ctx, 1.0);
+  return joint;
+}
+
+enum class Bug { None, InvertedRatioWithoutBonus, ResidualIsP };
+
+// The exact rule composed from spec/'s primitives with one step replaced (or none).
+RoundOutcome planted(Bug bug, const DraftProposal& draft, std::span<const float> logits, const SamplingParams& sp,
+                     int64_t position, SpecSampling mode, bool bonus) {
+  if (bug == Bug::None || (bug == Bug::InvertedRatioWithoutBonus && bonus))
+    return bonus ? verify_draft(draft, logits, sp, position, mode)
+                 : verify_draft_without_bonus(draft, logits, sp, position, mode);
+  RoundOutcome out;
+  std::vector<float> p;
+  for (int64_t i = 0; i < draft.k(); ++i) {
+    transform_to_probs(logits.subspan(static_cast<size_t>(i * kVocab), kVocab), sp, p);
+    const std::span<const float> q(draft.q.data() + i * kVocab, kVocab);
+    const int32_t t = draft.tokens[static_cast<size_t>(i)];
+    const double u = acceptance_uniform(sp.seed, position + i);
+    const bool accept = bug == Bug::InvertedRatioWithoutBonus ? accept_draft_token(q[t], p[t], u)  // min(1, q/p)
+                                                               : accept_draft_token(p[t], q[t], u);
+    if (accept) {
+      out.tokens.push_back(t);
+      ++out.accepted;
+      continue;
+    }
+    std::vector<float> log_p(p.size());
+    for (size_t v = 0; v < p.size(); ++v) log_p[v] = p[v] > 0 ? std::log(p[v]) : -INFINITY;
+    out.tokens.push_back(bug == Bug::ResidualIsP ? sample_gumbel(log_p, sp.seed, position + i, RngStream::Residual)
+                                                 : sample_recovered(p, q, sp.seed, position + i));
+    return out;
+  }
+  if (bonus) {
+    transform_to_probs(logits.subspan(static_cast<size_t>(draft.k() * kVocab), kVocab), sp, p);
+    std::vector<float> log_p(p.size());
+    for (size_t v = 0; v < p.size(); ++v) log_p[v] = p[v] > 0 ? std::log(p[v]) : -INFINITY;
+    out.tokens.push_back(sample_gumbel(log_p, sp.seed, position + draft.k(), RngStream::Token));
+    out.bonus = true;
+  }
+  return out;
+}
+
+struct Setting {
+  SamplingParams sp;
+  int k = 1;       // K; each request generates k + 1 tokens: one round, its last token the continuation
+  bool pipeline = true;
+  Bug bug = Bug::None;
+};
+
+struct Outcome {
+  test::ChiSquare chi;
+  int64_t drafted = 0, accepted = 0;
+  int64_t last_from_draft = 0;  // requests whose last token was an accepted draft token
+};
+
+Outcome run_through_engine(const Setting& s) {
+  EngineConfig cfg;
+  cfg.target = tiny_path();
+  cfg.drafter = "skip:1";
+  cfg.device = "host";
+  cfg.draft.k = s.k;
+  cfg.max_batch = 32;
+  cfg.kv_tokens = 32 * 64;
+  cfg.threads = 1;
+  cfg.pipeline = s.pipeline;
+  if (s.bug != Bug::None)
+    cfg.judge_rule = [bug = s.bug](const DraftProposal& d, std::span<const float> l, const SamplingParams& sp, int64_t pos,
+                                   SpecSampling mode, bool bonus) { return planted(bug, d, l, sp, pos, mode, bonus); };
+  Engine engine(cfg);
+  const int n = s.k + 1;
+  std::vector<int64_t> counts(static_cast<size_t>(std::pow(kVocab, n)), 0);
+  Outcome run;
+  // One request at a time with pipelining (so each is alone and continued), else 32 at a time.
+  const int64_t wave = s.pipeline ? 1 : 32;
+  for (int64_t first = 0; first < kRuns; first += wave) {
+    std::vector<TokenStream> streams;
+    for (int64_t i = first; i < std::min(kRuns, first + wave); ++i) {
+      EngineRequest r;
+      r.prompt_ids = kPrompt;
+      r.max_tokens = n;
+      r.sampling = s.sp;
+      r.sampling.seed = static_cast<uint64_t>(1000003 * (s.k + 7 * static_cast<int>(s.bug)) + i);
+      r.stop_ids = std::vector<int32_t>{};
+      streams.push_back(engine.start(r));
+    }
+    for (TokenStream& st : streams) {
+      size_t cell = 0;
+      int got = 0;
+      bool from_draft = false;
+      for (;;) {
+        StreamEvent ev = st.next_blocking();
+        if (ev.kind == StreamEvent::Kind::Token) {
+          cell = cell * kVocab + static_cast<size_t>(ev.token);
+          ++got;
+          from_draft = ev.from_draft;
+          continue;
+        }
+        EXPECT_EQ(ev.kind, StreamEvent::Kind::Done) << ev.error;
+        run.drafted += ev.stats.drafted;
+        run.accepted += ev.stats.accepted;
+        run.last_from_draft += from_draft;
+        break;
+      }
+      EXPECT_EQ(got, n);
+      ++counts[cell];
+    }
+  }
+  run.chi = test::chi_square_test(counts, target_joint(engine.model(), s.sp, n), kRuns);
+  std::printf("[ engine   ] k=%d T=%.1f top-k %d top-p %.2f pipeline %s bug %d: %s; accepted %lld of %lld drafted, "
+              "last token an accepted draft in %lld of %lld requests\n",
+              s.k, s.sp.temperature, s.sp.top_k, s.sp.top_p, s.pipeline ? "on" : "off", static_cast<int>(s.bug),
+              run.chi.str().c_str(), static_cast<long long>(run.accepted), static_cast<long long>(run.drafted),
+              static_cast<long long>(run.last_from_draft), static_cast<long long>(kRuns));
+  return run;
+}
+
+const SamplingParams kPlain{1.0f, 0, 1.0f, 0};
+const SamplingParams kTruncated{0.8f, 6, 0.9f, 0};
+
+TEST(EngineExactness, PipelinedSampledOutputOfOneRequestAtATimeHasTheTargetsJointDistribution) {
+  const Outcome two = run_through_engine({kPlain, 1, true});
+  EXPECT_TRUE(two.chi.pass()) << two.chi.str();
+  // Each request is one round whose last token is the continuation token (K = 1, 2 tokens).
+  EXPECT_GT(two.last_from_draft, kRuns / 4) << "the continuation token should often be accepted";
+  EXPECT_LT(two.accepted, two.drafted) << "some drafts should be rejected";
+  const Outcome three = run_through_engine({kTruncated, 2, true});
+  EXPECT_TRUE(three.chi.pass()) << three.chi.str();
+  EXPECT_GT(three.last_from_draft, kRuns / 20);
+}
+
+TEST(EngineExactness, SampledOutputOfThirtyTwoConcurrentRequestsWithoutPipeliningHasTheTargetsJointDistribution) {
+  const Outcome two = run_through_engine({kPlain, 1, false});
+  EXPECT_TRUE(two.chi.pass()) << two.chi.str();
+  EXPECT_EQ(two.last_from_draft, 0) << "without pipelining the second token is always the target's";
+  const Outcome three = run_through_engine({kTruncated, 2, false});
+  EXPECT_TRUE(three.chi.pass()) << three.chi.str();
+}
+
+TEST(EngineExactness, AnInvertedRatioInTheContinuationsRuleFailsWithPipeliningAndIsUnusedWithout) {
+  const Outcome on = run_through_engine({kPlain, 1, true, Bug::InvertedRatioWithoutBonus});
+  EXPECT_FALSE(on.chi.pass()) << "the planted bug went unnoticed: " << on.chi.str();
+  const Outcome off = run_through_engine({kPlain, 1, false, Bug::InvertedRatioWithoutBonus});
+  EXPECT_TRUE(off.chi.pass()) << "without pipelining the no-bonus rule is never used: " << off.chi.str();
+}
+
+TEST(EngineExactness, AResidualReplacedByPFails) {
+  const Outcome r = run_through_engine({kPlain, 1, false, Bug::ResidualIsP});
+  EXPECT_FALSE(r.chi.pass()) << "the planted bug went unnoticed: " << r.chi.str();
+}
+
+}  // namespace
+}  // namespace specula::actors

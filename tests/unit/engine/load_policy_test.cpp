@@ -1,0 +1,110 @@
+// The load-adaptive draft-length policy on synthetic costs: speculation where the verify forward
+// is memory-bound, none where it is compute-bound, the exhaustive optimum on small rounds, and
+// the verify cost fit.
+#include "actors/load_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "spec/philox.h"
+
+namespace specula::actors {
+namespace {
+
+double round_rate(const std::vector<PolicyRequest>& r, const std::vector<int>& k, const RoundCosts& c) {
+  double tokens = 0, rows = 0, drafted = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    tokens += expected_committed(r[i].acceptance, k[i]);
+    rows += k[i] + 1;
+    drafted += k[i];
+  }
+  return tokens / (c.verify_intercept + c.verify_per_row * rows + c.draft_per_token * drafted);
+}
+
+// Every K vector in the box, the best rate.
+double exhaustive_best(const std::vector<PolicyRequest>& r, const RoundCosts& c) {
+  std::vector<int> k(r.size(), 0);
+  double best = 0;
+  std::function<void(size_t)> go = [&](size_t i) {
+    if (i == r.size()) {
+      best = std::max(best, round_rate(r, k, c));
+      return;
+    }
+    const int lo = r[i].fixed ? r[i].k_max : 0;
+    for (k[i] = lo; k[i] <= r[i].k_max; ++k[i]) go(i + 1);
+  };
+  go(0);
+  return best;
+}
+
+// The CPU numbers of docs/benchmarks.md, roughly: a decode step ~15 ms of weight reads, each
+// extra row of a batched forward ~4 ms of compute.
+const RoundCosts kCpu{0.015, 0.004, 0.0};
+
+TEST(LoadPolicy, OneRequestAloneDraftsWhereTheVerifyForwardIsMemoryBound) {
+  const std::vector<PolicyRequest> one = {{0.7, 8, false}};
+  const std::vector<int> k = choose_draft_lengths(one, kCpu);
+  EXPECT_GE(k[0], 2);
+  EXPECT_NEAR(round_rate(one, k, kCpu), exhaustive_best(one, kCpu), 1e-12);
+}
+
+TEST(LoadPolicy, SixtyFourRequestsDraftNothingWhereTheVerifyForwardIsComputeBound) {
+  const std::vector<PolicyRequest> many(64, PolicyRequest{0.7, 8, false});
+  for (int k : choose_draft_lengths(many, kCpu)) EXPECT_EQ(k, 0);
+}
+
+TEST(LoadPolicy, ADraftThatIsAlmostAlwaysRightStillPaysUnderLoad) {
+  // gain 0.97 per extra row against 64 / (0.015 + 64 * 0.004) = 236 tokens/s: 0.97 / 0.004 = 242.
+  const std::vector<PolicyRequest> many(64, PolicyRequest{0.97, 8, false});
+  int drafted = 0;
+  for (int k : choose_draft_lengths(many, kCpu)) drafted += k;
+  EXPECT_GE(drafted, 64);
+}
+
+TEST(LoadPolicy, LikelierDraftsGetLongerWindows) {
+  std::vector<PolicyRequest> r;
+  for (int i = 0; i < 8; ++i) r.push_back({0.3 + 0.08 * i, 8, false});
+  const std::vector<int> k = choose_draft_lengths(r, {0.015, 0.0008, 0.0002});
+  for (size_t i = 1; i < k.size(); ++i) EXPECT_GE(k[i], k[i - 1]) << "request " << i;
+  EXPECT_GT(k.back(), k.front());
+}
+
+TEST(LoadPolicy, MatchesTheExhaustiveOptimumOnRandomSmallRounds) {
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    auto u = [&](int i) { return philox_uniform(seed, i, RngStream::Token, 0); };
+    std::vector<PolicyRequest> r;
+    const int n = 1 + static_cast<int>(u(0) * 4);
+    for (int i = 0; i < n; ++i) r.push_back({u(10 + i), 1 + static_cast<int>(u(20 + i) * 5), u(30 + i) < 0.2});
+    const RoundCosts c{0.02 * u(1), 0.01 * u(2), 0.005 * u(3)};
+    const std::vector<int> k = choose_draft_lengths(r, c);
+    for (size_t i = 0; i < r.size(); ++i) {
+      EXPECT_LE(k[i], r[i].k_max);
+      if (r[i].fixed) EXPECT_EQ(k[i], r[i].k_max) << "a fixed request keeps its K";
+    }
+    EXPECT_NEAR(round_rate(r, k, c), exhaustive_best(r, c), 1e-9 * exhaustive_best(r, c)) << "seed " << seed;
+  }
+}
+
+TEST(LoadPolicy, UnknownCostsDraftTheMostAllowed) {
+  const std::vector<PolicyRequest> r = {{0.5, 3, false}, {0.2, 6, false}, {0.0, 4, false}};
+  const std::vector<int> k = choose_draft_lengths(r, {});
+  EXPECT_EQ(k, (std::vector<int>{3, 6, 0}));  // a draft that is never accepted gains nothing
+}
+
+TEST(VerifyCostModel, RecoversTheInterceptAndSlopeAndReadsNoSlopeFromOneRowCount) {
+  VerifyCostModel m;
+  m.observe(10, 0.05);
+  m.observe(10, 0.05);
+  EXPECT_EQ(m.slope(), 0);
+  EXPECT_NEAR(m.intercept(), 0.05, 1e-12);
+  for (int64_t t : {1, 5, 64, 320, 17}) m.observe(t, 0.015 + 0.004 * static_cast<double>(t));
+  VerifyCostModel clean;
+  for (int64_t t : {1, 5, 64, 320, 17}) clean.observe(t, 0.015 + 0.004 * static_cast<double>(t));
+  EXPECT_NEAR(clean.intercept(), 0.015, 1e-9);
+  EXPECT_NEAR(clean.slope(), 0.004, 1e-12);
+  EXPECT_GT(m.slope(), 0.003);
+}
+
+}  // namespace
+}  // namespace specula::actors
