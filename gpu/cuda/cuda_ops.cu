@@ -128,6 +128,9 @@ void CudaOps::reserve_weights(int64_t elements) {
   impl_->dedupe = true;
 }
 
+// Copies go on the device's stream (ordered before every kernel that reads the weights; a plain
+// cudaMemcpy rides the legacy stream, which a non-blocking stream does not wait for). From
+// pageable memory each copy is staged before the call returns, so the slab buffer is reusable.
 Weight CudaOps::upload(const TensorView& t) {
   Weight w;
   w.view = t;
@@ -143,12 +146,12 @@ Weight CudaOps::upload(const TensorView& t) {
     // Vectors (norm weights) stay F32.
     require(t.dtype == DType::F32, "vector " + t.name + " must be F32, is " + dtype_name(t.dtype));
     w.device = impl_->arena_alloc(t.nbytes);
-    SPECULA_CUDA(cudaMemcpy(w.device, t.data, t.nbytes, cudaMemcpyHostToDevice));
+    SPECULA_CUDA(cudaMemcpyAsync(w.device, t.data, t.nbytes, cudaMemcpyHostToDevice, impl_->stream));
   } else {
     const size_t bytes = static_cast<size_t>(rows * cols) * 2;
     w.device = impl_->arena_alloc(bytes);
     if (t.dtype == DType::BF16) {
-      SPECULA_CUDA(cudaMemcpy(w.device, t.data, bytes, cudaMemcpyHostToDevice));
+      SPECULA_CUDA(cudaMemcpyAsync(w.device, t.data, bytes, cudaMemcpyHostToDevice, impl_->stream));
     } else {
       // Dequantize on the host a slab of rows at a time, round to BF16, copy.
       const int64_t slab = std::max<int64_t>(1, (int64_t{16} << 20) / std::max<int64_t>(1, cols));
@@ -160,8 +163,8 @@ Weight CudaOps::upload(const TensorView& t) {
           dequantize_row(t.dtype, t.row(r0 + r), f.data(), cols);
           for (int64_t c = 0; c < cols; ++c) b[static_cast<size_t>(r * cols + c)] = f32_to_bf16(f[c]);
         }
-        SPECULA_CUDA(cudaMemcpy(static_cast<uint16_t*>(w.device) + r0 * cols, b.data(),
-                                static_cast<size_t>(nr * cols) * 2, cudaMemcpyHostToDevice));
+        SPECULA_CUDA(cudaMemcpyAsync(static_cast<uint16_t*>(w.device) + r0 * cols, b.data(),
+                                     static_cast<size_t>(nr * cols) * 2, cudaMemcpyHostToDevice, impl_->stream));
       }
     }
   }

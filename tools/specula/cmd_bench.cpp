@@ -19,6 +19,7 @@
 #include "tools/specula/common.h"
 #include "tools/specula/commands.h"
 #include "tools/specula/spec_cli.h"
+#include "tools/specula/bench_shape.h"
 
 namespace specula::cli {
 
@@ -27,9 +28,14 @@ namespace {
 const char* kUsage =
     "usage: specula bench decode [--model PATH] [--threads N] [--prompt-tokens N] [--decode-tokens N]\n"
     "                            [--repeat R] [--max-verify N] [--device D] [--ctx N]\n"
+    "       specula bench decode --shape llama-3.2-1b|llama-3.2-3b[,...] [--device D] [same options]\n"
     "  Prints JSON: prefill and decode tokens/s (median of R runs), bytes read per decode step,\n"
     "  the read bandwidth measured in the same run, the fraction of that roofline decode reaches,\n"
     "  and the time of one forward over n tokens relative to one token (n = 1..max-verify).\n"
+    "  --shape: random BF16 weights at that model's exact shape instead of a model file; the\n"
+    "  bandwidth is a device-to-device copy on CUDA; two shapes also give the step cost ratio c.\n"
+    "  --spec-pair 0.6,0.7,0.8 (with two shapes, draft first): a synthetic pair with those greedy\n"
+    "  acceptances; speculative vs target-only decoding and Theorem 3.8's prediction (--spec-k, 4).\n"
     "\n"
     "usage: specula bench spec [--model PATH] [--prompts FILE] [--drafts LIST] [--limit N] [--max-tokens N]\n"
     "                          [--spec-k K] [--adaptive] [--spec-k-min K] [--spec-k-max K] [--draft-entropy NATS]\n"
@@ -363,11 +369,11 @@ int cmd_bench(int argc, char** argv) {
                       "temperature", "top-k", "top-p", "seed", "spec-sampling"});
       flags.insert("adaptive");
     } else {
-      options.insert({"prompt-tokens", "decode-tokens", "repeat", "max-verify"});
+      options.insert({"prompt-tokens", "decode-tokens", "repeat", "max-verify", "shape", "spec-pair", "spec-k"});
     }
     const Args a(argc - 1, argv + 1, options, flags);
     if (a.help()) { std::fputs(kUsage, stdout); return 0; }
-    if (what == "decode") return bench_decode(a);
+    if (what == "decode") return a.has("shape") ? bench_decode_shape(a) : bench_decode(a);
     if (what == "spec") return bench_spec(a);
     throw UsageError("unknown benchmark '" + what + "' (expected: decode or spec)");
   }

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The CUDA device's checks and benchmarks on a lent GPU machine, in one call of the `device` tool
+# (docs/cuda.md, "Running the GPU checks"). From the repository root:
+#
+#   scripts/gpu_check.sh [STAGE...]     STAGE: build test memcheck racecheck bench hf (default: all)
+#
+# Binaries: build-gpu-pack/ when carried (made here by scripts/gpu_pack.sh: no configure, no
+# dependencies needed there), else a CMake build in /tmp/specula-gpu-build (needs Boost,
+# nlohmann_json, PCRE2, GoogleTest and concurrentqueue on that machine). Writes under $OUT (at
+# most 8 files come back): summary.txt (one line per stage: exit status and seconds),
+# bench_decode.json, hf_compare.jsonl, gtest_cuda.json and logs.tar.gz (every stage's log).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out/gpu_check}
+LOGS=/tmp/specula-gpu-check
+mkdir -p "$OUT" "$LOGS"
+STAGES=${*:-build test memcheck racecheck bench hf}
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export PATH=/usr/local/cuda/bin:$PATH
+
+note() { echo "$*" | tee -a "$SUMMARY"; }
+# stage NAME TIMEOUT CMD...: runs CMD with its output in $LOGS/NAME.log; one summary line.
+stage() {
+  local name=$1 limit=$2 t0=$SECONDS rc
+  shift 2
+  timeout "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  rc=$?
+  note "$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$LOGS/$name.log" | cut -c1-150)")"
+  return $rc
+}
+wants() { [[ " $STAGES " == *" $1 "* ]]; }
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1
+  nvcc --version 2>&1 | tail -n 2
+  cmake --version 2>&1 | head -n 1
+  g++ --version 2>&1 | head -n 1
+  git log --oneline -1 2>&1
+} >"$LOGS/env.log"
+note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -n 1)"
+
+BIN=
+if [ -x build-gpu-pack/test_gpu_cuda ] && [ -x build-gpu-pack/specula ]; then
+  BIN=build-gpu-pack
+  note "binaries: carried build-gpu-pack ($(cat build-gpu-pack/COMMIT 2>/dev/null))"
+elif wants build; then
+  B=/tmp/specula-gpu-build
+  stage configure 300 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="80-real;90-real;90-virtual" &&
+    stage build 480 ninja -C "$B" test_gpu_cuda test_gpu_streams specula && BIN=$B/tests
+  # the program sits at the build root, the tests under tests/
+  [ -n "$BIN" ] && ln -sf "$B/specula" "$B/tests/specula"
+fi
+if [ -z "$BIN" ]; then
+  note "no binaries: carry build-gpu-pack (scripts/gpu_pack.sh) or install the build dependencies"
+else
+  if wants test; then
+    stage test_cuda 300 "$BIN/test_gpu_cuda" --gtest_output=json:"$OUT/gtest_cuda.json"
+    stage test_streams 120 "$BIN/test_gpu_streams"
+  fi
+  if wants memcheck; then
+    stage memcheck 420 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 \
+      "$BIN/test_gpu_cuda" --gtest_brief=1
+  fi
+  if wants racecheck; then
+    # Shared-memory hazards: the kernels that use shared memory (RMSNorm, attention, acceptance).
+    stage racecheck 420 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/test_gpu_cuda" --gtest_brief=1 \
+      --gtest_filter='*RmsNorm*:*Attention*:DeviceVerify*:*GreedyGeneration*'
+  fi
+  if wants bench; then
+    stage bench 420 sh -c "'$BIN/specula' bench decode --device cuda --shape llama-3.2-1b,llama-3.2-3b \
+      --prompt-tokens 128 --decode-tokens 128 --repeat 3 --max-verify 9 --spec-pair 0.6,0.7,0.8 \
+      >'$OUT/bench_decode.json'"
+  fi
+  if wants hf; then
+    if python3 -c 'import torch, transformers' >/dev/null 2>&1; then
+      stage hf 420 sh -c "PYTHONUNBUFFERED=1 python3 tests/gpu/hf_compare.py '$BIN/specula' /tmp/specula-hf \
+        | tee '$OUT/hf_compare.jsonl'"
+    else
+      note "hf         skipped: torch or transformers is missing"
+    fi
+  fi
+fi
+tar -C "$LOGS" -czf "$OUT/logs.tar.gz" . 2>/dev/null
+note "logs: logs.tar.gz ($(ls "$LOGS" | tr '\n' ' '))"
