@@ -8,7 +8,8 @@
 # dependencies needed there), else a CMake build in /tmp/specula-gpu-build (needs Boost,
 # nlohmann_json, PCRE2, GoogleTest and concurrentqueue on that machine). Writes under $OUT (at
 # most 8 files come back): summary.txt (one line per stage: exit status and seconds),
-# bench_decode.json, hf_compare.jsonl, gtest_cuda.json and logs.tar.gz (every stage's log).
+# bench_decode.json, bench_decode_v2.json, hf_compare.jsonl, gtest_cuda.json and logs.tar.gz
+# (every stage's log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out/gpu_check}
@@ -21,10 +22,19 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PATH=/usr/local/cuda/bin:$PATH
 
 note() { echo "$*" | tee -a "$SUMMARY"; }
+# The device tool stops a command at 600 s: stages share BUDGET seconds (default 570) and one
+# that would start with under 30 s left is skipped (run it in a second call).
+BUDGET=${GPU_CHECK_BUDGET:-570}
 # stage NAME TIMEOUT CMD...: runs CMD with its output in $LOGS/NAME.log; one summary line.
 stage() {
-  local name=$1 limit=$2 t0=$SECONDS rc
+  local name=$1 limit=$2 t0=$SECONDS rc left
   shift 2
+  left=$((BUDGET - SECONDS - 10))
+  if [ "$left" -lt 30 ]; then
+    note "$(printf '%-10s skipped: %ss of the budget left' "$name" "$((BUDGET - SECONDS))")"
+    return 124
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   timeout "$limit" "$@" >"$LOGS/$name.log" 2>&1
   rc=$?
   note "$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$LOGS/$name.log" | cut -c1-150)")"
@@ -73,6 +83,10 @@ else
     stage bench 420 sh -c "'$BIN/specula' bench decode --device cuda --shape llama-3.2-1b,llama-3.2-3b \
       --prompt-tokens 128 --decode-tokens 128 --repeat 3 --max-verify 9 --spec-pair 0.6,0.7,0.8 \
       >'$OUT/bench_decode.json'"
+    # The skinny matmul's v2 (4 rows per warp), decode and verify cost only, for comparison.
+    stage bench_v2 300 sh -c "SPECULA_SKINNY_ROWS=4 '$BIN/specula' bench decode --device cuda \
+      --shape llama-3.2-1b,llama-3.2-3b --prompt-tokens 128 --decode-tokens 128 --repeat 3 --max-verify 9 \
+      >'$OUT/bench_decode_v2.json'"
   fi
   if wants hf; then
     if python3 -c 'import torch, transformers' >/dev/null 2>&1; then

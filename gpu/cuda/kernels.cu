@@ -5,6 +5,7 @@
 #include "gpu/cuda/kernels.h"
 
 #include <cmath>
+#include <cstdlib>
 
 namespace specula::cuda {
 
@@ -187,47 +188,88 @@ __global__ void to_bf16_kernel(const float* src, int64_t n, __nv_bfloat16* dst) 
   if (i < n) dst[i] = __float2bfloat16_rn(src[i]);
 }
 
-// Skinny GEMM: one warp per weight row; each lane reads 8 BF16 weights (16 bytes) per step and
-// applies them to the n <= MAXN activation rows, so the weights are read exactly once whatever n
-// is (the activations, n * cols * 4 bytes, come from L1/L2). F32 accumulation per row and lane,
-// then a warp reduction.
-template <int MAXN>
+// Skinny GEMM. v1 (R = 1): one warp per weight row; each lane reads 8 BF16 weights (16 bytes)
+// per step and applies them to the n <= MAXN activation rows, so the weights are read exactly
+// once whatever n is (the activations, n * cols * 4 bytes, come from L1/L2). F32 accumulation
+// per row and lane, then a warp reduction. v2 (R = 4): each warp takes 4 weight rows, so each
+// activation load serves 4 rows (a quarter of the L1 traffic for wide n, 4 independent weight
+// loads in flight per lane) at the price of 4x fewer warps. Which is faster is for the GPU run
+// to show (SPECULA_SKINNY_ROWS=1|4 picks; docs/cuda.md).
+template <int MAXN, int R>
 __global__ void __launch_bounds__(kThreads) matmul_skinny_kernel(const __nv_bfloat16* w, int64_t rows, int64_t cols,
                                                                  const float* x, int n, float* y) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * R;
   const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  const uint4* wr = reinterpret_cast<const uint4*>(w + row * cols);
-  float acc[MAXN];
+  if (row0 >= rows) return;
+  const uint4* wr[R];
 #pragma unroll
-  for (int r = 0; r < MAXN; ++r) acc[r] = 0.0f;
+  for (int q = 0; q < R; ++q) wr[q] = reinterpret_cast<const uint4*>(w + (row0 + q < rows ? row0 + q : rows - 1) * cols);
+  float acc[R][MAXN];
+#pragma unroll
+  for (int q = 0; q < R; ++q)
+#pragma unroll
+    for (int r = 0; r < MAXN; ++r) acc[q][r] = 0.0f;
   const int64_t steps = cols / 8;
-#pragma unroll 4
+#pragma unroll(R == 1 ? 4 : 1)
   for (int64_t s = lane; s < steps; s += 32) {
-    const uint4 packed = __ldg(wr + s);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&packed);
-    float wf[8];
+    float wf[R][8];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __bfloat1622float2(h[j]);
-      wf[2 * j] = f.x;
-      wf[2 * j + 1] = f.y;
+    for (int q = 0; q < R; ++q) {
+      const uint4 packed = __ldg(wr[q] + s);
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&packed);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(h[j]);
+        wf[q][2 * j] = f.x;
+        wf[q][2 * j + 1] = f.y;
+      }
     }
 #pragma unroll
     for (int r = 0; r < MAXN; ++r) {
       if (r >= n) break;
       const float4* xr = reinterpret_cast<const float4*>(x + r * cols) + 2 * s;
       const float4 a = xr[0], b = xr[1];
-      acc[r] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x + wf[5] * b.y + wf[6] * b.z +
-                wf[7] * b.w;
+#pragma unroll
+      for (int q = 0; q < R; ++q)
+        acc[q][r] += wf[q][0] * a.x + wf[q][1] * a.y + wf[q][2] * a.z + wf[q][3] * a.w + wf[q][4] * b.x +
+                     wf[q][5] * b.y + wf[q][6] * b.z + wf[q][7] * b.w;
     }
   }
 #pragma unroll
-  for (int r = 0; r < MAXN; ++r) {
-    if (r >= n) break;
-    const float t = warp_sum(acc[r]);
-    if (lane == 0) y[r * rows + row] = t;
+  for (int q = 0; q < R; ++q) {
+    if (row0 + q >= rows) break;
+#pragma unroll
+    for (int r = 0; r < MAXN; ++r) {
+      if (r >= n) break;
+      const float t = warp_sum(acc[q][r]);
+      if (lane == 0) y[r * rows + row0 + q] = t;
+    }
   }
+}
+
+template <int R>
+void launch_skinny(const __nv_bfloat16* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
+                   cudaStream_t s) {
+  const unsigned grid = blocks_for((rows + R - 1) / R, kThreads / 32);
+  const int nn = static_cast<int>(n);
+  if (n <= 1)
+    matmul_skinny_kernel<1, R><<<grid, kThreads, 0, s>>>(w, rows, cols, x, nn, y);
+  else if (n <= 2)
+    matmul_skinny_kernel<2, R><<<grid, kThreads, 0, s>>>(w, rows, cols, x, nn, y);
+  else if (n <= 4)
+    matmul_skinny_kernel<4, R><<<grid, kThreads, 0, s>>>(w, rows, cols, x, nn, y);
+  else if (n <= 8)
+    matmul_skinny_kernel<8, R><<<grid, kThreads, 0, s>>>(w, rows, cols, x, nn, y);
+  else
+    matmul_skinny_kernel<16, R><<<grid, kThreads, 0, s>>>(w, rows, cols, x, nn, y);
+}
+
+int skinny_rows_per_warp() {
+  static const int r = [] {
+    const char* e = std::getenv("SPECULA_SKINNY_ROWS");
+    return e && std::atoi(e) == 4 ? 4 : 1;
+  }();
+  return r;
 }
 
 }  // namespace
@@ -300,18 +342,10 @@ void to_bf16(const float* src, int64_t n, __nv_bfloat16* dst, cudaStream_t s) {
 
 void matmul_skinny(const __nv_bfloat16* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
                    cudaStream_t s) {
-  const unsigned grid = blocks_for(rows, kThreads / 32);
-  const int nn = static_cast<int>(n);
-  if (n <= 1)
-    matmul_skinny_kernel<1><<<grid, kThreads, 0, s>>>(w, rows, cols, x, nn, y);
-  else if (n <= 2)
-    matmul_skinny_kernel<2><<<grid, kThreads, 0, s>>>(w, rows, cols, x, nn, y);
-  else if (n <= 4)
-    matmul_skinny_kernel<4><<<grid, kThreads, 0, s>>>(w, rows, cols, x, nn, y);
-  else if (n <= 8)
-    matmul_skinny_kernel<8><<<grid, kThreads, 0, s>>>(w, rows, cols, x, nn, y);
+  if (skinny_rows_per_warp() == 4)
+    launch_skinny<4>(w, rows, cols, x, n, y, s);
   else
-    matmul_skinny_kernel<16><<<grid, kThreads, 0, s>>>(w, rows, cols, x, nn, y);
+    launch_skinny<1>(w, rows, cols, x, n, y, s);
   SPECULA_CUDA_LAUNCHED();
 }
 
