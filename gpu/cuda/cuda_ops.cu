@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -56,7 +57,11 @@ struct CudaOps::Impl {
   void new_arena(size_t bytes) {
     char* p = nullptr;
     SPECULA_CUDA(cudaMalloc(&p, bytes));
-    arena = std::shared_ptr<char>(p, [](char* q) { cudaFree(q); });
+    // The last model using the arena may go with kernels of any stream still reading it.
+    arena = std::shared_ptr<char>(p, [](char* q) {
+      cudaDeviceSynchronize();
+      cudaFree(q);
+    });
     arena_size = bytes;
     arena_used = 0;
   }
@@ -107,8 +112,11 @@ float* CudaOps::alloc(size_t n) {
 }
 
 void CudaOps::release(float* p) {
-  // cudaFree waits for the device; a buffer in use by queued work is therefore safe to free.
-  if (p) SPECULA_CUDA(cudaFree(p));
+  // Called from destructors (DeviceBuffer): reports instead of throwing.
+  if (!p) return;
+  cudaError_t e = cudaStreamSynchronize(impl_->stream);  // queued work may still use it
+  if (e == cudaSuccess) e = cudaFree(p);
+  if (e != cudaSuccess) std::fprintf(stderr, "specula: cuda release: %s\n", cudaGetErrorString(e));
 }
 
 void CudaOps::copy_to_host(const float* src, float* dst, size_t n) {
