@@ -74,7 +74,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   make_drafter(m.cfg.drafter, m.files, *m.model, 16);  // a bad spelling fails here, not per request
   LlamaModel* draft_target = m.model.get();
   if (m.cfg.pipeline) {
-    m.draft_ops = make_device(DeviceOptions{m.cfg.device, m.cfg.threads});
+    m.draft_ops = make_device(DeviceOptions{m.cfg.device, m.cfg.draft_threads > 0 ? m.cfg.draft_threads : m.cfg.threads});
     m.draft_model = std::make_unique<LlamaModel>(m.files.weights, *m.draft_ops);
     draft_target = m.draft_model.get();
   }

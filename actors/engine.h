@@ -37,6 +37,7 @@ struct EngineConfig {
   int max_batch = 16;                  // active requests per round
   int64_t kv_tokens = 16384;           // target KV positions shared by all requests (the admission budget)
   int threads = 2;                     // compute threads of the host device
+  int draft_threads = 0;               // with pipelining, the draft device's threads (0 = `threads`)
   int io_threads = 1;                  // threads running the actors (they only route; compute is on streams)
   // Two rounds in flight over disjoint halves of the active set (ping-pong micro-batches), so the
   // draft stream works while the verify stream does; with one active request, the optimistic

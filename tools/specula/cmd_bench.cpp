@@ -18,6 +18,7 @@
 #include "spec/speculative_generate.h"
 #include "tools/specula/common.h"
 #include "tools/specula/commands.h"
+#include "tools/specula/engine_cli.h"
 #include "tools/specula/spec_cli.h"
 #include "tools/specula/bench_shape.h"
 
@@ -49,7 +50,20 @@ const char* kUsage =
     "  forward / one target token), and Theorem 3.8's predicted speedup from the measured a and c.\n"
     "  --drafts: ';'-separated drafter spellings as for generate --draft (default \"ngram;skip:4-7\").\n"
     "  Temperature defaults to 0 (greedy); sampled runs verify both exact and coupled unless\n"
-    "  --spec-sampling names one. Greedy and coupled runs also report whether the text matched.\n";
+    "  --spec-sampling names one. Greedy and coupled runs also report whether the text matched.\n"
+    "\n"
+    "usage: specula bench spec --concurrency 1,4,16,64 [--pipeline on|off|both] [--drafts \"none;ngram\"]\n"
+    "                          [--load-adaptive on|off|both] [--requests N] [--repeat R] [--trace PREFIX]\n"
+    "                          [--max-tokens N (64)] [--draft-threads N] [the options above]\n"
+    "  The same prompts through the actor engine, for each concurrency level (that many requests\n"
+    "  active at once; --requests, default max(level, 4), in all) and each configuration: drafter x\n"
+    "  pipelining (default both) x the load-adaptive K policy (with --adaptive; default on).\n"
+    "  Configurations alternate within a level (R times). JSON per run: total and per-request\n"
+    "  tokens/s, the total relative to --drafts none, acceptance, time to first token, and from the\n"
+    "  engine's trace the draft and verify streams' busy fractions and the overlap (the fraction of\n"
+    "  verify time during which the draft stream was busy). --trace keeps each run's trace as\n"
+    "  PREFIX-c<level>-<draft>[-pipelined]-<rep>.json (ui.perfetto.dev). --draft-threads: the\n"
+    "  pipelined draft stream's compute threads (default --threads).\n";
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -158,11 +172,7 @@ int bench_decode(const Args& a) {
 
 // --- bench spec ---------------------------------------------------------------------------
 
-struct BenchPrompt {
-  std::string id;
-  std::vector<int32_t> tokens;
-  int max_tokens = 128;
-};
+}  // namespace
 
 std::vector<BenchPrompt> read_prompts(const std::string& path, const LoadedModel& m, long long limit, long long max_tokens) {
   std::ifstream in(path);
@@ -189,6 +199,8 @@ std::vector<BenchPrompt> read_prompts(const std::string& path, const LoadedModel
   if (out.empty()) throw UsageError("--prompts: no prompts in " + path);
   return out;
 }
+
+namespace {
 
 // One configuration's sums over the prompt set.
 struct SpecTotals {
@@ -367,6 +379,7 @@ int cmd_bench(int argc, char** argv) {
     if (what == "spec") {
       options.insert({"prompts", "drafts", "limit", "max-tokens", "spec-k", "spec-k-min", "spec-k-max", "draft-entropy",
                       "temperature", "top-k", "top-p", "seed", "spec-sampling"});
+      options.insert(kEngineBenchOptions.begin(), kEngineBenchOptions.end());
       flags.insert("adaptive");
     } else {
       options.insert({"prompt-tokens", "decode-tokens", "repeat", "max-verify", "shape", "spec-pair", "spec-k"});
@@ -374,6 +387,7 @@ int cmd_bench(int argc, char** argv) {
     const Args a(argc - 1, argv + 1, options, flags);
     if (a.help()) { std::fputs(kUsage, stdout); return 0; }
     if (what == "decode") return a.has("shape") ? bench_decode_shape(a) : bench_decode(a);
+    if (what == "spec" && (a.has("concurrency") || a.has("pipeline"))) return bench_spec_engine(a);
     if (what == "spec") return bench_spec(a);
     throw UsageError("unknown benchmark '" + what + "' (expected: decode or spec)");
   }

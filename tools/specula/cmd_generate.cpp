@@ -11,6 +11,7 @@
 #include "spec/speculative_generate.h"
 #include "tools/specula/common.h"
 #include "tools/specula/commands.h"
+#include "tools/specula/engine_cli.h"
 #include "tools/specula/spec_cli.h"
 
 namespace specula::cli {
@@ -33,7 +34,10 @@ const char* kUsage =
     "  picks K per round in [--spec-k-min, --spec-k-max] (1, 8) from the running acceptance;\n"
     "  --draft-entropy ends a draft where its distribution's entropy exceeds NATS. --spec-sampling\n"
     "  coupled makes sampled output identical to target-only output for the seed (exact, the\n"
-    "  default, accepts more). Acceptance statistics follow on stderr (or under \"speculative\").\n";
+    "  default, accepts more). Acceptance statistics follow on stderr (or under \"speculative\").\n"
+    "  --pipeline on|off and --trace FILE run the generation through the actor engine instead of the\n"
+    "  sequential loop: pipelined, the next round is drafted while this one is verified; the trace is\n"
+    "  Chrome trace-event JSON with a lane per stream and actor (ui.perfetto.dev).\n";
 
 }  // namespace
 
@@ -70,9 +74,11 @@ int cmd_generate(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
   options.insert({"prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "seed", "draft",
                   "spec-k", "spec-k-min", "spec-k-max", "draft-entropy", "spec-sampling"});
+  options.insert({"pipeline", "trace"});
   const Args a(argc, argv, options, {"chat", "json", "adaptive"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   if (a.has("prompt") == a.has("prompt-ids")) throw UsageError("give exactly one of --prompt or --prompt-ids");
+  if (a.has("pipeline") || a.has("trace")) return generate_with_engine(a);
   const SamplingParams sp = sampling_from_args(a);
   const long long max_tokens = a.integer("max-tokens", 256);
   if (max_tokens < 1 || max_tokens > 1'000'000) throw UsageError("--max-tokens must be between 1 and 1000000");

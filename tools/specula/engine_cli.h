@@ -1,0 +1,42 @@
+// The CLI paths that run through the actor engine (actors/engine.h) rather than the sequential
+// loop: `specula bench spec --concurrency/--pipeline` and `specula generate --pipeline/--trace`.
+#pragma once
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model/weights.h"
+
+#include "tools/specula/args.h"
+
+namespace specula::cli {
+
+// A prompt of `bench spec`'s set: JSON lines with "messages", an optional "id" and "max_tokens".
+struct BenchPrompt {
+  std::string id;
+  std::vector<int32_t> tokens;  // chat-templated
+  int max_tokens = 128;
+};
+// The first `limit` prompts (0 = all), max_tokens capped at `max_tokens` (0 = no cap). Defined in
+// cmd_bench.cpp; UsageError for an unreadable file or a bad line.
+std::vector<BenchPrompt> read_prompts(const std::string& path, const LoadedModel& m, long long limit, long long max_tokens);
+
+// Options of `bench spec` that select the engine benchmark.
+inline const std::set<std::string> kEngineBenchOptions = {"concurrency", "pipeline", "load-adaptive", "requests",
+                                                          "trace", "repeat", "draft-threads"};
+
+// `specula bench spec --concurrency 1,4,16,64 --pipeline on|off|both ...`: JSON on stdout.
+int bench_spec_engine(const Args& a);
+
+// `specula generate ... --pipeline on|off --trace FILE`: the generation through the engine.
+int generate_with_engine(const Args& a);
+
+// The fraction of the verify stream's busy time during which the draft stream was busy, and each
+// stream's busy seconds, from an engine trace (actors/trace.h; lanes 2 = draft, 3 = verify).
+struct StreamOverlap {
+  double draft_busy = 0, verify_busy = 0, both_busy = 0;  // seconds
+  double overlap() const { return verify_busy > 0 ? both_busy / verify_busy : 0; }
+};
+StreamOverlap stream_overlap(const std::string& trace_json);
+
+}  // namespace specula::cli
