@@ -27,6 +27,7 @@ asio::awaitable<void> connect_tcp(beast::tcp_stream& stream, const Target& targe
 
 void Connection::end_with_transport_error(RequestRecord& r, double now_s, const std::string& message) {
   usable_ = false;
+  failed_unanswered_ = !answered_ && abort_kind_.empty();
   r.end_s = now_s;
   r.error_kind = abort_kind_.empty() ? "disconnected" : abort_kind_;
   r.error_message = abort_kind_.empty() ? message : abort_message_;

@@ -40,13 +40,24 @@ class Connection {
   // A polite close (WebSocket close frame), bounded in time; errors are ignored.
   virtual boost::asio::awaitable<void> close() = 0;
   bool usable() const { return usable_; }
+  // The last request failed on the transport before any answer came back (and not by abort()):
+  // on a reused connection that is a connection the server had already closed, and the request
+  // may be sent again on a new one.
+  bool failed_unanswered() const { return failed_unanswered_; }
 
  protected:
+  // Call at the start of run().
+  void begin_request() {
+    abort_kind_.clear();
+    answered_ = failed_unanswered_ = false;
+  }
   // Ends `r` after a failed read or write and marks the connection unusable: the abort reason
   // when abort() caused the failure, else "disconnected" with `message`.
   void end_with_transport_error(RequestRecord& r, double now_s, const std::string& message);
 
   bool usable_ = false;
+  bool answered_ = false;           // something came back for the request in flight
+  bool failed_unanswered_ = false;
   std::string abort_kind_, abort_message_;
 };
 

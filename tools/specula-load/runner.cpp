@@ -136,35 +136,20 @@ class Load {
         r.error_message = "the run was interrupted before the request was sent";
         break;
       }
-      if (!conn || !conn->usable()) {
-        conn = make_connection(ioc_.get_executor(), o_.target, clock_);
-        std::string error;
-        try {
-          co_await conn->open();
-        } catch (const std::exception& e) {
-          error = e.what();
-        }
-        if (!error.empty()) {
-          r.start_s = r.end_s = clock_.now();
-          r.error_kind = "connect";
-          r.error_message = error;
-          conn.reset();
-          co_await sleep_until(clock_.now() + 0.2);  // no busy loop against a dead server
-          continue;
-        }
-      }
       const nlohmann::json body = o_.target.protocol == Protocol::WebSocket
                                       ? ws_generate_message(p, o_, static_cast<int>(i))
                                       : http_request_body(p, o_, static_cast<int>(i));
-      // The deadline closes the socket; `live` stops a late timer from closing the next request.
-      auto live = std::make_shared<bool>(true);
-      asio::steady_timer deadline(ioc_, seconds(o_.timeout_s));
-      deadline.async_wait([c = conn, live, t = o_.timeout_s](const boost::system::error_code& ec) {
-        if (!ec && *live) c->abort("timeout", "no end of stream within " + std::to_string(static_cast<int>(t)) + " s");
-      });
-      co_await conn->run(body, r);
-      *live = false;
-      deadline.cancel();
+      // A kept-open connection the server has closed in the meantime fails before any answer:
+      // send the request once more on a new connection, as HTTP clients do.
+      const RequestRecord fresh = r;
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        const bool reused = conn && conn->usable();
+        if (!reused && !co_await reconnect(conn, r)) break;
+        co_await run_with_deadline(conn, body, r);
+        if (!(reused && conn->failed_unanswered())) break;
+        r = fresh;
+      }
+      if (r.error_kind == "connect") co_await sleep_until(clock_.now() + 0.2);  // no busy loop against a dead server
     }
     if (conn && conn->usable()) co_await conn->close();
     conn.reset();
@@ -173,6 +158,38 @@ class Load {
       signals_.cancel();
       progress_timer_.cancel();
     }
+  }
+
+  // A new connection for `conn`; on failure `r` ends as a "connect" error.
+  asio::awaitable<bool> reconnect(std::shared_ptr<Connection>& conn, RequestRecord& r) {
+    conn = make_connection(ioc_.get_executor(), o_.target, clock_);
+    std::string error;
+    try {
+      co_await conn->open();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (error.empty()) co_return true;
+    r.start_s = r.end_s = clock_.now();
+    r.error_kind = "connect";
+    r.error_message = error;
+    conn.reset();
+    co_return false;
+  }
+
+  // The deadline closes the socket; `live` stops a late timer from closing the next request.
+  asio::awaitable<void> run_with_deadline(const std::shared_ptr<Connection>& conn, const nlohmann::json& body,
+                                          RequestRecord& r) {
+    auto live = std::make_shared<bool>(true);
+    asio::steady_timer deadline(ioc_, seconds(o_.timeout_s));
+    deadline.async_wait([c = conn, live, t = o_.timeout_s](const boost::system::error_code& ec) {
+      char why[64];
+      std::snprintf(why, sizeof why, "no end of stream within %g s (--timeout)", t);
+      if (!ec && *live) c->abort("timeout", why);
+    });
+    co_await conn->run(body, r);
+    *live = false;
+    deadline.cancel();
   }
 
   void interrupt() {

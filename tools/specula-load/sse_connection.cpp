@@ -30,7 +30,7 @@ class SseConnection final : public Connection {
   }
 
   asio::awaitable<void> run(const nlohmann::json& body, RequestRecord& r) override {
-    abort_kind_.clear();
+    begin_request();
     http::request<http::string_body> req{http::verb::post, target_.path, 11};
     req.set(http::field::host, target_.host_header());
     req.set(http::field::user_agent, "specula-load");
@@ -48,6 +48,7 @@ class SseConnection final : public Connection {
     parser.body_limit(boost::none);
     auto [hec, hn] = co_await http::async_read_header(stream_, buffer_, parser, kTuple);
     if (hec) co_return transport_failure(hec, r, "reading the response header");
+    answered_ = true;
     const int status = parser.get().result_int();
 
     SseParser sse;

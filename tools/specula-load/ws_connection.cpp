@@ -42,7 +42,7 @@ class WsConnection final : public Connection {
   }
 
   asio::awaitable<void> run(const nlohmann::json& body, RequestRecord& r) override {
-    abort_kind_.clear();
+    begin_request();
     const std::string id = body.value("id", std::string());
     const std::string text = body.dump();
     r.start_s = clock_.now();
@@ -58,6 +58,7 @@ class WsConnection final : public Connection {
         co_return;
       }
       const double now = clock_.now();
+      answered_ = true;
       const std::string message = beast::buffers_to_string(buffer_.data());
       buffer_.consume(buffer_.size());
       const Outcome o = apply_ws_message(message, id, now, r);
