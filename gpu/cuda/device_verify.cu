@@ -44,8 +44,11 @@ __device__ double philox_uniform(uint64_t seed, int64_t position, uint32_t strea
   return (static_cast<double>(out[index & 3]) + 0.5) * (1.0 / 4294967296.0);
 }
 
+// A 32-bit key whose unsigned order is the float order; -0.0 and +0.0 get one key, since the
+// host's comparisons treat them as equal (a tie, broken by index).
 __device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t u = __float_as_uint(f);
+  uint32_t u = __float_as_uint(f);
+  if (u == 0x80000000u) u = 0;
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 __device__ __forceinline__ float key_value(uint32_t k) {
