@@ -14,6 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out/gpu_check}
 LOGS=/tmp/specula-gpu-check
+rm -rf "$LOGS"
 mkdir -p "$OUT" "$LOGS"
 STAGES=${*:-build test memcheck racecheck bench hf}
 SUMMARY=$OUT/summary.txt
@@ -37,7 +38,11 @@ stage() {
   [ "$limit" -gt "$left" ] && limit=$left
   timeout "$limit" "$@" >"$LOGS/$name.log" 2>&1
   rc=$?
-  note "$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$LOGS/$name.log" | cut -c1-150)")"
+  local last
+  # GoogleTest's totals, compute-sanitizer's error summary, else the last line.
+  last=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test|ERROR SUMMARY' "$LOGS/$name.log" | tr '\n' ' ')
+  [ -z "$last" ] && last=$(tail -n 1 "$LOGS/$name.log")
+  note "$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(echo "$last" | cut -c1-160)")"
   return $rc
 }
 wants() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -53,6 +58,7 @@ wants() { [[ " $STAGES " == *" $1 "* ]]; }
 note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -n 1)"
 
 BIN=
+chmod +x build-gpu-pack/* 2>/dev/null  # in case the copy dropped the mode bits
 if [ -x build-gpu-pack/test_gpu_cuda ] && [ -x build-gpu-pack/specula ]; then
   BIN=build-gpu-pack
   note "binaries: carried build-gpu-pack ($(cat build-gpu-pack/COMMIT 2>/dev/null))"

@@ -35,6 +35,7 @@ void require(bool ok, const std::string& what) {
 
 struct CudaOps::Impl {
   cudaStream_t stream = nullptr;
+  bool owns_stream = true;
   cublasHandle_t cublas = nullptr;
   std::string name;
 
@@ -77,13 +78,17 @@ struct CudaOps::Impl {
   }
 };
 
-CudaOps::CudaOps(int device) : impl_(std::make_unique<Impl>()), device_(device) {
+CudaOps::CudaOps(int device, void* stream) : impl_(std::make_unique<Impl>()), device_(device) {
   SPECULA_CUDA(cudaSetDevice(device));
   cudaDeviceProp prop{};
   SPECULA_CUDA(cudaGetDeviceProperties(&prop, device));
   impl_->name = "cuda:" + std::to_string(device) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
                 std::to_string(prop.minor) + ")";
-  SPECULA_CUDA(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+  impl_->owns_stream = stream == nullptr;
+  if (stream)
+    impl_->stream = static_cast<cudaStream_t>(stream);
+  else
+    SPECULA_CUDA(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
   SPECULA_CUDA(cublasCreate(&impl_->cublas));
   SPECULA_CUDA(cublasSetStream(impl_->cublas, impl_->stream));
 }
@@ -93,7 +98,7 @@ CudaOps::~CudaOps() {
   cudaStreamSynchronize(impl_->stream);
   for (auto& s : impl_->slots) cudaFree(s.device);
   if (impl_->cublas) cublasDestroy(impl_->cublas);
-  if (impl_->stream) cudaStreamDestroy(impl_->stream);
+  if (impl_->stream && impl_->owns_stream) cudaStreamDestroy(impl_->stream);
 }
 
 std::string CudaOps::name() const { return impl_->name; }

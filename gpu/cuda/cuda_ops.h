@@ -17,8 +17,11 @@ namespace specula {
 
 class CudaOps final : public Ops {
  public:
-  // Throws std::runtime_error naming the CUDA error when `device` cannot be used.
-  explicit CudaOps(int device = 0);
+  // Throws std::runtime_error naming the CUDA error when `device` cannot be used. With
+  // `stream` (a cudaStream_t, e.g. streams::CudaStream::native(), not owned) every op is queued
+  // there, so events recorded on that stream mark points in this device's work; otherwise the
+  // device makes a non-blocking stream of its own.
+  explicit CudaOps(int device = 0, void* stream = nullptr);
   ~CudaOps() override;
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;

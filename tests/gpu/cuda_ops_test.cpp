@@ -7,6 +7,8 @@
 
 #ifdef SPECULA_HAVE_CUDA
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <numeric>
 
@@ -291,6 +293,21 @@ TEST_F(CudaOpsTest, AttentionRefusesGroupsWiderThanTheKernel) {
   const SeqSlice slice{s, 0, 1, 0};
   DeviceBuffer q(*cuda_, 9 * 16), out(*cuda_, 9 * 16);
   EXPECT_THROW(cuda_->attention(q.get(), kv, 0, {&slice, 1}, 9, out.get()), std::invalid_argument);
+}
+
+TEST_F(CudaOpsTest, QueuesOnAStreamItIsGiven) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  {
+    CudaOps ops(0, stream);
+    EXPECT_EQ(ops.stream(), static_cast<void*>(stream));
+    const std::vector<float> x = {1, 2, 3}, y = {10, 20, 30};
+    DeviceBuffer dx = to_device(ops, x), dy = to_device(ops, y);
+    ops.add(dx.get(), dy.get(), 3);
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(to_host(ops, dx.get(), 3), (std::vector<float>{11, 22, 33}));
+  }
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess) << "the device must leave a stream it was given alive";
 }
 
 TEST_F(CudaOpsTest, CopyBandwidthIsMeasurable) {
