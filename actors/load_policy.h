@@ -12,15 +12,16 @@
 
 namespace specula::actors {
 
-// Seconds of one batched verify forward over T rows, fitted as v0 + v1 * T by least squares with
-// exponential forgetting (factor kDecay per observation). Until two different T were seen the
-// slope is unknown and reads 0 (speculation then looks free, as the per-request rule assumes).
+// Seconds of one batched target forward over T rows, fitted as v0 + v1 * T by least squares with
+// exponential forgetting (factor kDecay per observation): the verify forwards, and prefill
+// forwards (a large T early) until the slope is known. Until two different T were seen it is not.
 class VerifyCostModel {
  public:
   static constexpr double kDecay = 0.98;
   void observe(int64_t rows, double seconds) { fit_.observe(static_cast<double>(rows), seconds); }
   double intercept() const { return fit_.intercept(); }  // v0 >= 0
   double slope() const { return fit_.slope(); }          // v1 >= 0
+  bool known() const { return fit_.slope_known(); }
 
  private:
   ForgettingLinearFit fit_{kDecay};

@@ -71,6 +71,8 @@ struct Verdict {
   double draft_seconds = 0, verify_seconds = 0;
   int64_t forward_tokens = 0;     // rows of the round's batched verify forward (sum of k + 1)
   double forward_seconds = 0;     // its time (prefill excluded): the scheduler's verify cost model
+  int64_t prefill_tokens = 0;     // rows of the round's prefill forward (new sequences), 0 if none
+  double prefill_seconds = 0;
 };
 
 // any actor -> scheduler: the round could not be completed; its requests fail with `error`.
@@ -122,6 +124,8 @@ struct Judge {
   double draft_seconds = 0, verify_seconds = 0;
   int64_t forward_tokens = 0;         // as Verdict's
   double forward_seconds = 0;
+  int64_t prefill_tokens = 0;
+  double prefill_seconds = 0;
 };
 
 // scheduler -> sampler (batch-1 pipelining): the first token of the optimistic draft of the round

@@ -144,6 +144,8 @@ void Sampler::on(Judge& judge) {
   verdict.verify_seconds = judge.verify_seconds;
   verdict.forward_tokens = judge.forward_tokens;
   verdict.forward_seconds = judge.forward_seconds;
+  verdict.prefill_tokens = judge.prefill_tokens;
+  verdict.prefill_seconds = judge.prefill_seconds;
   for (Scored& s : judge.items) {
     Open& o = open(s.request);
     o.judged_round = judge.round;  // a continuation of an earlier round is stale from now on

@@ -136,6 +136,10 @@ void Scheduler::on_optimistic_draft(DraftsReady& ready) {
 void Scheduler::on(Verdict& verdict) {
   TraceScope span(trace_, Trace::Scheduler, "verdict round " + std::to_string(verdict.round));
   if (verdict.forward_tokens > 0) verify_cost_.observe(verdict.forward_tokens, verdict.forward_seconds);
+  // A prefill forward computes logits for the last row of each sequence only, so its rows are a
+  // little cheaper; it serves to learn the slope early, until the verify forwards show it.
+  if (verdict.prefill_tokens > 0 && !verify_cost_.known())
+    verify_cost_.observe(verdict.prefill_tokens, verdict.prefill_seconds);
   for (const Judged& j : verdict.items) {
     Active* a = find(j.id);
     if (!a) continue;
@@ -255,7 +259,9 @@ std::vector<int> Scheduler::draft_lengths(const std::vector<Active*>& members,
     const int64_t limit = a.request->speculate ? k_limit(a, size, size - static_cast<int64_t>(r.prompt.size())) : 0;
     PolicyRequest p{a.length.acceptance(), static_cast<int>(std::min<int64_t>(a.length.next(), limit)), true};
     if (limits_.load_adaptive && r.draft.adaptive && limit > 0) {
-      p.k_max = static_cast<int>(std::min<int64_t>(r.draft.k_max, limit));
+      // Until the cost of a row is known, draft at most one token: a full window for a large
+      // batch costs several seconds on a CPU if rows turn out to be expensive.
+      p.k_max = static_cast<int>(std::min<int64_t>(verify_cost_.known() ? r.draft.k_max : 1, limit));
       p.fixed = false;
       chosen_here = true;
     }

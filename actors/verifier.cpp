@@ -41,7 +41,12 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     if (d.context.size() > 1)
       batch.push_back({seq, std::span<const int32_t>(d.context).first(d.context.size() - 1), false});
   }
-  if (!batch.empty()) target_.forward(batch, kv_, logits_);
+  if (!batch.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    target_.forward(batch, kv_, logits_);
+    judge.prefill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const ForwardSeq& f : batch) judge.prefill_tokens += static_cast<int64_t>(f.tokens.size());
+  }
 
   // One forward over every sequence's [g, t1..tk], after rolling each back to n0 - 1 positions.
   std::vector<std::vector<int32_t>> windows(round.items.size());

@@ -45,10 +45,11 @@ void ForgettingLinearFit::observe(double x, double y) {
   sxy_ = sxy_ * decay_ + x * y;
 }
 
+bool ForgettingLinearFit::slope_known() const { return w_ > 0 && sxx_ * w_ - sx_ * sx_ > 1e-9 * w_ * w_; }
+
 double ForgettingLinearFit::slope() const {
-  const double var = sxx_ * w_ - sx_ * sx_;
-  if (w_ <= 0 || var <= 1e-9 * w_ * w_) return 0;
-  return std::max(0.0, (sxy_ * w_ - sx_ * sy_) / var);
+  if (!slope_known()) return 0;
+  return std::max(0.0, (sxy_ * w_ - sx_ * sy_) / (sxx_ * w_ - sx_ * sx_));
 }
 
 double ForgettingLinearFit::intercept() const {

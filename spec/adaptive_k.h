@@ -35,6 +35,7 @@ class ForgettingLinearFit {
   void observe(double x, double y);
   double intercept() const;
   double slope() const;
+  bool slope_known() const;  // two different x were seen
 
  private:
   double decay_;

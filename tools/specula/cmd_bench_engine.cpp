@@ -181,7 +181,7 @@ nlohmann::json to_json(const Result& r, const Result* none) {
   j["seconds"] = r.wall;
   j["total_tokens_per_second"] = r.tokens / r.wall;
   j["per_request_tokens_per_second"] = mean(r.per_request_tps);
-  j["ttft_p50_seconds"] = percentile(r.ttft, 0.5);
+  j["ttft_p50_seconds"] = percentile(r.ttft, 0.5);  // from submission: queueing included
   j["errors"] = r.errors;
   j["rounds"] = r.spec.rounds;
   j["drafted"] = r.spec.drafted;
@@ -189,8 +189,11 @@ nlohmann::json to_json(const Result& r, const Result* none) {
   j["acceptance_rate"] = r.spec.acceptance_rate();
   j["alpha"] = r.spec.alpha();
   j["tokens_per_round"] = r.spec.tokens_per_round();
-  j["draft_busy_fraction"] = r.streams.draft_busy / r.wall;
-  j["verify_busy_fraction"] = r.streams.verify_busy / r.wall;
+  // of the trace's extent (warm-up included, as in the busy times)
+  j["draft_busy_fraction"] = r.streams.extent > 0 ? r.streams.draft_busy / r.streams.extent : 0;
+  j["verify_busy_fraction"] = r.streams.extent > 0 ? r.streams.verify_busy / r.streams.extent : 0;
+  j["draft_busy_seconds"] = r.streams.draft_busy;
+  j["verify_busy_seconds"] = r.streams.verify_busy;
   j["overlap"] = r.streams.overlap();
   if (none) j["total_speedup_vs_none"] = (r.tokens / r.wall) / (none->tokens / none->wall);
   return j;
@@ -203,12 +206,16 @@ StreamOverlap stream_overlap(const std::string& trace_json) {
   if (trace_json.empty()) return o;
   std::vector<std::pair<double, double>> draft, verify;
   const nlohmann::json trace = nlohmann::json::parse(trace_json);
+  double first = 1e300, last = 0;
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] != "X") continue;
     const double t0 = e["ts"].get<double>() * 1e-6, t1 = t0 + e["dur"].get<double>() * 1e-6;
+    first = std::min(first, t0);
+    last = std::max(last, t1);
     if (e["tid"] == 2) draft.emplace_back(t0, t1);
     if (e["tid"] == 3) verify.emplace_back(t0, t1);
   }
+  o.extent = last > first ? last - first : 0;
   // Spans of one lane do not overlap (one stream, one worker), so pairwise intersections add up.
   std::sort(draft.begin(), draft.end());
   for (const auto& d : draft) o.draft_busy += d.second - d.first;

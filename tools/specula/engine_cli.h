@@ -35,6 +35,7 @@ int generate_with_engine(const Args& a);
 // stream's busy seconds, from an engine trace (actors/trace.h; lanes 2 = draft, 3 = verify).
 struct StreamOverlap {
   double draft_busy = 0, verify_busy = 0, both_busy = 0;  // seconds
+  double extent = 0;  // seconds from the first span's start to the last span's end (all lanes)
   double overlap() const { return verify_busy > 0 ? both_busy / verify_busy : 0; }
 };
 StreamOverlap stream_overlap(const std::string& trace_json);
