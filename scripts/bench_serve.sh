@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Serving benchmark (issue 5): a specula-load concurrency sweep against `specula serve` on the
 # default model with speculation off (--draft none), on (--draft ngram, fixed K) and adaptive
-# (--draft ngram --adaptive). Prints one JSON on stdout; per-run results and server logs stay in
-# a temporary folder named on stderr.
+# (--draft ngram --adaptive). Prints one JSON on stdout; per-run JSON and HTML reports and the
+# server logs stay in a temporary folder named on stderr.
 #
 # All servers start first and each concurrency level runs every configuration back to back, so
 # load from elsewhere on a shared machine hits the configurations of one level alike; compare
@@ -77,7 +77,7 @@ for n in $CONCURRENCY; do
     rc=0
     "$BUILD/specula-load" --url "ws://127.0.0.1:${PORT[$c]}/v1/ws" --prompts "$PROMPTS" --concurrency "$n" \
       --requests "$requests" --max-tokens "$MAX_TOKENS" --temperature "$TEMPERATURE" --quiet \
-      --out "$OUT/$c-$n.json" >/dev/null || rc=$?
+      --out "$OUT/$c-$n.json" --report "$OUT/$c-$n.html" >/dev/null || rc=$?
     [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || { log "specula-load failed (exit $rc)"; exit 1; }
   done
 done
