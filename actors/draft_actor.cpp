@@ -57,9 +57,10 @@ boost::asio::awaitable<void> DraftActor::on(DraftRound& round) {
     for (DraftItem& item : round.items) {
       Drafted out{item.request, std::move(item.context), {}};
       item.context = out.context;  // kept for on_failure's ids only; cheap next to a forward
-      // A request that never speculates gets no drafter; one whose K is 0 this round (the
-      // load-adaptive policy) keeps its drafter, which catches up when it drafts again.
-      Drafter* drafter = item.request->speculate ? drafter_for(item) : nullptr;
+      // A drafter is made (and prefilled) on a request's first round that drafts, so a request
+      // the load-adaptive policy keeps at K = 0 costs no draft work; one that drafted before keeps
+      // its drafter, which catches up on the tokens it missed when it drafts again.
+      Drafter* drafter = item.request->speculate && item.k > 0 ? drafter_for(item) : nullptr;
       if (drafter && item.k > 0) {
         const SpeculativeRequest& r = item.request->request;
         DraftRequest dreq;
