@@ -25,6 +25,24 @@ bool cpu_has_avx2_fma() {
 #endif
 }
 
+bool cpu_has_avx512() {
+#if defined(__x86_64__)
+  static const bool has = cpu_has_avx2_fma() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
+  return has;
+#else
+  return false;
+#endif
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    default: return "portable";
+  }
+}
+
 namespace {
 
 // Values of a row dequantized at a time by the buffered kernels: one Q4_K/Q6_K super-block,
@@ -74,6 +92,8 @@ Isa default_isa() {
 
 Isa isa_for_env(const char* specula_simd) {
   if (specula_simd != nullptr && std::strcmp(specula_simd, "portable") == 0) return Isa::kPortable;
+  const bool cap_avx2 = specula_simd != nullptr && std::strcmp(specula_simd, "avx2") == 0;
+  if (!cap_avx2 && cpu_has_avx512()) return Isa::kAvx512;
   return cpu_has_avx2_fma() ? Isa::kAvx2 : Isa::kPortable;
 }
 
@@ -87,10 +107,14 @@ int64_t matmul_grain_rows(size_t row_bytes) {
 
 void matmul_isa_path(Isa isa, const MatmulArgs& a, ThreadPool& pool) {
   if (isa == Isa::kAvx2 && !cpu_has_avx2_fma()) throw std::invalid_argument("matmul: AVX2+FMA+F16C path requested on a CPU without it");
-  const RowsKernel kernel = isa == Isa::kAvx2 ? avx2_rows_kernel(a.dtype, a.cols) : portable_rows_kernel(a.dtype);
+  if (isa == Isa::kAvx512 && !cpu_has_avx512()) throw std::invalid_argument("matmul: AVX-512 path requested on a CPU without AVX-512 F/BW/VL");
+  const RowsKernel kernel = isa == Isa::kAvx512 ? avx512_rows_kernel(a.dtype, a.cols)
+                            : isa == Isa::kAvx2 ? avx2_rows_kernel(a.dtype, a.cols)
+                                                : portable_rows_kernel(a.dtype);
   if (a.n <= 0 || a.rows <= 0) return;
   MatmulArgs args = a;
-  if (isa == Isa::kAvx2 && avx2_needs_prepared_activations(a.dtype)) {
+  // The AVX-512 kernels read the same prepared activations as the AVX2 ones.
+  if (isa != Isa::kPortable && avx2_needs_prepared_activations(a.dtype)) {
     // Reused across calls (a decode step makes hundreds): n * cols plus n * cols / 32 floats.
     thread_local std::vector<float> xprep, xsum;
     xprep.resize(static_cast<size_t>(a.n * a.cols));
@@ -149,6 +173,6 @@ void matmul_reference(const TensorView& w, const float* x, int64_t n, float* y) 
   }
 }
 
-const char* matmul_isa() { return host_kernels::default_isa() == host_kernels::Isa::kAvx2 ? "avx2" : "portable"; }
+const char* matmul_isa() { return host_kernels::isa_name(host_kernels::default_isa()); }
 
 }  // namespace specula

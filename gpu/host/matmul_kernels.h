@@ -36,7 +36,7 @@ void prepare_activations_avx2(DType t, const float* x, int64_t n, int64_t cols, 
 // Computes y[i, r] for every i < n and r in [r0, r1); a row range is the unit of parallel work.
 using RowsKernel = void (*)(const MatmulArgs& a, int64_t r0, int64_t r1);
 
-enum class Isa { kPortable, kAvx2 };
+enum class Isa { kPortable, kAvx2, kAvx512 };
 
 // Plain C++ kernel for any dtype: dequantize a slice of a row to a stack buffer, dot it with
 // every activation row. Always available.
@@ -48,14 +48,25 @@ RowsKernel portable_rows_kernel(DType t);
 // Call only where cpu_has_avx2_fma() is true.
 RowsKernel avx2_rows_kernel(DType t, int64_t cols);
 
+// AVX-512 F/BW/VL kernels (matmul_avx512.cpp), the same algorithms at twice the width, for
+// Q4_0, Q4_1, Q8_0 and whole-block F32/F16/BF16 rows; other cases fall back to the AVX2 kernels.
+// They read the same prepared activations as the AVX2 kernels. Call only where cpu_has_avx512().
+RowsKernel avx512_rows_kernel(DType t, int64_t cols);
+
 bool cpu_has_avx2_fma();
+// AVX-512 F, BW and VL, and AVX2+FMA+F16C (the fallbacks and the shared preparation need them).
+bool cpu_has_avx512();
+
+// The name matmul_isa() reports for a path: "portable", "avx2" or "avx512".
+const char* isa_name(Isa isa);
 
 // The path for a value of env SPECULA_SIMD (nullptr when unset): "portable" forces the portable
-// kernels; anything else takes AVX2 where the CPU has it.
+// kernels, "avx2" caps the choice at AVX2; anything else takes the widest path the CPU has
+// (AVX-512, then AVX2, then portable).
 Isa isa_for_env(const char* specula_simd);
 
 // matmul() with the ISA chosen by the caller (tests compare both paths on one machine).
-// Throws std::invalid_argument for kAvx2 on a CPU without it.
+// Throws std::invalid_argument for a path the CPU does not have.
 void matmul_isa_path(Isa isa, const MatmulArgs& a, ThreadPool& pool);
 
 // Rows per unit of parallel work for a matrix with rows of `row_bytes`: a few KiB of weights,

@@ -1,9 +1,10 @@
-// Host matmul: every dtype, both ISA paths, many activation-row counts and thread counts,
+// Host matmul: every dtype, every ISA path the CPU has (portable, AVX2, AVX-512), many activation-row counts and thread counts,
 // against matmul_reference (itself checked here against a hand-computed product).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -85,6 +86,9 @@ const DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DTy
 const int64_t kRowCounts[] = {1, 2, 3, 5, 6, 8, 9, 17};
 
 bool have_avx2() { return host_kernels::cpu_has_avx2_fma(); }
+bool have_avx512() { return host_kernels::cpu_has_avx512(); }
+bool have(Isa isa) { return isa == Isa::kPortable || (isa == Isa::kAvx2 && have_avx2()) || (isa == Isa::kAvx512 && have_avx512()); }
+const Isa kAllIsas[] = {Isa::kPortable, Isa::kAvx2, Isa::kAvx512};
 
 TEST(Matmul, ReferenceMatchesAHandComputedProduct) {
   // W = [[1, 2, 3, 4], [-1, 0.5, 0, 2]] in F16, x = [[1, 1, 1, 1], [2, 0, -1, 0.5]].
@@ -103,22 +107,22 @@ TEST(Matmul, ReferenceMatchesAHandComputedProduct) {
   for (int k = 0; k < 4; ++k) EXPECT_EQ(fast[k], y[k]);
 }
 
-// Every dtype x every activation-row count x threads 1 and 2 x both paths.
-void check_all_paths(DType t, int64_t rows, int64_t cols) {
+// Every dtype x every activation-row count x threads 1 and 2 x every path in `isas` the CPU has.
+void check_all_paths(DType t, int64_t rows, int64_t cols, std::initializer_list<Isa> isas = {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
   const Weight w = random_weight(t, rows, cols, 100 + static_cast<uint32_t>(t));
   for (int64_t n : kRowCounts) {
     const auto x = random_activations(n, cols, 7 + static_cast<uint32_t>(n));
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
-      for (Isa isa : {Isa::kPortable, Isa::kAvx2}) {
-        if (isa == Isa::kAvx2 && !have_avx2()) continue;
+      for (Isa isa : isas) {
+        if (!have(isa)) continue;
         host_kernels::MatmulArgs a{t, w.view.data, dtype_row_bytes(t, cols), rows, cols, x.data(), n, nullptr};
         std::vector<float> y(static_cast<size_t>(n * rows), std::nanf(""));
         a.y = y.data();
         host_kernels::matmul_isa_path(isa, a, pool);
         expect_matches_reference(w.view, x, n, y,
                                  std::string(dtype_name(t)) + " n=" + std::to_string(n) + " threads=" + std::to_string(threads) +
-                                     (isa == Isa::kAvx2 ? " avx2" : " portable"));
+                                     " " + host_kernels::isa_name(isa));
       }
     }
   }
@@ -173,13 +177,36 @@ TEST(Matmul, RejectsWeightsThatAreNotWholeMatrices) {
   EXPECT_THROW(matmul(short_data, x, 1, y, pool), std::invalid_argument);
 }
 
-TEST(Matmul, SpeculaSimdPortableForcesThePortablePath) {
+TEST(Matmul, TheWidestPathIsChosenAndSpeculaSimdCapsOrForcesIt) {
   EXPECT_EQ(host_kernels::isa_for_env("portable"), Isa::kPortable);
-  const Isa native = have_avx2() ? Isa::kAvx2 : Isa::kPortable;
+  const Isa avx2_or_less = have_avx2() ? Isa::kAvx2 : Isa::kPortable;
+  const Isa native = have_avx512() ? Isa::kAvx512 : avx2_or_less;
   EXPECT_EQ(host_kernels::isa_for_env(nullptr), native);
-  EXPECT_EQ(host_kernels::isa_for_env("avx2"), native);
+  EXPECT_EQ(host_kernels::isa_for_env("avx512"), native);
+  EXPECT_EQ(host_kernels::isa_for_env("avx2"), avx2_or_less);
   const char* env = std::getenv("SPECULA_SIMD");
-  EXPECT_STREQ(matmul_isa(), host_kernels::isa_for_env(env) == Isa::kAvx2 ? "avx2" : "portable");
+  EXPECT_STREQ(matmul_isa(), host_kernels::isa_name(host_kernels::isa_for_env(env)));
+}
+
+TEST(Matmul, AskingForAPathTheCpuLacksIsRefusedNotRun) {
+  float x[32] = {}, y[1];
+  std::vector<std::byte> bytes(20);
+  host_kernels::MatmulArgs a{DType::Q4_1, bytes.data(), 20, 1, 32, x, 1, y};
+  ThreadPool pool(1);
+  for (Isa isa : kAllIsas)
+    if (!have(isa)) EXPECT_THROW(host_kernels::matmul_isa_path(isa, a, pool), std::invalid_argument) << host_kernels::isa_name(isa);
+}
+
+// The AVX-512 kernels are checked by every test above where the CPU has AVX-512; this test says
+// so explicitly (and is reported SKIPPED, with the reason, where it has not), so a run on a CPU
+// without AVX-512 cannot be mistaken for a check of them.
+TEST(Matmul, TheAvx512KernelsMatchTheReferenceForEveryDtypeAndRowCount) {
+  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 F/BW/VL: the AVX-512 kernels cannot run here";
+  for (DType t : kAllTypes) check_all_paths(t, 37, dtype_info(t).block_elems == 256 ? 512 : 96, {Isa::kAvx512});
+  check_all_paths(DType::Q4_1, 67, 576, {Isa::kAvx512});
+  check_all_paths(DType::Q4_0, 13, 1536, {Isa::kAvx512});
+  check_all_paths(DType::Q8_0, 101, 576, {Isa::kAvx512});
+  check_all_paths(DType::BF16, 9, 45, {Isa::kAvx512});  // not whole blocks: the AVX2 fallback
 }
 
 }  // namespace
