@@ -142,7 +142,13 @@ std::string Engine::trace_json() const { return impl_->trace ? impl_->trace->jso
 
 const EngineConfig& Engine::config() const { return impl_->cfg; }
 const LoadedModel& Engine::model() const { return impl_->files; }
-bool Engine::idle() const { return impl_->scheduler->idle(); }
+bool Engine::idle() const {
+  // The scheduler first (its idle state is published after the releases it sent are counted),
+  // then whether the verifier has handled each of those releases, so that an idle engine's
+  // kv_blocks_free() already counts every finished request's blocks.
+  if (!impl_->scheduler->idle()) return false;
+  return impl_->verifier->releases_done() == impl_->scheduler->releases_sent();
+}
 int64_t Engine::kv_blocks_free() const { return impl_->verifier->blocks_free(); }
 int64_t Engine::kv_blocks_total() const { return impl_->verifier->blocks_total(); }
 std::uint64_t Engine::failures() const {

@@ -138,7 +138,7 @@ class Engine {
   const EngineConfig& config() const;
   const LoadedModel& model() const;
   std::vector<int32_t> tokenize(const EngineRequest& request) const;
-  bool idle() const;                // nothing queued, active or in flight
+  bool idle() const;                // nothing queued, active or in flight, every finished request's KV freed
   int64_t kv_blocks_free() const;   // the target pool as the verifier last left it
   int64_t kv_blocks_total() const;
   std::uint64_t failures() const;   // rounds that failed in any actor

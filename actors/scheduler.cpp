@@ -39,6 +39,7 @@ Scheduler::Active* Scheduler::find(RequestId id) {
 void Scheduler::release(std::vector<RequestRef> requests, const std::string& error) {
   if (requests.empty()) return;
   Release r{std::move(requests), error};
+  releases_sent_.fetch_add(1, std::memory_order_release);  // before publish() can report idle
   to_draft_->send(DraftMessage(r));
   to_verifier_->send(VerifierMessage(r));
   to_sampler_->send(SamplerMessage(std::move(r)));

@@ -54,6 +54,9 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
 
   // Any thread: no request queued or active and no round in flight.
   bool idle() const { return pending_.load(std::memory_order_acquire) == 0; }
+  // Any thread: Release messages sent so far (the verifier counts those it has handled; the
+  // engine is settled, its KV freed, when the two agree).
+  std::uint64_t releases_sent() const { return releases_sent_.load(std::memory_order_acquire); }
 
  private:
   struct Active {
@@ -106,6 +109,7 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   VerifyCostModel verify_cost_;    // the batched verify forward's seconds by rows
   double draft_time_ = 0, draft_tokens_ = 0;  // draft seconds and tokens, forgotten like verify_cost_
   std::atomic<int64_t> pending_{0};
+  std::atomic<std::uint64_t> releases_sent_{0};
   std::optional<Mailbox<DraftMessage>::Sender> to_draft_;
   std::optional<Mailbox<VerifierMessage>::Sender> to_verifier_;
   std::optional<Mailbox<SamplerMessage>::Sender> to_sampler_;

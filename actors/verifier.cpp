@@ -107,6 +107,7 @@ void Verifier::on(Release& release) {
     seqs_.erase(it);
   }
   blocks_free_.store(kv_.blocks_free(), std::memory_order_release);
+  releases_done_.fetch_add(1, std::memory_order_release);
 }
 
 void Verifier::on_failure(VerifierMessage& message, std::exception_ptr error) {

@@ -33,6 +33,8 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
 
   // Any thread: the pool as of the last message handled.
   int64_t blocks_free() const { return blocks_free_.load(std::memory_order_acquire); }
+  // Any thread: Release messages handled so far (their KV is in blocks_free()).
+  std::uint64_t releases_done() const { return releases_done_.load(std::memory_order_acquire); }
   int64_t blocks_total() const { return kv_.blocks_total(); }
   int64_t block_tokens() const { return kv_.config().block_tokens; }
 
@@ -48,6 +50,7 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
   std::unique_ptr<streams::Stream> stream_;
   std::map<RequestId, int> seqs_;  // request -> KV sequence
   std::atomic<int64_t> blocks_free_;
+  std::atomic<std::uint64_t> releases_done_{0};
   std::vector<float> logits_;
   std::optional<Mailbox<SchedulerMessage>::Sender> to_scheduler_;
   std::optional<Mailbox<SamplerMessage>::Sender> to_sampler_;
