@@ -2,6 +2,7 @@
 #include "spec/make_drafter.h"
 
 #include <charconv>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 
@@ -29,6 +30,10 @@ std::unique_ptr<Drafter> make_drafter(std::string_view spec, const LoadedModel& 
     return std::make_unique<ModelDrafter>(target, max_positions, std::move(skip), std::string(spec));
   }
   if (spec.empty()) throw std::invalid_argument("--draft is empty (expected none, ngram[:n=N], skip:LAYERS or a model path)");
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::path(spec), ec))
+    throw std::invalid_argument("draft model not found: " + std::string(spec) +
+                                " (expected none, ngram[:n=N], skip:LAYERS or the path of a model file or directory)");
   auto draft = std::make_shared<LoadedModel>(load_model(std::string(spec)));
   return std::make_unique<ModelDrafter>(target_files, std::move(draft), target.ops(), max_positions);
 }

@@ -54,7 +54,9 @@ def tensor_shapes(arch_ok: bool = True) -> dict[str, tuple[int, ...]]:
 
 
 def write_gguf(path: pathlib.Path, arch: str = "llama", drop: str | None = None,
-               reshape: dict[str, tuple[int, ...]] | None = None) -> pathlib.Path:
+               reshape: dict[str, tuple[int, ...]] | None = None, tokens: list[str] | None = None,
+               merges: list[str] | None = None) -> pathlib.Path:
+    tokens, merges = tokens or TOKENS, merges or ["t h"]
     rng = np.random.default_rng(0)
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(LAYERS)
@@ -67,12 +69,12 @@ def write_gguf(path: pathlib.Path, arch: str = "llama", drop: str | None = None,
     w.add_layer_norm_rms_eps(1e-5)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("smollm")
-    w.add_token_list(TOKENS)
-    w.add_token_types([3, 3, 3] + [1] * (VOCAB - 3))
-    w.add_token_merges(["t h"])
+    w.add_token_list(tokens)
+    w.add_token_types([3, 3, 3] + [1] * (len(tokens) - 3))
+    w.add_token_merges(merges)
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
-    shapes = tensor_shapes() | (reshape or {})
+    shapes = tensor_shapes() | {"token_embd.weight": (len(tokens), HIDDEN)} | (reshape or {})
     for name, shape in shapes.items():
         if name == drop:
             continue
@@ -198,15 +200,61 @@ KINDS = ["missing", "empty", "not_gguf", "truncated_header", "truncated_kv", "tr
          "hf_missing_field", "hf_bad_offsets", "hf_no_weights"]
 
 
-@pytest.mark.parametrize("command", ["info", "generate"])
-@pytest.mark.parametrize("kind", KINDS)
-def test_a_bad_model_is_one_line_on_stderr_and_a_nonzero_exit(specula_bin, good_gguf, tmp_path, kind, command):
-    model, words = make_bad(kind, good_gguf, tmp_path)
-    p = run(specula_bin, command, model)
+def expect_one_line_error(p: subprocess.CompletedProcess, words: list[str]) -> None:
+    """A non-zero exit that is not a crash, and exactly one stderr line holding every word."""
     assert p.returncode > 0, f"exit {p.returncode} (negative = killed by a signal); stderr: {p.stderr!r}"
     assert p.returncode not in (134, 139), f"exit {p.returncode} looks like an abort or a segfault: {p.stderr!r}"
     lines = p.stderr.splitlines()
     assert len(lines) == 1, f"want exactly one line on stderr, got {len(lines)}: {p.stderr!r}"
     for w in words:
         assert w in lines[0], f"{w!r} not in: {lines[0]}"
+
+
+@pytest.mark.parametrize("command", ["info", "generate"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_bad_model_is_one_line_on_stderr_and_a_nonzero_exit(specula_bin, good_gguf, tmp_path, kind, command):
+    model, words = make_bad(kind, good_gguf, tmp_path)
+    p = run(specula_bin, command, model)
+    expect_one_line_error(p, words)
     assert p.stdout == "", f"nothing should reach stdout: {p.stdout!r}"
+
+
+# ---- bad speculation settings (issue 3): a clear one-line error and a non-zero exit -------------
+
+def speculate(specula_bin, model: pathlib.Path, *flags: str) -> subprocess.CompletedProcess:
+    args = [str(specula_bin), "generate", "--model", str(model), "--prompt", "hi", "--max-tokens", "2",
+            "--temperature", "0", *flags]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+def test_speculation_with_good_settings_runs_on_the_tiny_model(specula_bin, good_gguf):
+    """The positive control for the cases below: the same command with valid settings succeeds."""
+    for flags in (["--draft", "ngram", "--spec-k", "4"], ["--draft", str(good_gguf), "--spec-k", "16"]):
+        p = speculate(specula_bin, good_gguf, *flags)
+        assert p.returncode == 0, f"{flags}: {p.stderr}"
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--draft", "ngram", "--spec-k", "0"], ["--spec-k", "between 1 and 16", "got 0"]),
+    (["--draft", "ngram", "--spec-k", "17"], ["--spec-k", "between 1 and 16", "got 17"]),
+    (["--draft", "ngram", "--adaptive", "--spec-k-min", "5", "--spec-k-max", "3"], ["K_min 5", "K_max 3"]),
+    (["--draft", "skip:0"], ["skips every one of the model's 1 layers"]),
+    (["--draft", "ngram:n=x"], ["ngram:n=x"]),
+    (["--draft", "ngram:n=0"], ["ngram n", "got 0"]),
+    (["--draft", "ngram", "--spec-sampling", "maybe"], ["'exact' or 'coupled'", "maybe"]),
+], ids=["k0", "k17", "kmin_gt_kmax", "skip_all", "ngram_not_a_number", "ngram_zero", "bad_sampling_mode"])
+def test_a_bad_speculation_setting_is_one_line_on_stderr_and_a_nonzero_exit(specula_bin, good_gguf, flags, words):
+    expect_one_line_error(speculate(specula_bin, good_gguf, *flags), words)
+
+
+def test_a_draft_model_with_another_vocabulary_is_refused_naming_the_first_difference(specula_bin, good_gguf, tmp_path):
+    other = list(TOKENS)
+    other[-1] = "he"  # the one merged token differs
+    draft = write_gguf(tmp_path / "other_vocab.gguf", tokens=other, merges=["h e"])
+    expect_one_line_error(speculate(specula_bin, good_gguf, "--draft", str(draft)), [f"token {VOCAB - 1}", '"he" in the draft', '"th" in the target'])
+    bigger = write_gguf(tmp_path / "bigger_vocab.gguf", tokens=[*TOKENS, "he"])
+    expect_one_line_error(speculate(specula_bin, good_gguf, "--draft", str(bigger)), [str(VOCAB), str(VOCAB + 1)])
+
+
+def test_a_missing_draft_model_is_one_line_naming_the_file(specula_bin, good_gguf, tmp_path):
+    expect_one_line_error(speculate(specula_bin, good_gguf, "--draft", str(tmp_path / "no-draft.gguf")), ["draft model not found", "no-draft.gguf"])
