@@ -4,10 +4,8 @@
 // a 6-row verification GEMM reads the weights once instead of six times.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 #include "gpu/host/matmul_kernels.h"
 #include "gpu/host/quant.h"
@@ -15,6 +13,11 @@
 namespace specula::host_kernels {
 
 namespace {
+
+// No standard-library function templates here (std::min, std::fill, ...): a copy instantiated in
+// this file is compiled with AVX2, and the linker may keep it for callers on any CPU.
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 // Fully unroll the short loops over activation rows so accumulator arrays live in registers.
 #define SPECULA_UNROLL _Pragma("GCC unroll 8")
@@ -88,13 +91,13 @@ void blocked_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
   const auto* w = reinterpret_cast<const uint8_t*>(a.w);
   const int64_t nb = a.cols / 32;
   for (int64_t g0 = r0; g0 < r1; g0 += kRowGroup) {
-    const int64_t g1 = std::min(r1, g0 + kRowGroup);
+    const int64_t g1 = min64(r1, g0 + kRowGroup);
     for (int64_t i0 = 0; i0 < a.n; i0 += 8) {
       const float* x = a.x + i0 * a.cols;
       for (int64_t r = g0; r < g1; ++r) {
         const uint8_t* wr = w + static_cast<size_t>(r) * a.row_bytes;
         float* y = a.y + i0 * a.rows + r;
-        switch (std::min<int64_t>(8, a.n - i0)) {
+        switch (min64(8, a.n - i0)) {
           case 1: block_row_tile<Dec, 1>(wr, nb, x, a.cols, y, a.rows); break;
           case 2: block_row_tile<Dec, 2>(wr, nb, x, a.cols, y, a.rows); break;
           case 3: block_row_tile<Dec, 3>(wr, nb, x, a.cols, y, a.rows); break;
@@ -275,14 +278,14 @@ void quant_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
     return;
   }
   for (int64_t g0 = r0; g0 < r1; g0 += kRowGroup) {
-    const int64_t g1 = std::min(r1, g0 + kRowGroup);
+    const int64_t g1 = min64(r1, g0 + kRowGroup);
     for (int64_t i0 = 0; i0 < a.n; i0 += 8) {
       const float* x = xp + i0 * a.cols;
       const float* sums = L::kHasMin ? a.xsum + (i0 / 8) * nb * 8 : nullptr;
       for (int64_t r = g0; r < g1; ++r) {
         const uint8_t* wr = w + static_cast<size_t>(r) * a.row_bytes;
         float* y = a.y + i0 * a.rows + r;
-        switch (std::min<int64_t>(8, a.n - i0)) {
+        switch (min64(8, a.n - i0)) {
           case 1: gemm_row<L, 1>(wr, nb, x, a.cols, sums, y, a.rows); break;
           case 2: gemm_row<L, 2>(wr, nb, x, a.cols, sums, y, a.rows); break;
           case 3: gemm_row<L, 3>(wr, nb, x, a.cols, sums, y, a.rows); break;
@@ -304,16 +307,16 @@ constexpr int64_t kSliceCols = 256;
 void buffered_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
   alignas(32) float buf[kSliceCols];
   const int64_t block = dtype_info(a.dtype).block_elems;
-  const int64_t slice = std::max(block, kSliceCols / block * block);
+  const int64_t slice = max64(block, kSliceCols / block * block);
   for (int64_t r = r0; r < r1; ++r) {
     const std::byte* wr = a.w + static_cast<size_t>(r) * a.row_bytes;
     for (int64_t i0 = 0; i0 < a.n; i0 += 8) {
-      const int64_t tile = std::min<int64_t>(8, a.n - i0);
+      const int64_t tile = min64(8, a.n - i0);
       __m256 acc[8];
       float tail[8] = {};
       for (int64_t i = 0; i < tile; ++i) acc[i] = _mm256_setzero_ps();
       for (int64_t c0 = 0; c0 < a.cols; c0 += slice) {
-        const int64_t len = std::min(slice, a.cols - c0);
+        const int64_t len = min64(slice, a.cols - c0);
         dequantize_row(a.dtype, wr + dtype_row_bytes(a.dtype, c0), buf, len);
         const int64_t len8 = len / 8 * 8;
         for (int64_t i = 0; i < tile; ++i) {
@@ -350,7 +353,7 @@ void prepare_activations_avx2(DType t, const float* x, int64_t n, int64_t cols, 
   const int64_t nb = cols / 32;
   const float min_scale = t == DType::Q4_0 ? -8.0f : 1.0f;  // Q4_0: m = -8 d, so sums carry the -8
   const int64_t tiles = (n + 7) / 8;
-  std::fill(xsum, xsum + tiles * nb * 8, 0.0f);
+  for (int64_t k = 0; k < tiles * nb * 8; ++k) xsum[k] = 0.0f;
   const __m256 sixteenth = _mm256_set1_ps(1.0f / 16.0f);
   for (int64_t i = 0; i < n; ++i) {
     const float* xi = x + i * cols;
