@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The main job: set up (idempotent), then serve the default model: the chat page, the WebSocket
 # protocol and the OpenAI-compatible API on one port (http://127.0.0.1:8080/ unless --port says
-# otherwise). Extra arguments go to `specula serve` (e.g. --port 9000, --draft skip:4-7).
+# otherwise). The drafter is the one measured best on a CPU (docs/benchmarks.md, Serving): n-gram
+# prompt lookup with adaptive K under the load-adaptive policy, which drafts only where a draft
+# pays (it kept total tokens/s at target-only's from 1 to 64 sessions). Extra arguments go to `specula serve`
+# and win over these (e.g. --port 9000, --draft skip:4-7).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec "${SPECULA_BUILD:-$PWD/build}/specula" serve "$@"
+exec "${SPECULA_BUILD:-$PWD/build}/specula" serve --draft ngram --adaptive "$@"

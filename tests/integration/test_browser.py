@@ -22,6 +22,10 @@ def test_the_chat_page_streams_a_reply_with_draft_highlighting_and_statistics(se
             page.wait_for_selector("#conn.ok", timeout=15000)
             page.fill("#max_tokens", "24")
             page.fill("#temperature", "0")
+            # A fixed K, so that the load-adaptive policy cannot turn drafting off; this greedy
+            # reply repeats the prompt, so n-gram drafts are accepted (9 of its 15 tokens).
+            page.fill("#k", "4")
+            page.select_option("#adaptive", "false")
             page.fill("#prompt", "one two three four five one two three four five one two three")
             page.click("#send")
             page.wait_for_selector(".msg.assistant .tok", timeout=30000)
@@ -31,6 +35,11 @@ def test_the_chat_page_streams_a_reply_with_draft_highlighting_and_statistics(se
             reply = page.inner_text(".msg.assistant .body")
             assert reply.strip(), "the reply is empty"
             assert page.locator(".msg.assistant .tok").count() >= 2
+            # Draft-accepted tokens and target tokens are both there and look different.
+            drafts, targets = page.locator(".msg.assistant .tok.draft"), page.locator(".msg.assistant .tok.target")
+            assert drafts.count() >= 1 and targets.count() >= 1, (drafts.count(), targets.count(), text)
+            style = "e => getComputedStyle(e).backgroundColor + ' / ' + getComputedStyle(e).borderBottomStyle"
+            assert drafts.first.evaluate(style) != targets.first.evaluate(style)
             # A second turn goes out with the history (multi-turn) and also completes.
             page.fill("#prompt", "And then?")
             page.click("#send")

@@ -1,10 +1,12 @@
-"""Limits and shutdown on servers of their own: the admission limit, SIGTERM draining."""
+"""Limits and shutdown on servers of their own: the admission limit, SIGTERM and SIGINT draining."""
 import asyncio
 import json
 import signal
+import socket
 import time
 
 import httpx
+import pytest
 from websockets.asyncio.client import connect
 
 from conftest import collect, collect_all
@@ -35,7 +37,20 @@ def test_requests_beyond_max_batch_plus_max_queue_get_overloaded_and_429(fresh_s
     assert srv.metrics()['specula_requests_total{outcome="rejected"}'] >= 2
 
 
-def test_sigterm_lets_running_generations_finish_refuses_new_ones_and_exits_zero(fresh_server):
+def refuses_connections(port, within=5.0):
+    """Whether a new TCP connection to the port is refused (the listener closed) within `within` s."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except ConnectionRefusedError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_lets_running_generations_finish_refuses_new_work_and_connections_and_exits_zero(fresh_server, sig):
     srv = fresh_server("--draft", "ngram", "--shutdown-timeout", "20")
     async def main():
         async with connect(srv.ws_url) as ws:
@@ -43,8 +58,9 @@ def test_sigterm_lets_running_generations_finish_refuses_new_ones_and_exits_zero
             async with asyncio.timeout(30):
                 while json.loads(await ws.recv())["type"] != "token":
                     pass
-            srv.proc.send_signal(signal.SIGTERM)
+            srv.proc.send_signal(sig)
             await asyncio.sleep(0.2)
+            assert await asyncio.to_thread(refuses_connections, srv.port), "the server still accepts connections"
             await ws.send(json.dumps({**GEN, "id": "late", "max_tokens": 4}))
             _, events = await collect_all(ws, ["run", "late"])
             assert events["late"]["type"] == "error" and events["late"]["code"] == "shutting_down", events
