@@ -163,11 +163,13 @@ TEST_P(JointOfThreeTokens, MatchesTargetOnlySampling) {
   EXPECT_LT(r.accepted, r.drafted);
 }
 
-// Each K at both temperatures, and top-k / top-p with each K; the last also cuts drafts at
-// entropy 1.0 nats.
+// Every K in {1, 3, 5} at both temperatures (1.0 and 0.7), and top-k / top-p with each K; the
+// last also cuts drafts at entropy 1.0 nats.
 INSTANTIATE_TEST_SUITE_P(KAndTransforms, JointOfThreeTokens,
-                         ::testing::Values(Case{1, {1.0f, 0, 1.0f, 0}}, Case{3, {0.7f, 0, 1.0f, 0}},
-                                           Case{5, {1.0f, 0, 1.0f, 0}}, Case{1, {0.7f, 6, 0.9f, 0}},
+                         ::testing::Values(Case{1, {1.0f, 0, 1.0f, 0}}, Case{1, {0.7f, 0, 1.0f, 0}},
+                                           Case{3, {1.0f, 0, 1.0f, 0}}, Case{3, {0.7f, 0, 1.0f, 0}},
+                                           Case{5, {1.0f, 0, 1.0f, 0}}, Case{5, {0.7f, 0, 1.0f, 0}},
+                                           Case{1, {0.7f, 6, 0.9f, 0}},
                                            Case{3, {1.0f, 8, 0.9f, 0}}, Case{5, {0.7f, 8, 0.8f, 0}, 1.0f}),
                          [](const auto& info) {
                            const Case& c = info.param;
