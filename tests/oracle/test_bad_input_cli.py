@@ -178,6 +178,9 @@ def make_bad(kind: str, good: pathlib.Path, d: pathlib.Path) -> tuple[pathlib.Pa
         return bad, ["'blk.0.attn_k.weight'", f"[{HIDDEN}, {HIDDEN}]", f"[{HEAD_DIM}, {HIDDEN}]"]
     if kind == "hf_malformed_config":
         return write_hf_dir(d / "hf_json", HF_CONFIG[:-10]), ["config.json", "not valid JSON"]
+    if kind == "hf_not_llama":
+        cfg = json.loads(HF_CONFIG) | {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}
+        return write_hf_dir(d / "hf_qwen", json.dumps(cfg)), ["unsupported architecture 'Qwen2ForCausalLM'"]
     if kind == "hf_missing_field":
         cfg = json.loads(HF_CONFIG)
         del cfg["num_attention_heads"]
@@ -196,7 +199,7 @@ def make_bad(kind: str, good: pathlib.Path, d: pathlib.Path) -> tuple[pathlib.Pa
 
 
 KINDS = ["missing", "empty", "not_gguf", "truncated_header", "truncated_kv", "truncated_infos", "truncated_data",
-         "corrupt_offset", "unsupported_type", "not_llama", "missing_tensor", "wrong_shape", "hf_malformed_config",
+         "corrupt_offset", "unsupported_type", "not_llama", "missing_tensor", "wrong_shape", "hf_malformed_config", "hf_not_llama",
          "hf_missing_field", "hf_bad_offsets", "hf_no_weights"]
 
 
