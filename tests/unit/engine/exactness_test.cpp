@@ -1,17 +1,27 @@
 // Sampled output through the Engine has the target's distribution: a tiny random Llama (vocab 16,
-// 2 layers, written as a GGUF file) with the skip:1 self-drafter; the joint distribution of the
-// first 2 or 3 tokens over thousands of seeded requests passes chi-square against target-only
-// sampling, computed exactly by enumeration. With pipelining on and one request at a time, every
-// round is continued optimistically, so the last token is judged as the continuation token
-// whenever the drafts before it pass; with pipelining off, 32 requests run at a time.
+// 2 layers, written as a GGUF file) with the skip:1 self-drafter, the n-gram drafter (on a
+// prompt that repeats, so it proposes), or a second tiny Llama with other random weights and the
+// same vocabulary as a separate draft model; the joint distribution of the first 2 or 3 tokens
+// over thousands of seeded requests passes chi-square against target-only sampling, computed
+// exactly by enumeration. With pipelining on and one request at a time, every round is continued
+// optimistically, so the last token is judged as the continuation token whenever the drafts
+// before it pass; with pipelining on and 8 at a time, the rounds are ping-pong micro-batches
+// (two rounds over disjoint requests in flight; the fault hook, used as an observer, counts
+// them); with pipelining off, 32 requests run at a time.
 // Negative controls: an inverted acceptance ratio planted only in the no-bonus rule (the one the
 // continuation uses) fails with pipelining on and is invisible with it off; a residual replaced
-// by p fails with pipelining off.
+// by p fails with pipelining off, in ping-pong micro-batches, and with the n-gram drafter and the
+// draft model; the inverted no-bonus ratio fails with the n-gram drafter's continuation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "actors/engine.h"
@@ -27,16 +37,18 @@ namespace {
 
 constexpr int64_t kVocab = 16;
 const std::vector<int32_t> kPrompt = {5, 11, 2};
+// The n-gram drafter finds "5 11" earlier and proposes what followed: 2, then 5, 11, 2, ...
+const std::vector<int32_t> kRepeatingPrompt = {5, 11, 2, 5, 11};
 const int64_t kRuns = std::getenv("SPECULA_ENGINE_RUNS") ? std::atoll(std::getenv("SPECULA_ENGINE_RUNS")) : 20000;
 
-// The tiny target as a GGUF file: random weights (tests/unit/spec/tiny_llama.h), 16 one-letter
-// tokens, no end token.
-std::string write_tiny_gguf(const test::TempDir& dir) {
-  const ModelWeights w = test::tiny_llama(7, {.vocab = kVocab, .layers = 2, .max_positions = 256});
+// A tiny model as a GGUF file: random weights (tests/unit/spec/tiny_llama.h), 16 one-letter
+// tokens, no end token. Seed 7 is the target; another seed, a draft model with its vocabulary.
+std::string write_tiny_gguf(const test::TempDir& dir, uint64_t seed, const std::string& name) {
+  const ModelWeights w = test::tiny_llama(seed, {.vocab = kVocab, .layers = 2, .max_positions = 256});
   const LlamaConfig& c = w.config;
   test::GgufWriter g;
   g.add_string("general.architecture", "llama");
-  g.add_string("general.name", "tiny-engine");
+  g.add_string("general.name", name);
   g.add_u32("llama.block_count", static_cast<uint32_t>(c.layers));
   g.add_u32("llama.context_length", static_cast<uint32_t>(c.max_positions));
   g.add_u32("llama.embedding_length", static_cast<uint32_t>(c.hidden));
@@ -73,22 +85,24 @@ std::string write_tiny_gguf(const test::TempDir& dir) {
     add(p + "ffn_up.weight", L.w_up);
     add(p + "ffn_down.weight", L.w_down);
   }
-  const std::string path = dir.file("tiny.gguf");
+  const std::string path = dir.file(name + ".gguf");
   test::write_file(path, g.bytes());
   return path;
 }
 
 struct Tiny {
   test::TempDir dir;
-  std::string path = write_tiny_gguf(dir);
+  std::string target = write_tiny_gguf(dir, 7, "tiny-engine");
+  std::string draft = write_tiny_gguf(dir, 8, "tiny-draft");
 };
-const std::string& tiny_path() {
+Tiny& tiny() {
   static Tiny t;
-  return t.path;
+  return t;
 }
 
 // P(x1..xn | prompt) under target-only sampling with `sp`, by enumeration (1 + 16 + 256 forwards).
-std::vector<double> target_joint(const LoadedModel& files, const SamplingParams& sp, int n) {
+std::vector<double> target_joint(const LoadedModel& files, const SamplingParams& sp, int n,
+                                 const std::vector<int32_t>& prompt) {
   HostOps ops(1);
   LlamaModel model(files.weights, ops);
   KvCache kv(ops, model.kv_config(256));
@@ -97,10 +111,10 @@ std::vector<double> target_joint(const LoadedModel& files, const SamplingParams&
   std::vector<float> logits, probs;
   // Extends `prefix` (already in the cache up to its last token) by one token, recursively.
   std::function<void(std::vector<int32_t>&, double)> walk = [&](std::vector<int32_t>& ctx, double mass) {
-    const int depth = static_cast<int>(ctx.size() - kPrompt.size());
+    const int depth = static_cast<int>(ctx.size() - prompt.size());
     if (depth == n) {
       size_t cell = 0;
-      for (int i = 0; i < n; ++i) cell = cell * kVocab + static_cast<size_t>(ctx[kPrompt.size() + static_cast<size_t>(i)]);
+      for (int i = 0; i < n; ++i) cell = cell * kVocab + static_cast<size_t>(ctx[prompt.size() + static_cast<size_t>(i)]);
       joint[cell] = mass;
       return;
     }
@@ -116,7 +130,7 @@ std::vector<double> target_joint(const LoadedModel& files, const SamplingParams&
       ctx.pop_back();
     }
   };
-  std::vector<int32_t> ctx = kPrompt;
+  std::vector<int32_t> ctx = prompt;
   walk(ctx, 1.0);
   return joint;
 }
@@ -159,23 +173,67 @@ RoundOutcome planted(Bug bug, const DraftProposal& draft, std::span<const float>
   return out;
 }
 
+enum class Draft { Skip, Ngram, Model };
+
 struct Setting {
   SamplingParams sp;
   int k = 1;       // K; each request generates k + 1 tokens: one round, its last token the continuation
   bool pipeline = true;
   Bug bug = Bug::None;
+  Draft draft = Draft::Skip;
+  int wave = 0;    // requests submitted at a time; 0: 1 with pipelining (each alone, continued), else 32
 };
 
 struct Outcome {
   test::ChiSquare chi;
   int64_t drafted = 0, accepted = 0;
   int64_t last_from_draft = 0;  // requests whose last token was an accepted draft token
+  int64_t ping_pong = 0;        // draft rounds started while a round over other requests was verified
+};
+
+// The fault hook as an observer (it never throws): a request is "in verification" from the
+// verifier's hook (the verify stream starts its round) to the sampler's (its Judge arrives). A
+// draft round over requests none of which is in verification, started while some are, is the
+// ping-pong: two rounds over disjoint halves in flight at once. (An optimistic draft is over the
+// very request being verified, so it does not count.)
+// On the tiny model a round takes microseconds, less than submitting a request, so a wave would
+// mostly run one request at a time; `hold()` makes the next draft round wait (on the draft
+// stream) until `release()`, so that a whole wave is submitted before its first draft is ready.
+struct PingPongObserver {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::multiset<RequestId> verifying;
+  int64_t overlapping_drafts = 0;
+  bool holding = false;
+
+  void hold() {
+    std::lock_guard lock(mu);
+    holding = true;
+  }
+  void release() {
+    {
+      std::lock_guard lock(mu);
+      holding = false;
+    }
+    cv.notify_all();
+  }
+  void see(const std::string& actor, const std::vector<RequestId>& ids) {
+    std::unique_lock lock(mu);
+    if (actor == "draft" && holding) cv.wait_for(lock, std::chrono::seconds(10), [&] { return !holding; });
+    if (actor == "verifier") verifying.insert(ids.begin(), ids.end());
+    if (actor == "sampler")
+      for (RequestId id : ids)
+        if (auto it = verifying.find(id); it != verifying.end()) verifying.erase(it);
+    if (actor == "draft" && !verifying.empty() &&
+        std::none_of(ids.begin(), ids.end(), [&](RequestId id) { return verifying.count(id) > 0; }))
+      ++overlapping_drafts;
+  }
 };
 
 Outcome run_through_engine(const Setting& s) {
   EngineConfig cfg;
-  cfg.target = tiny_path();
-  cfg.drafter = "skip:1";
+  cfg.target = tiny().target;
+  cfg.drafter = s.draft == Draft::Skip ? "skip:1" : s.draft == Draft::Ngram ? "ngram" : tiny().draft;
   cfg.device = "host";
   cfg.draft.k = s.k;
   cfg.max_batch = 32;
@@ -185,23 +243,33 @@ Outcome run_through_engine(const Setting& s) {
   if (s.bug != Bug::None)
     cfg.judge_rule = [bug = s.bug](const DraftProposal& d, std::span<const float> l, const SamplingParams& sp, int64_t pos,
                                    SpecSampling mode, bool bonus) { return planted(bug, d, l, sp, pos, mode, bonus); };
+  auto observer = std::make_shared<PingPongObserver>();
+  cfg.fault_hook = [observer](const std::string& actor, const std::vector<RequestId>& ids) { observer->see(actor, ids); };
+  const std::vector<int32_t>& prompt = s.draft == Draft::Ngram ? kRepeatingPrompt : kPrompt;
+  const auto t0 = std::chrono::steady_clock::now();
   Engine engine(cfg);
   const int n = s.k + 1;
   std::vector<int64_t> counts(static_cast<size_t>(std::pow(kVocab, n)), 0);
   Outcome run;
-  // One request at a time with pipelining (so each is alone and continued), else 32 at a time.
-  const int64_t wave = s.pipeline ? 1 : 32;
+  // By default one request at a time with pipelining (so each is alone and continued), else 32.
+  const int64_t wave = s.wave > 0 ? s.wave : s.pipeline ? 1 : 32;
+  // Other seeds for each drafter and for ping-pong waves (the original settings keep theirs).
+  const int seed_set = s.k + 7 * static_cast<int>(s.bug) + 31 * static_cast<int>(s.draft) +
+                       (s.pipeline && wave > 1 ? 131 : 0);
+  const bool ping_pong = s.pipeline && wave > 1;
   for (int64_t first = 0; first < kRuns; first += wave) {
+    if (ping_pong) observer->hold();
     std::vector<TokenStream> streams;
     for (int64_t i = first; i < std::min(kRuns, first + wave); ++i) {
       EngineRequest r;
-      r.prompt_ids = kPrompt;
+      r.prompt_ids = prompt;
       r.max_tokens = n;
       r.sampling = s.sp;
-      r.sampling.seed = static_cast<uint64_t>(1000003 * (s.k + 7 * static_cast<int>(s.bug)) + i);
+      r.sampling.seed = static_cast<uint64_t>(1000003 * seed_set + i);
       r.stop_ids = std::vector<int32_t>{};
       streams.push_back(engine.start(r));
     }
+    if (ping_pong) observer->release();
     for (TokenStream& st : streams) {
       size_t cell = 0;
       int got = 0;
@@ -224,12 +292,20 @@ Outcome run_through_engine(const Setting& s) {
       ++counts[cell];
     }
   }
-  run.chi = test::chi_square_test(counts, target_joint(engine.model(), s.sp, n), kRuns);
-  std::printf("[ engine   ] k=%d T=%.1f top-k %d top-p %.2f pipeline %s bug %d: %s; accepted %lld of %lld drafted, "
-              "last token an accepted draft in %lld of %lld requests\n",
-              s.k, s.sp.temperature, s.sp.top_k, s.sp.top_p, s.pipeline ? "on" : "off", static_cast<int>(s.bug),
-              run.chi.str().c_str(), static_cast<long long>(run.accepted), static_cast<long long>(run.drafted),
-              static_cast<long long>(run.last_from_draft), static_cast<long long>(kRuns));
+  run.chi = test::chi_square_test(counts, target_joint(engine.model(), s.sp, n, prompt), kRuns);
+  {
+    std::lock_guard lock(observer->mu);
+    run.ping_pong = observer->overlapping_drafts;
+  }
+  static const char* const kDraftNames[] = {"skip:1", "ngram", "draft model"};
+  std::printf("[ engine   ] %s k=%d T=%.1f top-k %d top-p %.2f pipeline %s wave %lld bug %d: %s; accepted %lld of %lld "
+              "drafted, last token an accepted draft in %lld of %lld requests, %lld ping-pong draft rounds; %.1f s\n",
+              kDraftNames[static_cast<int>(s.draft)], s.k, s.sp.temperature, s.sp.top_k, s.sp.top_p,
+              s.pipeline ? "on" : "off", static_cast<long long>(wave), static_cast<int>(s.bug), run.chi.str().c_str(),
+              static_cast<long long>(run.accepted), static_cast<long long>(run.drafted),
+              static_cast<long long>(run.last_from_draft), static_cast<long long>(kRuns),
+              static_cast<long long>(run.ping_pong),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return run;
 }
 
@@ -264,6 +340,64 @@ TEST(EngineExactness, AnInvertedRatioInTheContinuationsRuleFailsWithPipeliningAn
 
 TEST(EngineExactness, AResidualReplacedByPFails) {
   const Outcome r = run_through_engine({kPlain, 1, false, Bug::ResidualIsP});
+  EXPECT_FALSE(r.chi.pass()) << "the planted bug went unnoticed: " << r.chi.str();
+}
+
+// Pipelining with 8 requests at a time: two rounds over disjoint halves in flight (a request
+// left alone at the end of a wave is continued optimistically).
+TEST(EngineExactness, PipelinedSampledOutputOfEightConcurrentRequestsInPingPongMicroBatchesHasTheTargetsJointDistribution) {
+  const Outcome two = run_through_engine({kPlain, 1, true, Bug::None, Draft::Skip, 8});
+  EXPECT_TRUE(two.chi.pass()) << two.chi.str();
+  EXPECT_GT(two.ping_pong, 0) << "no draft round overlapped the verification of the other half";
+  EXPECT_LT(two.accepted, two.drafted) << "some drafts should be rejected";
+  const Outcome three = run_through_engine({kTruncated, 2, true, Bug::None, Draft::Skip, 8});
+  EXPECT_TRUE(three.chi.pass()) << three.chi.str();
+  EXPECT_GT(three.ping_pong, 0);
+}
+
+TEST(EngineExactness, AResidualReplacedByPFailsInPingPongMicroBatches) {
+  const Outcome r = run_through_engine({kPlain, 1, true, Bug::ResidualIsP, Draft::Skip, 8});
+  EXPECT_FALSE(r.chi.pass()) << "the planted bug went unnoticed: " << r.chi.str();
+  EXPECT_GT(r.ping_pong, 0);
+}
+
+// The n-gram drafter (one-hot q) on a repeating prompt: pipelining off (32 at a time), on with
+// each request alone (the continuation token is an n-gram proposal) and in ping-pong halves.
+TEST(EngineExactness, SampledOutputWithTheNgramDrafterHasTheTargetsJointDistributionWithPipeliningOffAndOn) {
+  const Outcome off = run_through_engine({kTruncated, 2, false, Bug::None, Draft::Ngram});
+  EXPECT_TRUE(off.chi.pass()) << off.chi.str();
+  EXPECT_GT(off.accepted, 0) << "the n-gram drafter should propose and sometimes be right";
+  EXPECT_LT(off.accepted, off.drafted);
+  const Outcome alone = run_through_engine({kPlain, 1, true, Bug::None, Draft::Ngram});
+  EXPECT_TRUE(alone.chi.pass()) << alone.chi.str();
+  EXPECT_GT(alone.last_from_draft, 0) << "the continuation token should sometimes be accepted";
+  const Outcome ping_pong = run_through_engine({kPlain, 1, true, Bug::None, Draft::Ngram, 8});
+  EXPECT_TRUE(ping_pong.chi.pass()) << ping_pong.chi.str();
+  EXPECT_GT(ping_pong.ping_pong, 0);
+}
+
+TEST(EngineExactness, WithTheNgramDrafterAResidualReplacedByPAndAnInvertedContinuationRatioFail) {
+  const Outcome residual = run_through_engine({kPlain, 1, false, Bug::ResidualIsP, Draft::Ngram});
+  EXPECT_FALSE(residual.chi.pass()) << "the planted bug went unnoticed: " << residual.chi.str();
+  const Outcome inverted = run_through_engine({kPlain, 1, true, Bug::InvertedRatioWithoutBonus, Draft::Ngram});
+  EXPECT_FALSE(inverted.chi.pass()) << "the planted bug went unnoticed: " << inverted.chi.str();
+}
+
+// A separate draft model (a second tiny Llama, other weights, same vocabulary) by its path. Each
+// request loads it, so this drafter runs without pipelining and in ping-pong halves only (the
+// continuation of a model drafter is covered by skip:1, a model drafter on the target's weights).
+TEST(EngineExactness, SampledOutputWithASeparateDraftModelHasTheTargetsJointDistributionWithPipeliningOffAndOn) {
+  const Outcome off = run_through_engine({kTruncated, 2, false, Bug::None, Draft::Model});
+  EXPECT_TRUE(off.chi.pass()) << off.chi.str();
+  EXPECT_GT(off.accepted, 0);
+  EXPECT_LT(off.accepted, off.drafted) << "a draft model with other weights should be rejected sometimes";
+  const Outcome ping_pong = run_through_engine({kPlain, 1, true, Bug::None, Draft::Model, 8});
+  EXPECT_TRUE(ping_pong.chi.pass()) << ping_pong.chi.str();
+  EXPECT_GT(ping_pong.ping_pong, 0);
+}
+
+TEST(EngineExactness, WithASeparateDraftModelAResidualReplacedByPFails) {
+  const Outcome r = run_through_engine({kPlain, 1, false, Bug::ResidualIsP, Draft::Model});
   EXPECT_FALSE(r.chi.pass()) << "the planted bug went unnoticed: " << r.chi.str();
 }
 
