@@ -3,8 +3,8 @@
 # protocol and the OpenAI-compatible API on one port (http://127.0.0.1:8080/ unless --port says
 # otherwise). The drafter is the one measured best on a CPU (docs/benchmarks.md, Serving): n-gram
 # prompt lookup with adaptive K under the load-adaptive policy, which drafts only where a draft
-# pays (it kept total tokens/s at target-only's from 1 to 64 sessions). Extra arguments go to `specula serve`
-# and win over these (e.g. --port 9000, --draft skip:4-7).
+# pays (docs/serving.md, "The main job"). Extra arguments go to `specula serve` and win over these
+# (e.g. --port 9000, --draft skip:4-7).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
