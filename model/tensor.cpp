@@ -52,4 +52,53 @@ size_t dtype_row_bytes(DType t, int64_t cols) {
   return static_cast<size_t>(cols / info.block_elems) * static_cast<size_t>(info.block_bytes);
 }
 
+std::string printable(std::string_view s) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size());
+  auto escape = [&](unsigned char c) {
+    out += "\\x";
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  };
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7f) escape(c);
+      else out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // A UTF-8 sequence is kept whole when it is well formed; any other byte is escaped.
+    const size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+    if (ok) {
+      out.append(s.substr(i, len));
+      i += len;
+    } else {
+      escape(c);
+      ++i;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+std::string one_line(const std::string& what) {
+  constexpr size_t kMax = 600;
+  std::string p = printable(what);
+  if (p.size() <= kMax) return p;
+  size_t cut = kMax;
+  while (cut > 0 && (static_cast<unsigned char>(p[cut]) & 0xc0) == 0x80) --cut;  // not inside a UTF-8 sequence
+  const size_t esc = p.rfind("\\x", cut);
+  if (esc != std::string::npos && cut - esc < 4) cut = esc;  // not inside an escape
+  return p.substr(0, cut) + "...";
+}
+
+}  // namespace
+
+ModelError::ModelError(const std::string& what) : std::runtime_error(one_line(what)) {}
+
 }  // namespace specula

@@ -4,16 +4,23 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace specula {
 
 // A failure caused by a model file or directory: missing, truncated, corrupt or unsupported.
 // The message names the file and the problem in one line.
+// What a model file or directory did wrong, as one printable line: control characters and bytes
+// that are not UTF-8 (a corrupt file's names can hold anything) are escaped as \xNN, and the
+// message is cut at 600 bytes, so it is safe to print as the single line of an error report.
 class ModelError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit ModelError(const std::string& what);
 };
+
+// `s` made printable on one line as ModelError does it (escapes, no cut).
+std::string printable(std::string_view s);
 
 // Values are GGUF's type ids so a GGUF tensor type converts directly.
 enum class DType : uint32_t {

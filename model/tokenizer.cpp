@@ -16,6 +16,11 @@ namespace specula {
 
 void Tokenizer::Impl::set_token(int32_t id, std::string text, Kind kind) {
   if (id < 0) throw ModelError("token id " + std::to_string(id) + " is negative");
+  // Ids index a table: a corrupt id must not size it (vocabularies stay far below this).
+  constexpr int32_t kMaxTokenId = (1 << 24) - 1;
+  if (id > kMaxTokenId)
+    throw ModelError("token id " + std::to_string(id) + " is larger than any vocabulary Specula loads (at most " +
+                     std::to_string(kMaxTokenId) + ")");
   if (static_cast<size_t>(id) >= tokens.size()) {
     tokens.resize(id + 1);
     kinds.resize(id + 1, Kind::Unused);

@@ -119,9 +119,11 @@ class Assembler {
     w_.embed = require(names.embed, {c.vocab_size, c.hidden});
     w_.output_norm = require_norm(names.output_norm, c.hidden);
     w_.output = c.tied_embeddings ? w_.embed : require(names.output, {c.vocab_size, c.hidden});
-    w_.layers.resize(static_cast<size_t>(c.layers));
+    // One layer at a time: a corrupt block count fails at the first layer whose tensors are
+    // missing, instead of sizing an allocation by a number from the file.
+    w_.layers.clear();
     for (int64_t i = 0; i < c.layers; ++i) {
-      LayerWeights& l = w_.layers[static_cast<size_t>(i)];
+      LayerWeights& l = w_.layers.emplace_back();
       l.attn_norm = require_norm(names.layer(i, "attn_norm"), c.hidden);
       l.wq = require(names.layer(i, "attn_q"), {q_dim, c.hidden});
       l.wk = require(names.layer(i, "attn_k"), {kv_dim, c.hidden});

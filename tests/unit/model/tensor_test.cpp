@@ -110,3 +110,21 @@ TEST(MappedFile, RefusesADirectory) {
 
 }  // namespace
 }  // namespace specula
+
+namespace specula {
+namespace {
+
+TEST(ModelError, ControlCharactersAndBrokenUtf8InAMessageAreEscapedOntoOneLine) {
+  const ModelError e(std::string("key 'a\nb\x01\x7f' \xff\xc3 caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
+  EXPECT_EQ(std::string(e.what()), "key 'a\\x0ab\\x01\\x7f' \\xff\\xc3 caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+}
+
+TEST(ModelError, AVeryLongMessageIsCutAtSixHundredBytesWithoutSplittingAnEscape) {
+  const ModelError e(std::string(598, 'x') + "\n\n" + std::string(100, 'y'));
+  const std::string w = e.what();
+  EXPECT_EQ(w, std::string(598, 'x') + "...");
+  EXPECT_EQ(std::string(ModelError("short").what()), "short");
+}
+
+}  // namespace
+}  // namespace specula

@@ -177,6 +177,12 @@ TEST(TokenizerJson, RefusesAFileWithoutMerges) {
   expect_refused(j, {"model.merges is missing"});
 }
 
+TEST(TokenizerJson, RefusesAnAddedTokenIdSoLargeItWouldSizeAHugeTable) {
+  json j = make_tokenizer({}, {});
+  j["added_tokens"] = json::array({{{"id", 2000000000}, {"content", "<huge>"}, {"special", true}}});
+  expect_refused(j, {"token id 2000000000", "larger than any vocabulary"});
+}
+
 TEST(TokenizerJson, RefusesAMergeOfTokensNotInTheVocabulary) {
   expect_refused(make_tokenizer({}, {"a zz"}), {"merge #0", "'zz'", "not in the vocabulary"});
   expect_refused(make_tokenizer({}, {"a b"}), {"merge #0", "'ab'", "not in the vocabulary"});
