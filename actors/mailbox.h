@@ -8,10 +8,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <new>
 #include <optional>
 #include <semaphore>
 #include <utility>
+#include <vector>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -65,6 +67,15 @@ class Mailbox {
   }
   SendResult send(const T& message) {
     return send_with([&] { return queue_.enqueue(message); });
+  }
+
+  // Any thread. Every message of `messages`, in order, as one send: one moodycamel bulk enqueue
+  // publishes them together, and a parked reader is woken once, after the last is queued, so a
+  // reader that receives the first can take the rest with try_receive(). Refused after close(),
+  // leaving `messages` untouched.
+  SendResult send_all(std::vector<T>&& messages) {
+    if (messages.empty()) return SendResult::queued;
+    return send_with([&] { return queue_.enqueue_bulk(std::make_move_iterator(messages.begin()), messages.size()); });
   }
 
   // Any thread. A handle whose messages arrive in the order they were sent through it, whatever

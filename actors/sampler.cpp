@@ -99,6 +99,10 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
                    int64_t position, Judged& j) {
   const SpeculativeRequest& req = request->request;
   SpeculativeStats& st = o.stats;
+  // The round's events go out in one send, so the reader sees them together (the server
+  // coalesces them into one event) instead of racing the sampler token by token.
+  std::vector<StreamEvent> batch;
+  batch.reserve(tokens.size() + 1);
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int32_t tok = tokens[i];
     const int64_t tok_position = position + static_cast<int64_t>(i);
@@ -110,7 +114,7 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
     o.held += o.decoder.push(tok);
     bool stopped = false;
     ev.text = release_text(o.held, request->stop, stopped);
-    request->events->send(std::move(ev));
+    batch.push_back(std::move(ev));
     const char* finish = nullptr;
     if (stopped || std::find(req.stop_ids.begin(), req.stop_ids.end(), tok) != req.stop_ids.end()) finish = "stop";
     else if (st.generated >= req.max_tokens) finish = "length";
@@ -122,12 +126,14 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
       done.finish_reason = finish;
       st.finish_reason = finish;
       done.stats = st;
-      request->events->send(std::move(done));
+      batch.push_back(std::move(done));
+      request->events->send_all(std::move(batch));
       o.ended = true;
       j.finished = true;
       return true;
     }
   }
+  request->events->send_all(std::move(batch));
   return false;
 }
 

@@ -199,6 +199,31 @@ TEST(Mailbox, BlockingReceiveSleepsUntilASendArrives) {
   EXPECT_EQ(got, "hello");
 }
 
+// send_all publishes a batch at once: a reader woken by it finds every message of the batch
+// already there (the sampler sends a round's tokens this way so the server can coalesce them).
+TEST(Mailbox, AReaderWokenBySendAllFindsTheWholeBatchInOrder) {
+  for (int trial = 0; trial < 200; ++trial) {
+    Mailbox<int> mailbox;
+    std::vector<int> got;
+    std::thread reader([&] {
+      std::optional<int> first = mailbox.receive_blocking();
+      if (!first) return;
+      got.push_back(*first);
+      while (std::optional<int> more = mailbox.try_receive()) got.push_back(*more);
+    });
+    if (trial % 2) std::this_thread::sleep_for(100us);  // reader parked, or still on its way
+    std::vector<int> batch = {1, 2, 3, 4, 5, 6, 7};
+    EXPECT_TRUE(accepted(mailbox.send_all(std::move(batch))));
+    reader.join();
+    ASSERT_EQ(got, (std::vector<int>{1, 2, 3, 4, 5, 6, 7})) << "trial " << trial;
+  }
+  Mailbox<int> closed;
+  closed.close();
+  std::vector<int> refused = {8, 9};
+  EXPECT_EQ(closed.send_all(std::move(refused)), SendResult::refused);
+  EXPECT_EQ(refused.size(), 2u) << "a refused batch stays with the caller";
+}
+
 TEST(Mailbox, ASenderKeepsItsOrderWhenItsThreadChanges) {
   Mailbox<int> mailbox;
   auto sender = mailbox.make_sender();
