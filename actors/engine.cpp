@@ -198,22 +198,25 @@ TokenStream Engine::start(EngineRequest request) {
   return stream;
 }
 
+bool GenerateResult::add(StreamEvent ev) {
+  text += ev.text;
+  if (ev.kind == StreamEvent::Kind::Token) {
+    tokens.push_back(ev.token);
+    from_draft.push_back(ev.from_draft);
+    return false;
+  }
+  finish_reason = std::move(ev.finish_reason);
+  error = std::move(ev.error);
+  stats = std::move(ev.stats);
+  return true;
+}
+
 GenerateResult Engine::generate_blocking(EngineRequest request) {
   TokenStream stream = start(std::move(request));
   GenerateResult out;
-  for (;;) {
-    StreamEvent ev = stream.next_blocking();
-    out.text += ev.text;
-    if (ev.kind == StreamEvent::Kind::Token) {
-      out.tokens.push_back(ev.token);
-      out.from_draft.push_back(ev.from_draft);
-      continue;
-    }
-    out.finish_reason = ev.finish_reason;
-    out.error = ev.error;
-    out.stats = ev.stats;
-    return out;
+  while (!out.add(stream.next_blocking())) {
   }
+  return out;
 }
 
 void Engine::cancel(RequestId id) { impl_->scheduler->send(SchedulerMessage(Cancel{id})); }

@@ -115,6 +115,9 @@ struct GenerateResult {
   std::string finish_reason;   // empty on error
   std::string error;
   SpeculativeStats stats;
+
+  // Adds one event of a stream; true when it was the last (done or error).
+  bool add(StreamEvent ev);
 };
 
 class Engine {

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "model/utf8.h"
+
 namespace specula {
 
 namespace {
@@ -56,29 +58,18 @@ std::string printable(std::string_view s) {
   static const char* kHex = "0123456789abcdef";
   std::string out;
   out.reserve(s.size());
-  auto escape = [&](unsigned char c) {
-    out += "\\x";
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  };
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      if (c < 0x20 || c == 0x7f) escape(c);
-      else out += static_cast<char>(c);
+    // A well-formed UTF-8 sequence is kept whole; a control byte or any other byte is escaped.
+    const size_t len = utf8::sequence_length(s, i);
+    if (len == 0 || (len == 1 && (c < 0x20 || c == 0x7f))) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
       ++i;
-      continue;
-    }
-    // A UTF-8 sequence is kept whole when it is well formed; any other byte is escaped.
-    const size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-    bool ok = len > 0 && i + len <= s.size();
-    for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
-    if (ok) {
+    } else {
       out.append(s.substr(i, len));
       i += len;
-    } else {
-      escape(c);
-      ++i;
     }
   }
   return out;

@@ -4,9 +4,7 @@
 // a 6-row verification GEMM reads the weights once instead of six times.
 #include <immintrin.h>
 
-#include <cstring>
-#include <type_traits>
-
+#include "gpu/host/matmul_blocks.h"
 #include "gpu/host/matmul_kernels.h"
 #include "gpu/host/quant.h"
 
@@ -16,11 +14,6 @@ namespace {
 
 // No standard-library function templates here (std::min, std::fill, ...): a copy instantiated in
 // this file is compiled with AVX2, and the linker may keep it for callers on any CPU.
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-
-// Fully unroll the short loops over activation rows so accumulator arrays live in registers.
-#define SPECULA_UNROLL _Pragma("GCC unroll 8")
 
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -58,10 +51,6 @@ struct DecodeBF16 {
   }
 };
 
-// Rows of W handled together in the blocked kernels: their weights stay in L1 while every
-// activation tile passes over them.
-constexpr int64_t kRowGroup = 4;
-
 // Kernel v1 (blocked): for one weight row and a tile of N activation rows, per 32-value block:
 // decode once, then two independent mul+fma pairs per activation row summed with one add into
 // the row's accumulator (the loop-carried chain is a single vaddps, latency 3, instead of four
@@ -90,26 +79,11 @@ template <class Dec>
 void blocked_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
   const auto* w = reinterpret_cast<const uint8_t*>(a.w);
   const int64_t nb = a.cols / 32;
-  for (int64_t g0 = r0; g0 < r1; g0 += kRowGroup) {
-    const int64_t g1 = min64(r1, g0 + kRowGroup);
-    for (int64_t i0 = 0; i0 < a.n; i0 += 8) {
-      const float* x = a.x + i0 * a.cols;
-      for (int64_t r = g0; r < g1; ++r) {
-        const uint8_t* wr = w + static_cast<size_t>(r) * a.row_bytes;
-        float* y = a.y + i0 * a.rows + r;
-        switch (min64(8, a.n - i0)) {
-          case 1: block_row_tile<Dec, 1>(wr, nb, x, a.cols, y, a.rows); break;
-          case 2: block_row_tile<Dec, 2>(wr, nb, x, a.cols, y, a.rows); break;
-          case 3: block_row_tile<Dec, 3>(wr, nb, x, a.cols, y, a.rows); break;
-          case 4: block_row_tile<Dec, 4>(wr, nb, x, a.cols, y, a.rows); break;
-          case 5: block_row_tile<Dec, 5>(wr, nb, x, a.cols, y, a.rows); break;
-          case 6: block_row_tile<Dec, 6>(wr, nb, x, a.cols, y, a.rows); break;
-          case 7: block_row_tile<Dec, 7>(wr, nb, x, a.cols, y, a.rows); break;
-          default: block_row_tile<Dec, 8>(wr, nb, x, a.cols, y, a.rows); break;
-        }
-      }
-    }
-  }
+  for_row_tiles(a, r0, r1, [&](int64_t r, int64_t i0, int64_t tile) {
+    with_tile(tile, [&]<int N>() {
+      block_row_tile<Dec, N>(w + static_cast<size_t>(r) * a.row_bytes, nb, a.x + i0 * a.cols, a.cols, a.y + i0 * a.rows + r, a.rows);
+    });
+  });
 }
 
 // ---- kernel v3 (Q4_0, Q4_1, Q8_0): integer-valued blocks, scales applied once per block ---
@@ -127,40 +101,6 @@ void blocked_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
 // stores followed by a wide load of the same bytes failed store forwarding and cost ~40%.
 // Measured on this machine (EPYC Zen 3, one thread, L2-resident Q4_1 rows of 576 and 1536):
 // v1 dequant-then-FMA 2.7-2.85 ns/block, v3 1.9-2.0 ns/block.
-
-// Software prefetch of the weight stream, this many bytes ahead of the block being read. The
-// hardware prefetcher alone left a single-thread Q8_0 GEMV of the output head at ~7 GB/s from
-// DRAM against ~20 GB/s of plain streaming reads; 1 KiB ahead (one prefetch per block, mostly to
-// a line already requested) brought it to ~14 GB/s. 2 KiB ahead was worse.
-constexpr size_t kPrefetchBytes = 1024;
-inline void prefetch_ahead(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0); }
-
-// The block's leading fp16 pair converted in one go: lane 0 = d, lane 1 = m (Q4_1) or the first
-// quant bytes (ignored). One vcvtph2ps per block; a 256 KiB f32 lookup table indexed by the half
-// measured the same on the real model and costs cache, so it was dropped.
-inline __m128 scales(const uint8_t* blk) {
-  int32_t v;
-  std::memcpy(&v, blk, 4);
-  return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
-}
-
-// Block layouts: byte size, where the quant bytes start, and where m comes from (lane 0 of
-// scales() is d; Q4_0's m = -8 d reuses d, its block sums are prepared pre-multiplied by -8).
-struct LayoutQ4_0 {
-  static constexpr size_t kBytes = 18, kQs = 2;
-  static constexpr bool kNibbles = true, kHasMin = true;
-  static __m128 min(__m128 dm) { return dm; }
-};
-struct LayoutQ4_1 {
-  static constexpr size_t kBytes = 20, kQs = 4;
-  static constexpr bool kNibbles = true, kHasMin = true;
-  static __m128 min(__m128 dm) { return _mm_movehdup_ps(dm); }
-};
-struct LayoutQ8_0 {
-  static constexpr size_t kBytes = 34, kQs = 2;
-  static constexpr bool kNibbles = false, kHasMin = false;
-  static __m128 min(__m128 dm) { return _mm_setzero_ps(); }
-};
 
 // The block's quants as exact f32 in the order the prepared activations expect:
 // nibbles: lo(bytes 0-7), lo(bytes 8-15), byte(0-7), byte(8-15); Q8_0: values 0-7 ... 24-31.
@@ -191,25 +131,6 @@ inline __m256 block_dot(const __m256 v[4], const float* xb) {
   p = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(xb + 8), p);
   r = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(xb + 24), r);
   return _mm256_add_ps(p, r);
-}
-
-// GEMV scales of two rows' blocks in one vcvtph2ps: [dA, mA, dB, mB] for Q4_1, [dA, 0, dB, 0]
-// otherwise (Q4_0 reads only d's two bytes: the next two are quants, possibly an fp16 nan).
-template <class L>
-inline __m128 pair_scales(const uint8_t* a, const uint8_t* b) {
-  __m128i h;
-  if constexpr (std::is_same_v<L, LayoutQ4_1>) {
-    int32_t va, vb;
-    std::memcpy(&va, a, 4);
-    std::memcpy(&vb, b, 4);
-    h = _mm_insert_epi32(_mm_cvtsi32_si128(va), vb, 1);
-  } else {
-    uint16_t va, vb;
-    std::memcpy(&va, a, 2);
-    std::memcpy(&vb, b, 2);
-    h = _mm_insert_epi16(_mm_cvtsi32_si128(va), vb, 2);
-  }
-  return _mm_cvtph_ps(h);
 }
 
 // GEMV, weight rows A = w0 and B = w0 + row_bytes against one prepared activation row (for
@@ -272,32 +193,17 @@ void quant_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
   const int64_t nb = a.cols / 32;
   const float* xp = L::kNibbles ? a.xprep : a.x;
   if (a.n == 1) {
-    int64_t r = r0;
-    for (; r + 2 <= r1; r += 2) gemv_rows<L, 2>(w + static_cast<size_t>(r) * a.row_bytes, a.row_bytes, nb, xp, a.xsum, a.y + r);
-    if (r < r1) gemv_rows<L, 1>(w + static_cast<size_t>(r) * a.row_bytes, a.row_bytes, nb, xp, a.xsum, a.y + r);
+    for_row_pairs(r0, r1, [&]<int R>(int64_t r) {
+      gemv_rows<L, R>(w + static_cast<size_t>(r) * a.row_bytes, a.row_bytes, nb, xp, a.xsum, a.y + r);
+    });
     return;
   }
-  for (int64_t g0 = r0; g0 < r1; g0 += kRowGroup) {
-    const int64_t g1 = min64(r1, g0 + kRowGroup);
-    for (int64_t i0 = 0; i0 < a.n; i0 += 8) {
-      const float* x = xp + i0 * a.cols;
-      const float* sums = L::kHasMin ? a.xsum + (i0 / 8) * nb * 8 : nullptr;
-      for (int64_t r = g0; r < g1; ++r) {
-        const uint8_t* wr = w + static_cast<size_t>(r) * a.row_bytes;
-        float* y = a.y + i0 * a.rows + r;
-        switch (min64(8, a.n - i0)) {
-          case 1: gemm_row<L, 1>(wr, nb, x, a.cols, sums, y, a.rows); break;
-          case 2: gemm_row<L, 2>(wr, nb, x, a.cols, sums, y, a.rows); break;
-          case 3: gemm_row<L, 3>(wr, nb, x, a.cols, sums, y, a.rows); break;
-          case 4: gemm_row<L, 4>(wr, nb, x, a.cols, sums, y, a.rows); break;
-          case 5: gemm_row<L, 5>(wr, nb, x, a.cols, sums, y, a.rows); break;
-          case 6: gemm_row<L, 6>(wr, nb, x, a.cols, sums, y, a.rows); break;
-          case 7: gemm_row<L, 7>(wr, nb, x, a.cols, sums, y, a.rows); break;
-          default: gemm_row<L, 8>(wr, nb, x, a.cols, sums, y, a.rows); break;
-        }
-      }
-    }
-  }
+  for_row_tiles(a, r0, r1, [&](int64_t r, int64_t i0, int64_t tile) {
+    const float* sums = L::kHasMin ? a.xsum + (i0 / kTile) * nb * 8 : nullptr;
+    with_tile(tile, [&]<int N>() {
+      gemm_row<L, N>(w + static_cast<size_t>(r) * a.row_bytes, nb, xp + i0 * a.cols, a.cols, sums, a.y + i0 * a.rows + r, a.rows);
+    });
+  });
 }
 
 // Buffered kernel (Q4_K, Q6_K, float rows not a multiple of 32): dequantize 256 values of a

@@ -4,31 +4,22 @@
 // registers instead of four ymm, so decoding a block and multiplying it into an activation row
 // take about half the instructions. The kernels there were bound by FP issue, not by memory,
 // so the width is what counts. Activations stay f32 and use the same prepared layout
-// (prepare_activations_avx2), so the results match the AVX2 path to f32 rounding.
+// (prepare_activations_avx2), so the results match the AVX2 path to f32 rounding. Block layouts,
+// scales and the row loops are shared with it through matmul_blocks.h.
 //
-// Nothing from the standard library is used here: an inline or template function instantiated
-// in this file is compiled with AVX-512 and the linker may keep that copy for the whole program,
-// which would then fault on a CPU without AVX-512. Only intrinsics and functions local to this
-// file (anonymous namespace) appear below.
+// No standard-library function templates here: an inline or template function instantiated in
+// this file is compiled with AVX-512 and the linker may keep that copy for the whole program,
+// which would then fault on a CPU without AVX-512.
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstring>
 
+#include "gpu/host/matmul_blocks.h"
 #include "gpu/host/matmul_kernels.h"
 
 namespace specula::host_kernels {
 
 namespace {
-
-#define SPECULA_UNROLL _Pragma("GCC unroll 8")
-
-constexpr int64_t kRowGroup = 4;  // weight rows sharing an activation tile (as in the AVX2 file)
-constexpr int64_t kTile = 8;      // activation rows per pass over a weight row
-constexpr size_t kPrefetchBytes = 1024;
-
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-inline void prefetch_ahead(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0); }
 
 // ---- float types: 32 stored values -> w[0] = values 0-15, w[1] = values 16-31 -------------
 
@@ -82,25 +73,6 @@ inline void float_row_tile(const uint8_t* wr, int64_t nb, const float* x, int64_
 // prepared activations (x'_j = x_j - x_{j+16}/16 in the first 16 floats, x''_j = x_{j+16}/16
 // in the next 16), so with a byte b_j = lo_j + 16 hi_j the block's dot is lo . x' + b . x''.
 
-inline __m128 scales(const uint8_t* blk) {
-  int32_t v;
-  std::memcpy(&v, blk, 4);
-  return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
-}
-
-struct LayoutQ4_0 {
-  static constexpr size_t kBytes = 18, kQs = 2;
-  static constexpr bool kNibbles = true, kHasMin = true, kMinIsD = true;
-};
-struct LayoutQ4_1 {
-  static constexpr size_t kBytes = 20, kQs = 4;
-  static constexpr bool kNibbles = true, kHasMin = true, kMinIsD = false;
-};
-struct LayoutQ8_0 {
-  static constexpr size_t kBytes = 34, kQs = 2;
-  static constexpr bool kNibbles = false, kHasMin = false, kMinIsD = false;
-};
-
 // The block's quants as exact f32: nibbles -> v[0] = low nibbles of bytes 0-15, v[1] = bytes
 // 0-15 (the order of the prepared activations); Q8_0 -> values 0-15 and 16-31.
 template <class L>
@@ -117,25 +89,6 @@ inline void unpack(const uint8_t* qs, __m512 v[2]) {
 
 inline __m512 block_dot(const __m512 v[2], const float* xb) {
   return _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xb + 16), _mm512_mul_ps(v[0], _mm512_loadu_ps(xb)));
-}
-
-// Two rows' scales in one vcvtph2ps, laid out to match the GEMV block sums of
-// prepare_activations_avx2: [dA, mA, dB, mB] for Q4_1, [dA, 0, dB, 0] otherwise.
-template <class L>
-inline __m128 pair_scales(const uint8_t* a, const uint8_t* b) {
-  __m128i h;
-  if constexpr (L::kHasMin && !L::kMinIsD) {
-    int32_t va, vb;
-    std::memcpy(&va, a, 4);
-    std::memcpy(&vb, b, 4);
-    h = _mm_insert_epi32(_mm_cvtsi32_si128(va), vb, 1);
-  } else {
-    uint16_t va, vb;
-    std::memcpy(&va, a, 2);
-    std::memcpy(&vb, b, 2);
-    h = _mm_insert_epi16(_mm_cvtsi32_si128(va), vb, 2);
-  }
-  return _mm_cvtph_ps(h);
 }
 
 // GEMV over weight rows A = w0 and (R = 2) B = w0 + row_bytes: each prepared x block feeds both.
@@ -178,8 +131,7 @@ inline void gemm_row(const uint8_t* wr, int64_t nb, const float* xp, int64_t ldx
     prefetch_ahead(blk);
     const __m128 dmf = scales(blk);
     if constexpr (L::kHasMin) {
-      const __m128 m = L::kMinIsD ? dmf : _mm_movehdup_ps(dmf);
-      macc = _mm256_fmadd_ps(_mm256_broadcastss_ps(m), _mm256_loadu_ps(sums + 8 * b), macc);
+      macc = _mm256_fmadd_ps(_mm256_broadcastss_ps(L::min(dmf)), _mm256_loadu_ps(sums + 8 * b), macc);
     }
     // Scale the decoded block once (d * q, the reference's own rounding) so that each row
     // costs two FMAs.
@@ -199,53 +151,15 @@ inline void gemm_row(const uint8_t* wr, int64_t nb, const float* xp, int64_t ldx
   SPECULA_UNROLL for (int i = 0; i < N; ++i) y[i * ldy] = _mm512_reduce_add_ps(acc[i]) + (L::kHasMin ? m[i] : 0.0f);
 }
 
-// Runs Row<N>::run(...) for the tile width n (1..8) chosen at run time.
-template <template <int> class Row, class... Args>
-inline void dispatch_tile(int64_t n, Args... args) {
-  switch (n) {
-    case 1: Row<1>::run(args...); break;
-    case 2: Row<2>::run(args...); break;
-    case 3: Row<3>::run(args...); break;
-    case 4: Row<4>::run(args...); break;
-    case 5: Row<5>::run(args...); break;
-    case 6: Row<6>::run(args...); break;
-    case 7: Row<7>::run(args...); break;
-    default: Row<8>::run(args...); break;
-  }
-}
-
-template <class Dec>
-struct FloatRow {
-  template <int N>
-  struct At {
-    static void run(const uint8_t* wr, int64_t nb, const float* x, int64_t ldx, float* y, int64_t ldy) {
-      float_row_tile<Dec, N>(wr, nb, x, ldx, y, ldy);
-    }
-  };
-};
-
-template <class L>
-struct QuantRow {
-  template <int N>
-  struct At {
-    static void run(const uint8_t* wr, int64_t nb, const float* x, int64_t ldx, const float* sums, float* y, int64_t ldy) {
-      gemm_row<L, N>(wr, nb, x, ldx, sums, y, ldy);
-    }
-  };
-};
-
 template <class Dec>
 void float_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
   const auto* w = reinterpret_cast<const uint8_t*>(a.w);
   const int64_t nb = a.cols / 32;
-  for (int64_t g0 = r0; g0 < r1; g0 += kRowGroup) {
-    const int64_t g1 = min64(r1, g0 + kRowGroup);
-    for (int64_t i0 = 0; i0 < a.n; i0 += kTile) {
-      for (int64_t r = g0; r < g1; ++r)
-        dispatch_tile<FloatRow<Dec>::template At>(min64(kTile, a.n - i0), w + static_cast<size_t>(r) * a.row_bytes, nb,
-                                                  a.x + i0 * a.cols, a.cols, a.y + i0 * a.rows + r, a.rows);
-    }
-  }
+  for_row_tiles(a, r0, r1, [&](int64_t r, int64_t i0, int64_t tile) {
+    with_tile(tile, [&]<int N>() {
+      float_row_tile<Dec, N>(w + static_cast<size_t>(r) * a.row_bytes, nb, a.x + i0 * a.cols, a.cols, a.y + i0 * a.rows + r, a.rows);
+    });
+  });
 }
 
 template <class L>
@@ -254,20 +168,17 @@ void quant_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
   const int64_t nb = a.cols / 32;
   const float* xp = L::kNibbles ? a.xprep : a.x;
   if (a.n == 1) {
-    int64_t r = r0;
-    for (; r + 2 <= r1; r += 2) gemv_rows<L, 2>(w + static_cast<size_t>(r) * a.row_bytes, a.row_bytes, nb, xp, a.xsum, a.y + r);
-    if (r < r1) gemv_rows<L, 1>(w + static_cast<size_t>(r) * a.row_bytes, a.row_bytes, nb, xp, a.xsum, a.y + r);
+    for_row_pairs(r0, r1, [&]<int R>(int64_t r) {
+      gemv_rows<L, R>(w + static_cast<size_t>(r) * a.row_bytes, a.row_bytes, nb, xp, a.xsum, a.y + r);
+    });
     return;
   }
-  for (int64_t g0 = r0; g0 < r1; g0 += kRowGroup) {
-    const int64_t g1 = min64(r1, g0 + kRowGroup);
-    for (int64_t i0 = 0; i0 < a.n; i0 += kTile) {
-      const float* sums = L::kHasMin ? a.xsum + (i0 / kTile) * nb * 8 : nullptr;
-      for (int64_t r = g0; r < g1; ++r)
-        dispatch_tile<QuantRow<L>::template At>(min64(kTile, a.n - i0), w + static_cast<size_t>(r) * a.row_bytes, nb,
-                                                xp + i0 * a.cols, a.cols, sums, a.y + i0 * a.rows + r, a.rows);
-    }
-  }
+  for_row_tiles(a, r0, r1, [&](int64_t r, int64_t i0, int64_t tile) {
+    const float* sums = L::kHasMin ? a.xsum + (i0 / kTile) * nb * 8 : nullptr;
+    with_tile(tile, [&]<int N>() {
+      gemm_row<L, N>(w + static_cast<size_t>(r) * a.row_bytes, nb, xp + i0 * a.cols, a.cols, sums, a.y + i0 * a.rows + r, a.rows);
+    });
+  });
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Private to gpu/host/matmul*.cpp and their tests: the per-ISA row-range kernels behind matmul().
-// matmul_avx2.cpp is the only file built with -mavx2 -mfma -mf16c; matmul.cpp calls into it only
-// after checking the CPU at run time.
+// matmul_avx2.cpp and matmul_avx512.cpp are the only files built with those instruction sets;
+// matmul.cpp calls into them only after checking the CPU at run time.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -16,12 +16,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
-#include <typeinfo>
 #include <random>
 #include <string>
+#include <typeinfo>
+#include <utility>
 #include <vector>
 
-#include "model/gguf.h"
 #include "model/weights.h"
 #include "tiny_gguf.h"
 
@@ -44,6 +44,19 @@ struct Mutator {
   size_t head;  // bytes before the tensor data
 
   size_t pick(size_t n) { return n == 0 ? 0 : static_cast<size_t>(rng() % n); }
+  // A random value, or more often one of kInteresting.
+  uint64_t value(size_t random_one_in) {
+    return pick(random_one_in) == 0 ? rng() : kInteresting[pick(std::size(kInteresting))];
+  }
+  // Overwrites `bytes` bytes at `at` (little-endian, as GGUF stores numbers), clipped to the file.
+  static void put(Bytes& b, size_t at, uint64_t v, size_t bytes) {
+    for (size_t i = 0; i < bytes && at + i < b.size(); ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+  }
+  // A span of up to 64 bytes at a random place before the tensor data: [at, end).
+  std::pair<std::ptrdiff_t, std::ptrdiff_t> span(const Bytes& b, size_t limit) {
+    const size_t at = pick(limit), end = std::min(b.size(), at + 1 + pick(64));
+    return {static_cast<std::ptrdiff_t>(at), static_cast<std::ptrdiff_t>(end)};
+  }
 
   void mutate(Bytes& b) {
     const int ops = 1 + static_cast<int>(pick(4));
@@ -51,28 +64,26 @@ struct Mutator {
       const size_t limit = std::min(head, b.size());
       switch (pick(6)) {
         case 0: b[pick(limit)] = static_cast<uint8_t>(rng()); break;  // one byte
-        case 1: {                                                       // a u64 field, aligned or not
+        case 1: {  // a u64 field, aligned or not (sequenced: argument order is unspecified)
           const size_t at = pick(limit);
-          const uint64_t v = pick(4) == 0 ? rng() : kInteresting[pick(std::size(kInteresting))];
-          for (size_t i = 0; i < 8 && at + i < b.size(); ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+          put(b, at, value(4), 8);
           break;
         }
-        case 2: {  // a u32 field (types, counts of v2-style fields, array element types)
+        case 2: {  // a u32 field (types, counts)
           const size_t at = pick(limit);
-          const uint32_t v = static_cast<uint32_t>(pick(3) == 0 ? rng() : kInteresting[pick(std::size(kInteresting))]);
-          for (size_t i = 0; i < 4 && at + i < b.size(); ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+          put(b, at, value(3), 4);
           break;
         }
-        case 3: b.resize(pick(b.size())); break;  // cut short
-        case 4: {                                 // cut a span out
-          const size_t at = pick(limit), len = 1 + pick(64);
-          b.erase(b.begin() + static_cast<std::ptrdiff_t>(at), b.begin() + static_cast<std::ptrdiff_t>(std::min(b.size(), at + len)));
+        case 3: b.resize(pick(b.size())); break;                        // cut short
+        case 4: {                                                       // cut a span out
+          const auto [at, end] = span(b, limit);
+          b.erase(b.begin() + at, b.begin() + end);
           break;
         }
         default: {  // repeat a span
-          const size_t at = pick(limit), len = 1 + pick(64);
-          const Bytes span(b.begin() + static_cast<std::ptrdiff_t>(at), b.begin() + static_cast<std::ptrdiff_t>(std::min(b.size(), at + len)));
-          b.insert(b.begin() + static_cast<std::ptrdiff_t>(at), span.begin(), span.end());
+          const auto [at, end] = span(b, limit);
+          const Bytes copy(b.begin() + at, b.begin() + end);
+          b.insert(b.begin() + at, copy.begin(), copy.end());
           break;
         }
       }
@@ -92,15 +103,11 @@ TEST(GgufFuzz, DamagedFilesLoadOrFailWithOneLineAndNeverCrash) {
     LoadedModel m = load_model(valid_path);
     ASSERT_EQ(m.tokenizer->decode(m.tokenizer->encode("the theory")), "the theory");
   }
-  size_t head = valid.size();
   // The tensor data starts with the first tensor the writer wrote (the maps are sorted by name):
   // find its bytes.
-  {
-    const auto& [name, shape] = *model.shapes.begin();
-    const Bytes first = test::as_bytes(test::values(test::numel(shape), test::name_seed(name)));
-    const auto it = std::search(valid.begin(), valid.end(), first.begin(), first.begin() + 64);
-    head = static_cast<size_t>(it - valid.begin());
-  }
+  const auto& [first_name, first_shape] = *model.shapes.begin();
+  const Bytes first = test::as_bytes(test::values(test::numel(first_shape), test::name_seed(first_name)));
+  const size_t head = static_cast<size_t>(std::search(valid.begin(), valid.end(), first.begin(), first.begin() + 64) - valid.begin());
   ASSERT_LT(head, valid.size());
   ASSERT_GT(head, 1000u) << "the metadata region should hold the vocabulary";
 

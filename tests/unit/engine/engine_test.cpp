@@ -498,20 +498,11 @@ TEST(Engine, TheCoroutineApiGivesWhatTheBlockingWrapperGives) {
       [&]() -> boost::asio::awaitable<void> {
         EngineRequest request = s->request(3);  // named: see actors/engine.h on GCC 12
         TokenStream stream = co_await e.generate(std::move(request));
-        for (;;) {
+        for (bool ended = false; !ended;) {
           StreamEvent ev = co_await stream.next();
           ++events;
           off_thread += std::this_thread::get_id() != io_thread;
-          got.text += ev.text;
-          if (ev.kind == StreamEvent::Kind::Token) {
-            got.tokens.push_back(ev.token);
-            got.from_draft.push_back(ev.from_draft);
-            continue;
-          }
-          got.finish_reason = ev.finish_reason;
-          got.error = ev.error;
-          got.stats = ev.stats;
-          break;
+          ended = got.add(std::move(ev));
         }
         finished = true;
       },

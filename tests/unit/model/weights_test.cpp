@@ -16,18 +16,8 @@
 namespace specula {
 namespace {
 
-using test::Bytes;
-using test::GgufWriter;
-using test::TempDir;
-using test::GgufModel;
-using test::Tiny;
-using test::tiny_shapes;
-using test::values;
-using test::name_seed;
-using test::numel;
-using test::stored_bytes;
-using test::tiny_tokens;
-using test::kChatml;
+// The tiny GGUF Llama and the file writers (tiny_gguf.h, model_file_writer.h).
+using namespace test;
 
 std::string load_error(const std::string& path) {
   try {
