@@ -11,12 +11,9 @@
 
 namespace specula::actors {
 
-DraftActor::DraftActor(boost::asio::any_io_executor executor, std::string spec, const LoadedModel& target_files,
-                       LlamaModel& target, FaultHook hook)
+DraftActor::DraftActor(boost::asio::any_io_executor executor, std::unique_ptr<DrafterFactory> drafters, FaultHook hook)
     : Actor(std::move(executor), "draft"),
-      spec_(std::move(spec)),
-      target_files_(target_files),
-      target_(target),
+      factory_(std::move(drafters)),
       hook_(std::move(hook)),
       stream_(std::make_unique<streams::HostStream>("draft")) {}
 
@@ -35,7 +32,7 @@ Drafter* DraftActor::drafter_for(const DraftItem& item) {
   }
   const SpeculativeRequest& r = item.request->request;
   const int64_t positions = static_cast<int64_t>(r.prompt.size()) + r.max_tokens + kMaxDraftTokens + 2;
-  std::unique_ptr<Drafter> d = make_drafter(spec_, target_files_, target_, positions);
+  std::unique_ptr<Drafter> d = factory_->make(positions);
   if (d) d->prefill(item.context);
   return drafters_.emplace(id, std::move(d)).first->second.get();
 }

@@ -12,6 +12,7 @@
 #include "gpu/llama.h"
 #include "model/weights.h"
 #include "spec/drafter.h"
+#include "spec/make_drafter.h"
 #include "streams/stream.h"
 
 namespace specula::actors {
@@ -20,10 +21,9 @@ class Scheduler;
 
 class DraftActor : public Actor<DraftActor, DraftMessage> {
  public:
-  // `spec` is a drafter spelling (spec/make_drafter.h); `target` is what the skip drafter runs.
-  // Both models must outlive the actor.
-  DraftActor(boost::asio::any_io_executor executor, std::string spec, const LoadedModel& target_files,
-             LlamaModel& target, FaultHook hook);
+  // `drafters` makes each request's drafter (spec/make_drafter.h); the models it uses must
+  // outlive the actor.
+  DraftActor(boost::asio::any_io_executor executor, std::unique_ptr<DrafterFactory> drafters, FaultHook hook);
   ~DraftActor() override;
   // Owner only, before start(): record spans into `trace` (null: off); it must outlive the actor.
   void set_trace(Trace* trace) { trace_ = trace; }
@@ -39,9 +39,7 @@ class DraftActor : public Actor<DraftActor, DraftMessage> {
  private:
   Drafter* drafter_for(const DraftItem& item);
 
-  std::string spec_;
-  const LoadedModel& target_files_;
-  LlamaModel& target_;
+  std::unique_ptr<DrafterFactory> factory_;  // before drafters_: they use its models
   FaultHook hook_;
   std::unique_ptr<streams::Stream> stream_;
   std::map<RequestId, std::unique_ptr<Drafter>> drafters_;  // nullptr for the "none" drafter

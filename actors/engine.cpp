@@ -42,7 +42,7 @@ struct StreamRegistry {
 struct Engine::Impl {
   EngineConfig cfg;
   std::unique_ptr<Ops> ops;
-  LoadedModel files;
+  std::shared_ptr<const LoadedModel> files;
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<Ops> draft_ops;            // pipelining only: the draft's own device and
   std::unique_ptr<LlamaModel> draft_model;   // target instance, used concurrently with the verifier's
@@ -68,24 +68,27 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   if (m.cfg.kv_tokens < 16)
     throw std::invalid_argument("kv_tokens must be >= 16, got " + std::to_string(m.cfg.kv_tokens));
   m.ops = make_device(DeviceOptions{m.cfg.device, m.cfg.threads});
-  m.files = load_model(m.cfg.target);
-  m.model = std::make_unique<LlamaModel>(m.files.weights, *m.ops);
-  m.default_stop = default_stop_ids(m.files);
-  make_drafter(m.cfg.drafter, m.files, *m.model, 16);  // a bad spelling fails here, not per request
+  m.files = m.cfg.target_model ? m.cfg.target_model : std::make_shared<const LoadedModel>(load_model(m.cfg.target));
+  m.model = std::make_unique<LlamaModel>(m.files->weights, *m.ops);
+  m.default_stop = default_stop_ids(*m.files);
   LlamaModel* draft_target = m.model.get();
   if (m.cfg.pipeline) {
     m.draft_ops = make_device(DeviceOptions{m.cfg.device, m.cfg.draft_threads > 0 ? m.cfg.draft_threads : m.cfg.threads});
-    m.draft_model = std::make_unique<LlamaModel>(m.files.weights, *m.draft_ops);
+    m.draft_model = std::make_unique<LlamaModel>(m.files->weights, *m.draft_ops);
     draft_target = m.draft_model.get();
   }
+  // A bad spelling or draft model fails here, not per request; a draft model is uploaded once,
+  // to the device the draft runs on.
+  auto drafters = m.cfg.draft_model ? std::make_unique<DrafterFactory>(m.cfg.draft_model, *m.files, *draft_target)
+                                    : std::make_unique<DrafterFactory>(m.cfg.drafter, *m.files, *draft_target);
 
   const auto ex = m.io.get_executor();
   m.verifier = std::make_unique<Verifier>(ex, *m.model, m.cfg.kv_tokens, m.cfg.fault_hook);
   SchedulerLimits limits{m.cfg.max_batch, m.verifier->blocks_total(), m.verifier->block_tokens(),
                          m.model->config().max_positions, m.cfg.pipeline, m.cfg.load_adaptive};
   m.scheduler = std::make_unique<Scheduler>(ex, limits);
-  m.draft = std::make_unique<DraftActor>(ex, m.cfg.drafter, m.files, *draft_target, m.cfg.fault_hook);
-  m.sampler = std::make_unique<Sampler>(ex, m.files.tokenizer, m.model->config().max_positions, m.cfg.fault_hook);
+  m.draft = std::make_unique<DraftActor>(ex, std::move(drafters), m.cfg.fault_hook);
+  m.sampler = std::make_unique<Sampler>(ex, m.files->tokenizer, m.model->config().max_positions, m.cfg.fault_hook);
   if (m.cfg.judge_rule) m.sampler->set_judge_rule(m.cfg.judge_rule);
   if (!m.cfg.trace_path.empty()) {
     m.trace = std::make_unique<Trace>();
@@ -141,7 +144,7 @@ Engine::~Engine() {
 std::string Engine::trace_json() const { return impl_->trace ? impl_->trace->json() : std::string(); }
 
 const EngineConfig& Engine::config() const { return impl_->cfg; }
-const LoadedModel& Engine::model() const { return impl_->files; }
+const LoadedModel& Engine::model() const { return *impl_->files; }
 bool Engine::idle() const {
   // The scheduler first (its idle state is published after the releases it sent are counted),
   // then whether the verifier has handled each of those releases, so that an idle engine's
@@ -158,7 +161,7 @@ std::uint64_t Engine::failures() const {
 
 std::vector<int32_t> Engine::tokenize(const EngineRequest& request) const {
   if (!request.prompt_ids.empty()) return request.prompt_ids;
-  const LoadedModel& f = impl_->files;
+  const LoadedModel& f = *impl_->files;
   if (!f.tokenizer) throw std::invalid_argument("the model has no tokenizer; pass prompt_ids");
   if (request.chat) return f.tokenizer->encode(f.chat_template.render({ChatMessage{"user", request.prompt}}));
   return f.tokenizer->encode(request.prompt);

@@ -33,6 +33,11 @@ struct EngineConfig {
   std::string target;                  // model path (GGUF file or Hugging Face directory)
   std::string drafter = "ngram";       // none | ngram[:n=N] | skip:LAYERS | draft model path
   std::string device = "auto";         // auto | host | cuda
+  // Models already in memory (benchmarks on random weights at real shapes): target_model is used
+  // instead of loading `target`; draft_model, with the target's vocabulary, is the drafter
+  // instead of `drafter`.
+  std::shared_ptr<const LoadedModel> target_model;
+  std::shared_ptr<const LoadedModel> draft_model;
   DraftLengthConfig draft;             // default K (fixed or adaptive) for requests that set none
   int max_batch = 16;                  // active requests per round
   int64_t kv_tokens = 16384;           // target KV positions shared by all requests (the admission budget)

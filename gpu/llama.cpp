@@ -61,6 +61,13 @@ void LlamaModel::ensure_workspace(int64_t rows) {
 
 void LlamaModel::forward(std::span<const ForwardSeq> batch, KvCache& kv, std::vector<float>& logits,
                          const std::vector<bool>* skip_layers) {
+  const DeviceLogits out = forward_on_device(batch, kv, skip_layers);
+  logits.resize(static_cast<size_t>(out.rows * cfg_.vocab_size));
+  ops_.copy_to_host(out.data, logits.data(), logits.size());
+}
+
+LlamaModel::DeviceLogits LlamaModel::forward_on_device(std::span<const ForwardSeq> batch, KvCache& kv,
+                                                       const std::vector<bool>* skip_layers) {
   // Lay the batch out as rows and reserve KV positions; on failure undo the reservations.
   std::vector<SeqSlice> slices;
   std::vector<int32_t> tokens, positions;
@@ -90,16 +97,17 @@ void LlamaModel::forward(std::span<const ForwardSeq> batch, KvCache& kv, std::ve
   }
 
   try {
-    run_layers(tokens, positions, slices, out_rows, kv, logits, skip_layers);
+    run_layers(tokens, positions, slices, out_rows, kv, skip_layers);
   } catch (...) {
     for (const SeqSlice& s : slices) kv.truncate_to(s.seq, s.start);
     throw;
   }
+  return DeviceLogits{logits_rows_.get(), static_cast<int64_t>(out_rows.size())};
 }
 
 void LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                             std::span<const SeqSlice> slices, std::span<const int64_t> out_rows, KvCache& kv,
-                            std::vector<float>& logits, const std::vector<bool>* skip_layers) {
+                            const std::vector<bool>* skip_layers) {
   const int64_t rows = static_cast<int64_t>(tokens.size());
   ensure_workspace(rows);
   const int64_t H = cfg_.hidden, hd = cfg_.head_dim, I = cfg_.intermediate;
@@ -134,8 +142,6 @@ void LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int
   ops_.gather_rows(x, H, out_rows, hidden_.get());
   ops_.rmsnorm(hidden_.get(), output_norm_, cfg_.rms_eps, n_out, H, xn);
   ops_.matmul(xn, output_, n_out, logits_rows_.get());
-  logits.resize(static_cast<size_t>(n_out * cfg_.vocab_size));
-  ops_.copy_to_host(logits_rows_.get(), logits.data(), logits.size());
 }
 
 }  // namespace specula

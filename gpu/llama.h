@@ -38,6 +38,16 @@ class LlamaModel {
   void forward(std::span<const ForwardSeq> batch, KvCache& kv, std::vector<float>& logits,
                const std::vector<bool>* skip_layers = nullptr);
 
+  // The same forward with the logits left where the device computed them: `rows` x vocab floats
+  // at `data` in the device's memory (host memory on the host device), valid until the next
+  // forward of this model. The work may still be queued on the device's stream.
+  struct DeviceLogits {
+    const float* data = nullptr;
+    int64_t rows = 0;
+  };
+  DeviceLogits forward_on_device(std::span<const ForwardSeq> batch, KvCache& kv,
+                                 const std::vector<bool>* skip_layers = nullptr);
+
   // Bytes of weights one decode step reads (every matrix, the output head, the norms).
   int64_t weight_bytes_per_token() const;
 
@@ -48,7 +58,7 @@ class LlamaModel {
   void ensure_workspace(int64_t rows);
   void run_layers(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                   std::span<const SeqSlice> slices, std::span<const int64_t> out_rows, KvCache& kv,
-                  std::vector<float>& logits, const std::vector<bool>* skip_layers);
+                  const std::vector<bool>* skip_layers);
 
   Ops& ops_;
   LlamaConfig cfg_;

@@ -18,6 +18,9 @@ class Tokenizer {
   static std::shared_ptr<Tokenizer> from_gguf(const GgufFile& f);
   // From a Hugging Face tokenizer.json (model.type BPE with a ByteLevel pre-tokenizer).
   static std::shared_ptr<Tokenizer> from_hf_json(const std::string& path);
+  // A stand-in vocabulary for benchmarks on random weights at real shapes: the 256 byte tokens,
+  // then id i decodes to " t<i>"; no merges, no BOS, no end token.
+  static std::shared_ptr<Tokenizer> numbered(int32_t vocab);
   virtual ~Tokenizer();
 
   // Text to ids. Special/added tokens written literally in the text become their ids when

@@ -19,6 +19,21 @@ namespace specula {
 
 using json = nlohmann::json;
 
+// ---- numbered ----------------------------------------------------------------------------------
+
+std::shared_ptr<Tokenizer> Tokenizer::numbered(int32_t vocab) {
+  if (vocab < 256) throw std::invalid_argument("a numbered vocabulary needs at least the 256 byte tokens, got " +
+                                               std::to_string(vocab));
+  std::shared_ptr<Tokenizer> tok(new Tokenizer());
+  Impl& m = *tok->impl_;
+  m.pre = PreTokenizer::for_gguf_pre("gpt-2");
+  for (int b = 0; b < 256; ++b) m.set_token(b, byte_level::char_of_byte(static_cast<uint8_t>(b)), Impl::Kind::Normal);
+  for (int32_t id = 256; id < vocab; ++id) m.set_token(id, "\xc4\xa0t" + std::to_string(id), Impl::Kind::Normal);  // "Ġt<id>"
+  m.index();
+  m.finish("numbered vocabulary");
+  return tok;
+}
+
 // ---- GGUF ---------------------------------------------------------------------------------------
 
 std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {

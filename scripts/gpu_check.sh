@@ -2,21 +2,21 @@
 # The CUDA device's checks and benchmarks on a lent GPU machine, in one call of the `device` tool
 # (docs/cuda.md, "Running the GPU checks"). From the repository root:
 #
-#   scripts/gpu_check.sh [STAGE...]     STAGE: build test memcheck racecheck bench hf (default: all)
+#   scripts/gpu_check.sh [STAGE...]     STAGE: build test memcheck racecheck bench hf hfgen (default: all)
 #
 # Binaries: build-gpu-pack/ when carried (made here by scripts/gpu_pack.sh: no configure, no
 # dependencies needed there), else a CMake build in /tmp/specula-gpu-build (needs Boost,
 # nlohmann_json, PCRE2, GoogleTest and concurrentqueue on that machine). Writes under $OUT (at
 # most 8 files come back): summary.txt (one line per stage: exit status and seconds),
-# bench_decode.json, bench_decode_v2.json, hf_compare.jsonl, gtest_cuda.json and logs.tar.gz
-# (every stage's log).
+# bench_decode.json, bench_decode_v2.json, hf_compare.jsonl, hf_generate.json, gtest_cuda.json
+# and logs.tar.gz (every stage's log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out/gpu_check}
 LOGS=/tmp/specula-gpu-check
 rm -rf "$LOGS"
 mkdir -p "$OUT" "$LOGS"
-STAGES=${*:-build test memcheck racecheck bench hf}
+STAGES=${*:-build test memcheck racecheck bench hf hfgen}
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -75,6 +75,16 @@ else
   if wants test; then
     stage test_cuda 300 "$BIN/test_gpu_cuda" --gtest_output=json:"$OUT/gtest_cuda.json"
     stage test_streams 120 "$BIN/test_gpu_streams"
+    # With a GPU listed, a skipped GPU test means the program could not use it (e.g. a driver
+    # older than the CUDA runtime it was built with): that is a failure here, not a pass.
+    if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+      skipped=$(cat "$LOGS/test_cuda.log" "$LOGS/test_streams.log" 2>/dev/null |
+        grep -oE '^\[  SKIPPED \] [0-9]+ tests?, listed below' | awk '{s += $4} END {print s + 0}')
+      if [ "$skipped" -gt 0 ]; then
+        note "FAILED     a GPU is listed but $skipped GPU tests skipped: $(grep -m1 -h -A1 '^\[  SKIPPED \]' "$LOGS"/test_*.log | tail -n 1 | cut -c1-120)"
+        note "           driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1); built with $(cat "$BIN/CUDA_VERSION" 2>/dev/null || nvcc --version | tail -n 1)"
+      fi
+    fi
   fi
   if wants memcheck; then
     stage memcheck 420 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 \
@@ -101,6 +111,15 @@ else
         | tee '$OUT/hf_compare.jsonl'"
     else
       note "hf         skipped: numpy is missing"
+    fi
+  fi
+  if wants hfgen; then
+    # transformers generate() at the same shapes on the same GPU (needs torch and transformers).
+    if python3 -c 'import torch, transformers' >/dev/null 2>&1; then
+      stage hfgen 420 sh -c "python3 tests/gpu/hf_generate_bench.py --shape llama-3.2-1b,llama-3.2-3b \
+        --prompt-tokens 128 --decode-tokens 128 --repeat 3 >'$OUT/hf_generate.json'"
+    else
+      note "hfgen      skipped: torch or transformers is missing"
     fi
   fi
 fi

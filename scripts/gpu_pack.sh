@@ -33,6 +33,7 @@ mkdir -p build-gpu-pack
 cp "$B/tests/test_gpu_cuda" "$B/tests/test_gpu_streams" "$B/specula" build-gpu-pack/
 strip build-gpu-pack/* 2>/dev/null || true
 git -C "$SRC" log --oneline -1 >build-gpu-pack/COMMIT
+nvcc --version | tail -n 1 >build-gpu-pack/CUDA_VERSION  # gpu_check.sh names it if the GPU tests skip
 if [ "$SRC" = "$ROOT" ] && ! git diff --quiet HEAD; then
   echo "(built from a working tree with uncommitted changes)" >>build-gpu-pack/COMMIT
 fi

@@ -11,31 +11,77 @@
 
 namespace specula {
 
-std::unique_ptr<Drafter> make_drafter(std::string_view spec, const LoadedModel& target_files, LlamaModel& target,
-                                      int64_t max_positions) {
-  const int64_t vocab = target.config().vocab_size;
-  if (spec == "none") return nullptr;
-  if (spec == "ngram") return std::make_unique<NgramDrafter>(vocab);
-  if (spec.starts_with("ngram:")) {
-    std::string_view n = spec.substr(6);
-    if (n.starts_with("n=")) n.remove_prefix(2);
-    int value = 0;
-    const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), value);
-    if (ec != std::errc() || end != n.data() + n.size() || n.empty())
-      throw std::invalid_argument("draft '" + std::string(spec) + "': expected ngram:n=N with N a number");
-    return std::make_unique<NgramDrafter>(vocab, value);
-  }
-  if (spec.starts_with("skip:")) {
-    auto skip = parse_skip_layers(spec.substr(5), target.config().layers);
-    return std::make_unique<ModelDrafter>(target, max_positions, std::move(skip), std::string(spec));
-  }
+namespace {
+
+bool is_model_path(std::string_view spec) {
+  return spec != "none" && spec != "ngram" && !spec.starts_with("ngram:") && !spec.starts_with("skip:");
+}
+
+// A draft model's spelling -> its files, loaded (not uploaded).
+std::shared_ptr<const LoadedModel> load_draft(std::string_view spec) {
   if (spec.empty()) throw std::invalid_argument("--draft is empty (expected none, ngram[:n=N], skip:LAYERS or a model path)");
   std::error_code ec;
   if (!std::filesystem::exists(std::filesystem::path(spec), ec))
     throw std::invalid_argument("draft model not found: " + std::string(spec) +
                                 " (expected none, ngram[:n=N], skip:LAYERS or the path of a model file or directory)");
-  auto draft = std::make_shared<LoadedModel>(load_model(std::string(spec)));
-  return std::make_unique<ModelDrafter>(target_files, std::move(draft), target.ops(), max_positions);
+  return std::make_shared<LoadedModel>(load_model(std::string(spec)));
+}
+
+}  // namespace
+
+DrafterFactory::DrafterFactory(std::string_view spec, const LoadedModel& target_files, LlamaModel& target)
+    : spec_(spec), target_(target) {
+  if (spec == "none") {
+    kind_ = Kind::None;
+  } else if (spec == "ngram") {
+    kind_ = Kind::Ngram;
+  } else if (spec.starts_with("ngram:")) {
+    std::string_view n = spec.substr(6);
+    if (n.starts_with("n=")) n.remove_prefix(2);
+    const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), ngram_n_);
+    if (ec != std::errc() || end != n.data() + n.size() || n.empty())
+      throw std::invalid_argument("draft '" + std::string(spec) + "': expected ngram:n=N with N a number");
+    kind_ = Kind::Ngram;
+    NgramDrafter check(target.config().vocab_size, ngram_n_);  // N out of range fails here, not per request
+  } else if (spec.starts_with("skip:")) {
+    kind_ = Kind::Skip;
+    skip_ = parse_skip_layers(spec.substr(5), target.config().layers);
+  } else {
+    use_draft_model(load_draft(spec), target_files);
+  }
+}
+
+DrafterFactory::DrafterFactory(std::shared_ptr<const LoadedModel> draft, const LoadedModel& target_files,
+                               LlamaModel& target)
+    : spec_(draft->path), target_(target) {
+  use_draft_model(std::move(draft), target_files);
+}
+
+DrafterFactory::~DrafterFactory() = default;
+
+void DrafterFactory::use_draft_model(std::shared_ptr<const LoadedModel> draft, const LoadedModel& target_files) {
+  check_same_vocabulary(target_files, *draft);
+  kind_ = Kind::Model;
+  draft_files_ = std::move(draft);
+  draft_model_ = std::make_unique<LlamaModel>(draft_files_->weights, target_.ops());
+}
+
+std::unique_ptr<Drafter> DrafterFactory::make(int64_t max_positions) const {
+  switch (kind_) {
+    case Kind::None: return nullptr;
+    case Kind::Ngram: return std::make_unique<NgramDrafter>(target_.config().vocab_size, ngram_n_);
+    case Kind::Skip: return std::make_unique<ModelDrafter>(target_, max_positions, skip_, spec_);
+    case Kind::Model: return std::make_unique<ModelDrafter>(*draft_model_, max_positions, std::vector<bool>{},
+                                                            "model:" + draft_files_->path);
+  }
+  return nullptr;
+}
+
+std::unique_ptr<Drafter> make_drafter(std::string_view spec, const LoadedModel& target_files, LlamaModel& target,
+                                      int64_t max_positions) {
+  if (is_model_path(spec))  // the drafter owns its model: nothing outlives it
+    return std::make_unique<ModelDrafter>(target_files, load_draft(spec), target.ops(), max_positions);
+  return DrafterFactory(spec, target_files, target).make(max_positions);
 }
 
 }  // namespace specula

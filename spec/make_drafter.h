@@ -3,7 +3,10 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "gpu/llama.h"
 #include "model/weights.h"
@@ -11,9 +14,40 @@
 
 namespace specula {
 
-// nullptr for "none". Throws std::invalid_argument for a malformed spelling or skip set,
-// VocabularyMismatch for a draft model with another vocabulary, ModelError for a bad file.
-// The skip drafter runs `target` itself; `max_positions` sizes a drafter's own cache.
+// A spelling resolved once, for many sequences: the spelling is checked, and a draft model is
+// loaded, checked against the target's vocabulary and uploaded to the target's device once;
+// make() then gives each sequence a drafter with a cache of its own over those shared weights
+// (a per-request load would re-read the file and, on a GPU, upload the weights per request).
+// Drafters from make() use the factory's models: they must not outlive it, and they share the
+// device with `target` (one thread drives them at a time, as the draft stream does).
+class DrafterFactory {
+ public:
+  // Throws std::invalid_argument for a malformed spelling or skip set, VocabularyMismatch for a
+  // draft model with another vocabulary, ModelError for a bad file. The skip drafter runs `target`.
+  DrafterFactory(std::string_view spec, const LoadedModel& target_files, LlamaModel& target);
+  // A draft model already in memory (benchmarks on random weights at real shapes); same checks.
+  DrafterFactory(std::shared_ptr<const LoadedModel> draft, const LoadedModel& target_files, LlamaModel& target);
+  ~DrafterFactory();
+
+  // nullptr for "none"; `max_positions` sizes a model drafter's cache.
+  std::unique_ptr<Drafter> make(int64_t max_positions) const;
+  const std::string& spelling() const { return spec_; }
+
+ private:
+  enum class Kind { None, Ngram, Skip, Model };
+  void use_draft_model(std::shared_ptr<const LoadedModel> draft, const LoadedModel& target_files);
+
+  Kind kind_ = Kind::None;
+  std::string spec_;
+  LlamaModel& target_;
+  int ngram_n_ = 3;
+  std::vector<bool> skip_;
+  std::shared_ptr<const LoadedModel> draft_files_;
+  std::unique_ptr<LlamaModel> draft_model_;  // draft_files_'s weights on target's device
+};
+
+// One drafter (the sequential loop's single sequence): DrafterFactory(...).make(max_positions),
+// except that a model drafter keeps its factory's models alive itself.
 std::unique_ptr<Drafter> make_drafter(std::string_view spec, const LoadedModel& target_files, LlamaModel& target,
                                       int64_t max_positions);
 

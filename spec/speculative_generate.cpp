@@ -6,6 +6,11 @@
 #include <chrono>
 #include <stdexcept>
 
+#ifdef SPECULA_HAVE_CUDA
+#include "gpu/cuda/cuda_ops.h"
+#include "gpu/cuda/device_verify.h"
+#endif
+
 namespace specula {
 
 namespace {
@@ -18,6 +23,36 @@ std::vector<double> SpeculativeStats::per_position_acceptance() const {
   for (size_t i = 0; i < drafted_at.size() && drafted_at[i] > 0; ++i)
     out.push_back(static_cast<double>(accepted_at[i]) / drafted_at[i]);
   return out;
+}
+
+RoundOutcome verify_draft_on_device(Ops& ops, const LlamaModel::DeviceLogits& target_logits, int64_t vocab,
+                                    const DraftProposal& draft, const SamplingParams& sp, int64_t position,
+                                    SpecSampling mode, DeviceBuffer& q_device) {
+  const int64_t k = draft.k();
+  if (target_logits.rows != k + 1)
+    throw std::invalid_argument("verify_draft: " + std::to_string(target_logits.rows) + " rows of target logits are not k+1 = " +
+                                std::to_string(k + 1) + " rows");
+#ifdef SPECULA_HAVE_CUDA
+  if (ops.kind() == DeviceKind::Cuda) {
+    const float* q = nullptr;
+    if (!sp.greedy() && mode == SpecSampling::Exact && k > 0) {
+      if (static_cast<int64_t>(draft.q.size()) != k * vocab)
+        throw std::invalid_argument("verify_draft: the draft has " + std::to_string(draft.q.size()) +
+                                    " q values for k = " + std::to_string(k) + " rows of " + std::to_string(vocab));
+      q_device.ensure(ops, draft.q.size());
+      ops.copy_to_device(draft.q.data(), q_device.get(), draft.q.size());
+      q = q_device.get();
+    }
+    const DeviceSampling ds{sp.greedy() ? 0.0f : sp.temperature, sp.top_k, sp.top_p, sp.seed,
+                            mode == SpecSampling::Coupled};
+    DeviceVerdict v = verify_on_device(static_cast<CudaOps&>(ops), target_logits.data, q, draft.tokens, vocab, ds, position);
+    return RoundOutcome{v.accepted, std::move(v.tokens), v.bonus};
+  }
+#endif
+  (void)ops;
+  (void)q_device;
+  return verify_draft(draft, std::span<const float>(target_logits.data, static_cast<size_t>((k + 1) * vocab)), sp,
+                      position, mode);
 }
 
 SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, Drafter& drafter,
@@ -54,6 +89,8 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
   dreq.mode = req.mode;
   DraftProposal draft;
   std::vector<int32_t> verify_tokens;
+  const int64_t vocab = target.config().vocab_size;
+  DeviceBuffer q_device;  // the draft's q rows on the CUDA device (exact sampling)
 
   const auto t_decode = Clock::now();
   for (;;) {
@@ -80,8 +117,9 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
     verify_tokens.assign(1, context.back());
     verify_tokens.insert(verify_tokens.end(), draft.tokens.begin(), draft.tokens.end());
     ForwardSeq fs{seq, verify_tokens, true};
-    target.forward({&fs, 1}, kv, logits);
-    const RoundOutcome verdict = verify_draft(draft, logits, req.sampling, position, req.mode);
+    const LlamaModel::DeviceLogits p = target.forward_on_device({&fs, 1}, kv);
+    const RoundOutcome verdict = verify_draft_on_device(target.ops(), p, vocab, draft, req.sampling, position, req.mode,
+                                                        q_device);
     const int n = verdict.accepted;
 
     // 6. Roll both caches back to the committed tokens (g, t1..tn; the new last token is not fed).

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "gpu/cuda/cuda_check.h"
+
 namespace specula::streams {
 namespace {
 
@@ -22,7 +24,8 @@ void cuda_check(cudaError_t status, const char* call, const char* file, int line
                            ": " + cudaGetErrorString(status) +
                            " (is a CUDA GPU present and the driver loaded?)");
 }
-#define SPECULA_CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
+#define SPECULA_CUDA_CHECK(call) \
+  (::specula::cuda::refuse_in_host_callback(#call), cuda_check((call), #call, __FILE__, __LINE__))
 
 // An EventState with its cudaEvent_t, so that another CUDA stream can wait on the GPU.
 class CudaEventState final : public EventState {
@@ -58,6 +61,10 @@ struct CudaStream::Impl {
     Impl& impl = *call->impl;
     if (call->work) {
       try {
+        struct Flag {  // CUDA calls from `work` refuse (cuda_check.h) instead of hanging
+          Flag() { cuda::in_host_callback = true; }
+          ~Flag() { cuda::in_host_callback = false; }
+        } flag;
         call->work();
       } catch (...) {
         std::lock_guard lock(impl.mutex);

@@ -46,7 +46,8 @@ struct CudaOps::Impl {
   bool dedupe = false;  // only after reserve_weights: host pointers may be reused otherwise
   size_t arena_size = 0, arena_used = 0, weight_bytes = 0;
   // host tensor -> its device copy, within one reservation (a tied head shares the embedding's)
-  std::map<std::tuple<const std::byte*, size_t, std::string>, void*> uploaded;
+  // (with the arena it went into: a reservation that overflowed continues in another one)
+  std::map<std::tuple<const std::byte*, size_t, std::string>, std::pair<void*, std::shared_ptr<char>>> uploaded;
 
   struct Slot {
     void* device = nullptr;
@@ -119,6 +120,10 @@ float* CudaOps::alloc(size_t n) {
 void CudaOps::release(float* p) {
   // Called from destructors (DeviceBuffer): reports instead of throwing.
   if (!p) return;
+  if (cuda::in_host_callback) {
+    std::fprintf(stderr, "specula: cuda release from a stream's host callback: not freed (it would deadlock)\n");
+    return;
+  }
   cudaError_t e = cudaStreamSynchronize(impl_->stream);  // queued work may still use it
   if (e == cudaSuccess) e = cudaFree(p);
   if (e != cudaSuccess) std::fprintf(stderr, "specula: cuda release: %s\n", cudaGetErrorString(e));
@@ -150,8 +155,8 @@ Weight CudaOps::upload(const TensorView& t) {
   if (t.empty()) return w;
   const auto key = std::make_tuple(t.data, t.nbytes, t.name);
   if (auto it = impl_->uploaded.find(key); impl_->dedupe && it != impl_->uploaded.end()) {
-    w.device = it->second;
-    w.owner = impl_->arena;
+    w.device = it->second.first;
+    w.owner = it->second.second;
     return w;
   }
   const int64_t rows = t.rows(), cols = t.cols();
@@ -182,7 +187,7 @@ Weight CudaOps::upload(const TensorView& t) {
     }
   }
   w.owner = impl_->arena;
-  if (impl_->dedupe) impl_->uploaded[key] = w.device;
+  if (impl_->dedupe) impl_->uploaded[key] = {w.device, impl_->arena};
   return w;
 }
 

@@ -142,6 +142,34 @@ TEST_F(CudaModelTest, SpeculativeGreedyGenerationOnTheDeviceEqualsHostGreedy) {
   }
 }
 
+// Coupled mode at temperature > 0: the acceptance step on the device draws the target's own
+// Gumbel-max token (Philox, as the host does), so the text equals host sampling at the same seed.
+// (A flip needs two Gumbel scores within ~1e-6 of each other: the devices' logits differ by F32
+// rounding only; about 1e-5 per token.)
+TEST_F(CudaModelTest, CoupledSpeculativeSamplingOnTheDeviceEqualsHostSamplingAtTheSameSeed) {
+  GenerateRequest g;
+  g.prompt = prompt_of(8, kShape.vocab);
+  g.max_tokens = 48;
+  g.sampling = SamplingParams{0.8f, 0, 0.95f, 1234};
+  std::vector<int32_t> want;
+  host_->kv->truncate_to(host_->seq, 0);
+  generate(*host_->model, *host_->kv, host_->seq, g, [&](int32_t t) { want.push_back(t); return true; });
+
+  ModelDrafter skip(*cuda_->model, 1024, {false, true});
+  NgramDrafter ngram(kShape.vocab, 3);
+  SpeculativeRequest s;
+  static_cast<GenerateRequest&>(s) = g;
+  s.draft.k = 4;
+  s.mode = SpecSampling::Coupled;
+  for (Drafter* d : std::initializer_list<Drafter*>{&skip, &ngram}) {
+    std::vector<int32_t> got;
+    cuda_->kv->truncate_to(cuda_->seq, 0);
+    speculative_generate(*cuda_->model, *cuda_->kv, cuda_->seq, *d, s,
+                         [&](int32_t t, TokenOrigin) { got.push_back(t); return true; });
+    EXPECT_EQ(got, want) << d->name();
+  }
+}
+
 TEST_F(CudaModelTest, AutoPicksTheCudaDeviceWhenAGpuIsPresent) {
   DeviceOptions opt;
   opt.device = "auto";

@@ -114,6 +114,24 @@ TEST_F(CudaStreamTest, AFailedHostWorkItemIsCarriedByTheNextEventAndTheStreamGoe
   EXPECT_TRUE(later_ran);
 }
 
+// Host work runs on CUDA's callback thread, where CUDA may not be called; a wait on the stream
+// itself there would never return. Such work is refused with a message instead of hanging.
+TEST_F(CudaStreamTest, HostWorkThatCallsCudaOnItsOwnStreamIsRefusedInsteadOfDeadlocking) {
+  CudaStream stream(0, "callback");
+  stream.enqueue([&] { stream.record(); });  // record() calls cudaEventRecord on this very stream
+  Event refused = stream.record();
+  try {
+    refused.wait();
+    ADD_FAILURE() << "CUDA called from a host callback was not refused";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("host callback"), std::string::npos) << e.what();
+  }
+  bool later_ran = false;
+  stream.enqueue([&] { later_ran = true; });
+  EXPECT_NO_THROW(stream.record().wait());  // the stream goes on
+  EXPECT_TRUE(later_ran);
+}
+
 TEST_F(CudaStreamTest, RefusesToWaitOnAnUnfinishedHostEvent) {
   CudaStream cuda;
   HostStream host;

@@ -12,7 +12,11 @@
 #include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unistd.h>
 
+#include <filesystem>
+
+#include "actors/engine.h"
 #include "gpu/host/bandwidth.h"
 #include "gpu/host/host_device.h"
 #include "gpu/host/quant.h"
@@ -23,6 +27,7 @@
 #include "spec/philox.h"
 #include "spec/sampling.h"
 #include "spec/speculative_generate.h"
+#include "tools/specula/engine_cli.h"
 #ifdef SPECULA_HAVE_CUDA
 #include "gpu/cuda/cuda_ops.h"
 #endif
@@ -157,13 +162,107 @@ ModelWeights random_bf16_weights(const LlamaConfig& c, uint64_t seed, const std:
 
 namespace {
 
+// Random weights as a loaded model for the engine, with a numbered stand-in vocabulary.
+std::shared_ptr<const LoadedModel> as_loaded(ModelWeights w, const std::string& name) {
+  auto m = std::make_shared<LoadedModel>();
+  m->path = "random " + name;
+  m->format = "random bf16";
+  m->tokenizer = Tokenizer::numbered(static_cast<int32_t>(w.config.vocab_size));
+  m->weights = std::move(w);
+  return m;
+}
+
+// One greedy request through the engine: its tokens and its decode tokens/s (first token to done).
+struct EngineRun {
+  std::vector<int32_t> tokens;
+  double tokens_per_second = 0;
+  SpeculativeStats stats;
+};
+EngineRun engine_run(actors::Engine& engine, const GenerateRequest& g, bool speculate, int k) {
+  actors::EngineRequest req;
+  req.prompt_ids = g.prompt;
+  req.max_tokens = g.max_tokens;
+  req.sampling = g.sampling;
+  req.speculate = speculate;
+  req.draft = DraftLengthConfig{.k = k};
+  req.stop_ids = std::vector<int32_t>{};  // the numbered vocabulary has no end token; run to max_tokens
+  actors::TokenStream stream = engine.start(req);
+  EngineRun r;
+  Clock::time_point first;
+  for (;;) {
+    actors::StreamEvent ev = stream.next_blocking();
+    if (ev.kind == actors::StreamEvent::Kind::Token) {
+      if (r.tokens.empty()) first = Clock::now();
+      r.tokens.push_back(ev.token);
+      continue;
+    }
+    if (ev.kind == actors::StreamEvent::Kind::Error) throw std::runtime_error("engine run: " + ev.error);
+    r.stats = ev.stats;
+    break;
+  }
+  const double s = seconds_since(first);
+  if (r.tokens.size() > 1 && s > 0) r.tokens_per_second = static_cast<double>(r.tokens.size() - 1) / s;
+  return r;
+}
+
+// The pair through the actor engine, pipelining off and on: plain decode rounds (K = 0) and
+// speculative rounds in the same engine, each after a warm-up request; with pipelining, the
+// draft runs on its own device instance (its own stream on CUDA). From the engine's trace: the
+// busy time of the draft and verify streams and how much of the verify time the draft overlapped.
+nlohmann::json bench_spec_pair_engine(const std::string& device, int threads, std::shared_ptr<const LoadedModel> target,
+                                      std::shared_ptr<const LoadedModel> draft, const GenerateRequest& g, int spec_k,
+                                      const std::vector<int32_t>& want) {
+  nlohmann::json out = nlohmann::json::array();
+  for (bool pipeline : {false, true}) {
+    const std::string trace_path = (std::filesystem::temp_directory_path() /
+                                    ("specula-spec-pair-" + std::to_string(::getpid()) + ".json")).string();
+    actors::EngineConfig cfg;
+    cfg.target_model = target;
+    cfg.draft_model = draft;
+    cfg.device = device;
+    cfg.threads = threads;
+    cfg.pipeline = pipeline;
+    cfg.kv_tokens = std::max<int64_t>(1024, 2 * (static_cast<int64_t>(g.prompt.size()) + g.max_tokens + 32));
+    cfg.max_batch = 1;
+    cfg.trace_path = trace_path;
+    EngineRun plain, spec;
+    std::string trace;
+    {
+      actors::Engine engine(cfg);
+      GenerateRequest warm = g;
+      warm.max_tokens = std::min(16, g.max_tokens);
+      engine_run(engine, warm, true, spec_k);
+      plain = engine_run(engine, g, false, spec_k);
+      spec = engine_run(engine, g, true, spec_k);
+      trace = engine.trace_json();
+    }
+    std::error_code ec;
+    std::filesystem::remove(trace_path, ec);
+    const StreamOverlap o = stream_overlap(trace);
+    out.push_back({{"pipeline", pipeline},
+                   {"target_only_tokens_per_second", plain.tokens_per_second},
+                   {"speculative_tokens_per_second", spec.tokens_per_second},
+                   {"speedup", plain.tokens_per_second > 0 ? spec.tokens_per_second / plain.tokens_per_second : 0},
+                   {"acceptance_alpha", spec.stats.alpha()},
+                   {"tokens_per_round", spec.stats.tokens_per_round()},
+                   {"draft_stream_busy_seconds", o.draft_busy},
+                   {"verify_stream_busy_seconds", o.verify_busy},
+                   {"verify_time_overlapped_by_draft", o.overlap()},
+                   {"matches_target_only", spec.tokens == want && plain.tokens == want}});
+    std::fprintf(stderr, "  engine, pipelining %s: speedup %.2f, overlap %.2f, matches %d\n", pipeline ? "on" : "off",
+                 out.back()["speedup"].get<double>(), o.overlap(), static_cast<int>(spec.tokens == want && plain.tokens == want));
+  }
+  return out;
+}
+
 // The synthetic pair: the first shape drafts for the second; the target follows a random
 // permutation of the vocabulary, the draft the same permutation except on a random fraction
 // 1 - a of the tokens (permuted among themselves), so greedy acceptance is about a. For each a:
 // target-only greedy decoding vs speculative greedy decoding with K = spec_k, the measured
 // acceptance and cost ratio c, and Theorem 3.8's predicted speedup from them.
-nlohmann::json bench_spec_pair(Ops& ops, const LlamaConfig& draft_cfg, const LlamaConfig& target_cfg,
-                               const std::vector<double>& acceptances, int spec_k, int64_t n_prompt, int64_t n_decode) {
+nlohmann::json bench_spec_pair(Ops& ops, const DeviceOptions& dev, bool with_engine, const LlamaConfig& draft_cfg,
+                               const LlamaConfig& target_cfg, const std::vector<double>& acceptances, int spec_k,
+                               int64_t n_prompt, int64_t n_decode) {
   const int64_t V = target_cfg.vocab_size;
   std::vector<int32_t> succ(static_cast<size_t>(V));
   std::iota(succ.begin(), succ.end(), 0);
@@ -171,8 +270,8 @@ nlohmann::json bench_spec_pair(Ops& ops, const LlamaConfig& draft_cfg, const Lla
   auto next = [&]() { return philox4x32({static_cast<uint32_t>(state++), 0, 0, 1}, 42)[0]; };
   for (int64_t i = V - 1; i > 0; --i) std::swap(succ[i], succ[next() % (i + 1)]);  // Fisher-Yates
 
-  const ModelWeights target_w = random_bf16_weights(target_cfg, 77, &succ);
-  LlamaModel target(target_w, ops);
+  const auto target_files = as_loaded(random_bf16_weights(target_cfg, 77, &succ), "target");
+  LlamaModel target(target_files->weights, ops);
   const int64_t ctx = std::max<int64_t>(n_prompt + n_decode + spec_k + 16, 256);
   KvCache kv(ops, target.kv_config(ctx));
   const int seq = kv.create_sequence();
@@ -197,8 +296,8 @@ nlohmann::json bench_spec_pair(Ops& ops, const LlamaConfig& draft_cfg, const Lla
       if (static_cast<double>(next()) / 4294967296.0 >= a) moved.push_back(static_cast<int32_t>(x));
     std::vector<int32_t> dsucc = succ;
     for (size_t i = 0; i < moved.size(); ++i) dsucc[moved[i]] = succ[moved[(i + 1) % moved.size()]];
-    const ModelWeights draft_w = random_bf16_weights(draft_cfg, 78, &dsucc);
-    LlamaModel draft(draft_w, ops);
+    const auto draft_files = as_loaded(random_bf16_weights(draft_cfg, 78, &dsucc), "draft");
+    LlamaModel draft(draft_files->weights, ops);
     ModelDrafter drafter(draft, ctx);
     SpeculativeRequest s;
     static_cast<GenerateRequest&>(s) = g;
@@ -228,6 +327,7 @@ nlohmann::json bench_spec_pair(Ops& ops, const LlamaConfig& draft_cfg, const Lla
                     {"matches_target_only", got == want}});
     std::fprintf(stderr, "spec pair a=%.2f: alpha %.3f, speedup %.2f (theorem %.2f)\n", a, alpha,
                  runs.back()["speedup"].get<double>(), predicted);
+    if (with_engine) runs.back()["engine"] = bench_spec_pair_engine(dev.device, dev.threads, target_files, draft_files, g, spec_k, want);
   }
   return runs;
 }
@@ -350,12 +450,11 @@ int bench_decode_shape(const Args& a) {
     std::vector<double> acc;
     std::stringstream ss(a.str("spec-pair"));
     for (std::string x; std::getline(ss, x, ',');) acc.push_back(std::stod(x));
-    out["spec_pair"] = bench_spec_pair(*ops, configs[0], configs[1], acc, static_cast<int>(a.integer("spec-k", 4)),
-                                       std::min<int64_t>(n_prompt, 32), n_decode);
+    out["spec_pair"] = bench_spec_pair(*ops, dev, a.str("spec-pair-engine", "on") != "off", configs[0], configs[1], acc,
+                                       static_cast<int>(a.integer("spec-k", 4)), std::min<int64_t>(n_prompt, 32), n_decode);
   }
   // c of Theorem 3.8 when a draft shape is followed by its target: draft step / target step.
   if (step_seconds.size() == 2 && step_seconds[1] > 0) out["draft_target_cost_ratio"] = step_seconds[0] / step_seconds[1];
-  out["not_measured"] = "the engine's pipelined rounds at these shapes, transformers generate() (docs/cuda.md)";
   std::cout << out.dump(2) << "\n";
   return 0;
 }

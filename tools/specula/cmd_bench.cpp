@@ -37,7 +37,9 @@ const char* kUsage =
     "  --shape: random BF16 weights at that model's exact shape instead of a model file; the\n"
     "  bandwidth is a device-to-device copy on CUDA; two shapes also give the step cost ratio c.\n"
     "  --spec-pair 0.6,0.7,0.8 (with two shapes, draft first): a synthetic pair with those greedy\n"
-    "  acceptances; speculative vs target-only decoding and Theorem 3.8's prediction (--spec-k, 4).\n"
+    "  acceptances; speculative vs target-only decoding and Theorem 3.8's prediction (--spec-k, 4),\n"
+    "  through the sequential loop and through the actor engine with pipelining off and on\n"
+    "  (--spec-pair-engine off: the sequential loop only).\n"
     "\n"
     "usage: specula bench spec [--model PATH] [--prompts FILE] [--drafts LIST] [--limit N] [--max-tokens N]\n"
     "                          [--spec-k K] [--adaptive] [--spec-k-min K] [--spec-k-max K] [--draft-entropy NATS]\n"
@@ -392,7 +394,7 @@ int cmd_bench(int argc, char** argv) {
       options.insert(kEngineBenchOptions.begin(), kEngineBenchOptions.end());
       flags.insert("adaptive");
     } else {
-      options.insert({"prompt-tokens", "decode-tokens", "repeat", "max-verify", "shape", "spec-pair", "spec-k"});
+      options.insert({"prompt-tokens", "decode-tokens", "repeat", "max-verify", "shape", "spec-pair", "spec-k", "spec-pair-engine"});
     }
     const Args a(argc - 1, argv + 1, options, flags);
     if (a.help()) { std::fputs(kUsage, stdout); return 0; }

@@ -122,7 +122,7 @@ struct Shared {
       if (!std::filesystem::exists(default_model_path())) return d;
       d = std::make_unique<Shared>();
       auto config = [](const Drafting& dr) {
-        return EngineConfig{.target = default_model_path(), .drafter = dr.spelling, .device = "host", .draft = dr.k,
+        return EngineConfig{.target = default_model_path(), .drafter = dr.spelling, .device = "host", .target_model = {}, .draft_model = {}, .draft = dr.k,
                             .max_batch = 16, .kv_tokens = 16 * 128, .threads = 2, .io_threads = 1,
                             .pipeline = dr.pipeline, .trace_path = "", .fault_hook = fault_hook, .judge_rule = {}};
       };

@@ -193,8 +193,11 @@ TEST(Matmul, AskingForAPathTheCpuLacksIsRefusedNotRun) {
   std::vector<std::byte> bytes(20);
   host_kernels::MatmulArgs a{DType::Q4_1, bytes.data(), 20, 1, 32, x, 1, y};
   ThreadPool pool(1);
-  for (Isa isa : kAllIsas)
-    if (!have(isa)) EXPECT_THROW(host_kernels::matmul_isa_path(isa, a, pool), std::invalid_argument) << host_kernels::isa_name(isa);
+  for (Isa isa : kAllIsas) {
+    if (!have(isa)) {
+      EXPECT_THROW(host_kernels::matmul_isa_path(isa, a, pool), std::invalid_argument) << host_kernels::isa_name(isa);
+    }
+  }
 }
 
 // The AVX-512 kernels are checked by every test above where the CPU has AVX-512; this test says

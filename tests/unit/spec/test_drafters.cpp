@@ -9,6 +9,7 @@
 #include "model/gguf.h"
 #include "model/pretokenizer.h"
 #include "spec/adaptive_k.h"
+#include "spec/make_drafter.h"
 #include "spec/model_drafter.h"
 #include "spec/ngram_drafter.h"
 #include "spec/speculative_generate.h"
@@ -123,6 +124,58 @@ TEST(ModelDrafter, RefusesADraftVocabularyThatDiffersAndNamesTheFirstDifference)
   std::vector<int32_t> types(261, 1);
   types[256] = 3;  // </s> not special in the draft
   expect_mismatch(Vocab{.types = types}, {"token 257", "special in the target only"});
+}
+
+// --- one draft model for many sequences ---------------------------------------------------
+
+// The engine resolves a drafter spelling once (DrafterFactory) and gives each request a drafter
+// of its own over one copy of the draft weights; those drafters must not share anything else.
+TEST(DrafterFactory, DraftersOverOneDraftModelKeepSeparateCachesAndProposeWhatLoneDraftersPropose) {
+  HostOps ops(1);
+  const auto t = loaded(Vocab{}, "target");
+  auto d = loaded(Vocab{}, "draft");
+  d->weights = test::tiny_llama(11, {.vocab = 16, .layers = 2});
+  LlamaModel target(t->weights, ops);
+  DrafterFactory factory(d, *t, target);
+  EXPECT_EQ(factory.spelling(), "draft");
+  std::unique_ptr<Drafter> a = factory.make(64), b = factory.make(64);
+  ModelDrafter lone_a(*t, d, ops, 64), lone_b(*t, d, ops, 64);
+  const std::vector<int32_t> ctx_a = {1, 2, 3, 4, 5}, ctx_b = {9, 8, 7};
+  DraftProposal pa, pb, la, lb;
+  for (int round = 0; round < 3; ++round) {  // interleaved, so a shared cache would show
+    a->propose(request(ctx_a, 4), pa);
+    b->propose(request(ctx_b, 3), pb);
+    lone_a.propose(request(ctx_a, 4), la);
+    lone_b.propose(request(ctx_b, 3), lb);
+    EXPECT_EQ(pa.tokens, la.tokens) << "round " << round;
+    EXPECT_EQ(pa.q, la.q) << "round " << round;
+    EXPECT_EQ(pb.tokens, lb.tokens) << "round " << round;
+    EXPECT_EQ(pb.q, lb.q) << "round " << round;
+    a->rollback(static_cast<int64_t>(ctx_a.size()) - 1);
+    b->rollback(static_cast<int64_t>(ctx_b.size()) - 1);
+    lone_a.rollback(static_cast<int64_t>(ctx_a.size()) - 1);
+    lone_b.rollback(static_cast<int64_t>(ctx_b.size()) - 1);
+  }
+  EXPECT_NE(pa.tokens, pb.tokens);  // the two contexts do lead to different drafts
+}
+
+TEST(DrafterFactory, RefusesADraftModelWithAnotherVocabularyOnceAtConstruction) {
+  HostOps ops(1);
+  const auto t = loaded(Vocab{}, "target"), d = loaded(Vocab{.bos = 258}, "draft");
+  LlamaModel target(t->weights, ops);
+  test::expect_error<VocabularyMismatch>([&] { DrafterFactory(d, *t, target); }, {"BOS", "258"});
+}
+
+TEST(DrafterFactory, RefusesBadSpellingsAtConstruction) {
+  HostOps ops(1);
+  const auto t = loaded(Vocab{}, "target");
+  LlamaModel target(t->weights, ops);
+  test::expect_error<std::invalid_argument>([&] { DrafterFactory("ngram:n=40", *t, target); }, {"between 1 and 16"});
+  test::expect_error<std::invalid_argument>([&] { DrafterFactory("skip:0", *t, target); }, {"every one"});
+  test::expect_error<std::invalid_argument>([&] { DrafterFactory("/no/such/draft.gguf", *t, target); },
+                                            {"draft model not found", "/no/such/draft.gguf"});
+  EXPECT_EQ(DrafterFactory("none", *t, target).make(64), nullptr);
+  EXPECT_EQ(DrafterFactory("ngram:n=2", *t, target).make(64)->name(), "ngram:n=2");
 }
 
 // --- skip sets ------------------------------------------------------------------------

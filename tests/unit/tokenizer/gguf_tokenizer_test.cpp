@@ -113,5 +113,17 @@ TEST(GgufTokenizer, RefusesAnEosIdOutsideTheVocabulary) {
   expect_refused(w, {"eos id 999", "256 tokens"});
 }
 
+// The stand-in vocabulary of `bench decode --shape` (random weights at Llama 3.2's 128256 logits).
+TEST(NumberedTokenizer, DecodesEveryIdAndEncodesTextIntoByteTokens) {
+  const auto tok = Tokenizer::numbered(128256);
+  EXPECT_EQ(tok->vocab_size(), 128256);
+  EXPECT_EQ(tok->bos_id(), -1);
+  EXPECT_TRUE(tok->eos_ids().empty());
+  const std::vector<int32_t> ids = {256, 128255, 'h', 'i'};
+  EXPECT_EQ(tok->decode(ids), " t256 t128255hi");
+  EXPECT_EQ(tok->encode("ok"), (std::vector<int32_t>{'o', 'k'}));
+  test::expect_error<std::invalid_argument>([] { Tokenizer::numbered(255); }, {"256 byte tokens", "255"});
+}
+
 }  // namespace
 }  // namespace specula
