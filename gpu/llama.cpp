@@ -2,6 +2,8 @@
 // MLP -> residual, per layer; then the final norm and the output head on the rows wanted.
 #include "gpu/llama.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -22,7 +24,11 @@ LlamaModel::LlamaModel(const ModelWeights& w, Ops& ops) : ops_(ops), cfg_(w.conf
                             ops.upload(l.wo), ops.upload(l.ffn_norm), ops.upload(l.w_gate), ops.upload(l.w_up),
                             ops.upload(l.w_down)});
   inv_freq_ = rope_inv_freq(cfg_);
+  const char* graphs = std::getenv("SPECULA_CUDA_GRAPHS");
+  recorded_steps_ = graphs && std::strcmp(graphs, "1") == 0;
 }
+
+LlamaModel::~LlamaModel() { ops_.forget_recordings(this); }
 
 KvCacheConfig LlamaModel::kv_config(int64_t max_tokens, int64_t block_tokens) const {
   KvCacheConfig c;
@@ -43,8 +49,16 @@ int64_t LlamaModel::weight_bytes_per_token() const {
   return b;
 }
 
-void LlamaModel::ensure_workspace(int64_t rows) {
+void LlamaModel::ensure_workspace(int64_t rows, int64_t out_rows) {
+  if (out_rows > capacity_out_rows_) {
+    logits_rows_.ensure(ops_, out_rows * cfg_.vocab_size);
+    capacity_out_rows_ = out_rows;
+    ++workspace_generation_;
+    ops_.forget_recordings(this);
+  }
   if (rows <= capacity_rows_) return;
+  ++workspace_generation_;
+  ops_.forget_recordings(this);
   const int64_t H = cfg_.hidden, Q = cfg_.heads * cfg_.head_dim, KV = cfg_.kv_heads * cfg_.head_dim;
   const int64_t I = cfg_.intermediate;
   x_.ensure(ops_, rows * H);
@@ -97,7 +111,10 @@ LlamaModel::DeviceLogits LlamaModel::forward_on_device(std::span<const ForwardSe
   }
 
   try {
-    run_layers(tokens, positions, slices, out_rows, kv, skip_layers);
+    ensure_workspace(rows, static_cast<int64_t>(out_rows.size()));
+    const Ops::RecordingKey key = recording_key(batch, rows, static_cast<int64_t>(out_rows.size()), kv, skip_layers);
+    if (key.shape.empty() || !run_recorded(key, tokens, positions, slices, out_rows, kv, skip_layers))
+      run_layers(tokens, positions, slices, out_rows, kv, skip_layers);
   } catch (...) {
     for (const SeqSlice& s : slices) kv.truncate_to(s.seq, s.start);
     throw;
@@ -109,7 +126,6 @@ void LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int
                             std::span<const SeqSlice> slices, std::span<const int64_t> out_rows, KvCache& kv,
                             const std::vector<bool>* skip_layers) {
   const int64_t rows = static_cast<int64_t>(tokens.size());
-  ensure_workspace(rows);
   const int64_t H = cfg_.hidden, hd = cfg_.head_dim, I = cfg_.intermediate;
   float *x = x_.get(), *xn = xn_.get(), *q = q_.get(), *k = k_.get(), *v = v_.get(), *att = att_.get();
 
@@ -138,10 +154,57 @@ void LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int
 
   // The output head only on the rows whose logits are wanted: prefill pays for one row.
   const int64_t n_out = static_cast<int64_t>(out_rows.size());
-  logits_rows_.ensure(ops_, n_out * cfg_.vocab_size);
   ops_.gather_rows(x, H, out_rows, hidden_.get());
   ops_.rmsnorm(hidden_.get(), output_norm_, cfg_.rms_eps, n_out, H, xn);
   ops_.matmul(xn, output_, n_out, logits_rows_.get());
+}
+
+Ops::RecordingKey LlamaModel::recording_key(std::span<const ForwardSeq> batch, int64_t rows, int64_t n_out,
+                                             const KvCache& kv, const std::vector<bool>* skip_layers) const {
+  Ops::RecordingKey key{this, {}};
+  if (!recorded_steps_ || !ops_.can_record() || batch.size() != 1 || rows > kMaxRecordedRows) return key;
+  // Everything the recorded kernels take as fixed: the row counts, the buffers (the activations'
+  // generation, the cache's pools and layout) and the layers run.
+  const KvCacheConfig& c = kv.config();
+  std::string& s = key.shape;
+  s = "rows " + std::to_string(rows) + " out " + std::to_string(n_out) + " gen " + std::to_string(workspace_generation_) +
+      " kv " + std::to_string(reinterpret_cast<uintptr_t>(kv.k_pool(0))) + "," +
+      std::to_string(reinterpret_cast<uintptr_t>(kv.v_pool(0))) + " " + std::to_string(c.layers) + "x" +
+      std::to_string(c.num_blocks) + "x" + std::to_string(c.block_tokens) + "x" + std::to_string(c.kv_heads) + "x" +
+      std::to_string(c.head_dim) + " skip ";
+  if (skip_layers)
+    for (bool b : *skip_layers) s += b ? '1' : '0';
+  return key;
+}
+
+bool LlamaModel::run_recorded(const Ops::RecordingKey& key, std::span<const int32_t> tokens,
+                              std::span<const int32_t> positions, std::span<const SeqSlice> slices,
+                              std::span<const int64_t> out_rows, KvCache& kv, const std::vector<bool>* skip_layers) {
+  if (unrecordable_shapes_.count(key.shape)) return false;
+  if (ops_.replay_begin(key)) {
+    try {
+      run_layers(tokens, positions, slices, out_rows, kv, skip_layers);  // stages the host arrays only
+    } catch (...) {
+      ops_.recording_cancel();
+      throw;
+    }
+    return ops_.replay_end();
+  }
+  // The first time a shape is seen it runs as usual (device scratch grows to fit it); the
+  // second time it is recorded.
+  if (seen_shapes_.size() > 256) seen_shapes_.clear();  // caches come and go (a drafter's per request)
+  if (seen_shapes_.insert(key.shape).second) return false;
+  ops_.record_begin();
+  try {
+    run_layers(tokens, positions, slices, out_rows, kv, skip_layers);
+  } catch (...) {
+    ops_.recording_cancel();
+    throw;
+  }
+  if (ops_.record_end(key)) return true;
+  if (unrecordable_shapes_.size() > 256) unrecordable_shapes_.clear();
+  unrecordable_shapes_.insert(key.shape);
+  return false;
 }
 
 }  // namespace specula

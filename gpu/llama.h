@@ -2,7 +2,9 @@
 // logits for the rows asked for out.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "gpu/kv_cache.h"
@@ -23,6 +25,17 @@ class LlamaModel {
   // Uploads the weights to the device. `weights` must outlive the model (host views point
   // into its mapped files).
   LlamaModel(const ModelWeights& weights, Ops& ops);
+  ~LlamaModel();
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
+
+  // Recorded steps (Ops::record_begin, CUDA graphs): a forward of one sequence with at most
+  // kMaxRecordedRows new tokens (decode, K+1 verification) is recorded the second time its shape
+  // is seen and replayed after that. Off by default; SPECULA_CUDA_GRAPHS=1 in the environment
+  // turns it on for every model; devices that cannot record ignore it.
+  static constexpr int64_t kMaxRecordedRows = 16;
+  void set_recorded_steps(bool on) { recorded_steps_ = on; }
+  bool recorded_steps() const { return recorded_steps_; }
 
   const LlamaConfig& config() const { return cfg_; }
   Ops& ops() const { return ops_; }
@@ -55,7 +68,14 @@ class LlamaModel {
   struct Layer {
     Weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
   };
-  void ensure_workspace(int64_t rows);
+  void ensure_workspace(int64_t rows, int64_t out_rows);
+  // The step's recording key, or an empty shape when the step is not recordable.
+  Ops::RecordingKey recording_key(std::span<const ForwardSeq> batch, int64_t rows, int64_t n_out, const KvCache& kv,
+                                  const std::vector<bool>* skip_layers) const;
+  // Runs the step from a recording (or records it); false: run it as usual.
+  bool run_recorded(const Ops::RecordingKey& key, std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                    std::span<const SeqSlice> slices, std::span<const int64_t> out_rows, KvCache& kv,
+                    const std::vector<bool>* skip_layers);
   void run_layers(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                   std::span<const SeqSlice> slices, std::span<const int64_t> out_rows, KvCache& kv,
                   const std::vector<bool>* skip_layers);
@@ -67,7 +87,11 @@ class LlamaModel {
   std::vector<float> inv_freq_;
   // Activations [rows, width] for the widest batch seen so far.
   DeviceBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, hidden_, logits_rows_;
-  int64_t capacity_rows_ = 0;
+  int64_t capacity_rows_ = 0, capacity_out_rows_ = 0;
+  // Recorded steps: bumped when the activations are reallocated (recordings hold their addresses).
+  bool recorded_steps_ = false;
+  uint64_t workspace_generation_ = 0;
+  std::set<std::string> seen_shapes_, unrecordable_shapes_;
 };
 
 }  // namespace specula

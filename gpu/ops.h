@@ -76,6 +76,32 @@ class Ops {
   virtual void gather_rows(const float* src, int64_t cols, std::span<const int64_t> rows, float* dst) = 0;
   // Blocks until queued work is done (no-op on the host).
   virtual void synchronize() = 0;
+
+  // --- recorded steps (CUDA graphs); optional, off on the host ----------------
+  // A fixed-shape step (a decode or verify forward: the same kernels on the same buffers, only
+  // small host arrays such as positions and block tables change) can be recorded once and
+  // replayed without launching each kernel from the host:
+  //   record_begin(); <the ops, as usual>; record_end(key)  -> true: recorded and run;
+  //     false: neither (something could not be recorded): run the ops as usual.
+  //   replay_begin(key) -> true when a recording exists; the same ops calls then only check
+  //     their arguments and stage their host arrays, queueing no device work, and
+  //     replay_end() runs the recording with those arrays -> false when staging failed (an
+  //     array outgrew its slot): nothing ran, run the ops as usual.
+  // recording_cancel() leaves either mode after an exception; forget_recordings(owner) drops
+  // the recordings of one owner (its buffers are going away). Between begin and end, the ops
+  // may not allocate, free or copy.
+  struct RecordingKey {
+    const void* owner = nullptr;  // the model whose buffers the step uses
+    std::string shape;            // everything else that fixes the step's kernels and pointers
+    bool operator<(const RecordingKey& o) const { return owner != o.owner ? owner < o.owner : shape < o.shape; }
+  };
+  virtual bool can_record() const { return false; }
+  virtual void record_begin() {}
+  virtual bool record_end(const RecordingKey& key) { return false; }
+  virtual bool replay_begin(const RecordingKey& key) { return false; }
+  virtual bool replay_end() { return false; }
+  virtual void recording_cancel() {}
+  virtual void forget_recordings(const void* owner) {}
 };
 
 // A device buffer of floats, released with its device.

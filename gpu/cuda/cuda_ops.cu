@@ -53,8 +53,49 @@ struct CudaOps::Impl {
     void* device = nullptr;
     size_t capacity = 0;
     std::vector<unsigned char> last;  // what upload_small put there last (empty: unknown)
+    // Recorded steps: a pinned mirror of `capacity` bytes that a recording's copy node reads at
+    // each replay, and what this step staged there (staged_bytes 0: nothing yet).
+    unsigned char* pinned = nullptr;
+    size_t staged_bytes = 0;
   };
   Slot slots[static_cast<int>(Scratch::Count)];
+
+  // Recorded steps (CUDA graphs). Normal: ops queue work. Recording: the stream is captured;
+  // ops queue work into the capture and their small arrays are copied from the pinned mirrors.
+  // Replaying: ops only stage their arrays in the mirrors; replay_end launches the graph.
+  enum class Mode { Normal, Recording, Replaying };
+  Mode mode = Mode::Normal;
+  bool step_failed = false;                // this step cannot be recorded / replayed
+  cudaGraphExec_t replaying = nullptr;
+  std::map<RecordingKey, cudaGraphExec_t> graphs;
+  cudaEvent_t mirrors_free = nullptr;      // recorded after each graph launch: its copies are done
+  size_t launches = 0;
+
+  bool queue_work() const { return mode != Mode::Replaying; }
+  void drop_graphs(const void* owner) {  // owner null: all
+    for (auto it = graphs.begin(); it != graphs.end();) {
+      if (owner && it->first.owner != owner) {
+        ++it;
+        continue;
+      }
+      cudaGraphExecDestroy(it->second);  // an in-flight launch completes first
+      it = graphs.erase(it);
+    }
+  }
+  void begin_step(Mode m) {
+    if (!mirrors_free) SPECULA_CUDA(cudaEventCreateWithFlags(&mirrors_free, cudaEventDisableTiming));
+    SPECULA_CUDA(cudaEventSynchronize(mirrors_free));  // the last launch has read the mirrors
+    for (Slot& s : slots) s.staged_bytes = 0;
+    step_failed = false;
+    mode = m;
+  }
+  // After a launch: what the device slots will hold.
+  void launched() {
+    ++launches;
+    SPECULA_CUDA(cudaEventRecord(mirrors_free, stream));
+    for (Slot& s : slots)
+      if (s.staged_bytes) s.last.assign(s.pinned, s.pinned + s.staged_bytes);
+  }
 
   void new_arena(size_t bytes) {
     char* p = nullptr;
@@ -97,7 +138,12 @@ CudaOps::CudaOps(int device, void* stream) : impl_(std::make_unique<Impl>()), de
 CudaOps::~CudaOps() {
   cudaSetDevice(device_);
   cudaStreamSynchronize(impl_->stream);
-  for (auto& s : impl_->slots) cudaFree(s.device);
+  impl_->drop_graphs(nullptr);
+  if (impl_->mirrors_free) cudaEventDestroy(impl_->mirrors_free);
+  for (auto& s : impl_->slots) {
+    cudaFree(s.device);
+    cudaFreeHost(s.pinned);
+  }
   if (impl_->cublas) cublasDestroy(impl_->cublas);
   if (impl_->stream && impl_->owns_stream) cudaStreamDestroy(impl_->stream);
 }
@@ -194,11 +240,20 @@ Weight CudaOps::upload(const TensorView& t) {
 void* CudaOps::scratch(Scratch slot, size_t bytes) {
   Impl::Slot& s = impl_->slots[static_cast<int>(slot)];
   if (bytes > s.capacity) {
+    if (impl_->mode != Impl::Mode::Normal) {
+      // No allocation inside a recorded step: the step runs as usual instead (and grows this).
+      impl_->step_failed = true;
+      return s.device;
+    }
     SPECULA_CUDA(cudaStreamSynchronize(impl_->stream));  // queued work may still read the old one
+    impl_->drop_graphs(nullptr);                          // recordings hold the old address
     SPECULA_CUDA(cudaFree(s.device));
+    SPECULA_CUDA(cudaFreeHost(s.pinned));
     s.device = nullptr;
+    s.pinned = nullptr;
     s.capacity = align_up(std::max(bytes, size_t{4096}) * 2);  // room to grow
     SPECULA_CUDA(cudaMalloc(&s.device, s.capacity));
+    if (slot != Scratch::Bf16Activations) SPECULA_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&s.pinned), s.capacity, 0));
     s.last.clear();
   }
   return s.device;
@@ -207,6 +262,25 @@ void* CudaOps::scratch(Scratch slot, size_t bytes) {
 const void* CudaOps::upload_small(Scratch slot, const void* data, size_t bytes) {
   void* dev = scratch(slot, bytes);
   Impl::Slot& s = impl_->slots[static_cast<int>(slot)];
+  if (impl_->mode != Impl::Mode::Normal) {
+    if (impl_->step_failed || bytes == 0 || !s.pinned) {
+      impl_->step_failed = true;
+      return dev;
+    }
+    if (s.staged_bytes) {
+      // A second upload to this slot in one step must repeat the first (the block tables for
+      // each layer); a recording holds one copy per slot.
+      if (s.staged_bytes != bytes || std::memcmp(s.pinned, data, bytes) != 0) impl_->step_failed = true;
+      return dev;
+    }
+    std::memcpy(s.pinned, data, bytes);
+    s.staged_bytes = bytes;
+    // Recording: the copy node reads the whole mirror at each replay (the arrays may grow, e.g.
+    // a block table, up to the slot's capacity without a new recording).
+    if (impl_->mode == Impl::Mode::Recording)
+      SPECULA_CUDA(cudaMemcpyAsync(dev, s.pinned, s.capacity, cudaMemcpyHostToDevice, impl_->stream));
+    return dev;
+  }
   if (s.last.size() == bytes && bytes > 0 && std::memcmp(s.last.data(), data, bytes) == 0) return dev;
   // Pageable source: staged before the call returns; ordered after earlier readers on the stream.
   SPECULA_CUDA(cudaMemcpyAsync(dev, data, bytes, cudaMemcpyHostToDevice, impl_->stream));
@@ -215,6 +289,70 @@ const void* CudaOps::upload_small(Scratch slot, const void* data, size_t bytes) 
 }
 
 void CudaOps::synchronize() { SPECULA_CUDA(cudaStreamSynchronize(impl_->stream)); }
+
+// --- recorded steps -------------------------------------------------------------------------
+
+void CudaOps::record_begin() {
+  require(impl_->mode == Impl::Mode::Normal, "record_begin inside a recorded step");
+  impl_->begin_step(Impl::Mode::Recording);
+  SPECULA_CUDA(cudaStreamBeginCapture(impl_->stream, cudaStreamCaptureModeThreadLocal));
+}
+
+bool CudaOps::record_end(const RecordingKey& key) {
+  require(impl_->mode == Impl::Mode::Recording, "record_end without record_begin");
+  impl_->mode = Impl::Mode::Normal;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(impl_->stream, &graph);
+  if (ended != cudaSuccess || !graph || impl_->step_failed) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // a capture invalidated by an unsupported call leaves its error behind
+    return false;
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  SPECULA_CUDA(made);
+  if (impl_->graphs.size() >= 64) impl_->drop_graphs(nullptr);
+  if (auto it = impl_->graphs.find(key); it != impl_->graphs.end()) {
+    cudaGraphExecDestroy(it->second);
+    impl_->graphs.erase(it);
+  }
+  impl_->graphs.emplace(key, exec);
+  SPECULA_CUDA(cudaGraphLaunch(exec, impl_->stream));
+  impl_->launched();
+  return true;
+}
+
+bool CudaOps::replay_begin(const RecordingKey& key) {
+  require(impl_->mode == Impl::Mode::Normal, "replay_begin inside a recorded step");
+  auto it = impl_->graphs.find(key);
+  if (it == impl_->graphs.end()) return false;
+  impl_->begin_step(Impl::Mode::Replaying);
+  impl_->replaying = it->second;
+  return true;
+}
+
+bool CudaOps::replay_end() {
+  require(impl_->mode == Impl::Mode::Replaying, "replay_end without replay_begin");
+  impl_->mode = Impl::Mode::Normal;
+  if (impl_->step_failed) return false;
+  SPECULA_CUDA(cudaGraphLaunch(impl_->replaying, impl_->stream));
+  impl_->launched();
+  return true;
+}
+
+void CudaOps::recording_cancel() {
+  if (impl_->mode == Impl::Mode::Recording) {
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(impl_->stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+  }
+  impl_->mode = Impl::Mode::Normal;
+}
+
+void CudaOps::forget_recordings(const void* owner) { impl_->drop_graphs(owner); }
+size_t CudaOps::graph_launches() const { return impl_->launches; }
 
 double CudaOps::measure_copy_bandwidth_gbs(size_t bytes) {
   void *a = nullptr, *b = nullptr;
@@ -252,6 +390,7 @@ void CudaOps::embed(const Weight& table, std::span<const int32_t> tokens, float*
       throw std::out_of_range("token id " + std::to_string(t) + " outside the vocabulary of " + std::to_string(vocab));
   if (tokens.empty()) return;
   auto* dev = static_cast<const int32_t*>(upload_small(Scratch::Tokens, tokens.data(), tokens.size_bytes()));
+  if (!impl_->queue_work()) return;
   cuda::embed(static_cast<const __nv_bfloat16*>(table.device), dev, static_cast<int64_t>(tokens.size()), dim, out,
               impl_->stream);
 }
@@ -259,13 +398,13 @@ void CudaOps::embed(const Weight& table, std::span<const int32_t> tokens, float*
 void CudaOps::rmsnorm(const float* x, const Weight& w, float eps, int64_t n, int64_t dim, float* out) {
   require(w.view.numel() == dim && w.device, "rmsnorm: weight has " + std::to_string(w.view.numel()) +
                                                  " values for dim " + std::to_string(dim));
-  if (n <= 0) return;
+  if (n <= 0 || !impl_->queue_work()) return;
   cuda::rmsnorm(x, static_cast<const float*>(w.device), eps, n, dim, out, impl_->stream);
 }
 
 void CudaOps::matmul(const float* x, const Weight& w, int64_t n, float* y) {
   require(w.view.shape.size() == 2 && w.device, "matmul: " + w.view.name + " is not an uploaded matrix");
-  if (n <= 0) return;
+  if (n <= 0 || !impl_->queue_work()) return;
   const int64_t rows = w.rows(), cols = w.cols();
   const auto* wb = static_cast<const __nv_bfloat16*>(w.device);
   const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0;
@@ -293,15 +432,16 @@ void CudaOps::rope(float* x, int64_t n, int64_t heads, int64_t head_dim, std::sp
   if (n <= 0) return;
   auto* pos = static_cast<const int32_t*>(upload_small(Scratch::Positions, positions.data(), n * sizeof(int32_t)));
   auto* inv = static_cast<const float*>(upload_small(Scratch::InvFreq, inv_freq.data(), (head_dim / 2) * sizeof(float)));
+  if (!impl_->queue_work()) return;
   cuda::rope(x, n, heads, head_dim, pos, inv, style == RopeStyle::Interleaved, impl_->stream);
 }
 
 void CudaOps::swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  if (n > 0) cuda::swiglu(gate, up, n, out, impl_->stream);
+  if (n > 0 && impl_->queue_work()) cuda::swiglu(gate, up, n, out, impl_->stream);
 }
 
 void CudaOps::add(float* x, const float* y, int64_t n) {
-  if (n > 0) cuda::add(x, y, n, impl_->stream);
+  if (n > 0 && impl_->queue_work()) cuda::add(x, y, n, impl_->stream);
 }
 
 namespace {
@@ -336,6 +476,7 @@ void CudaOps::kv_store(KvCache& kv, int layer, const float* k, const float* v, s
   const std::vector<unsigned char> plan = make_plan(kv, slices, &rows);
   if (rows == 0) return;
   auto* dev = static_cast<const cuda::RowPlan*>(upload_small(Scratch::Plan, plan.data(), plan.size()));
+  if (!impl_->queue_work()) return;
   cuda::kv_store(kv.k_pool(layer), kv.v_pool(layer), k, v, dev, rows, kv.row_floats(), impl_->stream);
 }
 
@@ -352,6 +493,7 @@ void CudaOps::attention(const float* q, KvCache& kv, int layer, std::span<const 
   auto* dev = static_cast<const unsigned char*>(upload_small(Scratch::Plan, plan.data(), plan.size()));
   const auto* rp = reinterpret_cast<const cuda::RowPlan*>(dev);
   const auto* tables = reinterpret_cast<const int32_t*>(dev + rows * sizeof(cuda::RowPlan));
+  if (!impl_->queue_work()) return;
   cuda::attention(q, kv.k_pool(layer), kv.v_pool(layer), rp, tables, rows, heads, c.kv_heads, c.head_dim,
                   c.block_tokens, out, impl_->stream);
 }
@@ -359,6 +501,7 @@ void CudaOps::attention(const float* q, KvCache& kv, int layer, std::span<const 
 void CudaOps::gather_rows(const float* src, int64_t cols, std::span<const int64_t> rows, float* dst) {
   if (rows.empty()) return;
   auto* dev = static_cast<const int64_t*>(upload_small(Scratch::Rows, rows.data(), rows.size_bytes()));
+  if (!impl_->queue_work()) return;
   cuda::gather_rows(src, cols, dev, static_cast<int64_t>(rows.size()), dst, impl_->stream);
 }
 

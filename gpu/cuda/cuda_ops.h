@@ -52,6 +52,18 @@ class CudaOps final : public Ops {
   void gather_rows(const float* src, int64_t cols, std::span<const int64_t> rows, float* dst) override;
   void synchronize() override;
 
+  // Recorded steps as CUDA graphs (gpu/ops.h): the stream captured into a graph, the small host
+  // arrays copied from pinned mirrors of the scratch slots by the graph's own copy nodes.
+  bool can_record() const override { return true; }
+  void record_begin() override;
+  bool record_end(const RecordingKey& key) override;
+  bool replay_begin(const RecordingKey& key) override;
+  bool replay_end() override;
+  void recording_cancel() override;
+  void forget_recordings(const void* owner) override;
+  // Graph launches so far (recorded steps run), for tests and reports.
+  size_t graph_launches() const;
+
   // --- CUDA only -------------------------------------------------------------
   int device() const { return device_; }
   void* stream() const;  // the cudaStream_t every op is queued on

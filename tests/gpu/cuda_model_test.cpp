@@ -4,6 +4,8 @@
 // only float32 rounding separates them. Skips, with the reason, where no CUDA GPU is.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "tests/gpu/gpu_test.h"
 
 #ifdef SPECULA_HAVE_CUDA
@@ -168,6 +170,41 @@ TEST_F(CudaModelTest, CoupledSpeculativeSamplingOnTheDeviceEqualsHostSamplingAtT
                          [&](int32_t t, TokenOrigin) { got.push_back(t); return true; });
     EXPECT_EQ(got, want) << d->name();
   }
+}
+
+// Recorded steps (CUDA graphs) replay the same kernels on the same buffers with freshly staged
+// positions and block tables, so their logits equal launched steps' bit for bit: through decode
+// steps whose block table grows past the recording's, verification chunks, a rollback, and a
+// wide prefill in between that reallocates the activations (its recordings must be dropped).
+TEST_F(CudaModelTest, RecordedStepsGiveExactlyTheLogitsOfLaunchedSteps) {
+  Device recorded(std::make_unique<CudaOps>(0), weights_);
+  recorded.model->set_recorded_steps(true);
+  cuda_->model->set_recorded_steps(false);
+  int step = 0;
+  auto both = [&](const std::vector<int32_t>& tokens, bool all) {
+    const std::vector<float> want = cuda_->forward(tokens, all), got = recorded.forward(tokens, all);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "step " << step;
+    ++step;
+  };
+  auto decode = [&](int n) {
+    for (int i = 0; i < n; ++i) both({static_cast<int32_t>((step * 13 + 5) % kShape.vocab)}, false);
+  };
+  both(prompt_of(8, kShape.vocab), false);
+  decode(40);  // positions 8..47: the block table grows at 16 and 32
+  for (int r = 0; r < 4; ++r) {  // verification chunks of K+1 = 5, rolled back as after a rejection
+    const int64_t at = cuda_->kv->length(cuda_->seq);
+    both(prompt_of(5, kShape.vocab), true);
+    cuda_->kv->truncate_to(cuda_->seq, at + 2);
+    recorded.kv->truncate_to(recorded.seq, at + 2);
+  }
+  both(prompt_of(30, kShape.vocab), true);  // cuBLAS: wider activations, recordings dropped
+  decode(20);
+  both(prompt_of(5, kShape.vocab), true);
+  both(prompt_of(5, kShape.vocab), true);
+  const auto& ops = static_cast<const CudaOps&>(*recorded.ops);
+  EXPECT_GT(ops.graph_launches(), 50u) << "the recorded model launched too few graphs: the test would prove nothing";
+  EXPECT_EQ(static_cast<const CudaOps&>(*cuda_->ops).graph_launches(), 0u);
 }
 
 TEST_F(CudaModelTest, AutoPicksTheCudaDeviceWhenAGpuIsPresent) {

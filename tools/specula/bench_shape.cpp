@@ -9,6 +9,7 @@
 #include <cmath>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -353,6 +354,10 @@ int bench_decode_shape(const Args& a) {
   dev.threads = static_cast<int>(a.integer("threads", 2));
   std::unique_ptr<Ops> ops = make_device(dev);
   const double bandwidth_gbs = measure_bandwidth_gbs(*ops);
+  // Step recordings (CUDA graphs): measured beside the launched steps on a device that records.
+  const std::string graphs_opt = a.str("cuda-graphs", ops->can_record() ? "both" : "off");
+  if (graphs_opt != "both" && graphs_opt != "off") throw UsageError("--cuda-graphs must be both or off, got '" + graphs_opt + "'");
+  const bool graphs_too = graphs_opt == "both" && ops->can_record();
 
   nlohmann::json shapes = nlohmann::json::array();
   std::vector<double> step_seconds;
@@ -369,44 +374,58 @@ int bench_decode_shape(const Args& a) {
     for (int64_t i = 0; i < n_prompt; ++i) prompt.push_back(static_cast<int32_t>((i * 7919 + 13) % cfg.vocab_size));
     std::vector<float> logits;
 
-    std::vector<double> prefill_tps, decode_tps;
-    for (int r = 0; r < repeat + 1; ++r) {  // run 0 warms up (scratch growth, cuBLAS, caches)
-      kv.truncate_to(seq, 0);
-      auto t0 = Clock::now();
-      ForwardSeq fs{seq, prompt, false};
-      model.forward({&fs, 1}, kv, logits);  // forward copies the logits to the host: synchronous
-      const double tp = seconds_since(t0);
-      int32_t tok = argmax(logits);
-      t0 = Clock::now();
-      for (int64_t i = 0; i < n_decode; ++i) {
-        ForwardSeq step{seq, {&tok, 1}, false};
-        model.forward({&step, 1}, kv, logits);
-        tok = argmax(logits);
+    // Decode and verify timings with the step recordings (CUDA graphs) off or on.
+    struct Timed {
+      std::vector<double> prefill_tps, decode_tps;
+      nlohmann::json verify = nlohmann::json::array();
+    };
+    auto measure = [&](bool graphs) {
+      model.set_recorded_steps(graphs);
+      Timed out;
+      for (int r = 0; r < repeat + 1; ++r) {  // run 0 warms up (scratch growth, cuBLAS, caches, recordings)
+        kv.truncate_to(seq, 0);
+        auto t0 = Clock::now();
+        ForwardSeq fs{seq, prompt, false};
+        model.forward({&fs, 1}, kv, logits);  // forward copies the logits to the host: synchronous
+        const double tp = seconds_since(t0);
+        int32_t tok = argmax(logits);
+        t0 = Clock::now();
+        for (int64_t i = 0; i < n_decode; ++i) {
+          ForwardSeq step{seq, {&tok, 1}, false};
+          model.forward({&step, 1}, kv, logits);
+          tok = argmax(logits);
+        }
+        const double td = seconds_since(t0);
+        if (r == 0) continue;
+        out.prefill_tps.push_back(n_prompt / tp);
+        out.decode_tps.push_back(n_decode / td);
       }
-      const double td = seconds_since(t0);
-      if (r == 0) continue;
-      prefill_tps.push_back(n_prompt / tp);
-      decode_tps.push_back(n_decode / td);
-    }
-
-    nlohmann::json verify = nlohmann::json::array();
-    double t_one = 0;
-    for (int n = 1; n <= max_verify; ++n) {
-      std::vector<double> times;
-      const std::vector<int32_t> toks(prompt.begin(), prompt.begin() + std::min<int64_t>(n, n_prompt));
-      std::vector<int32_t> chunk = toks;
-      chunk.resize(n, prompt[0]);
-      for (int r = 0; r < std::max(7, repeat * 3); ++r) {
-        kv.truncate_to(seq, n_prompt);
-        ForwardSeq fs{seq, chunk, true};
-        const auto t0 = Clock::now();
-        model.forward({&fs, 1}, kv, logits);
-        times.push_back(seconds_since(t0));
+      double t_one = 0;
+      for (int n = 1; n <= max_verify; ++n) {
+        std::vector<double> times;
+        const std::vector<int32_t> toks(prompt.begin(), prompt.begin() + std::min<int64_t>(n, n_prompt));
+        std::vector<int32_t> chunk = toks;
+        chunk.resize(n, prompt[0]);
+        for (int r = 0; r < std::max(7, repeat * 3); ++r) {
+          kv.truncate_to(seq, n_prompt);
+          ForwardSeq fs{seq, chunk, true};
+          const auto t0 = Clock::now();
+          model.forward({&fs, 1}, kv, logits);
+          times.push_back(seconds_since(t0));
+        }
+        const double t = median_of(times);
+        if (n == 1) t_one = t;
+        out.verify.push_back({{"tokens", n}, {"seconds", t}, {"cost_vs_one_token", t / t_one}});
       }
-      const double t = median_of(times);
-      if (n == 1) t_one = t;
-      verify.push_back({{"tokens", n}, {"seconds", t}, {"cost_vs_one_token", t / t_one}});
-    }
+      return out;
+    };
+    const Timed launched = measure(false);
+    std::optional<Timed> recorded;
+    if (graphs_too) recorded = measure(true);
+    model.set_recorded_steps(false);
+    const std::vector<double>& prefill_tps = launched.prefill_tps;
+    const std::vector<double>& decode_tps = launched.decode_tps;
+    const nlohmann::json& verify = launched.verify;
 
     const double avg_ctx = n_prompt + n_decode / 2.0;
     const double kv_bytes = avg_ctx * cfg.layers * 2.0 * cfg.kv_heads * cfg.head_dim * sizeof(float);
@@ -433,6 +452,14 @@ int bench_decode_shape(const Args& a) {
     j["roofline_fraction"] = roofline_tps > 0 ? decode / roofline_tps : 0;
     j["achieved_gb_per_s"] = decode * bytes / 1e9;
     j["verify_cost"] = verify;
+    if (recorded) {
+      const double d = median_of(recorded->decode_tps);
+      j["cuda_graphs"] = {{"decode_tokens_per_second", d},
+                          {"decode_runs_tokens_per_second", recorded->decode_tps},
+                          {"roofline_fraction", roofline_tps > 0 ? d / roofline_tps : 0},
+                          {"decode_speedup_vs_launched", decode > 0 ? d / decode : 0},
+                          {"verify_cost", recorded->verify}};
+    }
     shapes.push_back(j);
     std::fprintf(stderr, "%s: %.1f tokens/s, %.0f%% of the roofline\n", names[si].c_str(), decode,
                  roofline_tps > 0 ? 100 * decode / roofline_tps : 0.0);

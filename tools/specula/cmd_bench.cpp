@@ -39,7 +39,8 @@ const char* kUsage =
     "  --spec-pair 0.6,0.7,0.8 (with two shapes, draft first): a synthetic pair with those greedy\n"
     "  acceptances; speculative vs target-only decoding and Theorem 3.8's prediction (--spec-k, 4),\n"
     "  through the sequential loop and through the actor engine with pipelining off and on\n"
-    "  (--spec-pair-engine off: the sequential loop only).\n"
+    "  (--spec-pair-engine off: the sequential loop only). On CUDA the decode and verify timings\n"
+    "  are repeated with each step replayed from a CUDA graph (--cuda-graphs both|off, default both).\n"
     "\n"
     "usage: specula bench spec [--model PATH] [--prompts FILE] [--drafts LIST] [--limit N] [--max-tokens N]\n"
     "                          [--spec-k K] [--adaptive] [--spec-k-min K] [--spec-k-max K] [--draft-entropy NATS]\n"
@@ -394,7 +395,8 @@ int cmd_bench(int argc, char** argv) {
       options.insert(kEngineBenchOptions.begin(), kEngineBenchOptions.end());
       flags.insert("adaptive");
     } else {
-      options.insert({"prompt-tokens", "decode-tokens", "repeat", "max-verify", "shape", "spec-pair", "spec-k", "spec-pair-engine"});
+      options.insert({"prompt-tokens", "decode-tokens", "repeat", "max-verify", "shape", "spec-pair", "spec-k", "spec-pair-engine",
+                      "cuda-graphs"});
     }
     const Args a(argc - 1, argv + 1, options, flags);
     if (a.help()) { std::fputs(kUsage, stdout); return 0; }
