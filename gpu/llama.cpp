@@ -181,30 +181,32 @@ bool LlamaModel::run_recorded(const Ops::RecordingKey& key, std::span<const int3
                               std::span<const int32_t> positions, std::span<const SeqSlice> slices,
                               std::span<const int64_t> out_rows, KvCache& kv, const std::vector<bool>* skip_layers) {
   if (unrecordable_shapes_.count(key.shape)) return false;
-  if (ops_.replay_begin(key)) {
-    try {
-      run_layers(tokens, positions, slices, out_rows, kv, skip_layers);  // stages the host arrays only
-    } catch (...) {
-      ops_.recording_cancel();
-      throw;
-    }
-    return ops_.replay_end();
-  }
-  // The first time a shape is seen it runs as usual (device scratch grows to fit it); the
-  // second time it is recorded.
-  if (seen_shapes_.size() > 256) seen_shapes_.clear();  // caches come and go (a drafter's per request)
-  if (seen_shapes_.insert(key.shape).second) return false;
-  ops_.record_begin();
+  auto unrecordable = [&] {
+    if (unrecordable_shapes_.size() > 256) unrecordable_shapes_.clear();
+    unrecordable_shapes_.insert(key.shape);
+    return false;
+  };
+  // A bad argument fails the step as it would unrecorded; a device error while recording or
+  // replaying (std::runtime_error: a capture the device refused) runs the step as usual instead.
   try {
+    if (ops_.replay_begin(key)) {
+      run_layers(tokens, positions, slices, out_rows, kv, skip_layers);  // stages the host arrays only
+      return ops_.replay_end();
+    }
+    // The first time a shape is seen it runs as usual (device scratch grows to fit it); the
+    // second time it is recorded.
+    if (seen_shapes_.size() > 256) seen_shapes_.clear();  // caches come and go (a drafter's per request)
+    if (seen_shapes_.insert(key.shape).second) return false;
+    ops_.record_begin();
     run_layers(tokens, positions, slices, out_rows, kv, skip_layers);
+    return ops_.record_end(key) || unrecordable();
+  } catch (const std::runtime_error&) {
+    ops_.recording_cancel();
+    return unrecordable();
   } catch (...) {
     ops_.recording_cancel();
     throw;
   }
-  if (ops_.record_end(key)) return true;
-  if (unrecordable_shapes_.size() > 256) unrecordable_shapes_.clear();
-  unrecordable_shapes_.insert(key.shape);
-  return false;
 }
 
 }  // namespace specula

@@ -82,26 +82,35 @@ struct CudaOps::Impl {
       it = graphs.erase(it);
     }
   }
-  void begin_step(Mode m) {
+  // Before a recorded or replayed step (the caller enters the mode once this succeeded).
+  void begin_step() {
     if (!mirrors_free) SPECULA_CUDA(cudaEventCreateWithFlags(&mirrors_free, cudaEventDisableTiming));
     SPECULA_CUDA(cudaEventSynchronize(mirrors_free));  // the last launch has read the mirrors
     for (Slot& s : slots) s.staged_bytes = 0;
     step_failed = false;
-    mode = m;
   }
   // After a launch: what the device slots will hold.
   void launched() {
     ++launches;
-    SPECULA_CUDA(cudaEventRecord(mirrors_free, stream));
     for (Slot& s : slots)
       if (s.staged_bytes) s.last.assign(s.pinned, s.pinned + s.staged_bytes);
+    SPECULA_CUDA(cudaEventRecord(mirrors_free, stream));
   }
+  // Buffers released while the stream was being captured (by another thread: a drafter's cache
+  // freed on an actor's thread): a synchronize then would break the capture, so they are
+  // freed at the next release or at destruction.
+  std::mutex deferred_mutex;
+  std::vector<float*> deferred_frees;
 
   void new_arena(size_t bytes) {
     char* p = nullptr;
     SPECULA_CUDA(cudaMalloc(&p, bytes));
     // The last model using the arena may go with kernels of any stream still reading it.
     arena = std::shared_ptr<char>(p, [](char* q) {
+      if (cuda::in_host_callback) {  // a wait there would never return
+        std::fprintf(stderr, "specula: weights released from a stream's host callback: not freed\n");
+        return;
+      }
       cudaDeviceSynchronize();
       cudaFree(q);
     });
@@ -136,8 +145,13 @@ CudaOps::CudaOps(int device, void* stream) : impl_(std::make_unique<Impl>()), de
 }
 
 CudaOps::~CudaOps() {
+  if (cuda::in_host_callback) {  // a wait there would never return: leak instead
+    std::fprintf(stderr, "specula: cuda device destroyed from a stream's host callback: not freed\n");
+    return;
+  }
   cudaSetDevice(device_);
   cudaStreamSynchronize(impl_->stream);
+  for (float* p : impl_->deferred_frees) cudaFree(p);
   impl_->drop_graphs(nullptr);
   if (impl_->mirrors_free) cudaEventDestroy(impl_->mirrors_free);
   for (auto& s : impl_->slots) {
@@ -170,8 +184,20 @@ void CudaOps::release(float* p) {
     std::fprintf(stderr, "specula: cuda release from a stream's host callback: not freed (it would deadlock)\n");
     return;
   }
-  cudaError_t e = cudaStreamSynchronize(impl_->stream);  // queued work may still use it
-  if (e == cudaSuccess) e = cudaFree(p);
+  std::vector<float*> free_now{p};
+  {
+    std::lock_guard lock(impl_->deferred_mutex);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(impl_->stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+      impl_->deferred_frees.push_back(p);
+      return;
+    }
+    free_now.insert(free_now.end(), impl_->deferred_frees.begin(), impl_->deferred_frees.end());
+    impl_->deferred_frees.clear();
+  }
+  cudaError_t e = cudaStreamSynchronize(impl_->stream);  // queued work may still use them
+  for (float* q : free_now)
+    if (e == cudaSuccess) e = cudaFree(q);
   if (e != cudaSuccess) std::fprintf(stderr, "specula: cuda release: %s\n", cudaGetErrorString(e));
 }
 
@@ -245,16 +271,20 @@ void* CudaOps::scratch(Scratch slot, size_t bytes) {
       impl_->step_failed = true;
       return s.device;
     }
+    // Recorded steps upload through every slot but these two (and hold the slots' addresses).
+    const bool recorded = slot != Scratch::Bf16Activations && slot != Scratch::Verify;
     SPECULA_CUDA(cudaStreamSynchronize(impl_->stream));  // queued work may still read the old one
-    impl_->drop_graphs(nullptr);                          // recordings hold the old address
+    if (recorded) impl_->drop_graphs(nullptr);
+    s.last.clear();
+    s.capacity = 0;
     SPECULA_CUDA(cudaFree(s.device));
     SPECULA_CUDA(cudaFreeHost(s.pinned));
     s.device = nullptr;
     s.pinned = nullptr;
-    s.capacity = align_up(std::max(bytes, size_t{4096}) * 2);  // room to grow
-    SPECULA_CUDA(cudaMalloc(&s.device, s.capacity));
-    if (slot != Scratch::Bf16Activations) SPECULA_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&s.pinned), s.capacity, 0));
-    s.last.clear();
+    const size_t capacity = align_up(std::max(bytes, size_t{4096}) * 2);  // room to grow
+    SPECULA_CUDA(cudaMalloc(&s.device, capacity));
+    if (recorded) SPECULA_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&s.pinned), capacity, 0));
+    s.capacity = capacity;
   }
   return s.device;
 }
@@ -294,8 +324,9 @@ void CudaOps::synchronize() { SPECULA_CUDA(cudaStreamSynchronize(impl_->stream))
 
 void CudaOps::record_begin() {
   require(impl_->mode == Impl::Mode::Normal, "record_begin inside a recorded step");
-  impl_->begin_step(Impl::Mode::Recording);
+  impl_->begin_step();
   SPECULA_CUDA(cudaStreamBeginCapture(impl_->stream, cudaStreamCaptureModeThreadLocal));
+  impl_->mode = Impl::Mode::Recording;
 }
 
 bool CudaOps::record_end(const RecordingKey& key) {
@@ -311,7 +342,10 @@ bool CudaOps::record_end(const RecordingKey& key) {
   cudaGraphExec_t exec = nullptr;
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
-  SPECULA_CUDA(made);
+  if (made != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
   if (impl_->graphs.size() >= 64) impl_->drop_graphs(nullptr);
   if (auto it = impl_->graphs.find(key); it != impl_->graphs.end()) {
     cudaGraphExecDestroy(it->second);
@@ -327,7 +361,8 @@ bool CudaOps::replay_begin(const RecordingKey& key) {
   require(impl_->mode == Impl::Mode::Normal, "replay_begin inside a recorded step");
   auto it = impl_->graphs.find(key);
   if (it == impl_->graphs.end()) return false;
-  impl_->begin_step(Impl::Mode::Replaying);
+  impl_->begin_step();
+  impl_->mode = Impl::Mode::Replaying;
   impl_->replaying = it->second;
   return true;
 }

@@ -207,6 +207,37 @@ TEST_F(CudaModelTest, RecordedStepsGiveExactlyTheLogitsOfLaunchedSteps) {
   EXPECT_EQ(static_cast<const CudaOps&>(*cuda_->ops).graph_launches(), 0u);
 }
 
+// Recorded steps of several models interleaved on one device: the target's verification
+// chunks, its skip-layer self-draft and a separate draft model, each with its own recordings
+// and caches on the same CudaOps. Greedy output equals the same loop without recordings.
+TEST_F(CudaModelTest, SpeculativeGreedyGenerationWithRecordedStepsEqualsItWithout) {
+  GenerateRequest g;
+  g.prompt = prompt_of(8, kShape.vocab);
+  g.max_tokens = 48;
+  g.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
+  SpeculativeRequest s;
+  static_cast<GenerateRequest&>(s) = g;
+  s.draft.k = 4;
+  const ModelWeights other = bf16_exact(tiny_llama(8, kShape));
+  auto run = [&](Device& d, bool recorded, bool separate_draft) {
+    d.model->set_recorded_steps(recorded);
+    LlamaModel draft_model(other, *d.ops);
+    draft_model.set_recorded_steps(recorded);
+    ModelDrafter skip(*d.model, 1024, {false, true}), separate(draft_model, 1024);
+    std::vector<int32_t> got;
+    d.kv->truncate_to(d.seq, 0);
+    speculative_generate(*d.model, *d.kv, d.seq, separate_draft ? static_cast<Drafter&>(separate) : skip, s,
+                         [&](int32_t t, TokenOrigin) { got.push_back(t); return true; });
+    return got;
+  };
+  Device recorded(std::make_unique<CudaOps>(0), weights_);
+  for (bool separate : {false, true}) {
+    const std::vector<int32_t> want = run(*cuda_, false, separate);
+    EXPECT_EQ(run(recorded, true, separate), want) << (separate ? "separate draft model" : "skip drafter");
+  }
+  EXPECT_GT(static_cast<const CudaOps&>(*recorded.ops).graph_launches(), 20u);
+}
+
 TEST_F(CudaModelTest, AutoPicksTheCudaDeviceWhenAGpuIsPresent) {
   DeviceOptions opt;
   opt.device = "auto";
