@@ -8,8 +8,9 @@
 # dependencies needed there), else a CMake build in /tmp/specula-gpu-build (needs Boost,
 # nlohmann_json, PCRE2, GoogleTest and concurrentqueue on that machine). Writes under $OUT (at
 # most 8 files come back): summary.txt (one line per stage: exit status and seconds),
-# bench_decode.json, bench_spec_graphs.json, bench_decode_v2.json, hf_compare.jsonl,
-# hf_generate.json, gtest_cuda.json and logs.tar.gz (every stage's log).
+# bench_decode.json (with the skinny matmul's v2 and CUDA graphs timed in the same run),
+# bench_spec_graphs.json, hf_compare.jsonl, hf_generate.json, gtest_cuda.json and logs.tar.gz
+# (every stage's log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out/gpu_check}
@@ -104,11 +105,6 @@ else
     stage spec_graphs 300 sh -c "SPECULA_CUDA_GRAPHS=1 '$BIN/specula' bench decode --device cuda \
       --shape llama-3.2-1b,llama-3.2-3b --prompt-tokens 128 --decode-tokens 128 --repeat 1 --max-verify 2 \
       --cuda-graphs off --spec-pair 0.6,0.7,0.8 --spec-pair-engine off >'$OUT/bench_spec_graphs.json'"
-    # The skinny matmul's v2 (4 rows per warp), decode and verify cost only, for comparison.
-    stage bench_v2 300 sh -c "SPECULA_SKINNY_ROWS=4 '$BIN/specula' bench decode --device cuda \
-      --shape llama-3.2-1b,llama-3.2-3b --prompt-tokens 128 --decode-tokens 128 --repeat 3 --max-verify 9 \
-      --cuda-graphs off \
-      >'$OUT/bench_decode_v2.json'"
   fi
   if wants hf; then
     # Golden logits need numpy only; the live transformers run needs torch and transformers.

@@ -444,7 +444,7 @@ void CudaOps::matmul(const float* x, const Weight& w, int64_t n, float* y) {
   const auto* wb = static_cast<const __nv_bfloat16*>(w.device);
   const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0;
   if (n <= kSkinnyMaxRows && cols % 8 == 0 && aligned) {
-    cuda::matmul_skinny(wb, rows, cols, x, n, y, impl_->stream);
+    cuda::matmul_skinny(wb, rows, cols, x, n, y, impl_->stream, skinny_rows_per_warp_);
     return;
   }
   // Wide batches (prefill): activations to BF16, then cuBLAS with F32 accumulation and F32 out.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,13 @@ class CudaOps final : public Ops {
   // Matmuls with at most this many rows use the skinny kernel (F32 activations, each weight row
   // read once for all rows); wider ones convert activations to BF16 and call cuBLAS.
   static constexpr int64_t kSkinnyMaxRows = 16;
+  // The skinny kernel's version (gpu/cuda/kernels.h): 1 or 4 weight rows per warp, 0 = the
+  // default (SPECULA_SKINNY_ROWS); `bench decode --shape` times both in one run. Takes effect for
+  // steps launched after it (recordings keep the version they were recorded with).
+  void set_skinny_rows_per_warp(int rows) {
+    if (rows != 0 && rows != 1 && rows != 4) throw std::invalid_argument("skinny rows per warp must be 0, 1 or 4");
+    skinny_rows_per_warp_ = rows;
+  }
 
   // A device scratch region of at least `bytes`, reused across calls (grows, never shrinks;
   // growing waits for the stream). Valid until the next call with the same slot.
@@ -88,6 +96,7 @@ class CudaOps final : public Ops {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int device_ = 0;
+  int skinny_rows_per_warp_ = 0;
 };
 
 }  // namespace specula

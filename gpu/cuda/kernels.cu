@@ -341,8 +341,8 @@ void to_bf16(const float* src, int64_t n, __nv_bfloat16* dst, cudaStream_t s) {
 }
 
 void matmul_skinny(const __nv_bfloat16* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
-                   cudaStream_t s) {
-  if (skinny_rows_per_warp() == 4)
+                   cudaStream_t s, int rows_per_warp) {
+  if ((rows_per_warp ? rows_per_warp : skinny_rows_per_warp()) == 4)
     launch_skinny<4>(w, rows, cols, x, n, y, s);
   else
     launch_skinny<1>(w, rows, cols, x, n, y, s);

@@ -38,8 +38,10 @@ void gather_rows(const float* src, int64_t cols, const int64_t* rows, int64_t n,
 // dst[i] = bf16(src[i]), round to nearest even
 void to_bf16(const float* src, int64_t n, __nv_bfloat16* dst, cudaStream_t s);
 // y[n, rows] = x[n, cols] * W^T with W BF16 [rows, cols], x and y F32, n <= 16, cols % 8 == 0,
-// x 16-byte aligned: every weight row is read once for all n activation rows.
+// x 16-byte aligned: every weight row is read once for all n activation rows. rows_per_warp:
+// 1 (v1: a warp per weight row) or 4 (v2: each activation load serves four rows); 0: v1 unless
+// SPECULA_SKINNY_ROWS=4.
 void matmul_skinny(const __nv_bfloat16* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
-                   cudaStream_t s);
+                   cudaStream_t s, int rows_per_warp = 0);
 
 }  // namespace specula::cuda

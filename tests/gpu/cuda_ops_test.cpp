@@ -161,18 +161,23 @@ void check_matmul(Ops& host, CudaOps& cuda, const std::vector<float>& x, const T
   EXPECT_TRUE(all_close(to_host(cuda, dy.get(), want.size()), want, 0, 0, &bound)) << what << ", n = " << n;
 }
 
-TEST_F(CudaOpsTest, SkinnyMatmulMatchesTheHostOnBf16Weights) {
+TEST_F(CudaOpsTest, SkinnyMatmulMatchesTheHostOnBf16WeightsInBothVersions) {
   SCOPED_TRACE(trace());
-  const int64_t rows = 200, cols = 1024;
+  const int64_t rows = 203, cols = 1024;  // 203: v2's last warp has rows to spare
   std::vector<float> w = uniform(rng_, rows * cols);
   round_to_bf16(w);  // the device's BF16 copy is then exact; only accumulation order differs
   const TensorView view = f32_view(w, {rows, cols}, "w");
-  for (int64_t n : {1, 2, 3, 5, 8, 13, 16}) {
-    const std::vector<float> x = uniform(rng_, n * cols, -2, 2);
-    // Two float32 sums of `cols` products in different orders: each within cols * eps * sum|xw|
-    // of the exact value (Higham, Accuracy and Stability, 3.1), so they differ by at most twice that.
-    check_matmul(host_, *cuda_, x, view, w, n, 2 * cols * kF32Eps, "skinny");
+  for (int rows_per_warp : {1, 4}) {
+    cuda_->set_skinny_rows_per_warp(rows_per_warp);
+    for (int64_t n : {1, 2, 3, 5, 8, 13, 16}) {
+      const std::vector<float> x = uniform(rng_, n * cols, -2, 2);
+      // Two float32 sums of `cols` products in different orders: each within cols * eps * sum|xw|
+      // of the exact value (Higham, Accuracy and Stability, 3.1), so they differ by at most twice that.
+      check_matmul(host_, *cuda_, x, view, w, n, 2 * cols * kF32Eps,
+                   "skinny v" + std::to_string(rows_per_warp == 1 ? 1 : 2));
+    }
   }
+  cuda_->set_skinny_rows_per_warp(0);
 }
 
 TEST_F(CudaOpsTest, WideMatmulThroughCublasIsWithinBf16RoundingOfActivations) {

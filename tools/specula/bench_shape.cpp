@@ -419,9 +419,22 @@ int bench_decode_shape(const Args& a) {
       }
       return out;
     };
+    // On CUDA the skinny matmul's two versions are timed too (rows per warp 1, then 4).
+    auto skinny = [&](int rows_per_warp) {
+#ifdef SPECULA_HAVE_CUDA
+      if (ops->kind() == DeviceKind::Cuda) static_cast<CudaOps&>(*ops).set_skinny_rows_per_warp(rows_per_warp);
+#endif
+      (void)rows_per_warp;
+    };
+    skinny(1);
     const Timed launched = measure(false);
-    std::optional<Timed> recorded;
+    std::optional<Timed> recorded, v2;
     if (graphs_too) recorded = measure(true);
+    if (ops->kind() == DeviceKind::Cuda) {
+      skinny(4);
+      v2 = measure(false);
+    }
+    skinny(0);
     model.set_recorded_steps(false);
     const std::vector<double>& prefill_tps = launched.prefill_tps;
     const std::vector<double>& decode_tps = launched.decode_tps;
@@ -452,6 +465,13 @@ int bench_decode_shape(const Args& a) {
     j["roofline_fraction"] = roofline_tps > 0 ? decode / roofline_tps : 0;
     j["achieved_gb_per_s"] = decode * bytes / 1e9;
     j["verify_cost"] = verify;
+    if (v2) {
+      const double d = median_of(v2->decode_tps);
+      j["skinny_v2"] = {{"decode_tokens_per_second", d},
+                        {"roofline_fraction", roofline_tps > 0 ? d / roofline_tps : 0},
+                        {"decode_speedup_vs_v1", decode > 0 ? d / decode : 0},
+                        {"verify_cost", v2->verify}};
+    }
     if (recorded) {
       const double d = median_of(recorded->decode_tps);
       j["cuda_graphs"] = {{"decode_tokens_per_second", d},
