@@ -75,6 +75,15 @@ std::vector<int32_t> prompt_of(int64_t n, int64_t vocab) {
   return p;
 }
 
+// An 8-token prompt (every matmul on the F32-activation path), `max_tokens` to generate.
+GenerateRequest request_of(int max_tokens, SamplingParams sampling) {
+  GenerateRequest g;
+  g.prompt = prompt_of(8, kShape.vocab);
+  g.max_tokens = max_tokens;
+  g.sampling = sampling;
+  return g;
+}
+
 TEST_F(CudaModelTest, TinyModelLogitsMatchTheHostForAChunkAndForDecodeSteps) {
   const std::vector<int32_t> prompt = prompt_of(12, kShape.vocab);
   // 12 rows (the skinny matmul keeps F32 activations): only F32 summation order and the last
@@ -116,10 +125,7 @@ TEST_F(CudaModelTest, GreedyGenerationEqualsTheHostTokenForToken) {
 }
 
 TEST_F(CudaModelTest, SpeculativeGreedyGenerationOnTheDeviceEqualsHostGreedy) {
-  GenerateRequest g;
-  g.prompt = prompt_of(8, kShape.vocab);
-  g.max_tokens = 48;
-  g.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
+  const GenerateRequest g = request_of(48, SamplingParams{0.0f, 0, 1.0f, 0});
   std::vector<int32_t> want;
   generate(*host_->model, *host_->kv, host_->seq, g, [&](int32_t t) { want.push_back(t); return true; });
 
@@ -149,10 +155,7 @@ TEST_F(CudaModelTest, SpeculativeGreedyGenerationOnTheDeviceEqualsHostGreedy) {
 // (A flip needs two Gumbel scores within ~1e-6 of each other: the devices' logits differ by F32
 // rounding only; about 1e-5 per token.)
 TEST_F(CudaModelTest, CoupledSpeculativeSamplingOnTheDeviceEqualsHostSamplingAtTheSameSeed) {
-  GenerateRequest g;
-  g.prompt = prompt_of(8, kShape.vocab);
-  g.max_tokens = 48;
-  g.sampling = SamplingParams{0.8f, 0, 0.95f, 1234};
+  const GenerateRequest g = request_of(48, SamplingParams{0.8f, 0, 0.95f, 1234});
   std::vector<int32_t> want;
   host_->kv->truncate_to(host_->seq, 0);
   generate(*host_->model, *host_->kv, host_->seq, g, [&](int32_t t) { want.push_back(t); return true; });
@@ -211,10 +214,7 @@ TEST_F(CudaModelTest, RecordedStepsGiveExactlyTheLogitsOfLaunchedSteps) {
 // chunks, its skip-layer self-draft and a separate draft model, each with its own recordings
 // and caches on the same CudaOps. Greedy output equals the same loop without recordings.
 TEST_F(CudaModelTest, SpeculativeGreedyGenerationWithRecordedStepsEqualsItWithout) {
-  GenerateRequest g;
-  g.prompt = prompt_of(8, kShape.vocab);
-  g.max_tokens = 48;
-  g.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
+  const GenerateRequest g = request_of(48, SamplingParams{0.0f, 0, 1.0f, 0});
   SpeculativeRequest s;
   static_cast<GenerateRequest&>(s) = g;
   s.draft.k = 4;
