@@ -82,7 +82,7 @@ else
       skipped=$(cat "$LOGS/test_cuda.log" "$LOGS/test_streams.log" 2>/dev/null |
         grep -oE '^\[  SKIPPED \] [0-9]+ tests?, listed below' | awk '{s += $4} END {print s + 0}')
       if [ "$skipped" -gt 0 ]; then
-        note "FAILED     a GPU is listed but $skipped GPU tests skipped: $(grep -m1 -h -A1 '^\[  SKIPPED \]' "$LOGS"/test_*.log | tail -n 1 | cut -c1-120)"
+        note "FAILED     a GPU is listed but $skipped GPU tests skipped: $(grep -m1 -h -A1 ': Skipped$' "$LOGS"/test_*.log | tail -n 1 | cut -c1-120)"
         note "           driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1); built with $(cat "$BIN/CUDA_VERSION" 2>/dev/null || nvcc --version | tail -n 1)"
       fi
     fi
