@@ -173,11 +173,11 @@ std::shared_ptr<const LoadedModel> as_loaded(ModelWeights w, const std::string& 
   return m;
 }
 
-// One greedy request through the engine: its tokens and its decode tokens/s (first token to done).
+// One greedy request through the engine: its events (GenerateResult) and its decode tokens/s
+// (first token to done).
 struct EngineRun {
-  std::vector<int32_t> tokens;
+  actors::GenerateResult result;
   double tokens_per_second = 0;
-  SpeculativeStats stats;
 };
 EngineRun engine_run(actors::Engine& engine, const GenerateRequest& g, bool speculate, int k) {
   actors::EngineRequest req;
@@ -189,20 +189,14 @@ EngineRun engine_run(actors::Engine& engine, const GenerateRequest& g, bool spec
   req.stop_ids = std::vector<int32_t>{};  // the numbered vocabulary has no end token; run to max_tokens
   actors::TokenStream stream = engine.start(req);
   EngineRun r;
-  Clock::time_point first;
-  for (;;) {
-    actors::StreamEvent ev = stream.next_blocking();
-    if (ev.kind == actors::StreamEvent::Kind::Token) {
-      if (r.tokens.empty()) first = Clock::now();
-      r.tokens.push_back(ev.token);
-      continue;
-    }
-    if (ev.kind == actors::StreamEvent::Kind::Error) throw std::runtime_error("engine run: " + ev.error);
-    r.stats = ev.stats;
-    break;
+  std::optional<Clock::time_point> first;
+  for (bool done = false; !done;) {
+    done = r.result.add(stream.next_blocking());
+    if (!first && !r.result.tokens.empty()) first = Clock::now();
   }
-  const double s = seconds_since(first);
-  if (r.tokens.size() > 1 && s > 0) r.tokens_per_second = static_cast<double>(r.tokens.size() - 1) / s;
+  if (!r.result.error.empty()) throw std::runtime_error("engine run: " + r.result.error);
+  const double s = first ? seconds_since(*first) : 0;
+  if (r.result.tokens.size() > 1 && s > 0) r.tokens_per_second = static_cast<double>(r.result.tokens.size() - 1) / s;
   return r;
 }
 
@@ -244,14 +238,14 @@ nlohmann::json bench_spec_pair_engine(const std::string& device, int threads, st
                    {"target_only_tokens_per_second", plain.tokens_per_second},
                    {"speculative_tokens_per_second", spec.tokens_per_second},
                    {"speedup", plain.tokens_per_second > 0 ? spec.tokens_per_second / plain.tokens_per_second : 0},
-                   {"acceptance_alpha", spec.stats.alpha()},
-                   {"tokens_per_round", spec.stats.tokens_per_round()},
+                   {"acceptance_alpha", spec.result.stats.alpha()},
+                   {"tokens_per_round", spec.result.stats.tokens_per_round()},
                    {"draft_stream_busy_seconds", o.draft_busy},
                    {"verify_stream_busy_seconds", o.verify_busy},
                    {"verify_time_overlapped_by_draft", o.overlap()},
-                   {"matches_target_only", spec.tokens == want && plain.tokens == want}});
+                   {"matches_target_only", spec.result.tokens == want && plain.result.tokens == want}});
     std::fprintf(stderr, "  engine, pipelining %s: speedup %.2f, overlap %.2f, matches %d\n", pipeline ? "on" : "off",
-                 out.back()["speedup"].get<double>(), o.overlap(), static_cast<int>(spec.tokens == want && plain.tokens == want));
+                 out.back()["speedup"].get<double>(), o.overlap(), static_cast<int>(spec.result.tokens == want && plain.result.tokens == want));
   }
   return out;
 }

@@ -383,9 +383,9 @@ TEST(EngineExactness, WithTheNgramDrafterAResidualReplacedByPAndAnInvertedContin
   EXPECT_FALSE(inverted.chi.pass()) << "the planted bug went unnoticed: " << inverted.chi.str();
 }
 
-// A separate draft model (a second tiny Llama, other weights, same vocabulary) by its path. Each
-// request loads it, so this drafter runs without pipelining and in ping-pong halves only (the
-// continuation of a model drafter is covered by skip:1, a model drafter on the target's weights).
+// A separate draft model (a second tiny Llama, other weights, same vocabulary) by its path, loaded
+// once by the engine. It runs without pipelining and in ping-pong halves only (the continuation
+// of a model drafter is covered by skip:1, a model drafter on the target's weights).
 TEST(EngineExactness, SampledOutputWithASeparateDraftModelHasTheTargetsJointDistributionWithPipeliningOffAndOn) {
   const Outcome off = run_through_engine({kTruncated, 2, false, Bug::None, Draft::Model});
   EXPECT_TRUE(off.chi.pass()) << off.chi.str();
