@@ -1,4 +1,5 @@
 // Device selection: --device auto|host|cuda.
+#include <cstdlib>
 #include <stdexcept>
 
 #include "gpu/cuda/cuda_probe.h"
@@ -6,6 +7,7 @@
 #include "gpu/cuda/cuda_ops.h"
 #endif
 #include "gpu/host/host_device.h"
+#include "gpu/host/matmul_kernels.h"
 #include "gpu/ops.h"
 
 namespace specula {
@@ -17,10 +19,16 @@ int cuda_device_count(std::string* why) {
 }
 #endif
 
+namespace {
+host_kernels::HostPath host_path_of(const DeviceOptions& opt) {
+  return host_kernels::host_path_for(opt.host_path.empty() ? std::getenv("SPECULA_SIMD") : opt.host_path.c_str());
+}
+}  // namespace
+
 std::unique_ptr<Ops> make_device(const DeviceOptions& opt) {
   if (opt.threads < 1 || opt.threads > 256)
     throw std::invalid_argument("--threads must be between 1 and 256, got " + std::to_string(opt.threads));
-  if (opt.device == "host" || opt.device == "cpu") return std::make_unique<HostOps>(opt.threads);
+  if (opt.device == "host" || opt.device == "cpu") return std::make_unique<HostOps>(opt.threads, host_path_of(opt));
   if (opt.device == "cuda" || opt.device == "auto") {
     std::string why;
     const int gpus = cuda_device_count(&why);
@@ -31,7 +39,7 @@ std::unique_ptr<Ops> make_device(const DeviceOptions& opt) {
     } else if (opt.device == "cuda") {
       throw std::runtime_error("--device cuda: " + why);
     }
-    return std::make_unique<HostOps>(opt.threads);
+    return std::make_unique<HostOps>(opt.threads, host_path_of(opt));
   }
   throw std::invalid_argument("unknown --device '" + opt.device + "' (expected auto, host or cuda)");
 }

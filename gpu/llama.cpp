@@ -16,7 +16,7 @@ LlamaModel::LlamaModel(const ModelWeights& w, Ops& ops) : ops_(ops), cfg_(w.conf
     for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
       elements += t->numel();
   ops.reserve_weights(elements);
-  embed_ = ops.upload(w.embed);
+  embed_ = ops.upload_table(w.embed);
   output_norm_ = ops.upload(w.output_norm);
   output_ = ops.upload(w.output);
   for (const LayerWeights& l : w.layers)
@@ -134,9 +134,11 @@ void LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int
     if (skip_layers && (*skip_layers)[li]) continue;
     const Layer& L = layers_[li];
     ops_.rmsnorm(x, L.attn_norm, cfg_.rms_eps, rows, H, xn);
-    ops_.matmul(xn, L.wq, rows, q);
-    ops_.matmul(xn, L.wk, rows, k);
-    ops_.matmul(xn, L.wv, rows, v);
+    {
+      const Weight* w[] = {&L.wq, &L.wk, &L.wv};
+      float* y[] = {q, k, v};
+      ops_.matmul_many(xn, w, rows, y);
+    }
     ops_.rope(q, rows, cfg_.heads, hd, positions, inv_freq_, cfg_.rope_style);
     ops_.rope(k, rows, cfg_.kv_heads, hd, positions, inv_freq_, cfg_.rope_style);
     ops_.kv_store(kv, static_cast<int>(li), k, v, slices);
@@ -145,8 +147,11 @@ void LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int
     ops_.add(x, hidden_.get(), rows * H);
 
     ops_.rmsnorm(x, L.ffn_norm, cfg_.rms_eps, rows, H, xn);
-    ops_.matmul(xn, L.w_gate, rows, gate_.get());
-    ops_.matmul(xn, L.w_up, rows, up_.get());
+    {
+      const Weight* w[] = {&L.w_gate, &L.w_up};
+      float* y[] = {gate_.get(), up_.get()};
+      ops_.matmul_many(xn, w, rows, y);
+    }
     ops_.swiglu(gate_.get(), up_.get(), rows * I, gate_.get());
     ops_.matmul(gate_.get(), L.w_down, rows, hidden_.get());
     ops_.add(x, hidden_.get(), rows * H);

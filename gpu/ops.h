@@ -48,6 +48,9 @@ class Ops {
   virtual void copy_to_host(const float* src, float* dst, size_t n) = 0;
   virtual void copy_to_device(const float* src, float* dst, size_t n) = 0;
   virtual Weight upload(const TensorView& t) = 0;
+  // A table read by row (the token embedding), never multiplied: a device that repacks matmul
+  // weights (the host's int8 path) keeps it as stored.
+  virtual Weight upload_table(const TensorView& t) { return upload(t); }
   // A hint before a model's uploads: they hold about `elements` values in all, so a device can
   // take one allocation for them (the CUDA device's weight arena). No-op on the host.
   virtual void reserve_weights(int64_t elements) {}
@@ -59,6 +62,11 @@ class Ops {
   virtual void rmsnorm(const float* x, const Weight& w, float eps, int64_t n, int64_t dim, float* out) = 0;
   // y[n, W.rows] = x[n, W.cols] * W^T
   virtual void matmul(const float* x, const Weight& w, int64_t n, float* y) = 0;
+  // ys[k][n, ws[k].rows] = x[n, cols] * ws[k]^T for every k: the matmuls of one input (q/k/v,
+  // gate/up) in one call, so a device can prepare x once and run them in one parallel region.
+  virtual void matmul_many(const float* x, std::span<const Weight* const> ws, int64_t n, std::span<float* const> ys) {
+    for (size_t k = 0; k < ws.size(); ++k) matmul(x, *ws[k], n, ys[k]);
+  }
   // Rotates x[n, heads, head_dim] in place; positions[n] live on the host.
   virtual void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, std::span<const int32_t> positions,
                     std::span<const float> inv_freq, RopeStyle style) = 0;
@@ -130,6 +138,9 @@ class DeviceBuffer {
 struct DeviceOptions {
   std::string device = "auto";  // "auto", "host" or "cuda"
   int threads = 2;              // host threads (the caller included)
+  // The host path (docs/kernels.md): "" takes SPECULA_SIMD from the environment; otherwise one of
+  // its values ("reference" keeps activations in f32, "avx2", ...).
+  std::string host_path;
 };
 
 // Makes the device the options ask for. "auto" picks CUDA when a GPU is present and the CUDA

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include <sys/mman.h>
@@ -36,10 +39,17 @@ __attribute__((target_clones("avx2,fma", "default"))) void axpy(float a, const f
 
 }  // namespace
 
-HostOps::HostOps(int threads) : pool_(std::max(1, threads)) {}
+HostOps::HostOps(int threads) : HostOps(threads, host_kernels::host_path_for(std::getenv("SPECULA_SIMD"))) {}
+
+HostOps::HostOps(int threads, host_kernels::HostPath path) : path_(path), pool_(std::max(1, threads)) {
+  if (path_.isa == host_kernels::Isa::kAvx512 && !host_kernels::cpu_has_avx512())
+    throw std::invalid_argument("host path avx512: this CPU has no AVX-512 F/BW/VL");
+  if (path_.isa == host_kernels::Isa::kAvx2 && !host_kernels::cpu_has_avx2_fma())
+    throw std::invalid_argument("host path avx2: this CPU has no AVX2+FMA+F16C");
+}
 
 std::string HostOps::name() const {
-  return std::string("host (") + matmul_isa() + ", " + std::to_string(pool_.threads()) + " threads)";
+  return "host (" + path_.name() + ", " + std::to_string(pool_.threads()) + " threads)";
 }
 
 float* HostOps::alloc(size_t n) {
@@ -76,8 +86,44 @@ void HostOps::copy_to_device(const float* src, float* dst, size_t n) { std::memc
 
 Weight HostOps::upload(const TensorView& t) {
   Weight w;
-  w.view = t;  // zero-copy: the host computes straight from the mapped file
+  w.view = t;  // the reference path computes straight from the mapped file
+  if (path_.reference || t.shape.size() != 2) return w;
+  if (!qmatmul_supports(t.dtype) || t.cols() % 32 != 0) {
+    // One line per type and process: which weights run on the f32 kernels.
+    static std::mutex m;
+    static std::map<DType, bool> said;
+    std::lock_guard<std::mutex> lock(m);
+    if (t.dtype != DType::F32 && !said[t.dtype]) {
+      said[t.dtype] = true;
+      std::fprintf(stderr, "specula: no int8 kernel for %s weights (first: %s); they use the f32 reference kernels\n",
+                   dtype_name(t.dtype), t.name.c_str());
+    }
+    return w;
+  }
+  std::lock_guard<std::mutex> lock(packed_mutex_);
+  auto& slot = packed_[t.data];
+  std::shared_ptr<PackedMatrix> p = slot.lock();
+  if (!p || p->dtype != t.dtype || p->rows != t.rows() || p->cols != t.cols()) {
+    p = pack_matrix(t, pool_);
+    slot = p;
+  }
+  w.device = p.get();
+  w.owner = p;
   return w;
+}
+
+Weight HostOps::upload_table(const TensorView& t) {
+  Weight w;
+  w.view = t;
+  return w;
+}
+
+size_t HostOps::packed_bytes() const {
+  std::lock_guard<std::mutex> lock(packed_mutex_);
+  size_t b = 0;
+  for (const auto& [data, weak] : packed_)
+    if (auto p = weak.lock()) b += p->bytes();
+  return b;
 }
 
 void HostOps::embed(const Weight& table, std::span<const int32_t> tokens, float* out) {
@@ -104,7 +150,28 @@ void HostOps::rmsnorm(const float* x, const Weight& w, float eps, int64_t n, int
   }
 }
 
-void HostOps::matmul(const float* x, const Weight& w, int64_t n, float* y) { specula::matmul(w.view, x, n, y, pool_); }
+void HostOps::matmul(const float* x, const Weight& w, int64_t n, float* y) {
+  if (w.device != nullptr) {
+    const PackedMatrix* m = static_cast<const PackedMatrix*>(w.device);
+    qmatmul({&m, 1}, x, n, {&y, 1}, pool_, path_.isa);
+    return;
+  }
+  specula::matmul(w.view, x, n, y, pool_, path_.isa);
+}
+
+void HostOps::matmul_many(const float* x, std::span<const Weight* const> ws, int64_t n, std::span<float* const> ys) {
+  const PackedMatrix* packed[8];
+  bool all = ws.size() <= 8;
+  for (size_t k = 0; all && k < ws.size(); ++k) {
+    packed[k] = static_cast<const PackedMatrix*>(ws[k]->device);
+    all = packed[k] != nullptr && packed[k]->cols == packed[0]->cols;
+  }
+  if (!all) {
+    Ops::matmul_many(x, ws, n, ys);
+    return;
+  }
+  qmatmul({packed, ws.size()}, x, n, ys, pool_, path_.isa);
+}
 
 void HostOps::rope(float* x, int64_t n, int64_t heads, int64_t head_dim, std::span<const int32_t> positions,
                    std::span<const float> inv_freq, RopeStyle style) {

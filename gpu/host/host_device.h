@@ -4,6 +4,8 @@
 #include <memory>
 #include <mutex>
 
+#include "gpu/host/matmul_kernels.h"
+#include "gpu/host/qmatmul.h"
 #include "gpu/host/thread_pool.h"
 #include "gpu/ops.h"
 
@@ -11,7 +13,10 @@ namespace specula {
 
 class HostOps final : public Ops {
  public:
+  // The path from SPECULA_SIMD (throws std::invalid_argument for a bad value), or the one given.
   explicit HostOps(int threads);
+  HostOps(int threads, host_kernels::HostPath path);
+  const host_kernels::HostPath& path() const { return path_; }
   DeviceKind kind() const override { return DeviceKind::Host; }
   std::string name() const override;
   ThreadPool& pool() { return pool_; }
@@ -20,11 +25,18 @@ class HostOps final : public Ops {
   void release(float* p) override;
   void copy_to_host(const float* src, float* dst, size_t n) override;
   void copy_to_device(const float* src, float* dst, size_t n) override;
+  // On the int8 path, Q4_0/Q4_1/Q8_0 matrices are repacked (gpu/host/qmatmul.h) into memory of
+  // the device's own, once per tensor; the mapped file is left as it is. Other types, and every
+  // weight on the reference path, are used in place.
   Weight upload(const TensorView& t) override;
+  Weight upload_table(const TensorView& t) override;
+  // Bytes of repacked weights held (for the benchmark's memory report).
+  size_t packed_bytes() const;
 
   void embed(const Weight& table, std::span<const int32_t> tokens, float* out) override;
   void rmsnorm(const float* x, const Weight& w, float eps, int64_t n, int64_t dim, float* out) override;
   void matmul(const float* x, const Weight& w, int64_t n, float* y) override;
+  void matmul_many(const float* x, std::span<const Weight* const> ws, int64_t n, std::span<float* const> ys) override;
   void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, std::span<const int32_t> positions,
             std::span<const float> inv_freq, RopeStyle style) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
@@ -37,7 +49,10 @@ class HostOps final : public Ops {
 
  private:
   static constexpr size_t kMapThreshold = size_t{1} << 20;
+  host_kernels::HostPath path_;
   ThreadPool pool_;
+  mutable std::mutex packed_mutex_;
+  std::map<const void*, std::weak_ptr<PackedMatrix>> packed_;  // by stored data, shared by uploads
   std::mutex mapped_mutex_;
   std::map<void*, size_t> mapped_;  // mmap'd allocations and their sizes
 };

@@ -91,10 +91,40 @@ Isa default_isa() {
 }  // namespace
 
 Isa isa_for_env(const char* specula_simd) {
-  if (specula_simd != nullptr && std::strcmp(specula_simd, "portable") == 0) return Isa::kPortable;
-  const bool cap_avx2 = specula_simd != nullptr && std::strcmp(specula_simd, "avx2") == 0;
+  const std::string v = specula_simd ? specula_simd : "";
+  if (v == "portable" || v == "reference-portable") return Isa::kPortable;
+  const bool cap_avx2 = v == "avx2" || v == "reference-avx2";
   if (!cap_avx2 && cpu_has_avx512()) return Isa::kAvx512;
   return cpu_has_avx2_fma() ? Isa::kAvx2 : Isa::kPortable;
+}
+
+std::string HostPath::name() const { return std::string(isa_name(isa)) + (reference ? " reference" : ""); }
+
+HostPath host_path_for(const char* specula_simd) {
+  std::string v = specula_simd ? specula_simd : "";
+  HostPath p;
+  if (v == "reference" || v.rfind("reference-", 0) == 0) {
+    p.reference = true;
+    v = v == "reference" ? "" : v.substr(10);
+  }
+  const Isa widest = cpu_has_avx512() ? Isa::kAvx512 : cpu_has_avx2_fma() ? Isa::kAvx2 : Isa::kPortable;
+  if (v.empty()) {
+    p.isa = widest;
+  } else if (v == "portable") {
+    p.isa = Isa::kPortable;
+  } else if (v == "avx2") {
+    if (!cpu_has_avx2_fma())
+      throw std::invalid_argument("SPECULA_SIMD=" + std::string(specula_simd) + ": this CPU has no AVX2+FMA+F16C (its widest path is " + isa_name(widest) + ")");
+    p.isa = Isa::kAvx2;
+  } else if (v == "avx512") {
+    if (!cpu_has_avx512())
+      throw std::invalid_argument("SPECULA_SIMD=" + std::string(specula_simd) + ": this CPU has no AVX-512 F/BW/VL (its widest path is " + isa_name(widest) + ")");
+    p.isa = Isa::kAvx512;
+  } else {
+    throw std::invalid_argument("SPECULA_SIMD=" + std::string(specula_simd) +
+                                ": not a host path (expected reference, avx512, avx2, portable, reference-avx2 or reference-portable)");
+  }
+  return p;
 }
 
 RowsKernel portable_rows_kernel(DType) { return &portable_rows; }
@@ -154,6 +184,10 @@ host_kernels::MatmulArgs checked_args(const TensorView& w, const float* x, int64
 }
 
 }  // namespace
+
+void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool& pool, host_kernels::Isa isa) {
+  host_kernels::matmul_isa_path(isa, checked_args(w, x, n, y), pool);
+}
 
 void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
   host_kernels::matmul_isa_path(host_kernels::default_isa(), checked_args(w, x, n, y), pool);

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "gpu/host/thread_pool.h"
 #include "model/tensor.h"
@@ -64,6 +65,21 @@ const char* isa_name(Isa isa);
 // kernels, "avx2" caps the choice at AVX2; anything else takes the widest path the CPU has
 // (AVX-512, then AVX2, then portable).
 Isa isa_for_env(const char* specula_simd);
+
+// The host device's path: the ISA, and whether activations are quantized to int8 (the fast path,
+// gpu/host/qmatmul.h) or kept in f32 (the reference path, the kernels of this header).
+struct HostPath {
+  Isa isa = Isa::kPortable;
+  bool reference = false;
+  std::string name() const;  // "avx2", "avx2 reference", "portable", ...
+};
+
+// The path a value of SPECULA_SIMD asks for (nullptr or "" when unset): unset takes the widest ISA
+// the CPU has with the int8 path; "reference" the widest ISA with f32 activations; "avx512",
+// "avx2" or "portable" that ISA with the int8 path, and "reference-avx2" / "reference-portable"
+// that ISA with f32 activations. Throws std::invalid_argument naming the value for one this CPU
+// lacks or that is not a path.
+HostPath host_path_for(const char* specula_simd);
 
 // matmul() with the ISA chosen by the caller (tests compare both paths on one machine).
 // Throws std::invalid_argument for a path the CPU does not have.

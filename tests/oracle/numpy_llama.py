@@ -59,6 +59,19 @@ class LlamaConfig:
         return np.where(wavelen < original / high, inv, np.where(wavelen > original / low, inv / factor, smoothed))
 
 
+def q8_roundtrip(x: np.ndarray) -> np.ndarray:
+    """x as Specula's int8 path sees it (gpu/host/qmatmul.h), in float32 as the kernels compute:
+    per block of 32 values d = max|x| / 127, q = round-half-even(x * (1 / d)) clamped to +-127,
+    and the product uses d * q."""
+    x32 = np.asarray(x, dtype=np.float32)
+    b = x32.reshape(*x32.shape[:-1], x32.shape[-1] // 32, 32)
+    d = (np.abs(b).max(axis=-1, keepdims=True) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    q = np.clip(np.rint(b * inv), -127, 127).astype(np.float32)
+    return (q.astype(np.float64) * d.astype(np.float64)).reshape(x32.shape)
+
+
 class KVCache:
     """Per layer: k, v of shape [kv_heads, length, head_dim] (post-RoPE keys)."""
 
@@ -79,17 +92,28 @@ class KVCache:
 
 class NumpyLlama:
     def __init__(self, cfg: LlamaConfig, weights: dict[str, np.ndarray], dtype=np.float64,
-                 rope_pairs: str = "half_split", inv_freq: np.ndarray | None = None):
+                 rope_pairs: str = "half_split", inv_freq: np.ndarray | None = None,
+                 quantized_inputs: set[str] | frozenset[str] = frozenset()):
         """rope_pairs: "half_split" (HF layout weights) or "adjacent" (GGUF-permuted q/k weights).
-        inv_freq overrides cfg.inv_freq() (e.g. base frequencies divided by GGUF rope_freqs)."""
+        inv_freq overrides cfg.inv_freq() (e.g. base frequencies divided by GGUF rope_freqs).
+        quantized_inputs: weight names whose input activations are rounded as Specula's int8
+        path rounds them (q8_roundtrip) before the product: its emulation."""
         assert rope_pairs in ("half_split", "adjacent")
         self.cfg, self.dtype, self.rope_pairs = cfg, dtype, rope_pairs
         self.w = {n: np.ascontiguousarray(a, dtype=dtype) for n, a in weights.items()}
-        self.out_weight = self.w["model.embed_tokens.weight"] if cfg.tied else self.w["lm_head.weight"]
+        self.out_name = "model.embed_tokens.weight" if cfg.tied else "lm_head.weight"
+        self.out_weight = self.w[self.out_name]
+        self.quantized_inputs = frozenset(quantized_inputs)
         self.inv_freq = cfg.inv_freq() if inv_freq is None else np.asarray(inv_freq, dtype=np.float64)
 
     def new_cache(self) -> KVCache:
         return KVCache(self.cfg, self.dtype)
+
+    def _mm(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x @ W[name]^T, x rounded first where the weight's input is quantized."""
+        if name in self.quantized_inputs:
+            x = q8_roundtrip(x).astype(self.dtype)
+        return x @ self.w[name].T
 
     def _rmsnorm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.cfg.rms_eps) * w
@@ -123,9 +147,9 @@ class NumpyLlama:
         for i in range(c.layers):
             p = f"model.layers.{i}."
             h = self._rmsnorm(x, w[p + "input_layernorm.weight"])
-            q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(n, c.heads, c.head_dim)
-            k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(n, c.kv_heads, c.head_dim)
-            v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(n, c.kv_heads, c.head_dim)
+            q = self._mm(h, p + "self_attn.q_proj.weight").reshape(n, c.heads, c.head_dim)
+            k = self._mm(h, p + "self_attn.k_proj.weight").reshape(n, c.kv_heads, c.head_dim)
+            v = self._mm(h, p + "self_attn.v_proj.weight").reshape(n, c.kv_heads, c.head_dim)
             q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
             cache.k[i] = np.concatenate([cache.k[i], k.transpose(1, 0, 2)], axis=1)
             cache.v[i] = np.concatenate([cache.v[i], v.transpose(1, 0, 2)], axis=1)
@@ -137,13 +161,13 @@ class NumpyLlama:
             probs = scores / scores.sum(axis=-1, keepdims=True)
             attn = np.einsum("kgnt,ktd->kgnd", probs, cache.v[i])
             attn = attn.reshape(c.heads, n, c.head_dim).transpose(1, 0, 2).reshape(n, c.heads * c.head_dim)
-            x = x + attn @ w[p + "self_attn.o_proj.weight"].T
+            x = x + self._mm(attn, p + "self_attn.o_proj.weight")
             h = self._rmsnorm(x, w[p + "post_attention_layernorm.weight"])
-            gate = h @ w[p + "mlp.gate_proj.weight"].T
-            up = h @ w[p + "mlp.up_proj.weight"].T
-            x = x + (gate / (1.0 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+            gate = self._mm(h, p + "mlp.gate_proj.weight")
+            up = self._mm(h, p + "mlp.up_proj.weight")
+            x = x + self._mm(gate / (1.0 + np.exp(-gate)) * up, p + "mlp.down_proj.weight")
         x = self._rmsnorm(x, w["model.norm.weight"])
-        return x @ self.out_weight.T
+        return self._mm(x, self.out_name)
 
     def logits(self, tokens) -> np.ndarray:
         """Logits at every position of one prefill from an empty cache."""

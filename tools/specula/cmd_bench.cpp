@@ -20,6 +20,7 @@
 #include "tools/specula/commands.h"
 #include "tools/specula/engine_cli.h"
 #include "tools/specula/spec_cli.h"
+#include "tools/specula/bench_decode.h"
 #include "tools/specula/bench_shape.h"
 
 namespace specula::cli {
@@ -27,13 +28,18 @@ namespace specula::cli {
 namespace {
 
 const char* kUsage =
-    "usage: specula bench decode [--model PATH] [--threads N] [--prompt-tokens N] [--decode-tokens N]\n"
-    "                            [--repeat R] [--max-verify N] [--device D] [--ctx N]\n"
-    "       specula bench decode --shape llama-3.2-1b|llama-3.2-3b[,...] [--device D] [same options]\n"
-    "  Prints JSON: prefill and decode tokens/s (median of R runs), bytes read per decode step,\n"
-    "  the read bandwidth measured right after each decode run, the median of the runs' fractions of\n"
-    "  that roofline (each run against its own bandwidth: a shared machine's bandwidth drifts),\n"
-    "  and the time of one forward over n tokens relative to one token (n = 1..max-verify).\n"
+    "usage: specula bench decode [--model PATH] [--threads N] [--contexts 128,1024,4096] [--decode-tokens N (64)]\n"
+    "                            [--repeat R (3)] [--max-verify N (16)] [--paths fast,reference] [--device D]\n"
+    "                            [--agreement on|off] [--prompts FILE] [--agreement-tokens N (64)]\n"
+    "       specula bench decode --shape llama-3.2-1b|llama-3.2-3b[,...] [--device D] [--prompt-tokens N] [...]\n"
+    "  Prints JSON, per host path (fast: int8 activations; reference: f32), each with its own device\n"
+    "  and model: load time, resident memory added, repacked bytes; at each context, prefill tokens/s\n"
+    "  and decode tokens/s (median of R runs) and the median of the runs' fractions of the read\n"
+    "  roofline (weights + that context's K/V, each run against the bandwidth measured right after\n"
+    "  it: a shared machine's bandwidth drifts); the time of one forward over n = 1..max-verify\n"
+    "  tokens relative to one, at the first context and at 2048; tokens/s of 1, 4 and 16 sequences\n"
+    "  decoding together; the fast/reference ratios; and (both paths) their teacher-forced top-1\n"
+    "  agreement and perplexities on the prompt set plus each prompt's 64-token continuation.\n"
     "  --shape: random BF16 weights at that model's exact shape instead of a model file; the\n"
     "  bandwidth is a device-to-device copy on CUDA; two shapes also give the step cost ratio c.\n"
     "  --spec-pair 0.6,0.7,0.8 (with two shapes, draft first): a synthetic pair with those greedy\n"
@@ -71,116 +77,6 @@ const char* kUsage =
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-// A deterministic prompt of n tokens: English text from the tokenizer, repeated.
-std::vector<int32_t> bench_prompt(const Tokenizer& tok, int64_t n) {
-  const std::vector<int32_t> base = tok.encode(
-      "The history of computing is a story of people building machines that remember, calculate and "
-      "communicate. Early mechanical calculators gave way to electronic computers, and those to the "
-      "small, fast processors that now sit in every pocket. ");
-  std::vector<int32_t> out;
-  while (static_cast<int64_t>(out.size()) < n) out.insert(out.end(), base.begin(), base.end());
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
-
-int bench_decode(const Args& a) {
-  const int64_t n_prompt = a.integer("prompt-tokens", 128), n_decode = a.integer("decode-tokens", 128);
-  const int repeat = static_cast<int>(a.integer("repeat", 3));
-  const int max_verify = static_cast<int>(a.integer("max-verify", 9));
-  if (n_prompt < 1 || n_decode < 2 || repeat < 1 || max_verify < 1)
-    throw UsageError("--prompt-tokens >= 1, --decode-tokens >= 2, --repeat >= 1 and --max-verify >= 1");
-  Session s = open_session(a);
-  const LlamaConfig& cfg = s.model->config();
-  const std::vector<int32_t> prompt = bench_prompt(*s.loaded.tokenizer, n_prompt);
-  std::vector<float> logits;
-  const int seq = s.kv->create_sequence();
-
-  // Prefill and greedy decode, R times; the median of each.
-  std::vector<double> prefill_tps, decode_tps, bandwidth_runs;
-  auto* host = dynamic_cast<HostOps*>(s.ops.get());
-  for (int r = 0; r < repeat + 1; ++r) {  // run 0 warms caches and page-ins, not counted
-    s.kv->truncate_to(seq, 0);
-    auto t0 = Clock::now();
-    ForwardSeq fs{seq, prompt, false};
-    s.model->forward({&fs, 1}, *s.kv, logits);
-    const double tp = since(t0);
-    int32_t tok = argmax(logits);
-    t0 = Clock::now();
-    for (int64_t i = 0; i < n_decode; ++i) {
-      ForwardSeq step{seq, {&tok, 1}, false};
-      s.model->forward({&step, 1}, *s.kv, logits);
-      tok = argmax(logits);
-    }
-    const double td = since(t0);
-    if (r == 0) continue;
-    prefill_tps.push_back(n_prompt / tp);
-    decode_tps.push_back(n_decode / td);
-    // The read bandwidth right after each decode run: on a shared machine it moves by 2x from
-    // one minute to the next, so each run is held to the bandwidth of its own moment.
-    if (host) bandwidth_runs.push_back(measure_read_bandwidth_gbs(host->pool()));
-  }
-
-  // Verification cost: one forward over n tokens at the same context, relative to n = 1.
-  nlohmann::json verify = nlohmann::json::array();
-  double t_one = 0;
-  for (int n = 1; n <= max_verify; ++n) {
-    std::vector<double> times;
-    std::vector<int32_t> toks(prompt.begin(), prompt.begin() + std::min<int64_t>(n, n_prompt));
-    toks.resize(n, prompt[0]);
-    for (int r = 0; r < std::max(5, repeat * 3); ++r) {
-      s.kv->truncate_to(seq, n_prompt);
-      ForwardSeq fs{seq, toks, true};
-      const auto t0 = Clock::now();
-      s.model->forward({&fs, 1}, *s.kv, logits);
-      times.push_back(since(t0));
-    }
-    const double t = median(times);
-    if (n == 1) t_one = t;
-    verify.push_back({{"tokens", n}, {"seconds", t}, {"cost_vs_one_token", t / t_one}});
-  }
-
-  // Roofline: bytes one decode step must read (weights + the K/V of the average context).
-  const double avg_ctx = n_prompt + n_decode / 2.0;
-  const double kv_bytes = avg_ctx * cfg.layers * 2.0 * cfg.kv_heads * cfg.head_dim * sizeof(float);
-  const double weight_bytes = static_cast<double>(s.model->weight_bytes_per_token());
-  const double bytes = weight_bytes + kv_bytes;
-  const double bandwidth_gbs = bandwidth_runs.empty() ? 0 : median(bandwidth_runs);
-  const double roofline_tps = bandwidth_gbs > 0 ? bandwidth_gbs * 1e9 / bytes : 0;
-  const double decode = median(decode_tps);
-  // Each run's fraction of the roofline at its own bandwidth; the median is the figure reported.
-  std::vector<double> fraction_runs;
-  for (size_t r = 0; r < bandwidth_runs.size() && r < decode_tps.size(); ++r)
-    fraction_runs.push_back(decode_tps[r] * bytes / (bandwidth_runs[r] * 1e9));
-
-  nlohmann::json j;
-  j["bench"] = "decode";
-  j["model"] = s.loaded.path;
-  j["device"] = s.ops->name();
-  j["threads"] = a.integer("threads", 2);
-  j["prompt_tokens"] = n_prompt;
-  j["decode_tokens"] = n_decode;
-  j["repeat"] = repeat;
-  j["prefill_tokens_per_second"] = median(prefill_tps);
-  j["decode_tokens_per_second"] = decode;
-  j["decode_runs_tokens_per_second"] = decode_tps;
-  j["weight_bytes_per_token"] = weight_bytes;
-  j["kv_bytes_per_token"] = kv_bytes;
-  j["measured_read_bandwidth_gb_per_s"] = bandwidth_gbs;
-  j["read_bandwidth_runs_gb_per_s"] = bandwidth_runs;
-  j["roofline_tokens_per_second"] = roofline_tps;
-  j["roofline_fraction"] = fraction_runs.empty() ? 0 : median(fraction_runs);
-  j["roofline_fraction_runs"] = fraction_runs;
-  j["achieved_gb_per_s"] = decode * bytes / 1e9;
-  j["verify_cost"] = verify;
-  std::cout << j.dump(2) << "\n";
-  return 0;
-}
 
 
 // --- bench spec ---------------------------------------------------------------------------
@@ -396,7 +292,7 @@ int cmd_bench(int argc, char** argv) {
       flags.insert("adaptive");
     } else {
       options.insert({"prompt-tokens", "decode-tokens", "repeat", "max-verify", "shape", "spec-pair", "spec-k", "spec-pair-engine",
-                      "cuda-graphs"});
+                      "cuda-graphs", "contexts", "paths", "agreement", "prompts", "agreement-tokens"});
     }
     const Args a(argc - 1, argv + 1, options, flags);
     if (a.help()) { std::fputs(kUsage, stdout); return 0; }

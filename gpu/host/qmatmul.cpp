@@ -1,0 +1,218 @@
+// The int8 path's packing, activation quantizer, portable kernels and dispatch; the AVX2
+// kernels are in qmatmul_avx2.cpp (the only file of the path built with AVX2).
+#include "gpu/host/qmatmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "gpu/host/quant.h"
+
+namespace specula {
+
+namespace {
+
+constexpr int64_t kGroupRows = 8;
+constexpr int64_t kBlock = 32;
+
+// Bytes of one stored block and of its scale header in the packed layout.
+struct PackShape {
+  size_t stored = 0;   // bytes of one stored block (18 / 20 / 34)
+  size_t header = 0;   // d[8] (+ m[8]) bytes before the quants (16 / 32 / 16)
+  size_t packed = 0;   // header + 8 rows of quants
+};
+
+PackShape pack_shape(DType t) {
+  switch (t) {
+    case DType::Q4_0: return {18, 16, 144};
+    case DType::Q4_1: return {20, 32, 160};
+    case DType::Q8_0: return {34, 16, 272};
+    default: throw std::invalid_argument(std::string("int8 path: no packed layout for ") + dtype_name(t));
+  }
+}
+
+// One group-block: the 8 rows' stored blocks at src[r] (nullptr for a padding row) into dst.
+void pack_block(DType t, const uint8_t* const src[kGroupRows], uint8_t* dst) {
+  const PackShape s = pack_shape(t);
+  std::memset(dst, 0, s.packed);
+  for (int64_t r = 0; r < kGroupRows; ++r) {
+    const uint8_t* b = src[r];
+    if (b == nullptr) continue;
+    std::memcpy(dst + 2 * r, b, 2);                             // d
+    if (t == DType::Q4_1) std::memcpy(dst + 16 + 2 * r, b + 2, 2);  // m
+    const uint8_t* qs = b + (t == DType::Q4_1 ? 4 : 2);
+    const int64_t vectors = t == DType::Q8_0 ? 8 : 4;
+    for (int64_t k = 0; k < vectors; ++k) std::memcpy(dst + s.header + 32 * k + 4 * r, qs + 4 * k, 4);
+  }
+}
+
+float half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_f32(h);
+}
+
+// The portable kernels: the same arithmetic as the AVX2 ones, one output at a time.
+template <DType T>
+void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  const PackShape s = pack_shape(T);
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* gp = m.group(g);
+    for (int64_t r = 0; r < kGroupRows && g * kGroupRows + r < m.rows; ++r) {
+      for (int64_t i = 0; i < x.n; ++i) {
+        const int8_t* xq = x.qrow(i);
+        float acc = 0.0f;
+        for (int64_t b = 0; b < m.blocks; ++b) {
+          const uint8_t* blk = gp + static_cast<size_t>(b) * m.block_bytes;
+          const uint8_t* qs = blk + s.header;
+          const int8_t* xb = xq + b * kBlock;
+          int32_t sum = 0;
+          if constexpr (T == DType::Q8_0) {
+            for (int64_t c = 0; c < 8; ++c)
+              for (int64_t j = 0; j < 4; ++j)
+                sum += static_cast<int8_t>(qs[32 * c + 4 * r + j]) * static_cast<int32_t>(xb[4 * c + j]);
+          } else {
+            for (int64_t k = 0; k < 4; ++k)
+              for (int64_t j = 0; j < 4; ++j) {
+                const uint8_t v = qs[32 * k + 4 * r + j];
+                sum += (v & 0x0F) * static_cast<int32_t>(xb[4 * k + j]) + (v >> 4) * static_cast<int32_t>(xb[16 + 4 * k + j]);
+              }
+          }
+          const size_t xi = static_cast<size_t>(i * x.blocks + b);
+          if constexpr (T == DType::Q4_0) sum -= 8 * x.isum[xi];
+          const float scale = half(blk + 2 * r) * x.d[xi];
+          acc = std::fma(static_cast<float>(sum), scale, acc);
+          if constexpr (T == DType::Q4_1) acc = std::fma(half(blk + 16 + 2 * r), x.sx[xi], acc);
+        }
+        y[i * ldy + g * kGroupRows + r] = acc;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool qmatmul_supports(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+
+std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool) {
+  if (!qmatmul_supports(w.dtype)) throw std::invalid_argument(std::string("int8 path: no packed layout for ") + dtype_name(w.dtype));
+  if (w.shape.size() != 2 || w.cols() % kBlock != 0)
+    throw std::invalid_argument("int8 path: weight '" + w.name + "' is not a matrix of whole 32-value blocks");
+  auto m = std::make_shared<PackedMatrix>();
+  const PackShape s = pack_shape(w.dtype);
+  m->dtype = w.dtype;
+  m->rows = w.rows();
+  m->cols = w.cols();
+  m->groups = (m->rows + kGroupRows - 1) / kGroupRows;
+  m->blocks = m->cols / kBlock;
+  m->block_bytes = s.packed;
+  const size_t bytes = (m->bytes() + 63) / 64 * 64;
+  m->data = {static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))), &std::free};
+  if (!m->data) throw std::bad_alloc();
+  const size_t row_bytes = dtype_row_bytes(w.dtype, m->cols);
+  if (w.data == nullptr || w.nbytes < row_bytes * static_cast<size_t>(m->rows))
+    throw std::invalid_argument("int8 path: weight '" + w.name + "' holds too few bytes");
+  const auto* base = reinterpret_cast<const uint8_t*>(w.data);
+  pool.parallel_for(m->groups, 16, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g)
+      for (int64_t b = 0; b < m->blocks; ++b) {
+        const uint8_t* src[kGroupRows];
+        for (int64_t r = 0; r < kGroupRows; ++r) {
+          const int64_t row = g * kGroupRows + r;
+          src[r] = row < m->rows ? base + static_cast<size_t>(row) * row_bytes + static_cast<size_t>(b) * s.stored : nullptr;
+        }
+        pack_block(w.dtype, src, m->data.get() + m->group_bytes() * static_cast<size_t>(g) + s.packed * static_cast<size_t>(b));
+      }
+  });
+  return m;
+}
+
+void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out) {
+  out.n = n;
+  out.cols = cols;
+  out.blocks = cols / kBlock;
+  out.q.resize(static_cast<size_t>(n * cols));
+  out.d.resize(static_cast<size_t>(n * out.blocks));
+  out.isum.resize(out.d.size());
+  out.sx.resize(out.d.size());
+  if (host_kernels::cpu_has_avx2_fma()) {
+    host_kernels::quantize_rows_avx2(x, n, cols, out.q.data(), out.d.data(), out.isum.data(), out.sx.data());
+    return;
+  }
+  for (int64_t bi = 0; bi < n * out.blocks; ++bi) {
+    const float* xb = x + bi * kBlock;
+    float amax = 0.0f;
+    for (int64_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int32_t sum = 0;
+    for (int64_t j = 0; j < kBlock; ++j) {
+      const float v = std::clamp(std::nearbyint(xb[j] * id), -127.0f, 127.0f);
+      out.q[static_cast<size_t>(bi * kBlock + j)] = static_cast<int8_t>(v);
+      sum += static_cast<int32_t>(v);
+    }
+    out.d[static_cast<size_t>(bi)] = d;
+    out.isum[static_cast<size_t>(bi)] = sum;
+    out.sx[static_cast<size_t>(bi)] = d * static_cast<float>(sum);
+  }
+}
+
+namespace host_kernels {
+
+PackedKernel portable_packed_kernel(DType t) {
+  switch (t) {
+    case DType::Q4_0: return &portable_packed<DType::Q4_0>;
+    case DType::Q4_1: return &portable_packed<DType::Q4_1>;
+    case DType::Q8_0: return &portable_packed<DType::Q8_0>;
+    default: throw std::invalid_argument(std::string("int8 path: no kernel for ") + dtype_name(t));
+  }
+}
+
+}  // namespace host_kernels
+
+void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n, std::span<float* const> ys,
+             ThreadPool& pool, host_kernels::Isa isa) {
+  if (ws.empty() || n <= 0) return;
+  if (ws.size() != ys.size()) throw std::invalid_argument("qmatmul: as many outputs as weights");
+  const int64_t cols = ws[0]->cols;
+  for (const PackedMatrix* w : ws)
+    if (w->cols != cols) throw std::invalid_argument("qmatmul: fused weights differ in width");
+  if (isa == host_kernels::Isa::kAvx512 || isa == host_kernels::Isa::kAvx2)
+    if (!host_kernels::cpu_has_avx2_fma()) throw std::invalid_argument("qmatmul: AVX2 path on a CPU without it");
+  // Reused across calls: a decode step quantizes about a hundred activation rows.
+  // (Workers see the caller's through `xq`: a lambda names a thread_local of its own thread.)
+  thread_local QuantizedRows qx;
+  quantize_rows(x, n, cols, qx);
+  const QuantizedRows& xq = qx;
+
+  // One parallel region over every group of every matrix; a grain of ~4 KiB of weights.
+  struct Part { const PackedMatrix* w; float* y; host_kernels::PackedKernel k; int64_t first; };
+  Part parts[8];
+  if (ws.size() > 8) throw std::invalid_argument("qmatmul: at most 8 fused weights");
+  int64_t total = 0;
+  size_t group_bytes = 0;
+  for (size_t k = 0; k < ws.size(); ++k) {
+    const bool simd = isa != host_kernels::Isa::kPortable;
+    parts[k] = {ws[k], ys[k], simd ? host_kernels::avx2_packed_kernel(ws[k]->dtype) : host_kernels::portable_packed_kernel(ws[k]->dtype),
+                total};
+    total += ws[k]->groups;
+    group_bytes = std::max(group_bytes, ws[k]->group_bytes());
+  }
+  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(4096 / std::max<size_t>(group_bytes, 1)));
+  const size_t nparts = ws.size();
+  pool.parallel_for(total, grain, [&](int64_t g0, int64_t g1) {
+    for (size_t k = 0; k < nparts && g0 < g1; ++k) {
+      const Part& p = parts[k];
+      const int64_t end = p.first + p.w->groups;
+      if (g0 >= end) continue;
+      const int64_t e = std::min(g1, end);
+      p.k(*p.w, xq, p.y, p.w->rows, g0 - p.first, e - p.first);
+      g0 = e;
+    }
+  });
+}
+
+}  // namespace specula

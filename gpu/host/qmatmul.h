@@ -1,0 +1,83 @@
+// The host's fast matmul path: weights repacked once at load into groups of 8 interleaved rows,
+// activations quantized to int8 per 32-value block once per call, integer dot products (AVX2
+// maddubs, portable C++ otherwise), one f32 FMA per block and output row.
+//
+// Row property: y[i, r] depends only on activation row i and weight row r, never on how many rows
+// the call has or where row i sits in it. Integer sums are exact, and the float work per output
+// is the same sequence of operations in every kernel and tile:
+//     acc = 0; for each block b in order:  acc = fma(float(isum_b), fl(dw_b * dx_b), acc)
+//                                           [Q4_1: acc = fma(mw_b, sx_b, acc)]
+// so a verify forward of K+1 tokens gives the logits of K+1 decode steps bit for bit, and the
+// AVX2 and portable kernels agree bit for bit too.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "gpu/host/matmul_kernels.h"
+#include "gpu/host/thread_pool.h"
+#include "model/tensor.h"
+
+namespace specula {
+
+// Whether the int8 path has a kernel for weights of this type (Q4_0, Q4_1, Q8_0).
+bool qmatmul_supports(DType t);
+
+// A weight matrix repacked for the int8 path. Layout, per group of 8 rows (the last group padded
+// with zero rows), per 32-column block, `block_bytes` bytes:
+//   Q4_0: d[8] fp16 | 4 x 32 bytes of nibbles      (144 = 8 x 18, the stored size)
+//   Q4_1: d[8] fp16 | m[8] fp16 | 4 x 32 bytes      (160 = 8 x 20)
+//   Q8_0: d[8] fp16 | 8 x 32 bytes of int8          (272 = 8 x 34)
+// Nibble vector k (k < 4) holds, in lane r (4 bytes), row r's stored quant bytes 4k..4k+3: its
+// low nibbles are columns 4k..4k+3 and its high nibbles columns 16+4k..16+4k+3 of the block.
+// Q8_0 vector c holds in lane r row r's quants of columns 4c..4c+3. So one 32-byte vector feeds
+// eight output rows at once, and a broadcast of 4 activation bytes is its other operand.
+struct PackedMatrix {
+  DType dtype = DType::F32;
+  int64_t rows = 0, cols = 0;
+  int64_t groups = 0;     // ceil(rows / 8)
+  int64_t blocks = 0;     // cols / 32
+  size_t block_bytes = 0; // bytes of one block of one group
+  size_t group_bytes() const { return block_bytes * static_cast<size_t>(blocks); }
+  const uint8_t* group(int64_t g) const { return data.get() + group_bytes() * static_cast<size_t>(g); }
+  size_t bytes() const { return group_bytes() * static_cast<size_t>(groups); }
+  std::unique_ptr<uint8_t, void (*)(void*)> data{nullptr, nullptr};
+};
+
+// Repacks a stored [rows, cols] matrix of a supported type (the pool parallelises the copy).
+// Throws std::invalid_argument for other types or a shape that is not whole blocks.
+std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool);
+
+// Activation rows quantized per 32-value block: d = max|x| / 127, q = round-to-nearest-even(x / d)
+// (as x * (1 / d)) clamped to +-127, isum = sum of q, sx = d * isum (Q4_1's min term uses it).
+struct QuantizedRows {
+  int64_t n = 0, cols = 0, blocks = 0;
+  std::vector<int8_t> q;   // [n, cols]
+  std::vector<float> d;    // [n, blocks]
+  std::vector<int32_t> isum;
+  std::vector<float> sx;
+  const int8_t* qrow(int64_t i) const { return q.data() + i * cols; }
+};
+void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out);
+
+namespace host_kernels {
+
+// y[i, g*8 + r] for i in [i0, i0 + tile), r < 8 (only rows < m.rows are written), groups [g0, g1).
+using PackedKernel = void (*)(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0,
+                              int64_t g1);
+PackedKernel portable_packed_kernel(DType t);
+// AVX2 (maddubs) kernels, qmatmul_avx2.cpp; call only where cpu_has_avx2_fma().
+PackedKernel avx2_packed_kernel(DType t);
+// The AVX2 activation quantizer (the same values as quantize_rows, faster).
+void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, int32_t* isum, float* sx);
+
+}  // namespace host_kernels
+
+// y_k[n, m_k.rows] = x[n, cols] * W_k^T for every k, with x quantized once and one parallel
+// region for all the matrices (q/k/v, gate/up). Every W_k has `cols` columns.
+void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n, std::span<float* const> ys,
+             ThreadPool& pool, host_kernels::Isa isa);
+
+}  // namespace specula

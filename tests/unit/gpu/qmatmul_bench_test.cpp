@@ -1,0 +1,51 @@
+// Microbenchmark, not a test (DISABLED_: run with --gtest_also_run_disabled_tests
+// --gtest_filter='QmatmulBench.*'): the int8 kernels on cache-resident weights (one 576 x 576
+// matrix, 0.2 MB, called again and again on one thread), GB/s of weights and the cost of n rows
+// against one, so a kernel that is compute-bound shows here whatever the machine's DRAM does.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gpu/host/qmatmul.h"
+
+namespace specula {
+namespace {
+
+TEST(QmatmulBench, DISABLED_CacheResidentKernelsPerRowCount) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    const int64_t rows = 576, cols = 576;
+    std::vector<std::byte> bytes(dtype_row_bytes(t, cols) * rows);
+    std::mt19937 rng(1);
+    for (auto& b : bytes) b = std::byte(rng() & 0xff);
+    for (size_t o = 0; o < bytes.size(); o += dtype_info(t).block_bytes) { bytes[o] = std::byte(0); bytes[o + 1] = std::byte(0x20); bytes[o + 2] = std::byte(0); bytes[o + 3] = std::byte(0x20); }
+    const TensorView view{"w", t, {rows, cols}, bytes.data(), bytes.size()};
+    ThreadPool pool(1);
+    auto m = pack_matrix(view, pool);
+    double t1 = 0;
+    for (int64_t n : {1, 2, 3, 4, 5, 6, 8, 9, 12, 16}) {
+      std::vector<float> x(n * cols), y(n * rows);
+      for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 300.0f;
+      const PackedMatrix* w = m.get();
+      float* out = y.data();
+      std::vector<double> times;
+      for (int rep = 0; rep < 15; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int k = 0; k < 200; ++k) qmatmul({&w, 1}, x.data(), n, {&out, 1}, pool, host_kernels::Isa::kAvx2);
+        times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 200);
+      }
+      std::sort(times.begin(), times.end());
+      const double best = times[0];
+      if (n == 1) t1 = best;
+      std::printf("{\"dtype\":\"%s\",\"n\":%lld,\"us\":%.2f,\"weight_gbs\":%.1f,\"vs_n1\":%.2f}\n", dtype_name(t), static_cast<long long>(n),
+                  best * 1e6, m->bytes() / best / 1e9, best / t1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace specula

@@ -1,0 +1,299 @@
+// The int8 path (gpu/host/qmatmul.h): the activation quantizer against its definition, the packed
+// kernels against an emulation in double written here from the stored (unpacked) blocks, the row
+// property (each row bit-equal to the 1-row call, n = 1..16, any position, 1 or 2 threads), the
+// AVX2 and portable kernels bit-equal, fused calls bit-equal to separate ones, and the
+// SPECULA_SIMD values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/host/host_device.h"
+#include "gpu/host/matmul.h"
+#include "gpu/host/matmul_kernels.h"
+#include "gpu/host/qmatmul.h"
+#include "gpu/host/quant.h"
+
+namespace specula {
+namespace {
+
+using host_kernels::Isa;
+
+struct Stored {
+  std::vector<std::byte> bytes;
+  TensorView view;
+};
+
+// Random stored blocks with sane fp16 scales; Q8_0 quants span the full [-128, 127].
+Stored random_stored(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> val(-1.0f, 1.0f);
+  Stored w;
+  w.bytes.resize(dtype_row_bytes(t, cols) * static_cast<size_t>(rows));
+  for (auto& b : w.bytes) b = std::byte(byte(rng));
+  const size_t bb = static_cast<size_t>(dtype_info(t).block_bytes);
+  for (size_t o = 0; o < w.bytes.size(); o += bb) {
+    const uint16_t d = f32_to_fp16(0.05f * val(rng)), m = f32_to_fp16(0.05f * val(rng));
+    std::memcpy(w.bytes.data() + o, &d, 2);
+    if (t == DType::Q4_1) std::memcpy(w.bytes.data() + o + 2, &m, 2);
+  }
+  w.view = TensorView{"w", t, {rows, cols}, w.bytes.data(), w.bytes.size()};
+  return w;
+}
+
+// Activations with the spread of real hidden states: mostly N(0, 1), a few large outliers.
+std::vector<float> random_x(int64_t n, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> val(0.0f, 1.0f);
+  std::uniform_int_distribution<int> pick(0, 63);
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  for (auto& v : x) v = val(rng) * (pick(rng) == 0 ? 20.0f : 1.0f);
+  return x;
+}
+
+std::vector<Isa> int8_isas() {
+  std::vector<Isa> v{Isa::kPortable};
+  if (host_kernels::cpu_has_avx2_fma()) v.push_back(Isa::kAvx2);
+  return v;
+}
+
+std::vector<float> run(const PackedMatrix& m, const std::vector<float>& x, int64_t n, int threads, Isa isa) {
+  ThreadPool pool(threads);
+  std::vector<float> y(static_cast<size_t>(n * m.rows), std::nanf(""));
+  const PackedMatrix* w = &m;
+  float* out = y.data();
+  qmatmul({&w, 1}, x.data(), n, {&out, 1}, pool, isa);
+  return y;
+}
+
+bool bit_equal(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+TEST(Int8Activations, EachBlockIsQuantizedAsDefinedAndTheAvx2QuantizerAgreesExactly) {
+  const int64_t n = 3, cols = 96;
+  auto x = random_x(n, cols, 1);
+  for (int j = 32; j < 64; ++j) x[j] = 0.0f;  // an all-zero block: d = 0, q = 0
+  x[70] = 1e-30f;                              // a tiny block value among others
+  QuantizedRows q;
+  quantize_rows(x.data(), n, cols, q);
+  for (int64_t b = 0; b < n * cols / 32; ++b) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+    const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int want = static_cast<int>(std::clamp(std::nearbyint(x[b * 32 + j] * id), -127.0f, 127.0f));
+      ASSERT_EQ(q.q[b * 32 + j], want) << "block " << b << " value " << j;
+      sum += want;
+      EXPECT_LE(std::fabs(x[b * 32 + j] - d * want), 0.5001f * d + 1e-37f);
+    }
+    EXPECT_TRUE(bit_equal(q.d[b], d));
+    EXPECT_EQ(q.isum[b], sum);
+    EXPECT_TRUE(bit_equal(q.sx[b], d * static_cast<float>(sum)));
+  }
+}
+
+// y[i, r] in double from the stored blocks and the quantized activations: the definition the
+// kernels implement, with none of their layout.
+std::vector<double> emulate(const TensorView& w, const QuantizedRows& q) {
+  const int64_t rows = w.rows(), cols = w.cols(), nb = cols / 32;
+  const size_t bb = static_cast<size_t>(dtype_info(w.dtype).block_bytes);
+  std::vector<double> y(static_cast<size_t>(q.n * rows));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < q.n; ++i) {
+      double acc = 0;
+      for (int64_t b = 0; b < nb; ++b) {
+        const auto* blk = reinterpret_cast<const uint8_t*>(w.row(r)) + b * bb;
+        uint16_t h;
+        std::memcpy(&h, blk, 2);
+        const double dw = fp16_to_f32(h);
+        const int8_t* xq = q.qrow(i) + b * 32;
+        double dot = 0, mterm = 0;
+        if (w.dtype == DType::Q8_0) {
+          for (int j = 0; j < 32; ++j) dot += static_cast<int8_t>(blk[2 + j]) * xq[j];
+        } else {
+          const uint8_t* qs = blk + (w.dtype == DType::Q4_1 ? 4 : 2);
+          const int off = w.dtype == DType::Q4_0 ? 8 : 0;
+          for (int j = 0; j < 16; ++j) dot += ((qs[j] & 15) - off) * xq[j] + ((qs[j] >> 4) - off) * xq[16 + j];
+          if (w.dtype == DType::Q4_1) {
+            std::memcpy(&h, blk + 2, 2);
+            mterm = fp16_to_f32(h) * static_cast<double>(q.d[i * nb + b]) * q.isum[i * nb + b];
+          }
+        }
+        acc += dw * q.d[i * nb + b] * dot + mterm;
+      }
+      y[i * rows + r] = acc;
+    }
+  return y;
+}
+
+TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+    for (int64_t rows : {8, 37}) {
+      const int64_t cols = 576;
+      const Stored w = random_stored(t, rows, cols, 10 + static_cast<uint32_t>(t));
+      ThreadPool pool(2);
+      auto m = pack_matrix(w.view, pool);
+      for (int64_t n : {1, 5, 16}) {
+        const auto x = random_x(n, cols, 20 + static_cast<uint32_t>(n));
+        QuantizedRows q;
+        quantize_rows(x.data(), n, cols, q);
+        const auto want = emulate(w.view, q);
+        for (Isa isa : int8_isas()) {
+          const auto y = run(*m, x, n, 2, isa);
+          int bad = 0;
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t r = 0; r < rows; ++r) {
+              // The f32 accumulation of nb = 18 block terms: a few ulps of the terms' magnitude.
+              double mag = 0;
+              const double got = y[i * rows + r], ref = want[i * rows + r];
+              for (int64_t j = 0; j < cols; ++j) mag += std::fabs(x[i * cols + j]) * 0.05 * 128;
+              if (!(std::fabs(got - ref) <= 1e-6 * mag) && ++bad <= 3)
+                ADD_FAILURE() << dtype_name(t) << " " << host_kernels::isa_name(isa) << " n=" << n << " y[" << i << "," << r
+                              << "] = " << got << ", definition " << ref;
+            }
+          EXPECT_EQ(bad, 0);
+        }
+      }
+    }
+}
+
+TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrThreads) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    const int64_t rows = 43, cols = 1536;
+    const Stored w = random_stored(t, rows, cols, 30 + static_cast<uint32_t>(t));
+    ThreadPool pool(1);
+    auto m = pack_matrix(w.view, pool);
+    const auto all = random_x(16, cols, 40);
+    for (Isa isa : int8_isas()) {
+      // The single-row results, each row alone.
+      std::vector<std::vector<float>> single;
+      for (int64_t i = 0; i < 16; ++i)
+        single.push_back(run(*m, std::vector<float>(all.begin() + i * cols, all.begin() + (i + 1) * cols), 1, 1, isa));
+      for (int64_t n = 1; n <= 16; ++n)
+        for (int threads : {1, 2}) {
+          // Rows first..first+n-1 of `all`, so each row sits at another position than alone.
+          const int64_t first = (16 - n) / 2;
+          const std::vector<float> x(all.begin() + first * cols, all.begin() + (first + n) * cols);
+          const auto y = run(*m, x, n, threads, isa);
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t r = 0; r < rows; ++r)
+              ASSERT_TRUE(bit_equal(y[i * rows + r], single[first + i][r]))
+                  << dtype_name(t) << " " << host_kernels::isa_name(isa) << " n=" << n << " threads=" << threads << " row " << i
+                  << " out " << r << ": " << y[i * rows + r] << " vs " << single[first + i][r];
+        }
+    }
+  }
+}
+
+TEST(Int8Kernels, TheAvx2AndPortableKernelsAgreeBitForBit) {
+  if (!host_kernels::cpu_has_avx2_fma()) GTEST_SKIP() << "this CPU has no AVX2+FMA+F16C: only the portable kernels run here";
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    const Stored w = random_stored(t, 50, 768, 50 + static_cast<uint32_t>(t));
+    ThreadPool pool(1);
+    auto m = pack_matrix(w.view, pool);
+    const auto x = random_x(7, 768, 60);
+    const auto a = run(*m, x, 7, 2, Isa::kAvx2), b = run(*m, x, 7, 2, Isa::kPortable);
+    for (size_t k = 0; k < a.size(); ++k) ASSERT_TRUE(bit_equal(a[k], b[k])) << dtype_name(t) << " at " << k << ": " << a[k] << " vs " << b[k];
+  }
+}
+
+TEST(Int8Kernels, AFusedCallEqualsSeparateCallsBitForBit) {
+  const int64_t cols = 576;
+  const Stored q = random_stored(DType::Q4_1, 576, cols, 70), k = random_stored(DType::Q4_1, 192, cols, 71),
+               v = random_stored(DType::Q8_0, 200, cols, 72);
+  ThreadPool pool(2);
+  auto pq = pack_matrix(q.view, pool), pk = pack_matrix(k.view, pool), pv = pack_matrix(v.view, pool);
+  const auto x = random_x(6, cols, 73);
+  for (Isa isa : int8_isas()) {
+    std::vector<float> yq(6 * 576), yk(6 * 192), yv(6 * 200);
+    const PackedMatrix* ws[] = {pq.get(), pk.get(), pv.get()};
+    float* ys[] = {yq.data(), yk.data(), yv.data()};
+    qmatmul(ws, x.data(), 6, ys, pool, isa);
+    const auto sq = run(*pq, x, 6, 2, isa), sk = run(*pk, x, 6, 2, isa), sv = run(*pv, x, 6, 2, isa);
+    for (size_t j = 0; j < yq.size(); ++j) ASSERT_TRUE(bit_equal(yq[j], sq[j]));
+    for (size_t j = 0; j < yk.size(); ++j) ASSERT_TRUE(bit_equal(yk[j], sk[j]));
+    for (size_t j = 0; j < yv.size(); ++j) ASSERT_TRUE(bit_equal(yv[j], sv[j]));
+  }
+}
+
+// The fast path's error against f32 activations is the activation rounding: per block at most
+// d_x / 2 per value, so |y_fast - y_f32| <= sum_b (d_xb / 2) * sum_j |w_j| (plus f32 rounding).
+TEST(Int8Kernels, TheFastPathStaysWithinTheActivationRoundingOfTheF32Reference) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    const int64_t rows = 24, cols = 576, n = 3;
+    const Stored w = random_stored(t, rows, cols, 80 + static_cast<uint32_t>(t));
+    ThreadPool pool(2);
+    auto m = pack_matrix(w.view, pool);
+    const auto x = random_x(n, cols, 81);
+    QuantizedRows q;
+    quantize_rows(x.data(), n, cols, q);
+    std::vector<float> ref(n * rows), row(cols);
+    matmul_reference(w.view, x.data(), n, ref.data());
+    const auto y = run(*m, x, n, 2, int8_isas().back());
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(t, w.view.row(r), row.data(), cols);
+      for (int64_t i = 0; i < n; ++i) {
+        double bound = 0, mag = 0;
+        for (int64_t j = 0; j < cols; ++j) {
+          bound += q.d[i * (cols / 32) + j / 32] / 2 * std::fabs(row[j]);
+          mag += std::fabs(row[j] * x[i * cols + j]);
+        }
+        EXPECT_LE(std::fabs(y[i * rows + r] - ref[i * rows + r]), bound * 1.001 + 1e-5 * mag) << dtype_name(t) << " " << i << "," << r;
+      }
+    }
+  }
+}
+
+TEST(HostPath, SpeculaSimdNamesAPathAndABadOrMissingOneIsOneClearError) {
+  const bool avx2 = host_kernels::cpu_has_avx2_fma(), avx512 = host_kernels::cpu_has_avx512();
+  const Isa widest = avx512 ? Isa::kAvx512 : avx2 ? Isa::kAvx2 : Isa::kPortable;
+  EXPECT_EQ(host_kernels::host_path_for(nullptr).isa, widest);
+  EXPECT_FALSE(host_kernels::host_path_for(nullptr).reference);
+  EXPECT_FALSE(host_kernels::host_path_for("").reference);
+  EXPECT_TRUE(host_kernels::host_path_for("reference").reference);
+  EXPECT_EQ(host_kernels::host_path_for("reference").isa, widest);
+  EXPECT_EQ(host_kernels::host_path_for("portable").isa, Isa::kPortable);
+  EXPECT_TRUE(host_kernels::host_path_for("reference-portable").reference);
+  try {
+    host_kernels::host_path_for("avx9");
+    ADD_FAILURE() << "an unknown path was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("SPECULA_SIMD=avx9: not a host path"), std::string::npos) << e.what();
+  }
+  if (!avx512) {
+    try {
+      host_kernels::host_path_for("avx512");
+      ADD_FAILURE() << "avx512 was accepted on a CPU without it";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("this CPU has no AVX-512"), std::string::npos) << e.what();
+    }
+  } else {
+    EXPECT_EQ(host_kernels::host_path_for("avx512").isa, Isa::kAvx512);
+  }
+  if (avx2) EXPECT_EQ(host_kernels::host_path_for("avx2").isa, Isa::kAvx2);
+}
+
+TEST(HostPath, TheInt8PathRepacksMatricesOnceAndTheReferencePathUsesTheFileInPlace) {
+  const Stored w = random_stored(DType::Q4_1, 16, 64, 90);
+  HostOps fast(1, host_kernels::host_path_for(nullptr)), ref(1, host_kernels::host_path_for("reference"));
+  const Weight a = fast.upload(w.view), b = fast.upload(w.view), table = fast.upload_table(w.view), r = ref.upload(w.view);
+  EXPECT_NE(a.device, nullptr);
+  EXPECT_EQ(a.device, b.device) << "the same stored tensor is repacked once per device";
+  EXPECT_EQ(table.device, nullptr);
+  EXPECT_EQ(r.device, nullptr);
+  EXPECT_EQ(fast.packed_bytes(), size_t{16 * 2 * 20});
+  EXPECT_EQ(ref.packed_bytes(), size_t{0});
+  // Both give a product; they agree within the activation rounding.
+  const auto x = random_x(2, 64, 91);
+  std::vector<float> ya(32), yr(32);
+  fast.matmul(x.data(), a, 2, ya.data());
+  ref.matmul(x.data(), r, 2, yr.data());
+  for (int k = 0; k < 32; ++k) EXPECT_NEAR(ya[k], yr[k], 0.05 * (1 + std::fabs(yr[k])));
+}
+
+}  // namespace
+}  // namespace specula

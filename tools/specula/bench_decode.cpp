@@ -1,0 +1,315 @@
+// `specula bench decode` on a model file: for each host path (the int8 path and the f32 reference,
+// in one run) load time and memory, decode speed and its fraction of the read roofline at three
+// contexts, the cost of a forward over n = 1..16 tokens against one, prefill, batched decode of
+// 1/4/16 sequences; then the two paths' agreement on the prompt set (top-1, perplexity).
+#include "tools/specula/bench_decode.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "gpu/host/bandwidth.h"
+#include "gpu/host/host_device.h"
+#include "spec/sampling.h"
+#include "tools/specula/common.h"
+#include "tools/specula/engine_cli.h"
+
+namespace specula::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Resident memory of this process, from /proc/self/statm (0 where there is none).
+double resident_mb() {
+  std::ifstream f("/proc/self/statm");
+  long long pages = 0, resident = 0;
+  if (!(f >> pages >> resident)) return 0;
+  return static_cast<double>(resident) * 4096 / 1e6;
+}
+
+// A deterministic prompt of n tokens: English text from the tokenizer, repeated.
+std::vector<int32_t> text_tokens(const Tokenizer& tok, int64_t n) {
+  const std::vector<int32_t> base = tok.encode(
+      "The history of computing is a story of people building machines that remember, calculate and "
+      "communicate. Early mechanical calculators gave way to electronic computers, and those to the "
+      "small, fast processors that now sit in every pocket. ");
+  std::vector<int32_t> out;
+  while (static_cast<int64_t>(out.size()) < n) out.insert(out.end(), base.begin(), base.end());
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  for (size_t e; (e = s.find(sep, b)) != std::string::npos; b = e + 1) out.push_back(s.substr(b, e - b));
+  out.push_back(s.substr(b));
+  return out;
+}
+
+struct Options {
+  std::vector<int64_t> contexts;
+  int64_t decode_tokens = 64;
+  int repeat = 3;
+  int max_verify = 16;
+  std::vector<int> batches{1, 4, 16};
+};
+
+// One path: its own device, model and caches, so its load time and memory are its own.
+class PathBench {
+ public:
+  PathBench(const LoadedModel& files, const DeviceOptions& dev, int64_t max_ctx) {
+    const double rss0 = resident_mb();
+    const auto t0 = Clock::now();
+    ops_ = make_device(dev);
+    model_ = std::make_unique<LlamaModel>(files.weights, *ops_);
+    load_seconds_ = since(t0);
+    kv_ = std::make_unique<KvCache>(*ops_, model_->kv_config(max_ctx + 32));
+    rss_added_mb_ = resident_mb() - rss0;
+    host_ = dynamic_cast<HostOps*>(ops_.get());
+  }
+  LlamaModel& model() { return *model_; }
+  KvCache& kv() { return *kv_; }
+  Ops& ops() { return *ops_; }
+
+  nlohmann::json run(const Tokenizer& tok, const Options& o) {
+    nlohmann::json j;
+    j["device"] = ops_->name();
+    j["load_seconds"] = load_seconds_;
+    j["resident_mb_added_by_load"] = rss_added_mb_;
+    j["repacked_weight_mb"] = host_ ? host_->packed_bytes() / 1e6 : 0.0;
+    const LlamaConfig& cfg = model_->config();
+    const double weight_bytes = static_cast<double>(model_->weight_bytes_per_token());
+    j["weight_bytes_per_token"] = weight_bytes;
+    const int seq = kv_->create_sequence();
+    std::vector<float> logits;
+
+    // Decode at each context: prefill the context (timed: prefill tok/s at that length), then
+    // greedy decode; each run held to the read bandwidth measured right after it.
+    nlohmann::json contexts = nlohmann::json::array();
+    for (int64_t ctx : o.contexts) {
+      const std::vector<int32_t> prompt = text_tokens(tok, ctx);
+      std::vector<double> prefill, decode, fraction, bandwidth;
+      const double kv_bytes = (ctx + o.decode_tokens / 2.0) * cfg.layers * 2.0 * cfg.kv_heads * cfg.head_dim * sizeof(float);
+      for (int r = 0; r < o.repeat + 1; ++r) {  // run 0 warms caches and page-ins, not counted
+        kv_->truncate_to(seq, 0);
+        auto t0 = Clock::now();
+        ForwardSeq fs{seq, prompt, false};
+        model_->forward({&fs, 1}, *kv_, logits);
+        const double tp = since(t0);
+        int32_t t = argmax(logits);
+        t0 = Clock::now();
+        for (int64_t i = 0; i < o.decode_tokens; ++i) {
+          ForwardSeq step{seq, {&t, 1}, false};
+          model_->forward({&step, 1}, *kv_, logits);
+          t = argmax(logits);
+        }
+        const double td = since(t0);
+        if (r == 0) continue;
+        prefill.push_back(ctx / tp);
+        decode.push_back(o.decode_tokens / td);
+        if (host_) {
+          bandwidth.push_back(measure_read_bandwidth_gbs(host_->pool()));
+          fraction.push_back(decode.back() * (weight_bytes + kv_bytes) / (bandwidth.back() * 1e9));
+        }
+      }
+      contexts.push_back({{"context", ctx},
+                          {"prefill_tokens_per_second", median_of(prefill)},
+                          {"decode_tokens_per_second", median_of(decode)},
+                          {"decode_runs_tokens_per_second", decode},
+                          {"kv_bytes_per_token", kv_bytes},
+                          {"read_bandwidth_runs_gb_per_s", bandwidth},
+                          {"roofline_fraction", median_of(fraction)},
+                          {"roofline_fraction_runs", fraction}});
+    }
+    j["contexts"] = contexts;
+
+    // A forward over n tokens at a context, relative to one token.
+    nlohmann::json verify = nlohmann::json::object();
+    for (int64_t ctx : {o.contexts.front(), std::min<int64_t>(2048, o.contexts.back())}) {
+      const std::vector<int32_t> prompt = text_tokens(tok, ctx + o.max_verify);
+      kv_->truncate_to(seq, 0);
+      ForwardSeq pre{seq, {prompt.data(), static_cast<size_t>(ctx)}, false};
+      model_->forward({&pre, 1}, *kv_, logits);
+      nlohmann::json rows = nlohmann::json::array();
+      double t_one = 0;
+      for (int n = 1; n <= o.max_verify; ++n) {
+        std::vector<double> times;
+        for (int r = 0; r < std::max(5, o.repeat * 3); ++r) {
+          kv_->truncate_to(seq, ctx);
+          ForwardSeq fs{seq, {prompt.data() + ctx, static_cast<size_t>(n)}, true};
+          const auto t0 = Clock::now();
+          model_->forward({&fs, 1}, *kv_, logits);
+          times.push_back(since(t0));
+        }
+        const double t = median_of(times);
+        if (n == 1) t_one = t;
+        rows.push_back({{"tokens", n}, {"seconds", t}, {"cost_vs_one_token", t / t_one}});
+      }
+      verify[std::to_string(ctx)] = rows;
+    }
+    j["forward_cost_vs_one_token_at_context"] = verify;
+
+    // Sequences decoding together: each at 128 positions, one token each per batched forward.
+    nlohmann::json batches = nlohmann::json::array();
+    for (int b : o.batches) {
+      KvCache kv(*ops_, model_->kv_config(b * (128 + o.decode_tokens + 16)));
+      std::vector<int> seqs;
+      std::vector<int32_t> next(static_cast<size_t>(b));
+      const std::vector<int32_t> prompt = text_tokens(tok, 128);
+      for (int i = 0; i < b; ++i) {
+        seqs.push_back(kv.create_sequence());
+        ForwardSeq fs{seqs.back(), prompt, false};
+        model_->forward({&fs, 1}, kv, logits);
+        next[static_cast<size_t>(i)] = argmax(logits);
+      }
+      const int64_t steps = std::max<int64_t>(8, o.decode_tokens / 2);
+      const auto t0 = Clock::now();
+      for (int64_t s = 0; s < steps; ++s) {
+        std::vector<ForwardSeq> batch;
+        for (int i = 0; i < b; ++i) batch.push_back(ForwardSeq{seqs[static_cast<size_t>(i)], {&next[static_cast<size_t>(i)], 1}, false});
+        model_->forward(batch, kv, logits);
+        for (int i = 0; i < b; ++i)
+          next[static_cast<size_t>(i)] = argmax({logits.data() + static_cast<size_t>(i) * cfg.vocab_size, static_cast<size_t>(cfg.vocab_size)});
+      }
+      const double t = since(t0);
+      batches.push_back({{"sequences", b}, {"tokens_per_second_total", b * steps / t}});
+    }
+    j["batched_decode"] = batches;
+    kv_->free_sequence(seq);
+    return j;
+  }
+
+ private:
+  std::unique_ptr<Ops> ops_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<KvCache> kv_;
+  HostOps* host_ = nullptr;
+  double load_seconds_ = 0, rss_added_mb_ = 0;
+};
+
+// log-softmax of one row at `token`.
+double log_prob(std::span<const float> row, int32_t token) {
+  double mx = -INFINITY;
+  for (float v : row) mx = std::max(mx, static_cast<double>(v));
+  double sum = 0;
+  for (float v : row) sum += std::exp(static_cast<double>(v) - mx);
+  return static_cast<double>(row[static_cast<size_t>(token)]) - mx - std::log(sum);
+}
+
+// Teacher-forced agreement of two paths on the prompt set: each prompt plus the reference path's
+// greedy continuation, every position scored by both.
+nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& files, const std::string& prompts_path,
+                         int64_t continuation) {
+  const std::vector<BenchPrompt> prompts = read_prompts(prompts_path, files, 0, 0);
+  const int64_t vocab = files.weights.config.vocab_size;
+  int64_t positions = 0, same_top1 = 0;
+  double nll_fast = 0, nll_ref = 0;
+  for (const BenchPrompt& p : prompts) {
+    std::vector<int32_t> text = p.tokens;
+    std::vector<float> logits;
+    const int sr = ref.kv().create_sequence();
+    ForwardSeq pre{sr, text, false};
+    ref.model().forward({&pre, 1}, ref.kv(), logits);
+    for (int64_t i = 0; i < continuation; ++i) {
+      text.push_back(argmax(logits));
+      ForwardSeq step{sr, {&text.back(), 1}, false};
+      ref.model().forward({&step, 1}, ref.kv(), logits);
+    }
+    ref.kv().free_sequence(sr);
+    std::vector<float> lf, lr;
+    for (PathBench* b : {&fast, &ref}) {
+      const int s = b->kv().create_sequence();
+      ForwardSeq all{s, text, true};
+      b->model().forward({&all, 1}, b->kv(), b == &fast ? lf : lr);
+      b->kv().free_sequence(s);
+    }
+    for (size_t i = 0; i + 1 < text.size(); ++i) {
+      const std::span<const float> rf(lf.data() + i * vocab, static_cast<size_t>(vocab)), rr(lr.data() + i * vocab, static_cast<size_t>(vocab));
+      same_top1 += argmax(rf) == argmax(rr);
+      nll_fast -= log_prob(rf, text[i + 1]);
+      nll_ref -= log_prob(rr, text[i + 1]);
+      ++positions;
+    }
+  }
+  const double ppl_fast = std::exp(nll_fast / positions), ppl_ref = std::exp(nll_ref / positions);
+  return {{"prompts", prompts.size()},
+          {"positions", positions},
+          {"top1_agreement", static_cast<double>(same_top1) / positions},
+          {"perplexity_fast", ppl_fast},
+          {"perplexity_reference", ppl_ref},
+          {"perplexity_ratio", ppl_fast / ppl_ref}};
+}
+
+}  // namespace
+
+int bench_decode(const Args& a) {
+  Options o;
+  o.decode_tokens = a.integer("decode-tokens", 64);
+  o.repeat = static_cast<int>(a.integer("repeat", 3));
+  o.max_verify = static_cast<int>(a.integer("max-verify", 16));
+  for (const std::string& c : split(a.str("contexts", "128,1024,4096"), ',')) {
+    try {
+      o.contexts.push_back(std::stoll(c));
+    } catch (const std::exception&) {
+      throw UsageError("--contexts: '" + c + "' is not a number");
+    }
+    if (o.contexts.back() < 1) throw UsageError("--contexts: each context must be >= 1");
+  }
+  if (o.decode_tokens < 2 || o.repeat < 1 || o.max_verify < 1 || o.contexts.empty())
+    throw UsageError("--decode-tokens >= 2, --repeat >= 1, --max-verify >= 1 and at least one context");
+  std::sort(o.contexts.begin(), o.contexts.end());
+  std::vector<std::string> paths = split(a.str("paths", "fast,reference"), ',');
+  const std::string device = a.str("device", "auto");
+  LoadedModel files = load_model(a.str("model", default_model_path()));
+
+  nlohmann::json out;
+  out["bench"] = "decode";
+  out["model"] = files.path;
+  out["threads"] = a.integer("threads", 2);
+  out["contexts"] = o.contexts;
+  std::vector<std::unique_ptr<PathBench>> benches;
+  nlohmann::json results = nlohmann::json::array();
+  for (const std::string& p : paths) {
+    if (p != "fast" && p != "reference") throw UsageError("--paths: 'fast' and/or 'reference', got '" + p + "'");
+    DeviceOptions dev;
+    dev.device = device;
+    dev.threads = static_cast<int>(a.integer("threads", 2));
+    dev.host_path = p == "reference" ? "reference" : "";
+    auto b = std::make_unique<PathBench>(files, dev, std::max<int64_t>(o.contexts.back() + o.max_verify, 2048 + o.max_verify) + o.decode_tokens);
+    nlohmann::json r = b->run(*files.tokenizer, o);
+    r["path"] = p;
+    results.push_back(r);
+    benches.push_back(std::move(b));
+  }
+  out["paths"] = results;
+  if (benches.size() == 2 && a.str("agreement", "on") == "on")
+    out["agreement"] = agreement(*benches[0], *benches[1], files, a.str("prompts", "../shared/data/prompts/chat.jsonl"),
+                                 a.integer("agreement-tokens", 64));
+  if (results.size() == 2) {
+    const auto& f = results[0];
+    const auto& r = results[1];
+    nlohmann::json ratio;
+    for (size_t i = 0; i < o.contexts.size(); ++i)
+      ratio["decode_at_" + std::to_string(o.contexts[i])] = f["contexts"][i]["decode_tokens_per_second"].get<double>() /
+                                                              r["contexts"][i]["decode_tokens_per_second"].get<double>();
+    ratio["prefill_at_" + std::to_string(o.contexts[0])] = f["contexts"][0]["prefill_tokens_per_second"].get<double>() /
+                                                            r["contexts"][0]["prefill_tokens_per_second"].get<double>();
+    out["fast_over_reference"] = ratio;
+  }
+  std::cout << out.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace specula::cli
