@@ -8,6 +8,7 @@ so a failure below is caused by the damage, not by the writer.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import struct
 import subprocess
@@ -261,3 +262,30 @@ def test_a_draft_model_with_another_vocabulary_is_refused_naming_the_first_diffe
 
 def test_a_missing_draft_model_is_one_line_naming_the_file(specula_bin, good_gguf, tmp_path):
     expect_one_line_error(speculate(specula_bin, good_gguf, "--draft", str(tmp_path / "no-draft.gguf")), ["draft model not found", "no-draft.gguf"])
+
+
+def _has_avx512() -> bool:
+    try:
+        flags = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return all(f in flags.split() for f in ("avx512f", "avx512bw", "avx512vl"))
+
+
+@pytest.mark.parametrize("value,words", [
+    ("avx9", ["SPECULA_SIMD=avx9", "not a host path"]),
+    ("fastest", ["SPECULA_SIMD=fastest", "not a host path"]),
+    ("avx512", ["SPECULA_SIMD=avx512", "this CPU has no AVX-512"]),
+], ids=["unknown", "unknown_word", "avx512_missing"])
+def test_a_host_path_that_is_not_one_or_that_the_cpu_lacks_is_one_line_and_a_nonzero_exit(specula_bin, good_gguf, value, words):
+    if value == "avx512" and _has_avx512():
+        pytest.skip("this CPU has AVX-512: the missing-path case cannot be shown here")
+    p = subprocess.run([str(specula_bin), "generate", "--model", str(good_gguf), "--prompt-ids", "1,2", "--max-tokens", "2",
+                        "--temperature", "0"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "SPECULA_SIMD": value})
+    expect_one_line_error(p, words)
+    # The same file runs on each path the CPU has (the positive control).
+    for ok in ("", "reference", "portable", "reference-portable"):
+        q = subprocess.run([str(specula_bin), "generate", "--model", str(good_gguf), "--prompt-ids", "1,2", "--max-tokens", "2",
+                            "--temperature", "0"], capture_output=True, text=True, timeout=60, env={**os.environ, "SPECULA_SIMD": ok})
+        assert q.returncode == 0, f"SPECULA_SIMD={ok!r}: {q.stderr}"
