@@ -13,6 +13,7 @@
 
 #include <sys/mman.h>
 
+#include "gpu/host/attention.h"
 #include "gpu/host/matmul.h"
 #include "gpu/host/quant.h"
 #include "gpu/kv_cache.h"
@@ -38,6 +39,29 @@ __attribute__((target_clones("avx2,fma", "default"))) void axpy(float a, const f
 }
 
 }  // namespace
+
+namespace host_kernels {
+
+void attention_chunk_portable(const AttentionChunk& c) {
+  const int64_t n = c.p1 - c.p0, hd = c.head_dim, bt = c.block_tokens, rf = c.row_floats;
+  auto row = [&](const float* base, int64_t p) { return base + (static_cast<int64_t>(c.blocks[p / bt]) * bt + p % bt) * rf; };
+  for (int64_t g = 0; g < c.group; ++g) {
+    const float* q = c.q + g * hd;
+    float* s = c.scores + g * n;
+    for (int64_t p = c.p0; p < c.p1; ++p) s[p - c.p0] = dot(q, row(c.k, p), hd) * c.scale;
+    float m = s[0];
+    for (int64_t j = 1; j < n; ++j) m = std::max(m, s[j]);
+    float l = 0;
+    for (int64_t j = 0; j < n; ++j) l += (s[j] = std::exp(s[j] - m));
+    c.m[g] = m;
+    c.l[g] = l;
+    float* o = c.o + g * hd;
+    std::fill(o, o + hd, 0.0f);
+    for (int64_t p = c.p0; p < c.p1; ++p) axpy(s[p - c.p0], row(c.v, p), o, hd);
+  }
+}
+
+}  // namespace host_kernels
 
 HostOps::HostOps(int threads) : HostOps(threads, host_kernels::host_path_for(std::getenv("SPECULA_SIMD"))) {}
 
@@ -223,63 +247,94 @@ void HostOps::attention(const float* q, KvCache& kv, int layer, std::span<const 
   const int64_t hd = kv.config().head_dim, kvh = kv.config().kv_heads, group = heads / kvh;
   const int64_t bt = kv.config().block_tokens, rf = kv.row_floats();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const bool simd = path_.isa != host_kernels::Isa::kPortable && hd % 8 == 0;
+
+  // Items (token row, kv head, chunk of kChunkTokens positions); a row's chunks are contiguous.
+  struct Row { const SeqSlice* s; int64_t i, first_item, chunks; };
+  std::vector<Row> rows;
+  int64_t items = 0, work = 0, max_chunk = 0;
+  for (const SeqSlice& s : slices)
+    for (int64_t i = 0; i < s.n; ++i) {
+      const int64_t ctx = s.start + i + 1, chunks = (ctx + host_kernels::kChunkTokens - 1) / host_kernels::kChunkTokens;
+      rows.push_back({&s, i, items, chunks});
+      items += chunks * kvh;
+      work += ctx;
+      max_chunk = std::max(max_chunk, std::min(ctx, host_kernels::kChunkTokens));
+    }
+  // Per item: m[group], l[group], o[group * hd].
+  const int64_t per_item = group * (2 + hd);
+  thread_local std::vector<float> partial;
+  partial.resize(static_cast<size_t>(items * per_item));
+  float* const part = partial.data();
   const float* kp = kv.k_pool(layer);
   const float* vp = kv.v_pool(layer);
 
-  // One work item per (token row, kv head): the `group` query heads that share a kv head are
-  // done together so each cached K/V row is read once for all of them.
-  struct Row { const SeqSlice* s; int64_t i; };
-  std::vector<Row> rows;
-  int64_t work = 0;
-  for (const SeqSlice& s : slices)
-    for (int64_t i = 0; i < s.n; ++i) {
-      rows.push_back({&s, i});
-      work += s.start + i + 1;
-    }
-  const int64_t items = static_cast<int64_t>(rows.size()) * kvh;
-
   auto run = [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
+    thread_local std::vector<float> scores;
+    scores.resize(static_cast<size_t>(group * max_chunk));
+    // The row of item `begin`, then onwards: items ascend with rows.
+    size_t r = static_cast<size_t>(
+        std::upper_bound(rows.begin(), rows.end(), begin, [](int64_t x, const Row& w) { return x < w.first_item; }) - rows.begin() - 1);
     for (int64_t it = begin; it < end; ++it) {
-      const Row& r = rows[it / kvh];
-      const int64_t kh = it % kvh;
-      const int64_t ctx = r.s->start + r.i + 1, row = r.s->row + r.i;
-      const std::vector<int32_t>& blocks = kv.block_table(r.s->seq);
-      scores.resize(static_cast<size_t>(group * ctx));
-      // scores[g, p] = q_g . k_p * scale, walking the block table block by block.
-      for (int64_t p0 = 0; p0 < ctx; p0 += bt) {
-        const float* kb = kp + blocks[p0 / bt] * bt * rf + kh * hd;
-        const int64_t np = std::min(bt, ctx - p0);
-        for (int64_t g = 0; g < group; ++g) {
-          const float* qv = q + (row * heads + kh * group + g) * hd;
-          for (int64_t j = 0; j < np; ++j) scores[g * ctx + p0 + j] = dot(qv, kb + j * rf, hd) * scale;
-        }
-      }
-      for (int64_t g = 0; g < group; ++g) {
-        float* sc = scores.data() + g * ctx;
-        float mx = -INFINITY;
-        for (int64_t p = 0; p < ctx; ++p) mx = std::max(mx, sc[p]);
-        float sum = 0;
-        for (int64_t p = 0; p < ctx; ++p) sum += (sc[p] = std::exp(sc[p] - mx));
-        const float inv = 1.0f / sum;
-        for (int64_t p = 0; p < ctx; ++p) sc[p] *= inv;
-        std::fill(out + (row * heads + kh * group + g) * hd, out + (row * heads + kh * group + g + 1) * hd, 0.0f);
-      }
-      for (int64_t p0 = 0; p0 < ctx; p0 += bt) {
-        const float* vb = vp + blocks[p0 / bt] * bt * rf + kh * hd;
-        const int64_t np = std::min(bt, ctx - p0);
-        for (int64_t g = 0; g < group; ++g) {
-          float* o = out + (row * heads + kh * group + g) * hd;
-          const float* sc = scores.data() + g * ctx + p0;
-          for (int64_t j = 0; j < np; ++j) axpy(sc[j], vb + j * rf, o, hd);
-        }
-      }
+      while (it >= rows[r].first_item + rows[r].chunks * kvh) ++r;
+      const Row& row = rows[r];
+      const int64_t local = it - row.first_item, kh = local / row.chunks, chunk = local % row.chunks;
+      const int64_t ctx = row.s->start + row.i + 1, trow = row.s->row + row.i;
+      host_kernels::AttentionChunk c;
+      c.q = q + (trow * heads + kh * group) * hd;
+      c.k = kp + kh * hd;
+      c.v = vp + kh * hd;
+      c.blocks = kv.block_table(row.s->seq).data();
+      c.block_tokens = bt;
+      c.row_floats = rf;
+      c.head_dim = hd;
+      c.group = group;
+      c.p0 = chunk * host_kernels::kChunkTokens;
+      c.p1 = std::min(ctx, c.p0 + host_kernels::kChunkTokens);
+      c.scale = scale;
+      float* pi = part + it * per_item;
+      c.m = pi;
+      c.l = pi + group;
+      c.o = pi + 2 * group;
+      c.scores = scores.data();
+      if (simd)
+        host_kernels::attention_chunk_avx2(c);
+      else
+        host_kernels::attention_chunk_portable(c);
     }
   };
   if (work * heads * hd < (1 << 16) || pool_.threads() == 1)
     run(0, items);
   else
     pool_.parallel_for(items, 1, run);
+
+  // Combine each (row, kv head)'s chunks in chunk order.
+  for (const Row& row : rows) {
+    const int64_t trow = row.s->row + row.i;
+    for (int64_t kh = 0; kh < kvh; ++kh) {
+      const float* first = part + (row.first_item + kh * row.chunks) * per_item;
+      for (int64_t g = 0; g < group; ++g) {
+        float* o = out + (trow * heads + kh * group + g) * hd;
+        if (row.chunks == 1) {
+          const float inv = 1.0f / first[group + g];
+          for (int64_t d = 0; d < hd; ++d) o[d] = first[2 * group + g * hd + d] * inv;
+          continue;
+        }
+        float m = -INFINITY;
+        for (int64_t c = 0; c < row.chunks; ++c) m = std::max(m, first[c * per_item + g]);
+        float l = 0;
+        std::fill(o, o + hd, 0.0f);
+        for (int64_t c = 0; c < row.chunks; ++c) {
+          const float* pc = first + c * per_item;
+          const float f = std::exp(pc[g] - m);
+          l += f * pc[group + g];
+          for (int64_t d = 0; d < hd; ++d) o[d] += f * pc[2 * group + g * hd + d];
+        }
+        const float inv = 1.0f / l;
+        for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
+      }
+    }
+  }
 }
 
 void HostOps::gather_rows(const float* src, int64_t cols, std::span<const int64_t> rows, float* dst) {

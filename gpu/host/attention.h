@@ -1,0 +1,39 @@
+// Private to gpu/host: the attention kernels behind HostOps::attention.
+//
+// The work is cut into items (token row, kv head, context chunk of kChunkTokens positions): each
+// item computes, for the `group` query heads that share the kv head, the chunk's score maximum m,
+// the sum l of exp(score - m) and the unnormalised output o = sum exp(score - m) v; a combine step
+// then merges a row's chunks in chunk order (flash-decoding). The chunks depend only on the row's
+// own context length, and every item is computed alone, so a row's output does not depend on
+// which other rows share the call (the row property, docs/kernels.md) nor on the thread count;
+// and a long context gives both threads work even for a single decoding row.
+#pragma once
+#include <cstdint>
+
+namespace specula::host_kernels {
+
+constexpr int64_t kChunkTokens = 256;
+
+struct AttentionChunk {
+  const float* q = nullptr;      // [group, head_dim] query heads of one row and kv head (pre-scaled by nothing)
+  const float* k = nullptr;      // K pool: position p of block b at k + (b * block_tokens + p % block_tokens) * row_floats
+  const float* v = nullptr;
+  const int32_t* blocks = nullptr;  // the sequence's block table
+  int64_t block_tokens = 0, row_floats = 0, head_dim = 0, group = 0;
+  int64_t p0 = 0, p1 = 0;        // positions [p0, p1) of this chunk (the kv head's offset is in k and v)
+  float scale = 1.0f;
+  // Outputs: m[group], l[group], o[group * head_dim].
+  float* m = nullptr;
+  float* l = nullptr;
+  float* o = nullptr;
+  float* scores = nullptr;       // scratch of group * (p1 - p0) floats
+};
+
+// One chunk; the AVX2 version needs head_dim % 8 == 0 and cpu_has_avx2_fma().
+void attention_chunk_portable(const AttentionChunk& c);
+void attention_chunk_avx2(const AttentionChunk& c);
+
+// exp of n floats in place (AVX2; max error ~2 ulp; inputs below -87.3 give 0).
+void exp_inplace_avx2(float* x, int64_t n);
+
+}  // namespace specula::host_kernels
