@@ -9,7 +9,8 @@ namespace specula {
 KvCache::KvCache(Ops& ops, const KvCacheConfig& cfg) : cfg_(cfg) {
   if (cfg.layers <= 0 || cfg.kv_heads <= 0 || cfg.head_dim <= 0 || cfg.block_tokens <= 0 || cfg.num_blocks <= 0)
     throw std::invalid_argument("KV cache config must be positive (layers, kv_heads, head_dim, block_tokens, blocks)");
-  const size_t n = static_cast<size_t>(cfg.layers * layer_stride());
+  const size_t elements = static_cast<size_t>(cfg.layers * layer_stride());
+  const size_t n = cfg.f16 ? (elements + 1) / 2 : elements;  // floats of storage
   k_ = DeviceBuffer(ops, n);
   v_ = DeviceBuffer(ops, n);
   free_.reserve(cfg.num_blocks);

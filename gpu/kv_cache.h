@@ -15,6 +15,9 @@ struct KvCacheConfig {
   int64_t head_dim = 0;
   int64_t block_tokens = 16;  // positions per block
   int64_t num_blocks = 0;     // blocks in the pool (shared by all sequences)
+  // K/V stored as fp16 (the host's int8 path; half the bytes a decode step reads) instead of f32.
+  // Offsets and row_floats count elements either way.
+  bool f16 = false;
 };
 
 // Thrown when a reservation needs more blocks than are free; the cache is unchanged.
@@ -45,9 +48,14 @@ class KvCache {
   int64_t blocks_total() const { return cfg_.num_blocks; }
   int64_t blocks_needed(int64_t positions) const { return (positions + cfg_.block_tokens - 1) / cfg_.block_tokens; }
 
-  // Pools of one layer, [num_blocks, block_tokens, kv_heads, head_dim], in device memory.
-  float* k_pool(int layer) const { return k_.get() + layer * layer_stride(); }
-  float* v_pool(int layer) const { return v_.get() + layer * layer_stride(); }
+  // Pools of one layer, [num_blocks, block_tokens, kv_heads, head_dim], in device memory: f32
+  // (k_pool, v_pool; throws std::logic_error on an fp16 cache) or fp16 (k_pool_f16, v_pool_f16).
+  float* k_pool(int layer) const { return f32_pool(k_, layer); }
+  float* v_pool(int layer) const { return f32_pool(v_, layer); }
+  uint16_t* k_pool_f16(int layer) const { return f16_pool(k_, layer); }
+  uint16_t* v_pool_f16(int layer) const { return f16_pool(v_, layer); }
+  // Bytes of one element (4 or 2).
+  int64_t element_bytes() const { return cfg_.f16 ? 2 : 4; }
   int64_t row_floats() const { return cfg_.kv_heads * cfg_.head_dim; }
   // Offset in floats of (position) inside a layer pool, through the sequence's block table.
   int64_t offset(int seq, int64_t position) const;
@@ -59,6 +67,14 @@ class KvCache {
     std::vector<int32_t> blocks;
   };
   int64_t layer_stride() const { return cfg_.num_blocks * cfg_.block_tokens * row_floats(); }
+  float* f32_pool(const DeviceBuffer& b, int layer) const {
+    if (cfg_.f16) throw std::logic_error("KV cache: f32 pool asked of an fp16 cache");
+    return b.get() + layer * layer_stride();
+  }
+  uint16_t* f16_pool(const DeviceBuffer& b, int layer) const {
+    if (!cfg_.f16) throw std::logic_error("KV cache: fp16 pool asked of an f32 cache");
+    return reinterpret_cast<uint16_t*>(b.get()) + layer * layer_stride();
+  }
   const Seq& seq(int id) const;
   Seq& seq(int id);
 

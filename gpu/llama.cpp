@@ -37,6 +37,7 @@ KvCacheConfig LlamaModel::kv_config(int64_t max_tokens, int64_t block_tokens) co
   c.head_dim = cfg_.head_dim;
   c.block_tokens = block_tokens;
   c.num_blocks = (max_tokens + block_tokens - 1) / block_tokens;
+  c.f16 = ops_.kv_f16();
   return c;
 }
 

@@ -54,6 +54,9 @@ class Ops {
   // A hint before a model's uploads: they hold about `elements` values in all, so a device can
   // take one allocation for them (the CUDA device's weight arena). No-op on the host.
   virtual void reserve_weights(int64_t elements) {}
+  // Whether this device keeps K/V in fp16 (KvCacheConfig::f16); its kv_store and attention
+  // handle the caches it asks for.
+  virtual bool kv_f16() const { return false; }
 
   // --- compute; shapes in comments are [rows, cols], row-major --------------
   // out[n, dim] = table[tokens[i]] ; tokens live on the host.

@@ -16,8 +16,11 @@ constexpr int64_t kChunkTokens = 256;
 
 struct AttentionChunk {
   const float* q = nullptr;      // [group, head_dim] query heads of one row and kv head (pre-scaled by nothing)
-  const float* k = nullptr;      // K pool: position p of block b at k + (b * block_tokens + p % block_tokens) * row_floats
-  const float* v = nullptr;
+  // K and V pools (float, or uint16_t fp16 with f16): position p at
+  // k + (blocks[p / block_tokens] * block_tokens + p % block_tokens) * row_floats elements.
+  const void* k = nullptr;
+  const void* v = nullptr;
+  bool f16 = false;
   const int32_t* blocks = nullptr;  // the sequence's block table
   int64_t block_tokens = 0, row_floats = 0, head_dim = 0, group = 0;
   int64_t p0 = 0, p1 = 0;        // positions [p0, p1) of this chunk (the kv head's offset is in k and v)
@@ -32,6 +35,13 @@ struct AttentionChunk {
 // One chunk; the AVX2 version needs head_dim % 8 == 0 and cpu_has_avx2_fma().
 void attention_chunk_portable(const AttentionChunk& c);
 void attention_chunk_avx2(const AttentionChunk& c);
+
+// dst[i] = fp16(src[i]), round to nearest even (F16C where the CPU has it; the same values).
+void to_fp16(const float* src, uint16_t* dst, int64_t n);
+void to_fp16_avx2(const float* src, uint16_t* dst, int64_t n);
+
+// out[i] = silu(gate[i]) * up[i] with the vectorised exp (elementwise_avx2.cpp).
+void swiglu_avx2(const float* gate, const float* up, int64_t n, float* out);
 
 // exp of n floats in place (AVX2; max error ~2 ulp; inputs below -87.3 give 0).
 void exp_inplace_avx2(float* x, int64_t n);

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include "gpu/host/attention.h"
+#include "gpu/host/simd_math.h"
 
 namespace specula::host_kernels {
 
@@ -24,41 +25,26 @@ inline __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-// Cephes-style expf: n = round(x log2 e), r = x - n ln 2 (two-part ln 2), exp(r) by a degree-5
-// polynomial, times 2^n from the exponent bits. Inputs below -87 give 0.
-inline __m256 exp256(__m256 x) {
-  const __m256 too_small = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
-  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(too_small, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
-}
-
+template <class T>
 struct Rows {
-  const float* base;
+  const T* base;
   const int32_t* blocks;
   int64_t bt, rf;
-  const float* at(int64_t p) const { return base + (static_cast<int64_t>(blocks[p / bt]) * bt + p % bt) * rf; }
+  const T* at(int64_t p) const { return base + (static_cast<int64_t>(blocks[p / bt]) * bt + p % bt) * rf; }
 };
 
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
 // acc[0..NV) += sum over positions of w[p] * v_p[d0 .. d0 + 8 NV), then stored to out.
-template <int NV>
-inline void accumulate_v(const Rows& v, int64_t p0, int64_t p1, const float* w, int64_t d0, float* out) {
+template <int NV, class T>
+inline void accumulate_v(const Rows<T>& v, int64_t p0, int64_t p1, const float* w, int64_t d0, float* out) {
   __m256 acc[NV];
   for (int k = 0; k < NV; ++k) acc[k] = _mm256_setzero_ps();
   for (int64_t p = p0; p < p1; ++p) {
     const __m256 wp = _mm256_set1_ps(w[p - p0]);
-    const float* vp = v.at(p) + d0;
-    for (int k = 0; k < NV; ++k) acc[k] = _mm256_fmadd_ps(wp, _mm256_loadu_ps(vp + 8 * k), acc[k]);
+    const T* vp = v.at(p) + d0;
+    for (int k = 0; k < NV; ++k) acc[k] = _mm256_fmadd_ps(wp, load8(vp + 8 * k), acc[k]);
   }
   for (int k = 0; k < NV; ++k) _mm256_storeu_ps(out + d0 + 8 * k, acc[k]);
 }
@@ -76,8 +62,10 @@ void exp_inplace_avx2(float* x, int64_t n) {
   }
 }
 
-void attention_chunk_avx2(const AttentionChunk& c) {
-  const Rows k{c.k, c.blocks, c.block_tokens, c.row_floats}, v{c.v, c.blocks, c.block_tokens, c.row_floats};
+template <class T>
+static void chunk(const AttentionChunk& c) {
+  const Rows<T> k{static_cast<const T*>(c.k), c.blocks, c.block_tokens, c.row_floats};
+  const Rows<T> v{static_cast<const T*>(c.v), c.blocks, c.block_tokens, c.row_floats};
   const int64_t n = c.p1 - c.p0, hd = c.head_dim;
   const __m128 scale4 = _mm_set1_ps(c.scale);
   for (int64_t g = 0; g < c.group; ++g) {
@@ -85,21 +73,21 @@ void attention_chunk_avx2(const AttentionChunk& c) {
     float* s = c.scores + g * n;
     int64_t p = c.p0;
     for (; p + 4 <= c.p1; p += 4) {
-      const float *k0 = k.at(p), *k1 = k.at(p + 1), *k2 = k.at(p + 2), *k3 = k.at(p + 3);
+      const T *k0 = k.at(p), *k1 = k.at(p + 1), *k2 = k.at(p + 2), *k3 = k.at(p + 3);
       __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
       for (int64_t d = 0; d < hd; d += 8) {
         const __m256 qd = _mm256_loadu_ps(q + d);
-        a0 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k0 + d), a0);
-        a1 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k1 + d), a1);
-        a2 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k2 + d), a2);
-        a3 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k3 + d), a3);
+        a0 = _mm256_fmadd_ps(qd, load8(k0 + d), a0);
+        a1 = _mm256_fmadd_ps(qd, load8(k1 + d), a1);
+        a2 = _mm256_fmadd_ps(qd, load8(k2 + d), a2);
+        a3 = _mm256_fmadd_ps(qd, load8(k3 + d), a3);
       }
       _mm_storeu_ps(s + (p - c.p0), _mm_mul_ps(hsum4(a0, a1, a2, a3), scale4));
     }
     for (; p < c.p1; ++p) {
-      const float* kp = k.at(p);
+      const T* kp = k.at(p);
       __m256 a = _mm256_setzero_ps();
-      for (int64_t d = 0; d < hd; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kp + d), a);
+      for (int64_t d = 0; d < hd; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(kp + d), a);
       s[p - c.p0] = hsum(a) * c.scale;
     }
     // m, then s = exp(s - m) and l = sum s, in a fixed order (8 lanes, then the lanes, then the tail).
@@ -123,18 +111,32 @@ void attention_chunk_avx2(const AttentionChunk& c) {
     c.l[g] = l;
     float* o = c.o + g * hd;
     int64_t d0 = 0;
-    for (; d0 + 64 <= hd; d0 += 64) accumulate_v<8>(v, c.p0, c.p1, s, d0, o);
+    for (; d0 + 64 <= hd; d0 += 64) accumulate_v<8, T>(v, c.p0, c.p1, s, d0, o);
     switch ((hd - d0) / 8) {
-      case 1: accumulate_v<1>(v, c.p0, c.p1, s, d0, o); break;
-      case 2: accumulate_v<2>(v, c.p0, c.p1, s, d0, o); break;
-      case 3: accumulate_v<3>(v, c.p0, c.p1, s, d0, o); break;
-      case 4: accumulate_v<4>(v, c.p0, c.p1, s, d0, o); break;
-      case 5: accumulate_v<5>(v, c.p0, c.p1, s, d0, o); break;
-      case 6: accumulate_v<6>(v, c.p0, c.p1, s, d0, o); break;
-      case 7: accumulate_v<7>(v, c.p0, c.p1, s, d0, o); break;
+      case 1: accumulate_v<1, T>(v, c.p0, c.p1, s, d0, o); break;
+      case 2: accumulate_v<2, T>(v, c.p0, c.p1, s, d0, o); break;
+      case 3: accumulate_v<3, T>(v, c.p0, c.p1, s, d0, o); break;
+      case 4: accumulate_v<4, T>(v, c.p0, c.p1, s, d0, o); break;
+      case 5: accumulate_v<5, T>(v, c.p0, c.p1, s, d0, o); break;
+      case 6: accumulate_v<6, T>(v, c.p0, c.p1, s, d0, o); break;
+      case 7: accumulate_v<7, T>(v, c.p0, c.p1, s, d0, o); break;
       default: break;
     }
   }
+}
+
+void to_fp16_avx2(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) dst[i] = static_cast<uint16_t>(_cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+void attention_chunk_avx2(const AttentionChunk& c) {
+  if (c.f16)
+    chunk<uint16_t>(c);
+  else
+    chunk<float>(c);
 }
 
 }  // namespace specula::host_kernels

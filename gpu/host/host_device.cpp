@@ -42,13 +42,26 @@ __attribute__((target_clones("avx2,fma", "default"))) void axpy(float a, const f
 
 namespace host_kernels {
 
-void attention_chunk_portable(const AttentionChunk& c) {
+namespace {
+
+inline float kv_value(const float* p) { return *p; }
+inline float kv_value(const uint16_t* p) { return fp16_to_f32(*p); }
+
+template <class T>
+void chunk_portable(const AttentionChunk& c) {
   const int64_t n = c.p1 - c.p0, hd = c.head_dim, bt = c.block_tokens, rf = c.row_floats;
-  auto row = [&](const float* base, int64_t p) { return base + (static_cast<int64_t>(c.blocks[p / bt]) * bt + p % bt) * rf; };
+  auto row = [&](const void* base, int64_t p) {
+    return static_cast<const T*>(base) + (static_cast<int64_t>(c.blocks[p / bt]) * bt + p % bt) * rf;
+  };
   for (int64_t g = 0; g < c.group; ++g) {
     const float* q = c.q + g * hd;
     float* s = c.scores + g * n;
-    for (int64_t p = c.p0; p < c.p1; ++p) s[p - c.p0] = dot(q, row(c.k, p), hd) * c.scale;
+    for (int64_t p = c.p0; p < c.p1; ++p) {
+      const T* k = row(c.k, p);
+      float d = 0;
+      for (int64_t j = 0; j < hd; ++j) d += q[j] * kv_value(k + j);
+      s[p - c.p0] = d * c.scale;
+    }
     float m = s[0];
     for (int64_t j = 1; j < n; ++j) m = std::max(m, s[j]);
     float l = 0;
@@ -57,8 +70,28 @@ void attention_chunk_portable(const AttentionChunk& c) {
     c.l[g] = l;
     float* o = c.o + g * hd;
     std::fill(o, o + hd, 0.0f);
-    for (int64_t p = c.p0; p < c.p1; ++p) axpy(s[p - c.p0], row(c.v, p), o, hd);
+    for (int64_t p = c.p0; p < c.p1; ++p) {
+      const T* v = row(c.v, p);
+      for (int64_t j = 0; j < hd; ++j) o[j] += s[p - c.p0] * kv_value(v + j);
+    }
   }
+}
+
+}  // namespace
+
+void to_fp16(const float* src, uint16_t* dst, int64_t n) {
+  if (cpu_has_avx2_fma()) {
+    to_fp16_avx2(src, dst, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_fp16(src[i]);
+}
+
+void attention_chunk_portable(const AttentionChunk& c) {
+  if (c.f16)
+    chunk_portable<uint16_t>(c);
+  else
+    chunk_portable<float>(c);
 }
 
 }  // namespace host_kernels
@@ -71,6 +104,8 @@ HostOps::HostOps(int threads, host_kernels::HostPath path) : path_(path), pool_(
   if (path_.isa == host_kernels::Isa::kAvx2 && !host_kernels::cpu_has_avx2_fma())
     throw std::invalid_argument("host path avx2: this CPU has no AVX2+FMA+F16C");
 }
+
+bool HostOps::kv_f16() const { return !path_.reference; }
 
 std::string HostOps::name() const {
   return "host (" + path_.name() + ", " + std::to_string(pool_.threads()) + " threads)";
@@ -200,14 +235,28 @@ void HostOps::matmul_many(const float* x, std::span<const Weight* const> ws, int
 void HostOps::rope(float* x, int64_t n, int64_t heads, int64_t head_dim, std::span<const int32_t> positions,
                    std::span<const float> inv_freq, RopeStyle style) {
   const int64_t half = head_dim / 2;
-  std::vector<float> cs(half), sn(half);
+  // cos/sin per (row, frequency), kept for the next call with the same positions and frequencies
+  // (q and k of every layer of one forward).
+  thread_local std::vector<int32_t> cached_positions;
+  thread_local std::vector<float> cached_freq, cs, sn;
+  positions = positions.first(static_cast<size_t>(n));
+  if (!std::equal(positions.begin(), positions.end(), cached_positions.begin(), cached_positions.end()) ||
+      !std::equal(inv_freq.begin(), inv_freq.begin() + half, cached_freq.begin(), cached_freq.end())) {
+    cached_positions.assign(positions.begin(), positions.end());
+    cached_freq.assign(inv_freq.begin(), inv_freq.begin() + half);
+    cs.resize(static_cast<size_t>(n * half));
+    sn.resize(cs.size());
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i < half; ++i) {
+        // Angle in float32 as the reference implementations compute it.
+        const float a = static_cast<float>(positions[t]) * inv_freq[i];
+        cs[t * half + i] = std::cos(a);
+        sn[t * half + i] = std::sin(a);
+      }
+  }
   for (int64_t t = 0; t < n; ++t) {
-    for (int64_t i = 0; i < half; ++i) {
-      // Angle in float32 as the reference implementations compute it.
-      const float a = static_cast<float>(positions[t]) * inv_freq[i];
-      cs[i] = std::cos(a);
-      sn[i] = std::sin(a);
-    }
+    const float* c = cs.data() + t * half;
+    const float* s = sn.data() + t * half;
     for (int64_t h = 0; h < heads; ++h) {
       float* v = x + (t * heads + h) * head_dim;
       for (int64_t i = 0; i < half; ++i) {
@@ -215,14 +264,18 @@ void HostOps::rope(float* x, int64_t n, int64_t heads, int64_t head_dim, std::sp
         const int64_t a = style == RopeStyle::Interleaved ? 2 * i : i;
         const int64_t b = style == RopeStyle::Interleaved ? 2 * i + 1 : i + half;
         const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * cs[i] - x1 * sn[i];
-        v[b] = x0 * sn[i] + x1 * cs[i];
+        v[a] = x0 * c[i] - x1 * s[i];
+        v[b] = x0 * s[i] + x1 * c[i];
       }
     }
   }
 }
 
 void HostOps::swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  if (!path_.reference && path_.isa != host_kernels::Isa::kPortable) {
+    host_kernels::swiglu_avx2(gate, up, n, out);
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
@@ -232,6 +285,17 @@ void HostOps::add(float* x, const float* y, int64_t n) {
 
 void HostOps::kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<const SeqSlice> slices) {
   const int64_t rf = kv.row_floats();
+  if (kv.config().f16) {
+    uint16_t* kp = kv.k_pool_f16(layer);
+    uint16_t* vp = kv.v_pool_f16(layer);
+    for (const SeqSlice& s : slices)
+      for (int64_t i = 0; i < s.n; ++i) {
+        const int64_t off = kv.offset(s.seq, s.start + i);
+        host_kernels::to_fp16(k + (s.row + i) * rf, kp + off, rf);
+        host_kernels::to_fp16(v + (s.row + i) * rf, vp + off, rf);
+      }
+    return;
+  }
   float* kp = kv.k_pool(layer);
   float* vp = kv.v_pool(layer);
   for (const SeqSlice& s : slices)
@@ -266,8 +330,10 @@ void HostOps::attention(const float* q, KvCache& kv, int layer, std::span<const 
   thread_local std::vector<float> partial;
   partial.resize(static_cast<size_t>(items * per_item));
   float* const part = partial.data();
-  const float* kp = kv.k_pool(layer);
-  const float* vp = kv.v_pool(layer);
+  const bool f16 = kv.config().f16;
+  const void* kp = f16 ? static_cast<const void*>(kv.k_pool_f16(layer)) : kv.k_pool(layer);
+  const void* vp = f16 ? static_cast<const void*>(kv.v_pool_f16(layer)) : kv.v_pool(layer);
+  const int64_t esize = f16 ? 2 : 4;
 
   auto run = [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
@@ -282,8 +348,9 @@ void HostOps::attention(const float* q, KvCache& kv, int layer, std::span<const 
       const int64_t ctx = row.s->start + row.i + 1, trow = row.s->row + row.i;
       host_kernels::AttentionChunk c;
       c.q = q + (trow * heads + kh * group) * hd;
-      c.k = kp + kh * hd;
-      c.v = vp + kh * hd;
+      c.k = static_cast<const char*>(kp) + kh * hd * esize;
+      c.v = static_cast<const char*>(vp) + kh * hd * esize;
+      c.f16 = f16;
       c.blocks = kv.block_table(row.s->seq).data();
       c.block_tokens = bt;
       c.row_floats = rf;

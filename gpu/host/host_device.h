@@ -30,6 +30,8 @@ class HostOps final : public Ops {
   // weight on the reference path, are used in place.
   Weight upload(const TensorView& t) override;
   Weight upload_table(const TensorView& t) override;
+  // The int8 path keeps K/V in fp16; the reference path in f32.
+  bool kv_f16() const override;
   // Bytes of repacked weights held (for the benchmark's memory report).
   size_t packed_bytes() const;
 

@@ -93,17 +93,19 @@ class KVCache:
 class NumpyLlama:
     def __init__(self, cfg: LlamaConfig, weights: dict[str, np.ndarray], dtype=np.float64,
                  rope_pairs: str = "half_split", inv_freq: np.ndarray | None = None,
-                 quantized_inputs: set[str] | frozenset[str] = frozenset()):
+                 quantized_inputs: set[str] | frozenset[str] = frozenset(), kv_f16: bool = False):
         """rope_pairs: "half_split" (HF layout weights) or "adjacent" (GGUF-permuted q/k weights).
         inv_freq overrides cfg.inv_freq() (e.g. base frequencies divided by GGUF rope_freqs).
         quantized_inputs: weight names whose input activations are rounded as Specula's int8
-        path rounds them (q8_roundtrip) before the product: its emulation."""
+        path rounds them (q8_roundtrip) before the product: its emulation. kv_f16: keys and
+        values are rounded to float16 as they enter the cache (that path's fp16 K/V cache)."""
         assert rope_pairs in ("half_split", "adjacent")
         self.cfg, self.dtype, self.rope_pairs = cfg, dtype, rope_pairs
         self.w = {n: np.ascontiguousarray(a, dtype=dtype) for n, a in weights.items()}
         self.out_name = "model.embed_tokens.weight" if cfg.tied else "lm_head.weight"
         self.out_weight = self.w[self.out_name]
         self.quantized_inputs = frozenset(quantized_inputs)
+        self.kv_f16 = kv_f16
         self.inv_freq = cfg.inv_freq() if inv_freq is None else np.asarray(inv_freq, dtype=np.float64)
 
     def new_cache(self) -> KVCache:
@@ -151,6 +153,9 @@ class NumpyLlama:
             k = self._mm(h, p + "self_attn.k_proj.weight").reshape(n, c.kv_heads, c.head_dim)
             v = self._mm(h, p + "self_attn.v_proj.weight").reshape(n, c.kv_heads, c.head_dim)
             q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+            if self.kv_f16:
+                k = k.astype(np.float32).astype(np.float16).astype(self.dtype)
+                v = v.astype(np.float32).astype(np.float16).astype(self.dtype)
             cache.k[i] = np.concatenate([cache.k[i], k.transpose(1, 0, 2)], axis=1)
             cache.v[i] = np.concatenate([cache.v[i], v.transpose(1, 0, 2)], axis=1)
             # Query head j reads kv head j // group (transformers' repeat_kv).

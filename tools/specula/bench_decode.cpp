@@ -92,6 +92,7 @@ class PathBench {
     const LlamaConfig& cfg = model_->config();
     const double weight_bytes = static_cast<double>(model_->weight_bytes_per_token());
     j["weight_bytes_per_token"] = weight_bytes;
+    j["kv_element_bytes"] = kv_->element_bytes();
     const int seq = kv_->create_sequence();
     std::vector<float> logits;
 
@@ -101,7 +102,8 @@ class PathBench {
     for (int64_t ctx : o.contexts) {
       const std::vector<int32_t> prompt = text_tokens(tok, ctx);
       std::vector<double> prefill, decode, fraction, bandwidth;
-      const double kv_bytes = (ctx + o.decode_tokens / 2.0) * cfg.layers * 2.0 * cfg.kv_heads * cfg.head_dim * sizeof(float);
+      const double kv_bytes =
+          (ctx + o.decode_tokens / 2.0) * cfg.layers * 2.0 * cfg.kv_heads * cfg.head_dim * static_cast<double>(kv_->element_bytes());
       for (int r = 0; r < o.repeat + 1; ++r) {  // run 0 warms caches and page-ins, not counted
         kv_->truncate_to(seq, 0);
         auto t0 = Clock::now();

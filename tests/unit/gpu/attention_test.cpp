@@ -1,5 +1,5 @@
-// HostOps::attention (gpu/host/attention.h): against softmax(q k^T / sqrt(d)) v computed in double
-// here, for contexts that span one and several 256-position chunks, GQA groups, two sequences
+// HostOps::attention (gpu/host/attention.h), f32 and fp16 caches: against softmax(q k^T / sqrt(d)) v
+// computed in double here, for contexts that span one and several 256-position chunks, GQA groups, two sequences
 // with scattered blocks, on the AVX2 and portable paths; and the row property: a row's output is
 // bit-equal whether it is attended alone or among other rows, on 1 or 2 threads.
 #include <gtest/gtest.h>
@@ -9,8 +9,10 @@
 #include <random>
 #include <vector>
 
+#include "gpu/host/attention.h"
 #include "gpu/host/host_device.h"
 #include "gpu/host/matmul_kernels.h"
+#include "gpu/host/quant.h"
 #include "gpu/kv_cache.h"
 
 namespace specula {
@@ -32,13 +34,21 @@ struct Filled {
   int a = -1, b = -1;
 };
 
-Filled fill(HostOps& ops, const Shape& s, int64_t la, int64_t lb, uint32_t seed) {
+// K/V element at (seq, position) + j, whichever the cache's element type.
+float kv_at(const KvCache& kv, bool k, int seq, int64_t p, int64_t j) {
+  const int64_t off = kv.offset(seq, p) + j;
+  if (kv.config().f16) return fp16_to_f32((k ? kv.k_pool_f16(0) : kv.v_pool_f16(0))[off]);
+  return (k ? kv.k_pool(0) : kv.v_pool(0))[off];
+}
+
+Filled fill(HostOps& ops, const Shape& s, int64_t la, int64_t lb, uint32_t seed, bool f16 = false) {
   KvCacheConfig c;
   c.layers = 1;
   c.kv_heads = s.kv_heads;
   c.head_dim = s.hd;
   c.block_tokens = 16;
   c.num_blocks = (la + lb) / 16 + 4;
+  c.f16 = f16;
   Filled f;
   f.kv = std::make_unique<KvCache>(ops, c);
   f.a = f.kv->create_sequence();
@@ -53,11 +63,16 @@ Filled fill(HostOps& ops, const Shape& s, int64_t la, int64_t lb, uint32_t seed)
   }
   for (int seq : {f.a, f.b})
     for (int64_t p = 0; p < f.kv->length(seq); ++p) {
-      float* k = f.kv->k_pool(0) + f.kv->offset(seq, p);
-      float* v = f.kv->v_pool(0) + f.kv->offset(seq, p);
+      const int64_t off = f.kv->offset(seq, p);
       for (int64_t j = 0; j < rf; ++j) {
-        k[j] = val(rng);
-        v[j] = val(rng);
+        const float kj = val(rng), vj = val(rng);
+        if (f16) {
+          f.kv->k_pool_f16(0)[off + j] = f32_to_fp16(kj);
+          f.kv->v_pool_f16(0)[off + j] = f32_to_fp16(vj);
+        } else {
+          f.kv->k_pool(0)[off + j] = kj;
+          f.kv->v_pool(0)[off + j] = vj;
+        }
       }
     }
   return f;
@@ -72,17 +87,15 @@ std::vector<double> naive(const KvCache& kv, int seq, const float* q, int64_t po
     std::vector<double> sc(static_cast<size_t>(pos + 1));
     double mx = -INFINITY;
     for (int64_t p = 0; p <= pos; ++p) {
-      const float* k = kv.k_pool(0) + kv.offset(seq, p) + kh * s.hd;
       double d = 0;
-      for (int64_t j = 0; j < s.hd; ++j) d += static_cast<double>(q[h * s.hd + j]) * k[j];
+      for (int64_t j = 0; j < s.hd; ++j) d += static_cast<double>(q[h * s.hd + j]) * kv_at(kv, true, seq, p, kh * s.hd + j);
       sc[p] = d / std::sqrt(static_cast<double>(s.hd));
       mx = std::max(mx, sc[p]);
     }
     double sum = 0;
     for (double& v : sc) sum += (v = std::exp(v - mx));
     for (int64_t p = 0; p <= pos; ++p) {
-      const float* v = kv.v_pool(0) + kv.offset(seq, p) + kh * s.hd;
-      for (int64_t j = 0; j < s.hd; ++j) out[h * s.hd + j] += sc[p] / sum * v[j];
+      for (int64_t j = 0; j < s.hd; ++j) out[h * s.hd + j] += sc[p] / sum * kv_at(kv, false, seq, p, kh * s.hd + j);
     }
   }
   return out;
@@ -90,9 +103,10 @@ std::vector<double> naive(const KvCache& kv, int seq, const float* q, int64_t po
 
 TEST(HostAttention, MatchesSoftmaxAttentionInDoubleAcrossChunksGroupsAndScatteredBlocks) {
   for (const Shape s : {Shape{9, 3, 64}, Shape{4, 1, 32}, Shape{2, 2, 24}}) {
-    for (const auto& path : paths()) {
+    for (const auto& path : paths())
+     for (bool f16 : {false, true}) {
       HostOps ops(2, path);
-      Filled f = fill(ops, s, 700, 300, 5);
+      Filled f = fill(ops, s, 700, 300, 5, f16);
       // Rows: the last 3 positions of a (contexts 698..700: three chunks) and of b (298..300).
       std::vector<SeqSlice> slices{{f.a, 697, 3, 0}, {f.b, 297, 3, 3}};
       std::mt19937 rng(9);
@@ -105,7 +119,7 @@ TEST(HostAttention, MatchesSoftmaxAttentionInDoubleAcrossChunksGroupsAndScattere
         const int64_t pos = (r < 3 ? 697 : 297) + r % 3;
         const auto want = naive(*f.kv, seq, q.data() + r * s.heads * s.hd, pos, s);
         for (int64_t j = 0; j < s.heads * s.hd; ++j)
-          ASSERT_NEAR(out[r * s.heads * s.hd + j], want[j], 2e-5) << path.name() << " heads " << s.heads << " row " << r << " value " << j;
+          ASSERT_NEAR(out[r * s.heads * s.hd + j], want[j], 2e-5) << path.name() << (f16 ? " fp16" : " f32") << " heads " << s.heads << " row " << r << " value " << j;
       }
     }
   }
@@ -113,9 +127,10 @@ TEST(HostAttention, MatchesSoftmaxAttentionInDoubleAcrossChunksGroupsAndScattere
 
 TEST(HostAttention, ARowsOutputIsBitEqualAloneOrAmongOtherRowsOnOneOrTwoThreads) {
   const Shape s{9, 3, 64};
-  for (const auto& path : paths()) {
+  for (const auto& path : paths())
+   for (bool f16 : {false, true}) {
     HostOps one(1, path), two(2, path);
-    Filled f = fill(two, s, 600, 40, 6);
+    Filled f = fill(two, s, 600, 40, 6, f16);
     std::mt19937 rng(10);
     std::normal_distribution<float> val(0.0f, 1.0f);
     const int64_t width = s.heads * s.hd;
@@ -135,6 +150,22 @@ TEST(HostAttention, ARowsOutputIsBitEqualAloneOrAmongOtherRowsOnOneOrTwoThreads)
       }
     }
   }
+}
+
+TEST(HostAttention, AnFp16CacheStoresEachValueRoundedToNearestEvenAsTheReferenceConversion) {
+  std::mt19937 rng(11);
+  std::vector<float> x;
+  for (int i = 0; i < 20000; ++i) x.push_back(std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng), i % 40 - 28));
+  for (uint16_t h : {0x3c00, 0x0001, 0x03ff, 0x7bff}) {  // halfway between neighbours: ties to even
+    const float a = fp16_to_f32(h), b = fp16_to_f32(static_cast<uint16_t>(h + 1));
+    x.push_back((a + b) / 2);
+    x.push_back(-(a + b) / 2);
+  }
+  x.push_back(1e6f);
+  x.push_back(0.0f);
+  std::vector<uint16_t> got(x.size());
+  host_kernels::to_fp16(x.data(), got.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], f32_to_fp16(x[i])) << x[i];
 }
 
 }  // namespace
