@@ -313,22 +313,32 @@ void HostOps::attention(const float* q, KvCache& kv, int layer, std::span<const 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const bool simd = path_.isa != host_kernels::Isa::kPortable && hd % 8 == 0;
 
-  // Items (token row, kv head, chunk of kChunkTokens positions); a row's chunks are contiguous.
-  struct Row { const SeqSlice* s; int64_t i, first_item, chunks; };
+  // Partials per (token row, kv head, chunk of kChunkTokens positions), a row's contiguous. Work
+  // items are (slice, kv head, chunk): one item scores that chunk for every row of the slice
+  // that reaches it, so a verify round reads each K/V chunk from memory once for all its rows;
+  // each row's chunk is computed by the same call as if it were alone.
+  struct Row { const SeqSlice* s; int64_t i, first_partial, chunks; };
+  struct Item { size_t first_row, rows; int64_t kh, chunk; };
   std::vector<Row> rows;
-  int64_t items = 0, work = 0, max_chunk = 0;
-  for (const SeqSlice& s : slices)
+  std::vector<Item> items;
+  int64_t partials = 0, work = 0, max_chunk = 0;
+  for (const SeqSlice& s : slices) {
+    const size_t first_row = rows.size();
     for (int64_t i = 0; i < s.n; ++i) {
       const int64_t ctx = s.start + i + 1, chunks = (ctx + host_kernels::kChunkTokens - 1) / host_kernels::kChunkTokens;
-      rows.push_back({&s, i, items, chunks});
-      items += chunks * kvh;
+      rows.push_back({&s, i, partials, chunks});
+      partials += chunks * kvh;
       work += ctx;
       max_chunk = std::max(max_chunk, std::min(ctx, host_kernels::kChunkTokens));
     }
-  // Per item: m[group], l[group], o[group * hd].
+    if (s.n == 0) continue;
+    for (int64_t kh = 0; kh < kvh; ++kh)
+      for (int64_t c = 0; c < rows.back().chunks; ++c) items.push_back({first_row, static_cast<size_t>(s.n), kh, c});
+  }
+  // Per partial: m[group], l[group], o[group * hd].
   const int64_t per_item = group * (2 + hd);
   thread_local std::vector<float> partial;
-  partial.resize(static_cast<size_t>(items * per_item));
+  partial.resize(static_cast<size_t>(partials * per_item));
   float* const part = partial.data();
   const bool f16 = kv.config().f16;
   const void* kp = f16 ? static_cast<const void*>(kv.k_pool_f16(layer)) : kv.k_pool(layer);
@@ -338,48 +348,48 @@ void HostOps::attention(const float* q, KvCache& kv, int layer, std::span<const 
   auto run = [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
     scores.resize(static_cast<size_t>(group * max_chunk));
-    // The row of item `begin`, then onwards: items ascend with rows.
-    size_t r = static_cast<size_t>(
-        std::upper_bound(rows.begin(), rows.end(), begin, [](int64_t x, const Row& w) { return x < w.first_item; }) - rows.begin() - 1);
     for (int64_t it = begin; it < end; ++it) {
-      while (it >= rows[r].first_item + rows[r].chunks * kvh) ++r;
-      const Row& row = rows[r];
-      const int64_t local = it - row.first_item, kh = local / row.chunks, chunk = local % row.chunks;
-      const int64_t ctx = row.s->start + row.i + 1, trow = row.s->row + row.i;
-      host_kernels::AttentionChunk c;
-      c.q = q + (trow * heads + kh * group) * hd;
-      c.k = static_cast<const char*>(kp) + kh * hd * esize;
-      c.v = static_cast<const char*>(vp) + kh * hd * esize;
-      c.f16 = f16;
-      c.blocks = kv.block_table(row.s->seq).data();
-      c.block_tokens = bt;
-      c.row_floats = rf;
-      c.head_dim = hd;
-      c.group = group;
-      c.p0 = chunk * host_kernels::kChunkTokens;
-      c.p1 = std::min(ctx, c.p0 + host_kernels::kChunkTokens);
-      c.scale = scale;
-      float* pi = part + it * per_item;
-      c.m = pi;
-      c.l = pi + group;
-      c.o = pi + 2 * group;
-      c.scores = scores.data();
-      if (simd)
-        host_kernels::attention_chunk_avx2(c);
-      else
-        host_kernels::attention_chunk_portable(c);
+      const Item& item = items[static_cast<size_t>(it)];
+      for (size_t r = item.first_row; r < item.first_row + item.rows; ++r) {
+        const Row& row = rows[r];
+        if (item.chunk >= row.chunks) continue;  // this row's context ends before the chunk
+        const int64_t ctx = row.s->start + row.i + 1, trow = row.s->row + row.i;
+        host_kernels::AttentionChunk c;
+        c.q = q + (trow * heads + item.kh * group) * hd;
+        c.k = static_cast<const char*>(kp) + item.kh * hd * esize;
+        c.v = static_cast<const char*>(vp) + item.kh * hd * esize;
+        c.f16 = f16;
+        c.blocks = kv.block_table(row.s->seq).data();
+        c.block_tokens = bt;
+        c.row_floats = rf;
+        c.head_dim = hd;
+        c.group = group;
+        c.p0 = item.chunk * host_kernels::kChunkTokens;
+        c.p1 = std::min(ctx, c.p0 + host_kernels::kChunkTokens);
+        c.scale = scale;
+        float* pi = part + (row.first_partial + item.kh * row.chunks + item.chunk) * per_item;
+        c.m = pi;
+        c.l = pi + group;
+        c.o = pi + 2 * group;
+        c.scores = scores.data();
+        if (simd)
+          host_kernels::attention_chunk_avx2(c);
+        else
+          host_kernels::attention_chunk_portable(c);
+      }
     }
   };
+  const int64_t n_items = static_cast<int64_t>(items.size());
   if (work * heads * hd < (1 << 16) || pool_.threads() == 1)
-    run(0, items);
+    run(0, n_items);
   else
-    pool_.parallel_for(items, 1, run);
+    pool_.parallel_for(n_items, 1, run);
 
   // Combine each (row, kv head)'s chunks in chunk order.
   for (const Row& row : rows) {
     const int64_t trow = row.s->row + row.i;
     for (int64_t kh = 0; kh < kvh; ++kh) {
-      const float* first = part + (row.first_item + kh * row.chunks) * per_item;
+      const float* first = part + (row.first_partial + kh * row.chunks) * per_item;
       for (int64_t g = 0; g < group; ++g) {
         float* o = out + (trow * heads + kh * group + g) * hd;
         if (row.chunks == 1) {

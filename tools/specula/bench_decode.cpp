@@ -22,13 +22,7 @@ namespace specula::cli {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using Clock = BenchClock;
 
 // Resident memory of this process, from /proc/self/statm (0 where there is none).
 double resident_mb() {
@@ -74,7 +68,7 @@ class PathBench {
     const auto t0 = Clock::now();
     ops_ = make_device(dev);
     model_ = std::make_unique<LlamaModel>(files.weights, *ops_);
-    load_seconds_ = since(t0);
+    load_seconds_ = seconds_since(t0);
     kv_ = std::make_unique<KvCache>(*ops_, model_->kv_config(max_ctx + 32));
     rss_added_mb_ = resident_mb() - rss0;
     host_ = dynamic_cast<HostOps*>(ops_.get());
@@ -109,7 +103,7 @@ class PathBench {
         auto t0 = Clock::now();
         ForwardSeq fs{seq, prompt, false};
         model_->forward({&fs, 1}, *kv_, logits);
-        const double tp = since(t0);
+        const double tp = seconds_since(t0);
         int32_t t = argmax(logits);
         t0 = Clock::now();
         for (int64_t i = 0; i < o.decode_tokens; ++i) {
@@ -117,7 +111,7 @@ class PathBench {
           model_->forward({&step, 1}, *kv_, logits);
           t = argmax(logits);
         }
-        const double td = since(t0);
+        const double td = seconds_since(t0);
         if (r == 0) continue;
         prefill.push_back(ctx / tp);
         decode.push_back(o.decode_tokens / td);
@@ -153,7 +147,7 @@ class PathBench {
           ForwardSeq fs{seq, {prompt.data() + ctx, static_cast<size_t>(n)}, true};
           const auto t0 = Clock::now();
           model_->forward({&fs, 1}, *kv_, logits);
-          times.push_back(since(t0));
+          times.push_back(seconds_since(t0));
         }
         const double t = median_of(times);
         if (n == 1) t_one = t;
@@ -185,7 +179,7 @@ class PathBench {
         for (int i = 0; i < b; ++i)
           next[static_cast<size_t>(i)] = argmax({logits.data() + static_cast<size_t>(i) * cfg.vocab_size, static_cast<size_t>(cfg.vocab_size)});
       }
-      const double t = since(t0);
+      const double t = seconds_since(t0);
       batches.push_back({{"sequences", b}, {"tokens_per_second_total", b * steps / t}});
     }
     j["batched_decode"] = batches;

@@ -28,6 +28,7 @@
 #include "spec/philox.h"
 #include "spec/sampling.h"
 #include "spec/speculative_generate.h"
+#include "tools/specula/common.h"
 #include "tools/specula/engine_cli.h"
 #ifdef SPECULA_HAVE_CUDA
 #include "gpu/cuda/cuda_ops.h"
@@ -37,12 +38,7 @@ namespace specula::cli {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using Clock = BenchClock;
 
 // The device's bandwidth ceiling: a device-to-device copy on CUDA (bytes read + written), the
 // multi-threaded read bandwidth on the host.

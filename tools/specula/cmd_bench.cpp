@@ -75,8 +75,7 @@ const char* kUsage =
     "  PREFIX-c<level>-<draft>[-pipelined]-<rep>.json (ui.perfetto.dev). --draft-threads: the\n"
     "  pipelined draft stream's compute threads (default --threads).\n";
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using Clock = BenchClock;
 
 
 // --- bench spec ---------------------------------------------------------------------------
@@ -204,7 +203,7 @@ int bench_spec(const Args& a) {
       const auto t0 = Clock::now();
       if (!r.drafter) {
         const GenerateStats st = generate(*s.model, *s.kv, seq, req, [&](int32_t t) { ids.push_back(t); return true; });
-        r.wall += since(t0);
+        r.wall += seconds_since(t0);
         r.decode += st.decode_seconds;
         r.decode_tokens += st.generated - 1;  // generate()'s first token comes with the prefill
         reference = ids;
@@ -217,7 +216,7 @@ int bench_spec(const Args& a) {
           ids.push_back(t);
           return true;
         });
-        r.wall += since(t0);
+        r.wall += seconds_since(t0);
         r.decode += st.decode_seconds;
         r.decode_tokens += st.generated;
         r.add(st);

@@ -38,6 +38,13 @@ Session open_session(const Args& a) {
   return s;
 }
 
+double seconds_since(BenchClock::time_point t0) { return std::chrono::duration<double>(BenchClock::now() - t0).count(); }
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
 void write_npy(const std::string& path, const std::vector<float>& data, const std::vector<int64_t>& shape) {
   std::string dims;
   for (size_t i = 0; i < shape.size(); ++i) dims += std::to_string(shape[i]) + (shape.size() == 1 || i + 1 < shape.size() ? "," : "");

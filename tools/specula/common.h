@@ -1,5 +1,6 @@
 // What several subcommands share: the default model path, model + device set-up, .npy output.
 #pragma once
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,12 @@ SamplingParams sampling_from_args(const Args& a);
 
 // Writes a float32 array of the given shape as a NumPy .npy file.
 void write_npy(const std::string& path, const std::vector<float>& data, const std::vector<int64_t>& shape);
+
+// Benchmarks' timing: seconds since t0 on the steady clock, and the median of a sample (the
+// upper middle of an even count; 0 for none).
+using BenchClock = std::chrono::steady_clock;
+double seconds_since(BenchClock::time_point t0);
+double median_of(std::vector<double> v);
 
 // Reads one line from a stdin that may be closed; false at end of input.
 bool read_line(std::string& line);
