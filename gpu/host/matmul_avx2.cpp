@@ -7,6 +7,7 @@
 #include "gpu/host/matmul_blocks.h"
 #include "gpu/host/matmul_kernels.h"
 #include "gpu/host/quant.h"
+#include "gpu/host/simd_math.h"
 
 namespace specula::host_kernels {
 
@@ -14,13 +15,6 @@ namespace {
 
 // No standard-library function templates here (std::min, std::fill, ...): a copy instantiated in
 // this file is compiled with AVX2, and the linker may keep it for callers on any CPU.
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // 8 bytes -> 8 int32 lanes (sign-extended), straight from memory.
 inline __m256i load_i8x8(const uint8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }

@@ -6,6 +6,14 @@
 namespace specula::host_kernels {
 namespace {
 
+// The sum of a vector's 8 lanes.
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
 // Cephes-style expf: n = round(x log2 e), r = x - n ln 2 (two-part ln 2), exp(r) by a degree-5
 // polynomial, times 2^n from the exponent bits. Inputs below -87 give 0.
 inline __m256 exp256(__m256 x) {
