@@ -5,6 +5,7 @@
 // SPECULA_SIMD values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -293,6 +294,33 @@ TEST(HostPath, TheInt8PathRepacksMatricesOnceAndTheReferencePathUsesTheFileInPla
   fast.matmul(x.data(), a, 2, ya.data());
   ref.matmul(x.data(), r, 2, yr.data());
   for (int k = 0; k < 32; ++k) EXPECT_NEAR(ya[k], yr[k], 0.05 * (1 + std::fabs(yr[k])));
+}
+
+TEST(HostPath, AWeightTypeWithoutAnInt8KernelRunsOnTheF32KernelsWithOneLineNamingIt) {
+  // Q4_K: 144 bytes per 256 values; any bytes with sane scales make a valid matrix.
+  const int64_t rows = 4, cols = 256;
+  std::vector<std::byte> bytes(144 * rows, std::byte{0x11});
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t d = f32_to_fp16(0.01f), dmin = f32_to_fp16(0.001f);
+    std::memcpy(bytes.data() + 144 * r, &d, 2);
+    std::memcpy(bytes.data() + 144 * r + 2, &dmin, 2);
+  }
+  const TensorView w{"blk.0.attn_q.weight", DType::Q4_K, {rows, cols}, bytes.data(), bytes.size()};
+  HostOps fast(1, host_kernels::host_path_for(nullptr));
+  testing::internal::CaptureStderr();
+  const Weight a = fast.upload(w), b = fast.upload(w);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(a.device, nullptr);
+  EXPECT_EQ(b.device, nullptr);
+  // One line for the type, once per process (CTest runs each test in a process of its own, and no
+  // other test of this binary uploads a Q4_K weight to a host device).
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("no int8 kernel for Q4_K weights (first: blk.0.attn_q.weight)"), std::string::npos) << err;
+  const auto x = random_x(2, cols, 92);
+  std::vector<float> y(2 * rows), ref(2 * rows);
+  fast.matmul(x.data(), a, 2, y.data());
+  matmul_reference(w, x.data(), 2, ref.data());
+  for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 1e-4 * (1 + std::fabs(ref[k])));
 }
 
 }  // namespace
