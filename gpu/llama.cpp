@@ -120,7 +120,8 @@ LlamaModel::DeviceLogits LlamaModel::forward_on_device(std::span<const ForwardSe
     for (const SeqSlice& s : slices) kv.truncate_to(s.seq, s.start);
     throw;
   }
-  return DeviceLogits{logits_rows_.get(), static_cast<int64_t>(out_rows.size())};
+  last_out_rows_ = static_cast<int64_t>(out_rows.size());
+  return DeviceLogits{logits_rows_.get(), last_out_rows_};
 }
 
 void LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int32_t> positions,
@@ -163,6 +164,11 @@ void LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int
   ops_.gather_rows(x, H, out_rows, hidden_.get());
   ops_.rmsnorm(hidden_.get(), output_norm_, cfg_.rms_eps, n_out, H, xn);
   ops_.matmul(xn, output_, n_out, logits_rows_.get());
+}
+
+void LlamaModel::last_hidden(std::vector<float>& out) {
+  out.resize(static_cast<size_t>(last_out_rows_ * cfg_.hidden));
+  if (!out.empty()) ops_.copy_to_host(xn_.get(), out.data(), out.size());
 }
 
 Ops::RecordingKey LlamaModel::recording_key(std::span<const ForwardSeq> batch, int64_t rows, int64_t n_out,

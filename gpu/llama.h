@@ -61,6 +61,11 @@ class LlamaModel {
   DeviceLogits forward_on_device(std::span<const ForwardSeq> batch, KvCache& kv,
                                  const std::vector<bool>* skip_layers = nullptr);
 
+  // The last forward's final hidden states (after the final norm: the output head's input), one
+  // row per logits row, [rows, hidden], copied to the host. The features an EAGLE-style draft
+  // reads (issue 13).
+  void last_hidden(std::vector<float>& out);
+
   // Bytes of weights one decode step reads (every matrix, the output head, the norms).
   int64_t weight_bytes_per_token() const;
 
@@ -87,6 +92,7 @@ class LlamaModel {
   std::vector<float> inv_freq_;
   // Activations [rows, width] for the widest batch seen so far.
   DeviceBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, hidden_, logits_rows_;
+  int64_t last_out_rows_ = 0;  // logits rows of the last forward (their normed hidden states are in xn_)
   int64_t capacity_rows_ = 0, capacity_out_rows_ = 0;
   // Recorded steps: bumped when the activations are reallocated (recordings hold their addresses).
   bool recorded_steps_ = false;

@@ -172,6 +172,7 @@ class NumpyLlama:
             up = self._mm(h, p + "mlp.up_proj.weight")
             x = x + self._mm(gate / (1.0 + np.exp(-gate)) * up, p + "mlp.down_proj.weight")
         x = self._rmsnorm(x, w["model.norm.weight"])
+        self.last_hidden = x
         return self._mm(x, self.out_name)
 
     def logits(self, tokens) -> np.ndarray:

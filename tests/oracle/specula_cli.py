@@ -28,23 +28,29 @@ def _run(cmd: list[str], timeout: float, simd: str | None = "reference") -> subp
 
 
 def logits(specula_bin, model, tokens, work_dir, chunk: int | None = None, truncate_at: int | None = None,
-           timeout: float = 120, simd: str | None = "reference") -> np.ndarray:
+           timeout: float = 120, simd: str | None = "reference", with_hidden: bool = False):
     """`specula logits`: float32 [len(tokens), vocab]. With truncate_at T, rows >= T come from
-    re-feeding tokens[T:] (in chunks of `chunk`) after truncating the KV cache to T."""
+    re-feeding tokens[T:] (in chunks of `chunk`) after truncating the KV cache to T. With
+    with_hidden, (logits, final hidden states [len(tokens), hidden])."""
     out = pathlib.Path(work_dir) / f"logits-{uuid.uuid4().hex}.npy"
     cmd = [specula_bin, "logits", "--model", model, "--tokens", ",".join(map(str, tokens)), "--out", out]
     if chunk is not None:
         cmd += ["--chunk", chunk]
     if truncate_at is not None:
         cmd += ["--truncate-at", truncate_at]
+    hidden_path = pathlib.Path(work_dir) / f"hidden-{uuid.uuid4().hex}.npy"
+    if with_hidden:
+        cmd += ["--hidden-out", hidden_path]
     _run(cmd, timeout, simd)
     try:
         arr = np.load(out)
+        hidden = np.load(hidden_path) if with_hidden else None
     finally:
         out.unlink(missing_ok=True)
+        hidden_path.unlink(missing_ok=True)
     assert arr.dtype == np.float32, f"specula logits wrote {arr.dtype}, expected float32"
     assert arr.ndim == 2 and arr.shape[0] == len(tokens), f"specula logits wrote shape {arr.shape} for {len(tokens)} tokens"
-    return arr
+    return (arr, hidden) if with_hidden else arr
 
 
 def generate_greedy(specula_bin, model, prompt_ids=None, max_tokens: int = 16, prompt: str | None = None,

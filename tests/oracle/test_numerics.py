@@ -229,3 +229,23 @@ def test_int8_path_matches_numpy_emulating_its_roundings(name, tiny, specula_bin
     control = sum(e < TOL_INT8 for e in controls)
     assert agree >= 12, f"int8 path: {agree} of 16 sequences within {TOL_INT8} of the emulation: {[f'{e:.1g}' for e in errors]}"
     assert control <= 2, f"the f32 path agrees with the emulation in {control} of 16 sequences: the test cannot tell them apart"
+
+
+@pytest.mark.parametrize("name", ["gqa_untied", "q4_1_tied"])
+def test_final_hidden_states_match_numpy_and_give_the_logits(name, tiny, specula_bin, work_dir):
+    """`specula logits --hidden-out`: the output head's input (after the final norm), the features an
+    EAGLE-style draft reads. They match the reference's at every position, chunked and re-fed
+    after a truncation too, and the head applied to them gives the logits Specula wrote."""
+    ck = tiny[name]
+    cfg = numpy_llama.LlamaConfig.from_hf(tiny_models.hf_config(ck.spec))
+    _, weights, _ = gguf_weights.load(ck.gguf_path)
+    ref = numpy_llama.NumpyLlama(cfg, weights)
+    ref.logits(TOKENS)
+    want = ref.last_hidden
+    for kwargs in ({}, {"chunk": 3, "truncate_at": TRUNCATE_AT}):
+        got_logits, got = specula_cli.logits(specula_bin, ck.gguf_path, TOKENS, work_dir, with_hidden=True, **kwargs)
+        assert got.shape == (len(TOKENS), cfg.hidden)
+        err = float(np.abs(got - want).max())
+        assert err < TOL_FLOAT, f"{kwargs}: max |hidden - numpy| = {err:.3g}"
+        head = weights["model.embed_tokens.weight" if cfg.tied else "lm_head.weight"]
+        assert float(np.abs(got.astype(np.float64) @ head.T - got_logits).max()) < TOL_FLOAT
