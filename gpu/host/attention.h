@@ -9,8 +9,22 @@
 // and a long context gives both threads work even for a single decoding row.
 #pragma once
 #include <cstdint>
+#include <span>
+
+#include "gpu/host/thread_pool.h"
+#include "gpu/ops.h"
+
+namespace specula {
+class KvCache;
+}
 
 namespace specula::host_kernels {
+
+// Ops::kv_store and Ops::attention on the host (shapes in gpu/ops.h), for an f32 or fp16 cache;
+// `avx2`: the AVX2 chunk kernel where the head size allows (head_dim % 8 == 0).
+void kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<const SeqSlice> slices);
+void attention(const float* q, const KvCache& kv, int layer, std::span<const SeqSlice> slices, int64_t heads, float* out,
+               ThreadPool& pool, bool avx2);
 
 constexpr int64_t kChunkTokens = 256;
 
@@ -42,8 +56,5 @@ void to_fp16_avx2(const float* src, uint16_t* dst, int64_t n);
 
 // out[i] = silu(gate[i]) * up[i] with the vectorised exp (elementwise_avx2.cpp).
 void swiglu_avx2(const float* gate, const float* up, int64_t n, float* out);
-
-// exp of n floats in place (AVX2; max error ~2 ulp; inputs below -87.3 give 0).
-void exp_inplace_avx2(float* x, int64_t n);
 
 }  // namespace specula::host_kernels

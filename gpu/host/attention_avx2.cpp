@@ -42,8 +42,7 @@ inline void accumulate_v(const Rows<T>& v, int64_t p0, int64_t p1, const float* 
   for (int k = 0; k < NV; ++k) _mm256_storeu_ps(out + d0 + 8 * k, acc[k]);
 }
 
-}  // namespace
-
+// exp of n floats in place; the tail through a padded vector.
 void exp_inplace_avx2(float* x, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, exp256(_mm256_loadu_ps(x + i)));
@@ -54,6 +53,8 @@ void exp_inplace_avx2(float* x, int64_t n) {
     for (int64_t j = i; j < n; ++j) x[j] = t[j - i];
   }
 }
+
+}  // namespace
 
 template <class T>
 static void chunk(const AttentionChunk& c) {

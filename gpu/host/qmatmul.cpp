@@ -18,18 +18,17 @@ namespace {
 constexpr int64_t kGroupRows = 8;
 constexpr int64_t kBlock = 32;
 
-// Bytes of one stored block and of its scale header in the packed layout.
+// The packed layout of one group-block (8 rows x 32 columns).
 struct PackShape {
-  size_t stored = 0;   // bytes of one stored block (18 / 20 / 34)
   size_t header = 0;   // d[8] (+ m[8]) bytes before the quants (16 / 32 / 16)
-  size_t packed = 0;   // header + 8 rows of quants
+  size_t packed = 0;   // header + 8 rows of quants: 8 stored blocks' bytes
 };
 
 PackShape pack_shape(DType t) {
   switch (t) {
-    case DType::Q4_0: return {18, 16, 144};
-    case DType::Q4_1: return {20, 32, 160};
-    case DType::Q8_0: return {34, 16, 272};
+    case DType::Q4_0: return {16, 144};
+    case DType::Q4_1: return {32, 160};
+    case DType::Q8_0: return {16, 272};
     default: throw std::invalid_argument(std::string("int8 path: no packed layout for ") + dtype_name(t));
   }
 }
@@ -101,8 +100,12 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool)
   if (!qmatmul_supports(w.dtype)) throw std::invalid_argument(std::string("int8 path: no packed layout for ") + dtype_name(w.dtype));
   if (w.shape.size() != 2 || w.cols() % kBlock != 0)
     throw std::invalid_argument("int8 path: weight '" + w.name + "' is not a matrix of whole 32-value blocks");
+  const size_t row_bytes = dtype_row_bytes(w.dtype, w.cols());
+  if (w.data == nullptr || w.nbytes < row_bytes * static_cast<size_t>(w.rows()))
+    throw std::invalid_argument("int8 path: weight '" + w.name + "' holds too few bytes");
   auto m = std::make_shared<PackedMatrix>();
   const PackShape s = pack_shape(w.dtype);
+  const size_t stored = static_cast<size_t>(dtype_info(w.dtype).block_bytes);
   m->dtype = w.dtype;
   m->rows = w.rows();
   m->cols = w.cols();
@@ -112,9 +115,6 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool)
   const size_t bytes = (m->bytes() + 63) / 64 * 64;
   m->data = {static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))), &std::free};
   if (!m->data) throw std::bad_alloc();
-  const size_t row_bytes = dtype_row_bytes(w.dtype, m->cols);
-  if (w.data == nullptr || w.nbytes < row_bytes * static_cast<size_t>(m->rows))
-    throw std::invalid_argument("int8 path: weight '" + w.name + "' holds too few bytes");
   const auto* base = reinterpret_cast<const uint8_t*>(w.data);
   pool.parallel_for(m->groups, 16, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g)
@@ -122,7 +122,7 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool)
         const uint8_t* src[kGroupRows];
         for (int64_t r = 0; r < kGroupRows; ++r) {
           const int64_t row = g * kGroupRows + r;
-          src[r] = row < m->rows ? base + static_cast<size_t>(row) * row_bytes + static_cast<size_t>(b) * s.stored : nullptr;
+          src[r] = row < m->rows ? base + static_cast<size_t>(row) * row_bytes + static_cast<size_t>(b) * stored : nullptr;
         }
         pack_block(w.dtype, src, m->data.get() + m->group_bytes() * static_cast<size_t>(g) + s.packed * static_cast<size_t>(b));
       }

@@ -39,109 +39,113 @@ inline void store_rows(float* y, __m256 v, int64_t valid) {
   for (int64_t r = 0; r < valid; ++r) y[r] = t[r];
 }
 
-// Q4_0 (kMin = false) and Q4_1 (kMin = true): header 16 or 32 bytes, then 4 x 32 nibble bytes.
-template <bool kMin, int N>
-inline void q4_tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, const uint8_t* gp, float* y, int64_t ldy,
-                    int64_t valid) {
-  constexpr size_t kHeader = kMin ? 32 : 16;
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[N];
-  for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
-  const int64_t nb = m.blocks, cols = m.cols;
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = gp + static_cast<size_t>(b) * m.block_bytes;
-    prefetch(blk);
-    const __m256 dw = scales8(blk);
-    __m256i w[8];
+// The formats: how a group-block's weights are loaded into registers once, and the exact int32
+// dot product of one activation block with them (lane r = output row r).
+struct Q4Weights {
+  __m256i w[8];  // unsigned nibbles, columns 4c..4c+3 of each row in vector c
+};
+
+// Q4_0 (kMin = false: q - 8, so isum * 8 is subtracted) and Q4_1 (kMin = true: the min term is
+// the second FMA): header 16 or 32 bytes, then 4 x 32 nibble bytes.
+template <bool kMin>
+struct FormatQ4 {
+  static constexpr bool kHasMin = kMin;
+  using Weights = Q4Weights;
+  static void prefetch_block(const uint8_t* blk) { prefetch(blk); }
+  static void load(const uint8_t* blk, Weights& wt) {
+    const __m256i low = _mm256_set1_epi8(0x0F);
     for (int k = 0; k < 4; ++k) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kHeader + 32 * k));
-      w[k] = _mm256_and_si256(v, low);
-      w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-    }
-    for (int i = 0; i < N; ++i) {
-      const int8_t* xb = x.q.data() + (i0 + i) * cols + b * 32;
-      const size_t xi = static_cast<size_t>((i0 + i) * nb + b);
-      __m256i s16 = _mm256_maddubs_epi16(w[0], bcast4(xb));
-      for (int c = 1; c < 8; ++c) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[c], bcast4(xb + 4 * c)));
-      __m256i s32 = _mm256_madd_epi16(s16, ones);
-      if constexpr (!kMin) s32 = _mm256_sub_epi32(s32, _mm256_set1_epi32(8 * x.isum[xi]));
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[xi]));
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), scale, acc[i]);
-      if constexpr (kMin) acc[i] = _mm256_fmadd_ps(scales8(blk + 16), _mm256_set1_ps(x.sx[xi]), acc[i]);
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + (kMin ? 32 : 16) + 32 * k));
+      wt.w[k] = _mm256_and_si256(v, low);
+      wt.w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
     }
   }
-  for (int i = 0; i < N; ++i) store_rows(y + (i0 + i) * ldy, acc[i], valid);
-}
+  // Eight vpmaddubsw summed in int16 (at most 30480), one vpmaddwd to int32.
+  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t isum) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s16 = _mm256_maddubs_epi16(wt.w[0], bcast4(xb));
+    for (int c = 1; c < 8; ++c) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(wt.w[c], bcast4(xb + 4 * c)));
+    const __m256i s32 = _mm256_madd_epi16(s16, ones);
+    return kMin ? s32 : _mm256_sub_epi32(s32, _mm256_set1_epi32(8 * isum));
+  }
+};
 
-template <int N>
-inline void q8_tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, const uint8_t* gp, float* y, int64_t ldy,
-                    int64_t valid) {
-  const __m256i ones = _mm256_set1_epi16(1);
+// Q8_0: header 16 bytes, then 8 x 32 signed quant bytes. vpsignb moves each weight's sign onto
+// the activation, and every product pair (up to 2 x 128 x 127) widens to int32 at once.
+struct FormatQ8 {
+  static constexpr bool kHasMin = false;
+  struct Weights {
+    __m256i w[8], aw[8];  // the quants and their absolute values
+  };
+  static void prefetch_block(const uint8_t* blk) {
+    prefetch(blk);
+    prefetch(blk + 128);
+  }
+  static void load(const uint8_t* blk, Weights& wt) {
+    for (int c = 0; c < 8; ++c) {
+      wt.w[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
+      wt.aw[c] = _mm256_abs_epi8(wt.w[c]);
+    }
+  }
+  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(wt.aw[0], _mm256_sign_epi8(bcast4(xb), wt.w[0])), ones);
+    for (int c = 1; c < 8; ++c)
+      s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(_mm256_maddubs_epi16(wt.aw[c], _mm256_sign_epi8(bcast4(xb + 4 * c), wt.w[c])), ones));
+    return s32;
+  }
+};
+
+// One group (8 weight rows) against activation rows [i0, i0 + N): per block the weights are
+// loaded once, then per row acc = fma(float(isum), dw * dx, acc) [+ fma(mw, sx, acc)], the
+// arithmetic qmatmul.h fixes for every kernel.
+template <class F, int N>
+inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, const uint8_t* gp, float* y, int64_t ldy,
+                 int64_t valid) {
   __m256 acc[N];
   for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
   const int64_t nb = m.blocks, cols = m.cols;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = gp + static_cast<size_t>(b) * m.block_bytes;
-    prefetch(blk);
-    prefetch(blk + 128);
+    F::prefetch_block(blk);
     const __m256 dw = scales8(blk);
-    __m256i w[8], aw[8];
-    for (int c = 0; c < 8; ++c) {
-      w[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
-      aw[c] = _mm256_abs_epi8(w[c]);
-    }
+    typename F::Weights wt;
+    F::load(blk, wt);
     for (int i = 0; i < N; ++i) {
-      const int8_t* xb = x.q.data() + (i0 + i) * cols + b * 32;
       const size_t xi = static_cast<size_t>((i0 + i) * nb + b);
-      __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[0], _mm256_sign_epi8(bcast4(xb), w[0])), ones);
-      for (int c = 1; c < 8; ++c)
-        s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(_mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(bcast4(xb + 4 * c), w[c])), ones));
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[xi]));
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), scale, acc[i]);
+      const __m256i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + b * 32, x.isum[xi]);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(x.d[xi])), acc[i]);
+      if constexpr (F::kHasMin) acc[i] = _mm256_fmadd_ps(scales8(blk + 16), _mm256_set1_ps(x.sx[xi]), acc[i]);
     }
   }
   for (int i = 0; i < N; ++i) store_rows(y + (i0 + i) * ldy, acc[i], valid);
 }
 
 // Groups [g0, g1): per group, the activation rows in tiles of up to kTile.
-template <class Tile>
-inline void for_groups(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1, Tile tile) {
+template <class F>
+void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
   for (int64_t g = g0; g < g1; ++g) {
     const uint8_t* gp = m.group(g);
     const int64_t valid = m.rows - g * 8 < 8 ? m.rows - g * 8 : 8;
     float* yg = y + g * 8;
     int64_t i0 = 0;
-    for (; i0 + kTile <= x.n; i0 += kTile) tile.template operator()<kTile>(i0, gp, yg, valid);
+    for (; i0 + kTile <= x.n; i0 += kTile) tile<F, kTile>(m, x, i0, gp, yg, ldy, valid);
     switch (x.n - i0) {
-      case 1: tile.template operator()<1>(i0, gp, yg, valid); break;
-      case 2: tile.template operator()<2>(i0, gp, yg, valid); break;
-      case 3: tile.template operator()<3>(i0, gp, yg, valid); break;
+      case 1: tile<F, 1>(m, x, i0, gp, yg, ldy, valid); break;
+      case 2: tile<F, 2>(m, x, i0, gp, yg, ldy, valid); break;
+      case 3: tile<F, 3>(m, x, i0, gp, yg, ldy, valid); break;
       default: break;
     }
   }
-}
-
-template <bool kMin>
-void q4_kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
-  for_groups(m, x, y, ldy, g0, g1, [&]<int N>(int64_t i0, const uint8_t* gp, float* yg, int64_t valid) {
-    q4_tile<kMin, N>(m, x, i0, gp, yg, ldy, valid);
-  });
-}
-
-void q8_kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
-  for_groups(m, x, y, ldy, g0, g1, [&]<int N>(int64_t i0, const uint8_t* gp, float* yg, int64_t valid) {
-    q8_tile<N>(m, x, i0, gp, yg, ldy, valid);
-  });
 }
 
 }  // namespace
 
 PackedKernel avx2_packed_kernel(DType t) {
   switch (t) {
-    case DType::Q4_0: return &q4_kernel<false>;
-    case DType::Q4_1: return &q4_kernel<true>;
-    case DType::Q8_0: return &q8_kernel;
+    case DType::Q4_0: return &kernel<FormatQ4<false>>;
+    case DType::Q4_1: return &kernel<FormatQ4<true>>;
+    case DType::Q8_0: return &kernel<FormatQ8>;
     default: return nullptr;
   }
 }

@@ -14,6 +14,7 @@
 
 #include "gpu/host/bandwidth.h"
 #include "gpu/host/host_device.h"
+#include "spec/generate.h"
 #include "spec/sampling.h"
 #include "tools/specula/common.h"
 #include "tools/specula/engine_cli.h"
@@ -41,14 +42,6 @@ std::vector<int32_t> text_tokens(const Tokenizer& tok, int64_t n) {
   std::vector<int32_t> out;
   while (static_cast<int64_t>(out.size()) < n) out.insert(out.end(), base.begin(), base.end());
   out.resize(static_cast<size_t>(n));
-  return out;
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t b = 0;
-  for (size_t e; (e = s.find(sep, b)) != std::string::npos; b = e + 1) out.push_back(s.substr(b, e - b));
-  out.push_back(s.substr(b));
   return out;
 }
 
@@ -214,15 +207,15 @@ nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& fil
   double nll_fast = 0, nll_ref = 0;
   for (const BenchPrompt& p : prompts) {
     std::vector<int32_t> text = p.tokens;
-    std::vector<float> logits;
+    GenerateRequest greedy;
+    greedy.prompt = p.tokens;
+    greedy.max_tokens = static_cast<int>(continuation);
+    greedy.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
     const int sr = ref.kv().create_sequence();
-    ForwardSeq pre{sr, text, false};
-    ref.model().forward({&pre, 1}, ref.kv(), logits);
-    for (int64_t i = 0; i < continuation; ++i) {
-      text.push_back(argmax(logits));
-      ForwardSeq step{sr, {&text.back(), 1}, false};
-      ref.model().forward({&step, 1}, ref.kv(), logits);
-    }
+    generate(ref.model(), ref.kv(), sr, greedy, [&](int32_t t) {
+      text.push_back(t);
+      return true;
+    });
     ref.kv().free_sequence(sr);
     std::vector<float> lf, lr;
     for (PathBench* b : {&fast, &ref}) {
@@ -255,18 +248,15 @@ int bench_decode(const Args& a) {
   o.decode_tokens = a.integer("decode-tokens", 64);
   o.repeat = static_cast<int>(a.integer("repeat", 3));
   o.max_verify = static_cast<int>(a.integer("max-verify", 16));
-  for (const std::string& c : split(a.str("contexts", "128,1024,4096"), ',')) {
-    try {
-      o.contexts.push_back(std::stoll(c));
-    } catch (const std::exception&) {
-      throw UsageError("--contexts: '" + c + "' is not a number");
-    }
-    if (o.contexts.back() < 1) throw UsageError("--contexts: each context must be >= 1");
+  for (int c : a.has("contexts") ? a.int_list("contexts") : std::vector<int>{128, 1024, 4096}) {
+    if (c < 1) throw UsageError("--contexts: each context must be >= 1");
+    o.contexts.push_back(c);
   }
   if (o.decode_tokens < 2 || o.repeat < 1 || o.max_verify < 1 || o.contexts.empty())
     throw UsageError("--decode-tokens >= 2, --repeat >= 1, --max-verify >= 1 and at least one context");
   std::sort(o.contexts.begin(), o.contexts.end());
-  std::vector<std::string> paths = split(a.str("paths", "fast,reference"), ',');
+  const std::vector<std::string> paths = split(a.str("paths", "fast,reference"), ',');
+  if (paths.empty()) throw UsageError("--paths: 'fast' and/or 'reference'");
   const std::string device = a.str("device", "auto");
   LoadedModel files = load_model(a.str("model", default_model_path()));
 

@@ -34,15 +34,6 @@ using actors::TokenStream;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-std::vector<std::string> split(const std::string& list, char sep) {
-  std::vector<std::string> out;
-  for (size_t at = 0; at <= list.size();) {
-    const size_t end = std::min(list.find(sep, at), list.size());
-    if (end > at) out.push_back(list.substr(at, end - at));
-    at = end + 1;
-  }
-  return out;
-}
 
 // "on" / "off" / "both" -> the values to run.
 std::vector<bool> switch_values(const Args& a, const std::string& name, const std::string& fallback) {

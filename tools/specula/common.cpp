@@ -38,6 +38,16 @@ Session open_session(const Args& a) {
   return s;
 }
 
+std::vector<std::string> split(const std::string& list, char sep) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t end = std::min(list.find(sep, at), list.size());
+    if (end > at) out.push_back(list.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
 double seconds_since(BenchClock::time_point t0) { return std::chrono::duration<double>(BenchClock::now() - t0).count(); }
 
 double median_of(std::vector<double> v) {

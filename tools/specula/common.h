@@ -37,6 +37,9 @@ SamplingParams sampling_from_args(const Args& a);
 // Writes a float32 array of the given shape as a NumPy .npy file.
 void write_npy(const std::string& path, const std::vector<float>& data, const std::vector<int64_t>& shape);
 
+// The non-empty items of a `sep`-separated list ("a;b;;c" -> a, b, c).
+std::vector<std::string> split(const std::string& list, char sep);
+
 // Benchmarks' timing: seconds since t0 on the steady clock, and the median of a sample (the
 // upper middle of an even count; 0 for none).
 using BenchClock = std::chrono::steady_clock;

@@ -1,0 +1,199 @@
+// The host's attention and K/V store (gpu/host/attention.h): work items, the portable chunk
+// kernel, and the merge of a row's chunks; the AVX2 chunk kernel is in attention_avx2.cpp.
+#include "gpu/host/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gpu/host/matmul_kernels.h"
+#include "gpu/host/quant.h"
+#include "gpu/kv_cache.h"
+
+namespace specula::host_kernels {
+
+namespace {
+
+inline float kv_value(const float* p) { return *p; }
+inline float kv_value(const uint16_t* p) { return fp16_to_f32(*p); }
+
+template <class T>
+void chunk_portable(const AttentionChunk& c) {
+  const int64_t n = c.p1 - c.p0, hd = c.head_dim, bt = c.block_tokens, rf = c.row_floats;
+  auto row = [&](const void* base, int64_t p) {
+    return static_cast<const T*>(base) + (static_cast<int64_t>(c.blocks[p / bt]) * bt + p % bt) * rf;
+  };
+  for (int64_t g = 0; g < c.group; ++g) {
+    const float* q = c.q + g * hd;
+    float* s = c.scores + g * n;
+    for (int64_t p = c.p0; p < c.p1; ++p) {
+      const T* k = row(c.k, p);
+      float d = 0;
+      for (int64_t j = 0; j < hd; ++j) d += q[j] * kv_value(k + j);
+      s[p - c.p0] = d * c.scale;
+    }
+    float m = s[0];
+    for (int64_t j = 1; j < n; ++j) m = std::max(m, s[j]);
+    float l = 0;
+    for (int64_t j = 0; j < n; ++j) l += (s[j] = std::exp(s[j] - m));
+    c.m[g] = m;
+    c.l[g] = l;
+    float* o = c.o + g * hd;
+    std::fill(o, o + hd, 0.0f);
+    for (int64_t p = c.p0; p < c.p1; ++p) {
+      const T* v = row(c.v, p);
+      for (int64_t j = 0; j < hd; ++j) o[j] += s[p - c.p0] * kv_value(v + j);
+    }
+  }
+}
+
+}  // namespace
+
+void to_fp16(const float* src, uint16_t* dst, int64_t n) {
+  if (cpu_has_avx2_fma()) {
+    to_fp16_avx2(src, dst, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_fp16(src[i]);
+}
+
+void attention_chunk_portable(const AttentionChunk& c) {
+  if (c.f16)
+    chunk_portable<uint16_t>(c);
+  else
+    chunk_portable<float>(c);
+}
+
+void kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<const SeqSlice> slices) {
+  const int64_t rf = kv.row_floats();
+  if (kv.config().f16) {
+    uint16_t* kp = kv.k_pool_f16(layer);
+    uint16_t* vp = kv.v_pool_f16(layer);
+    for (const SeqSlice& s : slices)
+      for (int64_t i = 0; i < s.n; ++i) {
+        const int64_t off = kv.offset(s.seq, s.start + i);
+        to_fp16(k + (s.row + i) * rf, kp + off, rf);
+        to_fp16(v + (s.row + i) * rf, vp + off, rf);
+      }
+    return;
+  }
+  float* kp = kv.k_pool(layer);
+  float* vp = kv.v_pool(layer);
+  for (const SeqSlice& s : slices)
+    for (int64_t i = 0; i < s.n; ++i) {
+      const int64_t off = kv.offset(s.seq, s.start + i);
+      std::memcpy(kp + off, k + (s.row + i) * rf, rf * sizeof(float));
+      std::memcpy(vp + off, v + (s.row + i) * rf, rf * sizeof(float));
+    }
+}
+
+void attention(const float* q, const KvCache& kv, int layer, std::span<const SeqSlice> slices, int64_t heads, float* out,
+               ThreadPool& pool, bool avx2) {
+  const int64_t hd = kv.config().head_dim, kvh = kv.config().kv_heads, group = heads / kvh;
+  const int64_t bt = kv.config().block_tokens, rf = kv.row_floats();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const bool simd = avx2 && hd % 8 == 0;
+
+  // Partials per (token row, kv head, chunk of kChunkTokens positions), a row's contiguous. Work
+  // items are (slice, kv head, chunk): one item scores that chunk for every row of the slice
+  // that reaches it, so a verify round reads each K/V chunk from memory once for all its rows;
+  // each row's chunk is computed by the same call as if it were alone.
+  struct Row { const SeqSlice* s; int64_t i, first_partial, chunks; };
+  struct Item { size_t first_row, rows; int64_t kh, chunk; };
+  std::vector<Row> rows;
+  std::vector<Item> items;
+  int64_t partials = 0, work = 0, max_chunk = 0;
+  for (const SeqSlice& s : slices) {
+    const size_t first_row = rows.size();
+    for (int64_t i = 0; i < s.n; ++i) {
+      const int64_t ctx = s.start + i + 1, chunks = (ctx + kChunkTokens - 1) / kChunkTokens;
+      rows.push_back({&s, i, partials, chunks});
+      partials += chunks * kvh;
+      work += ctx;
+      max_chunk = std::max(max_chunk, std::min(ctx, kChunkTokens));
+    }
+    if (s.n == 0) continue;
+    for (int64_t kh = 0; kh < kvh; ++kh)
+      for (int64_t c = 0; c < rows.back().chunks; ++c) items.push_back({first_row, static_cast<size_t>(s.n), kh, c});
+  }
+  // Per partial: m[group], l[group], o[group * hd].
+  const int64_t per_item = group * (2 + hd);
+  thread_local std::vector<float> partial;
+  partial.resize(static_cast<size_t>(partials * per_item));
+  float* const part = partial.data();
+  const bool f16 = kv.config().f16;
+  const void* kp = f16 ? static_cast<const void*>(kv.k_pool_f16(layer)) : kv.k_pool(layer);
+  const void* vp = f16 ? static_cast<const void*>(kv.v_pool_f16(layer)) : kv.v_pool(layer);
+  const int64_t esize = f16 ? 2 : 4;
+
+  auto run = [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scores;
+    scores.resize(static_cast<size_t>(group * max_chunk));
+    for (int64_t it = begin; it < end; ++it) {
+      const Item& item = items[static_cast<size_t>(it)];
+      for (size_t r = item.first_row; r < item.first_row + item.rows; ++r) {
+        const Row& row = rows[r];
+        if (item.chunk >= row.chunks) continue;  // this row's context ends before the chunk
+        const int64_t ctx = row.s->start + row.i + 1, trow = row.s->row + row.i;
+        AttentionChunk c;
+        c.q = q + (trow * heads + item.kh * group) * hd;
+        c.k = static_cast<const char*>(kp) + item.kh * hd * esize;
+        c.v = static_cast<const char*>(vp) + item.kh * hd * esize;
+        c.f16 = f16;
+        c.blocks = kv.block_table(row.s->seq).data();
+        c.block_tokens = bt;
+        c.row_floats = rf;
+        c.head_dim = hd;
+        c.group = group;
+        c.p0 = item.chunk * kChunkTokens;
+        c.p1 = std::min(ctx, c.p0 + kChunkTokens);
+        c.scale = scale;
+        float* pi = part + (row.first_partial + item.kh * row.chunks + item.chunk) * per_item;
+        c.m = pi;
+        c.l = pi + group;
+        c.o = pi + 2 * group;
+        c.scores = scores.data();
+        if (simd)
+          attention_chunk_avx2(c);
+        else
+          attention_chunk_portable(c);
+      }
+    }
+  };
+  const int64_t n_items = static_cast<int64_t>(items.size());
+  if (work * heads * hd < (1 << 16) || pool.threads() == 1)
+    run(0, n_items);
+  else
+    pool.parallel_for(n_items, 1, run);
+
+  // Combine each (row, kv head)'s chunks in chunk order.
+  for (const Row& row : rows) {
+    const int64_t trow = row.s->row + row.i;
+    for (int64_t kh = 0; kh < kvh; ++kh) {
+      const float* first = part + (row.first_partial + kh * row.chunks) * per_item;
+      for (int64_t g = 0; g < group; ++g) {
+        float* o = out + (trow * heads + kh * group + g) * hd;
+        if (row.chunks == 1) {
+          const float inv = 1.0f / first[group + g];
+          for (int64_t d = 0; d < hd; ++d) o[d] = first[2 * group + g * hd + d] * inv;
+          continue;
+        }
+        float m = -INFINITY;
+        for (int64_t c = 0; c < row.chunks; ++c) m = std::max(m, first[c * per_item + g]);
+        float l = 0;
+        std::fill(o, o + hd, 0.0f);
+        for (int64_t c = 0; c < row.chunks; ++c) {
+          const float* pc = first + c * per_item;
+          const float f = std::exp(pc[g] - m);
+          l += f * pc[group + g];
+          for (int64_t d = 0; d < hd; ++d) o[d] += f * pc[2 * group + g * hd + d];
+        }
+        const float inv = 1.0f / l;
+        for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
+      }
+    }
+  }
+}
+
+}  // namespace specula::host_kernels
