@@ -22,7 +22,8 @@ namespace specula {
 
 HostOps::HostOps(int threads) : HostOps(threads, host_kernels::host_path_for(std::getenv("SPECULA_SIMD"))) {}
 
-HostOps::HostOps(int threads, host_kernels::HostPath path) : path_(path), pool_(std::max(1, threads)) {
+HostOps::HostOps(int threads, host_kernels::HostPath path)
+    : path_(path), int8_(host_kernels::int8_kernel_for(path.isa)), pool_(std::max(1, threads)) {
   if (path_.isa == host_kernels::Isa::kAvx512 && !host_kernels::cpu_has_avx512())
     throw std::invalid_argument("host path avx512: this CPU has no AVX-512 F/BW/VL");
   if (path_.isa == host_kernels::Isa::kAvx2 && !host_kernels::cpu_has_avx2_fma())
@@ -136,7 +137,7 @@ void HostOps::rmsnorm(const float* x, const Weight& w, float eps, int64_t n, int
 void HostOps::matmul(const float* x, const Weight& w, int64_t n, float* y) {
   if (w.device != nullptr) {
     const PackedMatrix* m = static_cast<const PackedMatrix*>(w.device);
-    qmatmul({&m, 1}, x, n, {&y, 1}, pool_, path_.isa);
+    qmatmul({&m, 1}, x, n, {&y, 1}, pool_, int8_);
     return;
   }
   specula::matmul(w.view, x, n, y, pool_, path_.isa);
@@ -153,7 +154,7 @@ void HostOps::matmul_many(const float* x, std::span<const Weight* const> ws, int
     Ops::matmul_many(x, ws, n, ys);
     return;
   }
-  qmatmul({packed, ws.size()}, x, n, ys, pool_, path_.isa);
+  qmatmul({packed, ws.size()}, x, n, ys, pool_, int8_);
 }
 
 void HostOps::rope(float* x, int64_t n, int64_t heads, int64_t head_dim, std::span<const int32_t> positions,

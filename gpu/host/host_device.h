@@ -52,6 +52,7 @@ class HostOps final : public Ops {
  private:
   static constexpr size_t kMapThreshold = size_t{1} << 20;
   host_kernels::HostPath path_;
+  host_kernels::Int8Kernel int8_;  // the int8 path's kernel for path_.isa on this CPU
   ThreadPool pool_;
   mutable std::mutex packed_mutex_;
   std::map<const void*, std::weak_ptr<PackedMatrix>> packed_;  // by stored data, shared by uploads

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpu/host/matmul_kernels.h"
+#include "gpu/host/qmatmul.h"
 #include "gpu/host/quant.h"
 
 namespace specula {
@@ -29,6 +30,24 @@ bool cpu_has_avx512() {
 #if defined(__x86_64__)
   static const bool has = cpu_has_avx2_fma() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl");
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__)
+  static const bool has = cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx_vnni() {
+#if defined(__x86_64__)
+  static const bool has = cpu_has_avx2_fma() && __builtin_cpu_supports("avxvnni");
   return has;
 #else
   return false;
@@ -98,7 +117,9 @@ Isa isa_for_env(const char* specula_simd) {
   return cpu_has_avx2_fma() ? Isa::kAvx2 : Isa::kPortable;
 }
 
-std::string HostPath::name() const { return std::string(isa_name(isa)) + (reference ? " reference" : ""); }
+std::string HostPath::name() const {
+  return reference ? std::string(isa_name(isa)) + " reference" : int8_kernel_name(int8_kernel_for(isa));
+}
 
 HostPath host_path_for(const char* specula_simd) {
   std::string v = specula_simd ? specula_simd : "";

@@ -57,6 +57,10 @@ RowsKernel avx512_rows_kernel(DType t, int64_t cols);
 bool cpu_has_avx2_fma();
 // AVX-512 F, BW and VL, and AVX2+FMA+F16C (the fallbacks and the shared preparation need them).
 bool cpu_has_avx512();
+// cpu_has_avx512() and AVX-512 VNNI (the int8 path's 512-bit kernels).
+bool cpu_has_avx512_vnni();
+// AVX2+FMA+F16C and AVX-VNNI (VEX-encoded vpdpbusd on 256-bit vectors).
+bool cpu_has_avx_vnni();
 
 // The name matmul_isa() reports for a path: "portable", "avx2" or "avx512".
 const char* isa_name(Isa isa);
@@ -71,7 +75,9 @@ Isa isa_for_env(const char* specula_simd);
 struct HostPath {
   Isa isa = Isa::kPortable;
   bool reference = false;
-  std::string name() const;  // "avx2", "avx2 reference", "portable", ...
+  // The int8 kernel ("avx512-vnni", "avx-vnni", "avx2", "portable"), or the ISA and
+  // " reference" ("avx512 reference", ...).
+  std::string name() const;
 };
 
 // The path a value of SPECULA_SIMD asks for (nullptr or "" when unset): unset takes the widest ISA

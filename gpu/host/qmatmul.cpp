@@ -167,21 +167,60 @@ PackedKernel portable_packed_kernel(DType t) {
     case DType::Q4_0: return &portable_packed<DType::Q4_0>;
     case DType::Q4_1: return &portable_packed<DType::Q4_1>;
     case DType::Q8_0: return &portable_packed<DType::Q8_0>;
-    default: throw std::invalid_argument(std::string("int8 path: no kernel for ") + dtype_name(t));
+    default: return nullptr;
   }
+}
+
+const char* int8_kernel_name(Int8Kernel k) {
+  switch (k) {
+    case Int8Kernel::kAvx2: return "avx2";
+    case Int8Kernel::kAvxVnni: return "avx-vnni";
+    case Int8Kernel::kAvx512Vnni: return "avx512-vnni";
+    default: return "portable";
+  }
+}
+
+bool cpu_has_int8_kernel(Int8Kernel k) {
+  switch (k) {
+    case Int8Kernel::kAvx2: return cpu_has_avx2_fma();
+    case Int8Kernel::kAvxVnni: return cpu_has_avx_vnni();
+    case Int8Kernel::kAvx512Vnni: return cpu_has_avx512_vnni();
+    default: return true;
+  }
+}
+
+Int8Kernel int8_kernel_for(Isa isa) {
+  if (isa == Isa::kPortable) return Int8Kernel::kPortable;
+  if (isa == Isa::kAvx512 && cpu_has_avx512_vnni()) return Int8Kernel::kAvx512Vnni;
+  if (cpu_has_avx_vnni()) return Int8Kernel::kAvxVnni;
+  return cpu_has_avx2_fma() ? Int8Kernel::kAvx2 : Int8Kernel::kPortable;
+}
+
+PackedKernel packed_kernel(Int8Kernel k, DType t) {
+  if (!cpu_has_int8_kernel(k))
+    throw std::invalid_argument(std::string("int8 path: this CPU cannot run the ") + int8_kernel_name(k) + " kernels");
+  PackedKernel f = nullptr;
+  switch (k) {
+    case Int8Kernel::kAvx2: f = avx2_packed_kernel(t); break;
+    case Int8Kernel::kAvxVnni: f = avxvnni_packed_kernel(t); break;
+    case Int8Kernel::kAvx512Vnni: f = avx512vnni_packed_kernel(t); break;
+    default: f = portable_packed_kernel(t); break;
+  }
+  if (f == nullptr) throw std::invalid_argument(std::string("int8 path: no kernel for ") + dtype_name(t));
+  return f;
 }
 
 }  // namespace host_kernels
 
 void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n, std::span<float* const> ys,
-             ThreadPool& pool, host_kernels::Isa isa) {
+             ThreadPool& pool, host_kernels::Int8Kernel kernel) {
   if (ws.empty() || n <= 0) return;
   if (ws.size() != ys.size()) throw std::invalid_argument("qmatmul: as many outputs as weights");
   const int64_t cols = ws[0]->cols;
   for (const PackedMatrix* w : ws)
     if (w->cols != cols) throw std::invalid_argument("qmatmul: fused weights differ in width");
-  if (isa == host_kernels::Isa::kAvx512 || isa == host_kernels::Isa::kAvx2)
-    if (!host_kernels::cpu_has_avx2_fma()) throw std::invalid_argument("qmatmul: AVX2 path on a CPU without it");
+  if (!host_kernels::cpu_has_int8_kernel(kernel))
+    throw std::invalid_argument(std::string("qmatmul: this CPU cannot run the ") + host_kernels::int8_kernel_name(kernel) + " kernels");
   // Reused across calls: a decode step quantizes about a hundred activation rows.
   // (Workers see the caller's through `xq`: a lambda names a thread_local of its own thread.)
   thread_local QuantizedRows qx;
@@ -195,9 +234,7 @@ void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n,
   int64_t total = 0;
   size_t group_bytes = 0;
   for (size_t k = 0; k < ws.size(); ++k) {
-    const bool simd = isa != host_kernels::Isa::kPortable;
-    parts[k] = {ws[k], ys[k], simd ? host_kernels::avx2_packed_kernel(ws[k]->dtype) : host_kernels::portable_packed_kernel(ws[k]->dtype),
-                total};
+    parts[k] = {ws[k], ys[k], host_kernels::packed_kernel(kernel, ws[k]->dtype), total};
     total += ws[k]->groups;
     group_bytes = std::max(group_bytes, ws[k]->group_bytes());
   }

@@ -1,6 +1,6 @@
 // The host's fast matmul path: weights repacked once at load into groups of 8 interleaved rows,
-// activations quantized to int8 per 32-value block once per call, integer dot products (AVX2
-// maddubs, portable C++ otherwise), one f32 FMA per block and output row.
+// activations quantized to int8 per 32-value block once per call, integer dot products (AVX-512
+// VNNI, AVX-VNNI, AVX2 maddubs or portable C++, chosen at run time), one f32 FMA per block and output row.
 //
 // Row property: y[i, r] depends only on activation row i and weight row r, never on how many rows
 // the call has or where row i sits in it. Integer sums are exact, and the float work per output
@@ -67,9 +67,30 @@ namespace host_kernels {
 // y[i, g*8 + r] for i in [i0, i0 + tile), r < 8 (only rows < m.rows are written), groups [g0, g1).
 using PackedKernel = void (*)(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0,
                               int64_t g1);
+
+// The int8 kernels. Their integer sums are exact and their float work per output is the same, so
+// all of them give the same bits (tests hold every one the CPU has to the portable kernel).
+enum class Int8Kernel {
+  kPortable,    // plain C++
+  kAvx2,        // 256-bit, vpmaddubsw (qmatmul_avx2.cpp)
+  kAvxVnni,     // 256-bit, AVX-VNNI vpdpbusd (qmatmul_avxvnni.cpp)
+  kAvx512Vnni,  // 512-bit, two groups per vector, AVX-512 VNNI vpdpbusd (qmatmul_avx512vnni.cpp)
+};
+const char* int8_kernel_name(Int8Kernel k);  // "portable", "avx2", "avx-vnni", "avx512-vnni"
+bool cpu_has_int8_kernel(Int8Kernel k);
+// The kernel the int8 path runs for a host ISA on this CPU: the portable ISA runs the portable
+// kernel; AVX-512 runs AVX-512 VNNI where the CPU has it; otherwise (AVX2, or AVX-512 without VNNI)
+// AVX-VNNI where present, else vpmaddubsw.
+Int8Kernel int8_kernel_for(Isa isa);
+// The kernel for a type; throws std::invalid_argument for a kernel this CPU lacks or a type
+// without a packed layout.
+PackedKernel packed_kernel(Int8Kernel k, DType t);
+
 PackedKernel portable_packed_kernel(DType t);
-// AVX2 (maddubs) kernels, qmatmul_avx2.cpp; call only where cpu_has_avx2_fma().
+// The SIMD variants (nullptr for a type without a packed layout); call only where the CPU has them.
 PackedKernel avx2_packed_kernel(DType t);
+PackedKernel avxvnni_packed_kernel(DType t);
+PackedKernel avx512vnni_packed_kernel(DType t);
 // The AVX2 activation quantizer (the same values as quantize_rows, faster).
 void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, int32_t* isum, float* sx);
 
@@ -78,6 +99,6 @@ void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, floa
 // y_k[n, m_k.rows] = x[n, cols] * W_k^T for every k, with x quantized once and one parallel
 // region for all the matrices (q/k/v, gate/up). Every W_k has `cols` columns.
 void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n, std::span<float* const> ys,
-             ThreadPool& pool, host_kernels::Isa isa);
+             ThreadPool& pool, host_kernels::Int8Kernel kernel);
 
 }  // namespace specula

@@ -17,7 +17,10 @@ namespace specula {
 namespace {
 
 TEST(QmatmulBench, DISABLED_CacheResidentKernelsPerRowCount) {
+  using host_kernels::Int8Kernel;
+  for (Int8Kernel kernel : {Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni})
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    if (!host_kernels::cpu_has_int8_kernel(kernel)) continue;
     const int64_t rows = 576, cols = 576;
     std::vector<std::byte> bytes(dtype_row_bytes(t, cols) * rows);
     std::mt19937 rng(1);
@@ -35,13 +38,13 @@ TEST(QmatmulBench, DISABLED_CacheResidentKernelsPerRowCount) {
       std::vector<double> times;
       for (int rep = 0; rep < 15; ++rep) {
         const auto t0 = std::chrono::steady_clock::now();
-        for (int k = 0; k < 200; ++k) qmatmul({&w, 1}, x.data(), n, {&out, 1}, pool, host_kernels::Isa::kAvx2);
+        for (int k = 0; k < 200; ++k) qmatmul({&w, 1}, x.data(), n, {&out, 1}, pool, kernel);
         times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 200);
       }
       std::sort(times.begin(), times.end());
       const double best = times[0];
       if (n == 1) t1 = best;
-      std::printf("{\"dtype\":\"%s\",\"n\":%lld,\"us\":%.2f,\"weight_gbs\":%.1f,\"vs_n1\":%.2f}\n", dtype_name(t), static_cast<long long>(n),
+      std::printf("{\"kernel\":\"%s\",\"dtype\":\"%s\",\"n\":%lld,\"us\":%.2f,\"weight_gbs\":%.1f,\"vs_n1\":%.2f}\n", host_kernels::int8_kernel_name(kernel), dtype_name(t), static_cast<long long>(n),
                   best * 1e6, m->bytes() / best / 1e9, best / t1);
     }
   }

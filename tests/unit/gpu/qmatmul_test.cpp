@@ -56,13 +56,17 @@ std::vector<float> random_x(int64_t n, int64_t cols, uint32_t seed) {
   return x;
 }
 
-std::vector<Isa> int8_isas() {
-  std::vector<Isa> v{Isa::kPortable};
-  if (host_kernels::cpu_has_avx2_fma()) v.push_back(Isa::kAvx2);
+using host_kernels::Int8Kernel;
+
+// Every int8 kernel this CPU can run, the portable one first.
+std::vector<Int8Kernel> int8_kernels() {
+  std::vector<Int8Kernel> v;
+  for (Int8Kernel k : {Int8Kernel::kPortable, Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni})
+    if (host_kernels::cpu_has_int8_kernel(k)) v.push_back(k);
   return v;
 }
 
-std::vector<float> run(const PackedMatrix& m, const std::vector<float>& x, int64_t n, int threads, Isa isa) {
+std::vector<float> run(const PackedMatrix& m, const std::vector<float>& x, int64_t n, int threads, Int8Kernel isa) {
   ThreadPool pool(threads);
   std::vector<float> y(static_cast<size_t>(n * m.rows), std::nanf(""));
   const PackedMatrix* w = &m;
@@ -143,7 +147,7 @@ TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
         QuantizedRows q;
         quantize_rows(x.data(), n, cols, q);
         const auto want = emulate(w.view, q);
-        for (Isa isa : int8_isas()) {
+        for (Int8Kernel isa : int8_kernels()) {
           const auto y = run(*m, x, n, 2, isa);
           int bad = 0;
           for (int64_t i = 0; i < n; ++i)
@@ -153,7 +157,7 @@ TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
               const double got = y[i * rows + r], ref = want[i * rows + r];
               for (int64_t j = 0; j < cols; ++j) mag += std::fabs(x[i * cols + j]) * 0.05 * 128;
               if (!(std::fabs(got - ref) <= 1e-6 * mag) && ++bad <= 3)
-                ADD_FAILURE() << dtype_name(t) << " " << host_kernels::isa_name(isa) << " n=" << n << " y[" << i << "," << r
+                ADD_FAILURE() << dtype_name(t) << " " << host_kernels::int8_kernel_name(isa) << " n=" << n << " y[" << i << "," << r
                               << "] = " << got << ", definition " << ref;
             }
           EXPECT_EQ(bad, 0);
@@ -169,7 +173,7 @@ TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrT
     ThreadPool pool(1);
     auto m = pack_matrix(w.view, pool);
     const auto all = random_x(16, cols, 40);
-    for (Isa isa : int8_isas()) {
+    for (Int8Kernel isa : int8_kernels()) {
       // The single-row results, each row alone.
       std::vector<std::vector<float>> single;
       for (int64_t i = 0; i < 16; ++i)
@@ -183,22 +187,62 @@ TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrT
           for (int64_t i = 0; i < n; ++i)
             for (int64_t r = 0; r < rows; ++r)
               ASSERT_TRUE(bit_equal(y[i * rows + r], single[first + i][r]))
-                  << dtype_name(t) << " " << host_kernels::isa_name(isa) << " n=" << n << " threads=" << threads << " row " << i
+                  << dtype_name(t) << " " << host_kernels::int8_kernel_name(isa) << " n=" << n << " threads=" << threads << " row " << i
                   << " out " << r << ": " << y[i * rows + r] << " vs " << single[first + i][r];
         }
     }
   }
 }
 
-TEST(Int8Kernels, TheAvx2AndPortableKernelsAgreeBitForBit) {
-  if (!host_kernels::cpu_has_avx2_fma()) GTEST_SKIP() << "this CPU has no AVX2+FMA+F16C: only the portable kernels run here";
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    const Stored w = random_stored(t, 50, 768, 50 + static_cast<uint32_t>(t));
-    ThreadPool pool(1);
-    auto m = pack_matrix(w.view, pool);
-    const auto x = random_x(7, 768, 60);
-    const auto a = run(*m, x, 7, 2, Isa::kAvx2), b = run(*m, x, 7, 2, Isa::kPortable);
-    for (size_t k = 0; k < a.size(); ++k) ASSERT_TRUE(bit_equal(a[k], b[k])) << dtype_name(t) << " at " << k << ": " << a[k] << " vs " << b[k];
+// 50 rows are 7 groups: the 512-bit kernels run three pairs and a lone last group with padding
+// rows, and two threads split the groups at an odd boundary.
+TEST(Int8Kernels, EveryVectorKernelTheCpuHasAgreesWithThePortableKernelBitForBit) {
+  const auto kernels = int8_kernels();
+  if (kernels.size() == 1) GTEST_SKIP() << "this CPU has no AVX2+FMA+F16C: only the portable kernels run here";
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+    for (int64_t rows : {50, 64, 8}) {
+      const Stored w = random_stored(t, rows, 768, 50 + static_cast<uint32_t>(t));
+      ThreadPool pool(1);
+      auto m = pack_matrix(w.view, pool);
+      for (int64_t n : {1, 7, 13}) {
+        const auto x = random_x(n, 768, 60);
+        const auto want = run(*m, x, n, 2, Int8Kernel::kPortable);
+        for (size_t k = 1; k < kernels.size(); ++k) {
+          const auto got = run(*m, x, n, 2, kernels[k]);
+          for (size_t j = 0; j < got.size(); ++j)
+            ASSERT_TRUE(bit_equal(got[j], want[j])) << dtype_name(t) << " " << host_kernels::int8_kernel_name(kernels[k]) << " rows "
+                                                    << rows << " n " << n << " at " << j << ": " << got[j] << " vs " << want[j];
+        }
+      }
+    }
+  std::string ran;
+  for (Int8Kernel k : kernels) ran += std::string(" ") + host_kernels::int8_kernel_name(k);
+  RecordProperty("kernels", ran);
+}
+
+// Q8_0 quants at the ends of their range (-128 and 127) against activations at +-127: the
+// 512-bit and AVX-VNNI kernels offset the weights by 128, the AVX2 one moves their sign.
+TEST(Int8Kernels, Q8WeightsAtTheEndsOfTheirRangeGiveTheExactIntegerSumOnEveryKernel) {
+  const int64_t rows = 16, cols = 64;
+  Stored w = random_stored(DType::Q8_0, rows, cols, 55);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < 2; ++b) {
+      auto* blk = reinterpret_cast<uint8_t*>(w.bytes.data()) + r * 68 + b * 34;
+      const uint16_t one = f32_to_fp16(1.0f);
+      std::memcpy(blk, &one, 2);
+      for (int j = 0; j < 32; ++j) blk[2 + j] = static_cast<uint8_t>((r + j) % 2 ? 0x80 : 0x7F);
+    }
+  ThreadPool pool(1);
+  auto m = pack_matrix(w.view, pool);
+  std::vector<float> x(cols);
+  for (int64_t j = 0; j < cols; ++j) x[j] = j % 3 ? 1.0f : -1.0f;  // quantized to +-127, d = 1/127
+  for (Int8Kernel k : int8_kernels()) {
+    const auto y = run(*m, x, 1, 1, k);
+    for (int64_t r = 0; r < rows; ++r) {
+      double want = 0;
+      for (int64_t j = 0; j < cols; ++j) want += ((r + j % 32) % 2 ? -128.0 : 127.0) * (j % 3 ? 127.0 : -127.0);
+      EXPECT_NEAR(y[r], want / 127.0, 1e-3) << host_kernels::int8_kernel_name(k) << " row " << r;
+    }
   }
 }
 
@@ -209,7 +253,7 @@ TEST(Int8Kernels, AFusedCallEqualsSeparateCallsBitForBit) {
   ThreadPool pool(2);
   auto pq = pack_matrix(q.view, pool), pk = pack_matrix(k.view, pool), pv = pack_matrix(v.view, pool);
   const auto x = random_x(6, cols, 73);
-  for (Isa isa : int8_isas()) {
+  for (Int8Kernel isa : int8_kernels()) {
     std::vector<float> yq(6 * 576), yk(6 * 192), yv(6 * 200);
     const PackedMatrix* ws[] = {pq.get(), pk.get(), pv.get()};
     float* ys[] = {yq.data(), yk.data(), yv.data()};
@@ -234,7 +278,7 @@ TEST(Int8Kernels, TheFastPathStaysWithinTheActivationRoundingOfTheF32Reference) 
     quantize_rows(x.data(), n, cols, q);
     std::vector<float> ref(n * rows), row(cols);
     matmul_reference(w.view, x.data(), n, ref.data());
-    const auto y = run(*m, x, n, 2, int8_isas().back());
+    const auto y = run(*m, x, n, 2, int8_kernels().back());
     for (int64_t r = 0; r < rows; ++r) {
       dequantize_row(t, w.view.row(r), row.data(), cols);
       for (int64_t i = 0; i < n; ++i) {
@@ -275,7 +319,33 @@ TEST(HostPath, SpeculaSimdNamesAPathAndABadOrMissingOneIsOneClearError) {
   } else {
     EXPECT_EQ(host_kernels::host_path_for("avx512").isa, Isa::kAvx512);
   }
-  if (avx2) EXPECT_EQ(host_kernels::host_path_for("avx2").isa, Isa::kAvx2);
+  if (avx2) {
+    EXPECT_EQ(host_kernels::host_path_for("avx2").isa, Isa::kAvx2);
+  }
+}
+
+TEST(HostPath, TheInt8PathRunsTheWidestKernelTheCpuHasAndNamesIt) {
+  using host_kernels::int8_kernel_for;
+  EXPECT_EQ(int8_kernel_for(Isa::kPortable), Int8Kernel::kPortable);
+  if (host_kernels::cpu_has_avx2_fma()) {
+    EXPECT_EQ(int8_kernel_for(Isa::kAvx2), host_kernels::cpu_has_avx_vnni() ? Int8Kernel::kAvxVnni : Int8Kernel::kAvx2);
+  }
+  if (host_kernels::cpu_has_avx512_vnni()) {
+    EXPECT_EQ(int8_kernel_for(Isa::kAvx512), Int8Kernel::kAvx512Vnni);
+  }
+  const auto widest = int8_kernels().back();
+  EXPECT_EQ(int8_kernel_for(host_kernels::host_path_for(nullptr).isa), widest);
+  EXPECT_EQ(host_kernels::host_path_for(nullptr).name(), host_kernels::int8_kernel_name(widest));
+  EXPECT_EQ(host_kernels::host_path_for("reference-portable").name(), "portable reference");
+  for (Int8Kernel k : {Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni})
+    if (!host_kernels::cpu_has_int8_kernel(k)) {
+      try {
+        host_kernels::packed_kernel(k, DType::Q4_0);
+        ADD_FAILURE() << host_kernels::int8_kernel_name(k) << " was handed out on a CPU without it";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("this CPU cannot run"), std::string::npos) << e.what();
+      }
+    }
 }
 
 TEST(HostPath, TheInt8PathRepacksMatricesOnceAndTheReferencePathUsesTheFileInPlace) {

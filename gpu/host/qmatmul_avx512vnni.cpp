@@ -1,0 +1,174 @@
+// AVX-512 VNNI kernels of the int8 path (this file alone is built with -mavx512vnni; call only
+// where cpu_has_avx512_vnni()).
+//
+// Same packed layout as the AVX2 kernels (qmatmul.h), two groups at a time: a zmm holds a
+// group-block's 32-byte vector of group g in its low half and the same vector of group g + 1 in
+// its high half, so its 16 int32 lanes are 16 consecutive output rows. The integer dot product of
+// one activation block is eight vpdpbusd (unsigned weight byte x signed activation byte, four
+// products summed into each int32 lane) in two independent chains; it is exact, so the result is
+// the same int32 the AVX2 and portable kernels compute, and the float work per output is the one
+// qmatmul.h fixes: acc = fma(float(isum), fl(dw * dx), acc) [+ fma(mw, sx, acc)] in block order.
+// Every row therefore stays bit-equal to the other kernels and to the 1-row call.
+//
+// Q8_0 weights are signed; vpdpbusd wants an unsigned operand, so the weights are offset by 128
+// (w ^ 0x80 = w + 128 as a byte) and 128 * sum(x) is taken back out: exact in int32.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "gpu/host/qmatmul.h"
+
+namespace specula::host_kernels {
+
+namespace {
+
+// No standard-library function templates here (see matmul_blocks.h).
+
+constexpr int kTile = 8;  // activation rows per pass over a group pair's blocks
+
+inline __m512i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// 32 bytes of group g (a) in the low half, 32 bytes of group g + 1 (b) in the high half.
+inline __m512i load_pair(const uint8_t* a, const uint8_t* b) {
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// The 8 fp16 scales of each group as 16 floats.
+inline __m512 scales16(const uint8_t* a, const uint8_t* b) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+  return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+}
+
+inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p) + 1024, _MM_HINT_T0); }
+
+// Eight vpdpbusd of the weight vectors against broadcasts of 4 activation bytes, in two chains.
+inline __m512i dot8(const __m512i* w, const int8_t* xb) {
+  __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast4(xb));
+  __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], bcast4(xb + 4));
+  for (int c = 2; c < 8; c += 2) {
+    s0 = _mm512_dpbusd_epi32(s0, w[c], bcast4(xb + 4 * c));
+    s1 = _mm512_dpbusd_epi32(s1, w[c + 1], bcast4(xb + 4 * c + 4));
+  }
+  return _mm512_add_epi32(s0, s1);
+}
+
+// Q4_0 (kMin = false: nibble - 8, so 8 * isum is subtracted) and Q4_1 (kMin = true: the min term
+// is the second FMA). Vector c < 4 is the low nibbles of packed vector c, c >= 4 the high ones,
+// matching activation bytes 4c..4c+3 (see qmatmul.h).
+template <bool kMin>
+struct FormatQ4 {
+  static constexpr bool kHasMin = kMin;
+  static constexpr int kPrefetchLines = 3;  // 144 / 160 bytes per group-block
+  struct Weights {
+    __m512i w[8];
+  };
+  static void load(const uint8_t* a, const uint8_t* b, Weights& wt) {
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    constexpr int header = kMin ? 32 : 16;
+    for (int k = 0; k < 4; ++k) {
+      const __m512i v = load_pair(a + header + 32 * k, b + header + 32 * k);
+      wt.w[k] = _mm512_and_si512(v, low);
+      wt.w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+    }
+  }
+  static __m512i dot(const Weights& wt, const int8_t* xb, int32_t isum) {
+    const __m512i s = dot8(wt.w, xb);
+    return kMin ? s : _mm512_sub_epi32(s, _mm512_set1_epi32(8 * isum));
+  }
+};
+
+// Q8_0: 16 bytes of scales, then 8 x 32 signed quant bytes, used as w + 128.
+struct FormatQ8 {
+  static constexpr bool kHasMin = false;
+  static constexpr int kPrefetchLines = 5;  // 272 bytes per group-block
+  struct Weights {
+    __m512i w[8];
+  };
+  static void load(const uint8_t* a, const uint8_t* b, Weights& wt) {
+    const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int c = 0; c < 8; ++c) wt.w[c] = _mm512_xor_si512(load_pair(a + 16 + 32 * c, b + 16 + 32 * c), bias);
+  }
+  static __m512i dot(const Weights& wt, const int8_t* xb, int32_t isum) {
+    return _mm512_sub_epi32(dot8(wt.w, xb), _mm512_set1_epi32(128 * isum));
+  }
+};
+
+// Groups g (at a) and g + 1 (at b; b == a for a lone last group) against activation rows
+// [i0, i0 + N): per block the weights are loaded once, then per row the arithmetic of qmatmul.h.
+// `valid` output rows are written (16 for a full pair).
+template <class F, int N>
+inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, const uint8_t* a, const uint8_t* b, float* y,
+                 int64_t ldy, int64_t valid) {
+  __m512 acc[N];
+  for (int i = 0; i < N; ++i) acc[i] = _mm512_setzero_ps();
+  const int64_t nb = m.blocks, cols = m.cols;
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    const size_t off = static_cast<size_t>(blk) * m.block_bytes;
+    const uint8_t* pa = a + off;
+    const uint8_t* pb = b + off;
+    for (int l = 0; l < F::kPrefetchLines; ++l) {
+      prefetch(pa + 64 * l);
+      prefetch(pb + 64 * l);
+    }
+    const __m512 dw = scales16(pa, pb);
+    typename F::Weights wt;
+    F::load(pa, pb, wt);
+    for (int i = 0; i < N; ++i) {
+      const size_t xi = static_cast<size_t>((i0 + i) * nb + blk);
+      const __m512i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + blk * 32, x.isum[xi]);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])), acc[i]);
+      if constexpr (F::kHasMin) acc[i] = _mm512_fmadd_ps(scales16(pa + 16, pb + 16), _mm512_set1_ps(x.sx[xi]), acc[i]);
+    }
+  }
+  const __mmask16 keep = valid >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << valid) - 1);
+  for (int i = 0; i < N; ++i) _mm512_mask_storeu_ps(y + (i0 + i) * ldy, keep, acc[i]);
+}
+
+template <class F>
+void rows_of_pair(const PackedMatrix& m, const QuantizedRows& x, const uint8_t* a, const uint8_t* b, float* y, int64_t ldy,
+                  int64_t valid) {
+  int64_t i0 = 0;
+  for (; i0 + kTile <= x.n; i0 += kTile) tile<F, kTile>(m, x, i0, a, b, y, ldy, valid);
+  switch (x.n - i0) {
+    case 1: tile<F, 1>(m, x, i0, a, b, y, ldy, valid); break;
+    case 2: tile<F, 2>(m, x, i0, a, b, y, ldy, valid); break;
+    case 3: tile<F, 3>(m, x, i0, a, b, y, ldy, valid); break;
+    case 4: tile<F, 4>(m, x, i0, a, b, y, ldy, valid); break;
+    case 5: tile<F, 5>(m, x, i0, a, b, y, ldy, valid); break;
+    case 6: tile<F, 6>(m, x, i0, a, b, y, ldy, valid); break;
+    case 7: tile<F, 7>(m, x, i0, a, b, y, ldy, valid); break;
+    default: break;
+  }
+}
+
+// Groups [g0, g1) in pairs; a lone last group runs as a pair with itself, writing its own rows.
+template <class F>
+void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  for (int64_t g = g0; g < g1; g += 2) {
+    const bool pair = g + 1 < g1;
+    const int64_t left = m.rows - g * 8;
+    const int64_t valid = pair ? (left < 16 ? left : 16) : (left < 8 ? left : 8);
+    const uint8_t* a = m.group(g);
+    rows_of_pair<F>(m, x, a, pair ? m.group(g + 1) : a, y + g * 8, ldy, valid);
+  }
+}
+
+}  // namespace
+
+PackedKernel avx512vnni_packed_kernel(DType t) {
+  switch (t) {
+    case DType::Q4_0: return &kernel<FormatQ4<false>>;
+    case DType::Q4_1: return &kernel<FormatQ4<true>>;
+    case DType::Q8_0: return &kernel<FormatQ8>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace specula::host_kernels

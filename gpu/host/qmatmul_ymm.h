@@ -1,0 +1,182 @@
+// The 256-bit kernels of the int8 path, included by qmatmul_avx2.cpp (vpmaddubsw) and by
+// qmatmul_avxvnni.cpp (AVX-VNNI vpdpbusd, with SPECULA_YMM_VNNI defined), each built with its own
+// instruction set; everything here has internal linkage, so each file keeps its own copy.
+//
+// Per 32-column block of a group of 8 weight rows: the nibbles are unpacked once into eight
+// vectors (lane r = 4 columns of row r), then for each activation row eight broadcasts of 4
+// activation bytes against them: the vector lanes are the 8 output rows, so no horizontal sum is
+// needed. The int32 result is exact in both variants, and the float work per output is the one
+// qmatmul.h fixes, so the two variants and the portable kernel agree bit for bit.
+//   maddubs: eight vpmaddubsw (unsigned weight nibble x signed activation) summed in int16 (at
+//     most 8 x 2 x 15 x 127 = 30480, no saturation), one vpmaddwd to int32. Q8_0 weights are
+//     signed, so vpsignb moves their sign to the activation and each product pair widens to int32.
+//   VNNI: eight vpdpbusd in two chains; Q8_0 weights are offset by 128 (w ^ 0x80) and
+//     128 * sum(x) is taken back out.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "gpu/host/qmatmul.h"
+
+namespace specula::host_kernels {
+
+namespace {
+
+// No standard-library function templates here (see matmul_blocks.h).
+
+constexpr int64_t kTile = 4;  // activation rows per pass over a group's blocks (from L1 after the first)
+
+inline __m256i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+inline __m256 scales8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p) + 1024, _MM_HINT_T0); }
+
+inline void store_rows(float* y, __m256 v, int64_t valid) {
+  if (valid >= 8) {
+    _mm256_storeu_ps(y, v);
+    return;
+  }
+  alignas(32) float t[8];
+  _mm256_store_ps(t, v);
+  for (int64_t r = 0; r < valid; ++r) y[r] = t[r];
+}
+
+#ifdef SPECULA_YMM_VNNI
+// Eight vpdpbusd (unsigned weight byte x signed activation byte) in two chains.
+inline __m256i dot8(const __m256i* w, const int8_t* xb) {
+  __m256i s0 = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w[0], bcast4(xb));
+  __m256i s1 = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w[1], bcast4(xb + 4));
+  for (int c = 2; c < 8; c += 2) {
+    s0 = _mm256_dpbusd_avx_epi32(s0, w[c], bcast4(xb + 4 * c));
+    s1 = _mm256_dpbusd_avx_epi32(s1, w[c + 1], bcast4(xb + 4 * c + 4));
+  }
+  return _mm256_add_epi32(s0, s1);
+}
+#else
+// Eight vpmaddubsw summed in int16 (at most 30480 for nibbles), one vpmaddwd to int32.
+inline __m256i dot8(const __m256i* w, const int8_t* xb) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i s16 = _mm256_maddubs_epi16(w[0], bcast4(xb));
+  for (int c = 1; c < 8; ++c) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[c], bcast4(xb + 4 * c)));
+  return _mm256_madd_epi16(s16, ones);
+}
+#endif
+
+// Q4_0 (kMin = false: q - 8, so isum * 8 is subtracted) and Q4_1 (kMin = true: the min term is
+// the second FMA): header 16 or 32 bytes, then 4 x 32 nibble bytes.
+template <bool kMin>
+struct FormatQ4 {
+  static constexpr bool kHasMin = kMin;
+  struct Weights {
+    __m256i w[8];  // unsigned nibbles, columns 4c..4c+3 of each row in vector c
+  };
+  static void prefetch_block(const uint8_t* blk) { prefetch(blk); }
+  static void load(const uint8_t* blk, Weights& wt) {
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + (kMin ? 32 : 16) + 32 * k));
+      wt.w[k] = _mm256_and_si256(v, low);
+      wt.w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    }
+  }
+  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t isum) {
+    const __m256i s32 = dot8(wt.w, xb);
+    return kMin ? s32 : _mm256_sub_epi32(s32, _mm256_set1_epi32(8 * isum));
+  }
+};
+
+// Q8_0: header 16 bytes, then 8 x 32 signed quant bytes.
+struct FormatQ8 {
+  static constexpr bool kHasMin = false;
+  static void prefetch_block(const uint8_t* blk) {
+    prefetch(blk);
+    prefetch(blk + 128);
+  }
+#ifdef SPECULA_YMM_VNNI
+  struct Weights {
+    __m256i w[8];  // the quants + 128, as unsigned bytes
+  };
+  static void load(const uint8_t* blk, Weights& wt) {
+    const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+    for (int c = 0; c < 8; ++c)
+      wt.w[c] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c)), bias);
+  }
+  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t isum) {
+    return _mm256_sub_epi32(dot8(wt.w, xb), _mm256_set1_epi32(128 * isum));
+  }
+#else
+  // vpsignb moves each weight's sign onto the activation, and every product pair (up to
+  // 2 x 128 x 127) widens to int32 at once.
+  struct Weights {
+    __m256i w[8], aw[8];  // the quants and their absolute values
+  };
+  static void load(const uint8_t* blk, Weights& wt) {
+    for (int c = 0; c < 8; ++c) {
+      wt.w[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
+      wt.aw[c] = _mm256_abs_epi8(wt.w[c]);
+    }
+  }
+  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(wt.aw[0], _mm256_sign_epi8(bcast4(xb), wt.w[0])), ones);
+    for (int c = 1; c < 8; ++c)
+      s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(_mm256_maddubs_epi16(wt.aw[c], _mm256_sign_epi8(bcast4(xb + 4 * c), wt.w[c])), ones));
+    return s32;
+  }
+#endif
+};
+
+// One group (8 weight rows) against activation rows [i0, i0 + N): per block the weights are
+// loaded once, then per row acc = fma(float(isum), dw * dx, acc) [+ fma(mw, sx, acc)], the
+// arithmetic qmatmul.h fixes for every kernel.
+template <class F, int N>
+inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, const uint8_t* gp, float* y, int64_t ldy,
+                 int64_t valid) {
+  __m256 acc[N];
+  for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
+  const int64_t nb = m.blocks, cols = m.cols;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = gp + static_cast<size_t>(b) * m.block_bytes;
+    F::prefetch_block(blk);
+    const __m256 dw = scales8(blk);
+    typename F::Weights wt;
+    F::load(blk, wt);
+    for (int i = 0; i < N; ++i) {
+      const size_t xi = static_cast<size_t>((i0 + i) * nb + b);
+      const __m256i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + b * 32, x.isum[xi]);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(x.d[xi])), acc[i]);
+      if constexpr (F::kHasMin) acc[i] = _mm256_fmadd_ps(scales8(blk + 16), _mm256_set1_ps(x.sx[xi]), acc[i]);
+    }
+  }
+  for (int i = 0; i < N; ++i) store_rows(y + (i0 + i) * ldy, acc[i], valid);
+}
+
+// Groups [g0, g1): per group, the activation rows in tiles of up to kTile.
+template <class F>
+void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* gp = m.group(g);
+    const int64_t valid = m.rows - g * 8 < 8 ? m.rows - g * 8 : 8;
+    float* yg = y + g * 8;
+    int64_t i0 = 0;
+    for (; i0 + kTile <= x.n; i0 += kTile) tile<F, kTile>(m, x, i0, gp, yg, ldy, valid);
+    switch (x.n - i0) {
+      case 1: tile<F, 1>(m, x, i0, gp, yg, ldy, valid); break;
+      case 2: tile<F, 2>(m, x, i0, gp, yg, ldy, valid); break;
+      case 3: tile<F, 3>(m, x, i0, gp, yg, ldy, valid); break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace
+
+
+}  // namespace specula::host_kernels
