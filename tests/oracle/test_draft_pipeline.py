@@ -1,0 +1,169 @@
+"""scripts/train_draft.sh --toy, end to end (issue 13's training half, docs/draft.md): a tiny
+random target writes its own Magpie data through `specula`, a draft head trains on it for a few
+hundred steps and exports one GGUF. The file must be small, carry the metadata the runtime reads
+(dims, RoPE, the target's hash recomputed here independently from the definition in the docs),
+read back to the training forward's logits at every depth, and the training must have learnt
+something a trivial predictor cannot. The data format's reader must reject a truncated file."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import BUILD_DIR, CACHE_DIR, SOURCE_DIR
+
+sys.path.insert(0, str(SOURCE_DIR / "tools"))
+from draft import data_format  # noqa: E402  (NumPy only: runs in the oracle venv)
+
+MAX_BYTES = 16_000_000
+
+
+@pytest.fixture(scope="module")
+def toy_run(specula_bin, tmp_path_factory):
+    out = tmp_path_factory.mktemp("draft-toy")
+    env = dict(os.environ, SPECULA_BIN=str(specula_bin), SPECULA_BUILD=str(BUILD_DIR), SPECULA_CACHE=str(CACHE_DIR))
+    cmd = ["bash", str(SOURCE_DIR / "scripts" / "train_draft.sh"), "--toy", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr[-3000:]}"
+    metrics = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out, metrics
+
+
+def _fields(path):
+    import gguf
+    r = gguf.GGUFReader(str(path))
+    return r, {k: f.contents() for k, f in r.fields.items()}
+
+
+def _target_hash(path) -> str:
+    """docs/draft.md's definition, written again here: per tensor in file order, u64 name length,
+    name, u32 n_dims, u64 dims, u32 type, u64 n_bytes, the data bytes."""
+    r, _ = _fields(path)
+    raw = pathlib.Path(path).read_bytes()
+    h = hashlib.sha256()
+    for t in r.tensors:
+        dims = [int(d) for d in t.shape]
+        h.update(struct.pack("<Q", len(t.name.encode())) + t.name.encode())
+        h.update(struct.pack(f"<I{len(dims)}Q", len(dims), *dims) + struct.pack("<IQ", int(t.tensor_type), int(t.n_bytes)))
+        h.update(raw[int(t.data_offset):int(t.data_offset) + int(t.n_bytes)])
+    return h.hexdigest()
+
+
+def test_the_toy_pipeline_writes_one_draft_gguf_under_16_mb_with_the_targets_shape_and_hash(toy_run):
+    out, metrics = toy_run
+    draft = out / "draft.gguf"
+    target_path = out / "target" / "q4_1_tied" / "model.gguf"
+    assert draft.exists() and 0 < draft.stat().st_size <= MAX_BYTES
+    assert metrics["gguf_bytes"] == draft.stat().st_size
+    r, meta = _fields(draft)
+    _, tmeta = _fields(target_path)
+    arch = meta["general.architecture"]
+    assert arch == "specula-eagle"
+    for key in ("embedding_length", "feed_forward_length", "attention.head_count", "attention.head_count_kv",
+                "rope.dimension_count"):
+        assert meta[f"{arch}.{key}"] == tmeta[f"llama.{key}"], key
+    assert meta[f"{arch}.rope.freq_base"] == pytest.approx(tmeta["llama.rope.freq_base"])
+    assert meta[f"{arch}.attention.layer_norm_rms_epsilon"] == pytest.approx(tmeta["llama.attention.layer_norm_rms_epsilon"])
+    assert meta[f"{arch}.block_count"] == 1
+    assert meta["draft.target_hash"] == _target_hash(target_path)
+    assert meta["draft.target_vocab_size"] == tmeta["llama.vocab_size"]
+    tensors = {t.name: t for t in r.tensors}
+    n = meta[f"{arch}.vocab_size"]
+    token_map = np.asarray(tensors["token_map"].data)
+    assert tensors["token_map"].tensor_type.name == "I32" and token_map.shape == (n,)
+    assert len(set(token_map.tolist())) == n and token_map.min() >= 0 and token_map.max() < tmeta["llama.vocab_size"]
+    hidden = meta[f"{arch}.embedding_length"]
+    assert [int(d) for d in tensors["fc.weight"].shape] == [2 * hidden, hidden]
+    assert [int(d) for d in tensors["output.weight"].shape] == [hidden, n]
+    for name in ("blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight",
+                 "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight", "fc.weight", "output.weight"):
+        assert tensors[name].tensor_type.name == "Q8_0", name
+    for name in ("blk.0.attn_norm.weight", "blk.0.ffn_norm.weight", "output_norm.weight"):
+        assert tensors[name].tensor_type.name == "F32", name
+
+
+def test_the_exported_file_read_as_the_runtime_reads_it_drafts_like_the_training_forward(toy_run):
+    _, metrics = toy_run
+    check = metrics["export_check"]
+    assert check["ok"], check
+    assert max(check["max_rel_error"]) < check["tolerance"]
+    assert check["control_rel_error"] > 10 * check["tolerance"]  # feeding h instead of g at depth 2 is caught
+
+
+def test_toy_training_lowers_the_loss_and_beats_the_most_frequent_token_at_every_depth(toy_run):
+    _, metrics = toy_run
+    assert metrics["final_train_loss"] < 0.5 * metrics["first_train_loss"], metrics
+    val, init = metrics["validation"], metrics["initial_validation"]
+    assert len(val["top1"]) == metrics["depth"] == 3
+    for j, acc in enumerate(val["top1"]):
+        assert acc > metrics["baseline_top1"] + 0.15, (j + 1, acc, metrics["baseline_top1"])
+        assert acc > init["top1"][j] + 0.2, (j + 1, acc, init["top1"][j])
+        assert val["loss"][j] < init["loss"][j]
+        assert val["alpha_lower_bound"][j] > init["alpha_lower_bound"][j]
+
+
+def test_a_draft_data_file_round_trips_and_a_truncated_one_is_one_clear_error(tmp_path):
+    rng = np.random.default_rng(0)
+    header = data_format.Header(hidden=8, topk=3, vocab=50)
+    seqs = []
+    for T in (5, 1, 9):
+        logits = rng.normal(size=(T, 50)).astype(np.float32)
+        ids, probs = data_format.top_k(logits, 3)
+        assert (ids[:, 0] == logits.argmax(-1)).all() and (np.diff(probs.astype(np.float32), axis=1) <= 0).all()
+        seqs.append(data_format.Sequence(tokens=rng.integers(0, 50, T).astype(np.int32),
+                                         hidden=rng.normal(size=(T, 8)).astype(np.float16), n_prompt=T // 2,
+                                         topk_ids=ids, topk_probs=probs))
+    path = tmp_path / "d.spd"
+    with data_format.Writer(path, header) as w:
+        for s in seqs:
+            w.write(s)
+    # 32-byte header, then per record 8 + T*4 + T*H*2 + T*K*(4+2) bytes.
+    assert path.stat().st_size == 32 + sum(8 + T * 4 + T * 16 + T * 18 for T in (5, 1, 9))
+    got_header, got = data_format.read(path)
+    assert got_header == header and len(got) == 3
+    for a, b in zip(seqs, got):
+        assert b.n_prompt == a.n_prompt
+        for field in ("tokens", "hidden", "topk_ids", "topk_probs"):
+            assert np.array_equal(getattr(a, field), getattr(b, field)), field
+    path.write_bytes(path.read_bytes()[:-5])
+    with pytest.raises(ValueError, match="runs past the end"):
+        data_format.read(path)
+
+
+def test_each_draft_data_record_equals_a_single_sequence_forward_of_its_tokens(toy_run, specula_bin, tmp_path):
+    """`specula draft-data` batches many sequences at different phases in one forward; a record's
+    hidden rows and top-k must be what the target computes for that sequence alone."""
+    out, _ = toy_run
+    target = out / "target" / "q4_1_tied" / "model.gguf"
+    header, seqs = data_format.read(out / "data.spd")
+    assert len(seqs) >= 100 and header.topk == 8
+    for s in (seqs[0], seqs[len(seqs) // 2], seqs[-1]):
+        assert 0 < s.n_prompt < len(s.tokens)
+        lo, hi = tmp_path / "l.npy", tmp_path / "h.npy"
+        subprocess.run([str(specula_bin), "logits", "--model", str(target), "--tokens", ",".join(map(str, s.tokens)),
+                        "--out", str(lo), "--hidden-out", str(hi)], check=True, capture_output=True)
+        assert np.array_equal(np.load(hi).astype(np.float16), s.hidden)
+        ids, probs = data_format.top_k(np.load(lo), 8)
+        assert np.array_equal(ids, s.topk_ids) and np.array_equal(probs, s.topk_probs)
+
+
+def test_draft_data_refuses_to_append_to_a_file_of_another_shape_and_leaves_it_as_it_was(toy_run, specula_bin, tmp_path):
+    out, _ = toy_run
+    target = out / "target" / "q4_1_tied" / "model.gguf"
+    path = tmp_path / "other.spd"
+    with data_format.Writer(path, data_format.Header(hidden=8, topk=8, vocab=50)):
+        pass
+    before = path.read_bytes()
+    p = subprocess.run([str(specula_bin), "draft-data", "--model", str(target), "--out", str(path), "--samples", "1"],
+                       capture_output=True, text=True)
+    assert p.returncode != 0
+    assert "its header has hidden 8, top-k 8, vocabulary 50" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert path.read_bytes() == before

@@ -1,0 +1,92 @@
+"""Writes a trained head as one GGUF file (docs/draft.md, "GGUF layout"): llama.cpp tensor names
+for the decoder layer (q/k rows permuted to adjacent-pair RoPE, as llama.cpp's converter stores a
+llama layer), plus fc.weight, the reduced output.weight and token_map (int32, reduced id ->
+target token id). Matrices Q8_0 (default) or F16, norms F32.
+"""
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+
+from .head import HeadConfig
+
+ARCH = "specula-eagle"
+MAX_BYTES = 16_000_000  # the issue's 16 MB limit, in decimal megabytes to be safe
+
+_NAMES = {  # head.py parameter -> GGUF tensor name
+    "fc": "fc.weight",
+    "attn_norm": "blk.0.attn_norm.weight", "wq": "blk.0.attn_q.weight", "wk": "blk.0.attn_k.weight",
+    "wv": "blk.0.attn_v.weight", "wo": "blk.0.attn_output.weight", "ffn_norm": "blk.0.ffn_norm.weight",
+    "w_gate": "blk.0.ffn_gate.weight", "w_up": "blk.0.ffn_up.weight", "w_down": "blk.0.ffn_down.weight",
+    "out_norm": "output_norm.weight", "head": "output.weight",
+}
+TOKEN_MAP = "token_map"
+
+
+def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp convert_hf_to_gguf.py's permute: within each head, rows (i, i + d/2) become
+    adjacent rows (2i, 2i+1)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write(path, cfg: HeadConfig, params: dict, token_map: np.ndarray, *, target_hash: str, target_name: str,
+          target_vocab: int, tensor_type: str = "Q8_0", extra: dict | None = None) -> int:
+    """Writes the file and returns its size in bytes; raises if it exceeds MAX_BYTES.
+    extra: more metadata, {key: int | float | str | list[float]}."""
+    import gguf
+    if tensor_type not in ("Q8_0", "F16"):
+        raise ValueError(f"tensor type {tensor_type!r}: use Q8_0 or F16")
+    token_map = np.asarray(token_map, dtype=np.int32)
+    if token_map.shape != (cfg.n_vocab,) or token_map.min() < 0 or token_map.max() >= target_vocab:
+        raise ValueError(f"token_map must be {cfg.n_vocab} ids in [0, {target_vocab})")
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w = gguf.GGUFWriter(str(path), ARCH)
+    w.add_name(f"specula-eagle draft for {target_name}")
+    w.add_uint32(f"{ARCH}.block_count", 1)
+    w.add_uint32(f"{ARCH}.embedding_length", cfg.hidden)
+    w.add_uint32(f"{ARCH}.feed_forward_length", cfg.intermediate)
+    w.add_uint32(f"{ARCH}.attention.head_count", cfg.heads)
+    w.add_uint32(f"{ARCH}.attention.head_count_kv", cfg.kv_heads)
+    w.add_uint32(f"{ARCH}.rope.dimension_count", cfg.head_dim)
+    w.add_float32(f"{ARCH}.rope.freq_base", cfg.rope_theta)
+    w.add_float32(f"{ARCH}.attention.layer_norm_rms_epsilon", cfg.rms_eps)
+    w.add_uint32(f"{ARCH}.vocab_size", cfg.n_vocab)
+    w.add_string("draft.target_hash", target_hash)
+    w.add_string("draft.target_name", target_name)
+    w.add_uint32("draft.target_vocab_size", target_vocab)
+    w.add_string("draft.input", "fc(concat(target final hidden after norm, target token_embd row))")
+    for key, value in (extra or {}).items():
+        if isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, int):
+            w.add_uint64(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        elif isinstance(value, str):
+            w.add_string(key, value)
+        else:
+            w.add_array(key, [float(v) for v in value])
+    for pname, gname in _NAMES.items():
+        a = np.asarray(params[pname], dtype=np.float32)
+        if pname == "wq":
+            a = permute_qk(a, cfg.heads)
+        elif pname == "wk":
+            a = permute_qk(a, cfg.kv_heads)
+        if a.ndim == 1:
+            w.add_tensor(gname, np.ascontiguousarray(a))
+        elif tensor_type == "F16":
+            w.add_tensor(gname, np.ascontiguousarray(a, dtype=np.float16))
+        else:
+            q = gguf.GGMLQuantizationType.Q8_0
+            w.add_tensor(gname, gguf.quants.quantize(np.ascontiguousarray(a), q), raw_dtype=q)
+    w.add_tensor(TOKEN_MAP, token_map)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise ValueError(f"{path} is {size} bytes, over the {MAX_BYTES}-byte limit: lower --vocab or use Q8_0")
+    return size

@@ -1,0 +1,145 @@
+"""The draft head in JAX, and its multi-step training forward ("training-time test").
+
+One draft entry per target position i >= 1 reads concat(f, e(x_i)), where f is the target's final
+hidden state h_{i-1} (after the final norm) at depth 1, or the head's own output feature g_{i-1}
+of the previous depth at depths 2..K; it predicts x_{i+1}, whose target distribution is p_i:
+
+    x = fc([f, e])                     fc: [H, 2H], columns 0..H-1 read f, H..2H-1 read e
+    x = x + Attn(RMSNorm(x))           GQA with the target's head counts, RoPE at position i
+    g = x + MLP(RMSNorm(x))            SwiGLU at the target's intermediate width
+    logits = RMSNorm(g) @ head^T       head: [N, H], N = reduced vocabulary
+
+Weights here use Hugging Face layout ([out, in]) and half-split RoPE pairs (i, i + d/2);
+export.py permutes q/k rows to llama.cpp's adjacent-pair layout. The embedding e is the target's
+token_embd, frozen (never a parameter, never exported).
+
+Depth j's query at entry a attends, as drafting at run time does, to depth-1 keys of entries
+<= a - j + 1 (the committed context, fed with true hidden states) and to depth-s keys of entry
+a - (j - s) for s = 2..j (the draft's own earlier steps of this round): EAGLE-3 / HASS's
+"training-time test", computed as one causal block plus j - 1 diagonals instead of a mask.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    rope_theta: float
+    rms_eps: float
+    n_vocab: int  # reduced vocabulary size N
+
+
+PARAM_SHAPES = {  # name -> shape as a function of the config (HF layout)
+    "fc": lambda c: (c.hidden, 2 * c.hidden),
+    "attn_norm": lambda c: (c.hidden,),
+    "wq": lambda c: (c.heads * c.head_dim, c.hidden),
+    "wk": lambda c: (c.kv_heads * c.head_dim, c.hidden),
+    "wv": lambda c: (c.kv_heads * c.head_dim, c.hidden),
+    "wo": lambda c: (c.hidden, c.heads * c.head_dim),
+    "ffn_norm": lambda c: (c.hidden,),
+    "w_gate": lambda c: (c.intermediate, c.hidden),
+    "w_up": lambda c: (c.intermediate, c.hidden),
+    "w_down": lambda c: (c.hidden, c.intermediate),
+    "out_norm": lambda c: (c.hidden,),
+    "head": lambda c: (c.n_vocab, c.hidden),
+}
+
+
+def init_params(cfg: HeadConfig, key, head_rows: np.ndarray) -> dict:
+    """Matrices N(0, 0.02) (output projections scaled by 1/sqrt(2), as GPT-2 does for residual
+    writers), norms 1; the head starts from the target's output rows of the reduced vocabulary
+    (head_rows [N, H]) and is trained. (Starting out_norm at the target's final-norm weight instead
+    of 1 doubles the initial logit spread on SmolLM2 and the initial loss with it.)"""
+    params = {}
+    keys = jax.random.split(key, len(PARAM_SHAPES))
+    for k, (name, shape_of) in zip(keys, PARAM_SHAPES.items()):
+        shape = shape_of(cfg)
+        if name.endswith("norm"):
+            params[name] = jnp.ones(shape, jnp.float32)
+        else:
+            std = 0.02 / (np.sqrt(2.0) if name in ("wo", "w_down") else 1.0)
+            params[name] = std * jax.random.normal(k, shape, jnp.float32)
+    assert head_rows.shape == (cfg.n_vocab, cfg.hidden), head_rows.shape
+    params["head"] = jnp.asarray(head_rows, jnp.float32)
+    return params
+
+
+def rms_norm(x, w, eps):
+    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rope_half_split(x, pos, theta):
+    """x [..., L, heads, d]; pos [L]. Rotates pairs (i, i + d/2) by pos * theta^(-2i/d)."""
+    d = x.shape[-1]
+    inv = theta ** (-jnp.arange(0, d, 2, dtype=jnp.float32) / d)
+    ang = pos.astype(jnp.float32)[:, None] * inv[None, :]  # [L, d/2]
+    cos, sin = jnp.cos(ang)[:, None, :], jnp.sin(ang)[:, None, :]
+    a, b = x[..., : d // 2], x[..., d // 2:]
+    return jnp.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+
+
+def _shift_right(x, n):
+    """x [B, L, ...] -> entry a holds x[a - n] (zeros for a < n)."""
+    if n == 0:
+        return x
+    pad = jnp.zeros_like(x[:, :n])
+    return jnp.concatenate([pad, x[:, :-n]], axis=1)
+
+
+def multi_step_forward(cfg: HeadConfig, params: dict, feat, emb, depth: int):
+    """feat [B, L, H]: h_{i-1} of entry a (window positions a = 0..L-1); emb [B, L, H]: e(x_i).
+    Returns (logits [depth, B, L, N], features g [depth, B, L, H]). Depth j's input feature at
+    entry a is depth j-1's g at entry a-1 (zeros at a = 0; those entries carry no loss)."""
+    B, L, H = feat.shape
+    G = cfg.heads // cfg.kv_heads
+    pos = jnp.arange(L)
+    scale = 1.0 / np.sqrt(cfg.head_dim)
+    neg = jnp.float32(-1e30)
+    ks, vs, logits_all, g_all = [], [], [], []
+    f = feat
+    for j in range(1, depth + 1):
+        if j > 1:
+            f = _shift_right(g_all[-1], 1)
+        x = jnp.concatenate([f, emb], axis=-1) @ params["fc"].T
+        h = rms_norm(x, params["attn_norm"], cfg.rms_eps)
+        q = (h @ params["wq"].T).reshape(B, L, cfg.kv_heads, G, cfg.head_dim)
+        k = (h @ params["wk"].T).reshape(B, L, cfg.kv_heads, cfg.head_dim)
+        v = (h @ params["wv"].T).reshape(B, L, cfg.kv_heads, cfg.head_dim)
+        q = rope_half_split(q.reshape(B, L, cfg.heads, cfg.head_dim), pos, cfg.rope_theta)
+        q = q.reshape(B, L, cfg.kv_heads, G, cfg.head_dim)
+        k = rope_half_split(k, pos, cfg.rope_theta)
+        ks.append(k)
+        vs.append(v)
+        # Block: depth-1 keys at t <= a - (j - 1).
+        s_block = jnp.einsum("bakgd,btkd->bkgat", q, ks[0]) * scale
+        allowed = pos[None, :] <= pos[:, None] - (j - 1)
+        s_block = jnp.where(allowed, s_block, neg)
+        # Diagonals: depth-s key of entry a - (j - s), s = 2..j.
+        diag_s, diag_v = [], []
+        for s in range(2, j + 1):
+            shift = j - s
+            kd = _shift_right(ks[s - 1], shift)
+            sc = jnp.einsum("bakgd,bakd->bkga", q, kd) * scale
+            diag_s.append(jnp.where(pos >= shift, sc, neg))
+            diag_v.append(_shift_right(vs[s - 1], shift))
+        scores = s_block if not diag_s else jnp.concatenate([s_block, jnp.stack(diag_s, axis=-1)], axis=-1)
+        probs = jax.nn.softmax(scores, axis=-1)
+        out = jnp.einsum("bkgat,btkd->bakgd", probs[..., :L], vs[0])
+        for n, vd in enumerate(diag_v):
+            out = out + probs[..., L + n].transpose(0, 3, 1, 2)[..., None] * vd[:, :, :, None, :]
+        x = x + out.reshape(B, L, cfg.heads * cfg.head_dim) @ params["wo"].T
+        h = rms_norm(x, params["ffn_norm"], cfg.rms_eps)
+        x = x + (jax.nn.silu(h @ params["w_gate"].T) * (h @ params["w_up"].T)) @ params["w_down"].T
+        g_all.append(x)
+        logits_all.append(rms_norm(x, params["out_norm"], cfg.rms_eps) @ params["head"].T)
+    return jnp.stack(logits_all), jnp.stack(g_all)

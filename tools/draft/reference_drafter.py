@@ -1,0 +1,83 @@
+"""A plain NumPy drafter that reads the exported GGUF exactly as the C++ runtime must: llama.cpp
+layout (adjacent-pair RoPE on the permuted q/k rows), one entry at a time into its own KV cache,
+with rollback. Tests check it against head.multi_step_forward at every depth; it is also the
+executable statement of the run-time protocol (docs/draft.md, "At run time").
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+class ReferenceDrafter:
+    def __init__(self, path, embed: np.ndarray):
+        """embed: the target's token_embd as float32 [target vocab, hidden]."""
+        import gguf
+        r = gguf.GGUFReader(str(path))
+        meta = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
+        arch = meta["general.architecture"]
+        if arch != "specula-eagle":
+            raise ValueError(f"{path}: general.architecture is {arch!r}, expected 'specula-eagle'")
+        self.meta = meta
+        self.hidden = int(meta[f"{arch}.embedding_length"])
+        self.heads = int(meta[f"{arch}.attention.head_count"])
+        self.kv_heads = int(meta[f"{arch}.attention.head_count_kv"])
+        self.head_dim = int(meta[f"{arch}.rope.dimension_count"])
+        self.theta = float(meta[f"{arch}.rope.freq_base"])
+        self.eps = float(meta[f"{arch}.attention.layer_norm_rms_epsilon"])
+        self.w = {}
+        for t in r.tensors:
+            if t.name == "token_map":
+                self.token_map = np.asarray(t.data, dtype=np.int32).copy()
+                continue
+            a = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).astype(np.float64)
+            self.w[t.name] = a.reshape([int(d) for d in reversed(t.shape.tolist())])
+        self.embed = np.asarray(embed, dtype=np.float64)
+        self.truncate(0)
+
+    def truncate(self, n: int) -> None:
+        """Keeps the first n cache entries (rollback)."""
+        if n == 0:
+            self.k = np.zeros((0, self.kv_heads, self.head_dim))
+            self.v = np.zeros((0, self.kv_heads, self.head_dim))
+            self.pos = np.zeros(0, dtype=np.int64)
+        else:
+            self.k, self.v, self.pos = self.k[:n], self.v[:n], self.pos[:n]
+
+    def _norm(self, x, w):
+        return x / np.sqrt(np.mean(x * x) + self.eps) * w
+
+    def _rope(self, x, pos):
+        """x [heads, d], adjacent pairs (2i, 2i+1) rotated by pos * theta^(-2i/d)."""
+        inv = self.theta ** (-np.arange(0, self.head_dim, 2) / self.head_dim)
+        c, s = np.cos(pos * inv), np.sin(pos * inv)
+        a, b = x[:, 0::2], x[:, 1::2]
+        out = np.empty_like(x)
+        out[:, 0::2], out[:, 1::2] = a * c - b * s, b * c + a * s
+        return out
+
+    def step(self, feature: np.ndarray, token: int, pos: int) -> tuple[np.ndarray, np.ndarray]:
+        """Appends one entry: feature (the target's h at pos - 1, or the draft's own g) and the
+        token at pos. Returns (logits over the reduced vocabulary [N], g [H])."""
+        w, blk = self.w, "blk.0."
+        x = w["fc.weight"] @ np.concatenate([np.asarray(feature, np.float64), self.embed[token]])
+        h = self._norm(x, w[blk + "attn_norm.weight"])
+        q = self._rope((w[blk + "attn_q.weight"] @ h).reshape(self.heads, self.head_dim), pos)
+        k = self._rope((w[blk + "attn_k.weight"] @ h).reshape(self.kv_heads, self.head_dim), pos)
+        v = (w[blk + "attn_v.weight"] @ h).reshape(self.kv_heads, self.head_dim)
+        self.k = np.concatenate([self.k, k[None]])
+        self.v = np.concatenate([self.v, v[None]])
+        self.pos = np.append(self.pos, pos)
+        group = self.heads // self.kv_heads
+        out = np.empty((self.heads, self.head_dim))
+        for hd in range(self.heads):
+            kv = hd // group
+            sc = self.k[:, kv] @ q[hd] / math.sqrt(self.head_dim)
+            p = np.exp(sc - sc.max())
+            out[hd] = (p / p.sum()) @ self.v[:, kv]
+        x = x + w[blk + "attn_output.weight"] @ out.reshape(-1)
+        h = self._norm(x, w[blk + "ffn_norm.weight"])
+        gate, up = w[blk + "ffn_gate.weight"] @ h, w[blk + "ffn_up.weight"] @ h
+        x = x + w[blk + "ffn_down.weight"] @ (gate / (1 + np.exp(-gate)) * up)
+        return w["output.weight"] @ self._norm(x, w["output_norm.weight"]), x

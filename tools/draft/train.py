@@ -1,0 +1,269 @@
+"""Trains the draft head on draft data files and exports it (docs/draft.md, "Training").
+
+    python -m draft.train --target T.gguf --data a.spd [b.spd ...] --out DIR [options]
+
+Writes DIR/draft.gguf, DIR/metrics.json and DIR/train.log (progress lines), and prints the
+metrics JSON (validation top-1 accuracy per draft depth, ...) on stdout.
+
+Loss at depth j (1..K) over every entry that has a depth-j input (entry a >= j-1 of its window):
+soft cross-entropy to the target's top-k p restricted to the reduced vocabulary and renormalised
+(when the data carries top-k), else cross-entropy to the next token (hard); depth j weighs
+decay^(j-1). Validation covers the response entries (those predicting a token after the prompt).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+    __package__ = "draft"
+
+from . import data_format, export, target, vocab  # noqa: E402
+from .head import HeadConfig, init_params, multi_step_forward  # noqa: E402
+
+
+# ---------------------------------------------------------------- windows
+
+def windows(seqs, window: int, inverse: np.ndarray, topk: int) -> dict[str, np.ndarray]:
+    """Cuts every sequence's entries i = 1..T-1 into windows of `window` entries (zero padded).
+    Per entry: feat = h_{i-1}, tok = x_i, next = x_{i+1} (-1 past the end), labels of p_i."""
+    cols = {k: [] for k in ("feat", "tok", "mask", "vmask", "next", "hard", "top1", "soft_r", "soft_p")}
+    for s in seqs:
+        T = len(s.tokens)
+        if T < 2:
+            continue
+        n = T - 1
+        ent = {
+            "feat": np.asarray(s.hidden[:T - 1], dtype=np.float16),
+            "tok": np.asarray(s.tokens[1:], dtype=np.int32),
+            "mask": np.ones(n, np.float32),
+            # Entry i predicts x_{i+1}: a response token when i + 1 >= n_prompt.
+            "vmask": (np.arange(1, T) + 1 >= s.n_prompt).astype(np.float32),
+            "next": np.append(np.asarray(s.tokens[2:], np.int32), -1),
+        }
+        ent["hard"] = np.where(ent["next"] >= 0, inverse[np.maximum(ent["next"], 0)], -1).astype(np.int32)
+        if topk:
+            ids = np.asarray(s.topk_ids[1:], dtype=np.int32)
+            r = inverse[ids]
+            ent["top1"] = ids[:, 0]
+            ent["soft_r"] = np.maximum(r, 0)
+            ent["soft_p"] = np.where(r >= 0, np.asarray(s.topk_probs[1:], np.float32), 0.0)
+        else:
+            ent["top1"] = ent["next"]
+            ent["soft_r"] = np.zeros((n, 1), np.int32)
+            ent["soft_p"] = np.zeros((n, 1), np.float32)
+        for a in range(0, n, window):
+            for k, v in ent.items():
+                chunk = v[a:a + window]
+                pad = [(0, window - len(chunk))] + [(0, 0)] * (chunk.ndim - 1)
+                fill = -1 if k in ("next", "hard", "top1") else 0
+                cols[k].append(np.pad(chunk, pad, constant_values=fill))
+    return {k: np.stack(v) for k, v in cols.items()}
+
+
+def batch_at(w: dict, idx: np.ndarray) -> dict:
+    return {k: v[idx] for k, v in w.items()}
+
+
+# ---------------------------------------------------------------- loss and metrics
+
+def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float):
+    import jax
+    import jax.numpy as jnp
+
+    def forward(params, embed, b):
+        emb = embed[b["tok"]]
+        return multi_step_forward(cfg, params, b["feat"].astype(jnp.float32), emb, depth)[0]
+
+    def depth_masks(b, key):
+        L = b["tok"].shape[1]
+        pos = jnp.arange(L)
+        return jnp.stack([b[key] * (pos >= j)[None, :] for j in range(depth)])  # [K, B, L]
+
+    def per_entry_loss(logits, b):
+        logp = jax.nn.log_softmax(logits, axis=-1)  # [K, B, L, N]
+        if soft:
+            p = b["soft_p"]
+            z = p.sum(-1, keepdims=True)
+            p = jnp.where(z > 0, p / jnp.maximum(z, 1e-30), 0.0)
+            picked = jnp.take_along_axis(logp, jnp.broadcast_to(b["soft_r"], logp.shape[:3] + b["soft_r"].shape[-1:]), axis=-1)
+            return -(picked * p[None]).sum(-1), (z[..., 0] > 0)
+        hard = b["hard"]
+        picked = jnp.take_along_axis(logp, jnp.broadcast_to(jnp.maximum(hard, 0)[None, ..., None], logp.shape[:3] + (1,)), axis=-1)[..., 0]
+        return -picked, hard >= 0
+
+    def loss_fn(params, embed, b):
+        logits = forward(params, embed, b)
+        loss, ok = per_entry_loss(logits, b)
+        m = depth_masks(b, "mask") * ok[None]
+        per_depth = (loss * m).sum((1, 2)) / jnp.maximum(m.sum((1, 2)), 1.0)
+        weights = jnp.asarray([decay ** j for j in range(depth)], jnp.float32)
+        return (weights * per_depth).sum() / weights.sum(), per_depth
+
+    def eval_fn(params, embed, token_map, b):
+        logits = forward(params, embed, b)
+        loss, ok = per_entry_loss(logits, b)
+        m = depth_masks(b, "vmask") * (b["top1"] >= 0)[None]
+        pred = token_map[jnp.argmax(logits, axis=-1)]  # [K, B, L] target ids
+        correct = ((pred == b["top1"][None]) * m).sum((1, 2))
+        q = jax.nn.softmax(logits, axis=-1)
+        q_at = jnp.take_along_axis(q, jnp.broadcast_to(b["soft_r"], q.shape[:3] + b["soft_r"].shape[-1:]), axis=-1)
+        alpha = (jnp.minimum(q_at, b["soft_p"][None]).sum(-1) * m).sum((1, 2))
+        lm = m * ok[None]
+        return {"correct": correct, "n": m.sum((1, 2)), "alpha": alpha, "loss": (loss * lm).sum((1, 2)), "n_loss": lm.sum((1, 2))}
+
+    return jax.jit(loss_fn), jax.jit(eval_fn)
+
+
+def evaluate(eval_fn, params, embed, token_map, w: dict, batch: int, topk: int) -> dict:
+    tot = None
+    for a in range(0, len(w["tok"]), batch):
+        r = eval_fn(params, embed, token_map, batch_at(w, np.arange(a, min(a + batch, len(w["tok"])))))
+        r = {k: np.asarray(v, np.float64) for k, v in r.items()}
+        tot = r if tot is None else {k: tot[k] + r[k] for k in tot}
+    n = np.maximum(tot["n"], 1)
+    out = {"top1": (tot["correct"] / n).round(4).tolist(),
+           "loss": (tot["loss"] / np.maximum(tot["n_loss"], 1)).round(4).tolist(),
+           "entries": tot["n"].astype(int).tolist()}
+    if topk:
+        out["alpha_lower_bound"] = (tot["alpha"] / n).round(4).tolist()
+    return out
+
+
+# ---------------------------------------------------------------- main
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    p.add_argument("--target", required=True, help="the target's GGUF")
+    p.add_argument("--data", required=True, nargs="+", help="draft data files (data_format.py)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--vocab", type=int, default=8192, help="reduced vocabulary size N (default 8192)")
+    p.add_argument("--depth", type=int, default=5, help="draft depths K trained (default 5)")
+    p.add_argument("--steps", type=int, default=2000, help="optimizer steps (each --batch windows of --window entries)")
+    p.add_argument("--batch", type=int, default=8, help="windows per step")
+    p.add_argument("--window", type=int, default=256, help="entries per window")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=float, default=0.05, help="warm-up fraction of the steps")
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--decay", type=float, default=0.8, help="loss weight of depth j is decay^(j-1)")
+    p.add_argument("--labels", choices=["auto", "soft", "hard"], default="auto",
+                   help="auto: soft when the data carries top-k probabilities")
+    p.add_argument("--val-fraction", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=20)
+    p.add_argument("--export-type", choices=["Q8_0", "F16"], default="Q8_0")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = open(out / "train.log", "w", buffering=1)
+
+    def say(msg):
+        log.write(f"[{time.strftime('%H:%M:%S')}] {msg}\n")
+
+    tcfg = target.read_config(args.target)
+    header, seqs = data_format.read_all(args.data)
+    if header.hidden != tcfg.hidden or header.vocab != tcfg.vocab:
+        raise SystemExit(f"data (hidden {header.hidden}, vocab {header.vocab}) was not made by this target "
+                         f"(hidden {tcfg.hidden}, vocab {tcfg.vocab})")
+    soft = header.topk > 0 if args.labels == "auto" else args.labels == "soft"
+    if soft and not header.topk:
+        raise SystemExit("--labels soft: the data carries no top-k probabilities")
+
+    rng = np.random.default_rng(args.seed)
+    order = rng.permutation(len(seqs))
+    n_val = max(1, int(round(len(seqs) * args.val_fraction)))
+    if len(seqs) < 2:
+        raise SystemExit(f"need at least 2 sequences (train and validation), have {len(seqs)}")
+    val_seqs, train_seqs = [seqs[i] for i in order[:n_val]], [seqs[i] for i in order[n_val:]]
+    token_map, inverse = vocab.reduced_vocab([s.tokens for s in train_seqs], args.vocab, tcfg.vocab)
+    cov_val = vocab.coverage([s.tokens[s.n_prompt:] for s in val_seqs], inverse)
+    topk = header.topk  # validation compares with the target's argmax whenever the data has it
+    tw = windows(train_seqs, args.window, inverse, topk)
+    vw = windows(val_seqs, args.window, inverse, topk)
+    train_tokens = sum(len(s.tokens) for s in train_seqs)
+    say(f"target {tcfg.name}: hidden {tcfg.hidden}, vocab {tcfg.vocab}; data {len(seqs)} sequences, "
+        f"{train_tokens} training tokens, {len(tw['tok'])} train / {len(vw['tok'])} validation windows; "
+        f"reduced vocab {len(token_map)} covers {cov_val:.4f} of validation response tokens; labels {'soft' if soft else 'hard'}")
+
+    cfg = HeadConfig(hidden=tcfg.hidden, intermediate=tcfg.intermediate, heads=tcfg.heads, kv_heads=tcfg.kv_heads,
+                     head_dim=tcfg.head_dim, rope_theta=tcfg.rope_theta, rms_eps=tcfg.rms_eps, n_vocab=len(token_map))
+    embed_np = target.token_embedding(args.target)
+    params = init_params(cfg, jax.random.PRNGKey(args.seed), target.output_rows(args.target)[token_map])
+    embed = jnp.asarray(embed_np)
+    token_map_j = jnp.asarray(token_map)
+
+    sched = optax.warmup_cosine_decay_schedule(0.0, args.lr, max(1, int(args.steps * args.warmup)), args.steps, args.lr * 0.05)
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=args.weight_decay))
+    opt_state = opt.init(params)
+    loss_fn, eval_fn = make_fns(cfg, args.depth, soft, args.decay)
+    grad_fn = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
+
+    @jax.jit
+    def update(params, opt_state, grads):
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    # Trivial baseline: always propose the most frequent training token.
+    ref = vw["top1"]
+    vmask = (vw["vmask"] > 0) & (ref >= 0)
+    baseline = float((ref[vmask] == token_map[0]).mean()) if vmask.any() else 0.0
+    initial = evaluate(eval_fn, params, embed, token_map_j, vw, args.batch, topk)
+    say(f"initial validation: {json.dumps(initial)}; most-frequent-token baseline top-1 {baseline:.4f}")
+
+    n_train = len(tw["tok"])
+    perm, cursor, t0, first_loss, last = rng.permutation(n_train), 0, time.time(), None, []
+    for step in range(1, args.steps + 1):
+        if cursor + args.batch > n_train:
+            perm, cursor = rng.permutation(n_train), 0
+        idx = perm[cursor:cursor + args.batch] if n_train >= args.batch else rng.integers(0, n_train, args.batch)
+        cursor += args.batch
+        (loss, per_depth), grads = grad_fn(params, embed, batch_at(tw, idx))
+        params, opt_state = update(params, opt_state, grads)
+        loss = float(loss)
+        if first_loss is None:
+            first_loss = loss
+        last.append(loss)
+        last = last[-args.log_every:]
+        if step % args.log_every == 0 or step == args.steps:
+            dt = time.time() - t0
+            say(f"step {step}/{args.steps} loss {np.mean(last):.4f} depths {' '.join(f'{x:.3f}' for x in np.asarray(per_depth))} "
+                f"lr {float(sched(step)):.2e} {step * args.batch * args.window / dt:.0f} entries/s")
+
+    val = evaluate(eval_fn, params, embed, token_map_j, vw, args.batch, topk)
+    metrics = {
+        "validation": val, "initial_validation": initial, "baseline_top1": round(baseline, 4),
+        "first_train_loss": round(first_loss, 4), "final_train_loss": round(float(np.mean(last)), 4),
+        "train_tokens": train_tokens, "sequences": len(seqs), "vocab": len(token_map),
+        "vocab_coverage": round(cov_val, 4), "depth": args.depth, "steps": args.steps, "labels": "soft" if soft else "hard",
+        "seconds": round(time.time() - t0, 1),
+    }
+    np.savez(out / "params.npz", token_map=token_map, **{k: np.asarray(v) for k, v in params.items()})
+    size = export.write(out / "draft.gguf", cfg, {k: np.asarray(v) for k, v in params.items()}, token_map,
+                        target_hash=target.target_hash(args.target), target_name=tcfg.name, target_vocab=tcfg.vocab,
+                        tensor_type=args.export_type,
+                        extra={"draft.train.depth": args.depth, "draft.train.steps": args.steps,
+                               "draft.train.tokens": train_tokens, "draft.train.seed": args.seed,
+                               "draft.train.labels": metrics["labels"], "draft.val.top1": val["top1"]})
+    metrics["gguf_bytes"] = size
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    say(f"done: {json.dumps(metrics)}")
+    print(json.dumps(metrics))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

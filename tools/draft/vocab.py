@@ -1,0 +1,30 @@
+"""The reduced vocabulary: the N most frequent tokens of the training text (ties: lower id first),
+as token_map (reduced id -> target id, most frequent first) and its inverse (target id -> reduced
+id, -1 outside). Tokens outside it get q = 0: the draft never proposes them and exact rejection
+sampling's residual covers them (docs/speculative.md)."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def reduced_vocab(token_lists, n: int, target_vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """(token_map int32 [min(n, target_vocab)], target_to_reduced int32 [target_vocab])."""
+    counts = np.zeros(target_vocab, dtype=np.int64)
+    for t in token_lists:
+        counts += np.bincount(np.asarray(t, dtype=np.int64), minlength=target_vocab)
+    n = min(n, target_vocab)
+    order = np.lexsort((np.arange(target_vocab), -counts))  # by count desc, then id asc
+    token_map = order[:n].astype(np.int32)
+    inverse = np.full(target_vocab, -1, dtype=np.int32)
+    inverse[token_map] = np.arange(n, dtype=np.int32)
+    return token_map, inverse
+
+
+def coverage(token_lists, inverse: np.ndarray) -> float:
+    """Fraction of the tokens that fall inside the reduced vocabulary."""
+    inside = total = 0
+    for t in token_lists:
+        t = np.asarray(t, dtype=np.int64)
+        inside += int((inverse[t] >= 0).sum())
+        total += len(t)
+    return inside / max(total, 1)

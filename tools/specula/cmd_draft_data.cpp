@@ -1,0 +1,298 @@
+// `specula draft-data`: self-distillation data for the trained draft head (issue 13,
+// docs/draft.md). The Magpie recipe, batched: each slot of the batch samples a user prompt from
+// the target right after the user-turn header of its chat template, closes the turn, samples the
+// target's answer, and every token fed on the way leaves its final hidden state (after the final
+// norm, on the serving path) and the target's top-k next-token probabilities in a record of the
+// `.spd` file that tools/draft/ trains on. Up to --batch sequences decode together in one forward,
+// each at its own phase; a row's numbers do not depend on its batch (the int8 path's row property).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gpu/host/quant.h"
+#include "spec/generate.h"
+#include "tools/specula/common.h"
+#include "tools/specula/commands.h"
+
+namespace specula::cli {
+
+namespace {
+
+const char* kUsage =
+    "usage: specula draft-data [--model PATH] --out FILE.spd --samples N [--seed S] [--batch B (16)]\n"
+    "                          [--prompt-tokens N (96)] [--response-tokens N (384)] [--prompt-temperature T (1.0)]\n"
+    "                          [--response-temperatures LIST (0,0.8)] [--topk K (8)] [--keep-unfinished-prompts]\n"
+    "                          [--log FILE] [--device D] [--threads N]\n"
+    "  Appends N sequences written by the target itself (Magpie: a user prompt sampled after the\n"
+    "  chat template's user-turn header, then the answer, at the response temperatures in turn;\n"
+    "  0 = greedy) to FILE in the draft data format of docs/draft.md: tokens, the final hidden state\n"
+    "  of every position and the top-K next-token probabilities (softmax at temperature 1). A new\n"
+    "  file gets a header; an existing one must have the same hidden width, K and vocabulary.\n"
+    "  Prompts that do not end their turn within --prompt-tokens are dropped (kept with\n"
+    "  --keep-unfinished-prompts), and so are empty and repeated ones. Sample i uses the seed\n"
+    "  S * 1000003 + i, so a run is reproducible.\n";
+
+constexpr char kMagic[8] = {'S', 'P', 'D', 'R', 'A', 'F', 'T', '1'};
+constexpr uint32_t kVersion = 1;
+constexpr char kSentinel[] = "MAGPIEQUERY";
+
+struct Header {
+  uint32_t hidden = 0, topk = 0, vocab = 0;
+};
+
+void put_u32(std::string& b, uint32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); }
+
+// Opens FILE for appending: writes the header to a new or empty file, checks an existing one's.
+std::FILE* open_data_file(const std::string& path, const Header& h) {
+  std::ifstream in(path, std::ios::binary);
+  char head[32] = {};
+  bool exists = false;
+  if (in) {
+    in.read(head, 32);
+    exists = in.gcount() > 0;
+    if (exists && in.gcount() < 32) throw UsageError("--out " + path + ": shorter than a draft data header (32 bytes)");
+  }
+  if (exists) {
+    uint32_t f[4];
+    std::memcpy(f, head + 8, 16);
+    if (std::memcmp(head, kMagic, 8) != 0 || f[0] != kVersion)
+      throw UsageError("--out " + path + ": not a draft data file of version 1 (docs/draft.md)");
+    if (f[1] != h.hidden || f[2] != h.topk || f[3] != h.vocab)
+      throw UsageError("--out " + path + ": its header has hidden " + std::to_string(f[1]) + ", top-k " + std::to_string(f[2]) +
+                       ", vocabulary " + std::to_string(f[3]) + "; this run writes " + std::to_string(h.hidden) + ", " +
+                       std::to_string(h.topk) + ", " + std::to_string(h.vocab));
+  }
+  std::FILE* f = std::fopen(path.c_str(), "ab");
+  if (f == nullptr) throw UsageError("--out " + path + ": cannot open for appending");
+  if (!exists) {
+    std::string b(kMagic, 8);
+    put_u32(b, kVersion);
+    put_u32(b, h.hidden);
+    put_u32(b, h.topk);
+    put_u32(b, h.vocab);
+    b.append(8, '\0');
+    std::fwrite(b.data(), 1, b.size(), f);
+  }
+  return f;
+}
+
+// The chat template around one user message: the tokens before it (ending with the user-turn
+// header, where Magpie samples) and after it (closing the turn, opening the assistant's). The
+// rendered text is split at a sentinel message and each side tokenized alone.
+void chat_frame(const LoadedModel& m, std::vector<int32_t>& prefix, std::vector<int32_t>& suffix) {
+  const std::string text = m.chat_template.render({{"user", kSentinel}});
+  const size_t at = text.find(kSentinel);
+  if (at == std::string::npos) throw std::runtime_error("the chat template dropped the user message");
+  prefix = m.tokenizer->encode(text.substr(0, at));
+  suffix = m.tokenizer->encode(text.substr(at + std::strlen(kSentinel)));
+}
+
+// One sequence being written: its tokens so far and, per token fed, its hidden row and top-k.
+struct Slot {
+  enum class Phase { kFree, kPrompt, kResponse } phase = Phase::kFree;
+  int seq = -1;
+  uint64_t seed = 0;
+  float response_temperature = 0;
+  std::vector<int32_t> tokens;        // fed (or about to be fed: `pending` is their tail)
+  size_t pending_from = 0;            // tokens[pending_from..] go into the next forward
+  size_t user_from = 0, n_prompt = 0; // the generated user message starts at user_from
+  std::vector<uint16_t> hidden;       // [fed, H] as fp16
+  std::vector<int32_t> topk_ids;      // [fed, K]
+  std::vector<uint16_t> topk_probs;   // [fed, K] as fp16
+};
+
+// The K most probable tokens of softmax(logits) (temperature 1), most probable first.
+void top_k(std::span<const float> logits, int k, std::vector<int32_t>& ids, std::vector<uint16_t>& probs,
+           std::vector<int32_t>& order) {
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double z = 0;
+  for (float v : logits) z += std::exp(static_cast<double>(v) - mx);
+  order.resize(logits.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int j = 0; j < k; ++j) {
+    ids.push_back(order[j]);
+    probs.push_back(f32_to_fp16(static_cast<float>(std::exp(static_cast<double>(logits[order[j]]) - mx) / z)));
+  }
+}
+
+}  // namespace
+
+int cmd_draft_data(int argc, char** argv) {
+  std::set<std::string> options = kModelOptions;
+  options.insert({"out", "samples", "seed", "batch", "prompt-tokens", "response-tokens", "prompt-temperature",
+                  "response-temperatures", "topk", "log"});
+  const Args a(argc, argv, options, {"keep-unfinished-prompts"});
+  if (a.help()) { std::fputs(kUsage, stdout); return 0; }
+  if (!a.has("out") || !a.has("samples")) throw UsageError("--out and --samples are required");
+  const long long samples = a.integer("samples", 0), batch = a.integer("batch", 16);
+  const long long prompt_tokens = a.integer("prompt-tokens", 96), response_tokens = a.integer("response-tokens", 384);
+  const long long topk = a.integer("topk", 8);
+  const uint64_t seed = static_cast<uint64_t>(a.integer("seed", 0));
+  if (samples < 1) throw UsageError("--samples must be >= 1");
+  if (batch < 1 || batch > 256) throw UsageError("--batch must be in 1..256");
+  if (prompt_tokens < 1 || response_tokens < 1) throw UsageError("--prompt-tokens and --response-tokens must be >= 1");
+  SamplingParams prompt_sp;
+  prompt_sp.temperature = static_cast<float>(a.number("prompt-temperature", 1.0));
+  if (prompt_sp.temperature <= 0) throw UsageError("--prompt-temperature must be > 0 (greedy prompts would all be the same)");
+  std::vector<float> temps;
+  for (const std::string& t : split(a.str("response-temperatures", "0,0.8"), ',')) {
+    char* end = nullptr;
+    const float v = std::strtof(t.c_str(), &end);
+    if (end == t.c_str() || *end != '\0' || !(v >= 0)) throw UsageError("--response-temperatures: '" + t + "' is not a temperature >= 0");
+    temps.push_back(v);
+  }
+  if (temps.empty()) throw UsageError("--response-temperatures is empty");
+  const bool keep_unfinished = a.flag("keep-unfinished-prompts");
+
+  Session s = open_session(a);
+  const LlamaConfig& cfg = s.model->config();
+  if (topk < 0 || topk > cfg.vocab_size) throw UsageError("--topk must be in 0..vocabulary size");
+  std::vector<int32_t> prefix, suffix;
+  chat_frame(s.loaded, prefix, suffix);
+  const std::vector<int32_t> stop = default_stop_ids(s.loaded);
+  const auto is_stop = [&](int32_t t) { return std::find(stop.begin(), stop.end(), t) != stop.end(); };
+  // A cache that holds every slot at its longest.
+  const int64_t longest = static_cast<int64_t>(prefix.size() + suffix.size()) + prompt_tokens + response_tokens + 1;
+  if (longest > cfg.max_positions && cfg.max_positions > 0)
+    throw UsageError("--prompt-tokens + --response-tokens exceed the model's context");
+  // Blocks are per sequence: each slot rounds up to whole blocks.
+  const int64_t block = s.model->kv_config(16).block_tokens;
+  KvCache kv(*s.ops, s.model->kv_config((longest + block - 1) / block * block * batch));
+
+  const Header header{static_cast<uint32_t>(cfg.hidden), static_cast<uint32_t>(topk), static_cast<uint32_t>(cfg.vocab_size)};
+  std::FILE* out = open_data_file(a.str("out"), header);
+  std::FILE* log = a.has("log") ? std::fopen(a.str("log").c_str(), "a") : stderr;
+  if (log == nullptr) throw UsageError("--log: cannot open " + a.str("log"));
+
+  const int64_t H = cfg.hidden, V = cfg.vocab_size;
+  std::vector<Slot> slots(static_cast<size_t>(batch));
+  std::set<std::vector<int32_t>> seen;
+  long long next_sample = 0, written = 0, tokens_written = 0, dropped = 0;
+  const long long max_tries = 4 * samples + 16;
+  std::vector<float> logits, hidden;
+  std::vector<int32_t> order;
+  std::vector<ForwardSeq> fwd;
+  std::vector<Slot*> in_batch;
+  const auto t0 = BenchClock::now();
+
+  const auto start = [&](Slot& sl) {
+    if (sl.seq < 0) sl.seq = kv.create_sequence();
+    kv.truncate_to(sl.seq, 0);
+    sl.phase = Slot::Phase::kPrompt;
+    sl.seed = seed * 1000003 + static_cast<uint64_t>(next_sample);
+    sl.response_temperature = temps[static_cast<size_t>(next_sample) % temps.size()];
+    ++next_sample;
+    sl.tokens = prefix;
+    sl.pending_from = 0;
+    sl.user_from = prefix.size();
+    sl.hidden.clear();
+    sl.topk_ids.clear();
+    sl.topk_probs.clear();
+  };
+  const auto finish = [&](Slot& sl) {
+    // The last sampled token was not fed; the record holds the fed tokens only.
+    const size_t T = sl.hidden.size() / static_cast<size_t>(H);
+    std::string b;
+    put_u32(b, static_cast<uint32_t>(T));
+    put_u32(b, static_cast<uint32_t>(sl.n_prompt));
+    b.append(reinterpret_cast<const char*>(sl.tokens.data()), 4 * T);
+    b.append(reinterpret_cast<const char*>(sl.hidden.data()), 2 * sl.hidden.size());
+    b.append(reinterpret_cast<const char*>(sl.topk_ids.data()), 4 * sl.topk_ids.size());
+    b.append(reinterpret_cast<const char*>(sl.topk_probs.data()), 2 * sl.topk_probs.size());
+    if (std::fwrite(b.data(), 1, b.size(), out) != b.size() || std::fflush(out) != 0)
+      throw std::runtime_error("--out: write failed (disk full?)");
+    ++written;
+    tokens_written += static_cast<long long>(T);
+    std::fprintf(log, "[draft-data] %lld/%lld sequences, %lld tokens, %.1f tokens/s (%lld prompts dropped)\n", written, samples,
+                 tokens_written, tokens_written / seconds_since(t0), dropped);
+    std::fflush(log);
+    sl.phase = Slot::Phase::kFree;
+  };
+
+  while (written < samples) {
+    // Fill free slots while samples remain to be started (a dropped prompt starts another).
+    long long active = 0;
+    for (Slot& sl : slots) active += sl.phase != Slot::Phase::kFree;
+    for (Slot& sl : slots)
+      if (sl.phase == Slot::Phase::kFree && written + active < samples && next_sample < max_tries) {
+        start(sl);
+        ++active;
+      }
+    if (active == 0)
+      throw std::runtime_error("only " + std::to_string(written) + " usable prompts after " + std::to_string(next_sample) +
+                               " tries: the target rarely ends a user turn (--keep-unfinished-prompts keeps them)");
+    fwd.clear();
+    in_batch.clear();
+    for (Slot& sl : slots)
+      if (sl.phase != Slot::Phase::kFree) {
+        fwd.push_back({sl.seq, {sl.tokens.data() + sl.pending_from, sl.tokens.size() - sl.pending_from}, true});
+        in_batch.push_back(&sl);
+      }
+    s.model->forward(fwd, kv, logits);
+    s.model->last_hidden(hidden);
+    size_t row = 0;
+    for (Slot* slp : in_batch) {
+      Slot& sl = *slp;
+      const size_t fed = sl.tokens.size() - sl.pending_from;
+      for (size_t j = 0; j < fed; ++j, ++row) {
+        const float* h = hidden.data() + row * static_cast<size_t>(H);
+        for (int64_t c = 0; c < H; ++c) sl.hidden.push_back(f32_to_fp16(h[c]));
+        if (topk > 0) top_k({logits.data() + row * static_cast<size_t>(V), static_cast<size_t>(V)}, static_cast<int>(topk), sl.topk_ids, sl.topk_probs, order);
+      }
+      const std::span<const float> last{logits.data() + (row - 1) * static_cast<size_t>(V), static_cast<size_t>(V)};
+      const int64_t position = static_cast<int64_t>(sl.tokens.size());
+      sl.pending_from = sl.tokens.size();
+      if (sl.phase == Slot::Phase::kPrompt) {
+        prompt_sp.seed = sl.seed;
+        const int32_t t = sample_token(last, prompt_sp, position);
+        const size_t user_len = sl.tokens.size() - sl.user_from;
+        const bool ended = is_stop(t);
+        if (ended || static_cast<long long>(user_len + 1) > prompt_tokens) {
+          std::vector<int32_t> user(sl.tokens.begin() + static_cast<int64_t>(sl.user_from), sl.tokens.end());
+          if (!ended && !keep_unfinished) user.clear();
+          else if (!ended) user.push_back(t);  // kept unfinished: the last sampled token belongs to it
+          if (user.empty() || !seen.insert(user).second) {
+            ++dropped;
+            sl.phase = Slot::Phase::kFree;
+            continue;
+          }
+          if (!ended) sl.tokens.push_back(t);  // fed with the suffix
+          sl.tokens.insert(sl.tokens.end(), suffix.begin(), suffix.end());
+          sl.n_prompt = sl.tokens.size();
+          sl.phase = Slot::Phase::kResponse;
+        } else {
+          sl.tokens.push_back(t);
+        }
+      } else {
+        SamplingParams sp;
+        sp.temperature = sl.response_temperature;
+        if (!sp.greedy()) { sp.top_k = 40; sp.top_p = 0.95f; }  // the CLI's defaults
+        sp.seed = sl.seed;
+        const int32_t t = sample_token(last, sp, position);
+        // A stop token ends the answer unfed (the last row's top-k carries it as a label).
+        const long long answered = static_cast<long long>(sl.tokens.size() - sl.n_prompt);
+        if (is_stop(t) || answered >= response_tokens) {
+          finish(sl);
+        } else {
+          sl.tokens.push_back(t);
+        }
+      }
+    }
+  }
+  std::fclose(out);
+  std::fprintf(log, "[draft-data] wrote %lld sequences, %lld tokens to %s in %.1f s (%lld prompts dropped)\n", written,
+               tokens_written, a.str("out").c_str(), seconds_since(t0), dropped);
+  if (log != stderr) std::fclose(log);
+  return 0;
+}
+
+}  // namespace specula::cli
