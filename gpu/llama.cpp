@@ -111,11 +111,22 @@ LlamaModel::DeviceLogits LlamaModel::forward_on_device(std::span<const ForwardSe
     }
   }
 
+  bool all_hidden = false;
+  for (const ForwardSeq& s : batch) all_hidden = all_hidden || s.all_hidden;
   try {
     ensure_workspace(rows, static_cast<int64_t>(out_rows.size()));
-    const Ops::RecordingKey key = recording_key(batch, rows, static_cast<int64_t>(out_rows.size()), kv, skip_layers);
-    if (key.shape.empty() || !run_recorded(key, tokens, positions, slices, out_rows, kv, skip_layers))
+    last_all_hidden_rows_ = 0;
+    if (all_hidden) {
+      // Not recorded (a rare step: a drafter's prefill); the rows are normed after the layers.
+      hidden_all_.ensure(ops_, rows * cfg_.hidden);
       run_layers(tokens, positions, slices, out_rows, kv, skip_layers);
+      ops_.rmsnorm(x_.get(), output_norm_, cfg_.rms_eps, rows, cfg_.hidden, hidden_all_.get());
+      last_all_hidden_rows_ = rows;
+    } else {
+      const Ops::RecordingKey key = recording_key(batch, rows, static_cast<int64_t>(out_rows.size()), kv, skip_layers);
+      if (key.shape.empty() || !run_recorded(key, tokens, positions, slices, out_rows, kv, skip_layers))
+        run_layers(tokens, positions, slices, out_rows, kv, skip_layers);
+    }
   } catch (...) {
     for (const SeqSlice& s : slices) kv.truncate_to(s.seq, s.start);
     throw;
@@ -164,6 +175,11 @@ void LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int
   ops_.gather_rows(x, H, out_rows, hidden_.get());
   ops_.rmsnorm(hidden_.get(), output_norm_, cfg_.rms_eps, n_out, H, xn);
   ops_.matmul(xn, output_, n_out, logits_rows_.get());
+}
+
+void LlamaModel::last_hidden_all(std::vector<float>& out) {
+  out.resize(static_cast<size_t>(last_all_hidden_rows_ * cfg_.hidden));
+  if (!out.empty()) ops_.copy_to_host(hidden_all_.get(), out.data(), out.size());
 }
 
 void LlamaModel::last_hidden(std::vector<float>& out) {

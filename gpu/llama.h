@@ -18,6 +18,7 @@ struct ForwardSeq {
   int seq = -1;                      // KV cache sequence; tokens append at its current length
   std::span<const int32_t> tokens;   // new tokens
   bool all_logits = false;           // logits for every new token (verification) or only the last
+  bool all_hidden = false;           // keep every new token's final hidden state (LlamaModel::last_hidden_all)
 };
 
 class LlamaModel {
@@ -65,6 +66,10 @@ class LlamaModel {
   // row per logits row, [rows, hidden], copied to the host. The features an EAGLE-style draft
   // reads (issue 13).
   void last_hidden(std::vector<float>& out);
+  // The last forward's final hidden states of every row, [rows, hidden] in batch order, when a
+  // sequence of it asked for all_hidden (empty otherwise). Each row equals last_hidden's row for
+  // the same token bit for bit (the same per-row norm).
+  void last_hidden_all(std::vector<float>& out);
 
   // Bytes of weights one decode step reads (every matrix, the output head, the norms).
   int64_t weight_bytes_per_token() const;
@@ -91,8 +96,9 @@ class LlamaModel {
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_;
   // Activations [rows, width] for the widest batch seen so far.
-  DeviceBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, hidden_, logits_rows_;
-  int64_t last_out_rows_ = 0;  // logits rows of the last forward (their normed hidden states are in xn_)
+  DeviceBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, hidden_, logits_rows_, hidden_all_;
+  int64_t last_out_rows_ = 0;
+  int64_t last_all_hidden_rows_ = 0;  // rows of hidden_all_ the last forward filled (0: none asked)  // logits rows of the last forward (their normed hidden states are in xn_)
   int64_t capacity_rows_ = 0, capacity_out_rows_ = 0;
   // Recorded steps: bumped when the activations are reallocated (recordings hold their addresses).
   bool recorded_steps_ = false;

@@ -14,7 +14,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 
 # --- 1. Debian packages (only what is missing) --------------------------------
 PKGS=(build-essential cmake ninja-build pkg-config git unzip ca-certificates
-      libboost1.81-dev nlohmann-json3-dev libconcurrentqueue-dev libpcre2-dev libgtest-dev
+      libboost1.81-dev nlohmann-json3-dev libconcurrentqueue-dev libpcre2-dev libgtest-dev libssl-dev
       python3 python3-venv python3-pip)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -11,6 +11,28 @@ int32_t draw_draft_token(std::span<const float> logq, const DraftRequest& req, i
   return sample_gumbel(logq, req.sampling.seed, req.position + i, stream);
 }
 
+bool draft_from_logits(std::span<const float> logits, const DraftRequest& req, int64_t i, std::vector<float>& q,
+                       std::vector<float>& logq, int32_t& token) {
+  const bool judge_entropy = req.max_entropy > 0 && i >= req.min_tokens;
+  if (req.sampling.greedy()) {
+    // q is one-hot at the argmax (entropy 0), so the entropy rule judges the untempered softmax.
+    if (judge_entropy) {
+      transform_to_probs(logits, SamplingParams{1.0f, 0, 1.0f, 0}, q);
+      if (entropy_nats(q) > req.max_entropy) return false;
+    }
+    token = argmax(logits);
+    q.assign(logits.size(), 0.0f);
+    q[static_cast<size_t>(token)] = 1.0f;
+    return true;
+  }
+  transform_logits(logits, req.sampling, logq);
+  q.resize(logq.size());
+  for (size_t v = 0; v < logq.size(); ++v) q[v] = std::exp(logq[v]);
+  if (judge_entropy && entropy_nats(q) > req.max_entropy) return false;
+  token = draw_draft_token(logq, req, i);
+  return true;
+}
+
 double entropy_nats(std::span<const float> q) {
   double h = 0;
   for (float x : q)

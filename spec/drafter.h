@@ -36,12 +36,25 @@ class Drafter {
   // The first `length` tokens of the context are settled and agree with what the drafter was
   // shown or proposed; forget everything after them (a model drafter truncates its cache).
   virtual void rollback(int64_t length) = 0;
+  // A drafter that reads the target's final hidden states (the trained head, spec/eagle_drafter.h)
+  // says so; the loop then hands it the rows of settled positions: rows [n, hidden] (after the
+  // final norm, as LlamaModel::last_hidden gives them) of context indices first..first+n-1, the
+  // prompt's at prefill and each verify forward's committed ones (g and the accepted tokens).
+  virtual bool wants_target_hidden() const { return false; }
+  virtual void target_hidden(int64_t first, std::span<const float> rows) {}
 };
 
 // The draft token at req.position + i drawn from q_i = exp(logq): greedy params -> argmax,
 // coupled -> Gumbel-max with RngStream::Token (the target-only sampler's noise), exact ->
 // Gumbel-max with RngStream::Draft.
 int32_t draw_draft_token(std::span<const float> logq, const DraftRequest& req, int64_t i);
+
+// Draft token i of a round from a logits row over the vocabulary: q = the request's transform of
+// the logits (one-hot at the argmax for greedy params) and the token drawn from it. False (no
+// token) when the entropy rule stops the draft here: i >= req.min_tokens and H(q) > max_entropy
+// (for greedy params, H of the untempered softmax).
+bool draft_from_logits(std::span<const float> logits, const DraftRequest& req, int64_t i, std::vector<float>& q,
+                       std::vector<float>& logq, int32_t& token);
 
 // Shannon entropy in nats of a probability vector.
 double entropy_nats(std::span<const float> q);

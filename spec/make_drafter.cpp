@@ -2,10 +2,13 @@
 #include "spec/make_drafter.h"
 
 #include <charconv>
+#include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
 
+#include "model/gguf_hash.h"
+#include "spec/eagle_drafter.h"
 #include "spec/model_drafter.h"
 #include "spec/ngram_drafter.h"
 
@@ -14,7 +17,32 @@ namespace specula {
 namespace {
 
 bool is_model_path(std::string_view spec) {
-  return spec != "none" && spec != "ngram" && !spec.starts_with("ngram:") && !spec.starts_with("skip:");
+  return spec != "none" && spec != "ngram" && !spec.starts_with("ngram:") && !spec.starts_with("skip:") && spec != "eagle" &&
+         !spec.starts_with("eagle:");
+}
+
+// `--draft eagle`: the shipped head trained for this target, found among the *.gguf files of
+// the heads folder (SPECULA_DRAFT_HEADS, else the source tree's tools/draft/heads) by the
+// target hash in its metadata.
+std::string shipped_head_for(const LoadedModel& target) {
+  const char* env = std::getenv("SPECULA_DRAFT_HEADS");
+  const std::filesystem::path dir = env && *env ? env : SPECULA_DRAFT_HEADS_DIR;
+  if (target.format != "gguf")
+    throw std::invalid_argument("--draft eagle: the shipped heads name their target by a hash of GGUF tensors; " + target.path +
+                                " is " + target.format);
+  const std::string want = gguf_tensor_hash(GgufFile(target.path));
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() != ".gguf") continue;
+    try {
+      if (GgufFile(e.path().string()).get_string("draft.target_hash", "") == want) return e.path().string();
+    } catch (const ModelError&) {
+      // not a head: keep looking
+    }
+  }
+  throw std::invalid_argument("--draft eagle: no draft head in " + dir.string() + " was trained for " + target.path +
+                              " (tensor hash " + want.substr(0, 16) + "...); train one with scripts/train_draft.sh and pass "
+                              "--draft eagle:PATH");
 }
 
 // A draft model's spelling -> its files, loaded (not uploaded).
@@ -46,6 +74,14 @@ DrafterFactory::DrafterFactory(std::string_view spec, const LoadedModel& target_
   } else if (spec.starts_with("skip:")) {
     kind_ = Kind::Skip;
     skip_ = parse_skip_layers(spec.substr(5), target.config().layers);
+  } else if (spec == "eagle" || spec.starts_with("eagle:")) {
+    const std::string path = spec == "eagle" ? shipped_head_for(target_files) : std::string(spec.substr(6));
+    std::error_code ec;
+    if (path.empty() || !std::filesystem::exists(path, ec))
+      throw std::invalid_argument("draft head not found: '" + path + "' (expected eagle or eagle:PATH of a specula-eagle GGUF)");
+    kind_ = Kind::Eagle;
+    eagle_ = std::make_shared<EagleWeights>(load_eagle_head(path, target_files), target_files, target.ops());
+    spec_ = "eagle:" + path;
   } else {
     use_draft_model(load_draft(spec), target_files);
   }
@@ -73,6 +109,7 @@ std::unique_ptr<Drafter> DrafterFactory::make(int64_t max_positions) const {
     case Kind::Skip: return std::make_unique<ModelDrafter>(target_, max_positions, skip_, spec_);
     case Kind::Model: return std::make_unique<ModelDrafter>(*draft_model_, max_positions, std::vector<bool>{},
                                                             "model:" + draft_files_->path);
+    case Kind::Eagle: return std::make_unique<EagleDrafter>(eagle_, max_positions);
   }
   return nullptr;
 }

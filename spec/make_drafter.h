@@ -1,5 +1,6 @@
-// A drafter from its command-line spelling: "none", "ngram", "ngram:n=N", "skip:LAYERS" or
-// the path of a draft model with the target's vocabulary.
+// A drafter from its command-line spelling: "none", "ngram", "ngram:n=N", "skip:LAYERS",
+// "eagle" (the shipped head trained for the target), "eagle:PATH" (a head file) or the path of a
+// draft model with the target's vocabulary.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -23,7 +24,8 @@ namespace specula {
 class DrafterFactory {
  public:
   // Throws std::invalid_argument for a malformed spelling or skip set, VocabularyMismatch for a
-  // draft model with another vocabulary, ModelError for a bad file. The skip drafter runs `target`.
+  // draft model with another vocabulary, EagleMismatch for a head trained for another target,
+  // ModelError for a bad file. The skip drafter runs `target`.
   DrafterFactory(std::string_view spec, const LoadedModel& target_files, LlamaModel& target);
   // A draft model already in memory (benchmarks on random weights at real shapes); same checks.
   DrafterFactory(std::shared_ptr<const LoadedModel> draft, const LoadedModel& target_files, LlamaModel& target);
@@ -34,7 +36,7 @@ class DrafterFactory {
   const std::string& spelling() const { return spec_; }
 
  private:
-  enum class Kind { None, Ngram, Skip, Model };
+  enum class Kind { None, Ngram, Skip, Model, Eagle };
   void use_draft_model(std::shared_ptr<const LoadedModel> draft, const LoadedModel& target_files);
 
   Kind kind_ = Kind::None;
@@ -44,6 +46,7 @@ class DrafterFactory {
   std::vector<bool> skip_;
   std::shared_ptr<const LoadedModel> draft_files_;
   std::unique_ptr<LlamaModel> draft_model_;  // draft_files_'s weights on target's device
+  std::shared_ptr<const struct EagleWeights> eagle_;  // a draft head's weights on target's device
 };
 
 // One drafter (the sequential loop's single sequence): DrafterFactory(...).make(max_positions),

@@ -161,27 +161,9 @@ void ModelDrafter::propose(const DraftRequest& req, DraftProposal& out) {
   const int64_t k = std::min<int64_t>(req.max_tokens, max_positions() - n + 1);
   if (n == 0 || k <= 0) return;
   catch_up(req.context);
-  const bool greedy = req.sampling.greedy();
-  const int64_t vocab = static_cast<int64_t>(logits_.size());
   for (int64_t i = 0; i < k; ++i) {
-    const bool judge_entropy = req.max_entropy > 0 && i >= req.min_tokens;
     int32_t t = 0;
-    if (greedy) {
-      // q is one-hot at the argmax (entropy 0), so the entropy rule judges the untempered softmax.
-      if (judge_entropy) {
-        transform_to_probs(logits_, SamplingParams{1.0f, 0, 1.0f, 0}, q_);
-        if (entropy_nats(q_) > req.max_entropy) break;
-      }
-      t = argmax(logits_);
-      q_.assign(static_cast<size_t>(vocab), 0.0f);
-      q_[static_cast<size_t>(t)] = 1.0f;
-    } else {
-      transform_logits(logits_, req.sampling, logq_);
-      q_.resize(logq_.size());
-      for (size_t v = 0; v < logq_.size(); ++v) q_[v] = std::exp(logq_[v]);
-      if (judge_entropy && entropy_nats(q_) > req.max_entropy) break;
-      t = draw_draft_token(logq_, req, i);
-    }
+    if (!draft_from_logits(logits_, req, i, q_, logq_, t)) break;
     out.tokens.push_back(t);
     out.q.insert(out.q.end(), q_.begin(), q_.end());
     if (i + 1 < k) feed({&t, 1});

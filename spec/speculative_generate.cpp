@@ -74,11 +74,17 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
   std::vector<int32_t> context = req.prompt;
   std::vector<float> logits;
   const auto t_prefill = Clock::now();
+  const bool hand_hidden = drafter.wants_target_hidden();
+  std::vector<float> hidden;
   if (context.size() > 1) {
-    ForwardSeq fs{seq, std::span<const int32_t>(context).first(context.size() - 1), false};
+    ForwardSeq fs{seq, std::span<const int32_t>(context).first(context.size() - 1), false, hand_hidden};
     target.forward({&fs, 1}, kv, logits);
   }
   drafter.prefill(context);
+  if (hand_hidden && context.size() > 1) {
+    target.last_hidden_all(hidden);
+    drafter.target_hidden(0, hidden);
+  }
   st.prefill_seconds = since(t_prefill);
 
   DraftLength draft_length(req.draft);
@@ -122,7 +128,12 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
                                                         q_device);
     const int n = verdict.accepted;
 
-    // 6. Roll both caches back to the committed tokens (g, t1..tn; the new last token is not fed).
+    // 6. Roll both caches back to the committed tokens (g, t1..tn; the new last token is not fed),
+    //    handing a drafter that reads them the target's rows of those tokens.
+    if (hand_hidden) {
+      target.last_hidden(hidden);
+      drafter.target_hidden(n0 - 1, std::span<const float>(hidden).first(static_cast<size_t>((n + 1) * target.config().hidden)));
+    }
     kv.truncate_to(seq, base + n0 + n);
     drafter.rollback(n0 + n);
     const double verify_s = since(t0);

@@ -1,5 +1,6 @@
 // The host's attention and K/V store (gpu/host/attention.h): work items, the portable chunk
-// kernel, and the merge of a row's chunks; the AVX2 chunk kernel is in attention_avx2.cpp.
+// kernel, and the merge of a row's chunks; the AVX2 and AVX-512 chunk kernels are in
+// attention_avx2.cpp and attention_avx512.cpp.
 #include "gpu/host/attention.h"
 
 #include <algorithm>
@@ -89,11 +90,15 @@ void kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<
 }
 
 void attention(const float* q, const KvCache& kv, int layer, std::span<const SeqSlice> slices, int64_t heads, float* out,
-               ThreadPool& pool, bool avx2) {
+               ThreadPool& pool, Isa isa) {
   const int64_t hd = kv.config().head_dim, kvh = kv.config().kv_heads, group = heads / kvh;
   const int64_t bt = kv.config().block_tokens, rf = kv.row_floats();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const bool simd = avx2 && hd % 8 == 0;
+  void (*chunk_kernel)(const AttentionChunk&) = attention_chunk_portable;  // the widest isa and hd allow
+  if (isa == Isa::kAvx512 && hd % 16 == 0)
+    chunk_kernel = attention_chunk_avx512;
+  else if (isa != Isa::kPortable && hd % 8 == 0)
+    chunk_kernel = attention_chunk_avx2;
 
   // Partials per (token row, kv head, chunk of kChunkTokens positions), a row's contiguous. Work
   // items are (slice, kv head, chunk): one item scores that chunk for every row of the slice
@@ -154,10 +159,7 @@ void attention(const float* q, const KvCache& kv, int layer, std::span<const Seq
         c.l = pi + group;
         c.o = pi + 2 * group;
         c.scores = scores.data();
-        if (simd)
-          attention_chunk_avx2(c);
-        else
-          attention_chunk_portable(c);
+        chunk_kernel(c);
       }
     }
   };

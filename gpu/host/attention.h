@@ -20,11 +20,15 @@ class KvCache;
 
 namespace specula::host_kernels {
 
-// Ops::kv_store and Ops::attention on the host (shapes in gpu/ops.h), for an f32 or fp16 cache;
-// `avx2`: the AVX2 chunk kernel where the head size allows (head_dim % 8 == 0).
+enum class Isa;  // matmul_kernels.h
+
+// Ops::kv_store and Ops::attention on the host (shapes in gpu/ops.h), for an f32 or fp16 cache.
+// The chunk kernel is the widest `isa` allows for the head size: AVX-512 for head_dim % 16 == 0,
+// AVX2 for head_dim % 8 == 0 (on kAvx2 or kAvx512), else portable. The caller has checked that
+// the CPU has `isa`.
 void kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<const SeqSlice> slices);
 void attention(const float* q, const KvCache& kv, int layer, std::span<const SeqSlice> slices, int64_t heads, float* out,
-               ThreadPool& pool, bool avx2);
+               ThreadPool& pool, Isa isa);
 
 constexpr int64_t kChunkTokens = 256;
 
@@ -46,9 +50,13 @@ struct AttentionChunk {
   float* scores = nullptr;       // scratch of group * (p1 - p0) floats
 };
 
-// One chunk; the AVX2 version needs head_dim % 8 == 0 and cpu_has_avx2_fma().
+// One chunk. The AVX2 version needs head_dim % 8 == 0 and cpu_has_avx2_fma(); the AVX-512 version
+// (attention_avx512.cpp: each K/V row converted once for up to 4 query heads) head_dim % 16 == 0,
+// p1 - p0 <= kChunkTokens and cpu_has_avx512(). Each is deterministic, but they differ from one
+// another in summation order (not bit-equal).
 void attention_chunk_portable(const AttentionChunk& c);
 void attention_chunk_avx2(const AttentionChunk& c);
+void attention_chunk_avx512(const AttentionChunk& c);
 
 // dst[i] = fp16(src[i]), round to nearest even (F16C where the CPU has it; the same values).
 void to_fp16(const float* src, uint16_t* dst, int64_t n);

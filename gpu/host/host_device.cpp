@@ -214,7 +214,7 @@ void HostOps::kv_store(KvCache& kv, int layer, const float* k, const float* v, s
 
 void HostOps::attention(const float* q, KvCache& kv, int layer, std::span<const SeqSlice> slices, int64_t heads,
                         float* out) {
-  host_kernels::attention(q, kv, layer, slices, heads, out, pool_, path_.isa != host_kernels::Isa::kPortable);
+  host_kernels::attention(q, kv, layer, slices, heads, out, pool_, path_.isa);
 }
 
 void HostOps::gather_rows(const float* src, int64_t cols, std::span<const int64_t> rows, float* dst) {

@@ -1,6 +1,6 @@
 """Writes a trained head as one GGUF file (docs/draft.md, "GGUF layout"): llama.cpp tensor names
 for the decoder layer (q/k rows permuted to adjacent-pair RoPE, as llama.cpp's converter stores a
-llama layer), plus fc.weight, the reduced output.weight and token_map (int32, reduced id ->
+llama layer), plus fc.weight, the reduced output.weight, and metadata draft.token_map (int32, reduced id ->
 target token id). Matrices Q8_0 (default) or F16, norms F32.
 """
 from __future__ import annotations
@@ -21,7 +21,8 @@ _NAMES = {  # head.py parameter -> GGUF tensor name
     "w_gate": "blk.0.ffn_gate.weight", "w_up": "blk.0.ffn_up.weight", "w_down": "blk.0.ffn_down.weight",
     "out_norm": "output_norm.weight", "head": "output.weight",
 }
-TOKEN_MAP = "token_map"
+# Metadata, not a tensor: an int32 array (the runtime's GGUF reader maps only weight types).
+TOKEN_MAP = "draft.token_map"
 
 
 def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -56,6 +57,7 @@ def write(path, cfg: HeadConfig, params: dict, token_map: np.ndarray, *, target_
     w.add_string("draft.target_hash", target_hash)
     w.add_string("draft.target_name", target_name)
     w.add_uint32("draft.target_vocab_size", target_vocab)
+    w.add_array(TOKEN_MAP, [int(t) for t in token_map])
     w.add_string("draft.input", "fc(concat(target final hidden after norm, target token_embd row))")
     for key, value in (extra or {}).items():
         if isinstance(value, bool):
@@ -81,7 +83,6 @@ def write(path, cfg: HeadConfig, params: dict, token_map: np.ndarray, *, target_
         else:
             q = gguf.GGMLQuantizationType.Q8_0
             w.add_tensor(gname, gguf.quants.quantize(np.ascontiguousarray(a), q), raw_dtype=q)
-    w.add_tensor(TOKEN_MAP, token_map)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

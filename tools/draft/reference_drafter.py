@@ -27,10 +27,8 @@ class ReferenceDrafter:
         self.theta = float(meta[f"{arch}.rope.freq_base"])
         self.eps = float(meta[f"{arch}.attention.layer_norm_rms_epsilon"])
         self.w = {}
+        self.token_map = np.asarray(meta["draft.token_map"], dtype=np.int32)
         for t in r.tensors:
-            if t.name == "token_map":
-                self.token_map = np.asarray(t.data, dtype=np.int32).copy()
-                continue
             a = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).astype(np.float64)
             self.w[t.name] = a.reshape([int(d) for d in reversed(t.shape.tolist())])
         self.embed = np.asarray(embed, dtype=np.float64)

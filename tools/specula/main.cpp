@@ -20,6 +20,7 @@ const char* kUsage =
     "  info       print a model's configuration and tensor types\n"
     "  logits     write logits for a token sequence as .npy (test oracle)\n"
     "  draft-data write the target's own text, hidden states and top-k for training the draft head\n"
+    "  draft-eval a draft head's depth-1 top-1 on a draft data file, as the runtime drafts\n"
     "  tokenize   tokenize JSON-lines strings (test oracle)\n"
     "run 'specula <command> --help' for its options\n";
 
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
     if (cmd == "serve") return cmd_serve(argc - 1, argv + 1);
     if (cmd == "logits") return cmd_logits(argc - 1, argv + 1);
     if (cmd == "draft-data") return cmd_draft_data(argc - 1, argv + 1);
+    if (cmd == "draft-eval") return cmd_draft_eval(argc - 1, argv + 1);
     if (cmd == "tokenize") return cmd_tokenize(argc - 1, argv + 1);
     if (cmd == "bench") return cmd_bench(argc - 1, argv + 1);
     if (cmd == "info") return cmd_info(argc - 1, argv + 1);

@@ -1,7 +1,10 @@
 // HostOps::attention (gpu/host/attention.h), f32 and fp16 caches: against softmax(q k^T / sqrt(d)) v
-// computed in double here, for contexts that span one and several 256-position chunks, GQA groups, two sequences
-// with scattered blocks, on the AVX2 and portable paths; and the row property: a row's output is
-// bit-equal whether it is attended alone or among other rows, on 1 or 2 threads.
+// computed in double here, for contexts that span one and several 256-position chunks (and chunks
+// of 1, 6 and exactly 256 positions), GQA groups of 1 to 8, head sizes of one to eight 16-value
+// slices and one that only AVX2 handles, two sequences with scattered blocks, on the AVX-512, AVX2
+// and portable paths (those the CPU has); the row property: a row's output is bit-equal whether it
+// is attended alone or among other rows, on 1 or 2 threads; and the AVX-512 chunk kernel's m, l and
+// o against the portable kernel's, item by item.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,6 +28,7 @@ struct Shape {
 std::vector<host_kernels::HostPath> paths() {
   std::vector<host_kernels::HostPath> v{host_kernels::host_path_for("portable")};
   if (host_kernels::cpu_has_avx2_fma()) v.push_back(host_kernels::host_path_for("avx2"));
+  if (host_kernels::cpu_has_avx512()) v.push_back(host_kernels::host_path_for("avx512"));
   return v;
 }
 
@@ -101,26 +105,34 @@ std::vector<double> naive(const KvCache& kv, int seq, const float* q, int64_t po
   return out;
 }
 
-TEST(HostAttention, MatchesSoftmaxAttentionInDoubleAcrossChunksGroupsAndScatteredBlocks) {
-  for (const Shape s : {Shape{9, 3, 64}, Shape{4, 1, 32}, Shape{2, 2, 24}}) {
+TEST(HostAttention, MatchesSoftmaxAttentionInDoubleAcrossChunksGroupsHeadSizesAndScatteredBlocks) {
+  // Groups 3, 4, 8 (two pieces of 4 on AVX-512), 5 (3 + 2) and 1; head sizes of 4, 2, 2 + 1, 4 + 4,
+  // 4 + 1 and 1 slices of 16 values, and 24 (AVX2 even on the AVX-512 path).
+  for (const Shape s : {Shape{9, 3, 64}, Shape{4, 1, 32}, Shape{8, 1, 48}, Shape{6, 2, 128}, Shape{3, 3, 80},
+                        Shape{5, 1, 16}, Shape{2, 2, 24}}) {
     for (const auto& path : paths())
      for (bool f16 : {false, true}) {
       HostOps ops(2, path);
       Filled f = fill(ops, s, 700, 300, 5, f16);
-      // Rows: the last 3 positions of a (contexts 698..700: three chunks) and of b (298..300).
-      std::vector<SeqSlice> slices{{f.a, 697, 3, 0}, {f.b, 297, 3, 3}};
+      // Rows: the last 3 positions of a (contexts 698..700: three chunks, the last of 186..188
+      // positions) and of b (298..300); a at 512 (a last chunk of 1 position) and 255 (one chunk of
+      // exactly 256); b at 5 (one chunk of 6, shorter than a 16-position block).
+      const std::vector<SeqSlice> slices{{f.a, 697, 3, 0}, {f.b, 297, 3, 3}, {f.a, 512, 1, 6}, {f.b, 5, 1, 7}, {f.a, 255, 1, 8}};
+      const int64_t rows = 9;
       std::mt19937 rng(9);
       std::normal_distribution<float> val(0.0f, 1.0f);
-      std::vector<float> q(static_cast<size_t>(6 * s.heads * s.hd)), out(q.size(), std::nanf(""));
+      std::vector<float> q(static_cast<size_t>(rows * s.heads * s.hd)), out(q.size(), std::nanf(""));
       for (auto& v : q) v = val(rng);
       ops.attention(q.data(), *f.kv, 0, slices, s.heads, out.data());
-      for (int64_t r = 0; r < 6; ++r) {
-        const int seq = r < 3 ? f.a : f.b;
-        const int64_t pos = (r < 3 ? 697 : 297) + r % 3;
-        const auto want = naive(*f.kv, seq, q.data() + r * s.heads * s.hd, pos, s);
-        for (int64_t j = 0; j < s.heads * s.hd; ++j)
-          ASSERT_NEAR(out[r * s.heads * s.hd + j], want[j], 2e-5) << path.name() << (f16 ? " fp16" : " f32") << " heads " << s.heads << " row " << r << " value " << j;
-      }
+      for (const SeqSlice& sl : slices)
+        for (int64_t i = 0; i < sl.n; ++i) {
+          const int64_t r = sl.row + i;
+          const auto want = naive(*f.kv, sl.seq, q.data() + r * s.heads * s.hd, sl.start + i, s);
+          for (int64_t j = 0; j < s.heads * s.hd; ++j)
+            ASSERT_NEAR(out[r * s.heads * s.hd + j], want[j], 2e-5)
+                << path.name() << (f16 ? " fp16" : " f32") << " heads " << s.heads << "/" << s.kv_heads << " head_dim " << s.hd
+                << " row " << r << " value " << j;
+        }
     }
   }
 }
@@ -149,6 +161,98 @@ TEST(HostAttention, ARowsOutputIsBitEqualAloneOrAmongOtherRowsOnOneOrTwoThreads)
             << path.name() << " row " << r << " threads " << (ops == &one ? 1 : 2);
       }
     }
+  }
+}
+
+// Work items on kv head 1 of a two-head pool whose 16-position blocks are scattered (block i of the
+// sequence is pool block (7 i + 3) mod 23): q for up to 8 query heads, K and V as f32 and fp16.
+struct ChunkInputs {
+  int64_t hd = 0;
+  std::vector<float> q, kf, vf;
+  std::vector<uint16_t> kh, vh;
+  std::vector<int32_t> blocks;
+};
+
+ChunkInputs chunk_inputs(int64_t hd, uint32_t seed) {
+  const int64_t bt = 16, pool_blocks = 23, rf = 2 * hd;
+  ChunkInputs in;
+  in.hd = hd;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> val(0.0f, 1.0f);
+  in.q.resize(static_cast<size_t>(8 * hd));
+  in.kf.resize(static_cast<size_t>(pool_blocks * bt * rf));
+  in.vf.resize(in.kf.size());
+  for (auto* v : {&in.q, &in.kf, &in.vf})
+    for (float& x : *v) x = val(rng);
+  for (size_t i = 0; i < in.kf.size(); ++i) {
+    in.kh.push_back(f32_to_fp16(in.kf[i]));
+    in.vh.push_back(f32_to_fp16(in.vf[i]));
+  }
+  for (int64_t i = 0; i < pool_blocks; ++i) in.blocks.push_back(static_cast<int32_t>((7 * i + 3) % pool_blocks));
+  return in;
+}
+
+struct ChunkResult {
+  std::vector<float> m, l, o;
+};
+
+// Positions [p0, p1) (p1 <= 368) for the first `group` query heads, through `kernel`.
+ChunkResult run_chunk(void (*kernel)(const host_kernels::AttentionChunk&), const ChunkInputs& in, bool f16, int64_t group,
+                      int64_t p0, int64_t p1) {
+  const int64_t hd = in.hd;
+  const size_t g = static_cast<size_t>(group);
+  ChunkResult r{std::vector<float>(g, std::nanf("")), std::vector<float>(g, std::nanf("")), std::vector<float>(g * hd, std::nanf(""))};
+  std::vector<float> scores(g * static_cast<size_t>(p1 - p0), std::nanf(""));
+  host_kernels::AttentionChunk c;
+  c.q = in.q.data();
+  c.k = f16 ? static_cast<const void*>(in.kh.data() + hd) : in.kf.data() + hd;
+  c.v = f16 ? static_cast<const void*>(in.vh.data() + hd) : in.vf.data() + hd;
+  c.f16 = f16;
+  c.blocks = in.blocks.data();
+  c.block_tokens = 16;
+  c.row_floats = 2 * hd;
+  c.head_dim = hd;
+  c.group = group;
+  c.p0 = p0;
+  c.p1 = p1;
+  c.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  c.m = r.m.data();
+  c.l = r.l.data();
+  c.o = r.o.data();
+  c.scores = scores.data();
+  kernel(c);
+  return r;
+}
+
+TEST(HostAttention, TheAvx512ChunkKernelGivesThePortableKernelsMaximumSumAndOutputForAnyHeadSizeGroupAndLength) {
+  if (!host_kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
+  // Both kernels sum in f32 in different orders: over up to 256 products of N(0, 1) values a score
+  // differs by ~1e-6, which moves m by as much and l, o by as much relative; 2e-5 leaves 20x margin
+  // while a wrong scale, lane, tail mask, head or slice offset is off by 1e-2 or more.
+  const double tol = 2e-5;
+  for (int64_t hd : {16, 32, 48, 64, 80, 128, 256}) {
+    const ChunkInputs in = chunk_inputs(hd, static_cast<uint32_t>(hd));
+    for (int64_t group : {1, 2, 3, 4, 5, 7, 8})
+      for (int64_t n : {1, 15, 16, 17, 100, 256})
+        for (bool f16 : {false, true}) {
+          // Start mid-block (37 = block 2, position 5), so the rows cross scattered blocks.
+          const int64_t p0 = 37, p1 = p0 + n;
+          const ChunkResult want = run_chunk(host_kernels::attention_chunk_portable, in, f16, group, p0, p1);
+          const ChunkResult got = run_chunk(host_kernels::attention_chunk_avx512, in, f16, group, p0, p1);
+          for (int64_t g = 0; g < group; ++g) {
+            const size_t gi = static_cast<size_t>(g);
+            const auto where = [&] {
+              return ::testing::Message() << (f16 ? "fp16" : "f32") << " head_dim " << hd << " group " << group << " positions " << n
+                                          << " head " << g;
+            };
+            ASSERT_NEAR(got.m[gi], want.m[gi], tol * (1 + std::fabs(want.m[gi]))) << where() << ": m";
+            ASSERT_NEAR(got.l[gi], want.l[gi], tol * want.l[gi]) << where() << ": l";
+            for (int64_t d = 0; d < hd; ++d) {
+              const size_t i = static_cast<size_t>(g * hd + d);
+              ASSERT_NEAR(got.o[i] / got.l[gi], want.o[i] / want.l[gi], tol) << where() << ": o / l at " << d;
+            }
+          }
+        }
   }
 }
 

@@ -1,0 +1,260 @@
+#include "spec/eagle_drafter.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "model/gguf_hash.h"
+#include "spec/sampling.h"
+
+namespace specula {
+
+namespace {
+
+constexpr const char* kArch = "specula-eagle";
+
+const TensorView& need(const GgufFile& f, const std::string& name, std::vector<int64_t> shape) {
+  const TensorView* t = f.tensor(name);
+  if (t == nullptr) throw ModelError(f.path() + ": the draft head has no tensor '" + name + "'");
+  if (t->shape != shape) {
+    std::string want, got;
+    for (int64_t d : shape) want += (want.empty() ? "" : " x ") + std::to_string(d);
+    for (int64_t d : t->shape) got += (got.empty() ? "" : " x ") + std::to_string(d);
+    throw ModelError(f.path() + ": tensor '" + name + "' is " + got + ", expected " + want);
+  }
+  if (shape.size() == 1 && t->dtype != DType::F32)
+    throw ModelError(f.path() + ": tensor '" + name + "' is " + dtype_name(t->dtype) + ", expected F32");
+  return *t;
+}
+
+}  // namespace
+
+std::shared_ptr<const EagleHead> load_eagle_head(const std::string& path, const LoadedModel& target) {
+  auto f = std::make_shared<GgufFile>(path);
+  const std::string arch = f->get_string("general.architecture", "");
+  if (arch != kArch)
+    throw ModelError(path + ": not a draft head (general.architecture is '" + arch + "', expected '" + kArch + "')");
+  const LlamaConfig& tc = target.weights.config;
+  auto h = std::make_shared<EagleHead>();
+  h->path = path;
+  h->file = f;
+  LlamaConfig& c = h->config;
+  c.architecture = kArch;
+  c.name = f->get_string("draft.target_name", "");
+  c.layers = f->get_int(std::string(kArch) + ".block_count");
+  c.hidden = f->get_int(std::string(kArch) + ".embedding_length");
+  c.intermediate = f->get_int(std::string(kArch) + ".feed_forward_length");
+  c.heads = f->get_int(std::string(kArch) + ".attention.head_count");
+  c.kv_heads = f->get_int(std::string(kArch) + ".attention.head_count_kv");
+  c.head_dim = f->get_int(std::string(kArch) + ".rope.dimension_count");
+  c.rope_theta = static_cast<float>(f->get_float(std::string(kArch) + ".rope.freq_base"));
+  c.rms_eps = static_cast<float>(f->get_float(std::string(kArch) + ".attention.layer_norm_rms_epsilon"));
+  c.rope_style = RopeStyle::Interleaved;  // q/k rows permuted as llama.cpp's converter does
+  c.vocab_size = f->get_int(std::string(kArch) + ".vocab_size");
+  c.max_positions = tc.max_positions;
+  h->n_vocab = c.vocab_size;
+  if (c.layers != 1) throw ModelError(path + ": a draft head has one layer, this file says " + std::to_string(c.layers));
+  if (c.hidden <= 0 || c.heads <= 0 || c.kv_heads <= 0 || c.head_dim <= 0 || c.intermediate <= 0 || c.heads % c.kv_heads != 0 ||
+      c.head_dim % 2 != 0 || h->n_vocab <= 0)
+    throw ModelError(path + ": the draft head's dimensions are inconsistent");
+
+  // The target it was trained for.
+  if (target.format != "gguf")
+    throw EagleMismatch("draft head " + path + " checks its target by a hash of GGUF tensors; the target " + target.path +
+                        " is " + target.format);
+  const std::string want = f->get_string("draft.target_hash");
+  const std::string have = gguf_tensor_hash(GgufFile(target.path));
+  if (want != have)
+    throw EagleMismatch("draft head " + path + " was trained for '" + c.name + "' (tensor hash " + want.substr(0, 16) +
+                        "...), not for the loaded target " + target.path + " ('" + tc.name + "', tensor hash " +
+                        have.substr(0, 16) + "...)");
+  if (c.hidden != tc.hidden)
+    throw EagleMismatch("draft head " + path + " has width " + std::to_string(c.hidden) + "; the target's is " + std::to_string(tc.hidden));
+
+  const std::vector<int64_t> map = f->get_int_array("draft.token_map");
+  if (static_cast<int64_t>(map.size()) != h->n_vocab)
+    throw ModelError(path + ": draft.token_map has " + std::to_string(map.size()) + " ids for a vocabulary of " + std::to_string(h->n_vocab));
+  std::vector<bool> seen(static_cast<size_t>(tc.vocab_size), false);
+  for (int64_t t : map) {
+    if (t < 0 || t >= tc.vocab_size || seen[static_cast<size_t>(t)])
+      throw ModelError(path + ": draft.token_map holds " + std::to_string(t) + ", not a distinct id of the target's " +
+                       std::to_string(tc.vocab_size) + "-token vocabulary");
+    seen[static_cast<size_t>(t)] = true;
+    h->token_map.push_back(static_cast<int32_t>(t));
+  }
+
+  const int64_t H = c.hidden, I = c.intermediate, q = c.heads * c.head_dim, kvw = c.kv_heads * c.head_dim;
+  h->fc = need(*f, "fc.weight", {H, 2 * H});
+  h->attn_norm = need(*f, "blk.0.attn_norm.weight", {H});
+  h->wq = need(*f, "blk.0.attn_q.weight", {q, H});
+  h->wk = need(*f, "blk.0.attn_k.weight", {kvw, H});
+  h->wv = need(*f, "blk.0.attn_v.weight", {kvw, H});
+  h->wo = need(*f, "blk.0.attn_output.weight", {H, q});
+  h->ffn_norm = need(*f, "blk.0.ffn_norm.weight", {H});
+  h->w_gate = need(*f, "blk.0.ffn_gate.weight", {I, H});
+  h->w_up = need(*f, "blk.0.ffn_up.weight", {I, H});
+  h->w_down = need(*f, "blk.0.ffn_down.weight", {H, I});
+  h->out_norm = need(*f, "output_norm.weight", {H});
+  h->out = need(*f, "output.weight", {h->n_vocab, H});
+  return h;
+}
+
+EagleWeights::EagleWeights(std::shared_ptr<const EagleHead> h, const LoadedModel& target, Ops& o)
+    : head(std::move(h)), ops(o), target_vocab(target.weights.config.vocab_size) {
+  embed = ops.upload_table(target.weights.embed);
+  fc = ops.upload(head->fc);
+  attn_norm = ops.upload(head->attn_norm);
+  wq = ops.upload(head->wq);
+  wk = ops.upload(head->wk);
+  wv = ops.upload(head->wv);
+  wo = ops.upload(head->wo);
+  ffn_norm = ops.upload(head->ffn_norm);
+  w_gate = ops.upload(head->w_gate);
+  w_up = ops.upload(head->w_up);
+  w_down = ops.upload(head->w_down);
+  out_norm = ops.upload(head->out_norm);
+  out = ops.upload(head->out);
+  inv_freq = rope_inv_freq(head->config);
+}
+
+EagleDrafter::EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t max_positions)
+    : w_(std::move(weights)), hidden_(w_->head->config.hidden) {
+  const LlamaConfig& c = w_->head->config;
+  KvCacheConfig kc;
+  kc.layers = 1;
+  kc.kv_heads = c.kv_heads;
+  kc.head_dim = c.head_dim;
+  kc.block_tokens = 16;
+  kc.num_blocks = (std::max<int64_t>(max_positions, 1) + kc.block_tokens - 1) / kc.block_tokens + 1;
+  kc.f16 = w_->ops.kv_f16();
+  kv_ = std::make_unique<KvCache>(w_->ops, kc);
+  seq_ = kv_->create_sequence();
+}
+
+EagleDrafter::~EagleDrafter() = default;
+
+void EagleDrafter::target_hidden(int64_t first, std::span<const float> rows) {
+  const int64_t n = static_cast<int64_t>(rows.size()) / hidden_;
+  // Rows arrive in order; a gap (rows the loop did not hand over) leaves the later ones unusable.
+  if (first > known_hidden()) return;
+  h_.resize(static_cast<size_t>(first * hidden_));
+  h_.insert(h_.end(), rows.begin(), rows.begin() + n * hidden_);
+}
+
+void EagleDrafter::prefill(std::span<const int32_t>) {
+  // A new context: its rows come through target_hidden().
+  rollback(0);
+}
+
+void EagleDrafter::rollback(int64_t length) {
+  length = std::max<int64_t>(0, length);
+  if (known_hidden() > length) h_.resize(static_cast<size_t>(length * hidden_));
+  entries_ = std::min(entries_, std::max<int64_t>(0, length - 1));
+  kv_->truncate_to(seq_, entries_);
+}
+
+void EagleDrafter::run(const float* f, std::span<const int32_t> tokens, int64_t pos, bool logits) {
+  Ops& ops = w_->ops;
+  const LlamaConfig& c = w_->head->config;
+  const int64_t n = static_cast<int64_t>(tokens.size()), H = hidden_, I = c.intermediate;
+  const int64_t qw = c.heads * c.head_dim, kvw = c.kv_heads * c.head_dim;
+  if (n > capacity_) {
+    cat_d_.ensure(ops, n * 2 * H);
+    x_d_.ensure(ops, n * H);
+    xn_d_.ensure(ops, n * H);
+    e_d_.ensure(ops, n * H);
+    q_d_.ensure(ops, n * qw);
+    k_d_.ensure(ops, n * kvw);
+    v_d_.ensure(ops, n * kvw);
+    att_d_.ensure(ops, n * qw);
+    tmp_d_.ensure(ops, n * H);
+    gate_d_.ensure(ops, n * I);
+    up_d_.ensure(ops, n * I);
+    capacity_ = n;
+  }
+  logits_d_.ensure(ops, static_cast<size_t>(w_->head->n_vocab));
+  // x = fc . concat(f, embed(token)), row by row.
+  ops.embed(w_->embed, tokens, e_d_.get());
+  e_.resize(static_cast<size_t>(n * H));
+  ops.copy_to_host(e_d_.get(), e_.data(), e_.size());
+  cat_.resize(static_cast<size_t>(n * 2 * H));
+  for (int64_t i = 0; i < n; ++i) {
+    std::copy(f + i * H, f + (i + 1) * H, cat_.begin() + i * 2 * H);
+    std::copy(e_.begin() + i * H, e_.begin() + (i + 1) * H, cat_.begin() + i * 2 * H + H);
+  }
+  ops.copy_to_device(cat_.data(), cat_d_.get(), cat_.size());
+  float *x = x_d_.get(), *xn = xn_d_.get();
+  ops.matmul(cat_d_.get(), w_->fc, n, x);
+
+  // One llama layer over the head's own cache, entries at positions pos..pos+n-1.
+  std::vector<int32_t> positions(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(pos + i);
+  kv_->reserve(seq_, pos + n);
+  const SeqSlice slice{seq_, pos, n, 0};
+  ops.rmsnorm(x, w_->attn_norm, c.rms_eps, n, H, xn);
+  {
+    const Weight* ws[] = {&w_->wq, &w_->wk, &w_->wv};
+    float* ys[] = {q_d_.get(), k_d_.get(), v_d_.get()};
+    ops.matmul_many(xn, ws, n, ys);
+  }
+  ops.rope(q_d_.get(), n, c.heads, c.head_dim, positions, w_->inv_freq, c.rope_style);
+  ops.rope(k_d_.get(), n, c.kv_heads, c.head_dim, positions, w_->inv_freq, c.rope_style);
+  ops.kv_store(*kv_, 0, k_d_.get(), v_d_.get(), {&slice, 1});
+  ops.attention(q_d_.get(), *kv_, 0, {&slice, 1}, c.heads, att_d_.get());
+  ops.matmul(att_d_.get(), w_->wo, n, tmp_d_.get());
+  ops.add(x, tmp_d_.get(), n * H);
+  ops.rmsnorm(x, w_->ffn_norm, c.rms_eps, n, H, xn);
+  {
+    const Weight* ws[] = {&w_->w_gate, &w_->w_up};
+    float* ys[] = {gate_d_.get(), up_d_.get()};
+    ops.matmul_many(xn, ws, n, ys);
+  }
+  ops.swiglu(gate_d_.get(), up_d_.get(), n * I, gate_d_.get());
+  ops.matmul(gate_d_.get(), w_->w_down, n, tmp_d_.get());
+  ops.add(x, tmp_d_.get(), n * H);
+  g_.resize(static_cast<size_t>(n * H));
+  ops.copy_to_host(x, g_.data(), g_.size());
+  if (logits) {
+    ops.rmsnorm(x + (n - 1) * H, w_->out_norm, c.rms_eps, 1, H, xn);
+    ops.matmul(xn, w_->out, 1, logits_d_.get());
+    logits_.resize(static_cast<size_t>(w_->head->n_vocab));
+    ops.copy_to_host(logits_d_.get(), logits_.data(), logits_.size());
+  }
+}
+
+void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
+  out.clear();
+  const int64_t L = static_cast<int64_t>(req.context.size()), m = L - 1;
+  // Entry m needs h_0..h_{m-1}; depth j's entry m + j - 1 must fit the cache.
+  const int64_t room = kv_->blocks_total() * kv_->config().block_tokens - m + 1;
+  const int64_t k = std::min<int64_t>(req.max_tokens, room);
+  if (m < 1 || k <= 0 || known_hidden() < m) return;
+  // Drop the last round's speculative entries, then feed the committed positions not cached
+  // (entry m at least: its output is depth 1).
+  entries_ = std::min(entries_, m - 1);
+  kv_->truncate_to(seq_, entries_);
+  const int64_t first = entries_ + 1;
+  run(h_.data() + (first - 1) * hidden_, req.context.subspan(static_cast<size_t>(first), static_cast<size_t>(m - first + 1)),
+      first - 1, true);
+  entries_ = m;
+
+  const std::vector<int32_t>& map = w_->head->token_map;
+  const int64_t V = w_->target_vocab;
+  for (int64_t i = 0; i < k; ++i) {
+    // q over the target's vocabulary: the head's logits on its N tokens, -inf elsewhere (q = 0
+    // there: never proposed, and the verifier's residual covers those tokens).
+    full_.assign(static_cast<size_t>(V), -std::numeric_limits<float>::infinity());
+    for (size_t r = 0; r < map.size(); ++r) full_[static_cast<size_t>(map[r])] = logits_[r];
+    int32_t t = 0;
+    if (!draft_from_logits(full_, req, i, q_, logq_, t)) break;
+    out.tokens.push_back(t);
+    out.q.insert(out.q.end(), q_.begin(), q_.end());
+    if (i + 1 < k) {
+      // Depth i + 2: the head's own output of the entry just run, with the token it proposed.
+      feat_.assign(g_.end() - hidden_, g_.end());
+      run(feat_.data(), {&t, 1}, m + i, true);
+    }
+  }
+}
+
+}  // namespace specula

@@ -1,0 +1,95 @@
+// The trained draft head (issue 13, docs/draft.md): an EAGLE-style single decoder layer that
+// reads the target's final hidden state at position i - 1 and the embedding of token i, and
+// predicts the target's next token over a reduced vocabulary. Its file is a GGUF of architecture
+// `specula-eagle` whose metadata names the target it was trained for (a hash of the target's
+// tensors); a head for another target is refused.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gpu/kv_cache.h"
+#include "gpu/ops.h"
+#include "model/config.h"
+#include "model/gguf.h"
+#include "model/weights.h"
+#include "spec/drafter.h"
+
+namespace specula {
+
+// A head trained for another target than the loaded one; the message names both.
+class EagleMismatch : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// A head file, checked against a target and ready to upload.
+struct EagleHead {
+  std::string path;
+  std::shared_ptr<const GgufFile> file;  // keeps the mapped tensors alive
+  LlamaConfig config;                    // the layer's geometry (layers = 1), RoPE and norm eps
+  int64_t n_vocab = 0;                   // N, the reduced vocabulary
+  std::vector<int32_t> token_map;        // [N] reduced id -> target token id
+  TensorView fc, attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, out_norm, out;
+};
+
+// Loads and checks a head for `target`. Throws ModelError for a file that is missing, damaged or
+// not a specula-eagle head (one line naming what), EagleMismatch for a head whose target hash,
+// hidden width or vocabulary differs from the target's (naming both), or for a target that is
+// not a GGUF file (the hash is defined over GGUF tensors).
+std::shared_ptr<const EagleHead> load_eagle_head(const std::string& path, const LoadedModel& target);
+
+// The head's weights on a device, shared by the drafters of one engine.
+struct EagleWeights {
+  EagleWeights(std::shared_ptr<const EagleHead> head, const LoadedModel& target, Ops& ops);
+  std::shared_ptr<const EagleHead> head;
+  Ops& ops;
+  Weight embed;  // the target's token embedding (the head has none of its own)
+  Weight fc, attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, out_norm, out;
+  std::vector<float> inv_freq;
+  int64_t target_vocab = 0;
+};
+
+// Drafts with the head. Protocol (docs/draft.md, "At run time"): entry i of the head's cache is
+// fed (h_{i-1}, x_i) at position i, where h is the target's final hidden state; the target's rows
+// arrive through target_hidden() (the loop hands it the committed rows of each verify forward and
+// the prompt's rows at prefill). Depth 1 of a round is the output of the last committed entry;
+// depth j >= 2 feeds the head's own output g of depth j - 1 with the token it proposed. Those
+// entries are speculative: the next round drops them and re-feeds the accepted positions with
+// the target's true h. Without the target's rows for the context it proposes nothing.
+class EagleDrafter final : public Drafter {
+ public:
+  EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t max_positions);
+  ~EagleDrafter() override;
+
+  std::string name() const override { return "eagle"; }
+  bool wants_target_hidden() const override { return true; }
+  void target_hidden(int64_t first, std::span<const float> rows) override;
+  void prefill(std::span<const int32_t> context) override;
+  void propose(const DraftRequest& req, DraftProposal& out) override;
+  void rollback(int64_t length) override;
+
+  // For tests: depth-1 entries in the head's cache, target rows known.
+  int64_t committed_entries() const { return entries_; }
+  int64_t known_hidden() const { return static_cast<int64_t>(h_.size()) / hidden_; }
+
+ private:
+  // Feeds entries at positions [pos, pos + n) with features f [n, H] and tokens; leaves the
+  // layer outputs g [n, H] in g_ and, with `logits`, the reduced logits of the last entry in
+  // logits_ [N].
+  void run(const float* f, std::span<const int32_t> tokens, int64_t pos, bool logits);
+
+  std::shared_ptr<const EagleWeights> w_;
+  int64_t hidden_ = 0;
+  std::unique_ptr<KvCache> kv_;
+  int seq_ = -1;
+  int64_t entries_ = 0;       // depth-1 entries 1..entries_ in the cache (slots 0..entries_-1)
+  std::vector<float> h_;      // the target's rows h_0.. of the context, [known, H]
+  std::vector<float> g_, cat_, e_, logits_, full_, logq_, q_, feat_;
+  DeviceBuffer cat_d_, x_d_, xn_d_, q_d_, k_d_, v_d_, att_d_, tmp_d_, gate_d_, up_d_, e_d_, logits_d_;
+  int64_t capacity_ = 0;
+};
+
+}  // namespace specula

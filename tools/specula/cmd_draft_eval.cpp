@@ -1,0 +1,107 @@
+// `specula draft-eval`: the runtime's own measure of a draft head on a draft data file
+// (docs/draft.md): teacher-forced over each sequence, the head's greedy depth-1 proposal at every
+// position against the target's argmax stored in the file, the figure train.py reports as
+// validation top-1 at depth 1. It holds the C++ drafter to the trainer (oracle test) and measures
+// a head on data it was not trained on.
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu/host/quant.h"
+#include "spec/make_drafter.h"
+#include "tools/specula/common.h"
+#include "tools/specula/commands.h"
+
+namespace specula::cli {
+
+namespace {
+
+const char* kUsage =
+    "usage: specula draft-eval [--model PATH] --draft eagle[:PATH] --data FILE.spd [--limit N] [--responses-only]\n"
+    "  Prints JSON: depth-1 top-1 agreement of the head's greedy proposal with the target's argmax\n"
+    "  at every position of the file's sequences (or only where the next token is a response token),\n"
+    "  teacher-forced with the file's tokens and hidden states. The file needs top-k (K >= 1).\n";
+
+template <class T>
+void read_exact(std::ifstream& in, T* p, size_t n, const std::string& path) {
+  in.read(reinterpret_cast<char*>(p), static_cast<std::streamsize>(n * sizeof(T)));
+  if (static_cast<size_t>(in.gcount()) != n * sizeof(T)) throw UsageError("--data " + path + ": a record runs past the end of the file");
+}
+
+}  // namespace
+
+int cmd_draft_eval(int argc, char** argv) {
+  std::set<std::string> options = kModelOptions;
+  options.insert({"draft", "data", "limit"});
+  const Args a(argc, argv, options, {"responses-only"});
+  if (a.help()) { std::fputs(kUsage, stdout); return 0; }
+  if (!a.has("draft") || !a.has("data")) throw UsageError("--draft and --data are required");
+  Session s = open_session(a);
+  std::unique_ptr<Drafter> d;
+  try {
+    d = make_drafter(a.str("draft"), s.loaded, *s.model, s.kv->blocks_total() * s.kv->config().block_tokens);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--draft: ") + e.what());
+  }
+  if (!d || !d->wants_target_hidden()) throw UsageError("--draft: draft-eval measures a trained head (eagle or eagle:PATH)");
+  const std::string path = a.str("data");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError("--data " + path + ": cannot open");
+  char head[32];
+  read_exact(in, head, 32, path);
+  uint32_t f[4];
+  std::memcpy(f, head + 8, 16);
+  const int64_t H = f[1], K = f[2];
+  if (std::string(head, 8) != "SPDRAFT1" || f[0] != 1) throw UsageError("--data " + path + ": not a draft data file of version 1");
+  if (H != s.model->config().hidden) throw UsageError("--data: hidden width " + std::to_string(H) + " is not the target's");
+  if (K < 1) throw UsageError("--data: the file stores no top-k, so it has no target argmax to compare with");
+  const long long limit = a.integer("limit", 1LL << 40);
+  const bool responses_only = a.flag("responses-only");
+
+  int64_t positions = 0, agree = 0, sequences = 0;
+  std::vector<int32_t> tokens, ids;
+  std::vector<uint16_t> h16, probs;
+  std::vector<float> h;
+  DraftRequest req;
+  req.max_tokens = 1;
+  req.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
+  DraftProposal out;
+  while (sequences < limit && in.peek() != std::char_traits<char>::eof()) {
+    uint32_t tp[2];
+    read_exact(in, tp, 2, path);
+    const int64_t T = tp[0], P = tp[1];
+    tokens.resize(static_cast<size_t>(T));
+    h16.resize(static_cast<size_t>(T * H));
+    ids.resize(static_cast<size_t>(T * K));
+    probs.resize(static_cast<size_t>(T * K));
+    read_exact(in, tokens.data(), tokens.size(), path);
+    read_exact(in, h16.data(), h16.size(), path);
+    read_exact(in, ids.data(), ids.size(), path);
+    read_exact(in, probs.data(), probs.size(), path);
+    h.resize(h16.size());
+    for (size_t i = 0; i < h16.size(); ++i) h[i] = fp16_to_f32(h16[i]);
+    // Position m (context x_0..x_m): the head proposes x_{m+1}; the target's argmax there is ids[m][0].
+    d->prefill({tokens.data(), 1});
+    d->target_hidden(0, h);
+    for (int64_t m = 1; m < T; ++m) {
+      if (responses_only && m + 1 < P) continue;
+      req.context = {tokens.data(), static_cast<size_t>(m + 1)};
+      req.position = m + 1;
+      d->propose(req, out);
+      ++positions;
+      agree += out.k() == 1 && out.tokens[0] == ids[static_cast<size_t>(m * K)];
+    }
+    ++sequences;
+  }
+  nlohmann::json j;
+  j["draft"] = d->name();
+  j["sequences"] = sequences;
+  j["positions"] = positions;
+  j["top1_depth1"] = positions ? static_cast<double>(agree) / static_cast<double>(positions) : 0.0;
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+}  // namespace specula::cli
