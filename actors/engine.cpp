@@ -83,7 +83,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
                                     : std::make_unique<DrafterFactory>(m.cfg.drafter, *m.files, *draft_target);
 
   const auto ex = m.io.get_executor();
-  m.verifier = std::make_unique<Verifier>(ex, *m.model, m.cfg.kv_tokens, m.cfg.fault_hook);
+  m.verifier = std::make_unique<Verifier>(ex, *m.model, m.cfg.kv_tokens, m.cfg.fault_hook, drafters->wants_target_hidden());
   SchedulerLimits limits{m.cfg.max_batch, m.verifier->blocks_total(), m.verifier->block_tokens(),
                          m.model->config().max_positions, m.cfg.pipeline, m.cfg.load_adaptive};
   m.scheduler = std::make_unique<Scheduler>(ex, limits);

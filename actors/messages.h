@@ -62,6 +62,11 @@ struct Judged {
   bool finished = false;          // the sampler ended the request (stop id, length, context)
   bool continued = false;         // the last token is the accepted continuation token: the
                                   // optimistic draft's remaining tokens are the next window
+  // For a drafter that reads them (Drafter::wants_target_hidden): the target's final hidden
+  // states of the tokens this round settled, [rows, hidden], for context indices hidden_first..
+  // (the prompt's rows in the round that prefilled it, then g and the accepted drafts).
+  int64_t hidden_first = 0;
+  std::vector<float> hidden;
 };
 
 // sampler -> scheduler.
@@ -90,6 +95,9 @@ struct DraftItem {
   RequestRef request;
   std::vector<int32_t> context;  // [n0] prompt + committed tokens; the last is g
   int k = 0;                     // draft at most this many (0: the target alone this round)
+  // The target's rows that reached the scheduler since the request's last draft item (Judged::hidden).
+  int64_t hidden_first = 0;
+  std::vector<float> hidden;
 };
 
 // scheduler -> draft: draft every active sequence (continuous batching: the set may change
@@ -115,6 +123,9 @@ struct Scored {
   std::vector<float> target_logits;   // [k + 1, vocab] raw logits at g, t1..tk (host memory here;
                                       // a device handle once the verifier runs on CUDA)
   bool continued = false;             // a Continuation for this round follows (Drafted::continued)
+  // With a drafter that reads them: the target's final hidden states of the prompt's rows (when
+  // this round prefilled the sequence) and of the verify rows g, t1..tk, [rows, hidden].
+  std::vector<float> prefill_hidden, hidden;
 };
 
 // verifier -> sampler: the target's distributions for the round (TargetProbsReady and Judge in one).

@@ -137,6 +137,21 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
   return false;
 }
 
+namespace {
+
+// The target's rows this round settled, for a drafter that reads them: the prompt's (if the round
+// prefilled it), then g and the n accepted drafts (the recovered or bonus token is not fed yet).
+void attach_hidden(Scored& s, int n, Judged& j) {
+  if (s.hidden.empty()) return;
+  const size_t H = s.hidden.size() / static_cast<size_t>(s.draft.k() + 1);
+  const int64_t prefill_rows = static_cast<int64_t>(s.prefill_hidden.size() / H);
+  j.hidden_first = s.position - 1 - prefill_rows;
+  j.hidden = std::move(s.prefill_hidden);
+  j.hidden.insert(j.hidden.end(), s.hidden.begin(), s.hidden.begin() + static_cast<std::ptrdiff_t>((n + 1) * H));
+}
+
+}  // namespace
+
 void Sampler::on(Judge& judge) {
   TraceScope span(trace_, Trace::Sampler, "judge round " + std::to_string(judge.round));
   if (hook_) {
@@ -165,6 +180,7 @@ void Sampler::on(Judge& judge) {
       const RoundOutcome outcome = apply_rule(s.draft, s.target_logits, *s.request, s.position, true);
       count_judged(st, 0, k, outcome.accepted);
       j.accepted = outcome.accepted;
+      attach_hidden(s, outcome.accepted, j);
       emit(o, s.request, outcome.tokens, outcome.accepted, s.position, j);
       verdict.items.push_back(std::move(j));
       continue;
@@ -174,12 +190,14 @@ void Sampler::on(Judge& judge) {
     // continuation token, which may still be on its way.
     assert(judge.items.size() == 1);
     const size_t vocab = s.target_logits.size() / static_cast<size_t>(k + 1);
+    if (k == 0) attach_hidden(s, 0, j);
     if (k > 0) {
       const RoundOutcome first =
           apply_rule(s.draft, std::span<const float>(s.target_logits).first(static_cast<size_t>(k) * vocab), *s.request,
                 s.position, false);
       count_judged(st, 0, k, first.accepted);
       j.accepted = first.accepted;
+      attach_hidden(s, first.accepted, j);
       if (emit(o, s.request, first.tokens, first.accepted, s.position, j) || first.accepted < k) {
         o.continuation.reset();
         verdict.items.push_back(std::move(j));

@@ -108,7 +108,7 @@ bool Scheduler::draft_optimistically(Active& a, Drafted& window) {
   const int k_next = draft_lengths({&a}, {after}).front();
   a.undrafted = k_next > 0 ? 0 : a.undrafted + 1;
   const std::uint64_t id = ++round_;
-  DraftRound round{id, {DraftItem{a.request, std::move(context), static_cast<int>(1 + k_next)}}, true};
+  DraftRound round{id, {draft_item(a, std::move(context), static_cast<int>(1 + k_next))}, true};
   a.spec_round = id;
   a.spec.reset();
   optimistic_.insert(id);
@@ -145,6 +145,10 @@ void Scheduler::on(Verdict& verdict) {
     Active* a = find(j.id);
     if (!a) continue;
     a->context.insert(a->context.end(), j.tokens.begin(), j.tokens.end());
+    if (!j.hidden.empty()) {
+      if (a->hidden.empty()) a->hidden_first = j.hidden_first;
+      a->hidden.insert(a->hidden.end(), j.hidden.begin(), j.hidden.end());
+    }
     a->length.observe(j.drafted, j.accepted, verdict.draft_seconds, verdict.verify_seconds);
     a->finished = a->finished || j.finished;
     a->busy = false;
@@ -293,6 +297,12 @@ std::vector<int> Scheduler::draft_lengths(const std::vector<Active*>& members,
   return k;
 }
 
+DraftItem Scheduler::draft_item(Active& a, std::vector<int32_t> context, int k) {
+  DraftItem item{a.request, std::move(context), k, a.hidden_first, std::move(a.hidden)};
+  a.hidden.clear();
+  return item;
+}
+
 void Scheduler::start_round(std::vector<Active*> members) {
   std::vector<int64_t> sizes;
   for (Active* a : members) sizes.push_back(static_cast<int64_t>(a->context.size()));
@@ -301,7 +311,7 @@ void Scheduler::start_round(std::vector<Active*> members) {
   for (size_t i = 0; i < members.size(); ++i) {
     Active* a = members[i];
     a->undrafted = k[i] > 0 ? 0 : a->undrafted + 1;
-    round.items.push_back(DraftItem{a->request, a->context, k[i]});
+    round.items.push_back(draft_item(*a, a->context, k[i]));
     a->busy = true;
     a->round = round.round;
   }

@@ -10,8 +10,10 @@
 
 namespace specula::actors {
 
-Verifier::Verifier(boost::asio::any_io_executor executor, LlamaModel& target, int64_t kv_tokens, FaultHook hook)
+Verifier::Verifier(boost::asio::any_io_executor executor, LlamaModel& target, int64_t kv_tokens, FaultHook hook,
+                   bool hand_hidden)
     : Actor(std::move(executor), "verifier"),
+      hand_hidden_(hand_hidden),
       target_(target),
       kv_(target.ops(), target.kv_config(kv_tokens)),
       hook_(std::move(hook)),
@@ -33,19 +35,35 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
   }
   // Prefill the sequences seen for the first time: one forward over their prompts (minus g).
   std::vector<ForwardSeq> batch;
-  for (const Drafted& d : round.items) {
+  std::vector<size_t> prefilled;  // round.items index of each prefill sequence
+  for (size_t i = 0; i < round.items.size(); ++i) {
+    const Drafted& d = round.items[i];
     const RequestId id = d.request->id;
     if (seqs_.count(id)) continue;
     const int seq = kv_.create_sequence();
     seqs_.emplace(id, seq);
-    if (d.context.size() > 1)
-      batch.push_back({seq, std::span<const int32_t>(d.context).first(d.context.size() - 1), false});
+    if (d.context.size() > 1) {
+      batch.push_back({seq, std::span<const int32_t>(d.context).first(d.context.size() - 1), false, hand_hidden_});
+      prefilled.push_back(i);
+    }
   }
+  std::vector<std::vector<float>> prefill_rows(round.items.size());
   if (!batch.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
     target_.forward(batch, kv_, logits_);
     judge.prefill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const ForwardSeq& f : batch) judge.prefill_tokens += static_cast<int64_t>(f.tokens.size());
+    if (hand_hidden_) {
+      target_.last_hidden_all(hidden_);
+      const size_t H = static_cast<size_t>(target_.config().hidden);
+      size_t at = 0;
+      for (size_t b = 0; b < batch.size(); ++b) {
+        const size_t n = batch[b].tokens.size() * H;
+        prefill_rows[prefilled[b]].assign(hidden_.begin() + static_cast<std::ptrdiff_t>(at),
+                                          hidden_.begin() + static_cast<std::ptrdiff_t>(at + n));
+        at += n;
+      }
+    }
   }
 
   // One forward over every sequence's [g, t1..tk], after rolling each back to n0 - 1 positions.
@@ -63,6 +81,8 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
   target_.forward(batch, kv_, logits_);
   judge.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t vocab = target_.config().vocab_size;
+  if (hand_hidden_) target_.last_hidden(hidden_);
+  const size_t H = static_cast<size_t>(target_.config().hidden);
   size_t row = 0;
   for (size_t i = 0; i < round.items.size(); ++i) {
     Drafted& d = round.items[i];
@@ -71,6 +91,11 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     judge.forward_tokens += static_cast<int64_t>(rows);
     s.target_logits.assign(logits_.begin() + static_cast<std::ptrdiff_t>(row * vocab),
                            logits_.begin() + static_cast<std::ptrdiff_t>((row + rows) * vocab));
+    if (hand_hidden_) {
+      s.prefill_hidden = std::move(prefill_rows[i]);
+      s.hidden.assign(hidden_.begin() + static_cast<std::ptrdiff_t>(row * H),
+                      hidden_.begin() + static_cast<std::ptrdiff_t>((row + rows) * H));
+    }
     row += rows;
     judge.items.push_back(std::move(s));
   }

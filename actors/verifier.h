@@ -21,7 +21,9 @@ class Sampler;
 class Verifier : public Actor<Verifier, VerifierMessage> {
  public:
   // `target` must outlive the actor; the KV cache holds `kv_tokens` positions over all sequences.
-  Verifier(boost::asio::any_io_executor executor, LlamaModel& target, int64_t kv_tokens, FaultHook hook);
+  // `hand_hidden`: the drafter reads the target's hidden states (Scored::prefill_hidden, hidden).
+  Verifier(boost::asio::any_io_executor executor, LlamaModel& target, int64_t kv_tokens, FaultHook hook,
+           bool hand_hidden = false);
   ~Verifier() override;
   // Owner only, before start(): record spans into `trace` (null: off); it must outlive the actor.
   void set_trace(Trace* trace) { trace_ = trace; }
@@ -52,6 +54,8 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
   std::atomic<int64_t> blocks_free_;
   std::atomic<std::uint64_t> releases_done_{0};
   std::vector<float> logits_;
+  bool hand_hidden_ = false;
+  std::vector<float> hidden_;
   std::optional<Mailbox<SchedulerMessage>::Sender> to_scheduler_;
   std::optional<Mailbox<SamplerMessage>::Sender> to_sampler_;
   Trace* trace_ = nullptr;

@@ -34,6 +34,8 @@ class DrafterFactory {
   // nullptr for "none"; `max_positions` sizes a model drafter's cache.
   std::unique_ptr<Drafter> make(int64_t max_positions) const;
   const std::string& spelling() const { return spec_; }
+  // Whether its drafters read the target's hidden states (the trained head).
+  bool wants_target_hidden() const { return kind_ == Kind::Eagle; }
 
  private:
   enum class Kind { None, Ngram, Skip, Model, Eagle };

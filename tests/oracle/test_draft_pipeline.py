@@ -223,3 +223,29 @@ def test_a_bad_draft_head_is_one_clear_error(toy_run, specula_bin, default_model
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
     if case == "another target":
         assert str(default_model) in p.stderr  # names both
+
+
+@pytest.mark.parametrize("pipeline", ["off", "on"])
+def test_the_engine_with_the_trained_head_gives_target_only_text_greedy_and_coupled(toy_run, specula_bin, pipeline):
+    """Through the actor engine (the verifier hands the head the target's rows through the
+    sampler, the scheduler and the draft actor): greedy text and coupled sampling equal
+    target-only generation token for token, with pipelining off and on."""
+    out, _ = toy_run
+    target = out / "target" / "q4_1_tied" / "model.gguf"
+
+    def run(*extra):
+        p = subprocess.run([str(specula_bin), "generate", "--model", str(target), "--prompt", "tell me about item 3", "--chat",
+                            "--max-tokens", "40", "--json", *extra], capture_output=True, text=True, check=True)
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    def ids(*extra):
+        return run(*extra)["ids"]
+
+    head = ["--draft", f"eagle:{out / 'draft.gguf'}", "--pipeline", pipeline]
+    greedy = run("--temperature", "0", *head)
+    assert greedy["pipeline"] is (pipeline == "on")
+    assert greedy["speculative"]["accepted"] > 0.2 * greedy["speculative"]["drafted"], greedy["speculative"]
+    assert greedy["ids"] == ids("--temperature", "0", "--draft", "none")
+    for seed in ("1", "2"):
+        sampled = ("--temperature", "0.8", "--seed", seed)
+        assert ids(*sampled, *head, "--spec-sampling", "coupled") == ids(*sampled, "--draft", "none")
