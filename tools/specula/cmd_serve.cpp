@@ -12,7 +12,7 @@ namespace specula::cli {
 namespace {
 
 const char* kUsage =
-    "usage: specula serve [--model PATH] [--draft none|ngram[:n=3]|skip:LAYERS|PATH] [--host 127.0.0.1] [--port 8080]\n"
+    "usage: specula serve [--model PATH] [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH] [--host 127.0.0.1] [--port 8080]\n"
     "                     [--max-batch 16] [--kv-tokens 16384] [--max-queue 256] [--threads 2] [--device auto]\n"
     "                     [--pipeline on|off] [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8]\n"
     "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10]\n"
