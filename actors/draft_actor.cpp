@@ -34,12 +34,6 @@ Drafter* DraftActor::drafter_for(const DraftItem& item) {
   const int64_t positions = static_cast<int64_t>(r.prompt.size()) + r.max_tokens + kMaxDraftTokens + 2;
   std::unique_ptr<Drafter> d = factory_->make(positions);
   if (d) d->prefill(item.context);
-  // The target's rows that came before the request first drafted.
-  auto rows = pending_hidden_.find(id);
-  if (rows != pending_hidden_.end()) {
-    if (d) d->target_hidden(rows->second.first, rows->second.second);
-    pending_hidden_.erase(rows);
-  }
   return drafters_.emplace(id, std::move(d)).first->second.get();
 }
 
@@ -58,7 +52,6 @@ boost::asio::awaitable<void> DraftActor::on(DraftRound& round) {
       hook_("draft", ids);
     }
     for (DraftItem& item : round.items) {
-      if (!item.hidden.empty()) hand_hidden(item);
       Drafted out{item.request, std::move(item.context), {}};
       item.context = out.context;  // kept for on_failure's ids only; cheap next to a forward
       // A drafter is made (and prefilled) on a request's first round that drafts, so a request
@@ -66,6 +59,7 @@ boost::asio::awaitable<void> DraftActor::on(DraftRound& round) {
       // its drafter, which catches up on the tokens it missed when it drafts again.
       Drafter* drafter = item.request->speculate && item.k > 0 ? drafter_for(item) : nullptr;
       if (drafter && item.k > 0) {
+        if (!item.hidden.empty()) drafter->target_hidden(item.hidden_first, item.hidden);
         const SpeculativeRequest& r = item.request->request;
         DraftRequest dreq;
         dreq.context = out.context;
@@ -86,24 +80,8 @@ boost::asio::awaitable<void> DraftActor::on(DraftRound& round) {
   to_scheduler_->send(SchedulerMessage(std::move(ready)));
 }
 
-void DraftActor::hand_hidden(DraftItem& item) {
-  const RequestId id = item.request->id;
-  auto it = drafters_.find(id);
-  if (it != drafters_.end()) {
-    if (it->second) it->second->target_hidden(item.hidden_first, item.hidden);
-    return;
-  }
-  // No drafter yet (the request has not drafted): keep the rows until it has one.
-  auto& [first, rows] = pending_hidden_[id];
-  if (rows.empty()) first = item.hidden_first;
-  rows.insert(rows.end(), item.hidden.begin(), item.hidden.end());
-}
-
 void DraftActor::on(Release& release) {
-  for (const RequestRef& r : release.requests) {
-    drafters_.erase(r->id);
-    pending_hidden_.erase(r->id);
-  }
+  for (const RequestRef& r : release.requests) drafters_.erase(r->id);
 }
 
 void DraftActor::on_failure(DraftMessage& message, std::exception_ptr error) {

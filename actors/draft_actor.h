@@ -38,14 +38,11 @@ class DraftActor : public Actor<DraftActor, DraftMessage> {
 
  private:
   Drafter* drafter_for(const DraftItem& item);
-  // Hands the item's target rows to the request's drafter, or keeps them until it has one.
-  void hand_hidden(DraftItem& item);
 
   std::unique_ptr<DrafterFactory> factory_;  // before drafters_: they use its models
   FaultHook hook_;
   std::unique_ptr<streams::Stream> stream_;
   std::map<RequestId, std::unique_ptr<Drafter>> drafters_;  // nullptr for the "none" drafter
-  std::map<RequestId, std::pair<int64_t, std::vector<float>>> pending_hidden_;  // first index, rows
   std::optional<Mailbox<SchedulerMessage>::Sender> to_scheduler_;
   Trace* trace_ = nullptr;
 };

@@ -95,7 +95,8 @@ struct DraftItem {
   RequestRef request;
   std::vector<int32_t> context;  // [n0] prompt + committed tokens; the last is g
   int k = 0;                     // draft at most this many (0: the target alone this round)
-  // The target's rows that reached the scheduler since the request's last draft item (Judged::hidden).
+  // With k > 0: the target's rows that reached the scheduler since the request last drafted
+  // (Judged::hidden), for its drafter before it proposes.
   int64_t hidden_first = 0;
   std::vector<float> hidden;
 };

@@ -298,8 +298,12 @@ std::vector<int> Scheduler::draft_lengths(const std::vector<Active*>& members,
 }
 
 DraftItem Scheduler::draft_item(Active& a, std::vector<int32_t> context, int k) {
-  DraftItem item{a.request, std::move(context), k, a.hidden_first, std::move(a.hidden)};
-  a.hidden.clear();
+  DraftItem item{a.request, std::move(context), k};
+  if (k > 0) {
+    item.hidden_first = a.hidden_first;
+    item.hidden = std::move(a.hidden);
+    a.hidden.clear();
+  }
   return item;
 }
 

@@ -72,11 +72,12 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
     std::uint64_t spec_round = 0;
     std::optional<Drafted> spec;   // context = this round's context + drafts; draft = t_{k+1}, then the window
     int undrafted = 0;             // rounds in a row the load-adaptive policy gave it K = 0
-    // The target's rows from verdicts not yet handed to the draft side (Judged::hidden).
+    // The target's rows from verdicts not yet handed to the draft side (Judged::hidden): they go
+    // with its next draft item that drafts (k > 0), when its drafter exists or is made.
     int64_t hidden_first = 0;
     std::vector<float> hidden;
   };
-  // A draft item for `a` with its pending rows (moved out of `a`).
+  // A draft item for `a`; one that drafts takes its pending rows along (moved out of `a`).
   static DraftItem draft_item(Active& a, std::vector<int32_t> context, int k);
   // After this many rounds at K = 0 a request drafts one token if a draft accepted with
   // probability kProbeAcceptance would pay, so that its acceptance estimate (which only drafting

@@ -29,14 +29,21 @@ const TensorView& need(const GgufFile& f, const std::string& name, std::vector<i
 
 }  // namespace
 
-std::shared_ptr<const EagleHead> load_eagle_head(const std::string& path, const LoadedModel& target) {
+std::string target_tensor_hash(const LoadedModel& target) {
+  if (target.format != "gguf")
+    throw EagleMismatch("a draft head names its target by a hash of GGUF tensors; the target " + target.path + " is " +
+                        target.format);
+  return gguf_tensor_hash(GgufFile(target.path));
+}
+
+std::shared_ptr<const EagleHead> load_eagle_head(const std::string& path, const LoadedModel& target,
+                                                 const std::string& target_hash) {
   auto f = std::make_shared<GgufFile>(path);
   const std::string arch = f->get_string("general.architecture", "");
   if (arch != kArch)
     throw ModelError(path + ": not a draft head (general.architecture is '" + arch + "', expected '" + kArch + "')");
   const LlamaConfig& tc = target.weights.config;
   auto h = std::make_shared<EagleHead>();
-  h->path = path;
   h->file = f;
   LlamaConfig& c = h->config;
   c.architecture = kArch;
@@ -59,11 +66,8 @@ std::shared_ptr<const EagleHead> load_eagle_head(const std::string& path, const 
     throw ModelError(path + ": the draft head's dimensions are inconsistent");
 
   // The target it was trained for.
-  if (target.format != "gguf")
-    throw EagleMismatch("draft head " + path + " checks its target by a hash of GGUF tensors; the target " + target.path +
-                        " is " + target.format);
   const std::string want = f->get_string("draft.target_hash");
-  const std::string have = gguf_tensor_hash(GgufFile(target.path));
+  const std::string& have = target_hash;
   if (want != have)
     throw EagleMismatch("draft head " + path + " was trained for '" + c.name + "' (tensor hash " + want.substr(0, 16) +
                         "...), not for the loaded target " + target.path + " ('" + tc.name + "', tensor hash " +
@@ -187,8 +191,8 @@ void EagleDrafter::run(const float* f, std::span<const int32_t> tokens, int64_t 
   ops.matmul(cat_d_.get(), w_->fc, n, x);
 
   // One llama layer over the head's own cache, entries at positions pos..pos+n-1.
-  std::vector<int32_t> positions(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(pos + i);
+  positions_.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) positions_[static_cast<size_t>(i)] = static_cast<int32_t>(pos + i);
   kv_->reserve(seq_, pos + n);
   const SeqSlice slice{seq_, pos, n, 0};
   ops.rmsnorm(x, w_->attn_norm, c.rms_eps, n, H, xn);
@@ -197,8 +201,8 @@ void EagleDrafter::run(const float* f, std::span<const int32_t> tokens, int64_t 
     float* ys[] = {q_d_.get(), k_d_.get(), v_d_.get()};
     ops.matmul_many(xn, ws, n, ys);
   }
-  ops.rope(q_d_.get(), n, c.heads, c.head_dim, positions, w_->inv_freq, c.rope_style);
-  ops.rope(k_d_.get(), n, c.kv_heads, c.head_dim, positions, w_->inv_freq, c.rope_style);
+  ops.rope(q_d_.get(), n, c.heads, c.head_dim, positions_, w_->inv_freq, c.rope_style);
+  ops.rope(k_d_.get(), n, c.kv_heads, c.head_dim, positions_, w_->inv_freq, c.rope_style);
   ops.kv_store(*kv_, 0, k_d_.get(), v_d_.get(), {&slice, 1});
   ops.attention(q_d_.get(), *kv_, 0, {&slice, 1}, c.heads, att_d_.get());
   ops.matmul(att_d_.get(), w_->wo, n, tmp_d_.get());

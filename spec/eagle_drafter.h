@@ -27,7 +27,6 @@ class EagleMismatch : public std::invalid_argument {
 
 // A head file, checked against a target and ready to upload.
 struct EagleHead {
-  std::string path;
   std::shared_ptr<const GgufFile> file;  // keeps the mapped tensors alive
   LlamaConfig config;                    // the layer's geometry (layers = 1), RoPE and norm eps
   int64_t n_vocab = 0;                   // N, the reduced vocabulary
@@ -35,11 +34,16 @@ struct EagleHead {
   TensorView fc, attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, out_norm, out;
 };
 
-// Loads and checks a head for `target`. Throws ModelError for a file that is missing, damaged or
-// not a specula-eagle head (one line naming what), EagleMismatch for a head whose target hash,
-// hidden width or vocabulary differs from the target's (naming both), or for a target that is
-// not a GGUF file (the hash is defined over GGUF tensors).
-std::shared_ptr<const EagleHead> load_eagle_head(const std::string& path, const LoadedModel& target);
+// The hash a head names its target by (model/gguf_hash over the target's GGUF file). Throws
+// EagleMismatch for a target that is not a GGUF file (the hash is defined over GGUF tensors).
+std::string target_tensor_hash(const LoadedModel& target);
+
+// Loads and checks a head for `target`, whose target_tensor_hash is `target_hash`. Throws
+// ModelError for a file that is missing, damaged or not a specula-eagle head (one line naming
+// what), EagleMismatch for a head whose target hash, hidden width or vocabulary differs from the
+// target's (naming both).
+std::shared_ptr<const EagleHead> load_eagle_head(const std::string& path, const LoadedModel& target,
+                                                 const std::string& target_hash);
 
 // The head's weights on a device, shared by the drafters of one engine.
 struct EagleWeights {
@@ -71,11 +75,8 @@ class EagleDrafter final : public Drafter {
   void propose(const DraftRequest& req, DraftProposal& out) override;
   void rollback(int64_t length) override;
 
-  // For tests: depth-1 entries in the head's cache, target rows known.
-  int64_t committed_entries() const { return entries_; }
-  int64_t known_hidden() const { return static_cast<int64_t>(h_.size()) / hidden_; }
-
  private:
+  int64_t known_hidden() const { return static_cast<int64_t>(h_.size()) / hidden_; }
   // Feeds entries at positions [pos, pos + n) with features f [n, H] and tokens; leaves the
   // layer outputs g [n, H] in g_ and, with `logits`, the reduced logits of the last entry in
   // logits_ [N].
@@ -88,6 +89,7 @@ class EagleDrafter final : public Drafter {
   int64_t entries_ = 0;       // depth-1 entries 1..entries_ in the cache (slots 0..entries_-1)
   std::vector<float> h_;      // the target's rows h_0.. of the context, [known, H]
   std::vector<float> g_, cat_, e_, logits_, full_, logq_, q_, feat_;
+  std::vector<int32_t> positions_;
   DeviceBuffer cat_d_, x_d_, xn_d_, q_d_, k_d_, v_d_, att_d_, tmp_d_, gate_d_, up_d_, e_d_, logits_d_;
   int64_t capacity_ = 0;
 };

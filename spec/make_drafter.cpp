@@ -7,7 +7,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "model/gguf_hash.h"
 #include "spec/eagle_drafter.h"
 #include "spec/model_drafter.h"
 #include "spec/ngram_drafter.h"
@@ -21,16 +20,12 @@ bool is_model_path(std::string_view spec) {
          !spec.starts_with("eagle:");
 }
 
-// `--draft eagle`: the shipped head trained for this target, found among the *.gguf files of
-// the heads folder (SPECULA_DRAFT_HEADS, else the source tree's tools/draft/heads) by the
-// target hash in its metadata.
-std::string shipped_head_for(const LoadedModel& target) {
+// `--draft eagle`: the shipped head trained for this target (whose target_tensor_hash is `want`),
+// found among the *.gguf files of the heads folder (SPECULA_DRAFT_HEADS, else the source tree's
+// tools/draft/heads) by the target hash in its metadata.
+std::string shipped_head_for(const LoadedModel& target, const std::string& want) {
   const char* env = std::getenv("SPECULA_DRAFT_HEADS");
   const std::filesystem::path dir = env && *env ? env : SPECULA_DRAFT_HEADS_DIR;
-  if (target.format != "gguf")
-    throw std::invalid_argument("--draft eagle: the shipped heads name their target by a hash of GGUF tensors; " + target.path +
-                                " is " + target.format);
-  const std::string want = gguf_tensor_hash(GgufFile(target.path));
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     if (e.path().extension() != ".gguf") continue;
@@ -75,13 +70,15 @@ DrafterFactory::DrafterFactory(std::string_view spec, const LoadedModel& target_
     kind_ = Kind::Skip;
     skip_ = parse_skip_layers(spec.substr(5), target.config().layers);
   } else if (spec == "eagle" || spec.starts_with("eagle:")) {
-    const std::string path = spec == "eagle" ? shipped_head_for(target_files) : std::string(spec.substr(6));
+    const std::string path = spec == "eagle" ? std::string() : std::string(spec.substr(6));
     std::error_code ec;
-    if (path.empty() || !std::filesystem::exists(path, ec))
+    if (spec != "eagle" && (path.empty() || !std::filesystem::exists(path, ec)))
       throw std::invalid_argument("draft head not found: '" + path + "' (expected eagle or eagle:PATH of a specula-eagle GGUF)");
+    const std::string hash = target_tensor_hash(target_files);  // one pass over the target's weights
+    const std::string head = spec == "eagle" ? shipped_head_for(target_files, hash) : path;
     kind_ = Kind::Eagle;
-    eagle_ = std::make_shared<EagleWeights>(load_eagle_head(path, target_files), target_files, target.ops());
-    spec_ = "eagle:" + path;
+    eagle_ = std::make_shared<EagleWeights>(load_eagle_head(head, target_files, hash), target_files, target.ops());
+    spec_ = "eagle:" + head;
   } else {
     use_draft_model(load_draft(spec), target_files);
   }

@@ -219,8 +219,6 @@ void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n,
   const int64_t cols = ws[0]->cols;
   for (const PackedMatrix* w : ws)
     if (w->cols != cols) throw std::invalid_argument("qmatmul: fused weights differ in width");
-  if (!host_kernels::cpu_has_int8_kernel(kernel))
-    throw std::invalid_argument(std::string("qmatmul: this CPU cannot run the ") + host_kernels::int8_kernel_name(kernel) + " kernels");
   // Reused across calls: a decode step quantizes about a hundred activation rows.
   // (Workers see the caller's through `xq`: a lambda names a thread_local of its own thread.)
   thread_local QuantizedRows qx;

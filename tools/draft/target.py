@@ -13,28 +13,14 @@ from __future__ import annotations
 import hashlib
 import pathlib
 import struct
-from dataclasses import dataclass
+import sys
 
 import numpy as np
 
 
-@dataclass(frozen=True)
-class TargetConfig:
-    name: str
-    vocab: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    rope_theta: float
-    rms_eps: float
-    tied: bool
-
-
-def _field(reader, key, default=None):
-    f = reader.fields.get(key)
-    return default if f is None else f.contents()
+# The oracle's GGUF reader (numpy and gguf only) gives the config and the dequantized rows.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "oracle"))
+import gguf_weights  # noqa: E402
 
 
 def _reader(path):
@@ -42,40 +28,29 @@ def _reader(path):
     return gguf.GGUFReader(str(path))
 
 
-def read_config(path) -> TargetConfig:
+def read_config(path):
+    """The target's gguf_weights.LlamaConfig (vocab, hidden, heads, head_dim, RoPE theta, eps, ...);
+    a target with RoPE scaling is refused (the head has none)."""
     r = _reader(path)
-    arch = _field(r, "general.architecture")
-    if arch != "llama":
-        raise ValueError(f"{path}: the draft trainer needs a llama target, general.architecture is {arch!r}")
-    if _field(r, "llama.rope.scaling.type") not in (None, "none") or any(t.name == "rope_freqs.weight" for t in r.tensors):
+    scaling = r.fields.get("llama.rope.scaling.type")
+    if (scaling is not None and scaling.contents() != "none") or any(t.name == "rope_freqs.weight" for t in r.tensors):
         raise ValueError(f"{path}: RoPE scaling is not supported by the draft head yet")
-    hidden = int(_field(r, "llama.embedding_length"))
-    heads = int(_field(r, "llama.attention.head_count"))
-    vocab = _field(r, "llama.vocab_size")
-    if vocab is None:
-        vocab = len(r.fields["tokenizer.ggml.tokens"].data)
-    return TargetConfig(
-        name=str(_field(r, "general.name", pathlib.Path(path).name)),
-        vocab=int(vocab), hidden=hidden,
-        intermediate=int(_field(r, "llama.feed_forward_length")),
-        heads=heads, kv_heads=int(_field(r, "llama.attention.head_count_kv", heads)),
-        head_dim=int(_field(r, "llama.rope.dimension_count", hidden // heads)),
-        rope_theta=float(_field(r, "llama.rope.freq_base", 10000.0)),
-        rms_eps=float(_field(r, "llama.attention.layer_norm_rms_epsilon")),
-        tied=not any(t.name == "output.weight" for t in r.tensors))
+    try:
+        return gguf_weights.read_config(r)
+    except ValueError as e:
+        raise ValueError(f"{path}: the draft trainer needs a llama target ({e})") from None
 
 
-def _dequantized(t) -> np.ndarray:
-    """float32 [rows, cols] (rows = outer GGUF dim)."""
-    import gguf
-    data = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
-    return np.ascontiguousarray(data.reshape(int(t.shape[1]), int(t.shape[0])), dtype=np.float32)
+def name_of(path) -> str:
+    """general.name, else the file name."""
+    f = _reader(path).fields.get("general.name")
+    return str(f.contents()) if f is not None else pathlib.Path(path).name
 
 
 def read_matrix(path, name: str) -> np.ndarray:
     for t in _reader(path).tensors:
         if t.name == name:
-            return _dequantized(t)
+            return gguf_weights.dequantized(t)
     raise KeyError(f"{path} has no tensor {name}")
 
 

@@ -195,7 +195,7 @@ def main(argv=None) -> int:
     tw = windows(train_seqs, args.window, inverse, topk)
     vw = windows(val_seqs, args.window, inverse, topk)
     train_tokens = sum(len(s.tokens) for s in train_seqs)
-    say(f"target {tcfg.name}: hidden {tcfg.hidden}, vocab {tcfg.vocab}; data {len(seqs)} sequences, "
+    say(f"target {target.name_of(args.target)}: hidden {tcfg.hidden}, vocab {tcfg.vocab}; data {len(seqs)} sequences, "
         f"{train_tokens} training tokens, {len(tw['tok'])} train / {len(vw['tok'])} validation windows; "
         f"reduced vocab {len(token_map)} covers {cov_val:.4f} of validation response tokens; labels {'soft' if soft else 'hard'}")
 
@@ -253,7 +253,7 @@ def main(argv=None) -> int:
     }
     np.savez(out / "params.npz", token_map=token_map, **{k: np.asarray(v) for k, v in params.items()})
     size = export.write(out / "draft.gguf", cfg, {k: np.asarray(v) for k, v in params.items()}, token_map,
-                        target_hash=target.target_hash(args.target), target_name=tcfg.name, target_vocab=tcfg.vocab,
+                        target_hash=target.target_hash(args.target), target_name=target.name_of(args.target), target_vocab=tcfg.vocab,
                         tensor_type=args.export_type,
                         extra={"draft.train.depth": args.depth, "draft.train.steps": args.steps,
                                "draft.train.tokens": train_tokens, "draft.train.seed": args.seed,

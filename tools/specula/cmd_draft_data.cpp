@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -19,6 +18,7 @@
 #include "spec/generate.h"
 #include "tools/specula/common.h"
 #include "tools/specula/commands.h"
+#include "tools/specula/draft_data.h"
 
 namespace specula::cli {
 
@@ -38,49 +38,7 @@ const char* kUsage =
     "  --keep-unfinished-prompts), and so are empty and repeated ones. Sample i uses the seed\n"
     "  S * 1000003 + i, so a run is reproducible.\n";
 
-constexpr char kMagic[8] = {'S', 'P', 'D', 'R', 'A', 'F', 'T', '1'};
-constexpr uint32_t kVersion = 1;
 constexpr char kSentinel[] = "MAGPIEQUERY";
-
-struct Header {
-  uint32_t hidden = 0, topk = 0, vocab = 0;
-};
-
-void put_u32(std::string& b, uint32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); }
-
-// Opens FILE for appending: writes the header to a new or empty file, checks an existing one's.
-std::FILE* open_data_file(const std::string& path, const Header& h) {
-  std::ifstream in(path, std::ios::binary);
-  char head[32] = {};
-  bool exists = false;
-  if (in) {
-    in.read(head, 32);
-    exists = in.gcount() > 0;
-    if (exists && in.gcount() < 32) throw UsageError("--out " + path + ": shorter than a draft data header (32 bytes)");
-  }
-  if (exists) {
-    uint32_t f[4];
-    std::memcpy(f, head + 8, 16);
-    if (std::memcmp(head, kMagic, 8) != 0 || f[0] != kVersion)
-      throw UsageError("--out " + path + ": not a draft data file of version 1 (docs/draft.md)");
-    if (f[1] != h.hidden || f[2] != h.topk || f[3] != h.vocab)
-      throw UsageError("--out " + path + ": its header has hidden " + std::to_string(f[1]) + ", top-k " + std::to_string(f[2]) +
-                       ", vocabulary " + std::to_string(f[3]) + "; this run writes " + std::to_string(h.hidden) + ", " +
-                       std::to_string(h.topk) + ", " + std::to_string(h.vocab));
-  }
-  std::FILE* f = std::fopen(path.c_str(), "ab");
-  if (f == nullptr) throw UsageError("--out " + path + ": cannot open for appending");
-  if (!exists) {
-    std::string b(kMagic, 8);
-    put_u32(b, kVersion);
-    put_u32(b, h.hidden);
-    put_u32(b, h.topk);
-    put_u32(b, h.vocab);
-    b.append(8, '\0');
-    std::fwrite(b.data(), 1, b.size(), f);
-  }
-  return f;
-}
 
 // The chat template around one user message: the tokens before it (ending with the user-turn
 // header, where Magpie samples) and after it (closing the turn, opening the assistant's). The
@@ -93,18 +51,16 @@ void chat_frame(const LoadedModel& m, std::vector<int32_t>& prefix, std::vector<
   suffix = m.tokenizer->encode(text.substr(at + std::strlen(kSentinel)));
 }
 
-// One sequence being written: its tokens so far and, per token fed, its hidden row and top-k.
+// One sequence being written: its record so far (every token fed, with its hidden row and
+// top-k; the tail from pending_from on goes into the next forward) and where it stands.
 struct Slot {
   enum class Phase { kFree, kPrompt, kResponse } phase = Phase::kFree;
   int seq = -1;
   uint64_t seed = 0;
   float response_temperature = 0;
-  std::vector<int32_t> tokens;        // fed (or about to be fed: `pending` is their tail)
-  size_t pending_from = 0;            // tokens[pending_from..] go into the next forward
-  size_t user_from = 0, n_prompt = 0; // the generated user message starts at user_from
-  std::vector<uint16_t> hidden;       // [fed, H] as fp16
-  std::vector<int32_t> topk_ids;      // [fed, K]
-  std::vector<uint16_t> topk_probs;   // [fed, K] as fp16
+  draft_data::Record rec;
+  size_t pending_from = 0;  // rec.tokens[pending_from..] go into the next forward
+  size_t user_from = 0;     // the generated user message starts here
 };
 
 // The K most probable tokens of softmax(logits) (temperature 1), most probable first.
@@ -168,8 +124,9 @@ int cmd_draft_data(int argc, char** argv) {
   const int64_t block = s.model->kv_config(16).block_tokens;
   KvCache kv(*s.ops, s.model->kv_config((longest + block - 1) / block * block * batch));
 
-  const Header header{static_cast<uint32_t>(cfg.hidden), static_cast<uint32_t>(topk), static_cast<uint32_t>(cfg.vocab_size)};
-  std::FILE* out = open_data_file(a.str("out"), header);
+  const draft_data::Header header{static_cast<uint32_t>(cfg.hidden), static_cast<uint32_t>(topk),
+                                  static_cast<uint32_t>(cfg.vocab_size)};
+  std::FILE* out = draft_data::open_for_append(a.str("out"), header);
   std::FILE* log = a.has("log") ? std::fopen(a.str("log").c_str(), "a") : stderr;
   if (log == nullptr) throw UsageError("--log: cannot open " + a.str("log"));
 
@@ -191,27 +148,18 @@ int cmd_draft_data(int argc, char** argv) {
     sl.seed = seed * 1000003 + static_cast<uint64_t>(next_sample);
     sl.response_temperature = temps[static_cast<size_t>(next_sample) % temps.size()];
     ++next_sample;
-    sl.tokens = prefix;
+    sl.rec.tokens = prefix;
     sl.pending_from = 0;
     sl.user_from = prefix.size();
-    sl.hidden.clear();
-    sl.topk_ids.clear();
-    sl.topk_probs.clear();
+    sl.rec.hidden.clear();
+    sl.rec.topk_ids.clear();
+    sl.rec.topk_probs.clear();
   };
   const auto finish = [&](Slot& sl) {
     // The last sampled token was not fed; the record holds the fed tokens only.
-    const size_t T = sl.hidden.size() / static_cast<size_t>(H);
-    std::string b;
-    put_u32(b, static_cast<uint32_t>(T));
-    put_u32(b, static_cast<uint32_t>(sl.n_prompt));
-    b.append(reinterpret_cast<const char*>(sl.tokens.data()), 4 * T);
-    b.append(reinterpret_cast<const char*>(sl.hidden.data()), 2 * sl.hidden.size());
-    b.append(reinterpret_cast<const char*>(sl.topk_ids.data()), 4 * sl.topk_ids.size());
-    b.append(reinterpret_cast<const char*>(sl.topk_probs.data()), 2 * sl.topk_probs.size());
-    if (std::fwrite(b.data(), 1, b.size(), out) != b.size() || std::fflush(out) != 0)
-      throw std::runtime_error("--out: write failed (disk full?)");
+    draft_data::append(out, sl.rec);
     ++written;
-    tokens_written += static_cast<long long>(T);
+    tokens_written += static_cast<long long>(sl.rec.tokens.size());
     std::fprintf(log, "[draft-data] %lld/%lld sequences, %lld tokens, %.1f tokens/s (%lld prompts dropped)\n", written, samples,
                  tokens_written, tokens_written / seconds_since(t0), dropped);
     std::fflush(log);
@@ -234,7 +182,7 @@ int cmd_draft_data(int argc, char** argv) {
     in_batch.clear();
     for (Slot& sl : slots)
       if (sl.phase != Slot::Phase::kFree) {
-        fwd.push_back({sl.seq, {sl.tokens.data() + sl.pending_from, sl.tokens.size() - sl.pending_from}, true});
+        fwd.push_back({sl.seq, {sl.rec.tokens.data() + sl.pending_from, sl.rec.tokens.size() - sl.pending_from}, true});
         in_batch.push_back(&sl);
       }
     s.model->forward(fwd, kv, logits);
@@ -242,22 +190,22 @@ int cmd_draft_data(int argc, char** argv) {
     size_t row = 0;
     for (Slot* slp : in_batch) {
       Slot& sl = *slp;
-      const size_t fed = sl.tokens.size() - sl.pending_from;
+      const size_t fed = sl.rec.tokens.size() - sl.pending_from;
       for (size_t j = 0; j < fed; ++j, ++row) {
         const float* h = hidden.data() + row * static_cast<size_t>(H);
-        for (int64_t c = 0; c < H; ++c) sl.hidden.push_back(f32_to_fp16(h[c]));
-        if (topk > 0) top_k({logits.data() + row * static_cast<size_t>(V), static_cast<size_t>(V)}, static_cast<int>(topk), sl.topk_ids, sl.topk_probs, order);
+        for (int64_t c = 0; c < H; ++c) sl.rec.hidden.push_back(f32_to_fp16(h[c]));
+        if (topk > 0) top_k({logits.data() + row * static_cast<size_t>(V), static_cast<size_t>(V)}, static_cast<int>(topk), sl.rec.topk_ids, sl.rec.topk_probs, order);
       }
       const std::span<const float> last{logits.data() + (row - 1) * static_cast<size_t>(V), static_cast<size_t>(V)};
-      const int64_t position = static_cast<int64_t>(sl.tokens.size());
-      sl.pending_from = sl.tokens.size();
+      const int64_t position = static_cast<int64_t>(sl.rec.tokens.size());
+      sl.pending_from = sl.rec.tokens.size();
       if (sl.phase == Slot::Phase::kPrompt) {
         prompt_sp.seed = sl.seed;
         const int32_t t = sample_token(last, prompt_sp, position);
-        const size_t user_len = sl.tokens.size() - sl.user_from;
+        const size_t user_len = sl.rec.tokens.size() - sl.user_from;
         const bool ended = is_stop(t);
         if (ended || static_cast<long long>(user_len + 1) > prompt_tokens) {
-          std::vector<int32_t> user(sl.tokens.begin() + static_cast<int64_t>(sl.user_from), sl.tokens.end());
+          std::vector<int32_t> user(sl.rec.tokens.begin() + static_cast<int64_t>(sl.user_from), sl.rec.tokens.end());
           if (!ended && !keep_unfinished) user.clear();
           else if (!ended) user.push_back(t);  // kept unfinished: the last sampled token belongs to it
           if (user.empty() || !seen.insert(user).second) {
@@ -265,12 +213,12 @@ int cmd_draft_data(int argc, char** argv) {
             sl.phase = Slot::Phase::kFree;
             continue;
           }
-          if (!ended) sl.tokens.push_back(t);  // fed with the suffix
-          sl.tokens.insert(sl.tokens.end(), suffix.begin(), suffix.end());
-          sl.n_prompt = sl.tokens.size();
+          if (!ended) sl.rec.tokens.push_back(t);  // fed with the suffix
+          sl.rec.tokens.insert(sl.rec.tokens.end(), suffix.begin(), suffix.end());
+          sl.rec.n_prompt = static_cast<uint32_t>(sl.rec.tokens.size());
           sl.phase = Slot::Phase::kResponse;
         } else {
-          sl.tokens.push_back(t);
+          sl.rec.tokens.push_back(t);
         }
       } else {
         SamplingParams sp;
@@ -279,11 +227,11 @@ int cmd_draft_data(int argc, char** argv) {
         sp.seed = sl.seed;
         const int32_t t = sample_token(last, sp, position);
         // A stop token ends the answer unfed (the last row's top-k carries it as a label).
-        const long long answered = static_cast<long long>(sl.tokens.size() - sl.n_prompt);
+        const long long answered = static_cast<long long>(sl.rec.tokens.size() - sl.rec.n_prompt);
         if (is_stop(t) || answered >= response_tokens) {
           finish(sl);
         } else {
-          sl.tokens.push_back(t);
+          sl.rec.tokens.push_back(t);
         }
       }
     }

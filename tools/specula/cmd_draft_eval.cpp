@@ -4,7 +4,6 @@
 // validation top-1 at depth 1. It holds the C++ drafter to the trainer (oracle test) and measures
 // a head on data it was not trained on.
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +12,7 @@
 #include "spec/make_drafter.h"
 #include "tools/specula/common.h"
 #include "tools/specula/commands.h"
+#include "tools/specula/draft_data.h"
 
 namespace specula::cli {
 
@@ -23,12 +23,6 @@ const char* kUsage =
     "  Prints JSON: depth-1 top-1 agreement of the head's greedy proposal with the target's argmax\n"
     "  at every position of the file's sequences (or only where the next token is a response token),\n"
     "  teacher-forced with the file's tokens and hidden states. The file needs top-k (K >= 1).\n";
-
-template <class T>
-void read_exact(std::ifstream& in, T* p, size_t n, const std::string& path) {
-  in.read(reinterpret_cast<char*>(p), static_cast<std::streamsize>(n * sizeof(T)));
-  if (static_cast<size_t>(in.gcount()) != n * sizeof(T)) throw UsageError("--data " + path + ": a record runs past the end of the file");
-}
 
 }  // namespace
 
@@ -49,39 +43,25 @@ int cmd_draft_eval(int argc, char** argv) {
   const std::string path = a.str("data");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError("--data " + path + ": cannot open");
-  char head[32];
-  read_exact(in, head, 32, path);
-  uint32_t f[4];
-  std::memcpy(f, head + 8, 16);
-  const int64_t H = f[1], K = f[2];
-  if (std::string(head, 8) != "SPDRAFT1" || f[0] != 1) throw UsageError("--data " + path + ": not a draft data file of version 1");
+  const draft_data::Header hd = draft_data::read_header(in, "--data " + path);
+  const int64_t H = hd.hidden, K = hd.topk;
   if (H != s.model->config().hidden) throw UsageError("--data: hidden width " + std::to_string(H) + " is not the target's");
   if (K < 1) throw UsageError("--data: the file stores no top-k, so it has no target argmax to compare with");
   const long long limit = a.integer("limit", 1LL << 40);
   const bool responses_only = a.flag("responses-only");
 
   int64_t positions = 0, agree = 0, sequences = 0;
-  std::vector<int32_t> tokens, ids;
-  std::vector<uint16_t> h16, probs;
+  draft_data::Record rec;
   std::vector<float> h;
   DraftRequest req;
   req.max_tokens = 1;
   req.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
   DraftProposal out;
-  while (sequences < limit && in.peek() != std::char_traits<char>::eof()) {
-    uint32_t tp[2];
-    read_exact(in, tp, 2, path);
-    const int64_t T = tp[0], P = tp[1];
-    tokens.resize(static_cast<size_t>(T));
-    h16.resize(static_cast<size_t>(T * H));
-    ids.resize(static_cast<size_t>(T * K));
-    probs.resize(static_cast<size_t>(T * K));
-    read_exact(in, tokens.data(), tokens.size(), path);
-    read_exact(in, h16.data(), h16.size(), path);
-    read_exact(in, ids.data(), ids.size(), path);
-    read_exact(in, probs.data(), probs.size(), path);
-    h.resize(h16.size());
-    for (size_t i = 0; i < h16.size(); ++i) h[i] = fp16_to_f32(h16[i]);
+  while (sequences < limit && draft_data::read_record(in, hd, rec, "--data " + path)) {
+    const std::vector<int32_t>& tokens = rec.tokens;
+    const int64_t T = static_cast<int64_t>(tokens.size()), P = rec.n_prompt;
+    h.resize(rec.hidden.size());
+    for (size_t i = 0; i < rec.hidden.size(); ++i) h[i] = fp16_to_f32(rec.hidden[i]);
     // Position m (context x_0..x_m): the head proposes x_{m+1}; the target's argmax there is ids[m][0].
     d->prefill({tokens.data(), 1});
     d->target_hidden(0, h);
@@ -91,7 +71,7 @@ int cmd_draft_eval(int argc, char** argv) {
       req.position = m + 1;
       d->propose(req, out);
       ++positions;
-      agree += out.k() == 1 && out.tokens[0] == ids[static_cast<size_t>(m * K)];
+      agree += out.k() == 1 && out.tokens[0] == rec.topk_ids[static_cast<size_t>(m * K)];
     }
     ++sequences;
   }

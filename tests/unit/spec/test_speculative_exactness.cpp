@@ -95,22 +95,10 @@ class MisreportingDrafter final : public Drafter {
 // vocabulary of 12 of the 16 tokens, in memory (no file, so no target hash to check).
 std::shared_ptr<const EagleHead> tiny_head(uint64_t seed) {
   auto h = std::make_shared<EagleHead>();
-  auto store = std::make_shared<std::vector<std::vector<float>>>();
-  store->reserve(16);
-  int64_t counter = 0;
-  auto tensor = [&](std::vector<int64_t> shape, float std, bool norm) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    store->emplace_back(static_cast<size_t>(n));
-    for (float& x : store->back()) {
-      const double u1 = philox_uniform(seed, counter, RngStream::Token, 0), u2 = philox_uniform(seed, counter, RngStream::Token, 1);
-      ++counter;
-      const float g = static_cast<float>(std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-      x = norm ? 1.0f + 0.1f * g : std * g;
-    }
-    TensorView v{"t", DType::F32, shape, reinterpret_cast<const std::byte*>(store->back().data()), store->back().size() * 4};
-    return v;
-  };
+  auto store = std::make_shared<ModelWeights>();  // owns the tensors' data
+  test::TinyLlamaBuilder b(seed);
+  auto matrix = [&](std::vector<int64_t> shape, float std) { return b.tensor(*store, "w", std::move(shape), std, false); };
+  auto norm = [&] { return b.tensor(*store, "norm", {32}, 0, true); };
   LlamaConfig& c = h->config;
   c.architecture = "specula-eagle";
   c.layers = 1;
@@ -124,18 +112,18 @@ std::shared_ptr<const EagleHead> tiny_head(uint64_t seed) {
   h->n_vocab = c.vocab_size = 12;
   h->token_map = {0, 2, 3, 5, 6, 7, 9, 10, 11, 12, 14, 15};
   const float s32 = 1.0f / std::sqrt(32.0f);
-  h->fc = tensor({32, 64}, 1.0f / 8.0f, false);
-  h->attn_norm = tensor({32}, 0, true);
-  h->wq = tensor({32, 32}, s32, false);
-  h->wk = tensor({16, 32}, s32, false);
-  h->wv = tensor({16, 32}, s32, false);
-  h->wo = tensor({32, 32}, s32, false);
-  h->ffn_norm = tensor({32}, 0, true);
-  h->w_gate = tensor({32, 32}, s32, false);
-  h->w_up = tensor({32, 32}, s32, false);
-  h->w_down = tensor({32, 32}, s32, false);
-  h->out_norm = tensor({32}, 0, true);
-  h->out = tensor({12, 32}, 1.5f * s32, false);
+  h->fc = matrix({32, 64}, 1.0f / 8.0f);
+  h->attn_norm = norm();
+  h->wq = matrix({32, 32}, s32);
+  h->wk = matrix({16, 32}, s32);
+  h->wv = matrix({16, 32}, s32);
+  h->wo = matrix({32, 32}, s32);
+  h->ffn_norm = norm();
+  h->w_gate = matrix({32, 32}, s32);
+  h->w_up = matrix({32, 32}, s32);
+  h->w_down = matrix({32, 32}, s32);
+  h->out_norm = norm();
+  h->out = matrix({12, 32}, 1.5f * s32);
   // The views point into `store`; the head keeps it alive through an aliasing file handle.
   h->file = std::shared_ptr<const GgufFile>(store, nullptr);
   return h;

@@ -65,15 +65,7 @@ class TinyLlamaBuilder {
     return w;
   }
 
- private:
-  double gaussian() {
-    const double u1 = philox_uniform(seed_, counter_, RngStream::Token, 0);
-    const double u2 = philox_uniform(seed_, counter_, RngStream::Token, 1);
-    ++counter_;
-    return std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  }
-
-  // A norm weight is 1 + a little noise; a matrix is N(0, std^2).
+ // A norm weight is 1 + a little noise; a matrix is N(0, std^2). `w` keeps the data alive.
   TensorView tensor(ModelWeights& w, const std::string& name, std::vector<int64_t> shape, float std, bool norm) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -87,6 +79,14 @@ class TinyLlamaBuilder {
     v.nbytes = data->size() * sizeof(float);
     w.storage.push_back(data);
     return v;
+  }
+
+ private:
+  double gaussian() {
+    const double u1 = philox_uniform(seed_, counter_, RngStream::Token, 0);
+    const double u2 = philox_uniform(seed_, counter_, RngStream::Token, 1);
+    ++counter_;
+    return std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
 
   uint64_t seed_;
