@@ -54,7 +54,11 @@ def test_a_signal_lets_running_generations_finish_refuses_new_work_and_connectio
     srv = fresh_server("--draft", "ngram", "--shutdown-timeout", "20")
     async def main():
         async with connect(srv.ws_url) as ws:
-            await ws.send(json.dumps({**GEN, "id": "run", "max_tokens": 40, "temperature": 0}))
+            # Long enough to be still running when the late request comes (0.2 s and a connection
+            # check after the signal): this greedy story runs past 1,000 tokens, and 40 of them took
+            # ~0.1 s once the int8 kernels got faster, so the run ended first and the idle server
+            # closed the session before "late" could be refused.
+            await ws.send(json.dumps({**GEN, "id": "run", "max_tokens": 400, "temperature": 0}))
             async with asyncio.timeout(30):
                 while json.loads(await ws.recv())["type"] != "token":
                     pass
