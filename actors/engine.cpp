@@ -208,7 +208,7 @@ bool GenerateResult::add(StreamEvent ev) {
     from_draft.push_back(ev.from_draft);
     return false;
   }
-  finish_reason = std::move(ev.finish_reason);
+  finish_reason = ev.finish_reason;
   error = std::move(ev.error);
   stats = std::move(ev.stats);
   return true;

@@ -70,7 +70,7 @@ struct EngineRequest {
   bool speculate = true;                       // false: plain decode rounds (K = 0) through the same actors
   std::optional<std::vector<int32_t>> stop_ids;  // default: the model's end tokens
   // Stop strings: the text ends before the first one that appears (it is not shown), with
-  // finish_reason "stop". Text that might still become one is held back until it cannot.
+  // FinishReason::Stop. Text that might still become one is held back until it cannot.
   std::vector<std::string> stop;
 };
 
@@ -92,7 +92,7 @@ class TokenStream {
   StreamEvent next_blocking();
   // The next event if one is ready, without waiting (the server coalesces a round's tokens).
   std::optional<StreamEvent> try_next();
-  // Any thread: stop the request; a Done event with finish_reason "cancelled" follows (unless
+  // Any thread: stop the request; a Done event with FinishReason::Cancelled follows (unless
   // it finished first). Its KV is freed at the next round boundary.
   void cancel();
   RequestId id() const { return id_; }
@@ -117,7 +117,7 @@ struct GenerateResult {
   std::string text;
   std::vector<int32_t> tokens;
   std::vector<bool> from_draft;
-  std::string finish_reason;   // empty on error
+  FinishReason finish_reason = FinishReason::None;  // None on error
   std::string error;
   SpeculativeStats stats;
 

@@ -70,23 +70,6 @@ std::string Sampler::flush(Open& o) const {
   return shown;
 }
 
-namespace {
-
-// Counts k judged draft tokens at offsets offset.. of a round, n of them accepted.
-void count_judged(SpeculativeStats& st, int offset, int k, int n) {
-  st.drafted += k;
-  st.accepted += n;
-  st.rejected += n < k ? 1 : 0;
-  for (int i = 0; i < k; ++i) {
-    const auto at = static_cast<size_t>(offset + i);
-    if (at >= st.drafted_at.size()) break;
-    ++st.drafted_at[at];
-    if (i < n) ++st.accepted_at[at];
-  }
-}
-
-}  // namespace
-
 RoundOutcome Sampler::apply_rule(const DraftProposal& draft, std::span<const float> target_logits, const RequestInfo& r,
                             int64_t position, bool bonus) const {
   const SpeculativeRequest& req = r.request;
@@ -115,11 +98,8 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
     bool stopped = false;
     ev.text = release_text(o.held, request->stop, stopped);
     batch.push_back(std::move(ev));
-    const char* finish = nullptr;
-    if (stopped || std::find(req.stop_ids.begin(), req.stop_ids.end(), tok) != req.stop_ids.end()) finish = "stop";
-    else if (st.generated >= req.max_tokens) finish = "length";
-    else if (max_positions_ > 0 && tok_position + 1 >= max_positions_) finish = "context";
-    if (finish) {
+    const FinishReason finish = req.finish_rule(max_positions_).after(tok, st.generated, tok_position, stopped);
+    if (finish != FinishReason::None) {
       StreamEvent done;
       done.kind = StreamEvent::Kind::Done;
       done.text = stopped ? std::string() : flush(o);
@@ -178,7 +158,7 @@ void Sampler::on(Judge& judge) {
     Judged j{s.request->id, k, 0, {}, false};
     if (!s.continued) {
       const RoundOutcome outcome = apply_rule(s.draft, s.target_logits, *s.request, s.position, true);
-      count_judged(st, 0, k, outcome.accepted);
+      st.count_judged(0, k, outcome.accepted);
       j.accepted = outcome.accepted;
       attach_hidden(s, outcome.accepted, j);
       emit(o, s.request, outcome.tokens, outcome.accepted, s.position, j);
@@ -195,7 +175,7 @@ void Sampler::on(Judge& judge) {
       const RoundOutcome first =
           apply_rule(s.draft, std::span<const float>(s.target_logits).first(static_cast<size_t>(k) * vocab), *s.request,
                 s.position, false);
-      count_judged(st, 0, k, first.accepted);
+      st.count_judged(0, k, first.accepted);
       j.accepted = first.accepted;
       attach_hidden(s, first.accepted, j);
       if (emit(o, s.request, first.tokens, first.accepted, s.position, j) || first.accepted < k) {
@@ -237,7 +217,7 @@ void Sampler::judge_continuation(Open& o) {
   } else {
     // the ordinary rule at the bonus position: accept t_{k+1} with min(1, p/q), else the residual
     second = apply_rule(c.draft, last, *p.scored.request, position, false);
-    count_judged(o.stats, k, 1, second.accepted);
+    o.stats.count_judged(k, 1, second.accepted);
     p.judged.drafted += 1;
     p.judged.accepted += second.accepted;
     p.judged.continued = second.accepted == 1;
@@ -255,7 +235,7 @@ void Sampler::on(Release& release) {
       if (release.error.empty()) {
         ev.kind = StreamEvent::Kind::Done;
         ev.text = flush(o);
-        ev.finish_reason = o.stats.finish_reason = "cancelled";
+        ev.finish_reason = o.stats.finish_reason = FinishReason::Cancelled;
       } else {
         ev.kind = StreamEvent::Kind::Error;
         ev.error = release.error;

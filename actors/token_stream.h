@@ -19,7 +19,7 @@ struct StreamEvent {
                                // Done: whatever the detokenizer still held back
   int32_t token = -1;          // Token: the token id
   bool from_draft = false;     // Token: an accepted draft token (not the target's recovered / bonus one)
-  std::string finish_reason;   // Done: "stop", "length", "context" or "cancelled"
+  FinishReason finish_reason = FinishReason::None;  // Done: why the request ended
   std::string error;           // Error: what failed, in one line
   SpeculativeStats stats;      // Done and Error: the request's statistics so far
 

@@ -67,7 +67,7 @@ Generation::Generation(ServerState& st, actors::TokenStream stream, const Parsed
 Generation::~Generation() {
   if (!ended_) {  // dropped before its end: the TokenStream cancels it
     ended_ = true;
-    st_.metrics.count_request("cancelled");
+    st_.metrics.count_request(std::string(finish_reason_name(FinishReason::Cancelled)));
     st_.metrics.e2e.observe(ms_between(received_, Clock::now()) / 1000);
   }
   if (started_)
@@ -132,6 +132,10 @@ void Generation::on_tokens(const GenerationUpdate& u) {
   }
 }
 
+std::string_view openai_finish_reason(FinishReason r) {
+  return finish_reason_name(r == FinishReason::Context ? FinishReason::Length : r);
+}
+
 void Generation::on_end(const actors::StreamEvent& ev, GenerationUpdate& u) {
   ended_ = true;
   u.terminal = true;
@@ -146,8 +150,9 @@ void Generation::on_end(const actors::StreamEvent& ev, GenerationUpdate& u) {
     m.count_request("error");
   } else {
     u.finish_reason = ev.finish_reason;
-    if (clamped_ && u.finish_reason == "length") u.finish_reason = "context";
-    m.count_request(u.finish_reason);
+    // max_tokens was lowered to fit the context, so running out of it is running out of context.
+    if (clamped_ && u.finish_reason == FinishReason::Length) u.finish_reason = FinishReason::Context;
+    m.count_request(std::string(finish_reason_name(u.finish_reason)));
   }
   if (draft_run_ > 0) m.accepted_length.observe(draft_run_);  // a round cut short by a stop
   draft_run_ = 0;

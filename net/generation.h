@@ -21,12 +21,16 @@ struct TokenOut {
   bool draft = false;  // an accepted draft token
 };
 
+// Finish reasons on the wire: the WebSocket protocol spells them as spec/round.h names them; the
+// OpenAI API has no "context" (a request cut by the context window ended by "length").
+std::string_view openai_finish_reason(FinishReason r);
+
 // What one read of the stream gives: the tokens ready now, or the end.
 struct GenerationUpdate {
   std::string text;               // the tokens' text (at the end: whatever was held back)
   std::vector<TokenOut> tokens;
   bool terminal = false;
-  std::string finish_reason;      // terminal and not an error: stop | length | context | cancelled
+  FinishReason finish_reason = FinishReason::None;  // terminal and not an error
   std::string error;              // terminal with an engine error
 };
 

@@ -1,6 +1,8 @@
 // Prometheus text exposition of the server's metrics.
 #include "net/metrics.h"
 
+#include "spec/round.h"
+
 #include <cstdio>
 
 namespace specula::net {
@@ -60,7 +62,9 @@ Metrics::Metrics()
       ttft({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
       inter_token({0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5}),
       e2e({0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}) {
-  for (const char* outcome : {"stop", "length", "context", "cancelled", "error", "rejected"}) requests[outcome] = 0;
+  for (FinishReason r : {FinishReason::Stop, FinishReason::Length, FinishReason::Context, FinishReason::Cancelled})
+    requests[std::string(finish_reason_name(r))] = 0;
+  for (const char* outcome : {"error", "rejected"}) requests[outcome] = 0;
 }
 
 std::string Metrics::render(int64_t kv_blocks_free, int64_t kv_blocks_total) const {

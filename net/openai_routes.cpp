@@ -35,7 +35,7 @@ asio::awaitable<void> watch_disconnect(asio::ip::tcp::socket& socket, std::weak_
     if (auto g = weak.lock()) g->cancel();
 }
 
-std::string openai_finish(const std::string& reason) { return reason == "context" ? "length" : reason; }
+std::string openai_finish(FinishReason r) { return std::string(openai_finish_reason(r)); }
 
 json usage_json(const GenerationStats& s) {
   return {{"prompt_tokens", s.prompt_tokens},
@@ -133,7 +133,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       text += u.text;
     } while (!u.terminal);
     if (!u.error.empty()) co_return co_await write_response(stream, error_response(ApiError("internal", u.error), keep_alive, req.version()));
-    if (u.finish_reason == "cancelled") co_return false;  // the client went away (or shutdown)
+    if (u.finish_reason == FinishReason::Cancelled) co_return false;  // the client went away (or shutdown)
     json res = shape.base(chat ? "chat.completion" : "text_completion");
     json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", openai_finish(u.finish_reason)}};
     if (chat)

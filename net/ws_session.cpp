@@ -146,7 +146,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       } else {
         send(json{{"type", "done"},
                   {"id", id},
-                  {"finish_reason", u.finish_reason},
+                  {"finish_reason", finish_reason_name(u.finish_reason)},
                   {"seed", g->seed()},
                   {"stats", g->stats().to_json()}});
       }

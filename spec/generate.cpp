@@ -30,16 +30,15 @@ GenerateStats generate(LlamaModel& model, KvCache& kv, int seq, const GenerateRe
   model.forward({&fs, 1}, kv, logits);
   st.prefill_seconds = seconds_since(t0);
 
+  const FinishRule rule = req.finish_rule(ctx);
   auto t1 = std::chrono::steady_clock::now();
   for (;;) {
     const int64_t position = kv.length(seq);  // where the new token will sit
     const int32_t tok = sample_token(logits, req.sampling, position);
     ++st.generated;
     if (st.generated == 1) t1 = std::chrono::steady_clock::now();
-    if (!on_token(tok)) { st.finish_reason = "cancelled"; break; }
-    if (std::find(req.stop_ids.begin(), req.stop_ids.end(), tok) != req.stop_ids.end()) { st.finish_reason = "stop"; break; }
-    if (st.generated >= req.max_tokens) { st.finish_reason = "length"; break; }
-    if (ctx > 0 && position + 1 >= ctx) { st.finish_reason = "context"; break; }
+    st.finish_reason = on_token(tok) ? rule.after(tok, st.generated, position) : FinishReason::Cancelled;
+    if (st.finish_reason != FinishReason::None) break;
     ForwardSeq step{seq, {&tok, 1}, false};
     model.forward({&step, 1}, kv, logits);
   }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gpu/llama.h"
+#include "spec/round.h"
 #include "spec/sampling.h"
 
 namespace specula {
@@ -15,6 +16,9 @@ struct GenerateRequest {
   int max_tokens = 256;
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;    // generation ends after emitting one of these
+
+  // spec/round.h's rule for this request in a context of `max_positions` (0 = unlimited).
+  FinishRule finish_rule(int64_t max_positions) const { return {stop_ids, max_tokens, max_positions}; }
 };
 
 struct GenerateStats {
@@ -22,14 +26,14 @@ struct GenerateStats {
   int64_t generated = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;        // from the first sampled token to the last
-  std::string finish_reason;        // "stop", "length", "cancelled" or "context"
+  FinishReason finish_reason = FinishReason::None;
   double prefill_tokens_per_second() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0; }
   double decode_tokens_per_second() const {
     return decode_seconds > 0 && generated > 1 ? (generated - 1) / decode_seconds : 0;
   }
 };
 
-// Called with each new token; return false to stop (finish_reason "cancelled").
+// Called with each new token; return false to stop (FinishReason::Cancelled).
 using TokenCallback = std::function<bool(int32_t token)>;
 
 // Feeds the prompt into `seq` of `kv` and samples up to max_tokens tokens. Each token is drawn

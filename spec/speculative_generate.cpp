@@ -25,6 +25,18 @@ std::vector<double> SpeculativeStats::per_position_acceptance() const {
   return out;
 }
 
+void SpeculativeStats::count_judged(int offset, int k, int n) {
+  drafted += k;
+  accepted += n;
+  rejected += n < k ? 1 : 0;
+  for (int i = 0; i < k; ++i) {
+    const auto at = static_cast<size_t>(offset + i);
+    if (at >= drafted_at.size()) break;
+    ++drafted_at[at];
+    if (i < n) ++accepted_at[at];
+  }
+}
+
 RoundOutcome verify_draft_on_device(Ops& ops, const LlamaModel::DeviceLogits& target_logits, int64_t vocab,
                                     const DraftProposal& draft, const SamplingParams& sp, int64_t position,
                                     SpecSampling mode, DeviceBuffer& q_device) {
@@ -67,6 +79,7 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
     throw std::invalid_argument("the prompt has " + std::to_string(base + req.prompt.size()) +
                                 " tokens; the context holds " + std::to_string(ctx));
 
+  const FinishRule rule = req.finish_rule(ctx);
   SpeculativeStats st;
   st.prompt_tokens = static_cast<int64_t>(req.prompt.size());
   // Invariant between rounds: the target cache holds base + context minus its last token g,
@@ -139,13 +152,7 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
     const double verify_s = since(t0);
 
     ++st.rounds;
-    st.drafted += draft.k();
-    st.accepted += n;
-    st.rejected += n < draft.k() ? 1 : 0;
-    for (int64_t i = 0; i < draft.k(); ++i) {
-      ++st.drafted_at[static_cast<size_t>(i)];
-      if (i < n) ++st.accepted_at[static_cast<size_t>(i)];
-    }
+    st.count_judged(0, static_cast<int>(draft.k()), n);
     st.draft_seconds += draft_s;
     st.verify_seconds += verify_s;
     draft_length.observe(static_cast<int>(draft.k()), n, draft_s, verify_s);
@@ -157,12 +164,9 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
       const TokenOrigin origin = j < n ? TokenOrigin::Accepted : verdict.bonus ? TokenOrigin::Bonus : TokenOrigin::Recovered;
       context.push_back(tok);
       ++st.generated;
-      const char* finish = nullptr;
-      if (!on_token(tok, origin)) finish = "cancelled";
-      else if (std::find(req.stop_ids.begin(), req.stop_ids.end(), tok) != req.stop_ids.end()) finish = "stop";
-      else if (st.generated >= req.max_tokens) finish = "length";
-      else if (ctx > 0 && tok_position + 1 >= ctx) finish = "context";
-      if (finish) {
+      const FinishReason finish =
+          on_token(tok, origin) ? rule.after(tok, st.generated, tok_position) : FinishReason::Cancelled;
+      if (finish != FinishReason::None) {
         // As generate() leaves it: everything but the last emitted token in the cache.
         kv.truncate_to(seq, tok_position);
         drafter.rollback(static_cast<int64_t>(context.size()) - 1);

@@ -46,6 +46,9 @@ struct SpeculativeStats : GenerateStats {
   double tokens_per_round() const { return rounds > 0 ? static_cast<double>(accepted + rounds) / rounds : 0; }
   // accepted_at[i] / drafted_at[i] for positions that were drafted.
   std::vector<double> per_position_acceptance() const;
+  // Counts one round's judged drafts: k tokens at draft offsets offset.., the first n accepted
+  // (offset > 0 for the second half of a round the pipeline judged in two parts).
+  void count_judged(int offset, int k, int n);
   // decode_seconds here run from the end of prefill to the last token: every token is decoded.
   double speculative_tokens_per_second() const { return decode_seconds > 0 ? generated / decode_seconds : 0; }
 };
@@ -59,7 +62,7 @@ RoundOutcome verify_draft_on_device(Ops& ops, const LlamaModel::DeviceLogits& ta
                                     const DraftProposal& draft, const SamplingParams& sp, int64_t position,
                                     SpecSampling mode, DeviceBuffer& q_device);
 
-// Called with each committed token and where it came from; return false to stop ("cancelled").
+// Called with each committed token and where it came from; return false to stop (Cancelled).
 using SpecTokenCallback = std::function<bool(int32_t token, TokenOrigin origin)>;
 
 // generate() with a drafter: the same prompt handling, stop rules, finish reasons and

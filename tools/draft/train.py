@@ -73,13 +73,28 @@ def batch_at(w: dict, idx: np.ndarray) -> dict:
 
 # ---------------------------------------------------------------- loss and metrics
 
-def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float):
+def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weight: float = 0.0):
     import jax
     import jax.numpy as jnp
 
-    def forward(params, embed, b):
+    def forward_both(params, embed, b):
         emb = embed[b["tok"]]
-        return multi_step_forward(cfg, params, b["feat"].astype(jnp.float32), emb, depth)[0]
+        return multi_step_forward(cfg, params, b["feat"].astype(jnp.float32), emb, depth)
+
+    def forward(params, embed, b):
+        return forward_both(params, embed, b)[0]
+
+    def feature_loss(g, b, weights):
+        """EAGLE's feature regression: depth j's output feature g at entry a is pulled (smooth L1,
+        mean over the width) to the target's own h_i, which is entry a + 1's input feature; so the
+        features fed to depths 2..K live where depth 1's inputs do. The window's last entry has no
+        next one and carries no feature loss."""
+        want = b["feat"][:, 1:].astype(jnp.float32)
+        d = jnp.abs(g[:, :, :-1] - want[None])
+        per = jnp.where(d < 1.0, 0.5 * d * d, d - 0.5).mean(-1)  # [K, B, L-1]
+        m = depth_masks(b, "mask")[:, :, :-1] * b["mask"][None, :, 1:]
+        per_depth = (per * m).sum((1, 2)) / jnp.maximum(m.sum((1, 2)), 1.0)
+        return (weights * per_depth).sum() / weights.sum()
 
     def depth_masks(b, key):
         L = b["tok"].shape[1]
@@ -99,12 +114,15 @@ def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float):
         return -picked, hard >= 0
 
     def loss_fn(params, embed, b):
-        logits = forward(params, embed, b)
+        logits, g = forward_both(params, embed, b)
         loss, ok = per_entry_loss(logits, b)
         m = depth_masks(b, "mask") * ok[None]
         per_depth = (loss * m).sum((1, 2)) / jnp.maximum(m.sum((1, 2)), 1.0)
         weights = jnp.asarray([decay ** j for j in range(depth)], jnp.float32)
-        return (weights * per_depth).sum() / weights.sum(), per_depth
+        total = (weights * per_depth).sum() / weights.sum()
+        if feature_weight > 0:
+            total = total + feature_weight * feature_loss(g, b, weights)
+        return total, per_depth
 
     def eval_fn(params, embed, token_map, b):
         logits = forward(params, embed, b)
@@ -152,6 +170,8 @@ def parse_args(argv):
     p.add_argument("--warmup", type=float, default=0.05, help="warm-up fraction of the steps")
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--decay", type=float, default=0.8, help="loss weight of depth j is decay^(j-1)")
+    p.add_argument("--feature-weight", type=float, default=0.0,
+                   help="weight of EAGLE's feature regression loss (smooth L1 of the head's output feature to the target's next h)")
     p.add_argument("--labels", choices=["auto", "soft", "hard"], default="auto",
                    help="auto: soft when the data carries top-k probabilities")
     p.add_argument("--val-fraction", type=float, default=0.1)
@@ -209,7 +229,7 @@ def main(argv=None) -> int:
     sched = optax.warmup_cosine_decay_schedule(0.0, args.lr, max(1, int(args.steps * args.warmup)), args.steps, args.lr * 0.05)
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=args.weight_decay))
     opt_state = opt.init(params)
-    loss_fn, eval_fn = make_fns(cfg, args.depth, soft, args.decay)
+    loss_fn, eval_fn = make_fns(cfg, args.depth, soft, args.decay, args.feature_weight)
     grad_fn = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
 
     @jax.jit
@@ -249,6 +269,7 @@ def main(argv=None) -> int:
         "first_train_loss": round(first_loss, 4), "final_train_loss": round(float(np.mean(last)), 4),
         "train_tokens": train_tokens, "sequences": len(seqs), "vocab": len(token_map),
         "vocab_coverage": round(cov_val, 4), "depth": args.depth, "steps": args.steps, "labels": "soft" if soft else "hard",
+        "feature_weight": args.feature_weight,
         "seconds": round(time.time() - t0, 1),
     }
     np.savez(out / "params.npz", token_map=token_map, **{k: np.asarray(v) for k, v in params.items()})

@@ -353,7 +353,7 @@ int generate_with_engine(const Args& a) {
       nlohmann::json j;
       j["ids"] = ids;
       j["text"] = engine->model().tokenizer->decode(ids, /*skip_special=*/true);
-      j["finish_reason"] = ev.finish_reason;
+      j["finish_reason"] = finish_reason_name(ev.finish_reason);
       j["seed"] = req.sampling.seed;
       j["time_to_first_token_seconds"] = first;
       j["decode_tokens_per_second"] = tps;
@@ -365,7 +365,7 @@ int generate_with_engine(const Args& a) {
       std::cout << j.dump() << "\n";
     } else {
       std::fprintf(stderr, "\n[engine%s: first token after %.3fs; decode %zu tokens at %.1f tok/s; %s; seed %llu]\n",
-                   cfg.pipeline ? ", pipelined" : "", first, ids.size(), tps, ev.finish_reason.c_str(),
+                   cfg.pipeline ? ", pipelined" : "", first, ids.size(), tps, std::string(finish_reason_name(ev.finish_reason)).c_str(),
                    static_cast<unsigned long long>(req.sampling.seed));
       if (cfg.drafter != "none") std::fprintf(stderr, "[%s: %s]\n", cfg.drafter.c_str(), spec_stats_line(ev.stats).c_str());
     }

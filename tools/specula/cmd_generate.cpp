@@ -154,7 +154,7 @@ int cmd_generate(int argc, char** argv) {
     j["prompt_ids"] = req.prompt;
     j["ids"] = ids;
     j["text"] = tok.decode(ids, /*skip_special=*/true);
-    j["finish_reason"] = st.finish_reason;
+    j["finish_reason"] = finish_reason_name(st.finish_reason);
     j["seed"] = sp.seed;
     j["prefill_tokens_per_second"] = st.prefill_tokens_per_second();
     j["decode_tokens_per_second"] = decode_tps;
@@ -171,7 +171,7 @@ int cmd_generate(int argc, char** argv) {
     std::fputs(dec.flush().c_str(), stdout);
     std::fprintf(stderr, "\n[prefill %lld tokens at %.1f tok/s; decode %lld tokens at %.1f tok/s; %s; seed %llu; %s]\n",
                  static_cast<long long>(st.prompt_tokens), st.prefill_tokens_per_second(),
-                 static_cast<long long>(st.generated), decode_tps, st.finish_reason.c_str(),
+                 static_cast<long long>(st.generated), decode_tps, std::string(finish_reason_name(st.finish_reason)).c_str(),
                  static_cast<unsigned long long>(sp.seed), s.ops->name().c_str());
     if (drafter)
       std::fprintf(stderr, "[%s, K %d%s, %s: %s]\n", drafter->name().c_str(), draft_length.k,

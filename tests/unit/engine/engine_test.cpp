@@ -240,7 +240,7 @@ void expect_greedy_equality(const Drafting& d, int concurrent) {
   int64_t accepted = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_EQ(got[i].last.kind, StreamEvent::Kind::Done) << got[i].last.error;
-    EXPECT_EQ(got[i].last.finish_reason, "length");
+    EXPECT_EQ(got[i].last.finish_reason, FinishReason::Length);
     EXPECT_EQ(got[i].tokens, want[i % kPrompts]) << d.spelling << ", request " << i;
     EXPECT_EQ(got[i].last.stats.generated, d.tokens);
     accepted += got[i].last.stats.accepted;
@@ -335,10 +335,10 @@ TEST(Engine, CancellingRequestsMidwayReturnsTheKvPoolToFullWhenIdle) {
   for (int i = 0; i < 4; ++i) {
     const Collected c = collect(streams[static_cast<size_t>(i)]);
     EXPECT_EQ(c.last.kind, StreamEvent::Kind::Done);
-    EXPECT_EQ(c.last.finish_reason, "cancelled") << "request " << i;
+    EXPECT_EQ(c.last.finish_reason, FinishReason::Cancelled) << "request " << i;
     EXPECT_LT(c.last.stats.generated, 96);
   }
-  for (size_t i = 4; i < streams.size(); ++i) EXPECT_EQ(collect(streams[i]).last.finish_reason, "length");
+  for (size_t i = 4; i < streams.size(); ++i) EXPECT_EQ(collect(streams[i]).last.finish_reason, FinishReason::Length);
   EXPECT_TRUE(wait_until_idle_with_full_pool(e)) << e.kv_blocks_free() << " of " << e.kv_blocks_total() << " blocks free";
 }
 
@@ -375,17 +375,17 @@ TEST(Engine, SixtyFourMixedRequestsCompleteAndCancellingSixteenFreesTheirKv) {
     if (x.cancel) {
       const size_t tokens = c.tokens.size() + 1;  // with the one read before cancel()
       EXPECT_EQ(c.last.stats.generated, static_cast<int64_t>(tokens));
-      if (c.last.finish_reason == "cancelled") {
+      if (c.last.finish_reason == FinishReason::Cancelled) {
         ++cancelled;
         EXPECT_LT(tokens, 48u);
-      } else if (c.last.finish_reason == "length" && tokens == 48u) {
+      } else if (c.last.finish_reason == FinishReason::Length && tokens == 48u) {
         ++finished_first;
       } else {
         ADD_FAILURE() << "a cancelled request ended with '" << c.last.finish_reason << "' after " << tokens << " tokens";
       }
       continue;
     }
-    EXPECT_EQ(c.last.finish_reason, "length");
+    EXPECT_EQ(c.last.finish_reason, FinishReason::Length);
     EXPECT_EQ(static_cast<int>(c.tokens.size()), x.max_tokens);
     if (x.greedy) {
       const std::vector<int32_t>& want = s->greedy(kNgram, x.prompt);
@@ -460,7 +460,7 @@ TEST(Engine, AnExceptionInOnePingPongRoundFailsOnlyItsRequestsWhileTheOtherHalfA
       }
       ++survivors_in_flight;
       ASSERT_EQ(c.last.kind, StreamEvent::Kind::Done) << actor << ", request " << i << ": " << c.last.error;
-      EXPECT_EQ(c.last.finish_reason, "length") << actor << ", request " << i;
+      EXPECT_EQ(c.last.finish_reason, FinishReason::Length) << actor << ", request " << i;
       EXPECT_EQ(c.tokens, prefix(i % kPrompts)) << actor << ", request " << i;
     }
     // With two lanes the first two requests start in different rounds, so the doomed one's round
@@ -484,7 +484,7 @@ TEST(Engine, TheCoroutineApiGivesWhatTheBlockingWrapperGives) {
   REQUIRE_SETUP(s);
   Engine& e = *s->ngram;
   const GenerateResult blocking = e.generate_blocking(s->request(3));
-  ASSERT_EQ(blocking.finish_reason, "length") << blocking.error;
+  ASSERT_EQ(blocking.finish_reason, FinishReason::Length) << blocking.error;
   ASSERT_EQ(blocking.tokens, s->greedy(kNgram, 3));
 
   boost::asio::io_context io;
@@ -511,7 +511,7 @@ TEST(Engine, TheCoroutineApiGivesWhatTheBlockingWrapperGives) {
   io.run();
   ASSERT_FALSE(error);
   ASSERT_TRUE(finished);
-  EXPECT_EQ(got.finish_reason, "length") << got.error;
+  EXPECT_EQ(got.finish_reason, FinishReason::Length) << got.error;
   EXPECT_EQ(got.tokens, blocking.tokens);
   EXPECT_EQ(got.text, blocking.text);
   EXPECT_EQ(got.from_draft, blocking.from_draft);

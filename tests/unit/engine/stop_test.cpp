@@ -86,7 +86,7 @@ TEST(EngineStopStrings, AStopStringFromTheGreedyTextEndsTheReplyJustBeforeIt) {
   auto engine = small_engine();
   ASSERT_TRUE(engine) << "the default model is missing: run scripts/setup.sh";
   const GenerateResult full = engine->generate_blocking(greedy_request(24));
-  ASSERT_EQ(full.finish_reason, "length") << full.error;
+  ASSERT_EQ(full.finish_reason, FinishReason::Length) << full.error;
   // A stop string from the middle of the text, starting at a word.
   const size_t at = full.text.find(' ', full.text.size() / 2);
   ASSERT_NE(at, std::string::npos) << full.text;
@@ -94,7 +94,7 @@ TEST(EngineStopStrings, AStopStringFromTheGreedyTextEndsTheReplyJustBeforeIt) {
   EngineRequest r = greedy_request(24);
   r.stop = {stop};
   const GenerateResult cut = engine->generate_blocking(r);
-  EXPECT_EQ(cut.finish_reason, "stop");
+  EXPECT_EQ(cut.finish_reason, FinishReason::Stop);
   EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop)));
   EXPECT_LT(cut.tokens.size(), full.tokens.size());
   // The KV of the stopped request is freed.

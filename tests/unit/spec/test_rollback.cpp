@@ -123,7 +123,7 @@ TEST(Rollback, SpeculativeGenerateLeavesTheCacheAsGenerateDoes) {
     out.push_back(t);
     return true;
   });
-  EXPECT_EQ(st.finish_reason, "length");
+  EXPECT_EQ(st.finish_reason, FinishReason::Length);
   EXPECT_EQ(st.generated, 37);
   EXPECT_EQ(kv.length(seq), static_cast<int64_t>(req.prompt.size() + out.size()) - 1);
   EXPECT_LE(drafter.cached_length(), kv.length(seq));

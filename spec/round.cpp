@@ -1,0 +1,27 @@
+#include "spec/round.h"
+
+#include <algorithm>
+
+namespace specula {
+
+std::string_view finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::None: return "";
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Context: return "context";
+    case FinishReason::Cancelled: return "cancelled";
+  }
+  return "";
+}
+
+FinishReason FinishRule::after(std::int32_t token, std::int64_t generated, std::int64_t position,
+                               bool completed_stop_string) const {
+  if (completed_stop_string || std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end())
+    return FinishReason::Stop;
+  if (generated >= max_tokens) return FinishReason::Length;
+  if (max_positions > 0 && position + 1 >= max_positions) return FinishReason::Context;
+  return FinishReason::None;
+}
+
+}  // namespace specula
