@@ -2,11 +2,11 @@
 // on the actor's own strand; each message goes to the derived actor's on(...) overload for its
 // type. An exception while handling one message is reported to on_failure and the actor goes on.
 //
-//   using DraftMessage = std::variant<DraftRound, Rollback>;
+//   using DraftMessage = std::variant<DraftRound, Release>;   // actors/messages.h
 //   class DraftActor : public Actor<DraftActor, DraftMessage> {
 //    public:
-//     void on(DraftRound& round);                        // handled at once
-//     boost::asio::awaitable<void> on(Rollback& back);   // may co_await; the next message waits
+//     boost::asio::awaitable<void> on(DraftRound& round);  // may co_await; the next message waits
+//     void on(Release& release);                           // handled at once
 //     void on_failure(DraftMessage& message, std::exception_ptr error) override;
 //   };
 #pragma once

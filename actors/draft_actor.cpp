@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "actors/scheduler.h"
 #include "spec/make_drafter.h"
 #include "streams/host_stream.h"
 
@@ -19,7 +18,7 @@ DraftActor::DraftActor(boost::asio::any_io_executor executor, std::unique_ptr<Dr
 
 DraftActor::~DraftActor() = default;
 
-void DraftActor::connect(Actor<Scheduler, SchedulerMessage>& scheduler) { to_scheduler_.emplace(scheduler.make_sender()); }
+void DraftActor::connect(Mailbox<SchedulerMessage>::Sender to_scheduler) { to_scheduler_.emplace(std::move(to_scheduler)); }
 
 Drafter* DraftActor::drafter_for(const DraftItem& item) {
   const RequestId id = item.request->id;

@@ -17,7 +17,6 @@
 
 namespace specula::actors {
 
-class Scheduler;
 
 class DraftActor : public Actor<DraftActor, DraftMessage> {
  public:
@@ -28,7 +27,7 @@ class DraftActor : public Actor<DraftActor, DraftMessage> {
   // Owner only, before start(): record spans into `trace` (null: off); it must outlive the actor.
   void set_trace(Trace* trace) { trace_ = trace; }
   // Owner only, before start().
-  void connect(Actor<Scheduler, SchedulerMessage>& scheduler);
+  void connect(Mailbox<SchedulerMessage>::Sender to_scheduler);
 
   boost::asio::awaitable<void> on(DraftRound& round);
   void on(Release& release);

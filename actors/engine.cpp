@@ -97,10 +97,10 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
     m.verifier->set_trace(m.trace.get());
     m.sampler->set_trace(m.trace.get());
   }
-  m.scheduler->connect(*m.draft, *m.verifier, *m.sampler);
-  m.draft->connect(*m.scheduler);
-  m.verifier->connect(*m.scheduler, *m.sampler);
-  m.sampler->connect(*m.scheduler);
+  m.scheduler->connect(m.draft->make_sender(), m.verifier->make_sender(), m.sampler->make_sender());
+  m.draft->connect(m.scheduler->make_sender());
+  m.verifier->connect(m.scheduler->make_sender(), m.sampler->make_sender());
+  m.sampler->connect(m.scheduler->make_sender());
   m.scheduler->start();
   m.draft->start();
   m.verifier->start();

@@ -74,44 +74,6 @@ struct EngineRequest {
   std::vector<std::string> stop;
 };
 
-class Engine;
-struct StreamRegistry;
-
-// One request's events, in order. Move-only. Dropping it before the terminal event cancels the
-// request. A stream may outlive its Engine: once the engine is destroyed, the events it had sent
-// are still read, then an Error ("the engine shut down before the request finished").
-class TokenStream {
- public:
-  TokenStream(TokenStream&& other) noexcept;
-  TokenStream& operator=(TokenStream&& other) noexcept;
-  ~TokenStream();
-
-  // The one reader. The next event; after the terminal one, that event again.
-  boost::asio::awaitable<StreamEvent> next();
-  // The same for a plain thread (blocks).
-  StreamEvent next_blocking();
-  // The next event if one is ready, without waiting (the server coalesces a round's tokens).
-  std::optional<StreamEvent> try_next();
-  // Any thread: stop the request; a Done event with FinishReason::Cancelled follows (unless
-  // it finished first). Its KV is freed at the next round boundary.
-  void cancel();
-  RequestId id() const { return id_; }
-  bool ended() const { return last_.has_value(); }
-
- private:
-  friend class Engine;
-  TokenStream(Engine* engine, std::shared_ptr<StreamRegistry> registry, RequestId id,
-              std::shared_ptr<EventChannel> events);
-  StreamEvent take(std::optional<StreamEvent> ev);
-  void release();  // cancel unless ended, and leave the engine's registry
-
-  Engine* engine_ = nullptr;
-  std::shared_ptr<StreamRegistry> registry_;
-  RequestId id_ = 0;
-  std::shared_ptr<EventChannel> events_;
-  std::optional<StreamEvent> last_;  // the terminal event, once seen
-};
-
 // What the blocking wrapper returns.
 struct GenerateResult {
   std::string text;

@@ -5,7 +5,6 @@
 #include <cassert>
 #include <stdexcept>
 
-#include "actors/scheduler.h"
 
 namespace specula::actors {
 
@@ -50,7 +49,7 @@ Sampler::Sampler(boost::asio::any_io_executor executor, std::shared_ptr<const To
       max_positions_(max_positions),
       hook_(std::move(hook)) {}
 
-void Sampler::connect(Actor<Scheduler, SchedulerMessage>& scheduler) { to_scheduler_.emplace(scheduler.make_sender()); }
+void Sampler::connect(Mailbox<SchedulerMessage>::Sender to_scheduler) { to_scheduler_.emplace(std::move(to_scheduler)); }
 
 Sampler::Open& Sampler::open(const RequestRef& request) {
   auto it = open_.find(request->id);

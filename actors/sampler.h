@@ -15,7 +15,6 @@
 
 namespace specula::actors {
 
-class Scheduler;
 
 inline constexpr std::size_t kMaxStopStrings = 16;
 inline constexpr std::size_t kMaxStopStringBytes = 256;
@@ -36,7 +35,7 @@ class Sampler : public Actor<Sampler, SamplerMessage> {
   // Owner only, before start(): record spans into `trace` (null: off); it must outlive the actor.
   void set_trace(Trace* trace) { trace_ = trace; }
   // Owner only, before start().
-  void connect(Actor<Scheduler, SchedulerMessage>& scheduler);
+  void connect(Mailbox<SchedulerMessage>::Sender to_scheduler);
   // Owner only, before start(); tests only: judge with `rule` instead of spec/'s verify_draft.
   void set_judge_rule(JudgeRule rule) { rule_ = std::move(rule); }
 

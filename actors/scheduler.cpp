@@ -8,20 +8,17 @@
 #include <algorithm>
 #include <cassert>
 
-#include "actors/draft_actor.h"
-#include "actors/sampler.h"
-#include "actors/verifier.h"
 
 namespace specula::actors {
 
 Scheduler::Scheduler(boost::asio::any_io_executor executor, SchedulerLimits limits)
     : Actor(std::move(executor), "scheduler"), limits_(limits) {}
 
-void Scheduler::connect(Actor<DraftActor, DraftMessage>& draft, Actor<Verifier, VerifierMessage>& verifier,
-                        Actor<Sampler, SamplerMessage>& sampler) {
-  to_draft_.emplace(draft.make_sender());
-  to_verifier_.emplace(verifier.make_sender());
-  to_sampler_.emplace(sampler.make_sender());
+void Scheduler::connect(Mailbox<DraftMessage>::Sender to_draft, Mailbox<VerifierMessage>::Sender to_verifier,
+                        Mailbox<SamplerMessage>::Sender to_sampler) {
+  to_draft_.emplace(std::move(to_draft));
+  to_verifier_.emplace(std::move(to_verifier));
+  to_sampler_.emplace(std::move(to_sampler));
 }
 
 int64_t Scheduler::blocks_for(const SpeculativeRequest& r) const {

@@ -43,8 +43,8 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   // Owner only, before start(): record spans into `trace` (null: off); it must outlive the actor.
   void set_trace(Trace* trace) { trace_ = trace; }
   // Owner only, before start().
-  void connect(Actor<DraftActor, DraftMessage>& draft, Actor<Verifier, VerifierMessage>& verifier,
-               Actor<Sampler, SamplerMessage>& sampler);
+  void connect(Mailbox<DraftMessage>::Sender to_draft, Mailbox<VerifierMessage>::Sender to_verifier,
+               Mailbox<SamplerMessage>::Sender to_sampler);
 
   void on(SubmitRequest& submit);
   void on(Cancel& cancel);

@@ -4,8 +4,6 @@
 
 #include <chrono>
 
-#include "actors/sampler.h"
-#include "actors/scheduler.h"
 #include "streams/host_stream.h"
 
 namespace specula::actors {
@@ -22,9 +20,9 @@ Verifier::Verifier(boost::asio::any_io_executor executor, LlamaModel& target, in
 
 Verifier::~Verifier() = default;
 
-void Verifier::connect(Actor<Scheduler, SchedulerMessage>& scheduler, Actor<Sampler, SamplerMessage>& sampler) {
-  to_scheduler_.emplace(scheduler.make_sender());
-  to_sampler_.emplace(sampler.make_sender());
+void Verifier::connect(Mailbox<SchedulerMessage>::Sender to_scheduler, Mailbox<SamplerMessage>::Sender to_sampler) {
+  to_scheduler_.emplace(std::move(to_scheduler));
+  to_sampler_.emplace(std::move(to_sampler));
 }
 
 void Verifier::verify(VerifyRound& round, Judge& judge) {

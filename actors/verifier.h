@@ -15,8 +15,6 @@
 
 namespace specula::actors {
 
-class Scheduler;
-class Sampler;
 
 class Verifier : public Actor<Verifier, VerifierMessage> {
  public:
@@ -28,7 +26,7 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
   // Owner only, before start(): record spans into `trace` (null: off); it must outlive the actor.
   void set_trace(Trace* trace) { trace_ = trace; }
   // Owner only, before start().
-  void connect(Actor<Scheduler, SchedulerMessage>& scheduler, Actor<Sampler, SamplerMessage>& sampler);
+  void connect(Mailbox<SchedulerMessage>::Sender to_scheduler, Mailbox<SamplerMessage>::Sender to_sampler);
 
   boost::asio::awaitable<void> on(VerifyRound& round);
   void on(Release& release);
