@@ -112,14 +112,10 @@ std::vector<std::string> parse_stop(const json& v) {
   } else {
     bad("stop", "stop must be a string or an array of strings, got " + shown(v));
   }
-  if (stops.size() > actors::kMaxStopStrings)
-    bad("stop", "stop: at most " + std::to_string(actors::kMaxStopStrings) + " strings, got " +
-                    std::to_string(stops.size()));
-  for (const std::string& s : stops) {
-    if (s.empty()) bad("stop", "stop: a stop string is empty");
-    if (s.size() > actors::kMaxStopStringBytes)
-      bad("stop", "stop: a stop string has " + std::to_string(s.size()) + " bytes; the limit is " +
-                      std::to_string(actors::kMaxStopStringBytes));
+  try {
+    actors::validate_stop_strings(stops);  // the engine's limits, checked before anything starts
+  } catch (const std::invalid_argument& e) {
+    bad("stop", e.what());
   }
   return stops;
 }

@@ -323,6 +323,114 @@ nlohmann::json bench_spec_pair(Ops& ops, const DeviceOptions& dev, bool with_eng
   return runs;
 }
 
+// One shape's decode and verify timings, with the step recordings (CUDA graphs) off or on.
+struct ShapeTimes {
+  std::vector<double> prefill_tps, decode_tps;
+  nlohmann::json verify = nlohmann::json::array();
+};
+
+ShapeTimes time_shape(LlamaModel& model, KvCache& kv, int seq, const std::vector<int32_t>& prompt, int64_t n_decode,
+                      int repeat, int max_verify, bool graphs) {
+  const auto n_prompt = static_cast<int64_t>(prompt.size());
+  std::vector<float> logits;
+  model.set_recorded_steps(graphs);
+  ShapeTimes out;
+  for (int r = 0; r < repeat + 1; ++r) {  // run 0 warms up (scratch growth, cuBLAS, caches, recordings)
+    kv.truncate_to(seq, 0);
+    auto t0 = Clock::now();
+    ForwardSeq fs{seq, prompt, false};
+    model.forward({&fs, 1}, kv, logits);  // forward copies the logits to the host: synchronous
+    const double tp = seconds_since(t0);
+    int32_t tok = argmax(logits);
+    t0 = Clock::now();
+    for (int64_t i = 0; i < n_decode; ++i) {
+      ForwardSeq step{seq, {&tok, 1}, false};
+      model.forward({&step, 1}, kv, logits);
+      tok = argmax(logits);
+    }
+    const double td = seconds_since(t0);
+    if (r == 0) continue;
+    out.prefill_tps.push_back(n_prompt / tp);
+    out.decode_tps.push_back(n_decode / td);
+  }
+  double t_one = 0;
+  for (int n = 1; n <= max_verify; ++n) {
+    std::vector<double> times;
+    const std::vector<int32_t> toks(prompt.begin(), prompt.begin() + std::min<int64_t>(n, n_prompt));
+    std::vector<int32_t> chunk = toks;
+    chunk.resize(n, prompt[0]);
+    for (int r = 0; r < std::max(7, repeat * 3); ++r) {
+      kv.truncate_to(seq, n_prompt);
+      ForwardSeq fs{seq, chunk, true};
+      const auto t0 = Clock::now();
+      model.forward({&fs, 1}, kv, logits);
+      times.push_back(seconds_since(t0));
+    }
+    const double t = median_of(times);
+    if (n == 1) t_one = t;
+    out.verify.push_back({{"tokens", n}, {"seconds", t}, {"cost_vs_one_token", t / t_one}});
+  }
+  return out;
+}
+
+// On CUDA the skinny matmul's two versions are timed (rows per warp 1, then 4; 0 = the default).
+void set_skinny_rows(Ops& ops, int rows_per_warp) {
+#ifdef SPECULA_HAVE_CUDA
+  if (ops.kind() == DeviceKind::Cuda) static_cast<CudaOps&>(ops).set_skinny_rows_per_warp(rows_per_warp);
+#endif
+  (void)ops;
+  (void)rows_per_warp;
+}
+
+// One shape's JSON: decode against the read roofline (weights plus the average K/V), verify cost,
+// and the variants measured beside the launched steps.
+nlohmann::json shape_json(const std::string& name, const LlamaConfig& cfg, const LlamaModel& model, double upload_s,
+                          int64_t n_prompt, int64_t n_decode, double bandwidth_gbs, const ShapeTimes& launched,
+                          const std::optional<ShapeTimes>& recorded, const std::optional<ShapeTimes>& v2) {
+  const double avg_ctx = n_prompt + n_decode / 2.0;
+  const double kv_bytes = avg_ctx * cfg.layers * 2.0 * cfg.kv_heads * cfg.head_dim * sizeof(float);
+  const double weight_bytes = static_cast<double>(model.weight_bytes_per_token());
+  const double bytes = weight_bytes + kv_bytes;
+  const double roofline_tps = bandwidth_gbs > 0 ? bandwidth_gbs * 1e9 / bytes : 0;
+  const double decode = median_of(launched.decode_tps);
+
+  nlohmann::json j;
+  j["shape"] = name;
+  j["layers"] = cfg.layers;
+  j["hidden"] = cfg.hidden;
+  j["upload_seconds"] = upload_s;
+  j["prompt_tokens"] = n_prompt;
+  j["decode_tokens"] = n_decode;
+  j["prefill_tokens_per_second"] = median_of(launched.prefill_tps);
+  j["decode_tokens_per_second"] = decode;
+  j["decode_runs_tokens_per_second"] = launched.decode_tps;
+  j["decode_step_seconds"] = decode > 0 ? 1.0 / decode : 0;
+  j["weight_bytes_per_token"] = weight_bytes;
+  j["kv_bytes_per_token"] = kv_bytes;
+  j["roofline_tokens_per_second"] = roofline_tps;
+  j["roofline_fraction"] = roofline_tps > 0 ? decode / roofline_tps : 0;
+  j["achieved_gb_per_s"] = decode * bytes / 1e9;
+  j["verify_cost"] = launched.verify;
+  if (v2) {
+    const double d = median_of(v2->decode_tps);
+    j["skinny_v2"] = {{"decode_tokens_per_second", d},
+                      {"roofline_fraction", roofline_tps > 0 ? d / roofline_tps : 0},
+                      {"decode_speedup_vs_v1", decode > 0 ? d / decode : 0},
+                      {"verify_cost", v2->verify}};
+  }
+  if (recorded) {
+    const double d = median_of(recorded->decode_tps);
+    j["cuda_graphs"] = {{"decode_tokens_per_second", d},
+                        {"decode_runs_tokens_per_second", recorded->decode_tps},
+                        {"roofline_fraction", roofline_tps > 0 ? d / roofline_tps : 0},
+                        {"decode_speedup_vs_launched", decode > 0 ? d / decode : 0},
+                        {"verify_cost", recorded->verify}};
+  }
+  std::fprintf(stderr, "%s: %.1f tokens/s, %.0f%% of the roofline\n", name.c_str(), decode,
+               roofline_tps > 0 ? 100 * decode / roofline_tps : 0.0);
+  return j;
+}
+
 }  // namespace
 
 int bench_decode_shape(const Args& a) {
@@ -331,11 +439,7 @@ int bench_decode_shape(const Args& a) {
   const int max_verify = static_cast<int>(a.integer("max-verify", 9));
   if (n_prompt < 1 || n_decode < 2 || repeat < 1 || max_verify < 1)
     throw UsageError("--prompt-tokens >= 1, --decode-tokens >= 2, --repeat >= 1 and --max-verify >= 1");
-  std::vector<std::string> names;
-  {
-    std::stringstream ss(a.str("shape"));
-    for (std::string n; std::getline(ss, n, ',');) names.push_back(n);
-  }
+  const std::vector<std::string> names = split(a.str("shape"), ',');
   std::vector<LlamaConfig> configs;
   for (const std::string& n : names) configs.push_back(shape_config(n));  // usage errors first
 
@@ -362,117 +466,18 @@ int bench_decode_shape(const Args& a) {
     const int seq = kv.create_sequence();
     std::vector<int32_t> prompt;
     for (int64_t i = 0; i < n_prompt; ++i) prompt.push_back(static_cast<int32_t>((i * 7919 + 13) % cfg.vocab_size));
-    std::vector<float> logits;
-
-    // Decode and verify timings with the step recordings (CUDA graphs) off or on.
-    struct Timed {
-      std::vector<double> prefill_tps, decode_tps;
-      nlohmann::json verify = nlohmann::json::array();
-    };
-    auto measure = [&](bool graphs) {
-      model.set_recorded_steps(graphs);
-      Timed out;
-      for (int r = 0; r < repeat + 1; ++r) {  // run 0 warms up (scratch growth, cuBLAS, caches, recordings)
-        kv.truncate_to(seq, 0);
-        auto t0 = Clock::now();
-        ForwardSeq fs{seq, prompt, false};
-        model.forward({&fs, 1}, kv, logits);  // forward copies the logits to the host: synchronous
-        const double tp = seconds_since(t0);
-        int32_t tok = argmax(logits);
-        t0 = Clock::now();
-        for (int64_t i = 0; i < n_decode; ++i) {
-          ForwardSeq step{seq, {&tok, 1}, false};
-          model.forward({&step, 1}, kv, logits);
-          tok = argmax(logits);
-        }
-        const double td = seconds_since(t0);
-        if (r == 0) continue;
-        out.prefill_tps.push_back(n_prompt / tp);
-        out.decode_tps.push_back(n_decode / td);
-      }
-      double t_one = 0;
-      for (int n = 1; n <= max_verify; ++n) {
-        std::vector<double> times;
-        const std::vector<int32_t> toks(prompt.begin(), prompt.begin() + std::min<int64_t>(n, n_prompt));
-        std::vector<int32_t> chunk = toks;
-        chunk.resize(n, prompt[0]);
-        for (int r = 0; r < std::max(7, repeat * 3); ++r) {
-          kv.truncate_to(seq, n_prompt);
-          ForwardSeq fs{seq, chunk, true};
-          const auto t0 = Clock::now();
-          model.forward({&fs, 1}, kv, logits);
-          times.push_back(seconds_since(t0));
-        }
-        const double t = median_of(times);
-        if (n == 1) t_one = t;
-        out.verify.push_back({{"tokens", n}, {"seconds", t}, {"cost_vs_one_token", t / t_one}});
-      }
-      return out;
-    };
-    // On CUDA the skinny matmul's two versions are timed too (rows per warp 1, then 4).
-    auto skinny = [&](int rows_per_warp) {
-#ifdef SPECULA_HAVE_CUDA
-      if (ops->kind() == DeviceKind::Cuda) static_cast<CudaOps&>(*ops).set_skinny_rows_per_warp(rows_per_warp);
-#endif
-      (void)rows_per_warp;
-    };
-    skinny(1);
-    const Timed launched = measure(false);
-    std::optional<Timed> recorded, v2;
-    if (graphs_too) recorded = measure(true);
+    set_skinny_rows(*ops, 1);
+    const ShapeTimes launched = time_shape(model, kv, seq, prompt, n_decode, repeat, max_verify, false);
+    std::optional<ShapeTimes> recorded, v2;
+    if (graphs_too) recorded = time_shape(model, kv, seq, prompt, n_decode, repeat, max_verify, true);
     if (ops->kind() == DeviceKind::Cuda) {
-      skinny(4);
-      v2 = measure(false);
+      set_skinny_rows(*ops, 4);
+      v2 = time_shape(model, kv, seq, prompt, n_decode, repeat, max_verify, false);
     }
-    skinny(0);
+    set_skinny_rows(*ops, 0);
     model.set_recorded_steps(false);
-    const std::vector<double>& prefill_tps = launched.prefill_tps;
-    const std::vector<double>& decode_tps = launched.decode_tps;
-    const nlohmann::json& verify = launched.verify;
-
-    const double avg_ctx = n_prompt + n_decode / 2.0;
-    const double kv_bytes = avg_ctx * cfg.layers * 2.0 * cfg.kv_heads * cfg.head_dim * sizeof(float);
-    const double weight_bytes = static_cast<double>(model.weight_bytes_per_token());
-    const double bytes = weight_bytes + kv_bytes;
-    const double roofline_tps = bandwidth_gbs > 0 ? bandwidth_gbs * 1e9 / bytes : 0;
-    const double decode = median_of(decode_tps);
-    step_seconds.push_back(decode > 0 ? 1.0 / decode : 0);
-
-    nlohmann::json j;
-    j["shape"] = names[si];
-    j["layers"] = cfg.layers;
-    j["hidden"] = cfg.hidden;
-    j["upload_seconds"] = upload_s;
-    j["prompt_tokens"] = n_prompt;
-    j["decode_tokens"] = n_decode;
-    j["prefill_tokens_per_second"] = median_of(prefill_tps);
-    j["decode_tokens_per_second"] = decode;
-    j["decode_runs_tokens_per_second"] = decode_tps;
-    j["decode_step_seconds"] = step_seconds.back();
-    j["weight_bytes_per_token"] = weight_bytes;
-    j["kv_bytes_per_token"] = kv_bytes;
-    j["roofline_tokens_per_second"] = roofline_tps;
-    j["roofline_fraction"] = roofline_tps > 0 ? decode / roofline_tps : 0;
-    j["achieved_gb_per_s"] = decode * bytes / 1e9;
-    j["verify_cost"] = verify;
-    if (v2) {
-      const double d = median_of(v2->decode_tps);
-      j["skinny_v2"] = {{"decode_tokens_per_second", d},
-                        {"roofline_fraction", roofline_tps > 0 ? d / roofline_tps : 0},
-                        {"decode_speedup_vs_v1", decode > 0 ? d / decode : 0},
-                        {"verify_cost", v2->verify}};
-    }
-    if (recorded) {
-      const double d = median_of(recorded->decode_tps);
-      j["cuda_graphs"] = {{"decode_tokens_per_second", d},
-                          {"decode_runs_tokens_per_second", recorded->decode_tps},
-                          {"roofline_fraction", roofline_tps > 0 ? d / roofline_tps : 0},
-                          {"decode_speedup_vs_launched", decode > 0 ? d / decode : 0},
-                          {"verify_cost", recorded->verify}};
-    }
-    shapes.push_back(j);
-    std::fprintf(stderr, "%s: %.1f tokens/s, %.0f%% of the roofline\n", names[si].c_str(), decode,
-                 roofline_tps > 0 ? 100 * decode / roofline_tps : 0.0);
+    shapes.push_back(shape_json(names[si], cfg, model, upload_s, n_prompt, n_decode, bandwidth_gbs, launched, recorded, v2));
+    step_seconds.push_back(shapes.back()["decode_step_seconds"].get<double>());
   }
 
   nlohmann::json out;
@@ -485,8 +490,7 @@ int bench_decode_shape(const Args& a) {
   if (a.has("spec-pair")) {
     if (configs.size() != 2) throw UsageError("--spec-pair needs --shape DRAFT,TARGET (llama-3.2-1b,llama-3.2-3b)");
     std::vector<double> acc;
-    std::stringstream ss(a.str("spec-pair"));
-    for (std::string x; std::getline(ss, x, ',');) acc.push_back(std::stod(x));
+    for (const std::string& x : split(a.str("spec-pair"), ',')) acc.push_back(std::stod(x));
     out["spec_pair"] = bench_spec_pair(*ops, dev, a.str("spec-pair-engine", "on") != "off", configs[0], configs[1], acc,
                                        static_cast<int>(a.integer("spec-k", 4)), std::min<int64_t>(n_prompt, 32), n_decode);
   }

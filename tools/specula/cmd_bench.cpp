@@ -134,19 +134,7 @@ struct SpecTotals {
 };
 
 int bench_spec(const Args& a) {
-  const SamplingParams base = [&] {
-    SamplingParams sp;
-    sp.temperature = static_cast<float>(a.number("temperature", 0.0));
-    sp.top_k = static_cast<int>(a.integer("top-k", 0));
-    sp.top_p = static_cast<float>(a.number("top-p", 1.0));
-    sp.seed = static_cast<uint64_t>(a.integer("seed", 1));
-    try {
-      sp.validate();
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(e.what());
-    }
-    return sp;
-  }();
+  const SamplingParams base = sampling_from_args(a, kBenchSamplingDefaults);
   const DraftLengthConfig draft_length = draft_length_from_args(a);
   std::vector<SpecSampling> modes;
   const std::string which = a.str("spec-sampling", "both");

@@ -221,16 +221,7 @@ StreamOverlap stream_overlap(const std::string& trace_json) {
 }
 
 int bench_spec_engine(const Args& a) {
-  SamplingParams base;
-  base.temperature = static_cast<float>(a.number("temperature", 0.0));
-  base.top_k = static_cast<int>(a.integer("top-k", 0));
-  base.top_p = static_cast<float>(a.number("top-p", 1.0));
-  base.seed = static_cast<uint64_t>(a.integer("seed", 1));
-  try {
-    base.validate();
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
+  const SamplingParams base = sampling_from_args(a, kBenchSamplingDefaults);
   const DraftLengthConfig draft = draft_length_from_args(a);
   std::vector<int> levels = a.has("concurrency") ? a.int_list("concurrency") : std::vector<int>{1};
   for (int c : levels)

@@ -42,12 +42,12 @@ const char* kUsage =
 
 }  // namespace
 
-SamplingParams sampling_from_args(const Args& a) {
+SamplingParams sampling_from_args(const Args& a, const SamplingDefaults& d) {
   SamplingParams sp;
-  sp.temperature = static_cast<float>(a.number("temperature", 0.8));
-  sp.top_k = static_cast<int>(a.integer("top-k", 40));
-  sp.top_p = static_cast<float>(a.number("top-p", 0.95));
-  sp.seed = a.has("seed") ? static_cast<uint64_t>(a.integer("seed", 0)) : std::random_device{}();
+  sp.temperature = static_cast<float>(a.number("temperature", d.temperature));
+  sp.top_k = static_cast<int>(a.integer("top-k", d.top_k));
+  sp.top_p = static_cast<float>(a.number("top-p", d.top_p));
+  sp.seed = a.has("seed") ? static_cast<uint64_t>(a.integer("seed", 0)) : d.seed ? *d.seed : std::random_device{}();
   try {
     sp.validate();
   } catch (const std::invalid_argument& e) {

@@ -2,6 +2,7 @@
 #pragma once
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,17 @@ struct Session {
 // model's context, at most 8192).
 Session open_session(const Args& a);
 
-// --temperature (0.8), --top-k (40), --top-p (0.95), --seed (random): llama.cpp's defaults.
-SamplingParams sampling_from_args(const Args& a);
+// --temperature, --top-k, --top-p, --seed; what each is when the flag is absent. The CLI's are
+// llama.cpp's (0.8, 40, 0.95, a random seed); the benchmarks' are greedy with seed 1.
+struct SamplingDefaults {
+  double temperature = 0.8;
+  int top_k = 40;
+  double top_p = 0.95;
+  std::optional<uint64_t> seed;  // none: a random seed
+};
+inline const SamplingDefaults kBenchSamplingDefaults{0.0, 0, 1.0, 1};
+// The flags as SamplingParams; a value out of range is a UsageError naming it.
+SamplingParams sampling_from_args(const Args& a, const SamplingDefaults& defaults = {});
 
 // Writes a float32 array of the given shape as a NumPy .npy file.
 void write_npy(const std::string& path, const std::vector<float>& data, const std::vector<int64_t>& shape);
