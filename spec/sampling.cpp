@@ -18,10 +18,31 @@ void SamplingParams::validate() const {
 }
 
 int32_t argmax(std::span<const float> x) {
-  int32_t best = 0;
-  for (size_t i = 1; i < x.size(); ++i)
-    if (x[i] > x[best]) best = static_cast<int32_t>(i);
-  return best;
+  // The first index of the largest value, as the plain scan `if (x[i] > x[best]) best = i` gives,
+  // without its load-compare chain per element (that took ~0.1 ms over a 49,152-token vocabulary):
+  // each block's maximum with independent lanes (the compiler vectorizes them), then the first
+  // block holding the overall maximum is scanned for its first index.
+  constexpr size_t kBlock = 256, kLanes = 16;
+  const size_t n = x.size();
+  if (n == 0) return 0;
+  float best = x[0];
+  size_t best_block = 0;
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t end = std::min(n, b + kBlock);
+    float lane[kLanes];
+    for (size_t j = 0; j < kLanes; ++j) lane[j] = -std::numeric_limits<float>::infinity();  // NaN never wins
+    size_t i = b;
+    for (; i + kLanes <= end; i += kLanes)
+      for (size_t j = 0; j < kLanes; ++j) lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+    float m = lane[0];
+    for (size_t j = 1; j < kLanes; ++j) m = lane[j] > m ? lane[j] : m;
+    for (; i < end; ++i) m = x[i] > m ? x[i] : m;
+    if (m > best) best = m, best_block = b;
+  }
+  const size_t end = std::min(n, best_block + kBlock);
+  for (size_t i = best_block; i < end; ++i)
+    if (x[i] == best) return static_cast<int32_t>(i);
+  return 0;  // x[0] is NaN: the plain scan never moves from it either
 }
 
 void transform_logits(std::span<const float> logits, const SamplingParams& sp, std::vector<float>& logp) {

@@ -2,7 +2,10 @@
 // distribution (chi-square, with a planted-bug control), and a seed fixes every draw.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <vector>
 #include <map>
 #include <set>
 
@@ -82,6 +85,34 @@ TEST(Sampling, TopPOverALargeVocabularyWidensPastTheFirstCandidates) {
 
 TEST(Sampling, TemperatureZeroIsArgmaxWithTheLowestIndexOnTies) {
   EXPECT_EQ(sample_token(logits_of({1.0f, 5.0f, 5.0f, 2.0f}), SamplingParams{0.0f, 0, 1.0f, 9}, 3), 1);
+}
+
+TEST(Sampling, ArgmaxIsThePlainScansFirstLargestIndexOnTiesInfinitiesAndNaNs) {
+  auto plain = [](const std::vector<float>& x) {
+    int32_t best = 0;
+    for (size_t i = 1; i < x.size(); ++i)
+      if (x[i] > x[best]) best = static_cast<int32_t>(i);
+    return best;
+  };
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  uint32_t state = 7;
+  auto next = [&] { return philox4x32({state++, 0, 0, 0}, 3)[0]; };
+  for (size_t n : {1u, 2u, 15u, 16u, 17u, 255u, 256u, 257u, 1000u, 49152u}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> x(n);
+      // Few distinct values, so ties are common; some -inf, +inf and NaN.
+      for (float& v : x) {
+        const uint32_t r = next();
+        v = static_cast<float>(r % 7) - 3.0f;
+        if (r % 97 == 0) v = -inf;
+        if (trial % 5 == 1 && r % 301 == 0) v = inf;
+        if (trial % 5 == 2 && r % 53 == 0) v = nan;
+      }
+      if (trial % 5 == 3) std::fill(x.begin(), x.end(), -inf);
+      if (trial % 5 == 4 && n > 1) x[0] = nan;
+      ASSERT_EQ(argmax(x), plain(x)) << "n " << n << ", trial " << trial;
+    }
+  }
 }
 
 TEST(Sampling, ASeedAndPositionFixTheDrawAndOtherPositionsVary) {
