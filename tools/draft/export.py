@@ -1,7 +1,10 @@
 """Writes a trained head as one GGUF file (docs/draft.md, "GGUF layout"): llama.cpp tensor names
 for the decoder layer (q/k rows permuted to adjacent-pair RoPE, as llama.cpp's converter stores a
 llama layer), plus fc.weight, the reduced output.weight, and metadata draft.token_map (int32, reduced id ->
-target token id). Matrices Q8_0 (default) or F16, norms F32.
+target token id). Matrices Q8_0 (default), Q4_1, Q4_0 or F16, norms F32.
+
+Re-export a trained head at another type (the parameters train.py saved):
+    python -m draft.export --target T.gguf --params DIR/params.npz --out D.gguf --type Q4_1
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ _NAMES = {  # head.py parameter -> GGUF tensor name
 }
 # Metadata, not a tensor: an int32 array (the runtime's GGUF reader maps only weight types).
 TOKEN_MAP = "draft.token_map"
+TENSOR_TYPES = ("Q8_0", "Q4_1", "Q4_0", "F16")
 
 
 def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -36,8 +40,8 @@ def write(path, cfg: HeadConfig, params: dict, token_map: np.ndarray, *, target_
     """Writes the file and returns its size in bytes; raises if it exceeds MAX_BYTES.
     extra: more metadata, {key: int | float | str | list[float]}."""
     import gguf
-    if tensor_type not in ("Q8_0", "F16"):
-        raise ValueError(f"tensor type {tensor_type!r}: use Q8_0 or F16")
+    if tensor_type not in TENSOR_TYPES:
+        raise ValueError(f"tensor type {tensor_type!r}: use one of {', '.join(TENSOR_TYPES)}")
     token_map = np.asarray(token_map, dtype=np.int32)
     if token_map.shape != (cfg.n_vocab,) or token_map.min() < 0 or token_map.max() >= target_vocab:
         raise ValueError(f"token_map must be {cfg.n_vocab} ids in [0, {target_vocab})")
@@ -81,7 +85,7 @@ def write(path, cfg: HeadConfig, params: dict, token_map: np.ndarray, *, target_
         elif tensor_type == "F16":
             w.add_tensor(gname, np.ascontiguousarray(a, dtype=np.float16))
         else:
-            q = gguf.GGMLQuantizationType.Q8_0
+            q = getattr(gguf.GGMLQuantizationType, tensor_type)
             w.add_tensor(gname, gguf.quants.quantize(np.ascontiguousarray(a), q), raw_dtype=q)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -91,3 +95,36 @@ def write(path, cfg: HeadConfig, params: dict, token_map: np.ndarray, *, target_
     if size > MAX_BYTES:
         raise ValueError(f"{path} is {size} bytes, over the {MAX_BYTES}-byte limit: lower --vocab or use Q8_0")
     return size
+
+
+def main(argv=None) -> int:
+    import argparse
+    import json
+
+    from . import target
+    p = argparse.ArgumentParser(description="re-export a trained head (train.py's params.npz) at another tensor type")
+    p.add_argument("--target", required=True, help="the target's GGUF (config, hash and name)")
+    p.add_argument("--params", required=True, help="params.npz written by train.py")
+    p.add_argument("--out", required=True)
+    p.add_argument("--type", choices=TENSOR_TYPES, default="Q8_0")
+    p.add_argument("--metrics", help="train.py's metrics.json, to copy the training metadata from")
+    args = p.parse_args(argv)
+    tcfg = target.read_config(args.target)
+    z = np.load(args.params)
+    token_map = np.asarray(z["token_map"], np.int32)
+    params = {k: z[k] for k in z.files if k != "token_map"}
+    cfg = HeadConfig(hidden=tcfg.hidden, intermediate=tcfg.intermediate, heads=tcfg.heads, kv_heads=tcfg.kv_heads,
+                     head_dim=tcfg.head_dim, rope_theta=tcfg.rope_theta, rms_eps=tcfg.rms_eps, n_vocab=len(token_map))
+    extra = {}
+    if args.metrics:
+        m = json.loads(pathlib.Path(args.metrics).read_text())
+        extra = {"draft.train.depth": m["depth"], "draft.train.steps": m["steps"], "draft.train.tokens": m["train_tokens"],
+                 "draft.train.labels": m["labels"], "draft.val.top1": m["validation"]["top1"]}
+    size = write(pathlib.Path(args.out), cfg, params, token_map, target_hash=target.target_hash(args.target),
+                 target_name=target.name_of(args.target), target_vocab=tcfg.vocab, tensor_type=args.type, extra=extra)
+    print(json.dumps({"out": args.out, "type": args.type, "bytes": size}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -177,7 +177,7 @@ def parse_args(argv):
     p.add_argument("--val-fraction", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=20)
-    p.add_argument("--export-type", choices=["Q8_0", "F16"], default="Q8_0")
+    p.add_argument("--export-type", choices=export.TENSOR_TYPES, default="Q8_0")
     return p.parse_args(argv)
 
 
