@@ -272,7 +272,11 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
 
   // --- speculation ---
   DraftLengthConfig draft = defaults.draft;
-  r.mode = SpecSampling::Exact;
+  // A request that names its seed is judged in coupled mode unless it asks for exact: coupled
+  // output is the target's own sample at that seed whatever K, the drafts or the server's load
+  // are, so the same seed and settings give the same text (docs/protocol.md, "seed"). Exact mode's
+  // draws follow the drafts and K, which adaptive K sets from load and timing.
+  r.mode = field(body, "seed") ? SpecSampling::Coupled : SpecSampling::Exact;
   if (const json* v = field(body, "speculation")) {
     draft = parse_speculation(*v, draft);
     if (const json* m = field(*v, "mode")) {
