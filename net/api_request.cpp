@@ -16,6 +16,8 @@ int ApiError::http_status() const {
   if (code == "overloaded") return 429;
   if (code == "shutting_down") return 503;
   if (code == "not_found") return 404;
+  if (code == "missing_api_key" || code == "invalid_api_key") return 401;
+  if (code == "forbidden_origin") return 403;
   if (code == "method_not_allowed") return 405;
   if (code == "internal") return 500;
   return 400;

@@ -94,8 +94,17 @@ asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket so
     std::string_view path(req.target().data(), req.target().size());
     if (auto q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
 
+    const bool upgrade = path == "/v1/ws" && beast::websocket::is_upgrade(req);
+    if (upgrade || needs_key(path)) {
+      if (std::optional<ApiError> refused = check_access(st.config.access, req, upgrade)) {
+        HttpResponse res = error_response(*refused, req.keep_alive(), req.version());
+        auto [wec, wn] = co_await http::async_write(stream, res, kAwait);
+        if (wec || !req.keep_alive()) break;
+        continue;
+      }
+    }
     if (path == "/v1/ws") {
-      if (beast::websocket::is_upgrade(req)) {
+      if (upgrade) {
         registration.reset();  // the WebSocket session registers itself
         co_await run_websocket_session(st, std::move(stream), std::move(req));
         co_return;

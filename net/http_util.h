@@ -34,7 +34,9 @@ inline HttpResponse json_response(unsigned status, const nlohmann::json& body, b
 // {"error":{"message","type","param","code"}} as OpenAI sends it.
 inline nlohmann::json openai_error(const ApiError& e) {
   const int status = e.http_status();
-  const char* type = status == 404   ? "not_found_error"
+  const char* type = status == 401   ? "authentication_error"
+                     : status == 403 ? "permission_error"
+                     : status == 404 ? "not_found_error"
                      : status == 429 ? "rate_limit_error"
                      : status >= 500 ? "server_error"
                                      : "invalid_request_error";
@@ -48,6 +50,7 @@ inline nlohmann::json openai_error(const ApiError& e) {
 inline HttpResponse error_response(const ApiError& e, bool keep_alive, unsigned version = 11) {
   HttpResponse res = json_response(e.http_status(), openai_error(e), keep_alive, version);
   if (e.code == "overloaded") res.set(boost::beast::http::field::retry_after, "1");
+  if (e.http_status() == 401) res.set(boost::beast::http::field::www_authenticate, "Bearer");
   return res;
 }
 

@@ -10,6 +10,7 @@
 
 #include "actors/engine.h"
 #include "net/api_request.h"
+#include "net/auth.h"
 #include "net/metrics.h"
 
 namespace specula::net {
@@ -26,6 +27,7 @@ struct ServerConfig {
   std::chrono::milliseconds shutdown_timeout{10'000};  // in-flight work may finish within this
   std::string served_model_name;           // "" = the model file's name
   RequestDefaults defaults;
+  AccessConfig access;                     // API key and allowed WebSocket origins
 };
 
 struct ServerState {

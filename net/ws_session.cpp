@@ -38,8 +38,10 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   asio::awaitable<void> run(beast::http::request<beast::http::string_body> req) {
     auto self = shared_from_this();
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
-    ws_.set_option(websocket::stream_base::decorator(
-        [](websocket::response_type& res) { res.set(beast::http::field::server, "specula"); }));
+    ws_.set_option(websocket::stream_base::decorator([protocol = websocket_subprotocol(req)](websocket::response_type& res) {
+      res.set(beast::http::field::server, "specula");
+      if (!protocol.empty()) res.set(beast::http::field::sec_websocket_protocol, protocol);
+    }));
     ws_.read_message_max(kHardMessageMax);
     auto [ec] = co_await ws_.async_accept(req, kAwait);
     if (ec) co_return;

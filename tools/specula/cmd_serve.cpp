@@ -1,5 +1,6 @@
 // `specula serve`: the engine behind the HTTP / WebSocket server of net/ (docs/serving.md).
 #include <cstdio>
+#include <cstdlib>
 
 #include "actors/engine.h"
 #include "net/server.h"
@@ -16,13 +17,22 @@ const char* kUsage =
     "                     [--max-batch 16] [--kv-tokens 16384] [--max-queue 256] [--threads 2] [--device auto]\n"
     "                     [--pipeline on|off] [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8]\n"
     "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10]\n"
+    "                     [--api-key KEY] [--allowed-origins ORIGIN,...|*]\n"
     "  Serves the model on one port: the chat page at /, the WebSocket protocol at /v1/ws, the\n"
     "  OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models, /health and /metrics\n"
     "  (docs/protocol.md). --max-batch requests run together, --max-queue more wait; beyond that\n"
     "  requests get 429 / overloaded. --kv-tokens: target KV positions shared by all requests.\n"
     "  --spec-k / --adaptive: the draft length for requests that set none. --max-tokens: the default\n"
     "  for requests that set none. SIGINT / SIGTERM drain: running requests get --shutdown-timeout\n"
-    "  seconds to finish, then are cancelled; the exit status is 0.\n";
+    "  seconds to finish, then are cancelled; the exit status is 0.\n"
+    "  --api-key (or SPECULA_API_KEY): required as 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
+    "  (/health and the chat page stay open; the page asks for the key). Without a key the server\n"
+    "  listens on loopback unless --host says otherwise. A WebSocket upgrade whose Origin is not\n"
+    "  this server is refused unless --allowed-origins lists it (docs/serving.md).\n";
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.starts_with("127.");
+}
 
 }  // namespace
 
@@ -30,7 +40,7 @@ int cmd_serve(int argc, char** argv) {
   const Args a(argc, argv,
                {"model", "draft", "host", "port", "max-batch", "kv-tokens", "max-queue", "threads", "device", "pipeline",
                 "spec-k", "spec-k-min", "spec-k-max", "draft-entropy", "max-tokens", "served-model-name",
-                "shutdown-timeout"},
+                "shutdown-timeout", "api-key", "allowed-origins"},
                {"adaptive"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   actors::EngineConfig ec;
@@ -62,6 +72,15 @@ int cmd_serve(int argc, char** argv) {
   const long long max_tokens = a.integer("max-tokens", 512);
   if (max_tokens < 1 || max_tokens > 1'000'000) throw UsageError("--max-tokens must be between 1 and 1000000");
   sc.defaults.max_tokens = static_cast<int>(max_tokens);
+  if (a.has("api-key")) {
+    sc.access.api_key = a.str("api-key");
+  } else if (const char* env = std::getenv("SPECULA_API_KEY")) {
+    sc.access.api_key = env;
+  }
+  if (a.has("api-key") && sc.access.api_key.empty()) throw UsageError("--api-key must not be empty");
+  for (unsigned char c : sc.access.api_key)
+    if (c < 0x21 || c > 0x7e) throw UsageError("the API key must be printable ASCII without spaces");
+  if (a.has("allowed-origins")) sc.access.allowed_origins = split(a.str("allowed-origins"), ',');
 
   std::fprintf(stderr, "specula serve: loading %s (draft %s)\n", ec.target.c_str(), ec.drafter.c_str());
   actors::Engine engine(ec);
@@ -69,6 +88,14 @@ int cmd_serve(int argc, char** argv) {
     std::printf("specula serve: %s with draft %s, max batch %d; listening on %s (chat page: %s/)\n",
                 net::model_name_from_path(ec.target).c_str(), ec.drafter.c_str(), ec.max_batch, url.c_str(),
                 url.c_str());
+    if (!sc.access.api_key.empty())
+      std::printf("specula serve: an API key is required on /v1/* and /metrics\n");
+    else if (is_loopback(sc.host))
+      std::printf("specula serve: no API key, so listening on loopback only (--api-key or SPECULA_API_KEY to "
+                  "require one; --host to listen elsewhere)\n");
+    else
+      std::printf("specula serve: WARNING: no API key and listening on %s: anyone who reaches this port can use "
+                  "the model (--api-key or SPECULA_API_KEY to require one)\n", sc.host.c_str());
     std::fflush(stdout);
   });
 }
