@@ -1,6 +1,7 @@
 // The WebSocket protocol (docs/protocol.md): a reader that parses and dispatches messages, a
 // writer that drains a bounded outbox, and one coroutine per running generation. All three run on
 // the server's I/O thread, so the session's state needs no lock.
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <memory>
@@ -94,6 +95,11 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       return send_error(nullptr, e.code, e.what());
     }
     if (!msg.is_object()) return send_error(nullptr, "invalid_json", "the message must be a JSON object");
+#ifdef SPECULA_PLANTED_CRASH
+    // Only in the specula-planted-crash build, the message fuzzer's control (tests/integration/
+    // test_fuzz.py): a crash that its mutations reach, to prove the fuzzer reports one.
+    if (auto it = msg.find("max_tokens"); it != msg.end() && it->is_number_float()) std::abort();
+#endif
     json id = nullptr;
     if (auto it = msg.find("id"); it != msg.end() && !it->is_null()) {
       if (!(it->is_string() || it->is_number_integer()))

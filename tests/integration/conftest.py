@@ -30,15 +30,15 @@ def free_port():
 class Server:
     """A running `specula serve` process."""
 
-    def __init__(self, args, log_path):
-        assert SPECULA_BIN.exists(), f"build the specula program first: {SPECULA_BIN} is missing"
+    def __init__(self, args, log_path, binary=SPECULA_BIN):
+        assert binary.exists(), f"build the specula program first: {binary} is missing"
         assert DEFAULT_MODEL.exists(), f"run scripts/setup.sh to fetch the default model into {DEFAULT_MODEL}"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}/v1/ws"
         self.log_path = log_path
         self.log = open(log_path, "w")
-        cmd = [str(SPECULA_BIN), "serve", "--model", str(DEFAULT_MODEL), "--host", "127.0.0.1",
+        cmd = [str(binary), "serve", "--model", str(DEFAULT_MODEL), "--host", "127.0.0.1",
                "--port", str(self.port), "--kv-tokens", str(KV_TOKENS), *args]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
