@@ -13,7 +13,7 @@ WITH_TESTS=0
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 # --- 1. Debian packages (only what is missing) --------------------------------
-PKGS=(build-essential cmake ninja-build pkg-config git unzip ca-certificates
+PKGS=(build-essential cmake ninja-build pkg-config git unzip ca-certificates curl
       libboost1.81-dev nlohmann-json3-dev libconcurrentqueue-dev libpcre2-dev libgtest-dev libssl-dev
       python3 python3-venv python3-pip)
 missing=()
@@ -60,12 +60,17 @@ cmake --build "$BUILD" -j "$JOBS"
 if [ $WITH_TESTS -eq 1 ]; then
   # The integration suite's browser test drives Debian's chromium through Playwright (Playwright
   # never downloads a browser of its own).
-  if ! command -v chromium >/dev/null; then
-    log "installing Debian's chromium (integration tests)"
+  # The deployment tests (tests/integration/test_deploy.py) run Debian's nginx and Prometheus.
+  want=()
+  command -v chromium >/dev/null || want+=(chromium)
+  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || want+=(nginx-light)
+  command -v prometheus >/dev/null || want+=(prometheus)
+  if [ ${#want[@]} -gt 0 ]; then
+    log "installing Debian's ${want[*]} (integration tests)"
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     export DEBIAN_FRONTEND=noninteractive
     $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+    $SUDO apt-get install -y -qq --no-install-recommends "${want[@]}" >/dev/null
   fi
   REQS=("$ROOT/tests/oracle/requirements.txt" "$ROOT/tests/integration/requirements.txt")
   STAMP=$BUILD/venv/.requirements

@@ -30,10 +30,10 @@ def free_port():
 class Server:
     """A running `specula serve` process."""
 
-    def __init__(self, args, log_path, binary=SPECULA_BIN):
+    def __init__(self, args, log_path, binary=SPECULA_BIN, port=None):
         assert binary.exists(), f"build the specula program first: {binary} is missing"
         assert DEFAULT_MODEL.exists(), f"run scripts/setup.sh to fetch the default model into {DEFAULT_MODEL}"
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}/v1/ws"
         self.log_path = log_path

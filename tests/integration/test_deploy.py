@@ -1,0 +1,208 @@
+"""deploy/ with real components on loopback (docs/deploy.md): two `specula serve` replicas behind
+Debian's nginx with the shipped configuration, specula-load through the proxy, a rolling restart
+under load, a replica killed under load, Prometheus scraping both replicas with the shipped
+configuration and rules, and the Kubernetes manifests validated with kubernetes-validate."""
+import json
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from conftest import SOURCE_DIR, Server, free_port, wait_for
+from test_load import PROMPTS, run_load
+
+DEPLOY = SOURCE_DIR / "deploy"
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+PROMETHEUS = shutil.which("prometheus")
+# The main job's drafting; a small KV pool and short replies keep the runs to seconds.
+REPLICA_ARGS = ["--draft", "ngram", "--adaptive", "--max-batch", "16", "--max-queue", "64"]
+LOAD_ARGS = ["--concurrency", 32, "--max-tokens", 12, "--temperature", 0.7, "--json", "--quiet"]
+
+
+class Nginx:
+    def __init__(self, run_dir: pathlib.Path, ports):
+        assert pathlib.Path(NGINX).exists(), "nginx is missing: run scripts/setup.sh --tests"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        servers = "".join(f"    server 127.0.0.1:{p} max_fails=2 fail_timeout=1s;\n" for p in ports)
+        conf = (DEPLOY / "nginx" / "specula.conf.in").read_text()
+        conf = conf.replace("@LISTEN@", f"127.0.0.1:{self.port}").replace("@RUN@", str(run_dir))
+        conf = conf.replace("@SERVERS@\n", servers)
+        (run_dir / "nginx.conf").write_text(conf)
+        self.run_dir = run_dir
+        self.proc = subprocess.Popen([NGINX, "-p", str(run_dir), "-c", str(run_dir / "nginx.conf"), "-g", "daemon off;"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert wait_for(lambda: self._healthy(), timeout=20), self.log()
+
+    def _healthy(self):
+        assert self.proc.poll() is None, self.log()
+        try:
+            return httpx.get(self.url + "/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def log(self):
+        p = self.run_dir / "error.log"
+        return p.read_text() if p.exists() else ""
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGQUIT)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class Cluster:
+    def __init__(self, tmp: pathlib.Path, n=2):
+        self.tmp = tmp
+        self.replicas = [Server(REPLICA_ARGS, tmp / f"replica{i}.log") for i in range(n)]
+        self.nginx = Nginx(tmp / "nginx", [r.port for r in self.replicas])
+        self.restarts = 0
+
+    def restart(self, i, sig=signal.SIGTERM):
+        """Stops replica i with `sig` and starts it again on the same port; returns the exit status."""
+        old = self.replicas[i]
+        code = old.stop(sig, timeout=60)
+        self.restarts += 1
+        self.replicas[i] = Server(REPLICA_ARGS, self.tmp / f"replica{i}.{self.restarts}.log", port=old.port)
+        return code
+
+    def stop(self):
+        self.nginx.stop()
+        for r in self.replicas:
+            r.stop(signal.SIGKILL)
+
+
+def requests_counted(replica):
+    m = replica.metrics()
+    return sum(v for k, v in m.items() if k.startswith("specula_requests_total{") and "rejected" not in k)
+
+
+def load_in_background(url, requests):
+    out = {}
+
+    def go():
+        out["r"] = run_load("--url", url + "/v1/chat/completions", "--prompts", PROMPTS, "--requests", requests,
+                            *LOAD_ARGS)
+    t = threading.Thread(target=go)
+    t.start()
+    return t, out
+
+
+def result_of(out):
+    r = out["r"]
+    result = json.loads(r.stdout)
+    return r.returncode, result, result["summary"]
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    yield c
+    c.stop()
+
+
+def test_32_sessions_through_nginx_are_all_answered_by_both_replicas_and_prometheus_counts_them(cluster, tmp_path):
+    prom = None
+    if PROMETHEUS:
+        port = free_port()
+        run = tmp_path / "prometheus"
+        run.mkdir()
+        targets = ", ".join(f'"127.0.0.1:{r.port}"' for r in cluster.replicas)
+        conf = (DEPLOY / "prometheus" / "prometheus.yml.in").read_text().replace("@TARGETS@", targets)
+        conf = conf.replace("scrape_interval: 5s", "scrape_interval: 1s")
+        (run / "prometheus.yml").write_text(conf)
+        shutil.copy(DEPLOY / "prometheus" / "specula_rules.yml", run)
+        prom = subprocess.Popen([PROMETHEUS, f"--config.file={run / 'prometheus.yml'}", f"--storage.tsdb.path={run / 'tsdb'}",
+                                 f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
+                                stderr=open(run / "prometheus.log", "w"))
+        prom_url = f"http://127.0.0.1:{port}"
+    try:
+        r = run_load("--url", cluster.nginx.url + "/v1/chat/completions", "--prompts", PROMPTS, "--requests", 96,
+                     *LOAD_ARGS)
+        assert r.returncode == 0, r.stderr[-2000:]
+        s = json.loads(r.stdout)["summary"]
+        assert (s["succeeded"], s["failed"]) == (96, 0), s["errors_by_kind"]
+        counts = [requests_counted(rep) for rep in cluster.replicas]
+        assert sum(counts) == 96 and min(counts) > 0, counts  # both replicas served, nothing twice
+        tokens = sum(rep.metrics()["specula_generation_tokens_total"] for rep in cluster.replicas)
+        assert tokens == s["output_tokens"], (tokens, s["output_tokens"])
+        if prom is not None:
+            def query():
+                try:
+                    res = httpx.get(prom_url + "/api/v1/query", params={"query": "sum(specula_generation_tokens_total)"},
+                                    timeout=5).json()["data"]["result"]
+                    return float(res[0]["value"][1]) if res else None
+                except (httpx.HTTPError, KeyError, ValueError):
+                    return None
+            assert wait_for(lambda: query() == s["output_tokens"], timeout=30), (query(), s["output_tokens"])
+            up = httpx.get(prom_url + "/api/v1/query", params={"query": "sum(up{job='specula'})"}, timeout=5).json()
+            assert float(up["data"]["result"][0]["value"][1]) == 2
+    finally:
+        if prom is not None:
+            prom.terminate()
+            prom.wait(10)
+
+
+def test_a_rolling_restart_under_load_loses_no_request(cluster):
+    t, out = load_in_background(cluster.nginx.url, 320)
+    time.sleep(1.0)
+    codes = []
+    for i in range(len(cluster.replicas)):
+        # One at a time: it drains and exits, starts again on its port, answers /health; then
+        # nginx's fail_timeout (1 s) passes before the next one goes (docs/deploy.md).
+        codes.append(cluster.restart(i, signal.SIGTERM))
+        time.sleep(2.0)
+    t.join(600)
+    code, result, s = result_of(out)
+    assert codes == [0, 0], codes
+    assert s["failed"] == 0 and code == 0, s["errors_by_kind"]
+    assert s["succeeded"] == 320
+
+
+def test_a_killed_replica_fails_only_what_it_held_and_new_requests_go_to_the_survivor(cluster):
+    t, out = load_in_background(cluster.nginx.url, 320)
+    time.sleep(1.5)
+    victim = cluster.replicas[0]
+    killed_at = time.monotonic()
+    victim.proc.kill()
+    victim.proc.wait()
+    t.join(600)
+    code, result, s = result_of(out)
+    # The load tester's clock starts at its first request; the kill is placed on it by the
+    # requests that were running then.
+    failed = [q for q in result["requests"] if not q["ok"]]
+    report = {"failed": len(failed), "kinds": s["errors_by_kind"]}
+    print("crash report:", json.dumps(report))
+    assert s["succeeded"] + s["failed"] == 320
+    assert len(failed) <= 32, report  # at most the requests in flight on it (16 batch + queue share)
+    for q in failed:
+        assert q.get("error"), q  # each failure says why
+    if failed:
+        last_failure = max(q["start_ms"] for q in failed)
+        # Requests sent more than a few seconds after the first failure all succeeded.
+        late = [q for q in result["requests"] if q["start_ms"] > last_failure + 3000]
+        assert late and all(q["ok"] for q in late), report
+    assert cluster.replicas[1].proc.poll() is None
+
+
+def test_the_kubernetes_manifests_validate(tmp_path):
+    tool = pathlib.Path(sys.executable).parent / "kubernetes-validate"  # the test venv's
+    assert tool.exists(), f"{tool} is missing: run scripts/setup.sh --tests"
+    r = subprocess.run([str(tool), "--strict", str(DEPLOY / "k8s" / "specula.yaml")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for kind in ("deployment/specula", "service/specula", "horizontalpodautoscaler/specula"):
+        assert f"passed for resource {kind}" in r.stdout + r.stderr, r.stdout + r.stderr
+    # And it can fail: a Deployment without its selector is refused.
+    bad = (DEPLOY / "k8s" / "specula.yaml").read_text().replace("  selector:\n    matchLabels: {app: specula}\n", "", 1)
+    (tmp_path / "bad.yaml").write_text(bad)
+    r = subprocess.run([str(tool), "--strict", str(tmp_path / "bad.yaml")], capture_output=True, text=True)
+    assert r.returncode != 0, r.stdout + r.stderr
