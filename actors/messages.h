@@ -1,4 +1,4 @@
-// The messages between the engine and its four actors (DESIGN.md section 3): plain structs named
+// The messages between the engine and its four actors (docs/design.md section 3): plain structs named
 // for what they ask. A round flows scheduler -> draft (DraftRound) -> scheduler (DraftsReady)
 // -> verifier (VerifyRound) -> sampler (Judge) -> scheduler (Verdict); a failure anywhere comes
 // back as RoundFailed and the scheduler ends that round's requests with Release.

@@ -1,4 +1,4 @@
-// The sequential speculative loop (DESIGN.md section 1, steps 1-6), one sequence at a time.
+// The sequential speculative loop (docs/design.md section 1, steps 1-6), one sequence at a time.
 #include "spec/speculative_generate.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The verifier of speculative decoding (Leviathan et al. 2023, Algorithm 1; DESIGN.md section 1):
+// The verifier of speculative decoding (Leviathan et al. 2023, Algorithm 1; docs/design.md section 1):
 // given K draft tokens with their draft distributions q and the target's distributions p at K+1
 // positions, decide how many draft tokens to keep and which target token to add.
 //

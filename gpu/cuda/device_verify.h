@@ -1,4 +1,4 @@
-// The acceptance step of speculative sampling on the CUDA device (DESIGN.md section 1): the
+// The acceptance step of speculative sampling on the CUDA device (docs/design.md section 1): the
 // target's logits [k+1, V] and the draft's q [k, V] stay on the device, and only the verdict
 // (accepted count and at most k+1 tokens) crosses to the host. It reproduces spec/'s host rule,
 // verify_draft() in spec/speculative_sampling.h, with the same Philox counters: the same
