@@ -163,6 +163,7 @@ std::vector<int32_t> Engine::tokenize(const EngineRequest& request) const {
   if (!request.prompt_ids.empty()) return request.prompt_ids;
   const LoadedModel& f = *impl_->files;
   if (!f.tokenizer) throw std::invalid_argument("the model has no tokenizer; pass prompt_ids");
+  if (!request.messages.empty()) return f.tokenizer->encode(f.chat_template.render(request.messages));
   if (request.chat) return f.tokenizer->encode(f.chat_template.render({ChatMessage{"user", request.prompt}}));
   return f.tokenizer->encode(request.prompt);
 }

@@ -63,6 +63,7 @@ struct EngineRequest {
   std::string prompt;                          // text, used when prompt_ids is empty
   std::vector<int32_t> prompt_ids;             // token ids (taken as they are)
   bool chat = false;                           // apply the model's chat template to `prompt` (one user message)
+  std::vector<ChatMessage> messages;           // a conversation in the chat template (instead of `prompt`)
   int max_tokens = 256;
   SamplingParams sampling{0.0f, 0, 1.0f, 0};   // greedy by default
   SpecSampling mode = SpecSampling::Exact;

@@ -1,0 +1,108 @@
+// include/specula/specula.h, the public API, over the engine of actors/engine.h.
+#include "specula/specula.h"
+
+#include <random>
+#include <stdexcept>
+
+#include "actors/engine.h"
+
+namespace specula {
+
+namespace {
+
+Stats stats_of(const SpeculativeStats& s) {
+  return {s.prompt_tokens, s.generated, s.rounds, s.drafted, s.accepted};
+}
+
+Event event_of(actors::StreamEvent ev) {
+  Event out;
+  out.kind = ev.kind == actors::StreamEvent::Kind::Token  ? Event::Kind::Token
+             : ev.kind == actors::StreamEvent::Kind::Done ? Event::Kind::Done
+                                                          : Event::Kind::Error;
+  out.text = std::move(ev.text);
+  out.token = ev.token;
+  out.from_draft = ev.from_draft;
+  out.finish_reason = std::string(finish_reason_name(ev.finish_reason));
+  out.error = std::move(ev.error);
+  out.stats = stats_of(ev.stats);
+  return out;
+}
+
+actors::EngineRequest request_of(Request r) {
+  actors::EngineRequest e;
+  e.prompt = std::move(r.prompt);
+  e.chat = r.chat;
+  for (Message& m : r.messages) e.messages.push_back({std::move(m.role), std::move(m.content)});
+  e.max_tokens = r.max_tokens;
+  e.sampling.temperature = r.temperature;
+  e.sampling.top_k = r.top_k;
+  e.sampling.top_p = r.top_p;
+  if (r.seed) {
+    e.sampling.seed = *r.seed;
+  } else {
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    e.sampling.seed = rng();
+  }
+  // As the server does (docs/protocol.md, "The seed promise"): a named seed means coupled.
+  if (r.mode.empty()) r.mode = r.seed ? "coupled" : "exact";
+  if (r.mode != "exact" && r.mode != "coupled")
+    throw std::invalid_argument("mode must be \"exact\" or \"coupled\", got \"" + r.mode + "\"");
+  e.mode = r.mode == "coupled" ? SpecSampling::Coupled : SpecSampling::Exact;
+  e.stop = std::move(r.stop);
+  return e;
+}
+
+}  // namespace
+
+Stream::Stream(std::unique_ptr<actors::TokenStream> s) : s_(std::move(s)) {}
+Stream::Stream(Stream&&) noexcept = default;
+Stream& Stream::operator=(Stream&&) noexcept = default;
+Stream::~Stream() = default;
+
+boost::asio::awaitable<Event> Stream::next() { co_return event_of(co_await s_->next()); }
+Event Stream::next_blocking() { return event_of(s_->next_blocking()); }
+void Stream::cancel() { s_->cancel(); }
+
+Engine::Engine(EngineOptions o) {
+  if (o.model.empty()) throw std::invalid_argument("EngineOptions::model is empty: give a GGUF file or a model directory");
+  actors::EngineConfig c;
+  c.target = std::move(o.model);
+  c.drafter = std::move(o.drafter);
+  c.device = std::move(o.device);
+  c.threads = o.threads;
+  c.max_batch = o.max_batch;
+  c.kv_tokens = o.kv_tokens;
+  c.pipeline = o.pipeline;
+  c.draft.k = o.spec_k;
+  c.draft.adaptive = o.adaptive;
+  c.draft.k_max = std::max(c.draft.k_max, o.spec_k);
+  c.draft.validate();
+  engine_ = std::make_unique<actors::Engine>(std::move(c));
+}
+
+Engine::~Engine() = default;
+
+Stream Engine::start(Request request) {
+  return Stream(std::make_unique<actors::TokenStream>(engine_->start(request_of(std::move(request)))));
+}
+
+boost::asio::awaitable<Stream> Engine::generate(Request request) { co_return start(std::move(request)); }
+
+Result Engine::generate_blocking(Request request) {
+  Stream s = start(std::move(request));
+  Result r;
+  for (;;) {
+    Event ev = s.next_blocking();
+    r.text += ev.text;
+    if (ev.kind == Event::Kind::Token) {
+      r.tokens.push_back(ev.token);
+      continue;
+    }
+    r.finish_reason = ev.kind == Event::Kind::Done ? ev.finish_reason : "";
+    r.error = std::move(ev.error);
+    r.stats = ev.stats;
+    return r;
+  }
+}
+
+}  // namespace specula

@@ -1,0 +1,123 @@
+// Specula's public C++ API: the engine in your own process, one header. Stream a reply with C++20
+// coroutines on your own Asio executor, or call the blocking wrapper. Installed by
+// `cmake --install`; find it with `find_package(Specula)` and link `Specula::engine`
+// (docs/engine.md, "Using the engine from your program").
+//
+//   specula::Engine engine({.model = "SmolLM2-135M-Instruct.Q4_1.gguf"});
+//   specula::Request request;  request.prompt = "Hello";  request.chat = true;
+//   specula::Stream stream = co_await engine.generate(std::move(request));
+//   for (specula::Event ev = co_await stream.next();; ev = co_await stream.next()) {
+//     std::cout << ev.text;
+//     if (ev.terminal()) break;   // Done (ev.finish_reason, ev.stats) or Error (ev.error)
+//   }
+//
+// Only this header is public: the actors, devices and models behind it are not part of the API.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+
+namespace specula {
+
+namespace actors {
+class Engine;
+class TokenStream;
+}  // namespace actors
+
+struct EngineOptions {
+  std::string model;                 // a GGUF file or a Hugging Face directory
+  std::string drafter = "ngram";     // none | ngram[:n=N] | skip:LAYERS | eagle[:PATH] | a draft model path
+  std::string device = "auto";       // auto | host | cuda
+  int threads = 2;                   // compute threads of the host device
+  int max_batch = 16;                // requests decoded together
+  std::int64_t kv_tokens = 16384;    // KV positions shared by all requests
+  bool pipeline = false;             // draft round n+1 while round n is verified
+  int spec_k = 4;                    // draft tokens per round, for requests that set none
+  bool adaptive = false;             // K per round from the running acceptance
+};
+
+struct Message {
+  std::string role;     // system | user | assistant
+  std::string content;
+};
+
+struct Request {
+  std::string prompt;                 // text; with `chat`, one user message in the model's chat template
+  bool chat = false;
+  std::vector<Message> messages;      // a whole conversation (instead of `prompt`), templated
+  int max_tokens = 256;
+  float temperature = 0.0f;           // 0 = greedy
+  int top_k = 0;                      // 0 = off
+  float top_p = 1.0f;
+  std::optional<std::uint64_t> seed;  // none: a random seed
+  std::string mode;                   // "exact" (rejection sampling) or "coupled"; "" = coupled with a seed, else exact
+  std::vector<std::string> stop;      // the text ends before the first of these
+};
+
+struct Stats {
+  std::int64_t prompt_tokens = 0;
+  std::int64_t generated = 0;
+  std::int64_t rounds = 0;     // target forwards
+  std::int64_t drafted = 0;    // draft tokens proposed
+  std::int64_t accepted = 0;   // draft tokens accepted
+};
+
+struct Event {
+  enum class Kind { Token, Done, Error };
+  Kind kind = Kind::Token;
+  std::string text;            // the text this token completes (Done: what was held back)
+  std::int32_t token = -1;     // Token: its id
+  bool from_draft = false;     // Token: an accepted draft token
+  std::string finish_reason;   // Done: stop | length | context | cancelled
+  std::string error;           // Error: what failed, in one line
+  Stats stats;                 // Done and Error
+  bool terminal() const { return kind != Kind::Token; }
+};
+
+// One request's events, in order; dropping it before the end cancels the request.
+class Stream {
+ public:
+  Stream(Stream&&) noexcept;
+  Stream& operator=(Stream&&) noexcept;
+  ~Stream();
+  boost::asio::awaitable<Event> next();  // the next event; after the terminal one, that again
+  Event next_blocking();                 // the same for a plain thread
+  void cancel();                         // any thread; a Done with "cancelled" follows
+
+ private:
+  friend class Engine;
+  explicit Stream(std::unique_ptr<actors::TokenStream> s);
+  std::unique_ptr<actors::TokenStream> s_;
+};
+
+struct Result {
+  std::string text;
+  std::vector<std::int32_t> tokens;
+  std::string finish_reason;  // "" on error
+  std::string error;
+  Stats stats;
+};
+
+class Engine {
+ public:
+  // Loads the model and the drafter and starts the engine's threads. Throws std::exception with
+  // one line naming what is wrong (a missing or corrupt file, a bad setting).
+  explicit Engine(EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Any thread. Throws std::invalid_argument naming the field for a bad request.
+  boost::asio::awaitable<Stream> generate(Request request);
+  Stream start(Request request);
+  Result generate_blocking(Request request);
+
+ private:
+  std::unique_ptr<actors::Engine> engine_;
+};
+
+}  // namespace specula
