@@ -162,31 +162,71 @@ std::uint64_t Engine::failures() const {
 std::vector<int32_t> Engine::tokenize(const EngineRequest& request) const {
   if (!request.prompt_ids.empty()) return request.prompt_ids;
   const LoadedModel& f = *impl_->files;
-  if (!f.tokenizer) throw std::invalid_argument("the model has no tokenizer; pass prompt_ids");
-  if (!request.messages.empty()) return f.tokenizer->encode(f.chat_template.render(request.messages));
-  if (request.chat) return f.tokenizer->encode(f.chat_template.render({ChatMessage{"user", request.prompt}}));
-  return f.tokenizer->encode(request.prompt);
+  const char* field = request.messages.empty() ? "prompt" : "messages";
+  if (!f.tokenizer) throw RequestError("invalid_request", field, "the model has no tokenizer; pass prompt_ids");
+  std::string text = request.prompt;
+  try {
+    if (!request.messages.empty())
+      text = f.chat_template.render(request.messages);
+    else if (request.chat)
+      text = f.chat_template.render({ChatMessage{"user", request.prompt}});
+  } catch (const std::invalid_argument& e) {
+    throw RequestError("invalid_request", field, e.what());
+  }
+  return f.tokenizer->encode(text);
 }
 
-TokenStream Engine::start(EngineRequest request) {
+int64_t Engine::context_length() const {
+  int64_t ctx = impl_->model->config().max_positions;
+  // The scheduler reserves prompt + max_tokens + kMaxDraftTokens + 1 positions in whole blocks;
+  // beyond the pool a request could never be admitted.
+  const int64_t blocks = kv_blocks_total();
+  if (blocks > 0) {
+    const int64_t block_tokens = std::max<int64_t>(1, impl_->cfg.kv_tokens / blocks);
+    const int64_t room = blocks * block_tokens - (kMaxDraftTokens + 1);
+    if (ctx <= 0 || room < ctx) ctx = room;
+  }
+  return ctx;
+}
+
+TokenStream Engine::start(EngineRequest request, Admission* admission) {
   Impl& m = *impl_;
   auto info = std::make_shared<RequestInfo>();
   SpeculativeRequest& r = info->request;
+  const char* prompt_field = request.messages.empty() ? "prompt" : "messages";
   r.prompt = tokenize(request);
   r.max_tokens = request.max_tokens;
   r.sampling = request.sampling;
   r.stop_ids = request.stop_ids ? *request.stop_ids : m.default_stop;
   r.draft = request.draft ? *request.draft : m.cfg.draft;
   r.mode = request.mode;
-  r.sampling.validate();
-  r.draft.validate();
-  if (r.max_tokens < 1) throw std::invalid_argument("max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
-  if (r.prompt.empty()) throw std::invalid_argument("the prompt is empty");
-  validate_stop_strings(request.stop);
-  const int64_t ctx = m.model->config().max_positions;
-  if (ctx > 0 && static_cast<int64_t>(r.prompt.size()) >= ctx)
-    throw std::invalid_argument("the prompt has " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
-                                std::to_string(ctx));
+  auto check = [](const char* field, auto&& validate) {
+    try {
+      validate();
+    } catch (const RequestError&) {
+      throw;
+    } catch (const std::invalid_argument& e) {
+      throw RequestError("invalid_request", field, e.what());
+    }
+  };
+  check("sampling", [&] { r.sampling.validate(); });
+  check("speculation", [&] { r.draft.validate(); });
+  check("stop", [&] { validate_stop_strings(request.stop); });
+  if (r.max_tokens < 1)
+    throw RequestError("invalid_request", "max_tokens", "max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
+  if (r.prompt.empty()) throw RequestError("invalid_request", prompt_field, "the prompt is empty");
+  const auto prompt_tokens = static_cast<int64_t>(r.prompt.size());
+  const int64_t ctx = context_length();
+  if (ctx > 0 && prompt_tokens >= ctx)
+    throw RequestError("context_length_exceeded", prompt_field,
+                       "this model's maximum context length is " + std::to_string(ctx) + " tokens; the prompt has " +
+                           std::to_string(prompt_tokens) + " tokens");
+  bool clamped = false;
+  if (request.fit_to_context && ctx > 0 && prompt_tokens + r.max_tokens > ctx) {
+    r.max_tokens = static_cast<int>(ctx - prompt_tokens);
+    clamped = true;
+  }
+  if (admission) *admission = {prompt_tokens, clamped};
   info->id = m.next_id.fetch_add(1);
   info->events = std::make_shared<EventChannel>();
   info->stop = std::move(request.stop);

@@ -59,11 +59,23 @@ struct EngineConfig {
   JudgeRule judge_rule;                // tests only: replaces the acceptance rule (a planted bug)
 };
 
+// A request the engine refuses, naming the field: `code` is "invalid_request" or
+// "context_length_exceeded" (the server sends both as 400 with this message).
+struct RequestError : std::invalid_argument {
+  RequestError(std::string code_, std::string field_, const std::string& message)
+      : std::invalid_argument(message), code(std::move(code_)), field(std::move(field_)) {}
+  std::string code;
+  std::string field;  // "messages", "prompt", "max_tokens", "stop", "sampling", "speculation"
+};
+
 struct EngineRequest {
   std::string prompt;                          // text, used when prompt_ids is empty
   std::vector<int32_t> prompt_ids;             // token ids (taken as they are)
   bool chat = false;                           // apply the model's chat template to `prompt` (one user message)
   std::vector<ChatMessage> messages;           // a conversation in the chat template (instead of `prompt`)
+  // max_tokens beyond the room the context leaves after the prompt: cut to that room (the server's
+  // rule; Admission::max_tokens_clamped says so) instead of running into the context's end.
+  bool fit_to_context = false;
   int max_tokens = 256;
   SamplingParams sampling{0.0f, 0, 1.0f, 0};   // greedy by default
   SpecSampling mode = SpecSampling::Exact;
@@ -73,6 +85,12 @@ struct EngineRequest {
   // Stop strings: the text ends before the first one that appears (it is not shown), with
   // FinishReason::Stop. Text that might still become one is held back until it cannot.
   std::vector<std::string> stop;
+};
+
+// What Engine::start settled for a request it took.
+struct Admission {
+  int64_t prompt_tokens = 0;
+  bool max_tokens_clamped = false;  // fit_to_context cut max_tokens
 };
 
 // What the blocking wrapper returns.
@@ -97,10 +115,12 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Any thread. Submits the request; throws std::invalid_argument for a bad one (empty prompt,
-  // bad sampling or K, prompt longer than the context).
+  // Any thread. Submits the request: templates (messages, or `prompt` with `chat`), tokenizes,
+  // checks it against the limits. Throws RequestError naming the field for a bad one (empty
+  // prompt, a prompt that fills the context, bad sampling, K or stop strings), runtime_error
+  // when the engine is shutting down.
   boost::asio::awaitable<TokenStream> generate(EngineRequest request) { co_return start(std::move(request)); }
-  TokenStream start(EngineRequest request);
+  TokenStream start(EngineRequest request, Admission* admission = nullptr);
   // Blocking wrapper: runs one request to its end.
   GenerateResult generate_blocking(EngineRequest request);
 
@@ -109,6 +129,9 @@ class Engine {
   const EngineConfig& config() const;
   const LoadedModel& model() const;
   std::vector<int32_t> tokenize(const EngineRequest& request) const;
+  // The positions a request may fill: the model's context, and no more than the KV pool can
+  // ever give one request.
+  int64_t context_length() const;
   bool idle() const;                // nothing queued, active or in flight, every finished request's KV freed
   int64_t kv_blocks_free() const;   // the target pool as the verifier last left it
   int64_t kv_blocks_total() const;

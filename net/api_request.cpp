@@ -161,19 +161,6 @@ json parse_json(std::string_view text) {
   return j;
 }
 
-int64_t context_length(const actors::Engine& engine) {
-  int64_t ctx = engine.model().weights.config.max_positions;
-  // The scheduler reserves prompt + max_tokens + 17 positions in whole blocks; beyond the pool a
-  // request could never be admitted.
-  const int64_t blocks = engine.kv_blocks_total();
-  if (blocks > 0) {
-    const int64_t block_tokens = std::max<int64_t>(1, engine.config().kv_tokens / blocks);
-    const int64_t room = blocks * block_tokens - 17;
-    if (ctx <= 0 || room < ctx) ctx = room;
-  }
-  return ctx;
-}
-
 std::string model_name_from_path(const std::string& path) {
   std::filesystem::path p(path);
   if (p.filename().empty()) p = p.parent_path();
@@ -200,22 +187,15 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     bad("messages", "give exactly one of messages or prompt");
   if (kind == PromptKind::Chat) prompt = nullptr;
   if (kind == PromptKind::Completion) messages = nullptr;
-  if (!model.tokenizer) throw ApiError("internal", "the model has no tokenizer");
+  // The engine templates, tokenizes and checks the prompt against the context (Engine::start).
   if (messages) {
-    const std::vector<ChatMessage> chat = parse_messages(*messages, openai);
-    std::string text;
-    try {
-      text = model.chat_template.render(chat);
-    } catch (const std::invalid_argument& e) {
-      bad("messages", e.what());
-    }
-    r.prompt_ids = model.tokenizer->encode(text);
+    r.messages = parse_messages(*messages, openai);
   } else {
     const json& p = *prompt;
     if (p.is_string()) {
-      r.prompt_ids = model.tokenizer->encode(p.get<std::string>());
+      r.prompt = p.get<std::string>();
     } else if (openai && p.is_array() && p.size() == 1 && p[0].is_string()) {
-      r.prompt_ids = model.tokenizer->encode(p[0].get<std::string>());
+      r.prompt = p[0].get<std::string>();
     } else if (openai && p.is_array() && p.size() == 1 && p[0].is_array()) {
       r.prompt_ids = parse_token_ids(p[0], vocab);
     } else if (openai && p.is_array() && !p.empty() && p[0].is_number()) {
@@ -227,26 +207,15 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
                         shown(p));
     }
   }
-  if (r.prompt_ids.empty()) bad(messages ? "messages" : "prompt", "the prompt is empty");
-  out.prompt_tokens = static_cast<int64_t>(r.prompt_ids.size());
-  const int64_t ctx = context_length(engine);
-  if (out.prompt_tokens >= ctx)
-    throw ApiError("context_length_exceeded",
-                   "this model's maximum context length is " + std::to_string(ctx) + " tokens; the prompt has " +
-                       std::to_string(out.prompt_tokens) + " tokens",
-                   messages ? "messages" : "prompt");
 
   // --- length and sampling ---
   int64_t max_tokens = defaults.max_tokens;
   const char* max_name = "max_tokens";
   const json* mt = field(body, "max_tokens");
   if (!mt && openai && (mt = field(body, "max_completion_tokens"))) max_name = "max_completion_tokens";
-  if (mt) max_tokens = integer(*mt, max_name, 1, ctx);
-  if (out.prompt_tokens + max_tokens > ctx) {
-    max_tokens = ctx - out.prompt_tokens;
-    out.max_tokens_clamped = true;
-  }
+  if (mt) max_tokens = integer(*mt, max_name, 1, engine.context_length());
   r.max_tokens = static_cast<int>(max_tokens);
+  r.fit_to_context = true;  // cut to the room the prompt leaves; the finish reason is then "context"
 
   SamplingParams& sp = r.sampling;
   sp.temperature = defaults.temperature;

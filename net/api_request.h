@@ -35,17 +35,16 @@ struct RequestDefaults {
 
 // A request ready for Engine::start, and what the server needs to report on it.
 struct ParsedRequest {
-  actors::EngineRequest request;   // prompt_ids filled in (tokenized here)
-  int64_t prompt_tokens = 0;
-  bool max_tokens_clamped = false; // max_tokens was cut to the room left in the context
+  actors::EngineRequest request;   // messages, prompt text or token ids: the engine tokenizes
   bool stream = false;             // OpenAI: stream
   bool include_usage = false;      // OpenAI: stream_options.include_usage
 };
 
 enum class PromptKind { Chat, Completion, WebSocket };  // messages only / prompt only / either
 
-// Parses the fields of docs/protocol.md from `body` (a JSON object) and tokenizes the prompt.
-// Throws ApiError (invalid_request naming the field, context_length_exceeded).
+// Parses the fields of docs/protocol.md from `body` (a JSON object) into an engine request;
+// Engine::start templates and tokenizes it and checks it against the context. Throws ApiError
+// (invalid_request naming the field).
 ParsedRequest parse_generation(const nlohmann::json& body, PromptKind kind, const actors::Engine& engine,
                                const RequestDefaults& defaults);
 
@@ -53,9 +52,6 @@ ParsedRequest parse_generation(const nlohmann::json& body, PromptKind kind, cons
 // nests deeper than 64 levels (nlohmann's printer and destructor recurse: a deep enough document
 // would overflow the stack).
 nlohmann::json parse_json(std::string_view text);
-
-// The context a request may fill: the model's positions, and no more than the KV pool holds.
-int64_t context_length(const actors::Engine& engine);
 
 // The name clients see in /v1/models and responses: the model file's name without ".gguf".
 std::string model_name_from_path(const std::string& path);

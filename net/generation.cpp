@@ -30,18 +30,30 @@ json GenerationStats::to_json() const {
                                     : 0.0}};
 }
 
-std::shared_ptr<Generation> Generation::start(ServerState& st, ParsedRequest parsed, Clock::time_point received) {
+Generation::Admitted Generation::admit(ServerState& st, const nlohmann::json& body, PromptKind kind,
+                                       Clock::time_point received) {
   auto reject = [&](ApiError e) {
     st.metrics.count_request("rejected");
     return e;
   };
+  ParsedRequest parsed;
+  try {
+    parsed = parse_generation(body, kind, st.engine, st.config.defaults);
+  } catch (const ApiError& e) {
+    throw reject(e);
+  }
   if (st.draining) throw reject(ApiError("shutting_down", "the server is shutting down"));
   if (st.inflight >= st.admission_limit())
     throw reject(ApiError("overloaded", "the server is at its limit of " + std::to_string(st.admission_limit()) +
                                             " running and queued requests; retry later"));
   try {
-    actors::TokenStream stream = st.engine.start(parsed.request);
-    return std::shared_ptr<Generation>(new Generation(st, std::move(stream), parsed, received));
+    actors::Admission admission;
+    const uint64_t seed = parsed.request.sampling.seed;
+    actors::TokenStream stream = st.engine.start(std::move(parsed.request), &admission);
+    return {std::shared_ptr<Generation>(new Generation(st, std::move(stream), seed, admission, received)),
+            parsed.stream, parsed.include_usage};
+  } catch (const actors::RequestError& e) {
+    throw reject(ApiError(e.code, e.what(), e.field));
   } catch (const std::invalid_argument& e) {
     throw reject(ApiError("invalid_request", e.what()));
   } catch (const std::runtime_error& e) {  // the engine is shutting down
@@ -49,19 +61,19 @@ std::shared_ptr<Generation> Generation::start(ServerState& st, ParsedRequest par
   }
 }
 
-Generation::Generation(ServerState& st, actors::TokenStream stream, const ParsedRequest& parsed,
+Generation::Generation(ServerState& st, actors::TokenStream stream, uint64_t seed, const actors::Admission& admission,
                        Clock::time_point received)
     : st_(st),
       stream_(std::move(stream)),
       key_(st.next_key++),
-      seed_(parsed.request.sampling.seed),
-      clamped_(parsed.max_tokens_clamped),
+      seed_(seed),
+      clamped_(admission.max_tokens_clamped),
       received_(received) {
-  stats_.prompt_tokens = parsed.prompt_tokens;
+  stats_.prompt_tokens = admission.prompt_tokens;
   st_.generations.emplace(key_, this);
   ++st_.inflight;
   ++st_.metrics.waiting;
-  st_.metrics.prompt_tokens += parsed.prompt_tokens;
+  st_.metrics.prompt_tokens += admission.prompt_tokens;
 }
 
 Generation::~Generation() {

@@ -48,9 +48,16 @@ struct GenerationStats {
 class Generation {
  public:
   using Clock = std::chrono::steady_clock;
-  // Admits and starts the request. Throws ApiError: shutting_down, overloaded, or
-  // invalid_request when the engine refuses it. Counts the refusal as "rejected".
-  static std::shared_ptr<Generation> start(ServerState& st, ParsedRequest parsed, Clock::time_point received);
+  // The one admission sequence of the WebSocket and OpenAI routes: parses `body` (a JSON object)
+  // as `kind`, checks draining and the admission limit, and starts the request in the engine,
+  // which templates, tokenizes and checks it. Throws ApiError (invalid_request or
+  // context_length_exceeded naming the field, overloaded, shutting_down), counted as "rejected".
+  struct Admitted {
+    std::shared_ptr<Generation> generation;
+    bool stream = false;         // OpenAI: stream
+    bool include_usage = false;  // OpenAI: stream_options.include_usage
+  };
+  static Admitted admit(ServerState& st, const nlohmann::json& body, PromptKind kind, Clock::time_point received);
   ~Generation();
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;
@@ -64,7 +71,8 @@ class Generation {
   uint64_t seed() const { return seed_; }
 
  private:
-  Generation(ServerState& st, actors::TokenStream stream, const ParsedRequest& parsed, Clock::time_point received);
+  Generation(ServerState& st, actors::TokenStream stream, uint64_t seed, const actors::Admission& admission,
+             Clock::time_point received);
   void on_tokens(const GenerationUpdate& u);
   void on_end(const actors::StreamEvent& ev, GenerationUpdate& u);
 

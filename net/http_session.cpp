@@ -27,7 +27,7 @@ json models_json(const ServerState& st) {
                                  {"object", "model"},
                                  {"created", st.created},
                                  {"owned_by", "specula"},
-                                 {"max_model_len", context_length(st.engine)}}})}};
+                                 {"max_model_len", st.engine.context_length()}}})}};
 }
 
 // The routes without a generation. Returns nothing for a path it does not serve.

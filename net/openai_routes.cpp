@@ -93,22 +93,16 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
                                               bool chat) {
   const auto received = Generation::Clock::now();
   const bool keep_alive = req.keep_alive();
-  std::shared_ptr<Generation> g;
-  ParsedRequest parsed;
+  Generation::Admitted admitted;
   std::optional<ApiError> refused;
   try {
     json body = parse_json(req.body());
     if (!body.is_object()) throw ApiError("invalid_json", "the request body must be a JSON object");
-    try {
-      parsed = parse_generation(body, chat ? PromptKind::Chat : PromptKind::Completion, st.engine, st.config.defaults);
-    } catch (const ApiError&) {
-      st.metrics.count_request("rejected");
-      throw;
-    }
-    g = Generation::start(st, parsed, received);
+    admitted = Generation::admit(st, body, chat ? PromptKind::Chat : PromptKind::Completion, received);
   } catch (const ApiError& e) {
     refused = e;
   }
+  std::shared_ptr<Generation> g = admitted.generation;
   if (refused) co_return co_await write_response(stream, error_response(*refused, keep_alive, req.version()));
 
   const Shape shape{chat, std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(st.next_key++), st.model_name,
@@ -125,7 +119,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     }
   } stop_watch{stream, finished};
 
-  if (!parsed.stream) {
+  if (!admitted.stream) {
     std::string text;
     GenerationUpdate u;
     do {
@@ -163,7 +157,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     co_return !ec;
   };
   auto with_usage = [&](json j) {
-    if (parsed.include_usage) j["usage"] = nullptr;
+    if (admitted.include_usage) j["usage"] = nullptr;
     return j;
   };
   if (chat && !co_await send_event(dump_json(with_usage(shape.chunk("", nullptr, /*role=*/true))))) co_return false;
@@ -177,7 +171,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       json last = with_usage(shape.chunk("", openai_finish(u.finish_reason)));
       last["speculation"] = speculation_json(g->stats());
       if (!co_await send_event(dump_json(last))) co_return false;
-      if (parsed.include_usage) {
+      if (admitted.include_usage) {
         json usage = shape.base(chat ? "chat.completion.chunk" : "text_completion");
         usage["choices"] = json::array();
         usage["usage"] = usage_json(g->stats());

@@ -124,14 +124,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (running_.count(key)) return send_error(id, "duplicate_id", "a generation with id " + key + " is still running", "id");
     std::shared_ptr<Generation> g;
     try {
-      ParsedRequest parsed;
-      try {
-        parsed = parse_generation(msg, PromptKind::WebSocket, st_.engine, st_.config.defaults);
-      } catch (const ApiError&) {
-        st_.metrics.count_request("rejected");
-        throw;
-      }
-      g = Generation::start(st_, std::move(parsed), received);
+      g = Generation::admit(st_, msg, PromptKind::WebSocket, received).generation;
     } catch (const ApiError& e) {
       return send_error(id, e.code, e.what(), e.param);
     }
