@@ -154,7 +154,10 @@ void EagleDrafter::rollback(int64_t length) {
   length = std::max<int64_t>(0, length);
   if (known_hidden() > length) h_.resize(static_cast<size_t>(length * hidden_));
   entries_ = std::min(entries_, std::max<int64_t>(0, length - 1));
-  kv_->truncate_to(seq_, entries_);
+  // The cache keeps the last proposal's speculative entries (propose drops them before feeding
+  // committed positions) while a continuation of that proposal is still possible.
+  if (length + 1 < static_cast<int64_t>(chain_.size())) chain_.clear();
+  if (chain_.empty()) kv_->truncate_to(seq_, entries_);
 }
 
 void EagleDrafter::run(const float* f, std::span<const int32_t> tokens, int64_t pos, bool logits) {
@@ -226,21 +229,40 @@ void EagleDrafter::run(const float* f, std::span<const int32_t> tokens, int64_t 
   }
 }
 
+bool EagleDrafter::continues_chain(std::span<const int32_t> context) const {
+  return !chain_.empty() && chain_g_.size() == static_cast<size_t>(hidden_) && context.size() == chain_.size() &&
+         std::equal(context.begin(), context.end(), chain_.begin());
+}
+
 void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
   out.clear();
   const int64_t L = static_cast<int64_t>(req.context.size()), m = L - 1;
   // Entry m needs h_0..h_{m-1}; depth j's entry m + j - 1 must fit the cache.
   const int64_t room = kv_->blocks_total() * kv_->config().block_tokens - m + 1;
   const int64_t k = std::min<int64_t>(req.max_tokens, room);
-  if (m < 1 || k <= 0 || known_hidden() < m) return;
-  // Drop the last round's speculative entries, then feed the committed positions not cached
-  // (entry m at least: its output is depth 1).
-  entries_ = std::min(entries_, m - 1);
-  kv_->truncate_to(seq_, entries_);
-  const int64_t first = entries_ + 1;
-  run(h_.data() + (first - 1) * hidden_, req.context.subspan(static_cast<size_t>(first), static_cast<size_t>(m - first + 1)),
-      first - 1, true);
-  entries_ = m;
+  if (m < 1 || k <= 0) return;
+  if (known_hidden() >= m) {
+    // Drop the last round's speculative entries, then feed the committed positions not cached
+    // (entry m at least: its output is depth 1).
+    entries_ = std::min(entries_, m - 1);
+    kv_->truncate_to(seq_, entries_);
+    const int64_t first = entries_ + 1;
+    run(h_.data() + (first - 1) * hidden_,
+        req.context.subspan(static_cast<size_t>(first), static_cast<size_t>(m - first + 1)), first - 1, true);
+    entries_ = m;
+  } else if (continues_chain(req.context)) {
+    // The optimistic continuation: entry m reads the head's own output for position m - 1 (the
+    // entry that proposed the chain's last token), unless the last proposal already ran it.
+    const int64_t cached = kv_->length(seq_);
+    if (cached == m - 1) {
+      feat_ = chain_g_;
+      run(feat_.data(), req.context.subspan(static_cast<size_t>(m), 1), m - 1, true);
+    } else if (cached != m) {
+      return;
+    }
+  } else {
+    return;  // no target rows for this context
+  }
 
   const std::vector<int32_t>& map = w_->head->token_map;
   const int64_t V = w_->target_vocab;
@@ -253,12 +275,16 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
     if (!draft_from_logits(full_, req, i, q_, logq_, t)) break;
     out.tokens.push_back(t);
     out.q.insert(out.q.end(), q_.begin(), q_.end());
-    if (i + 1 < k) {
-      // Depth i + 2: the head's own output of the entry just run, with the token it proposed.
-      feat_.assign(g_.end() - hidden_, g_.end());
-      run(feat_.data(), {&t, 1}, m + i, true);
-    }
+    // The head's own output of the entry just run: the feature of the next depth, or of a
+    // continuation of this proposal.
+    feat_.assign(g_.end() - hidden_, g_.end());
+    if (i + 1 < k) run(feat_.data(), {&t, 1}, m + i, true);  // depth i + 2, with the token proposed
   }
+  chain_.assign(req.context.begin(), req.context.end());
+  chain_.insert(chain_.end(), out.tokens.begin(), out.tokens.end());
+  // Without a run after the last token, a continuation feeds it with the output that proposed it.
+  if (kv_->length(seq_) == static_cast<int64_t>(chain_.size()) - 2) chain_g_ = feat_;
+  else if (kv_->length(seq_) != static_cast<int64_t>(chain_.size()) - 1) chain_.clear();
 }
 
 }  // namespace specula

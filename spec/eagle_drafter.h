@@ -62,7 +62,10 @@ struct EagleWeights {
 // the prompt's rows at prefill). Depth 1 of a round is the output of the last committed entry;
 // depth j >= 2 feeds the head's own output g of depth j - 1 with the token it proposed. Those
 // entries are speculative: the next round drops them and re-feeds the accepted positions with
-// the target's true h. Without the target's rows for the context it proposes nothing.
+// the target's true h. Without the target's rows for the context it proposes nothing, except
+// to continue its own last proposal: a context that is the last proposal's context followed by
+// all the tokens it proposed (the engine's optimistic continuation under pipelining, drafted while
+// those tokens are verified) is drafted on from the head's own features, as deeper depths are.
 class EagleDrafter final : public Drafter {
  public:
   EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t max_positions);
@@ -77,6 +80,7 @@ class EagleDrafter final : public Drafter {
 
  private:
   int64_t known_hidden() const { return static_cast<int64_t>(h_.size()) / hidden_; }
+  bool continues_chain(std::span<const int32_t> context) const;
   // Feeds entries at positions [pos, pos + n) with features f [n, H] and tokens; leaves the
   // layer outputs g [n, H] in g_ and, with `logits`, the reduced logits of the last entry in
   // logits_ [N].
@@ -87,6 +91,10 @@ class EagleDrafter final : public Drafter {
   std::unique_ptr<KvCache> kv_;
   int seq_ = -1;
   int64_t entries_ = 0;       // depth-1 entries 1..entries_ in the cache (slots 0..entries_-1)
+  // The last proposal: its context followed by the tokens proposed, and the head's output g of
+  // the entry that proposed the last of them (the feature a continuation starts from).
+  std::vector<int32_t> chain_;
+  std::vector<float> chain_g_;
   std::vector<float> h_;      // the target's rows h_0.. of the context, [known, H]
   std::vector<float> g_, cat_, e_, logits_, full_, logq_, q_, feat_;
   std::vector<int32_t> positions_;

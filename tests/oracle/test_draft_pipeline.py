@@ -246,6 +246,10 @@ def test_the_engine_with_the_trained_head_gives_target_only_text_greedy_and_coup
     assert greedy["pipeline"] is (pipeline == "on")
     assert greedy["speculative"]["accepted"] > 0.2 * greedy["speculative"]["drafted"], greedy["speculative"]
     assert greedy["ids"] == ids("--temperature", "0", "--draft", "none")
+    if pipeline == "on":
+        # The optimistic continuation drafts on from the head's own features while a round is
+        # verified: its first token is judged at draft position K + 1 (K = 4 here).
+        assert len(greedy["speculative"]["per_position_acceptance"]) > 4, greedy["speculative"]
     for seed in ("1", "2"):
         sampled = ("--temperature", "0.8", "--seed", seed)
         assert ids(*sampled, *head, "--spec-sampling", "coupled") == ids(*sampled, "--draft", "none")
