@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import httpx
 from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 PROMPTS = ["Say hello.", "one two three four five", "Write a haiku about rain.", "Ünïcödé ✓ 日本語", ""]
 
@@ -283,7 +283,7 @@ async def fuzz_websocket(url: str, rng: random.Random, n: int, batch: int, alive
                 raise ServerGone() from e
             if code not in (1007, 1009, 1000, 1001):
                 report.problems.append(f"unexpected close {code} after message {sent}")
-        except (OSError, asyncio.TimeoutError) as e:
+        except (OSError, asyncio.TimeoutError, InvalidHandshake) as e:  # InvalidHandshake: it died mid-upgrade
             if not alive():
                 report.crashed_after = repr(last)[:300]
                 raise ServerGone() from e
