@@ -229,6 +229,25 @@ void EagleDrafter::run(const float* f, std::span<const int32_t> tokens, int64_t 
   }
 }
 
+bool EagleDrafter::draft_reduced(const DraftRequest& req, int64_t i, int32_t& token) {
+  // The sampling transform on the head's N logits, then scattered to the vocabulary: the tokens
+  // outside the head's N have q = 0 either way, so this is the transform of the full row (up to
+  // which of two equal logits top-k keeps), at a sixth of the sort and exp work. The draw is the
+  // shared Gumbel draw over the vocabulary, keyed by the token ids as every drafter's is.
+  const std::vector<int32_t>& map = w_->head->token_map;
+  transform_logits(logits_, req.sampling, red_);
+  logq_.assign(static_cast<size_t>(w_->target_vocab), -std::numeric_limits<float>::infinity());
+  q_.assign(static_cast<size_t>(w_->target_vocab), 0.0f);
+  for (size_t r = 0; r < map.size(); ++r) {
+    if (red_[r] == -std::numeric_limits<float>::infinity()) continue;
+    logq_[static_cast<size_t>(map[r])] = red_[r];
+    q_[static_cast<size_t>(map[r])] = std::exp(red_[r]);
+  }
+  if (req.max_entropy > 0 && i >= req.min_tokens && entropy_nats(q_) > req.max_entropy) return false;
+  token = draw_draft_token(logq_, req, i);
+  return true;
+}
+
 bool EagleDrafter::continues_chain(std::span<const int32_t> context) const {
   return !chain_.empty() && chain_g_.size() == static_cast<size_t>(hidden_) && context.size() == chain_.size() &&
          std::equal(context.begin(), context.end(), chain_.begin());
@@ -269,10 +288,14 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
   for (int64_t i = 0; i < k; ++i) {
     // q over the target's vocabulary: the head's logits on its N tokens, -inf elsewhere (q = 0
     // there: never proposed, and the verifier's residual covers those tokens).
-    full_.assign(static_cast<size_t>(V), -std::numeric_limits<float>::infinity());
-    for (size_t r = 0; r < map.size(); ++r) full_[static_cast<size_t>(map[r])] = logits_[r];
     int32_t t = 0;
-    if (!draft_from_logits(full_, req, i, q_, logq_, t)) break;
+    if (req.sampling.greedy()) {
+      full_.assign(static_cast<size_t>(V), -std::numeric_limits<float>::infinity());
+      for (size_t r = 0; r < map.size(); ++r) full_[static_cast<size_t>(map[r])] = logits_[r];
+      if (!draft_from_logits(full_, req, i, q_, logq_, t)) break;
+    } else if (!draft_reduced(req, i, t)) {
+      break;
+    }
     out.tokens.push_back(t);
     out.q.insert(out.q.end(), q_.begin(), q_.end());
     // The head's own output of the entry just run: the feature of the next depth, or of a
