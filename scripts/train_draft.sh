@@ -63,9 +63,11 @@ else
   OUT=${OUT:-$BUILD/draft}
   mkdir -p "$OUT"
   MODEL=${MODEL:-$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-  SAMPLES=${SAMPLES:-3000}; STEPS=${STEPS:-2000}; VOCAB=${VOCAB:-8192}; DEPTH=${DEPTH:-5}
+  # The shipped head's recipe (docs/draft.md, "The shipped head"): depth 4, 1,500 steps, EAGLE's
+  # feature regression at weight 1, exported at Q4_1.
+  SAMPLES=${SAMPLES:-3000}; STEPS=${STEPS:-1500}; VOCAB=${VOCAB:-8192}; DEPTH=${DEPTH:-4}
   GEN_ARGS=()
-  TRAIN_ARGS=(--window 256 --batch 8 --export-type Q8_0)
+  TRAIN_ARGS=(--window 256 --batch 8 --feature-weight 1 --export-type Q4_1)
 fi
 [ -f "$MODEL" ] || { log "no target model at $MODEL (scripts/setup.sh fetches the default one)"; exit 1; }
 

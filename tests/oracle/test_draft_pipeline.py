@@ -253,3 +253,27 @@ def test_the_engine_with_the_trained_head_gives_target_only_text_greedy_and_coup
     for seed in ("1", "2"):
         sampled = ("--temperature", "0.8", "--seed", seed)
         assert ids(*sampled, *head, "--spec-sampling", "coupled") == ids(*sampled, "--draft", "none")
+
+
+SHIPPED = SOURCE_DIR / "tools" / "draft" / "heads" / "SmolLM2-135M-Instruct.eagle.gguf"
+
+
+def test_the_shipped_head_matches_its_sha256_is_for_the_default_model_and_is_found_by_draft_eagle(specula_bin,
+                                                                                                  default_model):
+    assert SHIPPED.exists() and SHIPPED.stat().st_size <= MAX_BYTES
+    want = (SHIPPED.parent / (SHIPPED.name + ".sha256")).read_text().split()[0]
+    assert hashlib.sha256(SHIPPED.read_bytes()).hexdigest() == want
+    _, meta = _fields(SHIPPED)
+    assert meta["general.architecture"] == "specula-eagle"
+    assert meta["draft.target_hash"] == _target_hash(default_model)
+    # `--draft eagle` finds it by that hash, and greedy speculation with it is target-only greedy.
+    def ids(*draft):
+        p = subprocess.run([str(specula_bin), "generate", "--model", str(default_model), "--prompt", "Name three colors.",
+                            "--chat", "--max-tokens", "32", "--temperature", "0", "--json", *draft],
+                           capture_output=True, text=True, timeout=300, env=dict(os.environ, SPECULA_DRAFT_HEADS=""))
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    with_head = ids("--draft", "eagle")
+    assert with_head["speculative"]["draft"] == "eagle"
+    assert with_head["speculative"]["drafted"] > 0
+    assert with_head["ids"] == ids("--draft", "none")["ids"]
