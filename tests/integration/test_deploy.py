@@ -201,8 +201,11 @@ def test_the_kubernetes_manifests_validate(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     for kind in ("deployment/specula", "service/specula", "horizontalpodautoscaler/specula"):
         assert f"passed for resource {kind}" in r.stdout + r.stderr, r.stdout + r.stderr
-    # And it can fail: a Deployment without its selector is refused.
-    bad = (DEPLOY / "k8s" / "specula.yaml").read_text().replace("  selector:\n    matchLabels: {app: specula}\n", "", 1)
-    (tmp_path / "bad.yaml").write_text(bad)
-    r = subprocess.run([str(tool), "--strict", str(tmp_path / "bad.yaml")], capture_output=True, text=True)
-    assert r.returncode != 0, r.stdout + r.stderr
+    # And it can fail (the controls): a typo in a field name, a Deployment without its selector.
+    text = (DEPLOY / "k8s" / "specula.yaml").read_text()
+    for name, bad in [("typo", text.replace("readinessProbe:", "readinesProbe:", 1)),
+                      ("no selector", text.replace("  selector:\n    matchLabels: {app: specula}\n", "", 1))]:
+        assert bad != text, name
+        (tmp_path / "bad.yaml").write_text(bad)
+        r = subprocess.run([str(tool), "--strict", str(tmp_path / "bad.yaml")], capture_output=True, text=True)
+        assert r.returncode != 0, f"{name}: {r.stdout + r.stderr}"
