@@ -111,6 +111,7 @@ def cluster(tmp_path):
 
 
 def test_32_sessions_through_nginx_are_all_answered_by_both_replicas_and_prometheus_counts_them(cluster, tmp_path):
+    assert PROMETHEUS, "prometheus is missing: run scripts/setup.sh --tests (Debian's prometheus)"
     prom = None
     if PROMETHEUS:
         port = free_port()
