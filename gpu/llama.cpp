@@ -19,10 +19,7 @@ LlamaModel::LlamaModel(const ModelWeights& w, Ops& ops) : ops_(ops), cfg_(w.conf
   embed_ = ops.upload_table(w.embed);
   output_norm_ = ops.upload(w.output_norm);
   output_ = ops.upload(w.output);
-  for (const LayerWeights& l : w.layers)
-    layers_.push_back(Layer{ops.upload(l.attn_norm), ops.upload(l.wq), ops.upload(l.wk), ops.upload(l.wv),
-                            ops.upload(l.wo), ops.upload(l.ffn_norm), ops.upload(l.w_gate), ops.upload(l.w_up),
-                            ops.upload(l.w_down)});
+  for (const LayerWeights& l : w.layers) layers_.push_back(upload_layer(ops, l));
   inv_freq_ = rope_inv_freq(cfg_);
   const char* graphs = std::getenv("SPECULA_CUDA_GRAPHS");
   recorded_steps_ = graphs && std::strcmp(graphs, "1") == 0;
@@ -44,7 +41,7 @@ KvCacheConfig LlamaModel::kv_config(int64_t max_tokens, int64_t block_tokens) co
 int64_t LlamaModel::weight_bytes_per_token() const {
   int64_t b = static_cast<int64_t>(output_.view.nbytes + output_norm_.view.nbytes);
   b += static_cast<int64_t>(embed_.view.nbytes / std::max<int64_t>(1, embed_.rows()));  // one embedding row
-  for (const Layer& l : layers_)
+  for (const LlamaLayer& l : layers_)
     for (const Weight* m : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
       b += static_cast<int64_t>(m->view.nbytes);
   return b;
@@ -135,39 +132,51 @@ LlamaModel::DeviceLogits LlamaModel::forward_on_device(std::span<const ForwardSe
   return DeviceLogits{logits_rows_.get(), last_out_rows_};
 }
 
+LlamaLayer upload_layer(Ops& ops, const LayerWeights& l) {
+  return {ops.upload(l.attn_norm), ops.upload(l.wq),     ops.upload(l.wk),   ops.upload(l.wv),    ops.upload(l.wo),
+          ops.upload(l.ffn_norm),  ops.upload(l.w_gate), ops.upload(l.w_up), ops.upload(l.w_down)};
+}
+
+void decoder_block(Ops& ops, const LlamaConfig& cfg, const LlamaLayer& L, std::span<const float> inv_freq, int layer,
+                   std::span<const int32_t> positions, std::span<const SeqSlice> slices, KvCache& kv, float* x,
+                   int64_t rows, const BlockScratch& s) {
+  const int64_t H = cfg.hidden, hd = cfg.head_dim, I = cfg.intermediate;
+  ops.rmsnorm(x, L.attn_norm, cfg.rms_eps, rows, H, s.xn);
+  {
+    const Weight* w[] = {&L.wq, &L.wk, &L.wv};
+    float* y[] = {s.q, s.k, s.v};
+    ops.matmul_many(s.xn, w, rows, y);
+  }
+  ops.rope(s.q, rows, cfg.heads, hd, positions, inv_freq, cfg.rope_style);
+  ops.rope(s.k, rows, cfg.kv_heads, hd, positions, inv_freq, cfg.rope_style);
+  ops.kv_store(kv, layer, s.k, s.v, slices);
+  ops.attention(s.q, kv, layer, slices, cfg.heads, s.att);
+  ops.matmul(s.att, L.wo, rows, s.tmp);
+  ops.add(x, s.tmp, rows * H);
+
+  ops.rmsnorm(x, L.ffn_norm, cfg.rms_eps, rows, H, s.xn);
+  {
+    const Weight* w[] = {&L.w_gate, &L.w_up};
+    float* y[] = {s.gate, s.up};
+    ops.matmul_many(s.xn, w, rows, y);
+  }
+  ops.swiglu(s.gate, s.up, rows * I, s.gate);
+  ops.matmul(s.gate, L.w_down, rows, s.tmp);
+  ops.add(x, s.tmp, rows * H);
+}
+
 void LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                             std::span<const SeqSlice> slices, std::span<const int64_t> out_rows, KvCache& kv,
                             const std::vector<bool>* skip_layers) {
   const int64_t rows = static_cast<int64_t>(tokens.size());
-  const int64_t H = cfg_.hidden, hd = cfg_.head_dim, I = cfg_.intermediate;
-  float *x = x_.get(), *xn = xn_.get(), *q = q_.get(), *k = k_.get(), *v = v_.get(), *att = att_.get();
+  const int64_t H = cfg_.hidden;
+  float *x = x_.get(), *xn = xn_.get();
+  const BlockScratch scratch{xn, q_.get(), k_.get(), v_.get(), att_.get(), hidden_.get(), gate_.get(), up_.get()};
 
   ops_.embed(embed_, tokens, x);
   for (int64_t li = 0; li < cfg_.layers; ++li) {
     if (skip_layers && (*skip_layers)[li]) continue;
-    const Layer& L = layers_[li];
-    ops_.rmsnorm(x, L.attn_norm, cfg_.rms_eps, rows, H, xn);
-    {
-      const Weight* w[] = {&L.wq, &L.wk, &L.wv};
-      float* y[] = {q, k, v};
-      ops_.matmul_many(xn, w, rows, y);
-    }
-    ops_.rope(q, rows, cfg_.heads, hd, positions, inv_freq_, cfg_.rope_style);
-    ops_.rope(k, rows, cfg_.kv_heads, hd, positions, inv_freq_, cfg_.rope_style);
-    ops_.kv_store(kv, static_cast<int>(li), k, v, slices);
-    ops_.attention(q, kv, static_cast<int>(li), slices, cfg_.heads, att);
-    ops_.matmul(att, L.wo, rows, hidden_.get());
-    ops_.add(x, hidden_.get(), rows * H);
-
-    ops_.rmsnorm(x, L.ffn_norm, cfg_.rms_eps, rows, H, xn);
-    {
-      const Weight* w[] = {&L.w_gate, &L.w_up};
-      float* y[] = {gate_.get(), up_.get()};
-      ops_.matmul_many(xn, w, rows, y);
-    }
-    ops_.swiglu(gate_.get(), up_.get(), rows * I, gate_.get());
-    ops_.matmul(gate_.get(), L.w_down, rows, hidden_.get());
-    ops_.add(x, hidden_.get(), rows * H);
+    decoder_block(ops_, cfg_, layers_[li], inv_freq_, static_cast<int>(li), positions, slices, kv, x, rows, scratch);
   }
 
   // The output head only on the rows whose logits are wanted: prefill pays for one row.

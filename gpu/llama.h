@@ -21,6 +21,24 @@ struct ForwardSeq {
   bool all_hidden = false;           // keep every new token's final hidden state (LlamaModel::last_hidden_all)
 };
 
+// One decoder block's weights on a device.
+struct LlamaLayer {
+  Weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+};
+LlamaLayer upload_layer(Ops& ops, const LayerWeights& l);
+
+// The activations a decoder block needs beside x, each at least [rows, its width].
+struct BlockScratch {
+  float *xn, *q, *k, *v, *att, *tmp, *gate, *up;
+};
+
+// One Llama decoder block over x [rows, cfg.hidden], in place: x += attention(norm(x)) with RoPE
+// at `positions`, this block's K/V stored in `kv` layer `layer` for `slices`; then
+// x += SwiGLU MLP(norm(x)). The target's layers and the draft head's one layer both run this.
+void decoder_block(Ops& ops, const LlamaConfig& cfg, const LlamaLayer& L, std::span<const float> inv_freq, int layer,
+                   std::span<const int32_t> positions, std::span<const SeqSlice> slices, KvCache& kv, float* x,
+                   int64_t rows, const BlockScratch& s);
+
 class LlamaModel {
  public:
   // Uploads the weights to the device. `weights` must outlive the model (host views point
@@ -75,9 +93,6 @@ class LlamaModel {
   int64_t weight_bytes_per_token() const;
 
  private:
-  struct Layer {
-    Weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
-  };
   void ensure_workspace(int64_t rows, int64_t out_rows);
   // The step's recording key, or an empty shape when the step is not recordable.
   Ops::RecordingKey recording_key(std::span<const ForwardSeq> batch, int64_t rows, int64_t n_out, const KvCache& kv,
@@ -93,7 +108,7 @@ class LlamaModel {
   Ops& ops_;
   LlamaConfig cfg_;
   Weight embed_, output_norm_, output_;
-  std::vector<Layer> layers_;
+  std::vector<LlamaLayer> layers_;
   std::vector<float> inv_freq_;
   // Activations [rows, width] for the widest batch seen so far.
   DeviceBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, hidden_, logits_rows_, hidden_all_;

@@ -113,22 +113,6 @@ std::string host_authority(std::string_view host) {
 
 bool needs_key(std::string_view path) { return path.starts_with("/v1/") || path == "/metrics"; }
 
-std::string key_subprotocol(std::string_view key) {
-  std::string out(kKeyProtocol);
-  unsigned buf = 0;
-  int bits = 0;
-  for (unsigned char c : key) {
-    buf = (buf << 8) | c;
-    bits += 8;
-    while (bits >= 6) {
-      bits -= 6;
-      out.push_back(kBase64Url[(buf >> bits) & 63]);
-    }
-  }
-  if (bits > 0) out.push_back(kBase64Url[(buf << (6 - bits)) & 63]);
-  return out;
-}
-
 std::string websocket_subprotocol(const HttpRequest& req) {
   if (auto it = req.find(http::field::sec_websocket_protocol); it != req.end())
     for (std::string_view p : items(std::string_view(it->value().data(), it->value().size())))

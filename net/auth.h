@@ -30,7 +30,4 @@ bool needs_key(std::string_view path);
 // (a browser that offers subprotocols drops a connection whose response names none), else "".
 std::string websocket_subprotocol(const HttpRequest& req);
 
-// "specula.key." + base64url(key) without padding: what the chat page offers.
-std::string key_subprotocol(std::string_view key);
-
 }  // namespace specula::net

@@ -89,15 +89,15 @@ std::shared_ptr<const EagleHead> load_eagle_head(const std::string& path, const 
 
   const int64_t H = c.hidden, I = c.intermediate, q = c.heads * c.head_dim, kvw = c.kv_heads * c.head_dim;
   h->fc = need(*f, "fc.weight", {H, 2 * H});
-  h->attn_norm = need(*f, "blk.0.attn_norm.weight", {H});
-  h->wq = need(*f, "blk.0.attn_q.weight", {q, H});
-  h->wk = need(*f, "blk.0.attn_k.weight", {kvw, H});
-  h->wv = need(*f, "blk.0.attn_v.weight", {kvw, H});
-  h->wo = need(*f, "blk.0.attn_output.weight", {H, q});
-  h->ffn_norm = need(*f, "blk.0.ffn_norm.weight", {H});
-  h->w_gate = need(*f, "blk.0.ffn_gate.weight", {I, H});
-  h->w_up = need(*f, "blk.0.ffn_up.weight", {I, H});
-  h->w_down = need(*f, "blk.0.ffn_down.weight", {H, I});
+  h->layer.attn_norm = need(*f, "blk.0.attn_norm.weight", {H});
+  h->layer.wq = need(*f, "blk.0.attn_q.weight", {q, H});
+  h->layer.wk = need(*f, "blk.0.attn_k.weight", {kvw, H});
+  h->layer.wv = need(*f, "blk.0.attn_v.weight", {kvw, H});
+  h->layer.wo = need(*f, "blk.0.attn_output.weight", {H, q});
+  h->layer.ffn_norm = need(*f, "blk.0.ffn_norm.weight", {H});
+  h->layer.w_gate = need(*f, "blk.0.ffn_gate.weight", {I, H});
+  h->layer.w_up = need(*f, "blk.0.ffn_up.weight", {I, H});
+  h->layer.w_down = need(*f, "blk.0.ffn_down.weight", {H, I});
   h->out_norm = need(*f, "output_norm.weight", {H});
   h->out = need(*f, "output.weight", {h->n_vocab, H});
   return h;
@@ -107,15 +107,7 @@ EagleWeights::EagleWeights(std::shared_ptr<const EagleHead> h, const LoadedModel
     : head(std::move(h)), ops(o), target_vocab(target.weights.config.vocab_size) {
   embed = ops.upload_table(target.weights.embed);
   fc = ops.upload(head->fc);
-  attn_norm = ops.upload(head->attn_norm);
-  wq = ops.upload(head->wq);
-  wk = ops.upload(head->wk);
-  wv = ops.upload(head->wv);
-  wo = ops.upload(head->wo);
-  ffn_norm = ops.upload(head->ffn_norm);
-  w_gate = ops.upload(head->w_gate);
-  w_up = ops.upload(head->w_up);
-  w_down = ops.upload(head->w_down);
+  layer = upload_layer(ops, head->layer);
   out_norm = ops.upload(head->out_norm);
   out = ops.upload(head->out);
   inv_freq = rope_inv_freq(head->config);
@@ -198,27 +190,8 @@ void EagleDrafter::run(const float* f, std::span<const int32_t> tokens, int64_t 
   for (int64_t i = 0; i < n; ++i) positions_[static_cast<size_t>(i)] = static_cast<int32_t>(pos + i);
   kv_->reserve(seq_, pos + n);
   const SeqSlice slice{seq_, pos, n, 0};
-  ops.rmsnorm(x, w_->attn_norm, c.rms_eps, n, H, xn);
-  {
-    const Weight* ws[] = {&w_->wq, &w_->wk, &w_->wv};
-    float* ys[] = {q_d_.get(), k_d_.get(), v_d_.get()};
-    ops.matmul_many(xn, ws, n, ys);
-  }
-  ops.rope(q_d_.get(), n, c.heads, c.head_dim, positions_, w_->inv_freq, c.rope_style);
-  ops.rope(k_d_.get(), n, c.kv_heads, c.head_dim, positions_, w_->inv_freq, c.rope_style);
-  ops.kv_store(*kv_, 0, k_d_.get(), v_d_.get(), {&slice, 1});
-  ops.attention(q_d_.get(), *kv_, 0, {&slice, 1}, c.heads, att_d_.get());
-  ops.matmul(att_d_.get(), w_->wo, n, tmp_d_.get());
-  ops.add(x, tmp_d_.get(), n * H);
-  ops.rmsnorm(x, w_->ffn_norm, c.rms_eps, n, H, xn);
-  {
-    const Weight* ws[] = {&w_->w_gate, &w_->w_up};
-    float* ys[] = {gate_d_.get(), up_d_.get()};
-    ops.matmul_many(xn, ws, n, ys);
-  }
-  ops.swiglu(gate_d_.get(), up_d_.get(), n * I, gate_d_.get());
-  ops.matmul(gate_d_.get(), w_->w_down, n, tmp_d_.get());
-  ops.add(x, tmp_d_.get(), n * H);
+  const BlockScratch scratch{xn, q_d_.get(), k_d_.get(), v_d_.get(), att_d_.get(), tmp_d_.get(), gate_d_.get(), up_d_.get()};
+  decoder_block(ops, c, w_->layer, w_->inv_freq, 0, positions_, {&slice, 1}, *kv_, x, n, scratch);
   g_.resize(static_cast<size_t>(n * H));
   ops.copy_to_host(x, g_.data(), g_.size());
   if (logits) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpu/kv_cache.h"
+#include "gpu/llama.h"
 #include "gpu/ops.h"
 #include "model/config.h"
 #include "model/gguf.h"
@@ -31,7 +32,8 @@ struct EagleHead {
   LlamaConfig config;                    // the layer's geometry (layers = 1), RoPE and norm eps
   int64_t n_vocab = 0;                   // N, the reduced vocabulary
   std::vector<int32_t> token_map;        // [N] reduced id -> target token id
-  TensorView fc, attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, out_norm, out;
+  LayerWeights layer;                    // the one decoder block ("blk.0.*")
+  TensorView fc, out_norm, out;
 };
 
 // The hash a head names its target by (model/gguf_hash over the target's GGUF file). Throws
@@ -51,7 +53,8 @@ struct EagleWeights {
   std::shared_ptr<const EagleHead> head;
   Ops& ops;
   Weight embed;  // the target's token embedding (the head has none of its own)
-  Weight fc, attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, out_norm, out;
+  LlamaLayer layer;
+  Weight fc, out_norm, out;
   std::vector<float> inv_freq;
   int64_t target_vocab = 0;
 };

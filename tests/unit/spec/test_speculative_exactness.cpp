@@ -113,15 +113,15 @@ std::shared_ptr<const EagleHead> tiny_head(uint64_t seed) {
   h->token_map = {0, 2, 3, 5, 6, 7, 9, 10, 11, 12, 14, 15};
   const float s32 = 1.0f / std::sqrt(32.0f);
   h->fc = matrix({32, 64}, 1.0f / 8.0f);
-  h->attn_norm = norm();
-  h->wq = matrix({32, 32}, s32);
-  h->wk = matrix({16, 32}, s32);
-  h->wv = matrix({16, 32}, s32);
-  h->wo = matrix({32, 32}, s32);
-  h->ffn_norm = norm();
-  h->w_gate = matrix({32, 32}, s32);
-  h->w_up = matrix({32, 32}, s32);
-  h->w_down = matrix({32, 32}, s32);
+  h->layer.attn_norm = norm();
+  h->layer.wq = matrix({32, 32}, s32);
+  h->layer.wk = matrix({16, 32}, s32);
+  h->layer.wv = matrix({16, 32}, s32);
+  h->layer.wo = matrix({32, 32}, s32);
+  h->layer.ffn_norm = norm();
+  h->layer.w_gate = matrix({32, 32}, s32);
+  h->layer.w_up = matrix({32, 32}, s32);
+  h->layer.w_down = matrix({32, 32}, s32);
   h->out_norm = norm();
   h->out = matrix({12, 32}, 1.5f * s32);
   // The views point into `store`; the head keeps it alive through an aliasing file handle.
