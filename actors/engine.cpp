@@ -145,6 +145,7 @@ std::string Engine::trace_json() const { return impl_->trace ? impl_->trace->jso
 
 const EngineConfig& Engine::config() const { return impl_->cfg; }
 const LoadedModel& Engine::model() const { return *impl_->files; }
+std::string Engine::device_name() const { return impl_->ops->name(); }
 bool Engine::idle() const {
   // The scheduler first (its idle state is published after the releases it sent are counted),
   // then whether the verifier has handled each of those releases, so that an idle engine's
@@ -160,7 +161,14 @@ std::uint64_t Engine::failures() const {
 }
 
 std::vector<int32_t> Engine::tokenize(const EngineRequest& request) const {
-  if (!request.prompt_ids.empty()) return request.prompt_ids;
+  if (!request.prompt_ids.empty()) {
+    const int64_t vocab = impl_->model->config().vocab_size;
+    for (int32_t id : request.prompt_ids)
+      if (id < 0 || id >= vocab)
+        throw RequestError("invalid_request", "prompt",
+                           "token " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab));
+    return request.prompt_ids;
+  }
   const LoadedModel& f = *impl_->files;
   const char* field = request.messages.empty() ? "prompt" : "messages";
   if (!f.tokenizer) throw RequestError("invalid_request", field, "the model has no tokenizer; pass prompt_ids");

@@ -128,6 +128,7 @@ class Engine {
   void cancel(RequestId id);
   const EngineConfig& config() const;
   const LoadedModel& model() const;
+  std::string device_name() const;  // the target's device, e.g. "host (avx512-vnni, 2 threads)"
   std::vector<int32_t> tokenize(const EngineRequest& request) const;
   // The positions a request may fill: the model's context, and no more than the KV pool can
   // ever give one request.

@@ -4,12 +4,15 @@
 # checks the export against the training forward, and prints validation accuracy per draft depth.
 #
 # Usage: scripts/train_draft.sh [--toy] [--out DIR] [--model GGUF] [--specula BIN] [--samples N]
-#                               [--steps N] [--vocab N] [--depth K] [--seed S] [--regen] [-- TRAIN_ARGS...]
+#                               [--prompt-samples N] [--steps N] [--vocab N] [--depth K] [--seed S] [--regen]
+#                               [-- TRAIN_ARGS...]
 #   --toy     a tiny random target (tests/oracle/tiny_models.py), 120 short samples, 300 steps:
 #             the whole pipeline in about a minute (CI runs it through tests/oracle/test_draft_pipeline.py)
 #   --regen   regenerate the data even if DIR/data.spd exists (otherwise it is reused)
-# Outputs in DIR (default build/draft, or build/draft-toy): data.spd, draft.gguf, metrics.json,
-# train.log, magpie.log. The last line on stdout is the metrics JSON.
+#   --prompt-samples N   also answer N chat prompts of tools/draft/prompts.py (code, arithmetic,
+#             rewrites, lists...: the kinds Magpie rarely writes) into DIR/prompts.spd; 0 = none
+# Outputs in DIR (default build/draft, or build/draft-toy): data.spd, prompts.jsonl, prompts.spd,
+# draft.gguf, metrics.json, train.log, magpie.log. The last line on stdout is the metrics JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -17,7 +20,7 @@ CACHE=${SPECULA_CACHE:-$HOME/.cache/specula}
 BUILD=${SPECULA_BUILD:-$ROOT/build}
 log() { printf '[train_draft] %s\n' "$*" >&2; }
 
-TOY=0; OUT=""; MODEL=""; SPECULA=${SPECULA_BIN:-$BUILD/specula}; SAMPLES=""; STEPS=""; VOCAB=""; DEPTH=""
+TOY=0; OUT=""; MODEL=""; SPECULA=${SPECULA_BIN:-$BUILD/specula}; SAMPLES=""; STEPS=""; VOCAB=""; DEPTH=""; PSAMPLES=""
 SEED=0; REGEN=0; EXTRA=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -26,6 +29,7 @@ while [ $# -gt 0 ]; do
     --model) MODEL=$2; shift ;;
     --specula) SPECULA=$2; shift ;;
     --samples) SAMPLES=$2; shift ;;
+    --prompt-samples) PSAMPLES=$2; shift ;;
     --steps) STEPS=$2; shift ;;
     --vocab) VOCAB=$2; shift ;;
     --depth) DEPTH=$2; shift ;;
@@ -56,7 +60,7 @@ if [ $TOY -eq 1 ]; then
   mkdir -p "$OUT"
   "$PY" "$ROOT/tests/oracle/tiny_models.py" "$OUT/target" q4_1_tied >&2
   MODEL=${MODEL:-$OUT/target/q4_1_tied/model.gguf}
-  SAMPLES=${SAMPLES:-120}; STEPS=${STEPS:-300}; VOCAB=${VOCAB:-256}; DEPTH=${DEPTH:-3}
+  SAMPLES=${SAMPLES:-120}; STEPS=${STEPS:-300}; VOCAB=${VOCAB:-256}; DEPTH=${DEPTH:-3}; PSAMPLES=${PSAMPLES:-0}
   GEN_ARGS=(--prompt-tokens 24 --response-tokens 64 --keep-unfinished-prompts)
   TRAIN_ARGS=(--window 64 --batch 8 --lr 3e-3 --log-every 50 --export-type Q8_0)
 else
@@ -65,7 +69,7 @@ else
   MODEL=${MODEL:-$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf}
   # The shipped head's recipe (docs/draft.md, "The shipped head"): depth 4, 1,500 steps, EAGLE's
   # feature regression at weight 1, exported at Q4_1.
-  SAMPLES=${SAMPLES:-3000}; STEPS=${STEPS:-1500}; VOCAB=${VOCAB:-8192}; DEPTH=${DEPTH:-4}
+  SAMPLES=${SAMPLES:-3000}; STEPS=${STEPS:-1500}; VOCAB=${VOCAB:-8192}; DEPTH=${DEPTH:-4}; PSAMPLES=${PSAMPLES:-2400}
   GEN_ARGS=()
   TRAIN_ARGS=(--window 256 --batch 8 --feature-weight 1 --export-type Q4_1)
 fi
@@ -82,10 +86,25 @@ if [ $REGEN -eq 1 ] || [ ! -s "$DATA" ]; then
 else
   log "reusing $DATA (--regen to make it anew)"
 fi
+DATA_FILES=("$DATA")
+# Chat prompts of the kinds Magpie rarely writes (tools/draft/prompts.py), answered by the target.
+if [ "$PSAMPLES" -gt 0 ]; then
+  PDATA=$OUT/prompts.spd
+  if [ $REGEN -eq 1 ] || [ ! -s "$PDATA" ]; then
+    rm -f "$PDATA"
+    "$PY" -m draft.prompts --out "$OUT/prompts.jsonl" --count "$PSAMPLES" --seed 7
+    log "answering $PSAMPLES chat prompts with $SPECULA draft-data (log: $OUT/prompts.log)"
+    "$SPECULA" draft-data --model "$MODEL" --out "$PDATA" --samples "$PSAMPLES" --seed $(( SEED + 2 )) \
+      --prompts "$OUT/prompts.jsonl" --log "$OUT/prompts.log" "${GEN_ARGS[@]+"${GEN_ARGS[@]}"}"
+  else
+    log "reusing $PDATA (--regen to make it anew)"
+  fi
+  DATA_FILES+=("$PDATA")
+fi
 
 # --- 4. Train, export, check ------------------------------------------------------------------
 log "training $STEPS steps, depth $DEPTH, reduced vocabulary $VOCAB (log: $OUT/train.log)"
-"$PY" -m draft.train --target "$MODEL" --data "$DATA" --out "$OUT" --vocab "$VOCAB" --depth "$DEPTH" \
+"$PY" -m draft.train --target "$MODEL" --data "${DATA_FILES[@]}" --out "$OUT" --vocab "$VOCAB" --depth "$DEPTH" \
   --steps "$STEPS" --seed "$SEED" "${TRAIN_ARGS[@]}" "${EXTRA[@]+"${EXTRA[@]}"}" > "$OUT/train.stdout"
 log "checking $OUT/draft.gguf against the training forward"
 "$PY" -m draft.check_export --target "$MODEL" --draft "$OUT/draft.gguf" --data "$DATA" \

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import BUILD_DIR, CACHE_DIR, SOURCE_DIR
+from conftest import BUILD_DIR, CACHE_DIR, SHARED_DIR, SOURCE_DIR
 
 sys.path.insert(0, str(SOURCE_DIR / "tools"))
 from draft import data_format  # noqa: E402  (NumPy only: runs in the oracle venv)
@@ -183,6 +183,59 @@ def test_the_runtime_drafter_predicts_the_toy_data_as_well_as_the_trainer_measur
     assert got["positions"] > 1000
     assert got["top1_depth1"] > metrics["validation"]["top1"][0] - 0.05, (got, metrics["validation"])
     assert got["top1_depth1"] > metrics["baseline_top1"] + 0.15
+
+
+def test_the_runtime_drafts_chains_as_the_trainer_measured_them(toy_run, specula_bin, tmp_path):
+    """`draft-eval --depth 3` runs the run-time protocol (depths 2 and 3 read the head's own
+    features and proposals) and counts how far each greedy chain matches the target's; train.py
+    reports the same measure on its validation split (`chain_accepted`). They agree, and the
+    chain shortens with depth: the per-depth top-1 of validation is not a chain measure."""
+    out, metrics = toy_run
+    target = out / "target" / "q4_1_tied" / "model.gguf"
+    # train.py's validation split (seed 0, 10% of the sequences), written out for the runtime.
+    header, seqs = data_format.read(out / "data.spd")
+    order = np.random.default_rng(0).permutation(len(seqs))
+    val = tmp_path / "val.spd"
+    with data_format.Writer(val, header) as w:
+        for i in order[:max(1, int(round(len(seqs) * 0.1)))]:
+            w.write(seqs[i])
+    p = subprocess.run([str(specula_bin), "draft-eval", "--model", str(target), "--draft", f"eagle:{out / 'draft.gguf'}",
+                        "--data", str(val), "--responses-only", "--depth", "3"],
+                       capture_output=True, text=True, check=True)
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    want = metrics["validation"]["chain_accepted"]
+    assert got["depth"] == 3 and got["chain_positions"] > 200, got
+    assert len(want) == 3 and metrics["validation"]["mean_accepted_length"] == pytest.approx(sum(want), abs=1e-3)
+    acc = got["accepted"]
+    assert acc[0] >= acc[1] >= acc[2] > 0, acc
+    assert got["mean_accepted_length"] == pytest.approx(sum(acc))
+    for j in range(3):  # the same sequences; train.py cuts them into windows of 64 entries, the runtime does not
+        assert abs(acc[j] - want[j]) < 0.03, (acc, want)
+
+
+def test_draft_data_answers_given_prompts_and_refuses_the_benchmark_set(toy_run, specula_bin, tmp_path):
+    """`draft-data --prompts FILE`: sample i is the target's answer to line i of FILE, the prompt
+    part exactly the chat-templated message (as `bench spec` renders it); the benchmark's prompt
+    set is refused by name, and more samples than prompts is one clear error."""
+    out, _ = toy_run
+    target = out / "target" / "q4_1_tied" / "model.gguf"
+    prompts = tmp_path / "p.jsonl"
+    texts = [f"tell me about item {i}" for i in range(5)]
+    prompts.write_text("".join(json.dumps({"messages": [{"role": "user", "content": t}]}) + "\n" for t in texts))
+    data = tmp_path / "given.spd"
+    base = [str(specula_bin), "draft-data", "--model", str(target), "--out", str(data), "--batch", "2", "--response-tokens", "8"]
+    subprocess.run([*base, "--samples", "5", "--prompts", str(prompts)], capture_output=True, text=True, check=True)
+    _, seqs = data_format.read(data)
+    assert len(seqs) == 5
+    # Each record's prompt is the templated message: records differ only in the item number.
+    for s in seqs:
+        assert 0 < s.n_prompt < len(s.tokens) + 1 and s.hidden.shape[0] == len(s.tokens)
+    assert len({tuple(s.tokens[:s.n_prompt]) for s in seqs}) == 5
+    too_many = subprocess.run([*base, "--samples", "6", "--prompts", str(prompts)], capture_output=True, text=True)
+    assert too_many.returncode != 0 and "5 prompts" in too_many.stderr, too_many.stderr
+    bench = SHARED_DIR / "data" / "prompts" / "chat.jsonl"
+    refused = subprocess.run([*base, "--samples", "1", "--prompts", str(bench)], capture_output=True, text=True)
+    assert refused.returncode != 0 and "benchmark" in refused.stderr, refused.stderr
 
 
 def test_speculative_greedy_with_the_trained_head_is_target_only_greedy_and_accepts_drafts(toy_run, specula_bin, tmp_path):

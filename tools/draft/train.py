@@ -134,7 +134,26 @@ def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weig
         q_at = jnp.take_along_axis(q, jnp.broadcast_to(b["soft_r"], q.shape[:3] + b["soft_r"].shape[-1:]), axis=-1)
         alpha = (jnp.minimum(q_at, b["soft_p"][None]).sum(-1) * m).sum((1, 2))
         lm = m * ok[None]
-        return {"correct": correct, "n": m.sum((1, 2)), "alpha": alpha, "loss": (loss * lm).sum((1, 2)), "n_loss": lm.sum((1, 2))}
+        # The greedy chain (what `bench spec` measures greedy, and `specula draft-eval --depth`):
+        # at entry a, depth j + 1 is accepted when depths 1..j + 1 at entries a..a + j all equal
+        # the target's argmax; counted where the data's next tokens are that argmax chain, so that
+        # the depth-j inputs (true tokens) are the drafts an accepted chain feeds.
+        hit = pred == b["top1"][None]  # [K, B, L]
+
+        def ahead(x, j):  # x[..., a + j] at a, False past the window
+            return jnp.pad(x[..., j:], [(0, 0)] * (x.ndim - 1) + [(0, j)]) if j else x
+
+        greedy = b["tok"][:, 1:] == b["top1"][:, :-1]  # entry a + 1's token is entry a's argmax
+        greedy = jnp.pad(greedy, [(0, 0), (0, 1)])
+        valid = (b["vmask"] > 0) & (b["top1"] >= 0)
+        for j in range(1, depth):
+            valid = valid & ahead(greedy, j - 1) & ahead(b["top1"] >= 0, j)
+        acc, run = [], valid
+        for j in range(depth):
+            run = run & ahead(hit[j], j)
+            acc.append(run.sum())
+        return {"correct": correct, "n": m.sum((1, 2)), "alpha": alpha, "loss": (loss * lm).sum((1, 2)), "n_loss": lm.sum((1, 2)),
+                "chain": jnp.stack(acc), "chain_n": valid.sum()}
 
     return jax.jit(loss_fn), jax.jit(eval_fn)
 
@@ -151,6 +170,11 @@ def evaluate(eval_fn, params, embed, token_map, w: dict, batch: int, topk: int) 
            "entries": tot["n"].astype(int).tolist()}
     if topk:
         out["alpha_lower_bound"] = (tot["alpha"] / n).round(4).tolist()
+    # Greedy chain acceptance per depth (the first j drafts all right) and its sum, the mean
+    # accepted length of a round drafting `depth` tokens: top1 above is per depth, not chained.
+    chain = tot["chain"] / max(tot["chain_n"], 1)
+    out["chain_accepted"] = chain.round(4).tolist()
+    out["mean_accepted_length"] = round(float(chain.sum()), 4)
     return out
 
 

@@ -35,15 +35,6 @@ using actors::TokenStream;
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 
-// "on" / "off" / "both" -> the values to run.
-std::vector<bool> switch_values(const Args& a, const std::string& name, const std::string& fallback) {
-  const std::string v = a.str(name, fallback);
-  if (v == "on") return {true};
-  if (v == "off") return {false};
-  if (v == "both") return {false, true};
-  throw UsageError("--" + name + " must be on, off or both, got '" + v + "'");
-}
-
 struct Config {
   std::string draft;
   bool pipeline = false;
@@ -192,6 +183,15 @@ nlohmann::json to_json(const Result& r, const Result* none) {
 
 }  // namespace
 
+// "on" / "off" / "both" -> the values to run.
+std::vector<bool> switch_values(const Args& a, const std::string& name, const std::string& fallback) {
+  const std::string v = a.str(name, fallback);
+  if (v == "on") return {true};
+  if (v == "off") return {false};
+  if (v == "both") return {false, true};
+  throw UsageError("--" + name + " must be on, off or both, got '" + v + "'");
+}
+
 StreamOverlap stream_overlap(const std::string& trace_json) {
   StreamOverlap o;
   if (trace_json.empty()) return o;
@@ -287,89 +287,6 @@ int bench_spec_engine(const Args& a) {
   if (draft.adaptive) j["k_range"] = {draft.k_min, draft.k_max};
   j["runs"] = runs;
   std::cout << j.dump(2) << "\n";
-  return 0;
-}
-
-int generate_with_engine(const Args& a) {
-  EngineConfig cfg;
-  cfg.target = a.str("model", default_model_path());
-  cfg.drafter = a.str("draft", "none");
-  cfg.device = a.str("device", "auto");
-  cfg.draft = draft_length_from_args(a);
-  cfg.max_batch = 1;
-  cfg.threads = static_cast<int>(a.integer("threads", 2));
-  cfg.pipeline = switch_values(a, "pipeline", "off").back();
-  cfg.trace_path = a.str("trace", "");
-  if (a.has("ctx")) cfg.kv_tokens = a.integer("ctx", 4096);
-  EngineRequest req;
-  if (a.has("prompt-ids")) {
-    for (int id : a.int_list("prompt-ids")) req.prompt_ids.push_back(id);
-  } else {
-    req.prompt = a.str("prompt");
-    req.chat = a.flag("chat");
-  }
-  req.max_tokens = static_cast<int>(a.integer("max-tokens", 256));
-  req.sampling = sampling_from_args(a);
-  try {
-    req.mode = parse_spec_sampling(a.str("spec-sampling", "exact"));
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--spec-sampling: ") + e.what());
-  }
-  std::unique_ptr<Engine> engine;
-  std::optional<TokenStream> stream;
-  try {
-    engine = std::make_unique<Engine>(cfg);
-    stream.emplace(engine->start(req));
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
-  const auto t0 = Clock::now();
-  std::vector<int32_t> ids;
-  double first = 0;
-  for (;;) {
-    StreamEvent ev = stream->next_blocking();
-    if (!a.flag("json")) {
-      std::fputs(ev.text.c_str(), stdout);
-      std::fflush(stdout);
-    }
-    if (ev.kind == StreamEvent::Kind::Token) {
-      if (ids.empty()) first = seconds(Clock::now() - t0);
-      ids.push_back(ev.token);
-      continue;
-    }
-    const double total = seconds(Clock::now() - t0);
-    if (ev.kind == StreamEvent::Kind::Error) throw std::runtime_error(ev.error);
-    const double tps = ids.size() > 1 ? static_cast<double>(ids.size() - 1) / (total - first) : 0;
-    if (a.flag("json")) {
-      nlohmann::json j;
-      j["ids"] = ids;
-      j["text"] = engine->model().tokenizer->decode(ids, /*skip_special=*/true);
-      j["finish_reason"] = finish_reason_name(ev.finish_reason);
-      j["seed"] = req.sampling.seed;
-      j["time_to_first_token_seconds"] = first;
-      j["decode_tokens_per_second"] = tps;
-      j["pipeline"] = cfg.pipeline;
-      if (cfg.drafter != "none") {
-        j["speculative"] = spec_stats_json(ev.stats);
-        j["speculative"]["draft"] = cfg.drafter;
-      }
-      std::cout << j.dump() << "\n";
-    } else {
-      std::fprintf(stderr, "\n[engine%s: first token after %.3fs; decode %zu tokens at %.1f tok/s; %s; seed %llu]\n",
-                   cfg.pipeline ? ", pipelined" : "", first, ids.size(), tps, std::string(finish_reason_name(ev.finish_reason)).c_str(),
-                   static_cast<unsigned long long>(req.sampling.seed));
-      if (cfg.drafter != "none") std::fprintf(stderr, "[%s: %s]\n", cfg.drafter.c_str(), spec_stats_line(ev.stats).c_str());
-    }
-    break;
-  }
-  stream.reset();
-  const std::string trace = engine->trace_json();
-  engine.reset();  // writes the trace file
-  if (!cfg.trace_path.empty()) {
-    const StreamOverlap o = stream_overlap(trace);
-    std::fprintf(stderr, "[trace %s: draft stream busy %.3fs, verify stream busy %.3fs, overlap %.2f of verify time]\n",
-                 cfg.trace_path.c_str(), o.draft_busy, o.verify_busy, o.overlap());
-  }
   return 0;
 }
 

@@ -1,13 +1,18 @@
-// `specula chat`: a multi-turn chat in the terminal. The KV cache keeps the conversation; each
-// turn re-renders the template, rolls the cache back to the longest common prefix and feeds
-// only the new tokens.
+// `specula chat`: a multi-turn chat in the terminal, through the actor engine like the server
+// (docs/engine.md, "The CLI"). Each turn sends the whole conversation as chat messages, as an
+// OpenAI client does; the engine keeps no KV between requests, so the history is prefilled again
+// each turn (no prefix cache yet).
+#include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <unistd.h>
 
-#include "spec/generate.h"
+#include "actors/engine.h"
 #include "tools/specula/common.h"
 #include "tools/specula/commands.h"
+#include "tools/specula/engine_cli.h"
+#include "tools/specula/spec_cli.h"
 
 namespace specula::cli {
 
@@ -16,32 +21,48 @@ namespace {
 const char* kUsage =
     "usage: specula chat [--model PATH] [--system TEXT] [--max-tokens N] [--temperature T] [--top-k K]\n"
     "                    [--top-p P] [--seed S] [--device D] [--threads N] [--ctx N]\n"
-    "  Type a message and press Enter. /reset starts over, /quit (or end of input) leaves.\n";
+    "                    [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH] [--spec-k K] [--adaptive]\n"
+    "                    [--spec-k-min K] [--spec-k-max K] [--spec-sampling exact|coupled] [--pipeline on|off]\n"
+    "  Type a message and press Enter. /reset starts over, /quit (or end of input) leaves.\n"
+    "  Each reply is streamed through the engine (as `specula generate` does), with its speed and,\n"
+    "  with --draft, its acceptance on stderr. A reply is cut where the context ends; a message that\n"
+    "  no longer fits clears the conversation.\n";
+
+using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
 int cmd_chat(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
   options.insert({"system", "max-tokens", "temperature", "top-k", "top-p", "seed"});
-  const Args a(argc, argv, options, {});
+  options.insert(kEngineRunOptions.begin(), kEngineRunOptions.end());
+  const Args a(argc, argv, options, {"adaptive"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   SamplingParams sp = sampling_from_args(a);
   const long long max_tokens = a.integer("max-tokens", 512);
-  if (max_tokens < 1) throw UsageError("--max-tokens must be >= 1");
-
-  Session s = open_session(a);
-  const Tokenizer& tok = *s.loaded.tokenizer;
-  const std::vector<int32_t> stops = default_stop_ids(s.loaded);
+  if (max_tokens < 1 || max_tokens > 1'000'000) throw UsageError("--max-tokens must be between 1 and 1000000");
+  SpecSampling mode = SpecSampling::Exact;
+  try {
+    mode = parse_spec_sampling(a.str("spec-sampling", "exact"));
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--spec-sampling: ") + e.what());
+  }
+  auto files = std::make_shared<const LoadedModel>(load_model(a.str("model", default_model_path())));
+  const actors::EngineConfig cfg = engine_config_from_args(a, files);
+  std::unique_ptr<actors::Engine> engine;
+  try {
+    engine = std::make_unique<actors::Engine>(cfg);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string(cfg.drafter != "none" ? "--draft: " : "") + e.what());
+  }
   const bool tty = isatty(STDIN_FILENO);
-  std::fprintf(stderr, "specula chat: %s on %s. /reset to start over, /quit to leave.\n",
-               s.loaded.weights.config.name.empty() ? s.loaded.path.c_str() : s.loaded.weights.config.name.c_str(),
-               s.ops->name().c_str());
+  std::fprintf(stderr, "specula chat: %s on %s%s. /reset to start over, /quit to leave.\n",
+               files->weights.config.name.empty() ? files->path.c_str() : files->weights.config.name.c_str(),
+               engine->device_name().c_str(), cfg.drafter != "none" ? (", drafting with " + cfg.drafter).c_str() : "");
 
   std::vector<ChatMessage> messages;
   if (a.has("system")) messages.push_back({"system", a.str("system")});
   const size_t base_messages = messages.size();
-  int seq = s.kv->create_sequence();
-  std::vector<int32_t> cached;  // tokens whose K/V the cache holds, in order
   std::string line;
   int turn = 0;
   for (;;) {
@@ -50,52 +71,53 @@ int cmd_chat(int argc, char** argv) {
     if (line.empty()) continue;
     if (line == "/reset") {
       messages.resize(base_messages);
-      s.kv->truncate_to(seq, 0);
-      cached.clear();
       std::fputs("(conversation cleared)\n", stdout);
       continue;
     }
     messages.push_back({"user", line});
-    std::vector<int32_t> prompt = tok.encode(s.loaded.chat_template.render(messages));
-    size_t common = 0;
-    while (common < cached.size() && common + 1 < prompt.size() && cached[common] == prompt[common]) ++common;
-    s.kv->truncate_to(seq, static_cast<int64_t>(common));
-    cached.resize(common);
-
-    GenerateRequest req;
-    req.prompt.assign(prompt.begin() + static_cast<int64_t>(common), prompt.end());
+    actors::EngineRequest req;
+    req.messages = messages;
     req.max_tokens = static_cast<int>(max_tokens);
-    sp.seed += static_cast<uint64_t>(turn++);  // a new draw each turn, reproducible from --seed
+    req.fit_to_context = true;  // the reply stops where the context ends
     req.sampling = sp;
-    req.stop_ids = stops;
-    std::vector<int32_t> reply;
-    StreamDecoder dec(s.loaded.tokenizer, /*skip_special=*/true);
-    GenerateStats st;
+    req.sampling.seed = sp.seed + static_cast<uint64_t>(turn++);  // a new draw each turn, reproducible from --seed
+    req.mode = mode;
+    actors::Admission admitted;
+    std::optional<actors::TokenStream> stream;
     try {
-      st = generate(*s.model, *s.kv, seq, req, [&](int32_t t) {
-        reply.push_back(t);
-        std::fputs(dec.push(t).c_str(), stdout);
-        std::fflush(stdout);
-        return true;
-      });
-    } catch (const std::exception& e) {
+      stream.emplace(engine->start(std::move(req), &admitted));
+    } catch (const actors::RequestError& e) {
       // The conversation outgrew the context (or similar): say so and start over.
-      std::fprintf(stderr, "\n(%s; the conversation was cleared)\n", e.what());
+      std::fprintf(stderr, "(%s; the conversation was cleared)\n", e.what());
       messages.resize(base_messages);
-      s.kv->free_sequence(seq);
-      seq = s.kv->create_sequence();
-      cached.clear();
       continue;
     }
-    std::fputs(dec.flush().c_str(), stdout);
-    cached.insert(cached.end(), req.prompt.begin(), req.prompt.end());
-    if (!reply.empty()) cached.insert(cached.end(), reply.begin(), reply.end() - 1);
-    std::vector<int32_t> content = reply;
-    if (!content.empty() && std::find(stops.begin(), stops.end(), content.back()) != stops.end()) content.pop_back();
-    messages.push_back({"assistant", tok.decode(content, /*skip_special=*/true)});
-    std::fprintf(stderr, "\n[%lld tokens, %.1f tok/s decode, prefill %lld at %.1f tok/s]\n",
-                 static_cast<long long>(st.generated), st.decode_tokens_per_second(),
-                 static_cast<long long>(st.prompt_tokens), st.prefill_tokens_per_second());
+    const auto t0 = Clock::now();
+    std::string reply;
+    int64_t tokens = 0;
+    double first = 0;
+    actors::StreamEvent ev;
+    for (;;) {
+      ev = stream->next_blocking();
+      std::fputs(ev.text.c_str(), stdout);
+      std::fflush(stdout);
+      reply += ev.text;
+      if (ev.terminal()) break;
+      if (tokens++ == 0) first = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    const double total = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (ev.kind == actors::StreamEvent::Kind::Error) {
+      std::fprintf(stderr, "\n(%s; the conversation was cleared)\n", ev.error.c_str());
+      messages.resize(base_messages);
+      continue;
+    }
+    std::fputs("\n", stdout);  // each reply ends its line
+    messages.push_back({"assistant", reply});
+    std::fprintf(stderr, "\n[%lld tokens, %.1f tok/s decode, %s; prompt %lld tokens, first token after %.3fs%s]\n",
+                 static_cast<long long>(tokens), tokens > 1 && total > first ? (tokens - 1) / (total - first) : 0.0,
+                 std::string(finish_reason_name(ev.finish_reason)).c_str(), static_cast<long long>(admitted.prompt_tokens), first,
+                 admitted.max_tokens_clamped ? "; the reply may stop where the context ends" : "");
+    if (cfg.drafter != "none") std::fprintf(stderr, "[%s: %s]\n", cfg.drafter.c_str(), spec_stats_line(ev.stats).c_str());
   }
   std::fputs("\n", stdout);
   return 0;

@@ -5,10 +5,13 @@
 // norm, on the serving path) and the target's top-k next-token probabilities in a record of the
 // `.spd` file that tools/draft/ trains on. Up to --batch sequences decode together in one forward,
 // each at its own phase; a row's numbers do not depend on its batch (the int8 path's row property).
+// With --prompts, the user turns come from a file of chat prompts (tools/draft/prompts.py writes
+// one) instead of being sampled: the answers are still the target's own.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -19,6 +22,7 @@
 #include "tools/specula/common.h"
 #include "tools/specula/commands.h"
 #include "tools/specula/draft_data.h"
+#include "tools/specula/engine_cli.h"
 
 namespace specula::cli {
 
@@ -28,7 +32,7 @@ const char* kUsage =
     "usage: specula draft-data [--model PATH] --out FILE.spd --samples N [--seed S] [--batch B (16)]\n"
     "                          [--prompt-tokens N (96)] [--response-tokens N (384)] [--prompt-temperature T (1.0)]\n"
     "                          [--response-temperatures LIST (0,0.8)] [--topk K (8)] [--keep-unfinished-prompts]\n"
-    "                          [--log FILE] [--device D] [--threads N]\n"
+    "                          [--prompts FILE.jsonl] [--log FILE] [--device D] [--threads N]\n"
     "  Appends N sequences written by the target itself (Magpie: a user prompt sampled after the\n"
     "  chat template's user-turn header, then the answer, at the response temperatures in turn;\n"
     "  0 = greedy) to FILE in the draft data format of docs/draft.md: tokens, the final hidden state\n"
@@ -36,7 +40,10 @@ const char* kUsage =
     "  file gets a header; an existing one must have the same hidden width, K and vocabulary.\n"
     "  Prompts that do not end their turn within --prompt-tokens are dropped (kept with\n"
     "  --keep-unfinished-prompts), and so are empty and repeated ones. Sample i uses the seed\n"
-    "  S * 1000003 + i, so a run is reproducible.\n";
+    "  S * 1000003 + i, so a run is reproducible.\n"
+    "  --prompts FILE.jsonl: sample i answers line i of FILE (JSON lines with \"messages\", as\n"
+    "  `bench spec` reads) instead of a sampled prompt; N is at most the file's line count. The\n"
+    "  benchmark's prompt set is refused: the draft is never trained on it.\n";
 
 constexpr char kSentinel[] = "MAGPIEQUERY";
 
@@ -85,7 +92,7 @@ void top_k(std::span<const float> logits, int k, std::vector<int32_t>& ids, std:
 int cmd_draft_data(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
   options.insert({"out", "samples", "seed", "batch", "prompt-tokens", "response-tokens", "prompt-temperature",
-                  "response-temperatures", "topk", "log"});
+                  "response-temperatures", "topk", "log", "prompts"});
   const Args a(argc, argv, options, {"keep-unfinished-prompts"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   if (!a.has("out") || !a.has("samples")) throw UsageError("--out and --samples are required");
@@ -111,15 +118,30 @@ int cmd_draft_data(int argc, char** argv) {
 
   Session s = open_session(a);
   const LlamaConfig& cfg = s.model->config();
+  std::vector<BenchPrompt> given;
+  if (a.has("prompts")) {
+    const std::string path = a.str("prompts");
+    std::error_code ec;
+    const std::string canon = std::filesystem::weakly_canonical(path, ec).string();
+    if (canon.find("/data/prompts/") != std::string::npos)
+      throw UsageError("--prompts " + path + ": that is the benchmark's prompt set, which the draft must never be trained on");
+    given = read_prompts(path, s.loaded, 0, 0);
+    if (given.empty()) throw UsageError("--prompts " + path + ": no prompts");
+    if (samples > static_cast<long long>(given.size()))
+      throw UsageError("--samples " + std::to_string(samples) + " is more than the " + std::to_string(given.size()) +
+                       " prompts of " + path);
+  }
   if (topk < 0 || topk > cfg.vocab_size) throw UsageError("--topk must be in 0..vocabulary size");
   std::vector<int32_t> prefix, suffix;
   chat_frame(s.loaded, prefix, suffix);
   const std::vector<int32_t> stop = default_stop_ids(s.loaded);
   const auto is_stop = [&](int32_t t) { return std::find(stop.begin(), stop.end(), t) != stop.end(); };
   // A cache that holds every slot at its longest.
-  const int64_t longest = static_cast<int64_t>(prefix.size() + suffix.size()) + prompt_tokens + response_tokens + 1;
+  int64_t longest_prompt = static_cast<int64_t>(prefix.size() + suffix.size()) + prompt_tokens;
+  for (const BenchPrompt& p : given) longest_prompt = std::max(longest_prompt, static_cast<int64_t>(p.tokens.size()));
+  const int64_t longest = longest_prompt + response_tokens + 1;
   if (longest > cfg.max_positions && cfg.max_positions > 0)
-    throw UsageError("--prompt-tokens + --response-tokens exceed the model's context");
+    throw UsageError("the longest prompt + --response-tokens exceed the model's context");
   // Blocks are per sequence: each slot rounds up to whole blocks.
   const int64_t block = s.model->kv_config(16).block_tokens;
   KvCache kv(*s.ops, s.model->kv_config((longest + block - 1) / block * block * batch));
@@ -134,7 +156,7 @@ int cmd_draft_data(int argc, char** argv) {
   std::vector<Slot> slots(static_cast<size_t>(batch));
   std::set<std::vector<int32_t>> seen;
   long long next_sample = 0, written = 0, tokens_written = 0, dropped = 0;
-  const long long max_tries = 4 * samples + 16;
+  const long long max_tries = given.empty() ? 4 * samples + 16 : samples;
   std::vector<float> logits, hidden;
   std::vector<int32_t> order;
   std::vector<ForwardSeq> fwd;
@@ -154,6 +176,11 @@ int cmd_draft_data(int argc, char** argv) {
     sl.rec.hidden.clear();
     sl.rec.topk_ids.clear();
     sl.rec.topk_probs.clear();
+    if (!given.empty()) {  // the prompt is given: straight to the answer
+      sl.rec.tokens = given[static_cast<size_t>(next_sample - 1)].tokens;
+      sl.rec.n_prompt = static_cast<uint32_t>(sl.rec.tokens.size());
+      sl.phase = Slot::Phase::kResponse;
+    }
   };
   const auto finish = [&](Slot& sl) {
     // The last sampled token was not fed; the record holds the fed tokens only.

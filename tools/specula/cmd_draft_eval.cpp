@@ -2,7 +2,10 @@
 // (docs/draft.md): teacher-forced over each sequence, the head's greedy depth-1 proposal at every
 // position against the target's argmax stored in the file, the figure train.py reports as
 // validation top-1 at depth 1. It holds the C++ drafter to the trainer (oracle test) and measures
-// a head on data it was not trained on.
+// a head on data it was not trained on. With --depth D it also drafts D tokens at each position
+// (the run-time protocol: depths 2..D read the head's own features and proposals) and reports how
+// far the chain matches the target's greedy continuation, the greedy acceptance per depth that
+// `bench spec` measures, on positions where the file's tokens are that greedy continuation.
 #include <cstdio>
 #include <fstream>
 
@@ -19,16 +22,19 @@ namespace specula::cli {
 namespace {
 
 const char* kUsage =
-    "usage: specula draft-eval [--model PATH] --draft eagle[:PATH] --data FILE.spd [--limit N] [--responses-only]\n"
+    "usage: specula draft-eval [--model PATH] --draft eagle[:PATH] --data FILE.spd [--limit N] [--responses-only] [--depth D]\n"
     "  Prints JSON: depth-1 top-1 agreement of the head's greedy proposal with the target's argmax\n"
     "  at every position of the file's sequences (or only where the next token is a response token),\n"
-    "  teacher-forced with the file's tokens and hidden states. The file needs top-k (K >= 1).\n";
+    "  teacher-forced with the file's tokens and hidden states. The file needs top-k (K >= 1).\n"
+    "  --depth D (default 1): draft D tokens at each position and report the greedy chain's\n"
+    "  acceptance per depth (accepted[j]: the first j + 1 drafts all equal the target's argmax chain)\n"
+    "  and the mean accepted length, over positions whose next D file tokens are that chain.\n";
 
 }  // namespace
 
 int cmd_draft_eval(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
-  options.insert({"draft", "data", "limit"});
+  options.insert({"draft", "data", "limit", "depth"});
   const Args a(argc, argv, options, {"responses-only"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   if (!a.has("draft") || !a.has("data")) throw UsageError("--draft and --data are required");
@@ -49,14 +55,19 @@ int cmd_draft_eval(int argc, char** argv) {
   if (K < 1) throw UsageError("--data: the file stores no top-k, so it has no target argmax to compare with");
   const long long limit = a.integer("limit", 1LL << 40);
   const bool responses_only = a.flag("responses-only");
+  const long long depth = a.integer("depth", 1);
+  if (depth < 1 || depth > 16) throw UsageError("--depth must be 1..16");
 
   int64_t positions = 0, agree = 0, sequences = 0;
   draft_data::Record rec;
   std::vector<float> h;
   DraftRequest req;
-  req.max_tokens = 1;
+  req.max_tokens = static_cast<int>(depth);
   req.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
   DraftProposal out;
+  // The chain measure: positions whose next `depth` file tokens are the target's greedy chain.
+  int64_t chains = 0;
+  std::vector<int64_t> accepted(static_cast<size_t>(depth), 0);
   while (sequences < limit && draft_data::read_record(in, hd, rec, "--data " + path)) {
     const std::vector<int32_t>& tokens = rec.tokens;
     const int64_t T = static_cast<int64_t>(tokens.size()), P = rec.n_prompt;
@@ -71,7 +82,14 @@ int cmd_draft_eval(int argc, char** argv) {
       req.position = m + 1;
       d->propose(req, out);
       ++positions;
-      agree += out.k() == 1 && out.tokens[0] == rec.topk_ids[static_cast<size_t>(m * K)];
+      auto argmax_at = [&](int64_t i) { return rec.topk_ids[static_cast<size_t>(i * K)]; };
+      agree += out.k() >= 1 && out.tokens[0] == argmax_at(m);
+      if (m + depth > T) continue;
+      bool greedy_chain = true;  // x_{m+i} = argmax at m + i - 1 for i = 1..depth - 1
+      for (int64_t i = 1; i < depth && greedy_chain; ++i) greedy_chain = tokens[static_cast<size_t>(m + i)] == argmax_at(m + i - 1);
+      if (!greedy_chain) continue;
+      ++chains;
+      for (int64_t i = 0; i < out.k() && out.tokens[static_cast<size_t>(i)] == argmax_at(m + i); ++i) ++accepted[static_cast<size_t>(i)];
     }
     ++sequences;
   }
@@ -80,6 +98,19 @@ int cmd_draft_eval(int argc, char** argv) {
   j["sequences"] = sequences;
   j["positions"] = positions;
   j["top1_depth1"] = positions ? static_cast<double>(agree) / static_cast<double>(positions) : 0.0;
+  if (depth > 1) {
+    nlohmann::json acc = nlohmann::json::array();
+    double mean = 0.0;
+    for (int64_t n : accepted) {
+      const double f = chains ? static_cast<double>(n) / static_cast<double>(chains) : 0.0;
+      acc.push_back(f);
+      mean += f;
+    }
+    j["depth"] = depth;
+    j["chain_positions"] = chains;
+    j["accepted"] = acc;
+    j["mean_accepted_length"] = mean;
+  }
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }

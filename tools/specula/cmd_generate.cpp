@@ -1,11 +1,17 @@
-// `specula generate`: one prompt in, streamed text out, speeds at the end; with --draft, the
-// same through the speculative loop, with acceptance statistics at the end.
+// `specula generate`: one prompt in, streamed text out, speeds at the end; with --draft, exact
+// speculative decoding, with acceptance statistics at the end. It runs through the actor engine,
+// the path the server and the C++ API take (docs/engine.md, "The CLI"); --sequential runs the
+// sequential loop of spec/ instead, the literal statement of the method that the tests hold the
+// engine to.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <memory>
+#include <optional>
 #include <random>
 
+#include "actors/engine.h"
 #include "spec/generate.h"
 #include "spec/make_drafter.h"
 #include "spec/speculative_generate.h"
@@ -24,6 +30,7 @@ const char* kUsage =
     "                        [--json] [--device auto|host|cuda] [--threads N] [--ctx N]\n"
     "                        [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH] [--spec-k K] [--adaptive]\n"
     "                        [--spec-k-min K] [--spec-k-max K] [--draft-entropy NATS] [--spec-sampling exact|coupled]\n"
+    "                        [--pipeline on|off] [--trace FILE] [--sequential]\n"
     "  Streams the continuation to stdout and ends with prefill and decode tokens/s on stderr.\n"
     "  --chat applies the model's chat template to the prompt (as one user message).\n"
     "  Defaults: temperature 0.8, top-k 40, top-p 0.95, max-tokens 256, a random seed (printed).\n"
@@ -36,9 +43,43 @@ const char* kUsage =
     "  --draft-entropy ends a draft where its distribution's entropy exceeds NATS. --spec-sampling\n"
     "  coupled makes sampled output identical to target-only output for the seed (exact, the\n"
     "  default, accepts more). Acceptance statistics follow on stderr (or under \"speculative\").\n"
-    "  --pipeline on|off and --trace FILE run the generation through the actor engine instead of the\n"
-    "  sequential loop: pipelined, the next round is drafted while this one is verified; the trace is\n"
-    "  Chrome trace-event JSON with a lane per stream and actor (ui.perfetto.dev).\n";
+    "  The generation runs through the actor engine, as the server does. --pipeline on drafts the\n"
+    "  next round while this one is verified (default off); --trace FILE writes Chrome trace-event\n"
+    "  JSON with a lane per stream and actor (ui.perfetto.dev). --sequential runs the sequential\n"
+    "  loop (the method's reference, one round after another on one thread of control) instead.\n";
+
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+long long max_tokens_from_args(const Args& a) {
+  const long long max_tokens = a.integer("max-tokens", 256);
+  if (max_tokens < 1 || max_tokens > 1'000'000) throw UsageError("--max-tokens must be between 1 and 1000000");
+  return max_tokens;
+}
+
+SpecSampling spec_sampling_from_args(const Args& a) {
+  try {
+    return parse_spec_sampling(a.str("spec-sampling", "exact"));
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--spec-sampling: ") + e.what());
+  }
+}
+
+// --prompt-ids checked against the vocabulary, so the message names the option.
+std::vector<int32_t> prompt_ids_from_args(const Args& a, int64_t vocab) {
+  std::vector<int32_t> ids;
+  for (int id : a.int_list("prompt-ids")) {
+    if (id < 0 || id >= vocab)
+      throw UsageError("--prompt-ids: token " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab));
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+// The reference: the sequential loop of spec/ on one session.
+int generate_sequential(const Args& a);
+// The product path: one request through the engine.
+int generate_through_engine(const Args& a);
 
 }  // namespace
 
@@ -73,35 +114,30 @@ DraftLengthConfig draft_length_from_args(const Args& a) {
 
 int cmd_generate(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
-  options.insert({"prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "seed", "draft",
-                  "spec-k", "spec-k-min", "spec-k-max", "draft-entropy", "spec-sampling"});
-  options.insert({"pipeline", "trace"});
-  const Args a(argc, argv, options, {"chat", "json", "adaptive"});
+  options.insert({"prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "seed"});
+  options.insert(kEngineRunOptions.begin(), kEngineRunOptions.end());
+  const Args a(argc, argv, options, {"chat", "json", "adaptive", "sequential"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   if (a.has("prompt") == a.has("prompt-ids")) throw UsageError("give exactly one of --prompt or --prompt-ids");
-  if (a.has("pipeline") || a.has("trace")) return generate_with_engine(a);
+  if (a.flag("sequential") && (a.has("pipeline") || a.has("trace")))
+    throw UsageError("--pipeline and --trace are the engine's; --sequential runs without it");
+  return a.flag("sequential") ? generate_sequential(a) : generate_through_engine(a);
+}
+
+namespace {
+
+int generate_sequential(const Args& a) {
   const SamplingParams sp = sampling_from_args(a);
-  const long long max_tokens = a.integer("max-tokens", 256);
-  if (max_tokens < 1 || max_tokens > 1'000'000) throw UsageError("--max-tokens must be between 1 and 1000000");
+  const long long max_tokens = max_tokens_from_args(a);
   const std::string draft_spec = a.str("draft", "none");
   const DraftLengthConfig draft_length = draft_length_from_args(a);
-  SpecSampling spec_sampling = SpecSampling::Exact;
-  try {
-    spec_sampling = parse_spec_sampling(a.str("spec-sampling", "exact"));
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--spec-sampling: ") + e.what());
-  }
+  const SpecSampling spec_sampling = spec_sampling_from_args(a);
 
   Session s = open_session(a);
   const Tokenizer& tok = *s.loaded.tokenizer;
   GenerateRequest req;
   if (a.has("prompt-ids")) {
-    for (int id : a.int_list("prompt-ids")) {
-      if (id < 0 || id >= tok.vocab_size())
-        throw UsageError("--prompt-ids: token " + std::to_string(id) + " is outside the vocabulary of " +
-                         std::to_string(tok.vocab_size()));
-      req.prompt.push_back(id);
-    }
+    req.prompt = prompt_ids_from_args(a, tok.vocab_size());
   } else if (a.flag("chat")) {
     std::vector<ChatMessage> msgs;
     if (a.has("system")) msgs.push_back({"system", a.str("system")});
@@ -179,6 +215,124 @@ int cmd_generate(int argc, char** argv) {
                    spec_stats_line(spec).c_str());
   }
   return 0;
+}
+
+int generate_through_engine(const Args& a) {
+  const long long max_tokens = max_tokens_from_args(a);
+  const SpecSampling mode = spec_sampling_from_args(a);
+  auto files = std::make_shared<const LoadedModel>(load_model(a.str("model", default_model_path())));
+  actors::EngineConfig cfg = engine_config_from_args(a, files);
+  actors::EngineRequest req;
+  if (a.has("prompt-ids")) {
+    req.prompt_ids = prompt_ids_from_args(a, files->weights.config.vocab_size);
+  } else if (a.flag("chat")) {
+    if (a.has("system")) req.messages.push_back({"system", a.str("system")});
+    req.messages.push_back({"user", a.str("prompt")});
+  } else {
+    req.prompt = a.str("prompt");
+  }
+  req.max_tokens = static_cast<int>(max_tokens);
+  const SamplingParams sp = sampling_from_args(a);
+  req.sampling = sp;
+  req.mode = mode;
+
+  std::unique_ptr<actors::Engine> engine;
+  std::optional<actors::TokenStream> stream;
+  std::vector<int32_t> prompt_ids;
+  try {
+    engine = std::make_unique<actors::Engine>(cfg);
+    prompt_ids = engine->tokenize(req);
+    req.prompt_ids = prompt_ids;  // tokenized once
+    stream.emplace(engine->start(std::move(req)));
+  } catch (const actors::RequestError& e) {
+    throw UsageError(std::string(e.field == "prompt" && a.has("prompt-ids") ? "--prompt-ids: " : "") + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string(cfg.drafter != "none" ? "--draft: " : "") + e.what());
+  }
+  const bool json = a.flag("json");
+  const uint64_t seed = sp.seed;
+  const auto t0 = Clock::now();
+  std::vector<int32_t> ids;
+  double first = 0;
+  actors::StreamEvent ev;
+  for (;;) {
+    ev = stream->next_blocking();
+    if (!json) {
+      std::fputs(ev.text.c_str(), stdout);
+      std::fflush(stdout);
+    }
+    if (ev.kind != actors::StreamEvent::Kind::Token) break;
+    if (ids.empty()) first = seconds(Clock::now() - t0);
+    ids.push_back(ev.token);
+  }
+  const double total = seconds(Clock::now() - t0);
+  if (ev.kind == actors::StreamEvent::Kind::Error) throw std::runtime_error(ev.error);
+  // The first token comes with the prompt's forward (and the first round): prefill speed is the
+  // prompt over the time to it; decode speed covers the tokens after it.
+  const double prefill_tps = first > 0 ? static_cast<double>(prompt_ids.size()) / first : 0;
+  const double decode_tps = ids.size() > 1 && total > first ? static_cast<double>(ids.size() - 1) / (total - first) : 0;
+  const bool speculative = cfg.drafter != "none";
+  const std::string sampling = sp.greedy() ? "greedy" : spec_sampling_name(mode);
+  if (json) {
+    nlohmann::json j;
+    j["prompt_ids"] = prompt_ids;
+    j["ids"] = ids;
+    j["text"] = engine->model().tokenizer->decode(ids, /*skip_special=*/true);
+    j["finish_reason"] = finish_reason_name(ev.finish_reason);
+    j["seed"] = seed;
+    j["time_to_first_token_seconds"] = first;
+    j["prefill_tokens_per_second"] = prefill_tps;
+    j["decode_tokens_per_second"] = decode_tps;
+    j["device"] = engine->device_name();
+    j["pipeline"] = cfg.pipeline;
+    if (speculative) {
+      j["speculative"] = spec_stats_json(ev.stats);
+      j["speculative"]["draft"] = cfg.drafter;
+      j["speculative"]["k"] = cfg.draft.k;
+      j["speculative"]["adaptive"] = cfg.draft.adaptive;
+      j["speculative"]["sampling"] = sampling;
+    }
+    std::cout << j.dump() << "\n";
+  } else {
+    std::fprintf(stderr, "\n[prefill %zu tokens at %.1f tok/s; decode %zu tokens at %.1f tok/s; %s; seed %llu; %s%s]\n",
+                 prompt_ids.size(), prefill_tps, ids.size(), decode_tps, std::string(finish_reason_name(ev.finish_reason)).c_str(),
+                 static_cast<unsigned long long>(seed), engine->device_name().c_str(), cfg.pipeline ? "; pipelined" : "");
+    if (speculative)
+      std::fprintf(stderr, "[%s, K %d%s, %s: %s]\n", cfg.drafter.c_str(), cfg.draft.k, cfg.draft.adaptive ? " adaptive" : "",
+                   sampling.c_str(), spec_stats_line(ev.stats).c_str());
+  }
+  stream.reset();
+  const std::string trace = engine->trace_json();
+  engine.reset();  // writes the trace file
+  if (!cfg.trace_path.empty()) {
+    const StreamOverlap o = stream_overlap(trace);
+    std::fprintf(stderr, "[trace %s: draft stream busy %.3fs, verify stream busy %.3fs, overlap %.2f of verify time]\n",
+                 cfg.trace_path.c_str(), o.draft_busy, o.verify_busy, o.overlap());
+  }
+  return 0;
+}
+
+}  // namespace
+
+actors::EngineConfig engine_config_from_args(const Args& a, std::shared_ptr<const LoadedModel> target) {
+  actors::EngineConfig cfg;
+  cfg.target = target->path;
+  cfg.target_model = std::move(target);
+  cfg.drafter = a.str("draft", "none");
+  cfg.device = a.str("device", "auto");
+  cfg.draft = draft_length_from_args(a);
+  cfg.max_batch = 1;
+  cfg.threads = static_cast<int>(a.integer("threads", 2));
+  cfg.pipeline = switch_values(a, "pipeline", "off").back();
+  if (a.str("pipeline", "off") == "both") throw UsageError("--pipeline must be on or off here, got 'both'");
+  cfg.trace_path = a.str("trace", "");
+  const int64_t model_ctx = cfg.target_model->weights.config.max_positions > 0 ? cfg.target_model->weights.config.max_positions : 8192;
+  const int64_t ctx = a.integer("ctx", std::min<int64_t>(model_ctx, 8192));
+  if (ctx < 16 || ctx > model_ctx)
+    throw UsageError("--ctx must be between 16 and the model's context " + std::to_string(model_ctx) + ", got " + std::to_string(ctx));
+  // The KV pool holds the context and the longest draft's rows beyond it.
+  cfg.kv_tokens = ctx + kMaxDraftTokens + 1;
+  return cfg;
 }
 
 }  // namespace specula::cli

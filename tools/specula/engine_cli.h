@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/engine.h"
 #include "model/weights.h"
 
 #include "tools/specula/args.h"
@@ -28,8 +29,17 @@ inline const std::set<std::string> kEngineBenchOptions = {"concurrency", "pipeli
 // `specula bench spec --concurrency 1,4,16,64 --pipeline on|off|both ...`: JSON on stdout.
 int bench_spec_engine(const Args& a);
 
-// `specula generate ... --pipeline on|off --trace FILE`: the generation through the engine.
-int generate_with_engine(const Args& a);
+// "on" / "off" / "both" -> the values to run; UsageError otherwise.
+std::vector<bool> switch_values(const Args& a, const std::string& name, const std::string& fallback);
+
+// The options `specula generate` and `specula chat` share for the engine they run on.
+inline const std::set<std::string> kEngineRunOptions = {"draft", "spec-k", "spec-k-min", "spec-k-max", "draft-entropy",
+                                                        "spec-sampling", "pipeline", "trace"};
+
+// The engine of `specula generate` / `specula chat` (batch 1): the target loaded once (`target`),
+// --device, --threads, --ctx (KV positions, default min(the model's context, 8192)), --draft and
+// K (--spec-k, --adaptive, ...), --pipeline on|off, --trace FILE. UsageError for a bad setting.
+actors::EngineConfig engine_config_from_args(const Args& a, std::shared_ptr<const LoadedModel> target);
 
 // The fraction of the verify stream's busy time during which the draft stream was busy, and each
 // stream's busy seconds, from an engine trace (actors/trace.h; lanes 2 = draft, 3 = verify).

@@ -1,0 +1,85 @@
+"""`specula generate` and `specula chat` run through the actor engine, the server's and the C++
+API's path (issue 14, item 3); `generate --sequential` runs the sequential loop of spec/, the
+method's reference. The engine must print the reference's text for every drafter, greedy and
+coupled, and chat must answer as generate does."""
+import json
+import subprocess
+
+import pytest
+
+PROMPT = "Name three colors and say one thing about each."
+
+
+def generate(specula_bin, model, *flags, prompt=PROMPT):
+    p = subprocess.run([str(specula_bin), "generate", "--model", str(model), "--prompt", prompt, "--chat",
+                        "--max-tokens", "40", "--json", *flags], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("draft", ["none", "ngram", "eagle", "skip:10-19"])
+def test_generate_through_the_engine_prints_the_sequential_loops_text_greedy_and_coupled(specula_bin, default_model, draft):
+    greedy = ["--temperature", "0", "--draft", draft]
+    engine = generate(specula_bin, default_model, *greedy)
+    reference = generate(specula_bin, default_model, *greedy, "--sequential")
+    assert "pipeline" in engine and "pipeline" not in reference  # which path each took
+    assert engine["prompt_ids"] == reference["prompt_ids"]
+    assert engine["ids"] == reference["ids"] and engine["text"] == reference["text"]
+    assert engine["finish_reason"] == reference["finish_reason"]
+    assert engine["device"] == reference["device"]
+    if draft != "none":
+        assert engine["speculative"]["draft"] == draft and engine["speculative"]["sampling"] == "greedy"
+        assert engine["speculative"]["drafted"] > 0
+    if draft == "skip:10-19":
+        return  # the slowest drafter: greedy is enough to show its path
+    coupled = ["--temperature", "0.8", "--seed", "3", "--draft", draft, "--spec-sampling", "coupled"]
+    a = generate(specula_bin, default_model, *coupled)
+    b = generate(specula_bin, default_model, *coupled, "--sequential")
+    assert a["ids"] == b["ids"], "coupled sampling through the engine differs from the sequential loop"
+    assert a["seed"] == b["seed"] == 3
+
+
+def test_generate_refuses_bad_prompt_ids_and_an_empty_prompt_in_one_line(specula_bin, default_model):
+    for flags, words in ((["--prompt-ids", "1,99999"], ["--prompt-ids", "99999", "outside the vocabulary"]),
+                         (["--prompt", ""], ["the prompt is empty"])):
+        p = subprocess.run([str(specula_bin), "generate", "--model", str(default_model), "--max-tokens", "2", *flags],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode != 0 and p.stdout == ""
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+        for w in words:
+            assert w in p.stderr, p.stderr
+
+
+def chat(specula_bin, model, lines, *flags):
+    p = subprocess.run([str(specula_bin), "chat", "--model", str(model), "--temperature", "0", "--max-tokens", "40", *flags],
+                       input="".join(line + "\n" for line in lines), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def test_chat_answers_through_the_engine_as_generate_does_and_keeps_the_conversation(specula_bin, default_model):
+    p = chat(specula_bin, default_model, [PROMPT, "Which of them is the warmest?", "/reset", PROMPT, "/quit"],
+             "--draft", "ngram")
+    replies = p.stdout.rstrip("\n").split("\n")
+    want = generate(specula_bin, default_model, "--temperature", "0", "--max-tokens", "40")["text"]
+    # The first reply is generate's text for the same message (a reply may hold newlines, so
+    # compare the stream's start); after /reset the same message gets the same reply again.
+    assert p.stdout.startswith(want + "\n"), (p.stdout, want)
+    assert "(conversation cleared)" in p.stdout
+    after_reset = p.stdout.split("(conversation cleared)\n", 1)[1]
+    assert after_reset.startswith(want + "\n")
+    # The second turn answered in context: a reply, with the whole conversation as its prompt.
+    stats = [line for line in p.stderr.splitlines() if line.startswith("[") and "tok/s decode" in line]
+    assert len(stats) == 3, p.stderr
+    prompts = [int(line.split("prompt ")[1].split(" tokens")[0]) for line in stats]
+    assert prompts[1] > prompts[0] + 40 and prompts[2] == prompts[0], prompts
+    assert sum(1 for line in p.stderr.splitlines() if line.startswith("[ngram:")) == 3
+    assert replies
+
+
+def test_chat_past_the_context_says_so_clears_the_conversation_and_goes_on(specula_bin, default_model):
+    long = "Please tell me everything you know about the history of the Roman Empire in detail."
+    p = chat(specula_bin, default_model, ["Hi", long, long, "Hi", "/quit"], "--ctx", "96")
+    assert "maximum context length" in p.stderr and "the conversation was cleared" in p.stderr, p.stderr
+    stats = [line for line in p.stderr.splitlines() if "tok/s decode" in line]
+    assert len(stats) >= 2, p.stderr  # the turns before and after the refusal were answered
