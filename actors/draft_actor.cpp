@@ -6,15 +6,15 @@
 #include <chrono>
 
 #include "spec/make_drafter.h"
-#include "streams/host_stream.h"
 
 namespace specula::actors {
 
-DraftActor::DraftActor(boost::asio::any_io_executor executor, std::unique_ptr<DrafterFactory> drafters, FaultHook hook)
+DraftActor::DraftActor(boost::asio::any_io_executor executor, std::unique_ptr<DrafterFactory> drafters,
+                       std::unique_ptr<streams::Stream> stream, FaultHook hook)
     : Actor(std::move(executor), "draft"),
       factory_(std::move(drafters)),
       hook_(std::move(hook)),
-      stream_(std::make_unique<streams::HostStream>("draft")) {}
+      stream_(std::move(stream)) {}
 
 DraftActor::~DraftActor() = default;
 

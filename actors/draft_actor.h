@@ -21,8 +21,10 @@ namespace specula::actors {
 class DraftActor : public Actor<DraftActor, DraftMessage> {
  public:
   // `drafters` makes each request's drafter (spec/make_drafter.h); the models it uses must
-  // outlive the actor.
-  DraftActor(boost::asio::any_io_executor executor, std::unique_ptr<DrafterFactory> drafters, FaultHook hook);
+  // outlive the actor. `stream`: made by the device the drafters run on (Ops::make_stream), the
+  // draft stream whose events the actor co_awaits.
+  DraftActor(boost::asio::any_io_executor executor, std::unique_ptr<DrafterFactory> drafters,
+             std::unique_ptr<streams::Stream> stream, FaultHook hook);
   ~DraftActor() override;
   // Owner only, before start(): record spans into `trace` (null: off); it must outlive the actor.
   void set_trace(Trace* trace) { trace_ = trace; }

@@ -67,13 +67,14 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   if (m.cfg.io_threads < 1) throw std::invalid_argument("io_threads must be >= 1, got " + std::to_string(m.cfg.io_threads));
   if (m.cfg.kv_tokens < 16)
     throw std::invalid_argument("kv_tokens must be >= 16, got " + std::to_string(m.cfg.kv_tokens));
-  m.ops = make_device(DeviceOptions{m.cfg.device, m.cfg.threads});
+  const auto device = [&](const DeviceOptions& o) { return m.cfg.device_factory ? m.cfg.device_factory(o) : make_device(o); };
+  m.ops = device(DeviceOptions{m.cfg.device, m.cfg.threads});
   m.files = m.cfg.target_model ? m.cfg.target_model : std::make_shared<const LoadedModel>(load_model(m.cfg.target));
   m.model = std::make_unique<LlamaModel>(m.files->weights, *m.ops);
   m.default_stop = default_stop_ids(*m.files);
   LlamaModel* draft_target = m.model.get();
   if (m.cfg.pipeline) {
-    m.draft_ops = make_device(DeviceOptions{m.cfg.device, m.cfg.draft_threads > 0 ? m.cfg.draft_threads : m.cfg.threads});
+    m.draft_ops = device(DeviceOptions{m.cfg.device, m.cfg.draft_threads > 0 ? m.cfg.draft_threads : m.cfg.threads});
     m.draft_model = std::make_unique<LlamaModel>(m.files->weights, *m.draft_ops);
     draft_target = m.draft_model.get();
   }
@@ -83,11 +84,14 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
                                     : std::make_unique<DrafterFactory>(m.cfg.drafter, *m.files, *draft_target);
 
   const auto ex = m.io.get_executor();
-  m.verifier = std::make_unique<Verifier>(ex, *m.model, m.cfg.kv_tokens, m.cfg.fault_hook, drafters->wants_target_hidden());
+  m.verifier = std::make_unique<Verifier>(ex, *m.model, m.cfg.kv_tokens, m.cfg.fault_hook, drafters->wants_target_hidden(),
+                                          /*device_judge=*/!m.cfg.judge_rule);
   SchedulerLimits limits{m.cfg.max_batch, m.verifier->blocks_total(), m.verifier->block_tokens(),
                          m.model->config().max_positions, m.cfg.pipeline, m.cfg.load_adaptive};
   m.scheduler = std::make_unique<Scheduler>(ex, limits);
-  m.draft = std::make_unique<DraftActor>(ex, std::move(drafters), m.cfg.fault_hook);
+  // Each actor drives its device through a stream that device makes: two on the host (worker
+  // threads), two CUDA streams on a GPU when pipelining gives the draft its own device.
+  m.draft = std::make_unique<DraftActor>(ex, std::move(drafters), draft_target->ops().make_stream("draft"), m.cfg.fault_hook);
   m.sampler = std::make_unique<Sampler>(ex, m.files->tokenizer, m.model->config().max_positions, m.cfg.fault_hook);
   if (m.cfg.judge_rule) m.sampler->set_judge_rule(m.cfg.judge_rule);
   if (!m.cfg.trace_path.empty()) {

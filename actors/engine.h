@@ -13,6 +13,7 @@
 // (Name the request: GCC 12 destroys a temporary aggregate inside a co_await expression twice.)
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@
 
 #include "actors/messages.h"
 #include "actors/token_stream.h"
+#include "gpu/ops.h"
 #include "model/weights.h"
 #include "spec/adaptive_k.h"
 #include "spec/sampling.h"
@@ -57,6 +59,9 @@ struct EngineConfig {
   std::string trace_path;              // write Chrome trace-event JSON here when the engine closes ("" = off)
   FaultHook fault_hook;                // tests only: throw from it to fail a round
   JudgeRule judge_rule;                // tests only: replaces the acceptance rule (a planted bug)
+  // Tests only: makes the devices instead of make_device (the target's, then with pipelining the
+  // draft's), e.g. a double that records the streams and events each actor uses.
+  std::function<std::unique_ptr<Ops>(const DeviceOptions&)> device_factory;
 };
 
 // A request the engine refuses, naming the field: `code` is "invalid_request" or

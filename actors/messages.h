@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <variant>
@@ -121,12 +122,15 @@ struct Scored {
   RequestRef request;
   int64_t position = 0;               // absolute position of t1
   DraftProposal draft;                // tokens [k], q [k, vocab]
-  std::vector<float> target_logits;   // [k + 1, vocab] raw logits at g, t1..tk (host memory here;
-                                      // a device handle once the verifier runs on CUDA)
+  std::vector<float> target_logits;   // [k + 1, vocab] raw logits at g, t1..tk, on the host; empty
+                                      // when the device judged the round (`verdict`)
   bool continued = false;             // a Continuation for this round follows (Drafted::continued)
   // With a drafter that reads them: the target's final hidden states of the prompt's rows (when
   // this round prefilled the sequence) and of the verify rows g, t1..tk, [rows, hidden].
   std::vector<float> prefill_hidden, hidden;
+  // Where the target's device judges rounds (Ops::judges_on_device, the CUDA device): the
+  // verifier ran the acceptance step there and only this verdict crossed to the host.
+  std::optional<RoundOutcome> verdict;
 };
 
 // verifier -> sampler: the target's distributions for the round (TargetProbsReady and Judge in one).

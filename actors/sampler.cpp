@@ -156,7 +156,7 @@ void Sampler::on(Judge& judge) {
     st.verify_seconds += judge.verify_seconds;
     Judged j{s.request->id, k, 0, {}, false};
     if (!s.continued) {
-      const RoundOutcome outcome = apply_rule(s.draft, s.target_logits, *s.request, s.position, true);
+      const RoundOutcome outcome = s.verdict ? std::move(*s.verdict) : apply_rule(s.draft, s.target_logits, *s.request, s.position, true);
       st.count_judged(0, k, outcome.accepted);
       j.accepted = outcome.accepted;
       attach_hidden(s, outcome.accepted, j);

@@ -2,21 +2,23 @@
 // every sequence is rolled back to its committed length, then one forward scores all windows.
 #include "actors/verifier.h"
 
+#include <algorithm>
 #include <chrono>
 
-#include "streams/host_stream.h"
 
 namespace specula::actors {
 
 Verifier::Verifier(boost::asio::any_io_executor executor, LlamaModel& target, int64_t kv_tokens, FaultHook hook,
-                   bool hand_hidden)
+                   bool hand_hidden, bool device_judge)
     : Actor(std::move(executor), "verifier"),
       hand_hidden_(hand_hidden),
       target_(target),
       kv_(target.ops(), target.kv_config(kv_tokens)),
       hook_(std::move(hook)),
-      stream_(std::make_unique<streams::HostStream>("verify")),
-      blocks_free_(kv_.blocks_free()) {}
+      stream_(target.ops().make_stream("verify")),
+      blocks_free_(kv_.blocks_free()) {
+  device_judge_ = device_judge && target.ops().judges_on_device();
+}
 
 Verifier::~Verifier() = default;
 
@@ -75,8 +77,17 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     windows[i].insert(windows[i].end(), d.draft.tokens.begin(), d.draft.tokens.end());
     batch.push_back({seq, windows[i], true});
   }
+  // Where the device judges, the logits stay there and only verdicts come back; a round with an
+  // optimistic continuation keeps its rows on the host (the sampler judges the continuation
+  // token against the last row once it arrives).
+  const bool on_device = device_judge_ && std::none_of(round.items.begin(), round.items.end(),
+                                                       [](const Drafted& d) { return d.continued; });
   const auto t0 = std::chrono::steady_clock::now();
-  target_.forward(batch, kv_, logits_);
+  LlamaModel::DeviceLogits device_logits;
+  if (on_device)
+    device_logits = target_.forward_on_device(batch, kv_);
+  else
+    target_.forward(batch, kv_, logits_);
   judge.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t vocab = target_.config().vocab_size;
   if (hand_hidden_) target_.last_hidden(hidden_);
@@ -87,8 +98,14 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     Scored s{d.request, static_cast<int64_t>(d.context.size()), std::move(d.draft), {}, d.continued};
     const size_t rows = windows[i].size();
     judge.forward_tokens += static_cast<int64_t>(rows);
-    s.target_logits.assign(logits_.begin() + static_cast<std::ptrdiff_t>(row * vocab),
-                           logits_.begin() + static_cast<std::ptrdiff_t>((row + rows) * vocab));
+    if (on_device) {
+      const SpeculativeRequest& r = d.request->request;
+      const LlamaModel::DeviceLogits mine{device_logits.data + row * vocab, static_cast<int64_t>(rows)};
+      s.verdict = verify_draft_on_device(target_.ops(), mine, vocab, s.draft, r.sampling, s.position, r.mode, q_device_);
+    } else {
+      s.target_logits.assign(logits_.begin() + static_cast<std::ptrdiff_t>(row * vocab),
+                             logits_.begin() + static_cast<std::ptrdiff_t>((row + rows) * vocab));
+    }
     if (hand_hidden_) {
       s.prefill_hidden = std::move(prefill_rows[i]);
       s.hidden.assign(hidden_.begin() + static_cast<std::ptrdiff_t>(row * H),

@@ -20,8 +20,11 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
  public:
   // `target` must outlive the actor; the KV cache holds `kv_tokens` positions over all sequences.
   // `hand_hidden`: the drafter reads the target's hidden states (Scored::prefill_hidden, hidden).
+  // The verify stream is the target's device's (Ops::make_stream).
+  // `device_judge`: where the target's device judges rounds (Ops::judges_on_device), judge each
+  // round there and hand the sampler only the verdict (off when a test replaces the rule).
   Verifier(boost::asio::any_io_executor executor, LlamaModel& target, int64_t kv_tokens, FaultHook hook,
-           bool hand_hidden = false);
+           bool hand_hidden = false, bool device_judge = true);
   ~Verifier() override;
   // Owner only, before start(): record spans into `trace` (null: off); it must outlive the actor.
   void set_trace(Trace* trace) { trace_ = trace; }
@@ -52,6 +55,8 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
   std::atomic<int64_t> blocks_free_;
   std::atomic<std::uint64_t> releases_done_{0};
   std::vector<float> logits_;
+  bool device_judge_ = false;  // the device judges rounds (and may: no test rule)
+  DeviceBuffer q_device_;      // exact sampling's q rows, copied for the device's judge
   bool hand_hidden_ = false;
   std::vector<float> hidden_;
   std::optional<Mailbox<SchedulerMessage>::Sender> to_scheduler_;

@@ -1,4 +1,5 @@
-// Device selection: --device auto|host|cuda.
+// Device selection: --device auto|host|cuda; what every device has by default (a host stream,
+// no judging on the device).
 #include <cstdlib>
 #include <stdexcept>
 
@@ -9,6 +10,7 @@
 #include "gpu/host/host_device.h"
 #include "gpu/host/matmul_kernels.h"
 #include "gpu/ops.h"
+#include "streams/host_stream.h"
 
 namespace specula {
 
@@ -24,6 +26,14 @@ host_kernels::HostPath host_path_of(const DeviceOptions& opt) {
   return host_kernels::host_path_for(opt.host_path.empty() ? std::getenv("SPECULA_SIMD") : opt.host_path.c_str());
 }
 }  // namespace
+
+std::unique_ptr<streams::Stream> Ops::make_stream(const std::string& name) {
+  return std::make_unique<streams::HostStream>(name);
+}
+
+DeviceVerdict Ops::judge(const float*, const float*, std::span<const int32_t>, int64_t, const DeviceSampling&, int64_t) {
+  throw std::logic_error("device " + this->name() + " does not judge rounds; the host does (spec/speculative_sampling.h)");
+}
 
 std::unique_ptr<Ops> make_device(const DeviceOptions& opt) {
   if (opt.threads < 1 || opt.threads > 256)

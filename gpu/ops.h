@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "gpu/device_judge.h"
 #include "model/config.h"
 #include "model/tensor.h"
+#include "streams/stream.h"
 
 namespace specula {
 
@@ -113,6 +115,22 @@ class Ops {
   virtual bool replay_end() { return false; }
   virtual void recording_cancel() {}
   virtual void forget_recordings(const void* owner) {}
+
+  // --- streams and judging (docs/design.md sections 1 and 3) ------------------
+  // A stream for an actor that drives this device (the draft, the verifier): its work runs in
+  // order, and its events complete once the device has done everything queued before them, so
+  // an actor co_awaits them. The host: a worker thread (streams::HostStream). CUDA: a launch
+  // thread queuing ops on this device's CUDA stream, whose events are CUDA events
+  // (streams::LaunchStream over streams::CudaStream).
+  virtual std::unique_ptr<streams::Stream> make_stream(const std::string& name);
+  // Whether judge() runs the acceptance step where the logits are (the host judges in spec/).
+  virtual bool judges_on_device() const { return false; }
+  // The acceptance step on the device: target_logits device [k + 1, vocab] raw logits, q device
+  // [k, vocab] draft probabilities after the same transform (null for greedy and coupled),
+  // draft host [k] tokens, position the absolute position of t1. Only the verdict crosses.
+  // Throws std::logic_error where judges_on_device() is false.
+  virtual DeviceVerdict judge(const float* target_logits, const float* q, std::span<const int32_t> draft,
+                              int64_t vocab, const DeviceSampling& sp, int64_t position);
 };
 
 // A device buffer of floats, released with its device.

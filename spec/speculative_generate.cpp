@@ -6,10 +6,6 @@
 #include <chrono>
 #include <stdexcept>
 
-#ifdef SPECULA_HAVE_CUDA
-#include "gpu/cuda/cuda_ops.h"
-#include "gpu/cuda/device_verify.h"
-#endif
 
 namespace specula {
 
@@ -37,6 +33,10 @@ void SpeculativeStats::count_judged(int offset, int k, int n) {
   }
 }
 
+DeviceSampling device_sampling(const SamplingParams& sp, SpecSampling mode) {
+  return DeviceSampling{sp.greedy() ? 0.0f : sp.temperature, sp.top_k, sp.top_p, sp.seed, mode == SpecSampling::Coupled};
+}
+
 RoundOutcome verify_draft_on_device(Ops& ops, const LlamaModel::DeviceLogits& target_logits, int64_t vocab,
                                     const DraftProposal& draft, const SamplingParams& sp, int64_t position,
                                     SpecSampling mode, DeviceBuffer& q_device) {
@@ -44,8 +44,7 @@ RoundOutcome verify_draft_on_device(Ops& ops, const LlamaModel::DeviceLogits& ta
   if (target_logits.rows != k + 1)
     throw std::invalid_argument("verify_draft: " + std::to_string(target_logits.rows) + " rows of target logits are not k+1 = " +
                                 std::to_string(k + 1) + " rows");
-#ifdef SPECULA_HAVE_CUDA
-  if (ops.kind() == DeviceKind::Cuda) {
+  if (ops.judges_on_device()) {
     const float* q = nullptr;
     if (!sp.greedy() && mode == SpecSampling::Exact && k > 0) {
       if (static_cast<int64_t>(draft.q.size()) != k * vocab)
@@ -55,14 +54,9 @@ RoundOutcome verify_draft_on_device(Ops& ops, const LlamaModel::DeviceLogits& ta
       ops.copy_to_device(draft.q.data(), q_device.get(), draft.q.size());
       q = q_device.get();
     }
-    const DeviceSampling ds{sp.greedy() ? 0.0f : sp.temperature, sp.top_k, sp.top_p, sp.seed,
-                            mode == SpecSampling::Coupled};
-    DeviceVerdict v = verify_on_device(static_cast<CudaOps&>(ops), target_logits.data, q, draft.tokens, vocab, ds, position);
+    DeviceVerdict v = ops.judge(target_logits.data, q, draft.tokens, vocab, device_sampling(sp, mode), position);
     return RoundOutcome{v.accepted, std::move(v.tokens), v.bonus};
   }
-#endif
-  (void)ops;
-  (void)q_device;
   return verify_draft(draft, std::span<const float>(target_logits.data, static_cast<size_t>((k + 1) * vocab)), sp,
                       position, mode);
 }

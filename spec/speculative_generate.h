@@ -55,12 +55,16 @@ struct SpeculativeStats : GenerateStats {
 
 // verify_draft on a round's target logits where the device left them
 // (LlamaModel::forward_on_device, k + 1 rows): on the host device the same call over that memory;
-// on the CUDA device the acceptance step runs there (gpu/cuda/device_verify.h) and only the
+// where the device judges (Ops::judges_on_device, the CUDA device: gpu/cuda/device_verify.h) the
+// acceptance step runs there and only the
 // verdict crosses to the host, not k + 1 rows of the vocabulary. For exact sampling the draft's
 // q rows are first copied into `q_device` (grown as needed, kept between rounds).
 RoundOutcome verify_draft_on_device(Ops& ops, const LlamaModel::DeviceLogits& target_logits, int64_t vocab,
                                     const DraftProposal& draft, const SamplingParams& sp, int64_t position,
                                     SpecSampling mode, DeviceBuffer& q_device);
+
+// A request's sampling as the device's acceptance step takes it (gpu/device_judge.h).
+DeviceSampling device_sampling(const SamplingParams& sp, SpecSampling mode);
 
 // Called with each committed token and where it came from; return false to stop (Cancelled).
 using SpecTokenCallback = std::function<bool(int32_t token, TokenOrigin origin)>;

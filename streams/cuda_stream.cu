@@ -51,6 +51,7 @@ struct CudaStream::Impl {
   int device = 0;
   std::string name;
   cudaStream_t stream = nullptr;
+  bool owned = true;  // destroy `stream` with this object
 
   std::mutex mutex;
   std::exception_ptr failure;                       // under mutex: first since the last event
@@ -105,6 +106,14 @@ CudaStream::CudaStream(int device, std::string name) : impl_(std::make_unique<Im
   SPECULA_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
 }
 
+CudaStream::CudaStream(int device, void* native, std::string name) : impl_(std::make_unique<Impl>()) {
+  impl_->device = device;
+  impl_->name = std::move(name);
+  impl_->stream = static_cast<cudaStream_t>(native);
+  impl_->owned = false;
+  SPECULA_CUDA_CHECK(cudaSetDevice(device));
+}
+
 CudaStream::~CudaStream() {
   cudaSetDevice(impl_->device);
   const cudaError_t status = cudaStreamSynchronize(impl_->stream);
@@ -117,7 +126,7 @@ CudaStream::~CudaStream() {
     std::fprintf(stderr, "specula: stream '%s': host work failed and no later event reported it\n",
                  impl_->name.c_str());
   }
-  cudaStreamDestroy(impl_->stream);
+  if (impl_->owned) cudaStreamDestroy(impl_->stream);
 }
 
 const std::string& CudaStream::name() const { return impl_->name; }

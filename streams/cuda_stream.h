@@ -14,6 +14,9 @@ class CudaStream final : public Stream {
  public:
   // Throws std::runtime_error (naming the CUDA error) when `device` cannot be used.
   explicit CudaStream(int device = 0, std::string name = "cuda");
+  // Adopts `native` (a cudaStream_t of `device`, e.g. the one a CudaOps launches on): events mark
+  // points in that stream's work; the stream is synchronized, not destroyed, with this object.
+  CudaStream(int device, void* native, std::string name);
   // Synchronizes (every event completes), then destroys the stream.
   ~CudaStream() override;
 

@@ -16,6 +16,9 @@
 #include <vector>
 
 #include "gpu/cuda/cuda_check.h"
+#include "gpu/cuda/device_verify.h"
+#include "streams/cuda_stream.h"
+#include "streams/launch_stream.h"
 #include "gpu/cuda/kernels.h"
 #include "gpu/host/quant.h"
 #include "gpu/kv_cache.h"
@@ -164,6 +167,15 @@ CudaOps::~CudaOps() {
 
 std::string CudaOps::name() const { return impl_->name; }
 void* CudaOps::stream() const { return impl_->stream; }
+
+std::unique_ptr<streams::Stream> CudaOps::make_stream(const std::string& name) {
+  return std::make_unique<streams::LaunchStream>(name, std::make_unique<streams::CudaStream>(device_, impl_->stream, name));
+}
+
+DeviceVerdict CudaOps::judge(const float* target_logits, const float* q, std::span<const int32_t> draft, int64_t vocab,
+                             const DeviceSampling& sp, int64_t position) {
+  return verify_on_device(*this, target_logits, q, draft, vocab, sp, position);
+}
 
 size_t CudaOps::weight_bytes() const { return impl_->weight_bytes; }
 

@@ -67,6 +67,12 @@ class CudaOps final : public Ops {
 
   // --- CUDA only -------------------------------------------------------------
   int device() const { return device_; }
+  // A launch thread over this device's CUDA stream (streams::LaunchStream, events are CUDA
+  // events), and the acceptance step on the device (gpu/cuda/device_verify.h).
+  std::unique_ptr<streams::Stream> make_stream(const std::string& name) override;
+  bool judges_on_device() const override { return true; }
+  DeviceVerdict judge(const float* target_logits, const float* q, std::span<const int32_t> draft, int64_t vocab,
+                      const DeviceSampling& sp, int64_t position) override;
   void* stream() const;  // the cudaStream_t every op is queued on
   // Device-to-device copy bandwidth in GB/s (bytes read + bytes written per second), the median
   // of several cudaMemcpyAsync of `bytes`, timed with events; the decode roofline's denominator.

@@ -15,23 +15,11 @@
 #include <span>
 #include <vector>
 
+#include "gpu/device_judge.h"
+
 namespace specula {
 
 class CudaOps;
-
-struct DeviceSampling {
-  float temperature = 1.0f;  // <= 0: greedy (accept while argmax p == t_i)
-  int top_k = 0;             // 0 = off
-  float top_p = 1.0f;        // 1 = off
-  uint64_t seed = 0;
-  bool coupled = false;      // SpecSampling::Coupled: accept while t_i == the target's own Gumbel draw
-};
-
-struct DeviceVerdict {
-  int accepted = 0;             // n draft tokens kept
-  std::vector<int32_t> tokens;  // [n + 1]: t1..tn, then the recovered or bonus token
-  bool bonus = false;           // all k were accepted and the last token is the bonus token
-};
 
 // target_logits: device [k+1, vocab] raw logits; q: device [k, vocab] draft probabilities after
 // the same transform (unused, may be null, for greedy and coupled); draft: host [k] tokens;

@@ -11,7 +11,7 @@
 
 namespace specula {
 
-class HostOps final : public Ops {
+class HostOps : public Ops {  // not final: tests derive device doubles from it
  public:
   // The path from SPECULA_SIMD (throws std::invalid_argument for a bad value), or the one given.
   explicit HostOps(int threads);

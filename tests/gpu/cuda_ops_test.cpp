@@ -12,6 +12,9 @@
 #include <algorithm>
 #include <numeric>
 
+#include <stdexcept>
+#include <thread>
+
 #include "gpu/cuda/cuda_ops.h"
 #include "gpu/host/host_device.h"
 #include "gpu/kv_cache.h"
@@ -313,6 +316,28 @@ TEST_F(CudaOpsTest, QueuesOnAStreamItIsGiven) {
     EXPECT_EQ(to_host(ops, dx.get(), 3), (std::vector<float>{11, 22, 33}));
   }
   EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess) << "the device must leave a stream it was given alive";
+}
+
+TEST_F(CudaOpsTest, ItsStreamsEventsCompleteOnlyAfterTheKernelsTheLaunchedWorkQueued) {
+  // What the draft and verifier actors get from this device (Ops::make_stream): host work on a
+  // launch thread, kernels on the device's CUDA stream, an event that waits for those kernels.
+  std::unique_ptr<streams::Stream> stream = cuda_->make_stream("verify");
+  const size_t n = size_t{1} << 24;
+  std::vector<float> ones(n, 1.0f);
+  DeviceBuffer a = to_device(*cuda_, ones), b = to_device(*cuda_, ones);
+  std::thread::id launched_on;
+  stream->enqueue([&] {
+    launched_on = std::this_thread::get_id();
+    for (int i = 0; i < 50; ++i) cuda_->add(a.get(), b.get(), n);  // queued, not waited for
+  });
+  streams::Event done = stream->record();
+  done.wait();
+  EXPECT_NE(launched_on, std::this_thread::get_id());
+  EXPECT_EQ(cudaStreamQuery(static_cast<cudaStream_t>(cuda_->stream())), cudaSuccess) << "the event completed before the kernels";
+  EXPECT_EQ(to_host(*cuda_, a.get(), 1)[0], 51.0f);
+  // And a failure in the launched work reaches the event.
+  stream->enqueue([] { throw std::runtime_error("launch failed"); });
+  EXPECT_THROW(stream->record().wait(), std::runtime_error);
 }
 
 TEST_F(CudaOpsTest, CopyBandwidthIsMeasurable) {

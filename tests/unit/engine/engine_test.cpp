@@ -24,6 +24,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "tests/unit/engine/default_model.h"
 #include "actors/engine.h"
 #include "gpu/host/host_device.h"
 #include "spec/make_drafter.h"
@@ -34,13 +35,6 @@ namespace {
 
 constexpr int kTokens = 32;
 constexpr int kPrompts = 4;
-
-std::string default_model_path() {
-  const char* cache = std::getenv("SPECULA_CACHE");
-  return (std::filesystem::path(cache && *cache ? cache : "/root/.cache/specula") / "models" /
-          "SmolLM2-135M-Instruct.Q4_1.gguf")
-      .string();
-}
 
 // Which round the fault hook should fail: the actor and a request id (0 = none); the first
 // `pass` rounds of that actor holding the id go through. It throws once and records the ids of

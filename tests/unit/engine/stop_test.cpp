@@ -6,18 +6,12 @@
 #include <filesystem>
 #include <thread>
 
+#include "tests/unit/engine/default_model.h"
 #include "actors/engine.h"
 #include "actors/sampler.h"
 
 namespace specula::actors {
 namespace {
-
-std::string default_model_path() {
-  const char* cache = std::getenv("SPECULA_CACHE");
-  return (std::filesystem::path(cache && *cache ? cache : "/root/.cache/specula") / "models" /
-          "SmolLM2-135M-Instruct.Q4_1.gguf")
-      .string();
-}
 
 // Feeds `chunks` through release_text the way the sampler does; returns the text shown.
 std::string shown_text(const std::vector<std::string>& chunks, const std::vector<std::string>& stops,

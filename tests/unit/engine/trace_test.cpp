@@ -9,17 +9,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/unit/engine/default_model.h"
 #include "actors/engine.h"
 
 namespace specula::actors {
 namespace {
-
-std::string model_path() {
-  const char* cache = std::getenv("SPECULA_CACHE");
-  return (std::filesystem::path(cache && *cache ? cache : "/root/.cache/specula") / "models" /
-          "SmolLM2-135M-Instruct.Q4_1.gguf")
-      .string();
-}
 
 struct Span {
   double t0, t1;
@@ -32,7 +26,7 @@ nlohmann::json traced_run(bool pipeline, int requests = 4) {
                                .string();
   {
     EngineConfig cfg;
-    cfg.target = model_path();
+    cfg.target = default_model_path();
     cfg.drafter = "skip:4-7";
     cfg.device = "host";
     cfg.draft.k = 2;
@@ -76,7 +70,7 @@ double overlap_us(const nlohmann::json& trace) {
 }
 
 TEST(EngineTrace, TheTraceNamesALanePerStreamAndActorAndHasSpansOnEach) {
-  if (!std::filesystem::exists(model_path())) GTEST_FAIL() << "no default model at " << model_path();
+  if (!std::filesystem::exists(default_model_path())) GTEST_FAIL() << "no default model at " << default_model_path();
   const nlohmann::json trace = traced_run(true);
   std::map<int, std::string> names;
   std::map<int, int> spans;
@@ -93,7 +87,7 @@ TEST(EngineTrace, TheTraceNamesALanePerStreamAndActorAndHasSpansOnEach) {
 }
 
 TEST(EngineTrace, WithPipeliningARequestAloneHasItsNextRoundDraftedWhileThisOneIsVerified) {
-  if (!std::filesystem::exists(model_path())) GTEST_FAIL() << "no default model at " << model_path();
+  if (!std::filesystem::exists(default_model_path())) GTEST_FAIL() << "no default model at " << default_model_path();
   const nlohmann::json trace = traced_run(true, 1);
   int optimistic = 0;
   for (const auto& e : trace["traceEvents"])
@@ -103,7 +97,7 @@ TEST(EngineTrace, WithPipeliningARequestAloneHasItsNextRoundDraftedWhileThisOneI
 }
 
 TEST(EngineTrace, WithoutPipeliningTheDraftNeverOverlapsVerification) {
-  if (!std::filesystem::exists(model_path())) GTEST_FAIL() << "no default model at " << model_path();
+  if (!std::filesystem::exists(default_model_path())) GTEST_FAIL() << "no default model at " << default_model_path();
   EXPECT_EQ(overlap_us(traced_run(false)), 0);
 }
 
