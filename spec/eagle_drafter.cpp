@@ -202,6 +202,32 @@ void EagleDrafter::run(const float* f, std::span<const int32_t> tokens, int64_t 
   }
 }
 
+bool EagleDrafter::draft_greedy(const DraftRequest& req, int64_t i, int32_t& token) {
+  // The argmax of the row over the vocabulary, found among the head's N logits (every other token
+  // is -inf): ties go to the smaller token id, as argmax over the full row does. The entropy rule
+  // judges the untempered softmax, which is the N tokens' softmax. q is one-hot.
+  const std::vector<int32_t>& map = w_->head->token_map;
+  size_t best = 0;
+  for (size_t r = 1; r < map.size(); ++r)
+    if (logits_[r] > logits_[best] || (logits_[r] == logits_[best] && map[r] < map[best])) best = r;
+  if (req.max_entropy > 0 && i >= req.min_tokens) {
+    // H = log Z - E[x - max] / 1 over the softmax, in one pass: Z = sum e^(x - max).
+    const float top = logits_[best];
+    double z = 0, ez = 0;
+    for (float x : logits_) {
+      const float d = x - top;
+      const float e = std::exp(d);
+      z += e;
+      ez += static_cast<double>(e) * d;
+    }
+    if (std::log(z) - ez / z > req.max_entropy) return false;
+  }
+  token = map[best];
+  q_.assign(static_cast<size_t>(w_->target_vocab), 0.0f);
+  q_[static_cast<size_t>(token)] = 1.0f;
+  return true;
+}
+
 bool EagleDrafter::draft_reduced(const DraftRequest& req, int64_t i, int32_t& token) {
   // The sampling transform on the head's N logits, then scattered to the vocabulary: the tokens
   // outside the head's N have q = 0 either way, so this is the transform of the full row (up to
@@ -256,16 +282,12 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
     return;  // no target rows for this context
   }
 
-  const std::vector<int32_t>& map = w_->head->token_map;
-  const int64_t V = w_->target_vocab;
   for (int64_t i = 0; i < k; ++i) {
     // q over the target's vocabulary: the head's logits on its N tokens, -inf elsewhere (q = 0
     // there: never proposed, and the verifier's residual covers those tokens).
     int32_t t = 0;
     if (req.sampling.greedy()) {
-      full_.assign(static_cast<size_t>(V), -std::numeric_limits<float>::infinity());
-      for (size_t r = 0; r < map.size(); ++r) full_[static_cast<size_t>(map[r])] = logits_[r];
-      if (!draft_from_logits(full_, req, i, q_, logq_, t)) break;
+      if (!draft_greedy(req, i, t)) break;
     } else if (!draft_reduced(req, i, t)) {
       break;
     }

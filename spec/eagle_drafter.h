@@ -86,6 +86,7 @@ class EagleDrafter final : public Drafter {
   bool continues_chain(std::span<const int32_t> context) const;
   // A sampled (not greedy) draft token from logits_: q and log q over the vocabulary in q_, logq_.
   bool draft_reduced(const DraftRequest& req, int64_t i, int32_t& token);
+  bool draft_greedy(const DraftRequest& req, int64_t i, int32_t& token);
   // Feeds entries at positions [pos, pos + n) with features f [n, H] and tokens; leaves the
   // layer outputs g [n, H] in g_ and, with `logits`, the reduced logits of the last entry in
   // logits_ [N].
@@ -101,7 +102,7 @@ class EagleDrafter final : public Drafter {
   std::vector<int32_t> chain_;
   std::vector<float> chain_g_;
   std::vector<float> h_;      // the target's rows h_0.. of the context, [known, H]
-  std::vector<float> g_, cat_, e_, logits_, full_, logq_, q_, feat_, red_;
+  std::vector<float> g_, cat_, e_, logits_, logq_, q_, feat_, red_;
   std::vector<int32_t> positions_;
   DeviceBuffer cat_d_, x_d_, xn_d_, q_d_, k_d_, v_d_, att_d_, tmp_d_, gate_d_, up_d_, e_d_, logits_d_;
   int64_t capacity_ = 0;

@@ -356,6 +356,47 @@ TEST(EagleDrafter, ItsCacheAfterManyRoundsOfRollbackDraftsWhatAFreshOneFedTheWho
   EXPECT_GT(accepted, 0);
 }
 
+// Greedy drafting works on the head's N logits (every other token is -inf): its token is the
+// argmax of the whole row, and the entropy rule judges the softmax's entropy, the figures the
+// sampled path's q (temperature 1, over the vocabulary) gives.
+TEST(EagleDrafter, GreedyTokensAreTheRowsArgmaxAndTheEntropyRuleJudgesItsSoftmax) {
+  TinyPair m;
+  const std::vector<int32_t> context{3, 9, 1, 4};
+  std::vector<float> rows(3 * 32);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = std::sin(0.37f * static_cast<float>(i));
+  auto drafter = [&] {
+    std::unique_ptr<Drafter> d = eagle_drafter(m);
+    d->prefill(context);
+    d->target_hidden(0, rows);
+    return d;
+  };
+  DraftRequest req;
+  req.context = context;
+  req.max_tokens = 1;
+  req.sampling = SamplingParams{1.0f, 0, 1.0f, 5};
+  DraftProposal sampled;
+  drafter()->propose(req, sampled);
+  ASSERT_EQ(sampled.k(), 1);
+  const std::span<const float> q(sampled.q);
+  const auto want = static_cast<int32_t>(std::max_element(q.begin(), q.end()) - q.begin());
+  const double h = entropy_nats(q);
+  ASSERT_GT(h, 0.01);
+
+  req.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
+  req.min_tokens = 0;
+  DraftProposal greedy;
+  drafter()->propose(req, greedy);
+  ASSERT_EQ(greedy.k(), 1);
+  EXPECT_EQ(greedy.tokens[0], want);
+  EXPECT_EQ(greedy.q[static_cast<size_t>(want)], 1.0f);
+  req.max_entropy = static_cast<float>(h + 1e-3);
+  drafter()->propose(req, greedy);
+  EXPECT_EQ(greedy.k(), 1) << "entropy " << h << " is under the threshold";
+  req.max_entropy = static_cast<float>(h - 1e-3);
+  drafter()->propose(req, greedy);
+  EXPECT_EQ(greedy.k(), 0) << "entropy " << h << " is over the threshold";
+}
+
 TEST(EagleDrafter, WithoutTheTargetsRowsItProposesNothing) {
   TinyPair m;
   const std::unique_ptr<Drafter> d = eagle_drafter(m);
