@@ -35,6 +35,15 @@ using actors::TokenStream;
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 
+// "on" / "off" / "both" -> the values to run.
+std::vector<bool> switch_values(const Args& a, const std::string& name, const std::string& fallback) {
+  const std::string v = a.str(name, fallback);
+  if (v == "on") return {true};
+  if (v == "off") return {false};
+  if (v == "both") return {false, true};
+  throw UsageError("--" + name + " must be on, off or both, got '" + v + "'");
+}
+
 struct Config {
   std::string draft;
   bool pipeline = false;
@@ -183,14 +192,6 @@ nlohmann::json to_json(const Result& r, const Result* none) {
 
 }  // namespace
 
-// "on" / "off" / "both" -> the values to run.
-std::vector<bool> switch_values(const Args& a, const std::string& name, const std::string& fallback) {
-  const std::string v = a.str(name, fallback);
-  if (v == "on") return {true};
-  if (v == "off") return {false};
-  if (v == "both") return {false, true};
-  throw UsageError("--" + name + " must be on, off or both, got '" + v + "'");
-}
 
 StreamOverlap stream_overlap(const std::string& trace_json) {
   StreamOverlap o;

@@ -2,7 +2,6 @@
 // (docs/engine.md, "The CLI"). Each turn sends the whole conversation as chat messages, as an
 // OpenAI client does; the engine keeps no KV between requests, so the history is prefilled again
 // each turn (no prefix cache yet).
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -28,8 +27,6 @@ const char* kUsage =
     "  with --draft, its acceptance on stderr. A reply is cut where the context ends; a message that\n"
     "  no longer fits clears the conversation.\n";
 
-using Clock = std::chrono::steady_clock;
-
 }  // namespace
 
 int cmd_chat(int argc, char** argv) {
@@ -39,22 +36,11 @@ int cmd_chat(int argc, char** argv) {
   const Args a(argc, argv, options, {"adaptive"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   SamplingParams sp = sampling_from_args(a);
-  const long long max_tokens = a.integer("max-tokens", 512);
-  if (max_tokens < 1 || max_tokens > 1'000'000) throw UsageError("--max-tokens must be between 1 and 1000000");
-  SpecSampling mode = SpecSampling::Exact;
-  try {
-    mode = parse_spec_sampling(a.str("spec-sampling", "exact"));
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--spec-sampling: ") + e.what());
-  }
+  const long long max_tokens = max_tokens_from_args(a, 512);
+  const SpecSampling mode = spec_sampling_from_args(a);
   auto files = std::make_shared<const LoadedModel>(load_model(a.str("model", default_model_path())));
   const actors::EngineConfig cfg = engine_config_from_args(a, files);
-  std::unique_ptr<actors::Engine> engine;
-  try {
-    engine = std::make_unique<actors::Engine>(cfg);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string(cfg.drafter != "none" ? "--draft: " : "") + e.what());
-  }
+  const std::unique_ptr<actors::Engine> engine = open_engine(cfg);
   const bool tty = isatty(STDIN_FILENO);
   std::fprintf(stderr, "specula chat: %s on %s%s. /reset to start over, /quit to leave.\n",
                files->weights.config.name.empty() ? files->path.c_str() : files->weights.config.name.c_str(),
@@ -92,30 +78,19 @@ int cmd_chat(int argc, char** argv) {
       messages.resize(base_messages);
       continue;
     }
-    const auto t0 = Clock::now();
-    std::string reply;
-    int64_t tokens = 0;
-    double first = 0;
-    actors::StreamEvent ev;
-    for (;;) {
-      ev = stream->next_blocking();
-      std::fputs(ev.text.c_str(), stdout);
-      std::fflush(stdout);
-      reply += ev.text;
-      if (ev.terminal()) break;
-      if (tokens++ == 0) first = std::chrono::duration<double>(Clock::now() - t0).count();
-    }
-    const double total = std::chrono::duration<double>(Clock::now() - t0).count();
+    const StreamRead got = read_stream(*stream, /*echo=*/true);
+    const actors::StreamEvent& ev = got.last;
     if (ev.kind == actors::StreamEvent::Kind::Error) {
       std::fprintf(stderr, "\n(%s; the conversation was cleared)\n", ev.error.c_str());
       messages.resize(base_messages);
       continue;
     }
     std::fputs("\n", stdout);  // each reply ends its line
-    messages.push_back({"assistant", reply});
-    std::fprintf(stderr, "\n[%lld tokens, %.1f tok/s decode, %s; prompt %lld tokens, first token after %.3fs%s]\n",
-                 static_cast<long long>(tokens), tokens > 1 && total > first ? (tokens - 1) / (total - first) : 0.0,
-                 std::string(finish_reason_name(ev.finish_reason)).c_str(), static_cast<long long>(admitted.prompt_tokens), first,
+    messages.push_back({"assistant", got.text});
+    const auto tokens = static_cast<long long>(got.ids.size());
+    std::fprintf(stderr, "\n[%lld tokens, %.1f tok/s decode, %s; prompt %lld tokens, first token after %.3fs%s]\n", tokens,
+                 got.decode_tokens_per_second(),
+                 std::string(finish_reason_name(ev.finish_reason)).c_str(), static_cast<long long>(admitted.prompt_tokens), got.first,
                  admitted.max_tokens_clamped ? "; the reply may stop where the context ends" : "");
     if (cfg.drafter != "none") std::fprintf(stderr, "[%s: %s]\n", cfg.drafter.c_str(), spec_stats_line(ev.stats).c_str());
   }

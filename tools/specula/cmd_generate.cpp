@@ -48,22 +48,6 @@ const char* kUsage =
     "  JSON with a lane per stream and actor (ui.perfetto.dev). --sequential runs the sequential\n"
     "  loop (the method's reference, one round after another on one thread of control) instead.\n";
 
-using Clock = std::chrono::steady_clock;
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-long long max_tokens_from_args(const Args& a) {
-  const long long max_tokens = a.integer("max-tokens", 256);
-  if (max_tokens < 1 || max_tokens > 1'000'000) throw UsageError("--max-tokens must be between 1 and 1000000");
-  return max_tokens;
-}
-
-SpecSampling spec_sampling_from_args(const Args& a) {
-  try {
-    return parse_spec_sampling(a.str("spec-sampling", "exact"));
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--spec-sampling: ") + e.what());
-  }
-}
 
 // --prompt-ids checked against the vocabulary, so the message names the option.
 std::vector<int32_t> prompt_ids_from_args(const Args& a, int64_t vocab) {
@@ -97,6 +81,20 @@ SamplingParams sampling_from_args(const Args& a, const SamplingDefaults& d) {
   return sp;
 }
 
+long long max_tokens_from_args(const Args& a, long long fallback) {
+  const long long max_tokens = a.integer("max-tokens", fallback);
+  if (max_tokens < 1 || max_tokens > 1'000'000) throw UsageError("--max-tokens must be between 1 and 1000000");
+  return max_tokens;
+}
+
+SpecSampling spec_sampling_from_args(const Args& a) {
+  try {
+    return parse_spec_sampling(a.str("spec-sampling", "exact"));
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--spec-sampling: ") + e.what());
+  }
+}
+
 DraftLengthConfig draft_length_from_args(const Args& a) {
   DraftLengthConfig c;
   c.k = static_cast<int>(a.integer("spec-k", 4));
@@ -128,7 +126,7 @@ namespace {
 
 int generate_sequential(const Args& a) {
   const SamplingParams sp = sampling_from_args(a);
-  const long long max_tokens = max_tokens_from_args(a);
+  const long long max_tokens = max_tokens_from_args(a, 256);
   const std::string draft_spec = a.str("draft", "none");
   const DraftLengthConfig draft_length = draft_length_from_args(a);
   const SpecSampling spec_sampling = spec_sampling_from_args(a);
@@ -218,7 +216,7 @@ int generate_sequential(const Args& a) {
 }
 
 int generate_through_engine(const Args& a) {
-  const long long max_tokens = max_tokens_from_args(a);
+  const long long max_tokens = max_tokens_from_args(a, 256);
   const SpecSampling mode = spec_sampling_from_args(a);
   auto files = std::make_shared<const LoadedModel>(load_model(a.str("model", default_model_path())));
   actors::EngineConfig cfg = engine_config_from_args(a, files);
@@ -236,41 +234,27 @@ int generate_through_engine(const Args& a) {
   req.sampling = sp;
   req.mode = mode;
 
-  std::unique_ptr<actors::Engine> engine;
+  std::unique_ptr<actors::Engine> engine = open_engine(cfg);
   std::optional<actors::TokenStream> stream;
   std::vector<int32_t> prompt_ids;
   try {
-    engine = std::make_unique<actors::Engine>(cfg);
     prompt_ids = engine->tokenize(req);
     req.prompt_ids = prompt_ids;  // tokenized once
     stream.emplace(engine->start(std::move(req)));
   } catch (const actors::RequestError& e) {
     throw UsageError(std::string(e.field == "prompt" && a.has("prompt-ids") ? "--prompt-ids: " : "") + e.what());
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string(cfg.drafter != "none" ? "--draft: " : "") + e.what());
   }
   const bool json = a.flag("json");
   const uint64_t seed = sp.seed;
-  const auto t0 = Clock::now();
-  std::vector<int32_t> ids;
-  double first = 0;
-  actors::StreamEvent ev;
-  for (;;) {
-    ev = stream->next_blocking();
-    if (!json) {
-      std::fputs(ev.text.c_str(), stdout);
-      std::fflush(stdout);
-    }
-    if (ev.kind != actors::StreamEvent::Kind::Token) break;
-    if (ids.empty()) first = seconds(Clock::now() - t0);
-    ids.push_back(ev.token);
-  }
-  const double total = seconds(Clock::now() - t0);
+  const StreamRead got = read_stream(*stream, !json);
+  const actors::StreamEvent& ev = got.last;
+  const std::vector<int32_t>& ids = got.ids;
+  const double first = got.first;
   if (ev.kind == actors::StreamEvent::Kind::Error) throw std::runtime_error(ev.error);
   // The first token comes with the prompt's forward (and the first round): prefill speed is the
   // prompt over the time to it; decode speed covers the tokens after it.
   const double prefill_tps = first > 0 ? static_cast<double>(prompt_ids.size()) / first : 0;
-  const double decode_tps = ids.size() > 1 && total > first ? static_cast<double>(ids.size() - 1) / (total - first) : 0;
+  const double decode_tps = got.decode_tokens_per_second();
   const bool speculative = cfg.drafter != "none";
   const std::string sampling = sp.greedy() ? "greedy" : spec_sampling_name(mode);
   if (json) {
@@ -314,6 +298,32 @@ int generate_through_engine(const Args& a) {
 
 }  // namespace
 
+std::unique_ptr<actors::Engine> open_engine(const actors::EngineConfig& config) {
+  try {
+    return std::make_unique<actors::Engine>(config);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string(config.drafter != "none" ? "--draft: " : "") + e.what());
+  }
+}
+
+StreamRead read_stream(actors::TokenStream& stream, bool echo) {
+  StreamRead r;
+  const auto t0 = BenchClock::now();
+  for (;;) {
+    r.last = stream.next_blocking();
+    if (echo) {
+      std::fputs(r.last.text.c_str(), stdout);
+      std::fflush(stdout);
+    }
+    r.text += r.last.text;
+    if (r.last.terminal()) break;
+    if (r.ids.empty()) r.first = seconds_since(t0);
+    r.ids.push_back(r.last.token);
+  }
+  r.total = seconds_since(t0);
+  return r;
+}
+
 actors::EngineConfig engine_config_from_args(const Args& a, std::shared_ptr<const LoadedModel> target) {
   actors::EngineConfig cfg;
   cfg.target = target->path;
@@ -323,8 +333,9 @@ actors::EngineConfig engine_config_from_args(const Args& a, std::shared_ptr<cons
   cfg.draft = draft_length_from_args(a);
   cfg.max_batch = 1;
   cfg.threads = static_cast<int>(a.integer("threads", 2));
-  cfg.pipeline = switch_values(a, "pipeline", "off").back();
-  if (a.str("pipeline", "off") == "both") throw UsageError("--pipeline must be on or off here, got 'both'");
+  const std::string pipeline = a.str("pipeline", "off");
+  if (pipeline != "on" && pipeline != "off") throw UsageError("--pipeline must be on or off, got '" + pipeline + "'");
+  cfg.pipeline = pipeline == "on";
   cfg.trace_path = a.str("trace", "");
   const int64_t model_ctx = cfg.target_model->weights.config.max_positions > 0 ? cfg.target_model->weights.config.max_positions : 8192;
   const int64_t ctx = a.integer("ctx", std::min<int64_t>(model_ctx, 8192));

@@ -43,6 +43,8 @@ struct SamplingDefaults {
 inline const SamplingDefaults kBenchSamplingDefaults{0.0, 0, 1.0, 1};
 // The flags as SamplingParams; a value out of range is a UsageError naming it.
 SamplingParams sampling_from_args(const Args& a, const SamplingDefaults& defaults = {});
+// --max-tokens in 1..1,000,000 (default `fallback`); UsageError otherwise. Defined in cmd_generate.cpp.
+long long max_tokens_from_args(const Args& a, long long fallback);
 
 // Writes a float32 array of the given shape as a NumPy .npy file.
 void write_npy(const std::string& path, const std::vector<float>& data, const std::vector<int64_t>& shape);

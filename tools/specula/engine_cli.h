@@ -29,9 +29,6 @@ inline const std::set<std::string> kEngineBenchOptions = {"concurrency", "pipeli
 // `specula bench spec --concurrency 1,4,16,64 --pipeline on|off|both ...`: JSON on stdout.
 int bench_spec_engine(const Args& a);
 
-// "on" / "off" / "both" -> the values to run; UsageError otherwise.
-std::vector<bool> switch_values(const Args& a, const std::string& name, const std::string& fallback);
-
 // The options `specula generate` and `specula chat` share for the engine they run on.
 inline const std::set<std::string> kEngineRunOptions = {"draft", "spec-k", "spec-k-min", "spec-k-max", "draft-entropy",
                                                         "spec-sampling", "pipeline", "trace"};
@@ -40,6 +37,21 @@ inline const std::set<std::string> kEngineRunOptions = {"draft", "spec-k", "spec
 // --device, --threads, --ctx (KV positions, default min(the model's context, 8192)), --draft and
 // K (--spec-k, --adaptive, ...), --pipeline on|off, --trace FILE. UsageError for a bad setting.
 actors::EngineConfig engine_config_from_args(const Args& a, std::shared_ptr<const LoadedModel> target);
+// The engine for `config`; a bad setting (e.g. the drafter's) is a UsageError naming --draft.
+std::unique_ptr<actors::Engine> open_engine(const actors::EngineConfig& config);
+
+// One request's stream read to its end, its text echoed to stdout as it comes when `echo`.
+struct StreamRead {
+  std::vector<int32_t> ids;
+  std::string text;
+  double first = 0, total = 0;  // seconds to the first token and to the end
+  actors::StreamEvent last;     // Done or Error
+  // The tokens after the first over the time after it (the first comes with the prompt's forward).
+  double decode_tokens_per_second() const {
+    return ids.size() > 1 && total > first ? static_cast<double>(ids.size() - 1) / (total - first) : 0;
+  }
+};
+StreamRead read_stream(actors::TokenStream& stream, bool echo);
 
 // The fraction of the verify stream's busy time during which the draft stream was busy, and each
 // stream's busy seconds, from an engine trace (actors/trace.h; lanes 2 = draft, 3 = verify).

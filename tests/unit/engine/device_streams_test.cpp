@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -122,7 +123,10 @@ class JudgingDevice final : public HostOps {
   bool planted_;
 };
 
-GenerateResult run(bool pipeline, const std::shared_ptr<Log>& log) {
+// One request through an ngram engine at batch 1 on the host, its devices made by `devices`
+// (make_device when empty).
+GenerateResult generate_once(bool pipeline, std::function<std::unique_ptr<Ops>(const DeviceOptions&)> devices,
+                             EngineRequest req) {
   EngineConfig cfg;
   cfg.target = default_model_path();
   cfg.drafter = "ngram";
@@ -130,12 +134,18 @@ GenerateResult run(bool pipeline, const std::shared_ptr<Log>& log) {
   cfg.max_batch = 1;
   cfg.kv_tokens = 1024;
   cfg.pipeline = pipeline;
-  if (log) cfg.device_factory = [log](const DeviceOptions& o) { return std::make_unique<RecordingDevice>(o.threads, log); };
+  cfg.device_factory = std::move(devices);
   Engine engine(cfg);
+  return engine.generate_blocking(std::move(req));
+}
+
+GenerateResult run(bool pipeline, const std::shared_ptr<Log>& log) {
   EngineRequest req;
   req.messages = {{"user", "Repeat after me: the quick brown fox jumps over the lazy dog."}};
   req.max_tokens = 32;
-  return engine.generate_blocking(std::move(req));
+  if (!log) return generate_once(pipeline, {}, std::move(req));
+  return generate_once(pipeline, [log](const DeviceOptions& o) { return std::make_unique<RecordingDevice>(o.threads, log); },
+                       std::move(req));
 }
 
 class DeviceStreams : public ::testing::TestWithParam<bool> {};
@@ -172,20 +182,15 @@ TEST_P(DeviceStreams, TheDraftAndVerifierActorsRunOnStreamsTheirOwnDevicesMadeAn
 }
 
 GenerateResult judged(const SamplingParams& sp, SpecSampling mode, std::shared_ptr<std::atomic<int>> calls, bool planted) {
-  EngineConfig cfg;
-  cfg.target = default_model_path();
-  cfg.drafter = "ngram";
-  cfg.device = "host";
-  cfg.max_batch = 1;
-  cfg.kv_tokens = 1024;
-  if (calls) cfg.device_factory = [calls, planted](const DeviceOptions& o) { return std::make_unique<JudgingDevice>(o.threads, calls, planted); };
-  Engine engine(cfg);
   EngineRequest req;
   req.messages = {{"user", "Repeat after me: the quick brown fox jumps over the lazy dog, twice."}};
   req.max_tokens = 40;
   req.sampling = sp;
   req.mode = mode;
-  return engine.generate_blocking(std::move(req));
+  if (!calls) return generate_once(false, {}, std::move(req));
+  return generate_once(
+      false, [calls, planted](const DeviceOptions& o) { return std::make_unique<JudgingDevice>(o.threads, calls, planted); },
+      std::move(req));
 }
 
 TEST(DeviceJudge, WhereTheDeviceJudgesTheSamplerGetsOnlyVerdictsAndTheTextIsUnchanged) {
@@ -202,7 +207,9 @@ TEST(DeviceJudge, WhereTheDeviceJudgesTheSamplerGetsOnlyVerdictsAndTheTextIsUnch
     ASSERT_TRUE(on_device.error.empty()) << on_device.error;
     EXPECT_EQ(on_device.tokens, on_host.tokens) << "temperature " << c.sp.temperature;
     EXPECT_EQ(calls->load(), on_device.stats.rounds) << "every round was judged on the device";
-    if (c.sp.greedy()) EXPECT_GT(on_device.stats.accepted, 0);
+    if (c.sp.greedy()) {
+      EXPECT_GT(on_device.stats.accepted, 0);
+    }
   }
 }
 
