@@ -83,6 +83,9 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   auto drafters = m.cfg.draft_model ? std::make_unique<DrafterFactory>(m.cfg.draft_model, *m.files, *draft_target)
                                     : std::make_unique<DrafterFactory>(m.cfg.drafter, *m.files, *draft_target);
 
+  // A head that reads more of the target than its final hidden state (EAGLE-3's fused features)
+  // gets those rows from the verifier's model.
+  m.model->set_feature_layers(drafters->target_feature_layers());
   const auto ex = m.io.get_executor();
   m.verifier = std::make_unique<Verifier>(ex, *m.model, m.cfg.kv_tokens, m.cfg.fault_hook, drafters->wants_target_hidden(),
                                           /*device_judge=*/!m.cfg.judge_rule);

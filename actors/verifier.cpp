@@ -55,7 +55,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     for (const ForwardSeq& f : batch) judge.prefill_tokens += static_cast<int64_t>(f.tokens.size());
     if (hand_hidden_) {
       target_.last_hidden_all(hidden_);
-      const size_t H = static_cast<size_t>(target_.config().hidden);
+      const size_t H = static_cast<size_t>(target_.feature_width());
       size_t at = 0;
       for (size_t b = 0; b < batch.size(); ++b) {
         const size_t n = batch[b].tokens.size() * H;
@@ -91,7 +91,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
   judge.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t vocab = target_.config().vocab_size;
   if (hand_hidden_) target_.last_hidden(hidden_);
-  const size_t H = static_cast<size_t>(target_.config().hidden);
+  const size_t H = static_cast<size_t>(target_.feature_width());
   size_t row = 0;
   for (size_t i = 0; i < round.items.size(); ++i) {
     Drafted& d = round.items[i];

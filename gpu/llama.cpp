@@ -47,9 +47,31 @@ int64_t LlamaModel::weight_bytes_per_token() const {
   return b;
 }
 
+void LlamaModel::set_feature_layers(std::vector<int> layers) {
+  for (int l : layers)
+    if (l < 0 || l >= cfg_.layers)
+      throw std::invalid_argument("feature layer " + std::to_string(l) + " is outside the model's blocks 0.." +
+                                  std::to_string(cfg_.layers - 1));
+  if (!layers.empty() && ones_.empty()) {
+    ones_.assign(static_cast<size_t>(cfg_.hidden), 1.0f);
+    TensorView t;
+    t.name = "feature_norm.weight";
+    t.dtype = DType::F32;
+    t.shape = {cfg_.hidden};
+    t.data = reinterpret_cast<const std::byte*>(ones_.data());
+    t.nbytes = ones_.size() * sizeof(float);
+    ones_weight_ = ops_.upload(t);
+  }
+  feature_layers_ = std::move(layers);
+  if (capacity_out_rows_ > 0) layer_feat_.ensure(ops_, capacity_out_rows_ * cfg_.hidden * std::max<int64_t>(1, feature_layers_.size()));
+  ++workspace_generation_;
+  ops_.forget_recordings(this);
+}
+
 void LlamaModel::ensure_workspace(int64_t rows, int64_t out_rows) {
   if (out_rows > capacity_out_rows_) {
     logits_rows_.ensure(ops_, out_rows * cfg_.vocab_size);
+    layer_feat_.ensure(ops_, out_rows * cfg_.hidden * std::max<int64_t>(1, feature_layers_.size()));
     capacity_out_rows_ = out_rows;
     ++workspace_generation_;
     ops_.forget_recordings(this);
@@ -116,7 +138,8 @@ LlamaModel::DeviceLogits LlamaModel::forward_on_device(std::span<const ForwardSe
     if (all_hidden) {
       // Not recorded (a rare step: a drafter's prefill); the rows are normed after the layers.
       hidden_all_.ensure(ops_, rows * cfg_.hidden);
-      run_layers(tokens, positions, slices, out_rows, kv, skip_layers);
+      if (!feature_layers_.empty()) layer_feat_all_.ensure(ops_, rows * cfg_.hidden * static_cast<int64_t>(feature_layers_.size()));
+      run_layers(tokens, positions, slices, out_rows, kv, skip_layers, true);
       ops_.rmsnorm(x_.get(), output_norm_, cfg_.rms_eps, rows, cfg_.hidden, hidden_all_.get());
       last_all_hidden_rows_ = rows;
     } else {
@@ -167,33 +190,58 @@ void decoder_block(Ops& ops, const LlamaConfig& cfg, const LlamaLayer& L, std::s
 
 void LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                             std::span<const SeqSlice> slices, std::span<const int64_t> out_rows, KvCache& kv,
-                            const std::vector<bool>* skip_layers) {
+                            const std::vector<bool>* skip_layers, bool all_rows_features) {
   const int64_t rows = static_cast<int64_t>(tokens.size());
   const int64_t H = cfg_.hidden;
   float *x = x_.get(), *xn = xn_.get();
   const BlockScratch scratch{xn, q_.get(), k_.get(), v_.get(), att_.get(), hidden_.get(), gate_.get(), up_.get()};
 
+  const int64_t n_out = static_cast<int64_t>(out_rows.size());
   ops_.embed(embed_, tokens, x);
   for (int64_t li = 0; li < cfg_.layers; ++li) {
-    if (skip_layers && (*skip_layers)[li]) continue;
-    decoder_block(ops_, cfg_, layers_[li], inv_freq_, static_cast<int>(li), positions, slices, kv, x, rows, scratch);
+    if (!skip_layers || !(*skip_layers)[li])
+      decoder_block(ops_, cfg_, layers_[li], inv_freq_, static_cast<int>(li), positions, slices, kv, x, rows, scratch);
+    for (size_t c = 0; c < feature_layers_.size(); ++c) {
+      if (feature_layers_[c] != li) continue;
+      // The block's scratch is free until the next block: hidden_ holds the gathered rows.
+      ops_.gather_rows(x, H, out_rows, hidden_.get());
+      ops_.rmsnorm(hidden_.get(), ones_weight_, cfg_.rms_eps, n_out, H,
+                   layer_feat_.get() + static_cast<int64_t>(c) * capacity_out_rows_ * H);
+      if (all_rows_features)
+        ops_.rmsnorm(x, ones_weight_, cfg_.rms_eps, rows, H, layer_feat_all_.get() + static_cast<int64_t>(c) * rows * H);
+    }
   }
 
   // The output head only on the rows whose logits are wanted: prefill pays for one row.
-  const int64_t n_out = static_cast<int64_t>(out_rows.size());
   ops_.gather_rows(x, H, out_rows, hidden_.get());
   ops_.rmsnorm(hidden_.get(), output_norm_, cfg_.rms_eps, n_out, H, xn);
   ops_.matmul(xn, output_, n_out, logits_rows_.get());
 }
 
+void LlamaModel::copy_features(const float* final_rows, const float* layer_rows, int64_t rows, int64_t stride,
+                               std::vector<float>& out) {
+  const int64_t H = cfg_.hidden, F = feature_width();
+  out.resize(static_cast<size_t>(rows * F));
+  if (rows == 0) return;
+  if (feature_layers_.empty()) {
+    ops_.copy_to_host(final_rows, out.data(), out.size());
+    return;
+  }
+  std::vector<float> chunk(static_cast<size_t>(rows * H));
+  for (size_t c = 0; c <= feature_layers_.size(); ++c) {
+    const float* src = c == 0 ? final_rows : layer_rows + static_cast<int64_t>(c - 1) * stride * H;
+    ops_.copy_to_host(src, chunk.data(), chunk.size());
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(out.data() + r * F + static_cast<int64_t>(c) * H, chunk.data() + r * H, static_cast<size_t>(H) * sizeof(float));
+  }
+}
+
 void LlamaModel::last_hidden_all(std::vector<float>& out) {
-  out.resize(static_cast<size_t>(last_all_hidden_rows_ * cfg_.hidden));
-  if (!out.empty()) ops_.copy_to_host(hidden_all_.get(), out.data(), out.size());
+  copy_features(hidden_all_.get(), layer_feat_all_.get(), last_all_hidden_rows_, last_all_hidden_rows_, out);
 }
 
 void LlamaModel::last_hidden(std::vector<float>& out) {
-  out.resize(static_cast<size_t>(last_out_rows_ * cfg_.hidden));
-  if (!out.empty()) ops_.copy_to_host(xn_.get(), out.data(), out.size());
+  copy_features(xn_.get(), layer_feat_.get(), last_out_rows_, capacity_out_rows_, out);
 }
 
 Ops::RecordingKey LlamaModel::recording_key(std::span<const ForwardSeq> batch, int64_t rows, int64_t n_out,

@@ -80,13 +80,21 @@ class LlamaModel {
   DeviceLogits forward_on_device(std::span<const ForwardSeq> batch, KvCache& kv,
                                  const std::vector<bool>* skip_layers = nullptr);
 
-  // The last forward's final hidden states (after the final norm: the output head's input), one
-  // row per logits row, [rows, hidden], copied to the host. The features an EAGLE-style draft
-  // reads (issue 13).
+  // The features an EAGLE-style draft reads (issue 13), per row: the final hidden state (after
+  // the final norm: the output head's input), then, for each layer index l of `layers` in order,
+  // the residual stream after decoder block l, RMS-normalised without a weight (EAGLE-3's low and
+  // middle features). Empty (the default): the final hidden state alone. Rows are
+  // feature_width() = hidden x (1 + layers.size()) floats. Throws std::invalid_argument for an
+  // index outside the model's blocks.
+  void set_feature_layers(std::vector<int> layers);
+  const std::vector<int>& feature_layers() const { return feature_layers_; }
+  int64_t feature_width() const { return cfg_.hidden * (1 + static_cast<int64_t>(feature_layers_.size())); }
+  // The last forward's features, one row per logits row, [rows, feature_width()], copied to the
+  // host.
   void last_hidden(std::vector<float>& out);
-  // The last forward's final hidden states of every row, [rows, hidden] in batch order, when a
+  // The last forward's features of every row, [rows, feature_width()] in batch order, when a
   // sequence of it asked for all_hidden (empty otherwise). Each row equals last_hidden's row for
-  // the same token bit for bit (the same per-row norm).
+  // the same token bit for bit (the same per-row norms).
   void last_hidden_all(std::vector<float>& out);
 
   // Bytes of weights one decode step reads (every matrix, the output head, the norms).
@@ -101,9 +109,10 @@ class LlamaModel {
   bool run_recorded(const Ops::RecordingKey& key, std::span<const int32_t> tokens, std::span<const int32_t> positions,
                     std::span<const SeqSlice> slices, std::span<const int64_t> out_rows, KvCache& kv,
                     const std::vector<bool>* skip_layers);
+  // all_rows_features: also write the feature layers' rows of every row (an all_hidden forward).
   void run_layers(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                   std::span<const SeqSlice> slices, std::span<const int64_t> out_rows, KvCache& kv,
-                  const std::vector<bool>* skip_layers);
+                  const std::vector<bool>* skip_layers, bool all_rows_features = false);
 
   Ops& ops_;
   LlamaConfig cfg_;
@@ -112,6 +121,15 @@ class LlamaModel {
   std::vector<float> inv_freq_;
   // Activations [rows, width] for the widest batch seen so far.
   DeviceBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, hidden_, logits_rows_, hidden_all_;
+  // Feature layers: their normed rows, chunk c of the out rows at layer_feat_ + c x capacity_out_rows_
+  // x hidden, of all rows (all_hidden) at layer_feat_all_ + c x rows x hidden; `ones_` is the norm's weight.
+  std::vector<int> feature_layers_;
+  std::vector<float> ones_;
+  Weight ones_weight_;
+  DeviceBuffer layer_feat_, layer_feat_all_;
+  // Interleaves chunk 0 (`final_rows`) and the layer chunks (`layer_rows`, chunk stride `stride`
+  // rows) into [rows, feature_width()] on the host.
+  void copy_features(const float* final_rows, const float* layer_rows, int64_t rows, int64_t stride, std::vector<float>& out);
   int64_t last_out_rows_ = 0;
   int64_t last_all_hidden_rows_ = 0;  // rows of hidden_all_ the last forward filled (0: none asked)  // logits rows of the last forward (their normed hidden states are in xn_)
   int64_t capacity_rows_ = 0, capacity_out_rows_ = 0;

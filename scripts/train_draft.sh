@@ -4,13 +4,15 @@
 # checks the export against the training forward, and prints validation accuracy per draft depth.
 #
 # Usage: scripts/train_draft.sh [--toy] [--out DIR] [--model GGUF] [--specula BIN] [--samples N]
-#                               [--prompt-samples N] [--steps N] [--vocab N] [--depth K] [--seed S] [--regen]
-#                               [-- TRAIN_ARGS...]
+#                               [--prompt-samples N] [--feature-layers LIST] [--steps N] [--vocab N] [--depth K]
+#                               [--seed S] [--regen] [-- TRAIN_ARGS...]
 #   --toy     a tiny random target (tests/oracle/tiny_models.py), 120 short samples, 300 steps:
 #             the whole pipeline in about a minute (CI runs it through tests/oracle/test_draft_pipeline.py)
 #   --regen   regenerate the data even if DIR/data.spd exists (otherwise it is reused)
 #   --prompt-samples N   also answer N chat prompts of tools/draft/prompts.py (code, arithmetic,
 #             rewrites, lists...: the kinds Magpie rarely writes) into DIR/prompts.spd; 0 = none
+#   --feature-layers LIST   the target's decoder blocks (0-based, comma-separated) whose residuals
+#             the head reads beside the final hidden state (EAGLE-3's fused features); "" = none
 # Outputs in DIR (default build/draft, or build/draft-toy): data.spd, prompts.jsonl, prompts.spd,
 # draft.gguf, metrics.json, train.log, magpie.log. The last line on stdout is the metrics JSON.
 set -euo pipefail
@@ -21,7 +23,7 @@ BUILD=${SPECULA_BUILD:-$ROOT/build}
 log() { printf '[train_draft] %s\n' "$*" >&2; }
 
 TOY=0; OUT=""; MODEL=""; SPECULA=${SPECULA_BIN:-$BUILD/specula}; SAMPLES=""; STEPS=""; VOCAB=""; DEPTH=""; PSAMPLES=""
-SEED=0; REGEN=0; EXTRA=()
+SEED=0; REGEN=0; EXTRA=(); FLAYERS=unset
 while [ $# -gt 0 ]; do
   case $1 in
     --toy) TOY=1 ;;
@@ -30,6 +32,7 @@ while [ $# -gt 0 ]; do
     --specula) SPECULA=$2; shift ;;
     --samples) SAMPLES=$2; shift ;;
     --prompt-samples) PSAMPLES=$2; shift ;;
+    --feature-layers) FLAYERS=$2; shift ;;
     --steps) STEPS=$2; shift ;;
     --vocab) VOCAB=$2; shift ;;
     --depth) DEPTH=$2; shift ;;
@@ -61,6 +64,7 @@ if [ $TOY -eq 1 ]; then
   "$PY" "$ROOT/tests/oracle/tiny_models.py" "$OUT/target" q4_1_tied >&2
   MODEL=${MODEL:-$OUT/target/q4_1_tied/model.gguf}
   SAMPLES=${SAMPLES:-120}; STEPS=${STEPS:-300}; VOCAB=${VOCAB:-256}; DEPTH=${DEPTH:-3}; PSAMPLES=${PSAMPLES:-0}
+  [ "$FLAYERS" = unset ] && FLAYERS=""
   GEN_ARGS=(--prompt-tokens 24 --response-tokens 64 --keep-unfinished-prompts)
   TRAIN_ARGS=(--window 64 --batch 8 --lr 3e-3 --log-every 50 --export-type Q8_0)
 else
@@ -70,9 +74,11 @@ else
   # The shipped head's recipe (docs/draft.md, "The shipped head"): depth 4, 1,500 steps, EAGLE's
   # feature regression at weight 1, exported at Q4_1.
   SAMPLES=${SAMPLES:-3000}; STEPS=${STEPS:-1500}; VOCAB=${VOCAB:-8192}; DEPTH=${DEPTH:-4}; PSAMPLES=${PSAMPLES:-2400}
+  [ "$FLAYERS" = unset ] && FLAYERS=""
   GEN_ARGS=()
   TRAIN_ARGS=(--window 256 --batch 8 --feature-weight 1 --export-type Q4_1)
 fi
+[ -n "$FLAYERS" ] && GEN_ARGS+=(--feature-layers "$FLAYERS")
 [ -f "$MODEL" ] || { log "no target model at $MODEL (scripts/setup.sh fetches the default one)"; exit 1; }
 
 # --- 3. Data (Magpie: prompts and responses written by the target itself) --------------------

@@ -40,7 +40,10 @@ class Drafter {
   // says so; the loop then hands it the rows of settled positions: rows [n, hidden] (after the
   // final norm, as LlamaModel::last_hidden gives them) of context indices first..first+n-1, the
   // prompt's at prefill and each verify forward's committed ones (g and the accepted tokens).
+  // The rows are LlamaModel::last_hidden's with the target's feature layers set to
+  // target_feature_layers() (final hidden state, then those layers' normed residuals).
   virtual bool wants_target_hidden() const { return false; }
+  virtual std::vector<int> target_feature_layers() const { return {}; }
   virtual void target_hidden(int64_t first, std::span<const float> rows) {}
 };
 

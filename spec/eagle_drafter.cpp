@@ -100,6 +100,15 @@ std::shared_ptr<const EagleHead> load_eagle_head(const std::string& path, const 
   h->layer.w_down = need(*f, "blk.0.ffn_down.weight", {H, I});
   h->out_norm = need(*f, "output_norm.weight", {H});
   h->out = need(*f, "output.weight", {h->n_vocab, H});
+  if (f->has("draft.feature_layers")) {
+    for (int64_t l : f->get_int_array("draft.feature_layers")) {
+      if (l < 0 || l >= tc.layers)
+        throw EagleMismatch("draft head " + path + " reads the target's layer " + std::to_string(l) + "; the target has " +
+                            std::to_string(tc.layers) + " layers");
+      h->feature_layers.push_back(static_cast<int>(l));
+    }
+    h->fuse = need(*f, "fuse.weight", {H, h->feature_width()});
+  }
   return h;
 }
 
@@ -107,6 +116,7 @@ EagleWeights::EagleWeights(std::shared_ptr<const EagleHead> h, const LoadedModel
     : head(std::move(h)), ops(o), target_vocab(target.weights.config.vocab_size) {
   embed = ops.upload_table(target.weights.embed);
   fc = ops.upload(head->fc);
+  if (!head->feature_layers.empty()) fuse = ops.upload(head->fuse);
   layer = upload_layer(ops, head->layer);
   out_norm = ops.upload(head->out_norm);
   out = ops.upload(head->out);
@@ -114,7 +124,7 @@ EagleWeights::EagleWeights(std::shared_ptr<const EagleHead> h, const LoadedModel
 }
 
 EagleDrafter::EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t max_positions)
-    : w_(std::move(weights)), hidden_(w_->head->config.hidden) {
+    : w_(std::move(weights)), hidden_(w_->head->config.hidden), row_(w_->head->feature_width()) {
   const LlamaConfig& c = w_->head->config;
   KvCacheConfig kc;
   kc.layers = 1;
@@ -130,11 +140,23 @@ EagleDrafter::EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t 
 EagleDrafter::~EagleDrafter() = default;
 
 void EagleDrafter::target_hidden(int64_t first, std::span<const float> rows) {
-  const int64_t n = static_cast<int64_t>(rows.size()) / hidden_;
+  const int64_t n = static_cast<int64_t>(rows.size()) / row_;
   // Rows arrive in order; a gap (rows the loop did not hand over) leaves the later ones unusable.
   if (first > known_hidden()) return;
-  h_.resize(static_cast<size_t>(first * hidden_));
-  h_.insert(h_.end(), rows.begin(), rows.begin() + n * hidden_);
+  h_.resize(static_cast<size_t>(first * row_));
+  h_.insert(h_.end(), rows.begin(), rows.begin() + n * row_);
+}
+
+const float* EagleDrafter::depth1_features(const float* rows, int64_t n) {
+  if (w_->head->feature_layers.empty()) return rows;
+  Ops& ops = w_->ops;
+  rows_d_.ensure(ops, static_cast<size_t>(n * row_));
+  fused_d_.ensure(ops, static_cast<size_t>(n * hidden_));
+  ops.copy_to_device(rows, rows_d_.get(), static_cast<size_t>(n * row_));
+  ops.matmul(rows_d_.get(), w_->fuse, n, fused_d_.get());
+  fused_.resize(static_cast<size_t>(n * hidden_));
+  ops.copy_to_host(fused_d_.get(), fused_.data(), fused_.size());
+  return fused_.data();
 }
 
 void EagleDrafter::prefill(std::span<const int32_t>) {
@@ -144,7 +166,7 @@ void EagleDrafter::prefill(std::span<const int32_t>) {
 
 void EagleDrafter::rollback(int64_t length) {
   length = std::max<int64_t>(0, length);
-  if (known_hidden() > length) h_.resize(static_cast<size_t>(length * hidden_));
+  if (known_hidden() > length) h_.resize(static_cast<size_t>(length * row_));
   entries_ = std::min(entries_, std::max<int64_t>(0, length - 1));
   // The cache keeps the last proposal's speculative entries (propose drops them before feeding
   // committed positions) while a continuation of that proposal is still possible.
@@ -265,7 +287,7 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
     entries_ = std::min(entries_, m - 1);
     kv_->truncate_to(seq_, entries_);
     const int64_t first = entries_ + 1;
-    run(h_.data() + (first - 1) * hidden_,
+    run(depth1_features(h_.data() + (first - 1) * row_, m - first + 1),
         req.context.subspan(static_cast<size_t>(first), static_cast<size_t>(m - first + 1)), first - 1, true);
     entries_ = m;
   } else if (continues_chain(req.context)) {

@@ -34,6 +34,12 @@ struct EagleHead {
   std::vector<int32_t> token_map;        // [N] reduced id -> target token id
   LayerWeights layer;                    // the one decoder block ("blk.0.*")
   TensorView fc, out_norm, out;
+  // EAGLE-3's fused features: the target's layers (0-based blocks) whose RMS-normed residuals
+  // follow its final hidden state in a row, and fuse [H, (1 + C) H] mapping such a row to the
+  // depth-1 feature. Empty: the head reads the final hidden state alone.
+  std::vector<int> feature_layers;
+  TensorView fuse;
+  int64_t feature_width() const { return config.hidden * (1 + static_cast<int64_t>(feature_layers.size())); }
 };
 
 // The hash a head names its target by (model/gguf_hash over the target's GGUF file). Throws
@@ -54,7 +60,7 @@ struct EagleWeights {
   Ops& ops;
   Weight embed;  // the target's token embedding (the head has none of its own)
   LlamaLayer layer;
-  Weight fc, out_norm, out;
+  Weight fc, out_norm, out, fuse;
   std::vector<float> inv_freq;
   int64_t target_vocab = 0;
 };
@@ -76,13 +82,17 @@ class EagleDrafter final : public Drafter {
 
   std::string name() const override { return "eagle"; }
   bool wants_target_hidden() const override { return true; }
+  std::vector<int> target_feature_layers() const override { return w_->head->feature_layers; }
   void target_hidden(int64_t first, std::span<const float> rows) override;
   void prefill(std::span<const int32_t> context) override;
   void propose(const DraftRequest& req, DraftProposal& out) override;
   void rollback(int64_t length) override;
 
  private:
-  int64_t known_hidden() const { return static_cast<int64_t>(h_.size()) / hidden_; }
+  int64_t known_hidden() const { return static_cast<int64_t>(h_.size()) / row_; }
+  // The depth-1 features of `n` target rows from `rows` [n, row_]: the rows themselves, or
+  // fuse . row for a head with feature layers. Returns a pointer to [n, H].
+  const float* depth1_features(const float* rows, int64_t n);
   bool continues_chain(std::span<const int32_t> context) const;
   // A sampled (not greedy) draft token from logits_: q and log q over the vocabulary in q_, logq_.
   bool draft_reduced(const DraftRequest& req, int64_t i, int32_t& token);
@@ -93,7 +103,7 @@ class EagleDrafter final : public Drafter {
   void run(const float* f, std::span<const int32_t> tokens, int64_t pos, bool logits);
 
   std::shared_ptr<const EagleWeights> w_;
-  int64_t hidden_ = 0;
+  int64_t hidden_ = 0, row_ = 0;  // H; a target row's width (H x (1 + feature layers))
   std::unique_ptr<KvCache> kv_;
   int seq_ = -1;
   int64_t entries_ = 0;       // depth-1 entries 1..entries_ in the cache (slots 0..entries_-1)
@@ -101,7 +111,9 @@ class EagleDrafter final : public Drafter {
   // the entry that proposed the last of them (the feature a continuation starts from).
   std::vector<int32_t> chain_;
   std::vector<float> chain_g_;
-  std::vector<float> h_;      // the target's rows h_0.. of the context, [known, H]
+  std::vector<float> h_;      // the target's rows h_0.. of the context, [known, row_]
+  std::vector<float> fused_;  // depth1_features' output
+  DeviceBuffer rows_d_, fused_d_;
   std::vector<float> g_, cat_, e_, logits_, logq_, q_, feat_, red_;
   std::vector<int32_t> positions_;
   DeviceBuffer cat_d_, x_d_, xn_d_, q_d_, k_d_, v_d_, att_d_, tmp_d_, gate_d_, up_d_, e_d_, logits_d_;

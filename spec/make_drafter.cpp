@@ -99,6 +99,10 @@ void DrafterFactory::use_draft_model(std::shared_ptr<const LoadedModel> draft, c
   draft_model_ = std::make_unique<LlamaModel>(draft_files_->weights, target_.ops());
 }
 
+std::vector<int> DrafterFactory::target_feature_layers() const {
+  return eagle_ ? eagle_->head->feature_layers : std::vector<int>{};
+}
+
 std::unique_ptr<Drafter> DrafterFactory::make(int64_t max_positions) const {
   switch (kind_) {
     case Kind::None: return nullptr;

@@ -36,6 +36,9 @@ class DrafterFactory {
   const std::string& spelling() const { return spec_; }
   // Whether its drafters read the target's hidden states (the trained head).
   bool wants_target_hidden() const { return kind_ == Kind::Eagle; }
+  // The target's layers whose residuals its drafters read beside the final hidden state
+  // (LlamaModel::set_feature_layers on the model that hands them the rows).
+  std::vector<int> target_feature_layers() const;
 
  private:
   enum class Kind { None, Ngram, Skip, Model, Eagle };

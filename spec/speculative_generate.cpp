@@ -82,6 +82,8 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
   std::vector<float> logits;
   const auto t_prefill = Clock::now();
   const bool hand_hidden = drafter.wants_target_hidden();
+  if (hand_hidden && target.feature_layers() != drafter.target_feature_layers())
+    target.set_feature_layers(drafter.target_feature_layers());
   std::vector<float> hidden;
   if (context.size() > 1) {
     ForwardSeq fs{seq, std::span<const int32_t>(context).first(context.size() - 1), false, hand_hidden};
@@ -139,7 +141,7 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
     //    handing a drafter that reads them the target's rows of those tokens.
     if (hand_hidden) {
       target.last_hidden(hidden);
-      drafter.target_hidden(n0 - 1, std::span<const float>(hidden).first(static_cast<size_t>((n + 1) * target.config().hidden)));
+      drafter.target_hidden(n0 - 1, std::span<const float>(hidden).first(static_cast<size_t>((n + 1) * target.feature_width())));
     }
     kv.truncate_to(seq, base + n0 + n);
     drafter.rollback(n0 + n);

@@ -146,6 +146,7 @@ class NumpyLlama:
         allowed = np.arange(start + n)[None, :] <= pos[:, None]  # [n, T] causal mask
 
         x = w["model.embed_tokens.weight"][tokens]
+        self.layer_out = []  # the residual stream after each block, [n, hidden]
         for i in range(c.layers):
             p = f"model.layers.{i}."
             h = self._rmsnorm(x, w[p + "input_layernorm.weight"])
@@ -171,6 +172,7 @@ class NumpyLlama:
             gate = self._mm(h, p + "mlp.gate_proj.weight")
             up = self._mm(h, p + "mlp.up_proj.weight")
             x = x + self._mm(gate / (1.0 + np.exp(-gate)) * up, p + "mlp.down_proj.weight")
+            self.layer_out.append(x)
         x = self._rmsnorm(x, w["model.norm.weight"])
         self.last_hidden = x
         return self._mm(x, self.out_name)

@@ -28,7 +28,7 @@ def _run(cmd: list[str], timeout: float, simd: str | None = "reference") -> subp
 
 
 def logits(specula_bin, model, tokens, work_dir, chunk: int | None = None, truncate_at: int | None = None,
-           timeout: float = 120, simd: str | None = "reference", with_hidden: bool = False):
+           timeout: float = 120, simd: str | None = "reference", with_hidden: bool = False, feature_layers=None):
     """`specula logits`: float32 [len(tokens), vocab]. With truncate_at T, rows >= T come from
     re-feeding tokens[T:] (in chunks of `chunk`) after truncating the KV cache to T. With
     with_hidden, (logits, final hidden states [len(tokens), hidden])."""
@@ -41,6 +41,8 @@ def logits(specula_bin, model, tokens, work_dir, chunk: int | None = None, trunc
     hidden_path = pathlib.Path(work_dir) / f"hidden-{uuid.uuid4().hex}.npy"
     if with_hidden:
         cmd += ["--hidden-out", hidden_path]
+    if feature_layers is not None:
+        cmd += ["--feature-layers", ",".join(map(str, feature_layers))]
     _run(cmd, timeout, simd)
     try:
         arr = np.load(out)

@@ -308,6 +308,90 @@ def test_the_engine_with_the_trained_head_gives_target_only_text_greedy_and_coup
         assert ids(*sampled, *head, "--spec-sampling", "coupled") == ids(*sampled, "--draft", "none")
 
 
+@pytest.fixture(scope="module")
+def fused_run(specula_bin, tmp_path_factory):
+    """The toy pipeline again with --feature-layers 0: the data rows carry the residual after the
+    target's first block beside the final hidden state, and the head fuses them (EAGLE-3)."""
+    out = tmp_path_factory.mktemp("draft-toy-fused")
+    env = dict(os.environ, SPECULA_BIN=str(specula_bin), SPECULA_BUILD=str(BUILD_DIR), SPECULA_CACHE=str(CACHE_DIR))
+    cmd = ["bash", str(SOURCE_DIR / "scripts" / "train_draft.sh"), "--toy", "--out", str(out), "--feature-layers", "0"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr[-3000:]}"
+    return out, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_fused_feature_data_holds_the_final_hidden_state_then_the_layer_and_refeeding_writes_the_same_file(
+        toy_run, fused_run, specula_bin, tmp_path):
+    """draft-data --feature-layers 0 writes version 2 rows of 2H: the same tokens, final hidden
+    states and top-k as the plain run (same target, same seeds), then the layer's residual.
+    `draft-data --from` re-feeding the plain file (one prefill per record, every row's features)
+    writes the very same bytes as sampling with the layers did (one row per decode step)."""
+    (plain, _), (fused, metrics) = toy_run, fused_run
+    h1, s1 = data_format.read(plain / "data.spd")
+    h2, s2 = data_format.read(fused / "data.spd")
+    assert h2.feature_layers == (0,) and h2.row_width == 2 * h1.hidden and h1.feature_layers == ()
+    assert len(s1) == len(s2)
+    for a, b in zip(s1, s2):
+        assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.topk_ids, b.topk_ids)
+        assert np.array_equal(a.hidden, b.hidden[:, :h1.hidden])
+        assert not np.array_equal(b.hidden[:, h1.hidden:], a.hidden)
+    target = plain / "target" / "q4_1_tied" / "model.gguf"
+    again = tmp_path / "again.spd"
+    subprocess.run([str(specula_bin), "draft-data", "--model", str(target), "--from", str(plain / "data.spd"),
+                    "--out", str(again), "--feature-layers", "0", "--batch", "7", "--log", str(tmp_path / "log")],
+                   check=True, capture_output=True)
+    assert again.read_bytes() == (fused / "data.spd").read_bytes()
+    assert "0 rows whose final hidden state differs" in (tmp_path / "log").read_text()
+    assert metrics["feature_layers"] == [0] and metrics["export_check"]["ok"], metrics["export_check"]
+
+
+def test_a_fused_feature_head_names_its_layer_and_the_runtime_drafts_as_the_trainer_measured(fused_run, specula_bin):
+    out, metrics = fused_run
+    target = out / "target" / "q4_1_tied" / "model.gguf"
+    _, f = _fields(out / "draft.gguf")
+    assert list(f["draft.feature_layers"]) == [0]
+    r, _ = _fields(out / "draft.gguf")
+    assert [int(d) for d in next(t for t in r.tensors if t.name == "fuse.weight").shape] == [128, 64]
+    assert metrics["validation"]["top1"][0] > metrics["baseline_top1"] + 0.15
+    p = subprocess.run([str(specula_bin), "draft-eval", "--model", str(target), "--draft", f"eagle:{out / 'draft.gguf'}",
+                        "--data", str(out / "data.spd"), "--responses-only"], capture_output=True, text=True, check=True)
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["top1_depth1"] > metrics["validation"]["top1"][0] - 0.05, (got, metrics["validation"])
+
+
+def test_a_fused_feature_head_needs_data_that_holds_its_layer(toy_run, fused_run, specula_bin):
+    (plain, _), (fused, _) = toy_run, fused_run
+    target = plain / "target" / "q4_1_tied" / "model.gguf"
+    p = subprocess.run([str(specula_bin), "draft-eval", "--model", str(target), "--draft", f"eagle:{fused / 'draft.gguf'}",
+                        "--data", str(plain / "data.spd")], capture_output=True, text=True)
+    assert p.returncode != 0 and "reads the target's layer 0, which the file does not hold" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.parametrize("pipeline", ["off", "on"])
+def test_the_engine_with_a_fused_feature_head_gives_target_only_text_greedy_and_coupled(fused_run, specula_bin, pipeline):
+    """The verifier hands the head rows of the final hidden state and the layer's residual: the
+    head accepts drafts, and greedy and coupled text equal target-only, pipelining off and on;
+    the sequential loop too."""
+    out, _ = fused_run
+    target = out / "target" / "q4_1_tied" / "model.gguf"
+
+    def run(*extra):
+        p = subprocess.run([str(specula_bin), "generate", "--model", str(target), "--prompt", "tell me about item 5", "--chat",
+                            "--max-tokens", "40", "--json", *extra], capture_output=True, text=True, check=True)
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    head = ["--draft", f"eagle:{out / 'draft.gguf'}"]
+    want = run("--temperature", "0", "--draft", "none")["ids"]
+    for extra in (["--pipeline", pipeline], ["--sequential"]):
+        greedy = run("--temperature", "0", *head, *extra)
+        assert greedy["ids"] == want
+        assert greedy["speculative"]["accepted"] > 0.2 * greedy["speculative"]["drafted"], greedy["speculative"]
+    sampled = ("--temperature", "0.8", "--seed", "4")
+    coupled = run(*sampled, *head, "--pipeline", pipeline, "--spec-sampling", "coupled")["ids"]
+    assert coupled == run(*sampled, "--draft", "none")["ids"]
+
+
 SHIPPED = SOURCE_DIR / "tools" / "draft" / "heads" / "SmolLM2-135M-Instruct.eagle.gguf"
 
 

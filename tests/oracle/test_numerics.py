@@ -249,3 +249,32 @@ def test_final_hidden_states_match_numpy_and_give_the_logits(name, tiny, specula
         assert err < TOL_FLOAT, f"{kwargs}: max |hidden - numpy| = {err:.3g}"
         head = weights["model.embed_tokens.weight" if cfg.tied else "lm_head.weight"]
         assert float(np.abs(got.astype(np.float64) @ head.T - got_logits).max()) < TOL_FLOAT
+
+
+@pytest.mark.parametrize("name", ["gqa_untied", "q4_1_tied"])
+def test_feature_layers_are_the_normed_residuals_of_those_blocks(name, tiny, specula_bin, work_dir):
+    """`specula logits --hidden-out --feature-layers 1,0`: each row is the final hidden state, then
+    the residual after block 1 and after block 0, each divided by its RMS (the rows a fused-feature
+    draft head reads). Checked against the reference's residuals at every position, chunked and
+    re-fed after a truncation too; the logits do not change. Control: the chunks in the other
+    order do not match."""
+    ck = tiny[name]
+    cfg = numpy_llama.LlamaConfig.from_hf(tiny_models.hf_config(ck.spec))
+    _, weights, _ = gguf_weights.load(ck.gguf_path)
+    ref = numpy_llama.NumpyLlama(cfg, weights)
+    want_logits = ref.logits(TOKENS)
+
+    def normed(x):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + cfg.rms_eps)
+
+    want = np.concatenate([ref.last_hidden, normed(ref.layer_out[1]), normed(ref.layer_out[0])], axis=1)
+    for kwargs in ({}, {"chunk": 3, "truncate_at": TRUNCATE_AT}):
+        got_logits, got = specula_cli.logits(specula_bin, ck.gguf_path, TOKENS, work_dir, with_hidden=True,
+                                             feature_layers=[1, 0], **kwargs)
+        assert got.shape == (len(TOKENS), 3 * cfg.hidden)
+        err = float(np.abs(got - want).max())
+        assert err < TOL_FLOAT, f"{kwargs}: max |features - numpy| = {err:.3g}"
+        assert float(np.abs(got_logits - want_logits).max()) < TOL_FLOAT
+        H = cfg.hidden
+        swapped = np.concatenate([got[:, :H], got[:, 2 * H:], got[:, H:2 * H]], axis=1)
+        assert float(np.abs(swapped - want).max()) > 10 * TOL_FLOAT

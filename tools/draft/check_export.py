@@ -44,8 +44,11 @@ def params_from_reference(d: ReferenceDrafter) -> tuple[HeadConfig, dict]:
         "w_gate": w[b + "ffn_gate.weight"], "w_up": w[b + "ffn_up.weight"], "w_down": w[b + "ffn_down.weight"],
         "out_norm": w["output_norm.weight"], "head": w["output.weight"],
     }
+    if "fuse.weight" in w:
+        params["fuse"] = w["fuse.weight"]
     cfg = HeadConfig(hidden=d.hidden, intermediate=params["w_gate"].shape[0], heads=d.heads, kv_heads=d.kv_heads,
-                     head_dim=d.head_dim, rope_theta=d.theta, rms_eps=d.eps, n_vocab=params["head"].shape[0])
+                     head_dim=d.head_dim, rope_theta=d.theta, rms_eps=d.eps, n_vocab=params["head"].shape[0],
+                     feature_chunks=params["fuse"].shape[1] // d.hidden if "fuse" in params else 1)
     return cfg, {k: np.asarray(v, np.float32) for k, v in params.items()}
 
 
@@ -70,7 +73,7 @@ def check(target_path, draft_path, data_path, entries: int = 24, depth: int = 3)
     _, seqs = data_format.read(data_path)
     s = seqs[0]
     L = min(entries, len(s.tokens) - 1)
-    feat = np.asarray(s.hidden[:L], np.float32)  # entry a: h_{a}, token x_{a+1}
+    feat = np.asarray(s.hidden[:L, :cfg.feature_chunks * cfg.hidden], np.float32)  # entry a: h_{a}, token x_{a+1}
     tok = np.asarray(s.tokens[1:L + 1])
     logits = np.asarray(multi_step_forward(cfg, {k: jnp.asarray(v) for k, v in params.items()},
                                            jnp.asarray(feat[None]), jnp.asarray(embed[tok][None]), depth)[0])

@@ -5,14 +5,17 @@ at a time, so a generator (the C++ engine later) can stream them without knowing
 
 All little-endian, no padding anywhere:
   file header, 32 bytes:
-    char[8] magic "SPDRAFT1" | u32 version = 1 | u32 hidden H | u32 topk K (0: no soft labels)
-    | u32 target vocab V | char[8] reserved, zero
+    char[8] magic "SPDRAFT1" | u32 version (1 or 2) | u32 hidden H | u32 topk K (0: no soft labels)
+    | u32 target vocab V | version 1: char[8] zero; version 2: u32 C | u32 0
+  version 2 only: u32 feature_layers[C]
   then records until the end of the file, each:
     u32 n_tokens T | u32 n_prompt P (the first P tokens are the prompt, P <= T)
-    | i32 tokens[T] | f16 hidden[T][H]
+    | i32 tokens[T] | f16 hidden[T][H * (1 + C)]
     | if K > 0: i32 topk_ids[T][K] | f16 topk_probs[T][K]
-hidden[t] is computed while feeding tokens[t] (so it predicts tokens[t+1]); topk_*[t] is the
-target's softmax at temperature 1 over those logits, largest first.
+hidden[t] is computed while feeding tokens[t] (so it predicts tokens[t+1]): the final hidden state
+after the final norm, then (version 2) the residual stream after each feature layer (0-based
+decoder block), RMS-normalised without a weight; topk_*[t] is the target's softmax at
+temperature 1 over those logits, largest first.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 MAGIC = b"SPDRAFT1"
-VERSION = 1
+VERSIONS = (1, 2)
 _HEADER = struct.Struct("<8sIIII8s")  # 32 bytes
 _RECORD = struct.Struct("<II")
 
@@ -33,6 +36,11 @@ class Header:
     hidden: int
     topk: int
     vocab: int
+    feature_layers: tuple = ()  # version 2: the residual layers after the final hidden state
+
+    @property
+    def row_width(self) -> int:
+        return self.hidden * (1 + len(self.feature_layers))
 
 
 @dataclass
@@ -68,13 +76,16 @@ class Writer:
             self.f = open(self.path, "ab")
         else:
             self.f = open(self.path, "wb")
-            self.f.write(_HEADER.pack(MAGIC, VERSION, header.hidden, header.topk, header.vocab, bytes(8)))
+            C = len(header.feature_layers)
+            self.f.write(_HEADER.pack(MAGIC, 2 if C else 1, header.hidden, header.topk, header.vocab,
+                                      struct.pack("<II", C, 0)))
+            self.f.write(struct.pack(f"<{C}I", *header.feature_layers))
 
     def write(self, s: Sequence) -> None:
         h = self.header
         T = len(s.tokens)
-        if s.hidden.shape != (T, h.hidden):
-            raise ValueError(f"hidden has shape {s.hidden.shape}, expected ({T}, {h.hidden})")
+        if s.hidden.shape != (T, h.row_width):
+            raise ValueError(f"hidden has shape {s.hidden.shape}, expected ({T}, {h.row_width})")
         if not 0 <= s.n_prompt <= T:
             raise ValueError(f"n_prompt {s.n_prompt} outside [0, {T}]")
         self.f.write(_RECORD.pack(T, s.n_prompt))
@@ -96,22 +107,34 @@ class Writer:
         self.close()
 
 
-def read_header(path) -> Header:
+def _read_header(path) -> tuple[Header, int]:
+    """The header and its size in bytes."""
     with open(path, "rb") as f:
         raw = f.read(_HEADER.size)
-    if len(raw) < _HEADER.size:
-        raise ValueError(f"{path}: {len(raw)} bytes, shorter than the {_HEADER.size}-byte header")
-    magic, version, hidden, topk, vocab, _ = _HEADER.unpack(raw)
-    if magic != MAGIC or version != VERSION:
-        raise ValueError(f"{path}: not a draft data file (magic {magic!r}, version {version}; expected {MAGIC!r}, {VERSION})")
-    return Header(hidden, topk, vocab)
+        if len(raw) < _HEADER.size:
+            raise ValueError(f"{path}: {len(raw)} bytes, shorter than the {_HEADER.size}-byte header")
+        magic, version, hidden, topk, vocab, rest = _HEADER.unpack(raw)
+        if magic != MAGIC or version not in VERSIONS:
+            raise ValueError(f"{path}: not a draft data file (magic {magic!r}, version {version}; expected {MAGIC!r}, {VERSIONS})")
+        layers = ()
+        if version == 2:
+            C = struct.unpack("<I", rest[:4])[0]
+            more = f.read(4 * C)
+            if len(more) != 4 * C:
+                raise ValueError(f"{path}: its header is cut short")
+            layers = tuple(struct.unpack(f"<{C}I", more))
+    return Header(hidden, topk, vocab, layers), _HEADER.size + 4 * len(layers)
+
+
+def read_header(path) -> Header:
+    return _read_header(path)[0]
 
 
 def read(path) -> tuple[Header, list[Sequence]]:
     """Every sequence of a file (memory-mapped: the arrays are read-only views into the file)."""
-    header = read_header(path)
+    header, off = _read_header(path)
     buf = np.memmap(path, dtype=np.uint8, mode="r")
-    H, K, off, out = header.hidden, header.topk, _HEADER.size, []
+    H, K, out = header.row_width, header.topk, []
     while off < len(buf):
         if off + _RECORD.size > len(buf):
             raise ValueError(f"{path}: truncated record header at byte {off}")

@@ -18,6 +18,7 @@ ARCH = "specula-eagle"
 MAX_BYTES = 16_000_000  # the issue's 16 MB limit, in decimal megabytes to be safe
 
 _NAMES = {  # head.py parameter -> GGUF tensor name
+    "fuse": "fuse.weight",  # only in heads that read feature layers
     "fc": "fc.weight",
     "attn_norm": "blk.0.attn_norm.weight", "wq": "blk.0.attn_q.weight", "wk": "blk.0.attn_k.weight",
     "wv": "blk.0.attn_v.weight", "wo": "blk.0.attn_output.weight", "ffn_norm": "blk.0.ffn_norm.weight",
@@ -26,6 +27,7 @@ _NAMES = {  # head.py parameter -> GGUF tensor name
 }
 # Metadata, not a tensor: an int32 array (the runtime's GGUF reader maps only weight types).
 TOKEN_MAP = "draft.token_map"
+FEATURE_LAYERS = "draft.feature_layers"  # int32 array: the target's residual layers read beside its final hidden state
 TENSOR_TYPES = ("Q8_0", "Q4_1", "Q4_0", "F16")
 
 
@@ -36,7 +38,7 @@ def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def write(path, cfg: HeadConfig, params: dict, token_map: np.ndarray, *, target_hash: str, target_name: str,
-          target_vocab: int, tensor_type: str = "Q8_0", extra: dict | None = None) -> int:
+          target_vocab: int, tensor_type: str = "Q8_0", extra: dict | None = None, feature_layers=()) -> int:
     """Writes the file and returns its size in bytes; raises if it exceeds MAX_BYTES.
     extra: more metadata, {key: int | float | str | list[float]}."""
     import gguf
@@ -62,7 +64,15 @@ def write(path, cfg: HeadConfig, params: dict, token_map: np.ndarray, *, target_
     w.add_string("draft.target_name", target_name)
     w.add_uint32("draft.target_vocab_size", target_vocab)
     w.add_array(TOKEN_MAP, [int(t) for t in token_map])
-    w.add_string("draft.input", "fc(concat(target final hidden after norm, target token_embd row))")
+    feature_layers = [int(x) for x in feature_layers]
+    if len(feature_layers) + 1 != cfg.feature_chunks or (feature_layers and "fuse" not in params):
+        raise ValueError(f"{len(feature_layers)} feature layers for a head of {cfg.feature_chunks} feature chunks")
+    if feature_layers:
+        w.add_array(FEATURE_LAYERS, feature_layers)
+        w.add_string("draft.input", "fc(concat(fuse(concat(target final hidden after norm, RMS-normed residual after each "
+                     "draft.feature_layers block)) at depth 1 or the draft's own feature, target token_embd row))")
+    else:
+        w.add_string("draft.input", "fc(concat(target final hidden after norm, target token_embd row))")
     for key, value in (extra or {}).items():
         if isinstance(value, bool):
             w.add_bool(key, value)
@@ -75,6 +85,8 @@ def write(path, cfg: HeadConfig, params: dict, token_map: np.ndarray, *, target_
         else:
             w.add_array(key, [float(v) for v in value])
     for pname, gname in _NAMES.items():
+        if pname not in params:
+            continue
         a = np.asarray(params[pname], dtype=np.float32)
         if pname == "wq":
             a = permute_qk(a, cfg.heads)
@@ -112,16 +124,19 @@ def main(argv=None) -> int:
     tcfg = target.read_config(args.target)
     z = np.load(args.params)
     token_map = np.asarray(z["token_map"], np.int32)
-    params = {k: z[k] for k in z.files if k != "token_map"}
+    params = {k: z[k] for k in z.files if k not in ("token_map", "feature_layers")}
+    feature_layers = [int(x) for x in z["feature_layers"]] if "feature_layers" in z.files else []
     cfg = HeadConfig(hidden=tcfg.hidden, intermediate=tcfg.intermediate, heads=tcfg.heads, kv_heads=tcfg.kv_heads,
-                     head_dim=tcfg.head_dim, rope_theta=tcfg.rope_theta, rms_eps=tcfg.rms_eps, n_vocab=len(token_map))
+                     head_dim=tcfg.head_dim, rope_theta=tcfg.rope_theta, rms_eps=tcfg.rms_eps, n_vocab=len(token_map),
+                     feature_chunks=1 + len(feature_layers))
     extra = {}
     if args.metrics:
         m = json.loads(pathlib.Path(args.metrics).read_text())
         extra = {"draft.train.depth": m["depth"], "draft.train.steps": m["steps"], "draft.train.tokens": m["train_tokens"],
                  "draft.train.labels": m["labels"], "draft.val.top1": m["validation"]["top1"]}
     size = write(pathlib.Path(args.out), cfg, params, token_map, target_hash=target.target_hash(args.target),
-                 target_name=target.name_of(args.target), target_vocab=tcfg.vocab, tensor_type=args.type, extra=extra)
+                 target_name=target.name_of(args.target), target_vocab=tcfg.vocab, tensor_type=args.type, extra=extra,
+                 feature_layers=feature_layers)
     print(json.dumps({"out": args.out, "type": args.type, "bytes": size}))
     return 0
 

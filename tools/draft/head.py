@@ -37,6 +37,7 @@ class HeadConfig:
     rope_theta: float
     rms_eps: float
     n_vocab: int  # reduced vocabulary size N
+    feature_chunks: int = 1  # H-wide chunks of the depth-1 feature (1: the final hidden state alone)
 
 
 PARAM_SHAPES = {  # name -> shape as a function of the config (HF layout)
@@ -56,6 +57,17 @@ PARAM_SHAPES = {  # name -> shape as a function of the config (HF layout)
 
 
 def init_params(cfg: HeadConfig, key, head_rows: np.ndarray) -> dict:
+    params = _init_layer(cfg, key, head_rows)
+    if cfg.feature_chunks > 1:
+        # fuse [H, C H] maps the depth-1 feature chunks to one H-wide feature (EAGLE-3): it starts
+        # as the first chunk (the final hidden state, what a one-chunk head reads); the other
+        # chunks' columns start at zero and learn from their gradients.
+        H = cfg.hidden
+        params["fuse"] = jnp.zeros((H, cfg.feature_chunks * H), jnp.float32).at[:, :H].set(jnp.eye(H, dtype=jnp.float32))
+    return params
+
+
+def _init_layer(cfg: HeadConfig, key, head_rows: np.ndarray) -> dict:
     """Matrices N(0, 0.02) (output projections scaled by 1/sqrt(2), as GPT-2 does for residual
     writers), norms 1; the head starts from the target's output rows of the reduced vocabulary
     (head_rows [N, H]) and is trained. (Starting out_norm at the target's final-norm weight instead
@@ -97,16 +109,17 @@ def _shift_right(x, n):
 
 
 def multi_step_forward(cfg: HeadConfig, params: dict, feat, emb, depth: int):
-    """feat [B, L, H]: h_{i-1} of entry a (window positions a = 0..L-1); emb [B, L, H]: e(x_i).
+    """feat [B, L, C H]: the target's features at i-1 of entry a (window positions a = 0..L-1),
+    fused by params["fuse"] when C > 1; emb [B, L, H]: e(x_i).
     Returns (logits [depth, B, L, N], features g [depth, B, L, H]). Depth j's input feature at
     entry a is depth j-1's g at entry a-1 (zeros at a = 0; those entries carry no loss)."""
-    B, L, H = feat.shape
+    B, L = feat.shape[:2]
     G = cfg.heads // cfg.kv_heads
     pos = jnp.arange(L)
     scale = 1.0 / np.sqrt(cfg.head_dim)
     neg = jnp.float32(-1e30)
     ks, vs, logits_all, g_all = [], [], [], []
-    f = feat
+    f = feat @ params["fuse"].T if cfg.feature_chunks > 1 else feat
     for j in range(1, depth + 1):
         if j > 1:
             f = _shift_right(g_all[-1], 1)

@@ -56,9 +56,13 @@ class ReferenceDrafter:
         return out
 
     def step(self, feature: np.ndarray, token: int, pos: int) -> tuple[np.ndarray, np.ndarray]:
-        """Appends one entry: feature (the target's h at pos - 1, or the draft's own g) and the
-        token at pos. Returns (logits over the reduced vocabulary [N], g [H])."""
+        """Appends one entry: feature (the target's features at pos - 1, fused by fuse.weight when
+        the head has it, or the draft's own g, H wide) and the token at pos. Returns (logits over
+        the reduced vocabulary [N], g [H])."""
         w, blk = self.w, "blk.0."
+        feature = np.asarray(feature, np.float64)
+        if "fuse.weight" in w and feature.shape[0] != self.hidden:
+            feature = w["fuse.weight"] @ feature
         x = w["fc.weight"] @ np.concatenate([np.asarray(feature, np.float64), self.embed[token]])
         h = self._norm(x, w[blk + "attn_norm.weight"])
         q = self._rope((w[blk + "attn_q.weight"] @ h).reshape(self.heads, self.head_dim), pos)

@@ -30,9 +30,10 @@ from .head import HeadConfig, init_params, multi_step_forward  # noqa: E402
 
 # ---------------------------------------------------------------- windows
 
-def windows(seqs, window: int, inverse: np.ndarray, topk: int) -> dict[str, np.ndarray]:
+def windows(seqs, window: int, inverse: np.ndarray, topk: int, width: int) -> dict[str, np.ndarray]:
     """Cuts every sequence's entries i = 1..T-1 into windows of `window` entries (zero padded).
-    Per entry: feat = h_{i-1}, tok = x_i, next = x_{i+1} (-1 past the end), labels of p_i."""
+    Per entry: feat = the first `width` values of the target's features at i-1, tok = x_i,
+    next = x_{i+1} (-1 past the end), labels of p_i."""
     cols = {k: [] for k in ("feat", "tok", "mask", "vmask", "next", "hard", "top1", "soft_r", "soft_p")}
     for s in seqs:
         T = len(s.tokens)
@@ -40,7 +41,7 @@ def windows(seqs, window: int, inverse: np.ndarray, topk: int) -> dict[str, np.n
             continue
         n = T - 1
         ent = {
-            "feat": np.asarray(s.hidden[:T - 1], dtype=np.float16),
+            "feat": np.asarray(s.hidden[:T - 1, :width], dtype=np.float16),
             "tok": np.asarray(s.tokens[1:], dtype=np.int32),
             "mask": np.ones(n, np.float32),
             # Entry i predicts x_{i+1}: a response token when i + 1 >= n_prompt.
@@ -89,7 +90,7 @@ def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weig
         mean over the width) to the target's own h_i, which is entry a + 1's input feature; so the
         features fed to depths 2..K live where depth 1's inputs do. The window's last entry has no
         next one and carries no feature loss."""
-        want = b["feat"][:, 1:].astype(jnp.float32)
+        want = b["feat"][:, 1:, :cfg.hidden].astype(jnp.float32)
         d = jnp.abs(g[:, :, :-1] - want[None])
         per = jnp.where(d < 1.0, 0.5 * d * d, d - 0.5).mean(-1)  # [K, B, L-1]
         m = depth_masks(b, "mask")[:, :, :-1] * b["mask"][None, :, 1:]
@@ -196,6 +197,8 @@ def parse_args(argv):
     p.add_argument("--decay", type=float, default=0.8, help="loss weight of depth j is decay^(j-1)")
     p.add_argument("--feature-weight", type=float, default=0.0,
                    help="weight of EAGLE's feature regression loss (smooth L1 of the head's output feature to the target's next h)")
+    p.add_argument("--feature-chunks", type=int, default=0,
+                   help="H-wide feature chunks read at depth 1 (1: the final hidden state alone; default: all the data has)")
     p.add_argument("--labels", choices=["auto", "soft", "hard"], default="auto",
                    help="auto: soft when the data carries top-k probabilities")
     p.add_argument("--val-fraction", type=float, default=0.1)
@@ -223,6 +226,10 @@ def main(argv=None) -> int:
     if header.hidden != tcfg.hidden or header.vocab != tcfg.vocab:
         raise SystemExit(f"data (hidden {header.hidden}, vocab {header.vocab}) was not made by this target "
                          f"(hidden {tcfg.hidden}, vocab {tcfg.vocab})")
+    chunks = args.feature_chunks or 1 + len(header.feature_layers)
+    if not 1 <= chunks <= 1 + len(header.feature_layers):
+        raise SystemExit(f"--feature-chunks {chunks}: the data has {1 + len(header.feature_layers)}")
+    feature_layers = [int(x) for x in header.feature_layers[:chunks - 1]]
     soft = header.topk > 0 if args.labels == "auto" else args.labels == "soft"
     if soft and not header.topk:
         raise SystemExit("--labels soft: the data carries no top-k probabilities")
@@ -236,15 +243,16 @@ def main(argv=None) -> int:
     token_map, inverse = vocab.reduced_vocab([s.tokens for s in train_seqs], args.vocab, tcfg.vocab)
     cov_val = vocab.coverage([s.tokens[s.n_prompt:] for s in val_seqs], inverse)
     topk = header.topk  # validation compares with the target's argmax whenever the data has it
-    tw = windows(train_seqs, args.window, inverse, topk)
-    vw = windows(val_seqs, args.window, inverse, topk)
+    tw = windows(train_seqs, args.window, inverse, topk, chunks * tcfg.hidden)
+    vw = windows(val_seqs, args.window, inverse, topk, chunks * tcfg.hidden)
     train_tokens = sum(len(s.tokens) for s in train_seqs)
     say(f"target {target.name_of(args.target)}: hidden {tcfg.hidden}, vocab {tcfg.vocab}; data {len(seqs)} sequences, "
         f"{train_tokens} training tokens, {len(tw['tok'])} train / {len(vw['tok'])} validation windows; "
         f"reduced vocab {len(token_map)} covers {cov_val:.4f} of validation response tokens; labels {'soft' if soft else 'hard'}")
 
     cfg = HeadConfig(hidden=tcfg.hidden, intermediate=tcfg.intermediate, heads=tcfg.heads, kv_heads=tcfg.kv_heads,
-                     head_dim=tcfg.head_dim, rope_theta=tcfg.rope_theta, rms_eps=tcfg.rms_eps, n_vocab=len(token_map))
+                     head_dim=tcfg.head_dim, rope_theta=tcfg.rope_theta, rms_eps=tcfg.rms_eps, n_vocab=len(token_map),
+                     feature_chunks=chunks)
     embed_np = target.token_embedding(args.target)
     params = init_params(cfg, jax.random.PRNGKey(args.seed), target.output_rows(args.target)[token_map])
     embed = jnp.asarray(embed_np)
@@ -293,13 +301,13 @@ def main(argv=None) -> int:
         "first_train_loss": round(first_loss, 4), "final_train_loss": round(float(np.mean(last)), 4),
         "train_tokens": train_tokens, "sequences": len(seqs), "vocab": len(token_map),
         "vocab_coverage": round(cov_val, 4), "depth": args.depth, "steps": args.steps, "labels": "soft" if soft else "hard",
-        "feature_weight": args.feature_weight,
+        "feature_weight": args.feature_weight, "feature_layers": feature_layers,
         "seconds": round(time.time() - t0, 1),
     }
-    np.savez(out / "params.npz", token_map=token_map, **{k: np.asarray(v) for k, v in params.items()})
+    np.savez(out / "params.npz", token_map=token_map, feature_layers=np.asarray(feature_layers, np.int32), **{k: np.asarray(v) for k, v in params.items()})
     size = export.write(out / "draft.gguf", cfg, {k: np.asarray(v) for k, v in params.items()}, token_map,
                         target_hash=target.target_hash(args.target), target_name=target.name_of(args.target), target_vocab=tcfg.vocab,
-                        tensor_type=args.export_type,
+                        tensor_type=args.export_type, feature_layers=feature_layers,
                         extra={"draft.train.depth": args.depth, "draft.train.steps": args.steps,
                                "draft.train.tokens": train_tokens, "draft.train.seed": args.seed,
                                "draft.train.labels": metrics["labels"], "draft.val.top1": val["top1"]})

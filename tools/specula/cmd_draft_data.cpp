@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -32,7 +33,8 @@ const char* kUsage =
     "usage: specula draft-data [--model PATH] --out FILE.spd --samples N [--seed S] [--batch B (16)]\n"
     "                          [--prompt-tokens N (96)] [--response-tokens N (384)] [--prompt-temperature T (1.0)]\n"
     "                          [--response-temperatures LIST (0,0.8)] [--topk K (8)] [--keep-unfinished-prompts]\n"
-    "                          [--prompts FILE.jsonl] [--log FILE] [--device D] [--threads N]\n"
+    "                          [--prompts FILE.jsonl] [--feature-layers L1,L2,...] [--log FILE] [--device D] [--threads N]\n"
+    "       specula draft-data [--model PATH] --from IN.spd --out FILE.spd --feature-layers L1,L2,... [--batch B]\n"
     "  Appends N sequences written by the target itself (Magpie: a user prompt sampled after the\n"
     "  chat template's user-turn header, then the answer, at the response temperatures in turn;\n"
     "  0 = greedy) to FILE in the draft data format of docs/draft.md: tokens, the final hidden state\n"
@@ -43,7 +45,12 @@ const char* kUsage =
     "  S * 1000003 + i, so a run is reproducible.\n"
     "  --prompts FILE.jsonl: sample i answers line i of FILE (JSON lines with \"messages\", as\n"
     "  `bench spec` reads) instead of a sampled prompt; N is at most the file's line count. The\n"
-    "  benchmark's prompt set is refused: the draft is never trained on it.\n";
+    "  benchmark's prompt set is refused: the draft is never trained on it.\n"
+    "  --feature-layers L1,L2,...: each row also holds the residual stream after those decoder\n"
+    "  blocks (0-based), RMS-normalised (EAGLE-3's low and middle features; data format version 2).\n"
+    "  --from IN.spd: no sampling; re-feeds every record of IN (same tokens, prompt length and top-k)\n"
+    "  and writes it with the features of --feature-layers. The final hidden state must come out as\n"
+    "  IN stored it; rows that differ are counted in the log.\n";
 
 constexpr char kSentinel[] = "MAGPIEQUERY";
 
@@ -87,14 +94,102 @@ void top_k(std::span<const float> logits, int k, std::vector<int32_t>& ids, std:
   }
 }
 
+// --from: the records of `in_path` again, with the features of the model's feature layers.
+int refeature(const Args& a, Session& s, long long batch) {
+  const std::string in_path = a.str("from"), out_path = a.str("out");
+  std::ifstream in(in_path, std::ios::binary);
+  if (!in) throw UsageError("--from " + in_path + ": cannot open");
+  const draft_data::Header ih = draft_data::read_header(in, "--from " + in_path);
+  const LlamaConfig& cfg = s.model->config();
+  if (ih.hidden != static_cast<uint32_t>(cfg.hidden) || ih.vocab != static_cast<uint32_t>(cfg.vocab_size))
+    throw UsageError("--from " + in_path + ": hidden " + std::to_string(ih.hidden) + ", vocabulary " + std::to_string(ih.vocab) +
+                     " were not written by this target");
+  draft_data::Header oh{ih.hidden, ih.topk, ih.vocab, {}};
+  for (int l : s.model->feature_layers()) oh.feature_layers.push_back(static_cast<uint32_t>(l));
+  if (std::filesystem::exists(out_path) && std::filesystem::file_size(out_path) > 0)
+    throw UsageError("--out " + out_path + ": exists; --from writes a new file");
+  std::FILE* out = draft_data::open_for_append(out_path, oh);
+  std::FILE* log = a.has("log") ? std::fopen(a.str("log").c_str(), "a") : stderr;
+  if (log == nullptr) throw UsageError("--log: cannot open " + a.str("log"));
+  const int64_t H = cfg.hidden, F = s.model->feature_width(), iw = ih.row_width();
+  std::vector<draft_data::Record> recs;
+  std::vector<float> rows;
+  long long written = 0, tokens = 0, differing = 0;
+  const auto t0 = BenchClock::now();
+  bool more = true;
+  while (more) {
+    recs.clear();
+    int64_t longest = 0, total = 0;
+    while (static_cast<long long>(recs.size()) < batch) {
+      draft_data::Record r;
+      if (!draft_data::read_record(in, ih, r, "--from " + in_path)) { more = false; break; }
+      if (r.tokens.empty()) continue;
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(r.tokens.size()));
+      total += static_cast<int64_t>(r.tokens.size());
+      recs.push_back(std::move(r));
+    }
+    if (recs.empty()) break;
+    const int64_t block = 16;
+    KvCache kv(*s.ops, s.model->kv_config((longest + block) * static_cast<int64_t>(recs.size()), block));
+    std::vector<ForwardSeq> fwd;
+    for (const draft_data::Record& r : recs) {
+      ForwardSeq f;
+      f.seq = kv.create_sequence();
+      f.tokens = r.tokens;
+      f.all_hidden = true;
+      fwd.push_back(f);
+    }
+    std::vector<float> logits;
+    s.model->forward(fwd, kv, logits);
+    s.model->last_hidden_all(rows);
+    int64_t row = 0;
+    for (draft_data::Record& r : recs) {
+      std::vector<uint16_t> feat;
+      feat.reserve(r.tokens.size() * static_cast<size_t>(F));
+      for (size_t t = 0; t < r.tokens.size(); ++t, ++row) {
+        const float* f = rows.data() + row * F;
+        bool same = true;
+        for (int64_t c = 0; c < F; ++c) {
+          const uint16_t v = f32_to_fp16(f[c]);
+          if (c < H) same = same && v == r.hidden[t * static_cast<size_t>(iw) + static_cast<size_t>(c)];
+          feat.push_back(v);
+        }
+        differing += !same;
+      }
+      r.hidden = std::move(feat);
+      draft_data::append(out, r);
+      ++written;
+      tokens += static_cast<long long>(r.tokens.size());
+    }
+    std::fprintf(log, "[draft-data] %lld sequences, %lld tokens re-fed, %.1f tokens/s; %lld rows whose final hidden state differs from --from's\n",
+                 written, tokens, tokens / seconds_since(t0), differing);
+    std::fflush(log);
+  }
+  std::fclose(out);
+  if (log != stderr) std::fclose(log);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_draft_data(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
   options.insert({"out", "samples", "seed", "batch", "prompt-tokens", "response-tokens", "prompt-temperature",
-                  "response-temperatures", "topk", "log", "prompts"});
+                  "response-temperatures", "topk", "log", "prompts", "from", "feature-layers"});
   const Args a(argc, argv, options, {"keep-unfinished-prompts"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
+  if (a.has("from")) {
+    if (!a.has("out") || !a.has("feature-layers")) throw UsageError("--from needs --out and --feature-layers");
+    const long long batch = a.integer("batch", 16);
+    if (batch < 1 || batch > 256) throw UsageError("--batch must be in 1..256");
+    Session s = open_session(a);
+    try {
+      s.model->set_feature_layers(a.int_list("feature-layers"));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--feature-layers: ") + e.what());
+    }
+    return refeature(a, s, batch);
+  }
   if (!a.has("out") || !a.has("samples")) throw UsageError("--out and --samples are required");
   const long long samples = a.integer("samples", 0), batch = a.integer("batch", 16);
   const long long prompt_tokens = a.integer("prompt-tokens", 96), response_tokens = a.integer("response-tokens", 384);
@@ -117,6 +212,13 @@ int cmd_draft_data(int argc, char** argv) {
   const bool keep_unfinished = a.flag("keep-unfinished-prompts");
 
   Session s = open_session(a);
+  if (a.has("feature-layers")) {
+    try {
+      s.model->set_feature_layers(a.int_list("feature-layers"));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--feature-layers: ") + e.what());
+    }
+  }
   const LlamaConfig& cfg = s.model->config();
   std::vector<BenchPrompt> given;
   if (a.has("prompts")) {
@@ -146,13 +248,14 @@ int cmd_draft_data(int argc, char** argv) {
   const int64_t block = s.model->kv_config(16).block_tokens;
   KvCache kv(*s.ops, s.model->kv_config((longest + block - 1) / block * block * batch));
 
-  const draft_data::Header header{static_cast<uint32_t>(cfg.hidden), static_cast<uint32_t>(topk),
-                                  static_cast<uint32_t>(cfg.vocab_size)};
+  draft_data::Header header{static_cast<uint32_t>(cfg.hidden), static_cast<uint32_t>(topk),
+                            static_cast<uint32_t>(cfg.vocab_size), {}};
+  for (int l : s.model->feature_layers()) header.feature_layers.push_back(static_cast<uint32_t>(l));
   std::FILE* out = draft_data::open_for_append(a.str("out"), header);
   std::FILE* log = a.has("log") ? std::fopen(a.str("log").c_str(), "a") : stderr;
   if (log == nullptr) throw UsageError("--log: cannot open " + a.str("log"));
 
-  const int64_t H = cfg.hidden, V = cfg.vocab_size;
+  const int64_t H = s.model->feature_width(), V = cfg.vocab_size;
   std::vector<Slot> slots(static_cast<size_t>(batch));
   std::set<std::vector<int32_t>> seen;
   long long next_sample = 0, written = 0, tokens_written = 0, dropped = 0;

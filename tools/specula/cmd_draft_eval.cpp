@@ -6,6 +6,7 @@
 // (the run-time protocol: depths 2..D read the head's own features and proposals) and reports how
 // far the chain matches the target's greedy continuation, the greedy acceptance per depth that
 // `bench spec` measures, on positions where the file's tokens are that greedy continuation.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -50,8 +51,17 @@ int cmd_draft_eval(int argc, char** argv) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError("--data " + path + ": cannot open");
   const draft_data::Header hd = draft_data::read_header(in, "--data " + path);
-  const int64_t H = hd.hidden, K = hd.topk;
+  const int64_t H = hd.hidden, K = hd.topk, W = hd.row_width();
   if (H != s.model->config().hidden) throw UsageError("--data: hidden width " + std::to_string(H) + " is not the target's");
+  // The head's row: the final hidden state, then its feature layers, each taken from the file's
+  // chunk of that layer.
+  std::vector<int64_t> chunks{0};
+  for (int l : d->target_feature_layers()) {
+    const auto at = std::find(hd.feature_layers.begin(), hd.feature_layers.end(), static_cast<uint32_t>(l));
+    if (at == hd.feature_layers.end())
+      throw UsageError("--data: the head reads the target's layer " + std::to_string(l) + ", which the file does not hold");
+    chunks.push_back(1 + (at - hd.feature_layers.begin()));
+  }
   if (K < 1) throw UsageError("--data: the file stores no top-k, so it has no target argmax to compare with");
   const long long limit = a.integer("limit", 1LL << 40);
   const bool responses_only = a.flag("responses-only");
@@ -71,8 +81,10 @@ int cmd_draft_eval(int argc, char** argv) {
   while (sequences < limit && draft_data::read_record(in, hd, rec, "--data " + path)) {
     const std::vector<int32_t>& tokens = rec.tokens;
     const int64_t T = static_cast<int64_t>(tokens.size()), P = rec.n_prompt;
-    h.resize(rec.hidden.size());
-    for (size_t i = 0; i < rec.hidden.size(); ++i) h[i] = fp16_to_f32(rec.hidden[i]);
+    h.resize(static_cast<size_t>(T) * chunks.size() * static_cast<size_t>(H));
+    for (int64_t t = 0, o = 0; t < T; ++t)
+      for (int64_t c : chunks)
+        for (int64_t i = 0; i < H; ++i) h[static_cast<size_t>(o++)] = fp16_to_f32(rec.hidden[static_cast<size_t>(t * W + c * H + i)]);
     // Position m (context x_0..x_m): the head proposes x_{m+1}; the target's argmax there is ids[m][0].
     d->prefill({tokens.data(), 1});
     d->target_hidden(0, h);

@@ -12,9 +12,11 @@ namespace {
 
 const char* kUsage =
     "usage: specula logits [--model PATH] --tokens 1,2,3 --out FILE.npy [--hidden-out FILE.npy] [--chunk C]\n"
-    "                      [--truncate-at T] [--device D] [--threads N] [--ctx N]\n"
+    "                      [--truncate-at T] [--feature-layers L1,L2,...] [--device D] [--threads N] [--ctx N]\n"
     "  Writes float32 logits [n_tokens, vocab]. Tokens are fed in chunks of C (default: all).\n"
-    "  --hidden-out also writes the final hidden states (after the final norm) [n_tokens, hidden].\n"
+    "  --hidden-out also writes the final hidden states (after the final norm) [n_tokens, hidden];\n"
+    "  with --feature-layers, each row is followed by the RMS-normed residual after each of those\n"
+    "  decoder blocks (0-based): the rows a fused-feature draft head reads.\n"
     "  --truncate-at T feeds all tokens, rolls the KV cache back to T, re-feeds tokens[T:] in\n"
     "  chunks of C; rows >= T come from the re-feed.\n";
 
@@ -22,7 +24,7 @@ const char* kUsage =
 // state into hidden.
 void feed(LlamaModel& m, KvCache& kv, int seq, const std::vector<int32_t>& tokens, size_t from, size_t to, size_t chunk,
           std::vector<float>& out, std::vector<float>& hidden) {
-  const int64_t V = m.config().vocab_size, H = m.config().hidden;
+  const int64_t V = m.config().vocab_size, H = m.feature_width();
   std::vector<float> logits, h;
   for (size_t i = from; i < to; i += chunk) {
     const size_t n = std::min(chunk, to - i);
@@ -38,11 +40,18 @@ void feed(LlamaModel& m, KvCache& kv, int seq, const std::vector<int32_t>& token
 
 int cmd_logits(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
-  options.insert({"tokens", "out", "hidden-out", "chunk", "truncate-at"});
+  options.insert({"tokens", "out", "hidden-out", "chunk", "truncate-at", "feature-layers"});
   const Args a(argc, argv, options, {});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   if (!a.has("tokens") || !a.has("out")) throw UsageError("--tokens and --out are required");
   Session s = open_session(a);
+  if (a.has("feature-layers")) {
+    try {
+      s.model->set_feature_layers(a.int_list("feature-layers"));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--feature-layers: ") + e.what());
+    }
+  }
   std::vector<int32_t> tokens;
   for (int t : a.int_list("tokens")) tokens.push_back(t);
   if (tokens.empty()) throw UsageError("--tokens is empty");
@@ -50,7 +59,7 @@ int cmd_logits(int argc, char** argv) {
   if (chunk_arg < 1) throw UsageError("--chunk must be >= 1");
   const size_t chunk = static_cast<size_t>(chunk_arg);
   const int64_t V = s.model->config().vocab_size;
-  const int64_t H = s.model->config().hidden;
+  const int64_t H = s.model->feature_width();
   std::vector<float> out(tokens.size() * V), hidden(tokens.size() * H);
   const int seq = s.kv->create_sequence();
   if (a.has("truncate-at")) {
