@@ -109,23 +109,27 @@ def test_toy_training_lowers_the_loss_and_beats_the_most_frequent_token_at_every
         assert val["alpha_lower_bound"][j] > init["alpha_lower_bound"][j]
 
 
-def test_a_draft_data_file_round_trips_and_a_truncated_one_is_one_clear_error(tmp_path):
+@pytest.mark.parametrize("layers", [(), (3, 1)])
+def test_a_draft_data_file_round_trips_and_a_truncated_one_is_one_clear_error(tmp_path, layers):
+    """Version 1 (final hidden states) and version 2 (C feature layers: rows of H (1 + C))."""
     rng = np.random.default_rng(0)
-    header = data_format.Header(hidden=8, topk=3, vocab=50)
+    header = data_format.Header(hidden=8, topk=3, vocab=50, feature_layers=layers)
+    W = 8 * (1 + len(layers))
     seqs = []
     for T in (5, 1, 9):
         logits = rng.normal(size=(T, 50)).astype(np.float32)
         ids, probs = data_format.top_k(logits, 3)
         assert (ids[:, 0] == logits.argmax(-1)).all() and (np.diff(probs.astype(np.float32), axis=1) <= 0).all()
         seqs.append(data_format.Sequence(tokens=rng.integers(0, 50, T).astype(np.int32),
-                                         hidden=rng.normal(size=(T, 8)).astype(np.float16), n_prompt=T // 2,
+                                         hidden=rng.normal(size=(T, W)).astype(np.float16), n_prompt=T // 2,
                                          topk_ids=ids, topk_probs=probs))
     path = tmp_path / "d.spd"
     with data_format.Writer(path, header) as w:
         for s in seqs:
             w.write(s)
-    # 32-byte header, then per record 8 + T*4 + T*H*2 + T*K*(4+2) bytes.
-    assert path.stat().st_size == 32 + sum(8 + T * 4 + T * 16 + T * 18 for T in (5, 1, 9))
+    # 32-byte header (+ 4 bytes a feature layer), then per record 8 + T*4 + T*W*2 + T*K*(4+2) bytes.
+    assert path.stat().st_size == 32 + 4 * len(layers) + sum(8 + T * 4 + T * W * 2 + T * 18 for T in (5, 1, 9))
+    assert path.read_bytes()[8] == (2 if layers else 1)
     got_header, got = data_format.read(path)
     assert got_header == header and len(got) == 3
     for a, b in zip(seqs, got):

@@ -85,12 +85,15 @@ def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weig
     def forward(params, embed, b):
         return forward_both(params, embed, b)[0]
 
-    def feature_loss(g, b, weights):
+    def feature_loss(params, g, b, weights):
         """EAGLE's feature regression: depth j's output feature g at entry a is pulled (smooth L1,
-        mean over the width) to the target's own h_i, which is entry a + 1's input feature; so the
-        features fed to depths 2..K live where depth 1's inputs do. The window's last entry has no
-        next one and carries no feature loss."""
-        want = b["feat"][:, 1:, :cfg.hidden].astype(jnp.float32)
+        mean over the width) to entry a + 1's depth-1 input feature (the target's own h_i, or fuse
+        of its fused features); so the features fed to depths 2..K live where depth 1's inputs do.
+        The window's last entry has no next one and carries no feature loss."""
+        nxt = b["feat"][:, 1:].astype(jnp.float32)
+        # With fused features the next entry's depth-1 input is fuse(features): pull g there
+        # (the target held fixed, so the loss cannot shrink fuse); otherwise it is h itself.
+        want = jax.lax.stop_gradient(nxt @ params["fuse"].T) if cfg.feature_chunks > 1 else nxt
         d = jnp.abs(g[:, :, :-1] - want[None])
         per = jnp.where(d < 1.0, 0.5 * d * d, d - 0.5).mean(-1)  # [K, B, L-1]
         m = depth_masks(b, "mask")[:, :, :-1] * b["mask"][None, :, 1:]
@@ -122,7 +125,7 @@ def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weig
         weights = jnp.asarray([decay ** j for j in range(depth)], jnp.float32)
         total = (weights * per_depth).sum() / weights.sum()
         if feature_weight > 0:
-            total = total + feature_weight * feature_loss(g, b, weights)
+            total = total + feature_weight * feature_loss(params, g, b, weights)
         return total, per_depth
 
     def eval_fn(params, embed, token_map, b):
