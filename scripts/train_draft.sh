@@ -72,9 +72,10 @@ else
   mkdir -p "$OUT"
   MODEL=${MODEL:-$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf}
   # The shipped head's recipe (docs/draft.md, "The shipped head"): depth 4, 1,500 steps, EAGLE's
-  # feature regression at weight 1, exported at Q4_1.
+  # feature regression at weight 1, fused features of blocks 2 and 14 beside the final hidden
+  # state, exported at Q4_1.
   SAMPLES=${SAMPLES:-3000}; STEPS=${STEPS:-1500}; VOCAB=${VOCAB:-8192}; DEPTH=${DEPTH:-4}; PSAMPLES=${PSAMPLES:-2400}
-  [ "$FLAYERS" = unset ] && FLAYERS=""
+  [ "$FLAYERS" = unset ] && FLAYERS="2,14"
   GEN_ARGS=()
   TRAIN_ARGS=(--window 256 --batch 8 --feature-weight 1 --export-type Q4_1)
 fi

@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 
 #include "gpu/host/attention.h"
+#include "gpu/host/hmatmul.h"
 #include "gpu/host/matmul.h"
 #include "gpu/host/quant.h"
 #include "gpu/kv_cache.h"
@@ -72,14 +73,16 @@ Weight HostOps::upload(const TensorView& t) {
   Weight w;
   w.view = t;  // the reference path computes straight from the mapped file
   if (path_.reference || t.shape.size() != 2) return w;
-  if (!qmatmul_supports(t.dtype) || t.cols() % 32 != 0) {
+  const bool half = hmatmul_supports(t.dtype, path_.isa == host_kernels::Isa::kPortable) && t.cols() % 2 == 0 &&
+                    (path_.isa != host_kernels::Isa::kAvx2);
+  if (!half && (!qmatmul_supports(t.dtype) || t.cols() % 32 != 0)) {
     // One line per type and process: which weights run on the f32 kernels.
     static std::mutex m;
     static std::map<DType, bool> said;
     std::lock_guard<std::mutex> lock(m);
     if (t.dtype != DType::F32 && !said[t.dtype]) {
       said[t.dtype] = true;
-      std::fprintf(stderr, "specula: no int8 kernel for %s weights (first: %s); they use the f32 reference kernels\n",
+      std::fprintf(stderr, "specula: no fast kernel for %s weights (first: %s); they use the f32 reference kernels\n",
                    dtype_name(t.dtype), t.name.c_str());
     }
     return w;
@@ -88,7 +91,7 @@ Weight HostOps::upload(const TensorView& t) {
   auto& slot = packed_[t.data];
   std::shared_ptr<PackedMatrix> p = slot.lock();
   if (!p || p->dtype != t.dtype || p->rows != t.rows() || p->cols != t.cols()) {
-    p = pack_matrix(t, pool_);
+    p = half ? pack_matrix16(t, pool_) : pack_matrix(t, pool_);
     slot = p;
   }
   w.device = p.get();
@@ -137,7 +140,8 @@ void HostOps::rmsnorm(const float* x, const Weight& w, float eps, int64_t n, int
 void HostOps::matmul(const float* x, const Weight& w, int64_t n, float* y) {
   if (w.device != nullptr) {
     const PackedMatrix* m = static_cast<const PackedMatrix*>(w.device);
-    qmatmul({&m, 1}, x, n, {&y, 1}, pool_, int8_);
+    if (qmatmul_supports(m->dtype)) qmatmul({&m, 1}, x, n, {&y, 1}, pool_, int8_);
+    else hmatmul({&m, 1}, x, n, {&y, 1}, pool_, path_.isa == host_kernels::Isa::kPortable);
     return;
   }
   specula::matmul(w.view, x, n, y, pool_, path_.isa);
@@ -148,13 +152,16 @@ void HostOps::matmul_many(const float* x, std::span<const Weight* const> ws, int
   bool all = ws.size() <= 8;
   for (size_t k = 0; all && k < ws.size(); ++k) {
     packed[k] = static_cast<const PackedMatrix*>(ws[k]->device);
-    all = packed[k] != nullptr && packed[k]->cols == packed[0]->cols;
+    all = packed[k] != nullptr && packed[k]->cols == packed[0]->cols &&
+          qmatmul_supports(packed[k]->dtype) == qmatmul_supports(packed[0]->dtype) &&
+          (qmatmul_supports(packed[k]->dtype) || packed[k]->dtype == packed[0]->dtype);
   }
   if (!all) {
     Ops::matmul_many(x, ws, n, ys);
     return;
   }
-  qmatmul({packed, ws.size()}, x, n, ys, pool_, int8_);
+  if (qmatmul_supports(packed[0]->dtype)) qmatmul({packed, ws.size()}, x, n, ys, pool_, int8_);
+  else hmatmul({packed, ws.size()}, x, n, ys, pool_, path_.isa == host_kernels::Isa::kPortable);
 }
 
 void HostOps::rope(float* x, int64_t n, int64_t heads, int64_t head_dim, std::span<const int32_t> positions,

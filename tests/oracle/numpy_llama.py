@@ -59,6 +59,13 @@ class LlamaConfig:
         return np.where(wavelen < original / high, inv, np.where(wavelen > original / low, inv / factor, smoothed))
 
 
+def bf16_roundtrip(x: np.ndarray) -> np.ndarray:
+    """float32 x rounded to bfloat16 (nearest, ties to even) and back, as the BF16 kernel reads it."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return u.astype(np.uint32).view(np.float32)
+
+
 def q8_roundtrip(x: np.ndarray) -> np.ndarray:
     """x as Specula's int8 path sees it (gpu/host/qmatmul.h), in float32 as the kernels compute:
     per block of 32 values d = max|x| / 127, q = round-half-even(x * (1 / d)) clamped to +-127,
@@ -93,18 +100,22 @@ class KVCache:
 class NumpyLlama:
     def __init__(self, cfg: LlamaConfig, weights: dict[str, np.ndarray], dtype=np.float64,
                  rope_pairs: str = "half_split", inv_freq: np.ndarray | None = None,
-                 quantized_inputs: set[str] | frozenset[str] = frozenset(), kv_f16: bool = False):
+                 quantized_inputs: set[str] | frozenset[str] = frozenset(), kv_f16: bool = False,
+                 bf16_inputs: set[str] | frozenset[str] = frozenset()):
         """rope_pairs: "half_split" (HF layout weights) or "adjacent" (GGUF-permuted q/k weights).
         inv_freq overrides cfg.inv_freq() (e.g. base frequencies divided by GGUF rope_freqs).
         quantized_inputs: weight names whose input activations are rounded as Specula's int8
         path rounds them (q8_roundtrip) before the product: its emulation. kv_f16: keys and
-        values are rounded to float16 as they enter the cache (that path's fp16 K/V cache)."""
+        values are rounded to float16 as they enter the cache (that path's fp16 K/V cache).
+        bf16_inputs: weight names whose input activations are rounded to bfloat16 (nearest
+        even) first, as the fast path's BF16 kernel rounds them."""
         assert rope_pairs in ("half_split", "adjacent")
         self.cfg, self.dtype, self.rope_pairs = cfg, dtype, rope_pairs
         self.w = {n: np.ascontiguousarray(a, dtype=dtype) for n, a in weights.items()}
         self.out_name = "model.embed_tokens.weight" if cfg.tied else "lm_head.weight"
         self.out_weight = self.w[self.out_name]
         self.quantized_inputs = frozenset(quantized_inputs)
+        self.bf16_inputs = frozenset(bf16_inputs)
         self.kv_f16 = kv_f16
         self.inv_freq = cfg.inv_freq() if inv_freq is None else np.asarray(inv_freq, dtype=np.float64)
 
@@ -115,6 +126,8 @@ class NumpyLlama:
         """x @ W[name]^T, x rounded first where the weight's input is quantized."""
         if name in self.quantized_inputs:
             x = q8_roundtrip(x).astype(self.dtype)
+        if name in self.bf16_inputs:
+            x = bf16_roundtrip(x).astype(self.dtype)
         return x @ self.w[name].T
 
     def _rmsnorm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -6,7 +6,9 @@ gguf package's dequantization of the same bytes, and GGUF against safetensors of
 weights (which shows the q/k row permutation is handled). Then the real default model:
 greedy continuations of five chat prompts must equal NumPy's.
 """
+import os
 import pathlib
+import subprocess
 import sys
 
 import numpy as np
@@ -220,6 +222,12 @@ def test_int8_path_matches_numpy_emulating_its_roundings(name, tiny, specula_bin
     _, weights, types = gguf_weights.load(ck.gguf_path)
     quantized = {n for n, t in types.items() if t in INT8_TYPES and weights[n].ndim == 2}
     emulation = numpy_llama.NumpyLlama(cfg, weights, dtype=np.float32, quantized_inputs=quantized, kv_f16=True)
+    _assert_fast_path_agrees(emulation, ck, specula_bin, work_dir, "int8 path")
+
+
+def _assert_fast_path_agrees(emulation, ck, specula_bin, work_dir, what):
+    """At least 12 of the 16 sequences on the fast path within TOL_INT8 of `emulation` at every
+    position, and at most 2 on the f32 reference path (the control)."""
     errors, controls = [], []
     for tokens in INT8_SEQUENCES:
         want = emulation.logits(tokens)
@@ -227,8 +235,28 @@ def test_int8_path_matches_numpy_emulating_its_roundings(name, tiny, specula_bin
         controls.append(float(np.abs(specula_cli.logits(specula_bin, ck.gguf_path, tokens, work_dir) - want).max()))
     agree = sum(e < TOL_INT8 for e in errors)
     control = sum(e < TOL_INT8 for e in controls)
-    assert agree >= 12, f"int8 path: {agree} of 16 sequences within {TOL_INT8} of the emulation: {[f'{e:.1g}' for e in errors]}"
+    assert agree >= 12, f"{what}: {agree} of 16 sequences within {TOL_INT8} of the emulation: {[f'{e:.1g}' for e in errors]}"
     assert control <= 2, f"the f32 path agrees with the emulation in {control} of 16 sequences: the test cannot tell them apart"
+
+
+# The 16-bit path (gpu/host/hmatmul.h; AVX-512 here, else the f32 kernels): F16 matrices keep f32
+# activations (only the summation order and the fp16 K/V differ from the reference), BF16
+# matrices read activations rounded to bfloat16. Same 16-sequence measure as above; the control is
+# the f32 reference path again.
+@pytest.mark.parametrize("name", ["f16", "bf16"])
+def test_16bit_path_matches_numpy_emulating_its_roundings(name, tiny, specula_bin, work_dir):
+    ck = tiny[name]
+    cfg = numpy_llama.LlamaConfig.from_hf(tiny_models.hf_config(ck.spec))
+    _, weights, types = gguf_weights.load(ck.gguf_path)
+    # Where this CPU has no kernel for the type, its matrices run on the f32 kernels and say so.
+    probe = subprocess.run([str(specula_bin), "logits", "--model", str(ck.gguf_path), "--tokens", "1,2",
+                            "--out", str(pathlib.Path(work_dir) / "probe.npy")],
+                           capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "SPECULA_SIMD"})
+    assert probe.returncode == 0, probe.stderr
+    fast = f"no fast kernel for {name.upper()} weights" not in probe.stderr
+    rounded = {n for n, t in types.items() if t == "BF16" and weights[n].ndim == 2} if fast else set()
+    emulation = numpy_llama.NumpyLlama(cfg, weights, dtype=np.float32, bf16_inputs=rounded, kv_f16=True)
+    _assert_fast_path_agrees(emulation, ck, specula_bin, work_dir, "16-bit path")
 
 
 @pytest.mark.parametrize("name", ["gqa_untied", "q4_1_tied"])

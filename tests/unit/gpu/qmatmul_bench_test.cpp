@@ -11,7 +11,10 @@
 #include <random>
 #include <vector>
 
+#include "gpu/host/hmatmul.h"
+#include "gpu/host/matmul.h"
 #include "gpu/host/qmatmul.h"
+#include "gpu/host/quant.h"
 
 namespace specula {
 namespace {
@@ -46,6 +49,52 @@ TEST(QmatmulBench, DISABLED_CacheResidentKernelsPerRowCount) {
       if (n == 1) t1 = best;
       std::printf("{\"kernel\":\"%s\",\"dtype\":\"%s\",\"n\":%lld,\"us\":%.2f,\"weight_gbs\":%.1f,\"vs_n1\":%.2f}\n", host_kernels::int8_kernel_name(kernel), dtype_name(t), static_cast<long long>(n),
                   best * 1e6, m->bytes() / best / 1e9, best / t1);
+    }
+  }
+}
+
+// The 16-bit path (hmatmul.h) against the f32 kernels the same weights run on otherwise (the
+// reference path's AVX-512 kernels), same matrix, same thread.
+TEST(QmatmulBench, DISABLED_CacheResidentHalfKernelsAgainstTheF32Kernels) {
+  for (DType t : {DType::F16, DType::BF16}) {
+    if (!hmatmul_supports(t, false)) continue;
+    const int64_t rows = 576, cols = 576;
+    std::vector<uint16_t> bits(static_cast<size_t>(rows * cols));
+    std::mt19937 rng(1);
+    std::normal_distribution<float> val(0.0f, 0.05f);
+    for (auto& b : bits) {
+      const float v = val(rng);
+      if (t == DType::F16) {
+        b = f32_to_fp16(v);
+      } else {
+        uint32_t u;
+        std::memcpy(&u, &v, 4);
+        b = static_cast<uint16_t>(u >> 16);
+      }
+    }
+    const TensorView view{"w", t, {rows, cols}, reinterpret_cast<const std::byte*>(bits.data()), bits.size() * 2};
+    ThreadPool pool(1);
+    auto m = pack_matrix16(view, pool);
+    double h1 = 0, f1 = 0;
+    for (int64_t n : {1, 2, 5, 9, 16}) {
+      std::vector<float> x(n * cols), y(n * rows);
+      for (auto& v : x) v = val(rng) * 20;
+      const PackedMatrix* w = m.get();
+      float* out = y.data();
+      auto best = [&](auto&& call) {
+        double b = 1e9;
+        for (int rep = 0; rep < 15; ++rep) {
+          const auto t0 = std::chrono::steady_clock::now();
+          for (int k = 0; k < 100; ++k) call();
+          b = std::min(b, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 100);
+        }
+        return b;
+      };
+      const double h = best([&] { hmatmul({&w, 1}, x.data(), n, {&out, 1}, pool, false); });
+      const double f = best([&] { matmul(view, x.data(), n, y.data(), pool, host_kernels::Isa::kAvx512); });
+      if (n == 1) { h1 = h; f1 = f; }
+      std::printf("{\"dtype\":\"%s\",\"n\":%lld,\"half_us\":%.2f,\"f32_us\":%.2f,\"half_vs_n1\":%.2f,\"f32_vs_n1\":%.2f,\"f32_over_half\":%.2f}\n",
+                  dtype_name(t), static_cast<long long>(n), h * 1e6, f * 1e6, h / h1, f / f1, f / h);
     }
   }
 }

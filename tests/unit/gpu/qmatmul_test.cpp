@@ -385,7 +385,7 @@ TEST(HostPath, AWeightTypeWithoutAnInt8KernelRunsOnTheF32KernelsWithOneLineNamin
   // One line for the type, once per process (CTest runs each test in a process of its own, and no
   // other test of this binary uploads a Q4_K weight to a host device).
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
-  EXPECT_NE(err.find("no int8 kernel for Q4_K weights (first: blk.0.attn_q.weight)"), std::string::npos) << err;
+  EXPECT_NE(err.find("no fast kernel for Q4_K weights (first: blk.0.attn_q.weight)"), std::string::npos) << err;
   const auto x = random_x(2, cols, 92);
   std::vector<float> y(2 * rows), ref(2 * rows);
   fast.matmul(x.data(), a, 2, y.data());
