@@ -25,7 +25,7 @@ class HostOps : public Ops {  // not final: tests derive device doubles from it
   void release(float* p) override;
   void copy_to_host(const float* src, float* dst, size_t n) override;
   void copy_to_device(const float* src, float* dst, size_t n) override;
-  // On the int8 path, Q4_0/Q4_1/Q8_0 matrices are repacked (gpu/host/qmatmul.h) into memory of
+  // On the int8 path, Q4_0/Q4_1/Q8_0/Q4_K matrices are repacked (gpu/host/qmatmul.h) into memory of
   // the device's own, once per tensor, and so are F16/BF16 matrices where the CPU has their
   // AVX-512 kernels (gpu/host/hmatmul.h); the mapped file is left as it is. Other types, and
   // every weight on the reference path, are used in place.

@@ -29,6 +29,7 @@ PackShape pack_shape(DType t) {
     case DType::Q4_0: return {16, 144};
     case DType::Q4_1: return {32, 160};
     case DType::Q8_0: return {16, 272};
+    case DType::Q4_K: return {64, 192};  // d[8] f32 | m[8] f32 | 4 x 32 bytes: Q4_1's layout with exact scales
     default: throw std::invalid_argument(std::string("int8 path: no packed layout for ") + dtype_name(t));
   }
 }
@@ -48,10 +49,34 @@ void pack_block(DType t, const uint8_t* const src[kGroupRows], uint8_t* dst) {
   }
 }
 
+// One Q4_K group-block: sub-block j of the super-blocks at src[r] (nullptr: padding), as Q4_1
+// with f32 scales: d' = d * sc, m' = -dmin * m (value = d' * q + m'), nibble byte k holding
+// values k and k + 16, as Q4_1 stores them.
+void pack_block_q4_k(const uint8_t* const src[kGroupRows], int j, uint8_t* dst) {
+  std::memset(dst, 0, 192);
+  for (int64_t r = 0; r < kGroupRows; ++r) {
+    if (src[r] == nullptr) continue;
+    float d, m;
+    uint8_t q[32], b[16];
+    q4_k_subblock(src[r], j, &d, &m, q);
+    m = -m;
+    std::memcpy(dst + 4 * r, &d, 4);
+    std::memcpy(dst + 32 + 4 * r, &m, 4);
+    for (int k = 0; k < 16; ++k) b[k] = static_cast<uint8_t>(q[k] | (q[k + 16] << 4));
+    for (int64_t k = 0; k < 4; ++k) std::memcpy(dst + 64 + 32 * k + 4 * r, b + 4 * k, 4);
+  }
+}
+
 float half(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return fp16_to_f32(h);
+}
+
+float f32_at(const uint8_t* p) {
+  float f;
+  std::memcpy(&f, p, 4);
+  return f;
 }
 
 // The portable kernels: the same arithmetic as the AVX2 ones, one output at a time.
@@ -82,9 +107,14 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
           }
           const size_t xi = static_cast<size_t>(i * x.blocks + b);
           if constexpr (T == DType::Q4_0) sum -= 8 * x.isum[xi];
-          const float scale = half(blk + 2 * r) * x.d[xi];
-          acc = std::fma(static_cast<float>(sum), scale, acc);
-          if constexpr (T == DType::Q4_1) acc = std::fma(half(blk + 16 + 2 * r), x.sx[xi], acc);
+          if constexpr (T == DType::Q4_K) {
+            acc = std::fma(static_cast<float>(sum), f32_at(blk + 4 * r) * x.d[xi], acc);
+            acc = std::fma(f32_at(blk + 32 + 4 * r), x.sx[xi], acc);
+          } else {
+            const float scale = half(blk + 2 * r) * x.d[xi];
+            acc = std::fma(static_cast<float>(sum), scale, acc);
+            if constexpr (T == DType::Q4_1) acc = std::fma(half(blk + 16 + 2 * r), x.sx[xi], acc);
+          }
         }
         y[i * ldy + g * kGroupRows + r] = acc;
       }
@@ -94,12 +124,14 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
 
 }  // namespace
 
-bool qmatmul_supports(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+bool qmatmul_supports(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q4_K; }
 
 std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool) {
   if (!qmatmul_supports(w.dtype)) throw std::invalid_argument(std::string("int8 path: no packed layout for ") + dtype_name(w.dtype));
   if (w.shape.size() != 2 || w.cols() % kBlock != 0)
     throw std::invalid_argument("int8 path: weight '" + w.name + "' is not a matrix of whole 32-value blocks");
+  if (w.dtype == DType::Q4_K && w.cols() % 256 != 0)
+    throw std::invalid_argument("int8 path: Q4_K weight '" + w.name + "' is not a matrix of whole 256-value blocks");
   const size_t row_bytes = dtype_row_bytes(w.dtype, w.cols());
   if (w.data == nullptr || w.nbytes < row_bytes * static_cast<size_t>(w.rows()))
     throw std::invalid_argument("int8 path: weight '" + w.name + "' holds too few bytes");
@@ -120,11 +152,15 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool)
     for (int64_t g = g0; g < g1; ++g)
       for (int64_t b = 0; b < m->blocks; ++b) {
         const uint8_t* src[kGroupRows];
+        // Q4_K: block b is sub-block b % 8 of stored super-block b / 8.
+        const int64_t stored_block = w.dtype == DType::Q4_K ? b / 8 : b;
         for (int64_t r = 0; r < kGroupRows; ++r) {
           const int64_t row = g * kGroupRows + r;
-          src[r] = row < m->rows ? base + static_cast<size_t>(row) * row_bytes + static_cast<size_t>(b) * stored : nullptr;
+          src[r] = row < m->rows ? base + static_cast<size_t>(row) * row_bytes + static_cast<size_t>(stored_block) * stored : nullptr;
         }
-        pack_block(w.dtype, src, m->data.get() + m->group_bytes() * static_cast<size_t>(g) + s.packed * static_cast<size_t>(b));
+        uint8_t* dst = m->data.get() + m->group_bytes() * static_cast<size_t>(g) + s.packed * static_cast<size_t>(b);
+        if (w.dtype == DType::Q4_K) pack_block_q4_k(src, static_cast<int>(b % 8), dst);
+        else pack_block(w.dtype, src, dst);
       }
   });
   return m;
@@ -167,6 +203,7 @@ PackedKernel portable_packed_kernel(DType t) {
     case DType::Q4_0: return &portable_packed<DType::Q4_0>;
     case DType::Q4_1: return &portable_packed<DType::Q4_1>;
     case DType::Q8_0: return &portable_packed<DType::Q8_0>;
+    case DType::Q4_K: return &portable_packed<DType::Q4_K>;
     default: return nullptr;
   }
 }

@@ -22,7 +22,7 @@
 
 namespace specula {
 
-// Whether the int8 path has a kernel for weights of this type (Q4_0, Q4_1, Q8_0).
+// Whether the int8 path has a kernel for weights of this type (Q4_0, Q4_1, Q8_0, Q4_K).
 bool qmatmul_supports(DType t);
 
 // A weight matrix repacked for the int8 path. Layout, per group of 8 rows (the last group padded
@@ -30,6 +30,8 @@ bool qmatmul_supports(DType t);
 //   Q4_0: d[8] fp16 | 4 x 32 bytes of nibbles      (144 = 8 x 18, the stored size)
 //   Q4_1: d[8] fp16 | m[8] fp16 | 4 x 32 bytes      (160 = 8 x 20)
 //   Q8_0: d[8] fp16 | 8 x 32 bytes of int8          (272 = 8 x 34)
+//   Q4_K: d[8] f32 | m[8] f32 | 4 x 32 bytes         (192; Q4_1's layout with d = d*sc, m = -dmin*m
+//         of each 32-value sub-block, exact in f32; nibbles in Q4_1's order)
 // Nibble vector k (k < 4) holds, in lane r (4 bytes), row r's stored quant bytes 4k..4k+3: its
 // low nibbles are columns 4k..4k+3 and its high nibbles columns 16+4k..16+4k+3 of the block.
 // Q8_0 vector c holds in lane r row r's quants of columns 4c..4c+3. So one 32-byte vector feeds

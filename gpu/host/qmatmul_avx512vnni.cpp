@@ -59,21 +59,31 @@ inline __m512i dot8(const __m512i* w, const int8_t* xb) {
   return _mm512_add_epi32(s0, s1);
 }
 
+// The 8 f32 scales of each group as 16 floats.
+inline __m512 scales16_f32(const uint8_t* a, const uint8_t* b) {
+  const __m256 lo = _mm256_loadu_ps(reinterpret_cast<const float*>(a));
+  const __m256 hi = _mm256_loadu_ps(reinterpret_cast<const float*>(b));
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
 // Q4_0 (kMin = false: nibble - 8, so 8 * isum is subtracted) and Q4_1 (kMin = true: the min term
 // is the second FMA). Vector c < 4 is the low nibbles of packed vector c, c >= 4 the high ones,
-// matching activation bytes 4c..4c+3 (see qmatmul.h).
-template <bool kMin>
+// matching activation bytes 4c..4c+3 (see qmatmul.h). kF32: Q4_K repacked as Q4_1 with f32
+// scales and mins (64 header bytes).
+template <bool kMin, bool kF32 = false>
 struct FormatQ4 {
   static constexpr bool kHasMin = kMin;
-  static constexpr int kPrefetchLines = 3;  // 144 / 160 bytes per group-block
+  static constexpr int kPrefetchLines = 3;  // 144, 160 or 192 bytes per group-block
+  static constexpr int kHeader = kF32 ? 64 : kMin ? 32 : 16;
   struct Weights {
     __m512i w[8];
   };
+  static __m512 scale(const uint8_t* a, const uint8_t* b) { return kF32 ? scales16_f32(a, b) : scales16(a, b); }
+  static __m512 min(const uint8_t* a, const uint8_t* b) { return kF32 ? scales16_f32(a + 32, b + 32) : scales16(a + 16, b + 16); }
   static void load(const uint8_t* a, const uint8_t* b, Weights& wt) {
     const __m512i low = _mm512_set1_epi8(0x0F);
-    constexpr int header = kMin ? 32 : 16;
     for (int k = 0; k < 4; ++k) {
-      const __m512i v = load_pair(a + header + 32 * k, b + header + 32 * k);
+      const __m512i v = load_pair(a + kHeader + 32 * k, b + kHeader + 32 * k);
       wt.w[k] = _mm512_and_si512(v, low);
       wt.w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
     }
@@ -88,6 +98,8 @@ struct FormatQ4 {
 struct FormatQ8 {
   static constexpr bool kHasMin = false;
   static constexpr int kPrefetchLines = 5;  // 272 bytes per group-block
+  static __m512 scale(const uint8_t* a, const uint8_t* b) { return scales16(a, b); }
+  static __m512 min(const uint8_t*, const uint8_t*) { return _mm512_setzero_ps(); }
   struct Weights {
     __m512i w[8];
   };
@@ -117,14 +129,14 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, cons
       prefetch(pa + 64 * l);
       prefetch(pb + 64 * l);
     }
-    const __m512 dw = scales16(pa, pb);
+    const __m512 dw = F::scale(pa, pb);
     typename F::Weights wt;
     F::load(pa, pb, wt);
     for (int i = 0; i < N; ++i) {
       const size_t xi = static_cast<size_t>((i0 + i) * nb + blk);
       const __m512i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + blk * 32, x.isum[xi]);
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])), acc[i]);
-      if constexpr (F::kHasMin) acc[i] = _mm512_fmadd_ps(scales16(pa + 16, pb + 16), _mm512_set1_ps(x.sx[xi]), acc[i]);
+      if constexpr (F::kHasMin) acc[i] = _mm512_fmadd_ps(F::min(pa, pb), _mm512_set1_ps(x.sx[xi]), acc[i]);
     }
   }
   const __mmask16 keep = valid >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << valid) - 1);
@@ -165,6 +177,7 @@ PackedKernel avx512vnni_packed_kernel(DType t) {
     case DType::Q4_0: return &kernel<FormatQ4<false>>;
     case DType::Q4_1: return &kernel<FormatQ4<true>>;
     case DType::Q8_0: return &kernel<FormatQ8>;
+    case DType::Q4_K: return &kernel<FormatQ4<true, true>>;
     default: return nullptr;
   }
 }

@@ -11,6 +11,7 @@ PackedKernel avxvnni_packed_kernel(DType t) {
     case DType::Q4_0: return &kernel<FormatQ4<false>>;
     case DType::Q4_1: return &kernel<FormatQ4<true>>;
     case DType::Q8_0: return &kernel<FormatQ8>;
+    case DType::Q4_K: return &kernel<FormatQ4<true, true>>;
     default: return nullptr;
   }
 }

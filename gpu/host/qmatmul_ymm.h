@@ -70,18 +70,29 @@ inline __m256i dot8(const __m256i* w, const int8_t* xb) {
 #endif
 
 // Q4_0 (kMin = false: q - 8, so isum * 8 is subtracted) and Q4_1 (kMin = true: the min term is
-// the second FMA): header 16 or 32 bytes, then 4 x 32 nibble bytes.
-template <bool kMin>
+// the second FMA): header 16 or 32 bytes of fp16 scales, then 4 x 32 nibble bytes. kF32: Q4_K
+// repacked as Q4_1 with f32 scales and mins (64 header bytes).
+template <bool kMin, bool kF32 = false>
 struct FormatQ4 {
   static constexpr bool kHasMin = kMin;
+  static constexpr int kHeader = kF32 ? 64 : kMin ? 32 : 16;
   struct Weights {
     __m256i w[8];  // unsigned nibbles, columns 4c..4c+3 of each row in vector c
   };
-  static void prefetch_block(const uint8_t* blk) { prefetch(blk); }
+  static __m256 scale(const uint8_t* blk) {
+    return kF32 ? _mm256_loadu_ps(reinterpret_cast<const float*>(blk)) : scales8(blk);
+  }
+  static __m256 min(const uint8_t* blk) {
+    return kF32 ? _mm256_loadu_ps(reinterpret_cast<const float*>(blk + 32)) : scales8(blk + 16);
+  }
+  static void prefetch_block(const uint8_t* blk) {
+    prefetch(blk);
+    if constexpr (kF32) prefetch(blk + 128);
+  }
   static void load(const uint8_t* blk, Weights& wt) {
     const __m256i low = _mm256_set1_epi8(0x0F);
     for (int k = 0; k < 4; ++k) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + (kMin ? 32 : 16) + 32 * k));
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kHeader + 32 * k));
       wt.w[k] = _mm256_and_si256(v, low);
       wt.w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
     }
@@ -95,6 +106,8 @@ struct FormatQ4 {
 // Q8_0: header 16 bytes, then 8 x 32 signed quant bytes.
 struct FormatQ8 {
   static constexpr bool kHasMin = false;
+  static __m256 scale(const uint8_t* blk) { return scales8(blk); }
+  static __m256 min(const uint8_t*) { return _mm256_setzero_ps(); }
   static void prefetch_block(const uint8_t* blk) {
     prefetch(blk);
     prefetch(blk + 128);
@@ -145,14 +158,14 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, cons
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = gp + static_cast<size_t>(b) * m.block_bytes;
     F::prefetch_block(blk);
-    const __m256 dw = scales8(blk);
+    const __m256 dw = F::scale(blk);
     typename F::Weights wt;
     F::load(blk, wt);
     for (int i = 0; i < N; ++i) {
       const size_t xi = static_cast<size_t>((i0 + i) * nb + b);
       const __m256i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + b * 32, x.isum[xi]);
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(x.d[xi])), acc[i]);
-      if constexpr (F::kHasMin) acc[i] = _mm256_fmadd_ps(scales8(blk + 16), _mm256_set1_ps(x.sx[xi]), acc[i]);
+      if constexpr (F::kHasMin) acc[i] = _mm256_fmadd_ps(F::min(blk), _mm256_set1_ps(x.sx[xi]), acc[i]);
     }
   }
   for (int i = 0; i < N; ++i) store_rows(y + (i0 + i) * ldy, acc[i], valid);

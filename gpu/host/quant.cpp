@@ -177,6 +177,16 @@ void dequantize_q6_K(const uint8_t* b, float* y, int64_t nb) {
 
 }  // namespace
 
+void q4_k_subblock(const uint8_t* sb, int j, float* d, float* m, uint8_t q[32]) {
+  uint8_t sc, mn;
+  get_scale_min_k4(j, sb + 4, &sc, &mn);
+  *d = load_fp16(sb) * sc;
+  *m = load_fp16(sb + 2) * mn;
+  const uint8_t* qs = sb + 16 + 32 * (j / 2);
+  const int shift = 4 * (j % 2);
+  for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>((qs[l] >> shift) & 0xF);
+}
+
 void dequantize_row(DType t, const void* src, float* dst, int64_t cols) {
   const auto* b = static_cast<const uint8_t*>(src);
   const int64_t block = dtype_info(t).block_elems;

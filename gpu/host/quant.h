@@ -11,6 +11,10 @@ uint16_t f32_to_fp16(float f);
 float bf16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);  // round to nearest even
 
+// Sub-block j (0..7, 32 values) of a Q4_K super-block `sb` (144 bytes): value l is
+// d * q[l] - m, with d = super d * 6-bit scale and m = super dmin * 6-bit min (both exact in f32).
+void q4_k_subblock(const uint8_t* sb, int j, float* d, float* m, uint8_t q[32]);
+
 // dst[0..cols) = the values of one stored row. cols is a multiple of the type's block size.
 void dequantize_row(DType t, const void* src, float* dst, int64_t cols);
 

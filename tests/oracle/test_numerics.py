@@ -202,14 +202,14 @@ def test_specula_chat_prompts_encode_like_the_reference_tokenizer(default_model,
 # discontinuous: where a value lies within float32 noise of a rounding boundary, two computations
 # that differ in the last bits (Specula's and NumPy's summation orders) round one step apart, and
 # these tiny random models amplify such a flip to 1e-3..0.1 in the logits, for that position and
-# every later one (measured: about one flip per 40-token sequence; the same emulation in float64
+# often later ones (measured: about one flip per 40-token sequence; the same emulation in float64
 # instead of float32 sits 0.11 from itself). So the emulation runs in float32 like Specula, over
-# 16 short independent sequences: a sequence without a flip agrees to ~5e-6 (measured when
-# written: 14 to 16 of 16 per variant), and at least 12 of 16 must agree within TOL_INT8 at every
-# position. A kernel or wiring bug breaks every sequence; the control: the f32 reference path
-# (no activation rounding) must agree in at most 2.
+# 16 short independent sequences (96 positions): a position without a flip agrees to ~5e-6, and
+# at least 90% must agree within TOL_INT8 (the Q4_K variant flips at about 6 of 96 positions, the
+# others at 0-3). A kernel or wiring bug breaks nearly every position; the control: the f32
+# reference path (no activation rounding) must agree at no more than 10%.
 TOL_INT8 = 1e-3
-INT8_TYPES = {"Q4_0", "Q4_1", "Q8_0"}
+INT8_TYPES = {"Q4_0", "Q4_1", "Q8_0", "Q4_K"}
 INT8_SEQUENCES = [[int(t) for t in np.floor((tiny_models.uniform(0, f"int8-sequence-{i}", (6,)) + 1) / 2 * 320)]
                   for i in range(16)]
 
@@ -226,17 +226,19 @@ def test_int8_path_matches_numpy_emulating_its_roundings(name, tiny, specula_bin
 
 
 def _assert_fast_path_agrees(emulation, ck, specula_bin, work_dir, what):
-    """At least 12 of the 16 sequences on the fast path within TOL_INT8 of `emulation` at every
-    position, and at most 2 on the f32 reference path (the control)."""
+    """At least 90% of the 16 sequences' positions on the fast path within TOL_INT8 of
+    `emulation`, and at most 10% on the f32 reference path (the control). A rounding flip moves
+    the position it happens at (and, through the K/V, some after it); a kernel or wiring bug
+    moves nearly all of them."""
     errors, controls = [], []
     for tokens in INT8_SEQUENCES:
         want = emulation.logits(tokens)
-        errors.append(float(np.abs(specula_cli.logits(specula_bin, ck.gguf_path, tokens, work_dir, simd=None) - want).max()))
-        controls.append(float(np.abs(specula_cli.logits(specula_bin, ck.gguf_path, tokens, work_dir) - want).max()))
-    agree = sum(e < TOL_INT8 for e in errors)
-    control = sum(e < TOL_INT8 for e in controls)
-    assert agree >= 12, f"{what}: {agree} of 16 sequences within {TOL_INT8} of the emulation: {[f'{e:.1g}' for e in errors]}"
-    assert control <= 2, f"the f32 path agrees with the emulation in {control} of 16 sequences: the test cannot tell them apart"
+        errors += np.abs(specula_cli.logits(specula_bin, ck.gguf_path, tokens, work_dir, simd=None) - want).max(axis=1).tolist()
+        controls += np.abs(specula_cli.logits(specula_bin, ck.gguf_path, tokens, work_dir) - want).max(axis=1).tolist()
+    agree = sum(e < TOL_INT8 for e in errors) / len(errors)
+    control = sum(e < TOL_INT8 for e in controls) / len(controls)
+    assert agree >= 0.9, f"{what}: {agree:.0%} of positions within {TOL_INT8} of the emulation: {[f'{e:.1g}' for e in errors]}"
+    assert control <= 0.1, f"the f32 path agrees with the emulation at {control:.0%} of positions: the test cannot tell them apart"
 
 
 # The 16-bit path (gpu/host/hmatmul.h; AVX-512 here, else the f32 kernels): F16 matrices keep f32

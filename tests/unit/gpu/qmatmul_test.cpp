@@ -40,7 +40,7 @@ Stored random_stored(DType t, int64_t rows, int64_t cols, uint32_t seed) {
   for (size_t o = 0; o < w.bytes.size(); o += bb) {
     const uint16_t d = f32_to_fp16(0.05f * val(rng)), m = f32_to_fp16(0.05f * val(rng));
     std::memcpy(w.bytes.data() + o, &d, 2);
-    if (t == DType::Q4_1) std::memcpy(w.bytes.data() + o + 2, &m, 2);
+    if (t == DType::Q4_1 || t == DType::Q4_K) std::memcpy(w.bytes.data() + o + 2, &m, 2);  // Q4_K: dmin
   }
   w.view = TensorView{"w", t, {rows, cols}, w.bytes.data(), w.bytes.size()};
   return w;
@@ -107,6 +107,19 @@ std::vector<double> emulate(const TensorView& w, const QuantizedRows& q) {
   const int64_t rows = w.rows(), cols = w.cols(), nb = cols / 32;
   const size_t bb = static_cast<size_t>(dtype_info(w.dtype).block_bytes);
   std::vector<double> y(static_cast<size_t>(q.n * rows));
+  if (w.dtype == DType::Q4_K) {
+    // The reference dequantizer's values (d * sc * q - dmin * m) against the int8 activations.
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(w.dtype, w.row(r), row.data(), cols);
+      for (int64_t i = 0; i < q.n; ++i) {
+        double acc = 0;
+        for (int64_t j = 0; j < cols; ++j) acc += static_cast<double>(row[j]) * q.d[i * nb + j / 32] * q.qrow(i)[j];
+        y[i * rows + r] = acc;
+      }
+    }
+    return y;
+  }
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < q.n; ++i) {
       double acc = 0;
@@ -136,9 +149,9 @@ std::vector<double> emulate(const TensorView& w, const QuantizedRows& q) {
 }
 
 TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K})
     for (int64_t rows : {8, 37}) {
-      const int64_t cols = 576;
+      const int64_t cols = t == DType::Q4_K ? 768 : 576;
       const Stored w = random_stored(t, rows, cols, 10 + static_cast<uint32_t>(t));
       ThreadPool pool(2);
       auto m = pack_matrix(w.view, pool);
@@ -167,7 +180,7 @@ TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
 }
 
 TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrThreads) {
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K}) {
     const int64_t rows = 43, cols = 1536;
     const Stored w = random_stored(t, rows, cols, 30 + static_cast<uint32_t>(t));
     ThreadPool pool(1);
@@ -199,7 +212,7 @@ TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrT
 TEST(Int8Kernels, EveryVectorKernelTheCpuHasAgreesWithThePortableKernelBitForBit) {
   const auto kernels = int8_kernels();
   if (kernels.size() == 1) GTEST_SKIP() << "this CPU has no AVX2+FMA+F16C: only the portable kernels run here";
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K})
     for (int64_t rows : {50, 64, 8}) {
       const Stored w = random_stored(t, rows, 768, 50 + static_cast<uint32_t>(t));
       ThreadPool pool(1);
@@ -268,8 +281,8 @@ TEST(Int8Kernels, AFusedCallEqualsSeparateCallsBitForBit) {
 // The fast path's error against f32 activations is the activation rounding: per block at most
 // d_x / 2 per value, so |y_fast - y_f32| <= sum_b (d_xb / 2) * sum_j |w_j| (plus f32 rounding).
 TEST(Int8Kernels, TheFastPathStaysWithinTheActivationRoundingOfTheF32Reference) {
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    const int64_t rows = 24, cols = 576, n = 3;
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K}) {
+    const int64_t rows = 24, cols = t == DType::Q4_K ? 768 : 576, n = 3;
     const Stored w = random_stored(t, rows, cols, 80 + static_cast<uint32_t>(t));
     ThreadPool pool(2);
     auto m = pack_matrix(w.view, pool);
@@ -367,15 +380,14 @@ TEST(HostPath, TheInt8PathRepacksMatricesOnceAndTheReferencePathUsesTheFileInPla
 }
 
 TEST(HostPath, AWeightTypeWithoutAnInt8KernelRunsOnTheF32KernelsWithOneLineNamingIt) {
-  // Q4_K: 144 bytes per 256 values; any bytes with sane scales make a valid matrix.
+  // Q6_K: 210 bytes per 256 values, the fp16 d last; any bytes with a sane d make a valid matrix.
   const int64_t rows = 4, cols = 256;
-  std::vector<std::byte> bytes(144 * rows, std::byte{0x11});
+  std::vector<std::byte> bytes(210 * rows, std::byte{0x11});
   for (int64_t r = 0; r < rows; ++r) {
-    const uint16_t d = f32_to_fp16(0.01f), dmin = f32_to_fp16(0.001f);
-    std::memcpy(bytes.data() + 144 * r, &d, 2);
-    std::memcpy(bytes.data() + 144 * r + 2, &dmin, 2);
+    const uint16_t d = f32_to_fp16(0.01f);
+    std::memcpy(bytes.data() + 210 * r + 208, &d, 2);
   }
-  const TensorView w{"blk.0.attn_q.weight", DType::Q4_K, {rows, cols}, bytes.data(), bytes.size()};
+  const TensorView w{"blk.0.ffn_down.weight", DType::Q6_K, {rows, cols}, bytes.data(), bytes.size()};
   HostOps fast(1, host_kernels::host_path_for(nullptr));
   testing::internal::CaptureStderr();
   const Weight a = fast.upload(w), b = fast.upload(w);
@@ -383,9 +395,9 @@ TEST(HostPath, AWeightTypeWithoutAnInt8KernelRunsOnTheF32KernelsWithOneLineNamin
   EXPECT_EQ(a.device, nullptr);
   EXPECT_EQ(b.device, nullptr);
   // One line for the type, once per process (CTest runs each test in a process of its own, and no
-  // other test of this binary uploads a Q4_K weight to a host device).
+  // other test of this binary uploads a Q6_K weight to a host device).
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
-  EXPECT_NE(err.find("no fast kernel for Q4_K weights (first: blk.0.attn_q.weight)"), std::string::npos) << err;
+  EXPECT_NE(err.find("no fast kernel for Q6_K weights (first: blk.0.ffn_down.weight)"), std::string::npos) << err;
   const auto x = random_x(2, cols, 92);
   std::vector<float> y(2 * rows), ref(2 * rows);
   fast.matmul(x.data(), a, 2, y.data());
