@@ -30,6 +30,7 @@ PackShape pack_shape(DType t) {
     case DType::Q4_1: return {32, 160};
     case DType::Q8_0: return {16, 272};
     case DType::Q4_K: return {64, 192};  // d[8] f32 | m[8] f32 | 4 x 32 bytes: Q4_1's layout with exact scales
+    case DType::Q6_K: return {32, 288};  // d[8] fp16 | s_lo[8] | s_hi[8] | 8 x 32 bytes of q
     default: throw std::invalid_argument(std::string("int8 path: no packed layout for ") + dtype_name(t));
   }
 }
@@ -67,6 +68,23 @@ void pack_block_q4_k(const uint8_t* const src[kGroupRows], int j, uint8_t* dst) 
   }
 }
 
+// One Q6_K group-block: block jb (0..7) of the super-blocks at src[r] (nullptr: padding).
+void pack_block_q6_k(const uint8_t* const src[kGroupRows], int jb, uint8_t* dst) {
+  std::memset(dst, 0, 288);
+  for (int64_t r = 0; r < kGroupRows; ++r) {
+    if (src[r] == nullptr) continue;
+    uint8_t q[256];
+    int8_t sc[16];
+    float d;
+    q6_k_superblock(src[r], q, sc, &d);
+    const uint16_t h = f32_to_fp16(d);  // d came from fp16: exact
+    std::memcpy(dst + 2 * r, &h, 2);
+    dst[16 + r] = static_cast<uint8_t>(sc[2 * jb]);
+    dst[24 + r] = static_cast<uint8_t>(sc[2 * jb + 1]);
+    for (int64_t c = 0; c < 8; ++c) std::memcpy(dst + 32 + 32 * c + 4 * r, q + 32 * jb + 4 * c, 4);
+  }
+}
+
 float half(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
@@ -94,7 +112,14 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
           const uint8_t* qs = blk + s.header;
           const int8_t* xb = xq + b * kBlock;
           int32_t sum = 0;
-          if constexpr (T == DType::Q8_0) {
+          if constexpr (T == DType::Q6_K) {
+            int32_t lo = 0, hi = 0;
+            for (int64_t c = 0; c < 8; ++c)
+              for (int64_t j = 0; j < 4; ++j) (c < 4 ? lo : hi) += qs[32 * c + 4 * r + j] * static_cast<int32_t>(xb[4 * c + j]);
+            const size_t xi = static_cast<size_t>(i * x.blocks + b);
+            const int32_t xlo = x.isum_lo[xi], xhi = x.isum[xi] - xlo;
+            sum = static_cast<int8_t>(blk[16 + r]) * (lo - 32 * xlo) + static_cast<int8_t>(blk[24 + r]) * (hi - 32 * xhi);
+          } else if constexpr (T == DType::Q8_0) {
             for (int64_t c = 0; c < 8; ++c)
               for (int64_t j = 0; j < 4; ++j)
                 sum += static_cast<int8_t>(qs[32 * c + 4 * r + j]) * static_cast<int32_t>(xb[4 * c + j]);
@@ -124,14 +149,18 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
 
 }  // namespace
 
-bool qmatmul_supports(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q4_K; }
+bool qmatmul_supports(DType t) {
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K;
+}
 
 std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool) {
   if (!qmatmul_supports(w.dtype)) throw std::invalid_argument(std::string("int8 path: no packed layout for ") + dtype_name(w.dtype));
   if (w.shape.size() != 2 || w.cols() % kBlock != 0)
     throw std::invalid_argument("int8 path: weight '" + w.name + "' is not a matrix of whole 32-value blocks");
-  if (w.dtype == DType::Q4_K && w.cols() % 256 != 0)
-    throw std::invalid_argument("int8 path: Q4_K weight '" + w.name + "' is not a matrix of whole 256-value blocks");
+  const bool k_quant = w.dtype == DType::Q4_K || w.dtype == DType::Q6_K;
+  if (k_quant && w.cols() % 256 != 0)
+    throw std::invalid_argument("int8 path: " + std::string(dtype_name(w.dtype)) + " weight '" + w.name +
+                                "' is not a matrix of whole 256-value blocks");
   const size_t row_bytes = dtype_row_bytes(w.dtype, w.cols());
   if (w.data == nullptr || w.nbytes < row_bytes * static_cast<size_t>(w.rows()))
     throw std::invalid_argument("int8 path: weight '" + w.name + "' holds too few bytes");
@@ -152,14 +181,15 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool)
     for (int64_t g = g0; g < g1; ++g)
       for (int64_t b = 0; b < m->blocks; ++b) {
         const uint8_t* src[kGroupRows];
-        // Q4_K: block b is sub-block b % 8 of stored super-block b / 8.
-        const int64_t stored_block = w.dtype == DType::Q4_K ? b / 8 : b;
+        // K-quants: block b is the (b % 8)-th 32 values of stored super-block b / 8.
+        const int64_t stored_block = k_quant ? b / 8 : b;
         for (int64_t r = 0; r < kGroupRows; ++r) {
           const int64_t row = g * kGroupRows + r;
           src[r] = row < m->rows ? base + static_cast<size_t>(row) * row_bytes + static_cast<size_t>(stored_block) * stored : nullptr;
         }
         uint8_t* dst = m->data.get() + m->group_bytes() * static_cast<size_t>(g) + s.packed * static_cast<size_t>(b);
         if (w.dtype == DType::Q4_K) pack_block_q4_k(src, static_cast<int>(b % 8), dst);
+        else if (w.dtype == DType::Q6_K) pack_block_q6_k(src, static_cast<int>(b % 8), dst);
         else pack_block(w.dtype, src, dst);
       }
   });
@@ -173,9 +203,10 @@ void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out) 
   out.q.resize(static_cast<size_t>(n * cols));
   out.d.resize(static_cast<size_t>(n * out.blocks));
   out.isum.resize(out.d.size());
+  out.isum_lo.resize(out.d.size());
   out.sx.resize(out.d.size());
   if (host_kernels::cpu_has_avx2_fma()) {
-    host_kernels::quantize_rows_avx2(x, n, cols, out.q.data(), out.d.data(), out.isum.data(), out.sx.data());
+    host_kernels::quantize_rows_avx2(x, n, cols, out.q.data(), out.d.data(), out.isum.data(), out.isum_lo.data(), out.sx.data());
     return;
   }
   for (int64_t bi = 0; bi < n * out.blocks; ++bi) {
@@ -189,6 +220,7 @@ void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out) 
       const float v = std::clamp(std::nearbyint(xb[j] * id), -127.0f, 127.0f);
       out.q[static_cast<size_t>(bi * kBlock + j)] = static_cast<int8_t>(v);
       sum += static_cast<int32_t>(v);
+      if (j == kBlock / 2 - 1) out.isum_lo[static_cast<size_t>(bi)] = sum;
     }
     out.d[static_cast<size_t>(bi)] = d;
     out.isum[static_cast<size_t>(bi)] = sum;
@@ -204,6 +236,7 @@ PackedKernel portable_packed_kernel(DType t) {
     case DType::Q4_1: return &portable_packed<DType::Q4_1>;
     case DType::Q8_0: return &portable_packed<DType::Q8_0>;
     case DType::Q4_K: return &portable_packed<DType::Q4_K>;
+    case DType::Q6_K: return &portable_packed<DType::Q6_K>;
     default: return nullptr;
   }
 }

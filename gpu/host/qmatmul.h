@@ -22,7 +22,7 @@
 
 namespace specula {
 
-// Whether the int8 path has a kernel for weights of this type (Q4_0, Q4_1, Q8_0, Q4_K).
+// Whether the int8 path has a kernel for weights of this type (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K).
 bool qmatmul_supports(DType t);
 
 // A weight matrix repacked for the int8 path. Layout, per group of 8 rows (the last group padded
@@ -32,6 +32,10 @@ bool qmatmul_supports(DType t);
 //   Q8_0: d[8] fp16 | 8 x 32 bytes of int8          (272 = 8 x 34)
 //   Q4_K: d[8] f32 | m[8] f32 | 4 x 32 bytes         (192; Q4_1's layout with d = d*sc, m = -dmin*m
 //         of each 32-value sub-block, exact in f32; nibbles in Q4_1's order)
+//   Q6_K: d[8] fp16 | s_lo[8] i8 | s_hi[8] i8 | 8 x 32 bytes of the 6-bit quants q (0..63),
+//         as Q8_0's (288; s_lo scales columns 0..15 of the block, s_hi 16..31). Per row:
+//         isum = s_lo * (sum_lo q x - 32 sum_lo x) + s_hi * (sum_hi q x - 32 sum_hi x), exact in
+//         int32, then acc = fma(float(isum), fl(d * dx), acc) as for the other types.
 // Nibble vector k (k < 4) holds, in lane r (4 bytes), row r's stored quant bytes 4k..4k+3: its
 // low nibbles are columns 4k..4k+3 and its high nibbles columns 16+4k..16+4k+3 of the block.
 // Q8_0 vector c holds in lane r row r's quants of columns 4c..4c+3. So one 32-byte vector feeds
@@ -59,6 +63,7 @@ struct QuantizedRows {
   std::vector<int8_t> q;   // [n, cols]
   std::vector<float> d;    // [n, blocks]
   std::vector<int32_t> isum;
+  std::vector<int32_t> isum_lo;  // the sum of the block's first 16 q (Q6_K's lower sub-block)
   std::vector<float> sx;
   const int8_t* qrow(int64_t i) const { return q.data() + i * cols; }
 };
@@ -94,7 +99,8 @@ PackedKernel avx2_packed_kernel(DType t);
 PackedKernel avxvnni_packed_kernel(DType t);
 PackedKernel avx512vnni_packed_kernel(DType t);
 // The AVX2 activation quantizer (the same values as quantize_rows, faster).
-void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, int32_t* isum, float* sx);
+void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, int32_t* isum, int32_t* isum_lo,
+                        float* sx);
 
 }  // namespace host_kernels
 

@@ -10,11 +10,13 @@ PackedKernel avx2_packed_kernel(DType t) {
     case DType::Q4_1: return &kernel<FormatQ4<true>>;
     case DType::Q8_0: return &kernel<FormatQ8>;
     case DType::Q4_K: return &kernel<FormatQ4<true, true>>;
+    case DType::Q6_K: return &kernel<FormatQ6K>;
     default: return nullptr;
   }
 }
 
-void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, int32_t* isum, float* sx) {
+void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, int32_t* isum, int32_t* isum_lo,
+                        float* sx) {
   const int64_t blocks = n * (cols / 32);
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 lim = _mm256_set1_ps(127.0f), nlim = _mm256_set1_ps(-127.0f);
@@ -47,10 +49,14 @@ void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, floa
     __m256i p = _mm256_packs_epi16(p01, p23);
     p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + bi * 32), p);
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-    const int32_t sum = _mm_cvtsi128_si32(s4);
+    const auto hsum = [](__m256i v) {
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+      return _mm_cvtsi128_si32(s4);
+    };
+    const int32_t sum = hsum(s);
+    isum_lo[bi] = hsum(_mm256_add_epi32(qi[0], qi[1]));
     d[bi] = dv;
     isum[bi] = sum;
     sx[bi] = dv * static_cast<float>(sum);

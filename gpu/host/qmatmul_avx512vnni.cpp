@@ -88,7 +88,7 @@ struct FormatQ4 {
       wt.w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
     }
   }
-  static __m512i dot(const Weights& wt, const int8_t* xb, int32_t isum) {
+  static __m512i dot(const Weights& wt, const int8_t* xb, int32_t isum, int32_t) {
     const __m512i s = dot8(wt.w, xb);
     return kMin ? s : _mm512_sub_epi32(s, _mm512_set1_epi32(8 * isum));
   }
@@ -107,8 +107,43 @@ struct FormatQ8 {
     const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
     for (int c = 0; c < 8; ++c) wt.w[c] = _mm512_xor_si512(load_pair(a + 16 + 32 * c, b + 16 + 32 * c), bias);
   }
-  static __m512i dot(const Weights& wt, const int8_t* xb, int32_t isum) {
+  static __m512i dot(const Weights& wt, const int8_t* xb, int32_t isum, int32_t) {
     return _mm512_sub_epi32(dot8(wt.w, xb), _mm512_set1_epi32(128 * isum));
+  }
+};
+
+// Q6_K: fp16 d, the two sub-blocks' int8 scales, then 8 x 32 bytes of 6-bit quants (qmatmul.h):
+// isum = s_lo * (dot_lo - 32 sum_lo x) + s_hi * (dot_hi - 32 sum_hi x), exact in int32.
+struct FormatQ6K {
+  static constexpr bool kHasMin = false;
+  static constexpr int kPrefetchLines = 5;  // 288 bytes per group-block
+  static __m512 scale(const uint8_t* a, const uint8_t* b) { return scales16(a, b); }
+  static __m512 min(const uint8_t*, const uint8_t*) { return _mm512_setzero_ps(); }
+  struct Weights {
+    __m512i w[8], s_lo, s_hi;
+  };
+  static __m512i scales_i32(const uint8_t* a, const uint8_t* b) {
+    const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a));
+    const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b));
+    return _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(lo, hi));
+  }
+  static void load(const uint8_t* a, const uint8_t* b, Weights& wt) {
+    for (int c = 0; c < 8; ++c) wt.w[c] = load_pair(a + 32 + 32 * c, b + 32 + 32 * c);
+    wt.s_lo = scales_i32(a + 16, b + 16);
+    wt.s_hi = scales_i32(a + 24, b + 24);
+  }
+  static __m512i dot(const Weights& wt, const int8_t* xb, int32_t isum, int32_t isum_lo) {
+    __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wt.w[0], bcast4(xb));
+    __m512i lo1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wt.w[1], bcast4(xb + 4));
+    __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wt.w[4], bcast4(xb + 16));
+    __m512i hi1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wt.w[5], bcast4(xb + 20));
+    lo = _mm512_dpbusd_epi32(lo, wt.w[2], bcast4(xb + 8));
+    lo1 = _mm512_dpbusd_epi32(lo1, wt.w[3], bcast4(xb + 12));
+    hi = _mm512_dpbusd_epi32(hi, wt.w[6], bcast4(xb + 24));
+    hi1 = _mm512_dpbusd_epi32(hi1, wt.w[7], bcast4(xb + 28));
+    lo = _mm512_sub_epi32(_mm512_add_epi32(lo, lo1), _mm512_set1_epi32(32 * isum_lo));
+    hi = _mm512_sub_epi32(_mm512_add_epi32(hi, hi1), _mm512_set1_epi32(32 * (isum - isum_lo)));
+    return _mm512_add_epi32(_mm512_mullo_epi32(lo, wt.s_lo), _mm512_mullo_epi32(hi, wt.s_hi));
   }
 };
 
@@ -134,7 +169,7 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, cons
     F::load(pa, pb, wt);
     for (int i = 0; i < N; ++i) {
       const size_t xi = static_cast<size_t>((i0 + i) * nb + blk);
-      const __m512i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + blk * 32, x.isum[xi]);
+      const __m512i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + blk * 32, x.isum[xi], x.isum_lo[xi]);
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])), acc[i]);
       if constexpr (F::kHasMin) acc[i] = _mm512_fmadd_ps(F::min(pa, pb), _mm512_set1_ps(x.sx[xi]), acc[i]);
     }
@@ -178,6 +213,7 @@ PackedKernel avx512vnni_packed_kernel(DType t) {
     case DType::Q4_1: return &kernel<FormatQ4<true>>;
     case DType::Q8_0: return &kernel<FormatQ8>;
     case DType::Q4_K: return &kernel<FormatQ4<true, true>>;
+    case DType::Q6_K: return &kernel<FormatQ6K>;
     default: return nullptr;
   }
 }

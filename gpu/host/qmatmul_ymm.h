@@ -97,7 +97,7 @@ struct FormatQ4 {
       wt.w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
     }
   }
-  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t isum) {
+  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t isum, int32_t) {
     const __m256i s32 = dot8(wt.w, xb);
     return kMin ? s32 : _mm256_sub_epi32(s32, _mm256_set1_epi32(8 * isum));
   }
@@ -121,7 +121,7 @@ struct FormatQ8 {
     for (int c = 0; c < 8; ++c)
       wt.w[c] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c)), bias);
   }
-  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t isum) {
+  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t isum, int32_t) {
     return _mm256_sub_epi32(dot8(wt.w, xb), _mm256_set1_epi32(128 * isum));
   }
 #else
@@ -136,7 +136,7 @@ struct FormatQ8 {
       wt.aw[c] = _mm256_abs_epi8(wt.w[c]);
     }
   }
-  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t) {
+  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t, int32_t) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(wt.aw[0], _mm256_sign_epi8(bcast4(xb), wt.w[0])), ones);
     for (int c = 1; c < 8; ++c)
@@ -144,6 +144,49 @@ struct FormatQ8 {
     return s32;
   }
 #endif
+};
+
+#ifdef SPECULA_YMM_VNNI
+// Four vpdpbusd (columns 4c..4c+3 for c < 4 of w) in two chains.
+inline __m256i dot4(const __m256i* w, const int8_t* xb) {
+  const __m256i s0 = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w[0], bcast4(xb)), w[2], bcast4(xb + 8));
+  const __m256i s1 = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w[1], bcast4(xb + 4)), w[3], bcast4(xb + 12));
+  return _mm256_add_epi32(s0, s1);
+}
+#else
+// Four vpmaddubsw of 6-bit weights: two summed in int16 (at most 2 x 2 x 63 x 127 = 32004), then to int32.
+inline __m256i dot4(const __m256i* w, const int8_t* xb) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i a = _mm256_add_epi16(_mm256_maddubs_epi16(w[0], bcast4(xb)), _mm256_maddubs_epi16(w[1], bcast4(xb + 4)));
+  const __m256i b = _mm256_add_epi16(_mm256_maddubs_epi16(w[2], bcast4(xb + 8)), _mm256_maddubs_epi16(w[3], bcast4(xb + 12)));
+  return _mm256_add_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(b, ones));
+}
+#endif
+
+// Q6_K: fp16 d, the two sub-blocks' int8 scales, then 8 x 32 bytes of 6-bit quants (qmatmul.h):
+// isum = s_lo * (dot_lo - 32 sum_lo x) + s_hi * (dot_hi - 32 sum_hi x), exact in int32.
+struct FormatQ6K {
+  static constexpr bool kHasMin = false;
+  static __m256 scale(const uint8_t* blk) { return scales8(blk); }
+  static __m256 min(const uint8_t*) { return _mm256_setzero_ps(); }
+  struct Weights {
+    __m256i w[8], s_lo, s_hi;
+  };
+  static void prefetch_block(const uint8_t* blk) {
+    prefetch(blk);
+    prefetch(blk + 128);
+    prefetch(blk + 256);
+  }
+  static void load(const uint8_t* blk, Weights& wt) {
+    for (int c = 0; c < 8; ++c) wt.w[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 32 * c));
+    wt.s_lo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 16)));
+    wt.s_hi = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 24)));
+  }
+  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t isum, int32_t isum_lo) {
+    const __m256i lo = _mm256_sub_epi32(dot4(wt.w, xb), _mm256_set1_epi32(32 * isum_lo));
+    const __m256i hi = _mm256_sub_epi32(dot4(wt.w + 4, xb + 16), _mm256_set1_epi32(32 * (isum - isum_lo)));
+    return _mm256_add_epi32(_mm256_mullo_epi32(lo, wt.s_lo), _mm256_mullo_epi32(hi, wt.s_hi));
+  }
 };
 
 // One group (8 weight rows) against activation rows [i0, i0 + N): per block the weights are
@@ -163,7 +206,7 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, cons
     F::load(blk, wt);
     for (int i = 0; i < N; ++i) {
       const size_t xi = static_cast<size_t>((i0 + i) * nb + b);
-      const __m256i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + b * 32, x.isum[xi]);
+      const __m256i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + b * 32, x.isum[xi], x.isum_lo[xi]);
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(x.d[xi])), acc[i]);
       if constexpr (F::kHasMin) acc[i] = _mm256_fmadd_ps(F::min(blk), _mm256_set1_ps(x.sx[xi]), acc[i]);
     }

@@ -177,6 +177,22 @@ void dequantize_q6_K(const uint8_t* b, float* y, int64_t nb) {
 
 }  // namespace
 
+void q6_k_superblock(const uint8_t* sb, uint8_t q[256], int8_t sc[16], float* d) {
+  *d = load_fp16(sb + 208);
+  std::memcpy(sc, sb + 192, 16);
+  for (int n = 0; n < 2; ++n) {  // each 128 values: 64 bytes of low nibbles, 32 of high bit pairs
+    const uint8_t* ql = sb + 64 * n;
+    const uint8_t* qh = sb + 128 + 32 * n;
+    uint8_t* y = q + 128 * n;
+    for (int l = 0; l < 32; ++l) {
+      y[l + 0] = static_cast<uint8_t>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4));
+      y[l + 32] = static_cast<uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+      y[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+      y[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+    }
+  }
+}
+
 void q4_k_subblock(const uint8_t* sb, int j, float* d, float* m, uint8_t q[32]) {
   uint8_t sc, mn;
   get_scale_min_k4(j, sb + 4, &sc, &mn);

@@ -205,11 +205,12 @@ def test_specula_chat_prompts_encode_like_the_reference_tokenizer(default_model,
 # often later ones (measured: about one flip per 40-token sequence; the same emulation in float64
 # instead of float32 sits 0.11 from itself). So the emulation runs in float32 like Specula, over
 # 16 short independent sequences (96 positions): a position without a flip agrees to ~5e-6, and
-# at least 90% must agree within TOL_INT8 (the Q4_K variant flips at about 6 of 96 positions, the
-# others at 0-3). A kernel or wiring bug breaks nearly every position; the control: the f32
-# reference path (no activation rounding) must agree at no more than 10%.
+# at least 75% must agree within TOL_INT8 (measured when written: the K-quant variant, whose five
+# matrix types all take int8 activations, 81%; the others 96-100%; the f32 path 0-1%). A kernel or wiring bug breaks
+# nearly every position; the control: the f32 reference path (no activation rounding) must agree
+# at no more than 10%.
 TOL_INT8 = 1e-3
-INT8_TYPES = {"Q4_0", "Q4_1", "Q8_0", "Q4_K"}
+INT8_TYPES = {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"}
 INT8_SEQUENCES = [[int(t) for t in np.floor((tiny_models.uniform(0, f"int8-sequence-{i}", (6,)) + 1) / 2 * 320)]
                   for i in range(16)]
 
@@ -226,10 +227,10 @@ def test_int8_path_matches_numpy_emulating_its_roundings(name, tiny, specula_bin
 
 
 def _assert_fast_path_agrees(emulation, ck, specula_bin, work_dir, what):
-    """At least 90% of the 16 sequences' positions on the fast path within TOL_INT8 of
+    """At least 75% of the 16 sequences' positions on the fast path within TOL_INT8 of
     `emulation`, and at most 10% on the f32 reference path (the control). A rounding flip moves
-    the position it happens at (and, through the K/V, some after it); a kernel or wiring bug
-    moves nearly all of them."""
+    the position it happens at (and, through the K/V, often the ones after it); a kernel or
+    wiring bug moves nearly all of them."""
     errors, controls = [], []
     for tokens in INT8_SEQUENCES:
         want = emulation.logits(tokens)
@@ -237,7 +238,7 @@ def _assert_fast_path_agrees(emulation, ck, specula_bin, work_dir, what):
         controls += np.abs(specula_cli.logits(specula_bin, ck.gguf_path, tokens, work_dir) - want).max(axis=1).tolist()
     agree = sum(e < TOL_INT8 for e in errors) / len(errors)
     control = sum(e < TOL_INT8 for e in controls) / len(controls)
-    assert agree >= 0.9, f"{what}: {agree:.0%} of positions within {TOL_INT8} of the emulation: {[f'{e:.1g}' for e in errors]}"
+    assert agree >= 0.75, f"{what}: {agree:.0%} of positions within {TOL_INT8} of the emulation: {[f'{e:.1g}' for e in errors]}"
     assert control <= 0.1, f"the f32 path agrees with the emulation at {control:.0%} of positions: the test cannot tell them apart"
 
 

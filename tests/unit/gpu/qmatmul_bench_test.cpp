@@ -22,9 +22,9 @@ namespace {
 TEST(QmatmulBench, DISABLED_CacheResidentKernelsPerRowCount) {
   using host_kernels::Int8Kernel;
   for (Int8Kernel kernel : {Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni})
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K}) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
     if (!host_kernels::cpu_has_int8_kernel(kernel)) continue;
-    const int64_t rows = 576, cols = t == DType::Q4_K ? 768 : 576;  // K-quants come in rows of 256
+    const int64_t rows = 576, cols = (t == DType::Q4_K || t == DType::Q6_K) ? 768 : 576;  // K-quants: rows of 256
     std::vector<std::byte> bytes(dtype_row_bytes(t, cols) * rows);
     std::mt19937 rng(1);
     for (auto& b : bytes) b = std::byte(rng() & 0xff);

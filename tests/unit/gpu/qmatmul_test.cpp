@@ -41,6 +41,7 @@ Stored random_stored(DType t, int64_t rows, int64_t cols, uint32_t seed) {
     const uint16_t d = f32_to_fp16(0.05f * val(rng)), m = f32_to_fp16(0.05f * val(rng));
     std::memcpy(w.bytes.data() + o, &d, 2);
     if (t == DType::Q4_1 || t == DType::Q4_K) std::memcpy(w.bytes.data() + o + 2, &m, 2);  // Q4_K: dmin
+    if (t == DType::Q6_K) std::memcpy(w.bytes.data() + o + 208, &d, 2);                     // Q6_K: d is last
   }
   w.view = TensorView{"w", t, {rows, cols}, w.bytes.data(), w.bytes.size()};
   return w;
@@ -88,15 +89,17 @@ TEST(Int8Activations, EachBlockIsQuantizedAsDefinedAndTheAvx2QuantizerAgreesExac
     float amax = 0;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
     const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
-    int32_t sum = 0;
+    int32_t sum = 0, sum_lo = 0;
     for (int j = 0; j < 32; ++j) {
       const int want = static_cast<int>(std::clamp(std::nearbyint(x[b * 32 + j] * id), -127.0f, 127.0f));
       ASSERT_EQ(q.q[b * 32 + j], want) << "block " << b << " value " << j;
       sum += want;
+      if (j < 16) sum_lo += want;
       EXPECT_LE(std::fabs(x[b * 32 + j] - d * want), 0.5001f * d + 1e-37f);
     }
     EXPECT_TRUE(bit_equal(q.d[b], d));
     EXPECT_EQ(q.isum[b], sum);
+    EXPECT_EQ(q.isum_lo[b], sum_lo);
     EXPECT_TRUE(bit_equal(q.sx[b], d * static_cast<float>(sum)));
   }
 }
@@ -107,8 +110,9 @@ std::vector<double> emulate(const TensorView& w, const QuantizedRows& q) {
   const int64_t rows = w.rows(), cols = w.cols(), nb = cols / 32;
   const size_t bb = static_cast<size_t>(dtype_info(w.dtype).block_bytes);
   std::vector<double> y(static_cast<size_t>(q.n * rows));
-  if (w.dtype == DType::Q4_K) {
-    // The reference dequantizer's values (d * sc * q - dmin * m) against the int8 activations.
+  if (w.dtype == DType::Q4_K || w.dtype == DType::Q6_K) {
+    // The reference dequantizer's values (Q4_K: d * sc * q - dmin * m; Q6_K: d * sc * (q - 32))
+    // against the int8 activations.
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
       dequantize_row(w.dtype, w.row(r), row.data(), cols);
@@ -149,9 +153,9 @@ std::vector<double> emulate(const TensorView& w, const QuantizedRows& q) {
 }
 
 TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K})
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K})
     for (int64_t rows : {8, 37}) {
-      const int64_t cols = t == DType::Q4_K ? 768 : 576;
+      const int64_t cols = (t == DType::Q4_K || t == DType::Q6_K) ? 768 : 576;
       const Stored w = random_stored(t, rows, cols, 10 + static_cast<uint32_t>(t));
       ThreadPool pool(2);
       auto m = pack_matrix(w.view, pool);
@@ -180,7 +184,7 @@ TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
 }
 
 TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrThreads) {
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K}) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
     const int64_t rows = 43, cols = 1536;
     const Stored w = random_stored(t, rows, cols, 30 + static_cast<uint32_t>(t));
     ThreadPool pool(1);
@@ -212,7 +216,7 @@ TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrT
 TEST(Int8Kernels, EveryVectorKernelTheCpuHasAgreesWithThePortableKernelBitForBit) {
   const auto kernels = int8_kernels();
   if (kernels.size() == 1) GTEST_SKIP() << "this CPU has no AVX2+FMA+F16C: only the portable kernels run here";
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K})
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K})
     for (int64_t rows : {50, 64, 8}) {
       const Stored w = random_stored(t, rows, 768, 50 + static_cast<uint32_t>(t));
       ThreadPool pool(1);
@@ -281,8 +285,8 @@ TEST(Int8Kernels, AFusedCallEqualsSeparateCallsBitForBit) {
 // The fast path's error against f32 activations is the activation rounding: per block at most
 // d_x / 2 per value, so |y_fast - y_f32| <= sum_b (d_xb / 2) * sum_j |w_j| (plus f32 rounding).
 TEST(Int8Kernels, TheFastPathStaysWithinTheActivationRoundingOfTheF32Reference) {
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K}) {
-    const int64_t rows = 24, cols = t == DType::Q4_K ? 768 : 576, n = 3;
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    const int64_t rows = 24, cols = (t == DType::Q4_K || t == DType::Q6_K) ? 768 : 576, n = 3;
     const Stored w = random_stored(t, rows, cols, 80 + static_cast<uint32_t>(t));
     ThreadPool pool(2);
     auto m = pack_matrix(w.view, pool);
@@ -379,25 +383,24 @@ TEST(HostPath, TheInt8PathRepacksMatricesOnceAndTheReferencePathUsesTheFileInPla
   for (int k = 0; k < 32; ++k) EXPECT_NEAR(ya[k], yr[k], 0.05 * (1 + std::fabs(yr[k])));
 }
 
-TEST(HostPath, AWeightTypeWithoutAnInt8KernelRunsOnTheF32KernelsWithOneLineNamingIt) {
-  // Q6_K: 210 bytes per 256 values, the fp16 d last; any bytes with a sane d make a valid matrix.
-  const int64_t rows = 4, cols = 256;
-  std::vector<std::byte> bytes(210 * rows, std::byte{0x11});
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint16_t d = f32_to_fp16(0.01f);
-    std::memcpy(bytes.data() + 210 * r + 208, &d, 2);
-  }
-  const TensorView w{"blk.0.ffn_down.weight", DType::Q6_K, {rows, cols}, bytes.data(), bytes.size()};
-  HostOps fast(1, host_kernels::host_path_for(nullptr));
+TEST(HostPath, AWeightTypeWithoutAFastKernelOnThePathRunsOnTheF32KernelsWithOneLineNamingIt) {
+  // Every stored type has a fast kernel on an AVX-512 CPU; on the AVX2 path BF16 has none.
+  if (!host_kernels::cpu_has_avx2_fma()) GTEST_SKIP() << "this CPU has no AVX2 path";
+  const int64_t rows = 4, cols = 64;
+  std::vector<uint16_t> bits(static_cast<size_t>(rows * cols));
+  for (size_t k = 0; k < bits.size(); ++k) bits[k] = f32_to_bf16(0.01f * static_cast<float>(static_cast<int>(k % 7) - 3));
+  const TensorView w{"blk.0.ffn_down.weight", DType::BF16, {rows, cols}, reinterpret_cast<const std::byte*>(bits.data()),
+                     bits.size() * 2};
+  HostOps fast(1, host_kernels::host_path_for("avx2"));
   testing::internal::CaptureStderr();
   const Weight a = fast.upload(w), b = fast.upload(w);
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(a.device, nullptr);
   EXPECT_EQ(b.device, nullptr);
   // One line for the type, once per process (CTest runs each test in a process of its own, and no
-  // other test of this binary uploads a Q6_K weight to a host device).
+  // other test of this binary uploads a BF16 weight to an AVX2 host device).
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
-  EXPECT_NE(err.find("no fast kernel for Q6_K weights (first: blk.0.ffn_down.weight)"), std::string::npos) << err;
+  EXPECT_NE(err.find("no fast kernel for BF16 weights (first: blk.0.ffn_down.weight)"), std::string::npos) << err;
   const auto x = random_x(2, cols, 92);
   std::vector<float> y(2 * rows), ref(2 * rows);
   fast.matmul(x.data(), a, 2, y.data());
