@@ -20,8 +20,12 @@ void tile(const PackedMatrix& m, const HalfRows& x, int64_t i0, const uint8_t* g
   for (int c = 0; c < kChains; ++c)
     for (int i = 0; i < N; ++i) acc[c][i] = _mm512_setzero_ps();
   int64_t p = 0;
-  for (; p + kChains <= m.blocks; p += kChains)
+  for (; p + kChains <= m.blocks; p += kChains) {
+    // 4 KiB ahead: one 16-row group is a single stream, which the hardware prefetcher alone
+    // does not keep far enough ahead of a one-row call.
+    for (int c = 0; c < kChains; ++c) _mm_prefetch(reinterpret_cast<const char*>(gp + 64 * (p + c)) + 4096, _MM_HINT_T0);
     for (int c = 0; c < kChains; ++c) F::template pair<N>(gp + 64 * (p + c), x, i0, p + c, acc[c]);
+  }
   for (; p < m.blocks; ++p) F::template pair<N>(gp + 64 * p, x, i0, p, acc[p % kChains]);
   for (int i = 0; i < N; ++i)
     _mm512_mask_storeu_ps(y + (i0 + i) * ldy, keep,

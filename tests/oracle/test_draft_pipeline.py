@@ -407,6 +407,7 @@ def test_the_shipped_head_matches_its_sha256_is_for_the_default_model_and_is_fou
     _, meta = _fields(SHIPPED)
     assert meta["general.architecture"] == "specula-eagle"
     assert meta["draft.target_hash"] == _target_hash(default_model)
+    assert list(meta["draft.feature_layers"]) == [2, 14]  # EAGLE-3's fused features (docs/draft.md)
     # `--draft eagle` finds it by that hash, and greedy speculation with it is target-only greedy.
     def ids(*draft):
         p = subprocess.run([str(specula_bin), "generate", "--model", str(default_model), "--prompt", "Name three colors.",
