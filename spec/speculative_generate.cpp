@@ -82,8 +82,10 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
   std::vector<float> logits;
   const auto t_prefill = Clock::now();
   const bool hand_hidden = drafter.wants_target_hidden();
-  if (hand_hidden && target.feature_layers() != drafter.target_feature_layers())
-    target.set_feature_layers(drafter.target_feature_layers());
+  // The rows the drafter reads (none for most): a target shared by runs with several drafters
+  // computes only what the current one needs.
+  const std::vector<int> feature_layers = hand_hidden ? drafter.target_feature_layers() : std::vector<int>{};
+  if (target.feature_layers() != feature_layers) target.set_feature_layers(feature_layers);
   std::vector<float> hidden;
   if (context.size() > 1) {
     ForwardSeq fs{seq, std::span<const int32_t>(context).first(context.size() - 1), false, hand_hidden};
