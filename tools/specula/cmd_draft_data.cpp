@@ -49,8 +49,8 @@ const char* kUsage =
     "  --feature-layers L1,L2,...: each row also holds the residual stream after those decoder\n"
     "  blocks (0-based), RMS-normalised (EAGLE-3's low and middle features; data format version 2).\n"
     "  --from IN.spd: no sampling; re-feeds every record of IN (same tokens, prompt length and top-k)\n"
-    "  and writes it with the features of --feature-layers. The final hidden state must come out as\n"
-    "  IN stored it; rows that differ are counted in the log.\n";
+    "  and writes it with the features of --feature-layers. Rows whose final hidden state differs\n"
+    "  from IN's are counted in the log (0 when IN was written by the same build).\n";
 
 constexpr char kSentinel[] = "MAGPIEQUERY";
 
