@@ -63,15 +63,20 @@ void LlamaModel::set_feature_layers(std::vector<int> layers) {
     ones_weight_ = ops_.upload(t);
   }
   feature_layers_ = std::move(layers);
-  if (capacity_out_rows_ > 0) layer_feat_.ensure(ops_, capacity_out_rows_ * cfg_.hidden * std::max<int64_t>(1, feature_layers_.size()));
+  if (capacity_out_rows_ > 0) ensure_layer_features(capacity_out_rows_);
   ++workspace_generation_;
   ops_.forget_recordings(this);
+}
+
+void LlamaModel::ensure_layer_features(int64_t out_rows) {
+  if (!feature_layers_.empty())
+    layer_feat_.ensure(ops_, out_rows * cfg_.hidden * static_cast<int64_t>(feature_layers_.size()));
 }
 
 void LlamaModel::ensure_workspace(int64_t rows, int64_t out_rows) {
   if (out_rows > capacity_out_rows_) {
     logits_rows_.ensure(ops_, out_rows * cfg_.vocab_size);
-    layer_feat_.ensure(ops_, out_rows * cfg_.hidden * std::max<int64_t>(1, feature_layers_.size()));
+    ensure_layer_features(out_rows);
     capacity_out_rows_ = out_rows;
     ++workspace_generation_;
     ops_.forget_recordings(this);
@@ -227,7 +232,8 @@ void LlamaModel::copy_features(const float* final_rows, const float* layer_rows,
     ops_.copy_to_host(final_rows, out.data(), out.size());
     return;
   }
-  std::vector<float> chunk(static_cast<size_t>(rows * H));
+  std::vector<float>& chunk = feature_chunk_;
+  chunk.resize(static_cast<size_t>(rows * H));
   for (size_t c = 0; c <= feature_layers_.size(); ++c) {
     const float* src = c == 0 ? final_rows : layer_rows + static_cast<int64_t>(c - 1) * stride * H;
     ops_.copy_to_host(src, chunk.data(), chunk.size());

@@ -102,6 +102,8 @@ class LlamaModel {
 
  private:
   void ensure_workspace(int64_t rows, int64_t out_rows);
+  // The feature layers' rows for `out_rows` logits rows (nothing without feature layers).
+  void ensure_layer_features(int64_t out_rows);
   // The step's recording key, or an empty shape when the step is not recordable.
   Ops::RecordingKey recording_key(std::span<const ForwardSeq> batch, int64_t rows, int64_t n_out, const KvCache& kv,
                                   const std::vector<bool>* skip_layers) const;
@@ -130,6 +132,7 @@ class LlamaModel {
   // Interleaves chunk 0 (`final_rows`) and the layer chunks (`layer_rows`, chunk stride `stride`
   // rows) into [rows, feature_width()] on the host.
   void copy_features(const float* final_rows, const float* layer_rows, int64_t rows, int64_t stride, std::vector<float>& out);
+  std::vector<float> feature_chunk_;  // copy_features' host staging, kept across forwards
   int64_t last_out_rows_ = 0;
   int64_t last_all_hidden_rows_ = 0;  // rows of hidden_all_ the last forward filled (0: none asked)  // logits rows of the last forward (their normed hidden states are in xn_)
   int64_t capacity_rows_ = 0, capacity_out_rows_ = 0;

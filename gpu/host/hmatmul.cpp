@@ -84,14 +84,7 @@ bool cpu_has_avx512_bf16() {
 #endif
 }
 
-uint16_t f32_to_bf16_ftz(float v) {
-  if (std::fabs(v) < 1.17549435e-38f) v = std::copysign(0.0f, v);
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  if ((u & 0x7F800000u) == 0x7F800000u) return static_cast<uint16_t>((u >> 16) | ((u & 0xFFFF) ? 0x40 : 0));  // inf, NaN
-  u += 0x7FFF + ((u >> 16) & 1);  // nearest, ties to even
-  return static_cast<uint16_t>(u >> 16);
-}
+uint16_t f32_to_bf16_ftz(float v) { return f32_to_bf16(ftz(v)); }
 
 Packed16Kernel portable_packed16_kernel(DType t) {
   switch (t) {

@@ -25,15 +25,18 @@ from draft import data_format  # noqa: E402  (NumPy only: runs in the oracle ven
 MAX_BYTES = 16_000_000
 
 
-@pytest.fixture(scope="module")
-def toy_run(specula_bin, tmp_path_factory):
-    out = tmp_path_factory.mktemp("draft-toy")
+def _train_toy(specula_bin, out, *extra):
+    """scripts/train_draft.sh --toy into `out`: (out, the metrics JSON it prints last)."""
     env = dict(os.environ, SPECULA_BIN=str(specula_bin), SPECULA_BUILD=str(BUILD_DIR), SPECULA_CACHE=str(CACHE_DIR))
-    cmd = ["bash", str(SOURCE_DIR / "scripts" / "train_draft.sh"), "--toy", "--out", str(out)]
+    cmd = ["bash", str(SOURCE_DIR / "scripts" / "train_draft.sh"), "--toy", "--out", str(out), *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr[-3000:]}"
-    metrics = json.loads(proc.stdout.strip().splitlines()[-1])
-    return out, metrics
+    return out, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def toy_run(specula_bin, tmp_path_factory):
+    return _train_toy(specula_bin, tmp_path_factory.mktemp("draft-toy"))
 
 
 def _fields(path):
@@ -316,12 +319,7 @@ def test_the_engine_with_the_trained_head_gives_target_only_text_greedy_and_coup
 def fused_run(specula_bin, tmp_path_factory):
     """The toy pipeline again with --feature-layers 0: the data rows carry the residual after the
     target's first block beside the final hidden state, and the head fuses them (EAGLE-3)."""
-    out = tmp_path_factory.mktemp("draft-toy-fused")
-    env = dict(os.environ, SPECULA_BIN=str(specula_bin), SPECULA_BUILD=str(BUILD_DIR), SPECULA_CACHE=str(CACHE_DIR))
-    cmd = ["bash", str(SOURCE_DIR / "scripts" / "train_draft.sh"), "--toy", "--out", str(out), "--feature-layers", "0"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
-    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr[-3000:]}"
-    return out, json.loads(proc.stdout.strip().splitlines()[-1])
+    return _train_toy(specula_bin, tmp_path_factory.mktemp("draft-toy-fused"), "--feature-layers", "0")
 
 
 def test_fused_feature_data_holds_the_final_hidden_state_then_the_layer_and_refeeding_writes_the_same_file(

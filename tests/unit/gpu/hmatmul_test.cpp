@@ -22,21 +22,8 @@ struct Stored {
   TensorView view;
 };
 
-uint16_t to_bits(DType t, float v) {
-  if (t == DType::F16) return f32_to_fp16(v);
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float from_bits(DType t, uint16_t h) {
-  if (t == DType::F16) return fp16_to_f32(h);
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+uint16_t to_bits(DType t, float v) { return t == DType::F16 ? f32_to_fp16(v) : f32_to_bf16(v); }
+float from_bits(DType t, uint16_t h) { return t == DType::F16 ? fp16_to_f32(h) : bf16_to_f32(h); }
 
 // Random weights; `tiny` mixes in values near and below FLT_MIN (BF16) to exercise DAZ and FTZ.
 Stored random_weights(DType t, int64_t rows, int64_t cols, uint32_t seed, bool tiny = false) {
