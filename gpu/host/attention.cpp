@@ -101,16 +101,18 @@ void attention(const float* q, const KvCache& kv, int layer, std::span<const Seq
     chunk_kernel = attention_chunk_avx2;
 
   // Partials per (token row, kv head, chunk of kChunkTokens positions), a row's contiguous. Work
-  // items are (slice, kv head, chunk): one item scores that chunk for every row of the slice
-  // that reaches it, so a verify round reads each K/V chunk from memory once for all its rows;
-  // each row's chunk is computed by the same call as if it were alone.
+  // items are (slice, kv head, chunk, range of the slice's rows): one item scores that chunk for
+  // every row of its range that reaches it, so a verify round reads each K/V chunk from memory
+  // once for all its rows (and the AVX-512 kernel converts each K/V row once per pass of up to 4
+  // query heads across the rows); each row's chunk is computed as if it were alone. A slice's rows
+  // share one item per (kv head, chunk) unless that leaves the threads short of work (a verify
+  // round at a short context: 3 items for 2 threads), when they are split into ranges.
   struct Row { const SeqSlice* s; int64_t i, first_partial, chunks; };
   struct Item { size_t first_row, rows; int64_t kh, chunk; };
   std::vector<Row> rows;
   std::vector<Item> items;
-  int64_t partials = 0, work = 0, max_chunk = 0;
+  int64_t partials = 0, work = 0, max_chunk = 0, base_items = 0;
   for (const SeqSlice& s : slices) {
-    const size_t first_row = rows.size();
     for (int64_t i = 0; i < s.n; ++i) {
       const int64_t ctx = s.start + i + 1, chunks = (ctx + kChunkTokens - 1) / kChunkTokens;
       rows.push_back({&s, i, partials, chunks});
@@ -118,9 +120,23 @@ void attention(const float* q, const KvCache& kv, int layer, std::span<const Seq
       work += ctx;
       max_chunk = std::max(max_chunk, std::min(ctx, kChunkTokens));
     }
+    if (s.n > 0) base_items += kvh * rows.back().chunks;
+  }
+  const bool joint = chunk_kernel == attention_chunk_avx512;
+  const int64_t want_items = pool.threads() > 1 ? 2 * pool.threads() : 1;
+  const int64_t splits = base_items > 0 && base_items < want_items ? (want_items + base_items - 1) / base_items : 1;
+  const int64_t max_range = joint ? std::max<int64_t>(1, kMaxJointQueries / group) : INT64_MAX;
+  int64_t max_range_rows = 1;
+  for (size_t first = 0; const SeqSlice& s : slices) {
     if (s.n == 0) continue;
+    const int64_t per = std::min(max_range, std::max<int64_t>(1, (s.n + splits - 1) / splits));
+    max_range_rows = std::max(max_range_rows, std::min(per, s.n));
+    const int64_t chunks = rows[first + static_cast<size_t>(s.n) - 1].chunks;
     for (int64_t kh = 0; kh < kvh; ++kh)
-      for (int64_t c = 0; c < rows.back().chunks; ++c) items.push_back({first_row, static_cast<size_t>(s.n), kh, c});
+      for (int64_t c = 0; c < chunks; ++c)
+        for (int64_t r = 0; r < s.n; r += per)
+          items.push_back({first + static_cast<size_t>(r), static_cast<size_t>(std::min(per, s.n - r)), kh, c});
+    first += static_cast<size_t>(s.n);
   }
   // Per partial: m[group], l[group], o[group * hd].
   const int64_t per_item = group * (2 + hd);
@@ -134,9 +150,11 @@ void attention(const float* q, const KvCache& kv, int layer, std::span<const Seq
 
   auto run = [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
-    scores.resize(static_cast<size_t>(group * max_chunk));
+    thread_local std::vector<AttentionChunk> batch;
+    scores.resize(static_cast<size_t>(joint ? max_range_rows * group * kChunkTokens : group * max_chunk));
     for (int64_t it = begin; it < end; ++it) {
       const Item& item = items[static_cast<size_t>(it)];
+      batch.clear();
       for (size_t r = item.first_row; r < item.first_row + item.rows; ++r) {
         const Row& row = rows[r];
         if (item.chunk >= row.chunks) continue;  // this row's context ends before the chunk
@@ -159,8 +177,12 @@ void attention(const float* q, const KvCache& kv, int layer, std::span<const Seq
         c.l = pi + group;
         c.o = pi + 2 * group;
         c.scores = scores.data();
-        chunk_kernel(c);
+        if (joint)
+          batch.push_back(c);
+        else
+          chunk_kernel(c);
       }
+      if (!batch.empty()) attention_chunks_avx512(batch);
     }
   };
   const int64_t n_items = static_cast<int64_t>(items.size());

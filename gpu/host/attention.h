@@ -58,6 +58,16 @@ void attention_chunk_portable(const AttentionChunk& c);
 void attention_chunk_avx2(const AttentionChunk& c);
 void attention_chunk_avx512(const AttentionChunk& c);
 
+// Several rows of one sequence in one chunk (a verify round's rows, all with the same p0, pools,
+// block table, head_dim and group; each with its own q, p1 and outputs): the AVX-512 kernel over
+// all rows' query heads together, in passes of up to 4 queries across rows, so each K and V row is
+// read and converted once per pass rather than once per row. Each query's arithmetic is the
+// single-row kernel's: every row's m, l and o are bit-equal to attention_chunk_avx512 on that row
+// alone. Scratch: rows[0].scores holds rows.size() * group * kChunkTokens floats; at most
+// kMaxJointQueries query heads (rows x group) per call.
+constexpr int64_t kMaxJointQueries = 64;
+void attention_chunks_avx512(std::span<const AttentionChunk> rows);
+
 // dst[i] = fp16(src[i]), round to nearest even (F16C where the CPU has it; the same values).
 void to_fp16(const float* src, uint16_t* dst, int64_t n);
 void to_fp16_avx2(const float* src, uint16_t* dst, int64_t n);

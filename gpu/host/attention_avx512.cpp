@@ -1,10 +1,13 @@
 // AVX-512 attention chunk (this file alone of the attention is built with -mavx512f -mavx512bw
 // -mavx512vl, plus AVX2/FMA/F16C; attention() calls it only on the AVX-512 path). The AVX2 kernel
 // reads and converts each K and V row once per query head of the GQA group; this one once per
-// piece of up to kMaxPiece heads (the whole group for groups up to 4): positions outer, heads inner,
-// the piece's q in registers. A position's dot products stay 16-lane partial sums until 16
-// positions are done, then one transposing reduction gives the 16 scores of each head (no
-// horizontal sum per position). V is accumulated in registers for every head of the piece.
+// piece of up to kMaxPiece query heads: positions outer, queries inner, the piece's q in
+// registers. The queries of a piece are one row's group heads or, for a verify round's rows
+// (attention_chunks_avx512), heads of several rows: each query's arithmetic depends on its own q
+// and length only, so which piece it runs in never changes its bits. A position's dot products
+// stay 16-lane partial sums until 16 positions are done, then one transposing reduction gives the
+// 16 scores of each query (no horizontal sum per position). V is accumulated in registers for
+// every query of the piece. The first piece over a chunk prefetches its K and V rows into L2.
 //
 // No standard-library function templates here (see matmul_blocks.h).
 #include <immintrin.h>
@@ -12,6 +15,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
+#include <span>
 
 #include "gpu/host/attention.h"
 #include "gpu/host/simd_math.h"
@@ -59,15 +63,22 @@ inline __m512 sum_lanes16(const __m512* a, int stride) {
                        _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// acc[j * G + g] = (first ? 0 : acc[j * G + g]) + the 16-lane partial products of head g's
+// One query head of a chunk: its q (head_dim floats), its positions [p0, p0 + n), its outputs and
+// its n floats of score scratch. The queries of a pass may belong to different rows of one
+// sequence (attention_chunks_avx512); each one's arithmetic depends on its own q and n alone.
+struct Query {
+  const float* q;
+  int64_t n;
+  float *m, *l, *o, *s;
+};
+
+// acc[j * G + g] = (first ? 0 : acc[j * G + g]) + the 16-lane partial products of query g's
 // q[d0, d0 + 16 DS) and row j's k[d0, d0 + 16 DS), for the block's rows j < nb (row j at k + off[j]).
-// q: head g at q + g * hd.
 template <int DS, int G, class T>
-inline void dot_slice(const T* k, const int64_t* off, int nb, const float* q, int64_t hd, int64_t d0, bool first,
-                      __m512* acc) {
+inline void dot_slice(const T* k, const int64_t* off, int nb, const Query* qs, int64_t d0, bool first, __m512* acc) {
   __m512 qv[G][DS];
   SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
-    SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) qv[g][s] = _mm512_loadu_ps(q + g * hd + d0 + 16 * s);
+    SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) qv[g][s] = _mm512_loadu_ps(qs[g].q + d0 + 16 * s);
   for (int j = 0; j < nb; ++j) {
     const T* kp = k + off[j] + d0;
     __m512 kv[DS];
@@ -80,27 +91,40 @@ inline void dot_slice(const T* k, const int64_t* off, int nb, const float* q, in
   }
 }
 
-// s[g * n + j] = scale * q_g . k_j for the G heads of q (head g at q + g * hd) and the n rows.
+// qs[g].s[j] = scale * q_g . k_j for the G queries and the n rows (a query with fewer positions
+// gets scores past its own n too; they are never read).
 template <int G, class T>
-void score_piece(const T* k, const int64_t* off, int64_t n, int64_t hd, const float* q, float scale, float* s) {
-  __m512 acc[kBlock * G];  // [position in the block][head], 16 partial sums each
+void score_piece(const T* k, const T* v, const int64_t* off, int64_t n, int64_t hd, const Query* qs, float scale,
+                 bool prefetch) {
+  __m512 acc[kBlock * G];  // [position in the block][query], 16 partial sums each
   const __m512 sv = _mm512_set1_ps(scale);
   for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
     const int nb = n - j0 < kBlock ? static_cast<int>(n - j0) : kBlock;
+    if (prefetch) {
+      // The first pass over a chunk reads its K and V from memory: ask for the K rows two blocks
+      // ahead and the V rows of this block (read by the V pass) into L2.
+      const int64_t jk = j0 + 2 * kBlock, nk = n - jk < kBlock ? n - jk : kBlock;
+      for (int64_t j = 0; j < nk; ++j)
+        for (int64_t b = 0; b < hd * static_cast<int64_t>(sizeof(T)); b += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(k + off[jk + j]) + b, _MM_HINT_T1);
+      for (int64_t j = 0; j < nb; ++j)
+        for (int64_t b = 0; b < hd * static_cast<int64_t>(sizeof(T)); b += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(v + off[j0 + j]) + b, _MM_HINT_T1);
+    }
     for (int64_t d0 = 0; d0 < hd;) {
       const int w = slice_zmm(d0, hd);
       if (w == 4)
-        dot_slice<4, G, T>(k, off + j0, nb, q, hd, d0, d0 == 0, acc);
+        dot_slice<4, G, T>(k, off + j0, nb, qs, d0, d0 == 0, acc);
       else if (w == 2)
-        dot_slice<2, G, T>(k, off + j0, nb, q, hd, d0, d0 == 0, acc);
+        dot_slice<2, G, T>(k, off + j0, nb, qs, d0, d0 == 0, acc);
       else
-        dot_slice<1, G, T>(k, off + j0, nb, q, hd, d0, d0 == 0, acc);
+        dot_slice<1, G, T>(k, off + j0, nb, qs, d0, d0 == 0, acc);
       d0 += 16 * w;
     }
     for (int j = nb * G; j < kBlock * G; ++j) acc[j] = _mm512_setzero_ps();  // a short last block
     const __mmask16 live = static_cast<__mmask16>((1u << nb) - 1);
     SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
-      _mm512_mask_storeu_ps(s + g * n + j0, live, _mm512_mul_ps(sum_lanes16(acc + g, G), sv));
+      _mm512_mask_storeu_ps(qs[g].s + j0, live, _mm512_mul_ps(sum_lanes16(acc + g, G), sv));
   }
 }
 
@@ -128,54 +152,65 @@ inline void exp_scores(float* s, int64_t n, float* m, float* l) {
   *l = _mm512_reduce_add_ps(sum);
 }
 
-// o_g[d0, d0 + 16 DS) = sum_j w_g[j] v_j[d0, d0 + 16 DS) for the G heads (w_g at w + g * n,
-// o_g at o + g * hd) over the n rows (row j at v + off[j]).
+// o_g[d0, d0 + 16 DS) = (first ? 0 : o_g[...]) + sum_j w_g[j] v_j[d0, d0 + 16 DS) for the G queries
+// (w_g = qs[g].s, o_g = qs[g].o) over the rows j in [j0, j1) in order (row j at v + off[j]). A
+// query's sum over [0, n) is the same chain whether it runs in one call or in two that split j.
 template <int DS, int G, class T>
-inline void accumulate_v_slice(const T* v, const int64_t* off, int64_t n, const float* w, int64_t hd, int64_t d0, float* o) {
+inline void accumulate_v_slice(const T* v, const int64_t* off, int64_t j0, int64_t j1, const Query* qs, int64_t d0,
+                               bool first) {
   __m512 acc[G][DS];
   SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
-    SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) acc[g][s] = _mm512_setzero_ps();
-  for (int64_t j = 0; j < n; ++j) {
+    SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s)
+      acc[g][s] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(qs[g].o + d0 + 16 * s);
+  for (int64_t j = j0; j < j1; ++j) {
     const T* vp = v + off[j] + d0;
     __m512 vv[DS];
     SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) vv[s] = load16(vp + 16 * s);
     SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g) {
-      const __m512 wg = _mm512_set1_ps(w[g * n + j]);
+      const __m512 wg = _mm512_set1_ps(qs[g].s[j]);
       SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) acc[g][s] = _mm512_fmadd_ps(wg, vv[s], acc[g][s]);
     }
   }
   SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
-    SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) _mm512_storeu_ps(o + g * hd + d0 + 16 * s, acc[g][s]);
+    SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) _mm512_storeu_ps(qs[g].o + d0 + 16 * s, acc[g][s]);
 }
 
-// Query heads [g0, g0 + G) of the item: one pass over K, the softmax, one pass over V.
 template <int G, class T>
-void piece(const AttentionChunk& c, const T* k, const T* v, const int64_t* off, int64_t g0) {
-  const int64_t n = c.p1 - c.p0, hd = c.head_dim;
-  float* s = c.scores + g0 * n;
-  score_piece<G, T>(k, off, n, hd, c.q + g0 * hd, c.scale, s);
-  for (int g = 0; g < G; ++g) exp_scores(s + g * n, n, c.m + g0 + g, c.l + g0 + g);
-  float* o = c.o + g0 * hd;
+void accumulate_v(const T* v, const int64_t* off, int64_t j0, int64_t j1, const Query* qs, int64_t hd, bool first) {
   for (int64_t d0 = 0; d0 < hd;) {
     const int w = slice_zmm(d0, hd);
     if (w == 4)
-      accumulate_v_slice<4, G, T>(v, off, n, s, hd, d0, o);
+      accumulate_v_slice<4, G, T>(v, off, j0, j1, qs, d0, first);
     else if (w == 2)
-      accumulate_v_slice<2, G, T>(v, off, n, s, hd, d0, o);
+      accumulate_v_slice<2, G, T>(v, off, j0, j1, qs, d0, first);
     else
-      accumulate_v_slice<1, G, T>(v, off, n, s, hd, d0, o);
+      accumulate_v_slice<1, G, T>(v, off, j0, j1, qs, d0, first);
     d0 += 16 * w;
   }
 }
 
+// G queries: one pass over K for all of them (as far as the longest reaches), each one's softmax,
+// one pass over V as far as the shortest reaches, then each longer one's remaining positions.
+template <int G, class T>
+void piece(const T* k, const T* v, const int64_t* off, int64_t hd, float scale, const Query* qs, bool prefetch) {
+  int64_t n_hi = qs[0].n, n_lo = qs[0].n;
+  for (int g = 1; g < G; ++g) n_hi = qs[g].n > n_hi ? qs[g].n : n_hi, n_lo = qs[g].n < n_lo ? qs[g].n : n_lo;
+  score_piece<G, T>(k, v, off, n_hi, hd, qs, scale, prefetch);
+  for (int g = 0; g < G; ++g) exp_scores(qs[g].s, qs[g].n, qs[g].m, qs[g].l);
+  accumulate_v<G, T>(v, off, 0, n_lo, qs, hd, true);
+  for (int g = 0; g < G; ++g)
+    if (qs[g].n > n_lo) accumulate_v<1, T>(v, off, n_lo, qs[g].n, qs + g, hd, false);
+}
+
+// The queries in as few passes as kMaxPiece allows, as even as possible (5 -> 3 + 2, 8 -> 4 + 4).
 template <class T>
-void chunk(const AttentionChunk& c) {
-  const int64_t n = c.p1 - c.p0, bt = c.block_tokens;
-  assert(c.head_dim % 16 == 0 && n >= 1 && n <= kChunkTokens);
+void run_queries(const AttentionChunk& c, int64_t n_max, const Query* qs, int64_t count) {
+  const int64_t bt = c.block_tokens;
+  assert(c.head_dim % 16 == 0 && n_max >= 1 && n_max <= kChunkTokens);
   // Element offset of each of the chunk's rows in the K and V pools (the same for both), walked
   // once instead of a division per row and pass.
   int64_t off[kChunkTokens];
-  for (int64_t j = 0, b = c.p0 / bt, i = c.p0 % bt; j < n; ++j) {
+  for (int64_t j = 0, b = c.p0 / bt, i = c.p0 % bt; j < n_max; ++j) {
     off[j] = (static_cast<int64_t>(c.blocks[b]) * bt + i) * c.row_floats;
     if (++i == bt) {
       i = 0;
@@ -184,27 +219,56 @@ void chunk(const AttentionChunk& c) {
   }
   const T* k = static_cast<const T*>(c.k);
   const T* v = static_cast<const T*>(c.v);
-  // The group in as few pieces as kMaxPiece allows, as even as possible (5 -> 3 + 2, 8 -> 4 + 4).
-  const int64_t pieces = (c.group + kMaxPiece - 1) / kMaxPiece;
-  for (int64_t p = 0, g0 = 0; p < pieces; ++p) {
-    const int64_t heads = c.group / pieces + (p < c.group % pieces ? 1 : 0);
-    switch (heads) {
-      case 1: piece<1, T>(c, k, v, off, g0); break;
-      case 2: piece<2, T>(c, k, v, off, g0); break;
-      case 3: piece<3, T>(c, k, v, off, g0); break;
-      default: piece<4, T>(c, k, v, off, g0); break;
+  const int64_t pieces = (count + kMaxPiece - 1) / kMaxPiece;
+  for (int64_t p = 0, q0 = 0; p < pieces; ++p) {
+    const int64_t size = count / pieces + (p < count % pieces ? 1 : 0);
+    switch (size) {
+      case 1: piece<1, T>(k, v, off, c.head_dim, c.scale, qs + q0, p == 0); break;
+      case 2: piece<2, T>(k, v, off, c.head_dim, c.scale, qs + q0, p == 0); break;
+      case 3: piece<3, T>(k, v, off, c.head_dim, c.scale, qs + q0, p == 0); break;
+      default: piece<4, T>(k, v, off, c.head_dim, c.scale, qs + q0, p == 0); break;
     }
-    g0 += heads;
+    q0 += size;
   }
+}
+
+// The group's query heads of every row in `cs` (which share p0, the pools and the block table).
+template <class T>
+void chunks(std::span<const AttentionChunk> cs) {
+  const AttentionChunk& c0 = cs[0];
+  const int64_t hd = c0.head_dim, group = c0.group;
+  Query qs[kMaxJointQueries];
+  assert(static_cast<int64_t>(cs.size()) * group <= kMaxJointQueries);
+  int64_t count = 0, n_max = 0;
+  for (const AttentionChunk& c : cs) {
+    const int64_t n = c.p1 - c0.p0;
+    n_max = n > n_max ? n : n_max;
+    for (int64_t g = 0; g < group; ++g)
+      qs[count++] = {c.q + g * hd, n, c.m + g, c.l + g, c.o + g * hd, c0.scores + (&c - cs.data()) * group * kChunkTokens + g * kChunkTokens};
+  }
+  run_queries<T>(c0, n_max, qs, count);
 }
 
 }  // namespace
 
 void attention_chunk_avx512(const AttentionChunk& c) {
+  // One row: its group's heads as the queries, the scratch holding group * (p1 - p0) scores.
+  const int64_t n = c.p1 - c.p0;
+  Query qs[64];
+  assert(c.group <= 64);
+  for (int64_t g = 0; g < c.group; ++g) qs[g] = {c.q + g * c.head_dim, n, c.m + g, c.l + g, c.o + g * c.head_dim, c.scores + g * n};
   if (c.f16)
-    chunk<uint16_t>(c);
+    run_queries<uint16_t>(c, n, qs, c.group);
   else
-    chunk<float>(c);
+    run_queries<float>(c, n, qs, c.group);
+}
+
+void attention_chunks_avx512(std::span<const AttentionChunk> rows) {
+  if (rows.empty()) return;
+  if (rows[0].f16)
+    chunks<uint16_t>(rows);
+  else
+    chunks<float>(rows);
 }
 
 }  // namespace specula::host_kernels

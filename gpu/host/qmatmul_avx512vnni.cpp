@@ -46,7 +46,11 @@ inline __m512 scales16(const uint8_t* a, const uint8_t* b) {
   return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
 }
 
-inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p) + 1024, _MM_HINT_T0); }
+// Software prefetch 8 KiB ahead into L2: a group pair's blocks are consecutive, and so are the
+// pairs of a thread's range, so this is the stream a few hundred nanoseconds ahead (the DRAM
+// latency at this kernel's pace). Measured on the default model (Zen 4, 2 threads): one-token
+// decode 4.5 -> 3.2 ms against 1 KiB ahead into L1, 3.6 ms at 4 KiB into L2, 3.3 ms at 16 KiB.
+inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p) + 8192, _MM_HINT_T1); }
 
 // Eight vpdpbusd of the weight vectors against broadcasts of 4 activation bytes, in two chains.
 inline __m512i dot8(const __m512i* w, const int8_t* xb) {

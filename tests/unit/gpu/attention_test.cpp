@@ -256,6 +256,60 @@ TEST(HostAttention, TheAvx512ChunkKernelGivesThePortableKernelsMaximumSumAndOutp
   }
 }
 
+TEST(HostAttention, TheJointAvx512KernelGivesEveryRowOfARoundTheBitsOfThatRowAlone) {
+  if (!host_kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
+  // A verify round's rows share a chunk's p0 but end at consecutive positions (and the last chunk
+  // of a long context starts after some rows' ends: those rows are not passed). The joint kernel
+  // runs their query heads in passes across rows; each row must get what it gets alone.
+  std::mt19937 rng(77);
+  std::normal_distribution<float> val(0.0f, 1.0f);
+  for (int64_t hd : {16, 64, 80, 128})
+    for (int64_t group : {1, 2, 3, 5})
+      for (int64_t rows : {1, 2, 5, 9})
+        for (int64_t first_n : {1, 15, 16, 100, 256 - 8})
+          for (bool f16 : {false, true}) {
+            if (rows * group > host_kernels::kMaxJointQueries) continue;
+            const ChunkInputs in = chunk_inputs(hd, static_cast<uint32_t>(hd + group));
+            const int64_t p0 = 37;
+            std::vector<float> q(static_cast<size_t>(rows * group * hd));
+            for (float& x : q) x = val(rng);
+            const size_t per = static_cast<size_t>(group * (2 + hd));
+            std::vector<float> joint(static_cast<size_t>(rows) * per, std::nanf(""));
+            std::vector<float> alone(joint.size(), std::nanf(""));
+            std::vector<float> scores(static_cast<size_t>(rows * group * host_kernels::kChunkTokens), std::nanf(""));
+            std::vector<host_kernels::AttentionChunk> cs;
+            for (int64_t r = 0; r < rows; ++r) {
+              host_kernels::AttentionChunk c;
+              c.q = q.data() + r * group * hd;
+              c.k = f16 ? static_cast<const void*>(in.kh.data() + hd) : in.kf.data() + hd;
+              c.v = f16 ? static_cast<const void*>(in.vh.data() + hd) : in.vf.data() + hd;
+              c.f16 = f16;
+              c.blocks = in.blocks.data();
+              c.block_tokens = 16;
+              c.row_floats = 2 * hd;
+              c.head_dim = hd;
+              c.group = group;
+              c.p0 = p0;
+              c.p1 = p0 + std::min<int64_t>(first_n + r, host_kernels::kChunkTokens);
+              c.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+              float* out = joint.data() + static_cast<size_t>(r) * per;
+              c.m = out, c.l = out + group, c.o = out + 2 * group;
+              c.scores = scores.data();
+              cs.push_back(c);
+            }
+            host_kernels::attention_chunks_avx512(cs);
+            for (int64_t r = 0; r < rows; ++r) {
+              host_kernels::AttentionChunk c = cs[static_cast<size_t>(r)];
+              float* out = alone.data() + static_cast<size_t>(r) * per;
+              c.m = out, c.l = out + group, c.o = out + 2 * group;
+              host_kernels::attention_chunk_avx512(c);
+            }
+            ASSERT_EQ(std::memcmp(joint.data(), alone.data(), joint.size() * sizeof(float)), 0)
+                << (f16 ? "fp16" : "f32") << " head_dim " << hd << " group " << group << " rows " << rows << " first row's positions "
+                << first_n;
+          }
+}
+
 TEST(HostAttention, AnFp16CacheStoresEachValueRoundedToNearestEvenAsTheReferenceConversion) {
   std::mt19937 rng(11);
   std::vector<float> x;
