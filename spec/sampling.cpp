@@ -7,6 +7,12 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "gpu/host/vector_math.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace specula {
 
 void SamplingParams::validate() const {
@@ -45,7 +51,93 @@ int32_t argmax(std::span<const float> x) {
   return 0;  // x[0] is NaN: the plain scan never moves from it either
 }
 
+namespace {
+
+// A token as the transform orders them: larger logit first, then lower index.
+struct Candidate {
+  float x;
+  int32_t v;
+};
+inline bool ahead(const Candidate& a, const Candidate& b) { return a.x > b.x || (a.x == b.x && a.v < b.v); }
+
+// The largest of x[0..n) (NaN never wins); SSE2, which every x86-64 CPU has, four lanes at a time.
+inline float block_max(const float* x, size_t n) {
+  size_t i = 0;
+  float m = -std::numeric_limits<float>::infinity();
+#if defined(__SSE2__)
+  __m128 a = _mm_set1_ps(m), b = a;
+  for (; i + 8 <= n; i += 8) {
+    a = _mm_max_ps(_mm_loadu_ps(x + i), a);  // the second operand when either is NaN
+    b = _mm_max_ps(_mm_loadu_ps(x + i + 4), b);
+  }
+  float lanes[4];
+  _mm_storeu_ps(lanes, _mm_max_ps(a, b));
+  for (float l : lanes) m = l > m ? l : m;
+#endif
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+// The first m (<= V) tokens of that order, in order. One pass keeps the candidates above a running
+// threshold (the m-th best so far) in a buffer of up to 2m, skipping whole blocks whose maximum
+// does not beat it; a token equal to the threshold that comes later has a higher index, so it
+// ranks behind the m-th and is rightly skipped. Most of a vocabulary is skipped a block at a time.
+void leading_tokens(std::span<const float> x, size_t m, std::vector<Candidate>& out) {
+  const size_t n = x.size();
+  out.clear();
+  if (m >= n) {
+    for (size_t i = 0; i < n; ++i) out.push_back({x[i], static_cast<int32_t>(i)});
+    std::sort(out.begin(), out.end(), ahead);
+    return;
+  }
+  out.reserve(2 * m + 1);
+  constexpr size_t kBlock = 64;
+  bool have_threshold = false;
+  float threshold = 0;
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t end = std::min(n, b + kBlock);
+    if (have_threshold && !(block_max(x.data() + b, end - b) > threshold)) continue;
+    for (size_t i = b; i < end; ++i) {
+      if (have_threshold ? !(x[i] > threshold) : std::isnan(x[i])) continue;
+      out.push_back({x[i], static_cast<int32_t>(i)});
+      if (out.size() == 2 * m) {
+        std::nth_element(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(m - 1), out.end(), ahead);
+        out.resize(m);
+        threshold = out[m - 1].x;
+        have_threshold = true;
+      }
+    }
+  }
+  std::sort(out.begin(), out.end(), ahead);
+  if (out.size() > m) out.resize(m);
+}
+
+inline double exp_term(float x, float inv_t, float mx) { return std::exp(static_cast<double>(x) * inv_t - mx); }
+
+// Top-p's cut over the leading tokens' terms e (in order) for the normaliser z: the smallest n
+// whose cumulative sum of e_i / z (accumulated in that order, in double) reaches top_p; 0 when the
+// terms run out first. Each e_i / z is non-increasing in z and so is the running sum: n(z) is
+// non-decreasing in z, which lets a bracket [z_lo, z_hi] of the normaliser decide it.
+size_t top_p_cut(const std::vector<double>& e, double z, float top_p) {
+  double cum = 0;
+  for (size_t i = 0; i < e.size(); ++i) {
+    cum += e[i] / z;
+    if (cum >= top_p) return i + 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
 void transform_logits(std::span<const float> logits, const SamplingParams& sp, std::vector<float>& logp) {
+  // The definition (tests/unit/spec/test_sampling.cpp holds a plain implementation of it, and
+  // this one to it bit for bit): order the tokens by logit, larger first, then lower index; mx =
+  // float(top logit * inv_t); e_v = exp(double(x_v) * inv_t - mx). K = the first top_k tokens (all
+  // without top-k). Top-p: z = sum of e over K (in order for top-k, in index order over the whole
+  // vocabulary without it), and the kept set P is the shortest prefix of K whose running sum of
+  // e / z reaches top_p (all of K if none does); without top-p, P = K. Then log p_v = double(x_v) *
+  // inv_t - mx - log S for v in P, S the sum of e over P (in order; in index order when P is the
+  // whole vocabulary), rounded to float; -inf elsewhere.
   const size_t V = logits.size();
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   logp.assign(V, kNegInf);
@@ -53,51 +145,77 @@ void transform_logits(std::span<const float> logits, const SamplingParams& sp, s
     logp[argmax(logits)] = 0.0f;
     return;
   }
-  // Candidates in descending order of logit, cut by top-k; ties broken by index so the set is
-  // a deterministic function of the logits.
   const float inv_t = 1.0f / sp.temperature;
-  std::vector<int32_t> idx(V);
-  std::iota(idx.begin(), idx.end(), 0);
-  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  size_t keep = V;
-  if (sp.top_k > 0 && static_cast<size_t>(sp.top_k) < V) keep = static_cast<size_t>(sp.top_k);
-  const bool need_sorted = sp.top_p < 1.0f;
-  // Sort a prefix only: top-p rarely needs more than a few hundred candidates; widen if so.
-  size_t sorted = keep < V ? keep : std::min<size_t>(V, 256);
-  if (need_sorted || keep < V) {
+  const bool use_k = sp.top_k > 0 && static_cast<size_t>(sp.top_k) < V, use_p = sp.top_p < 1.0f;
+  if (!use_k && !use_p) {
+    const float mx = logits[argmax(logits)] * inv_t;
+    double sum = 0;
+    for (size_t v = 0; v < V; ++v) sum += exp_term(logits[v], inv_t, mx);
+    const double log_sum = std::log(sum);
+    for (size_t v = 0; v < V; ++v) logp[v] = static_cast<float>(static_cast<double>(logits[v]) * inv_t - mx - log_sum);
+    return;
+  }
+  thread_local std::vector<Candidate> cand;
+  thread_local std::vector<double> e;
+  // Top-k needs its k tokens; top-p alone rarely more than a few hundred (widened when it does).
+  size_t m = use_k ? static_cast<size_t>(sp.top_k) : std::min<size_t>(V, 256);
+  auto lead = [&] {
+    leading_tokens(logits, m, cand);
+    e.resize(cand.size());
+  };
+  lead();
+  if (cand.empty()) return;  // every logit NaN: nothing to keep
+  const float mx = cand[0].x * inv_t;
+  for (size_t i = 0; i < cand.size(); ++i) e[i] = exp_term(cand[i].x, inv_t, mx);
+  size_t n = cand.size();
+  if (use_p && use_k) {
+    double z = 0;
+    for (double t : e) z += t;
+    n = top_p_cut(e, z, sp.top_p);
+    if (n == 0) n = cand.size();
+  } else if (use_p) {
+    // z over the vocabulary. The vectorised sum comes with a bound on its distance to the exact
+    // one; where the cut is the same at both ends of that bracket it is the exact cut, else (about
+    // one row in a hundred) the exact sum is computed.
+    double z = 0, bound = 0;
+    bool exact = !host_kernels::exp_sum_with_bound(logits.data(), static_cast<int64_t>(V), inv_t, mx, &z, &bound);
+    auto exact_z = [&] {
+      z = 0;
+      for (size_t v = 0; v < V; ++v) z += exp_term(logits[v], inv_t, mx);
+      bound = 0;
+      exact = true;
+    };
+    if (exact) exact_z();
     for (;;) {
-      std::partial_sort(idx.begin(), idx.begin() + sorted, idx.end(), by_logit);
-      if (!need_sorted || sorted >= keep) break;
-      // Check whether the sorted prefix already covers top_p of the mass.
-      const float mx = logits[idx[0]] * inv_t;
-      double total = 0, prefix = 0;
-      for (size_t i = 0; i < V; ++i) total += std::exp(static_cast<double>(logits[i]) * inv_t - mx);
-      for (size_t i = 0; i < sorted; ++i) prefix += std::exp(static_cast<double>(logits[idx[i]]) * inv_t - mx);
-      if (prefix / total >= sp.top_p) break;
-      sorted = std::min(keep, sorted * 4);
+      const size_t n_lo = top_p_cut(e, z - bound, sp.top_p), n_hi = bound > 0 ? top_p_cut(e, z + bound, sp.top_p) : n_lo;
+      if (n_hi != 0 && n_lo == n_hi) {
+        n = n_hi;
+        break;
+      }
+      if (n_hi == 0 && cand.size() < V) {  // the cut may lie past the leading tokens: widen
+        m = std::min(V, 4 * m);
+        lead();
+        for (size_t i = 0; i < cand.size(); ++i) e[i] = exp_term(cand[i].x, inv_t, mx);
+        continue;
+      }
+      if (!exact) {
+        exact_z();
+        continue;
+      }
+      n = cand.size();  // exact, every token a candidate, and the running sum never reached top_p
+      break;
     }
   }
-  const float mx = logits[need_sorted || keep < V ? idx[0] : argmax(logits)] * inv_t;
-  // Softmax over the top-k set.
   double sum = 0;
-  for (size_t i = 0; i < keep; ++i) sum += std::exp(static_cast<double>(logits[idx[i]]) * inv_t - mx);
-  if (need_sorted) {
-    // Smallest prefix whose mass reaches top_p (at least one token), as in HF's TopPLogitsWarper.
-    double cum = 0;
-    size_t n = 0;
-    while (n < sorted) {
-      cum += std::exp(static_cast<double>(logits[idx[n]]) * inv_t - mx) / sum;
-      ++n;
-      if (cum >= sp.top_p) break;
-    }
-    keep = n;
-    sum = 0;
-    for (size_t i = 0; i < keep; ++i) sum += std::exp(static_cast<double>(logits[idx[i]]) * inv_t - mx);
+  if (n == V) {
+    for (size_t v = 0; v < V; ++v) sum += exp_term(logits[v], inv_t, mx);
+  } else {
+    for (size_t i = 0; i < n; ++i) sum += e[i];
   }
   const double log_sum = std::log(sum);
-  for (size_t i = 0; i < keep; ++i) {
-    const int32_t v = idx[i];
-    logp[v] = static_cast<float>(static_cast<double>(logits[v]) * inv_t - mx - log_sum);
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t v = cand[i].v;
+    logp[static_cast<size_t>(v)] = static_cast<float>(static_cast<double>(cand[i].x) * inv_t - mx - log_sum);
   }
 }
 
@@ -109,8 +227,15 @@ void transform_to_probs(std::span<const float> logits, const SamplingParams& sp,
 int32_t sample_gumbel(std::span<const float> logp, uint64_t seed, int64_t position, RngStream stream) {
   int32_t best = -1;
   double best_score = -std::numeric_limits<double>::infinity();
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  constexpr size_t kBlock = 64;
   for (size_t v = 0; v < logp.size(); ++v) {
-    if (logp[v] == -std::numeric_limits<float>::infinity()) continue;
+    // Blocks of excluded tokens (most of a top-k / top-p row) are passed over whole.
+    if (v % kBlock == 0 && v + kBlock <= logp.size() && !(block_max(logp.data() + v, kBlock) > kNegInf)) {
+      v += kBlock - 1;
+      continue;
+    }
+    if (logp[v] == kNegInf) continue;
     const double u = philox_uniform(seed, position, stream, v);
     const double score = static_cast<double>(logp[v]) - std::log(-std::log(u));
     if (score > best_score) {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <cstring>
+#include <random>
 #include <vector>
 #include <map>
 #include <set>
@@ -81,6 +83,100 @@ TEST(Sampling, TopPOverALargeVocabularyWidensPastTheFirstCandidates) {
   int kept = 0;
   for (float x : logp) kept += !std::isinf(x);
   EXPECT_EQ(kept, 2500);
+}
+
+// The transform's definition (spec/sampling.cpp, transform_logits), written plainly: every token
+// sorted, every term computed with std::exp. The production transform skips most of the
+// vocabulary and sums top-p's normaliser with a vectorised exp inside a bound; it must give these
+// bits exactly.
+std::vector<float> transform_by_definition(const std::vector<float>& x, const SamplingParams& sp) {
+  const size_t V = x.size();
+  std::vector<float> logp(V, -std::numeric_limits<float>::infinity());
+  const float inv_t = 1.0f / sp.temperature;
+  std::vector<int32_t> order(V);
+  for (size_t i = 0; i < V; ++i) order[i] = static_cast<int32_t>(i);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+  const float mx = x[order[0]] * inv_t;
+  auto e = [&](int32_t v) { return std::exp(static_cast<double>(x[v]) * inv_t - mx); };
+  const bool use_k = sp.top_k > 0 && static_cast<size_t>(sp.top_k) < V, use_p = sp.top_p < 1.0f;
+  const size_t k = use_k ? static_cast<size_t>(sp.top_k) : V;
+  size_t n = k;
+  if (use_p) {
+    double z = 0;
+    if (use_k)
+      for (size_t i = 0; i < k; ++i) z += e(order[i]);
+    else
+      for (size_t v = 0; v < V; ++v) z += e(static_cast<int32_t>(v));
+    double cum = 0;
+    for (size_t i = 0; i < k; ++i) {
+      cum += e(order[i]) / z;
+      if (cum >= sp.top_p) {
+        n = i + 1;
+        break;
+      }
+    }
+  }
+  double sum = 0;
+  if (n == V)
+    for (size_t v = 0; v < V; ++v) sum += e(static_cast<int32_t>(v));
+  else
+    for (size_t i = 0; i < n; ++i) sum += e(order[i]);
+  const double log_sum = std::log(sum);
+  for (size_t i = 0; i < n; ++i) logp[order[i]] = static_cast<float>(static_cast<double>(x[order[i]]) * inv_t - mx - log_sum);
+  return logp;
+}
+
+TEST(Sampling, TheTransformGivesItsDefinitionsBitsForAnyVocabularyTemperatureTopKAndTopP) {
+  // Vocabularies of 1 to 49,152 tokens; logits like a language model's (a few large, a long flat
+  // tail), flat ones, and ones on a coarse grid so that ties straddle every cut; top-p from 0.05 to
+  // 0.999, with and without top-k. Among them rows whose running sum lands exactly on top_p
+  // (equal logits, top_p 0.5, and top_p set to a running sum), where the bracket cannot decide and
+  // the exact sum is taken: treating the vectorised sum as exact fails here.
+  std::mt19937_64 rng(20261125);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const size_t sizes[] = {1, 2, 7, 100, 256, 257, 1000, 5000, 49152};
+  const float temps[] = {0.3f, 0.8f, 1.0f, 1.7f};
+  const int ks[] = {0, 0, 1, 3, 40, 300};
+  const float ps[] = {1.0f, 0.999f, 0.95f, 0.9f, 0.5f, 0.05f};
+  std::vector<float> got;
+  int rows = 0;
+  for (size_t V : sizes)
+    for (int shape = 0; shape < 5; ++shape)
+      for (int trial = 0; trial < (V > 5000 ? 6 : 24); ++trial) {
+        std::vector<float> x(V);
+        for (size_t i = 0; i < V; ++i) {
+          const float z = g(rng);
+          x[i] = shape == 0 ? 2.0f * z + (i % 97 == 0 ? 8.0f + 4.0f * std::fabs(g(rng)) : 0.0f)  // peaked
+                 : shape == 1 ? 0.3f * z                                                      // flat
+                 : shape == 2 ? std::round(2.0f * z) / 2.0f                                   // ties
+                 : shape == 3 ? 1.0f                                                          // all equal
+                              : 3.0f * z;                                                     // top_p on a sum
+        }
+        SamplingParams sp{temps[rng() % 4], ks[rng() % 6], shape == 3 ? 0.5f : ps[rng() % 6], 0};
+        if (shape == 4 && V > 1) {
+          // top_p at (the float nearest) the exact running sum after a token of the order: the cut
+          // then turns on the normaliser's last bits, which the vectorised sum does not have.
+          sp.top_k = 0;
+          std::vector<size_t> order(V);
+          for (size_t i = 0; i < V; ++i) order[i] = i;
+          std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+          const float inv_t = 1.0f / sp.temperature, mx = x[order[0]] * inv_t;
+          double z = 0, cum = 0;
+          for (size_t v = 0; v < V; ++v) z += std::exp(static_cast<double>(x[v]) * inv_t - mx);
+          const size_t j = std::min<size_t>(V - 1, 1 + rng() % 20);
+          for (size_t i = 0; i < j; ++i) cum += std::exp(static_cast<double>(x[order[i]]) * inv_t - mx) / z;
+          sp.top_p = static_cast<float>(cum);
+          if (!(sp.top_p > 0.0f && sp.top_p < 1.0f)) sp.top_p = 0.5f;
+        }
+        transform_logits(x, sp, got);
+        const std::vector<float> want = transform_by_definition(x, sp);
+        ++rows;
+        for (size_t v = 0; v < V; ++v)
+          ASSERT_EQ(std::memcmp(&got[v], &want[v], sizeof(float)), 0)
+              << "V " << V << " shape " << shape << " trial " << trial << " T " << sp.temperature << " top_k " << sp.top_k
+              << " top_p " << sp.top_p << ": token " << v << " got " << got[v] << " want " << want[v];
+      }
+  EXPECT_GT(rows, 500);
 }
 
 TEST(Sampling, TemperatureZeroIsArgmaxWithTheLowestIndexOnTies) {
