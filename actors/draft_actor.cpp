@@ -56,6 +56,12 @@ boost::asio::awaitable<void> DraftActor::on(DraftRound& round) {
       // A drafter is made (and prefilled) on a request's first round that drafts, so a request
       // the load-adaptive policy keeps at K = 0 costs no draft work; one that drafted before keeps
       // its drafter, which catches up on the tokens it missed when it drafts again.
+      const auto t_item = std::chrono::steady_clock::now();
+      // Steady: the drafter drafted last round too, so it catches up on at most that round's
+      // committed tokens (a first round, or one after rounds at K = 0, feeds it many more).
+      const auto last = last_draft_.find(item.request->id);
+      const int64_t context_size = static_cast<int64_t>(item.context.size());
+      const bool steady = last != last_draft_.end() && context_size - last->second.context_size <= last->second.k + 1;
       Drafter* drafter = item.request->speculate && item.k > 0 ? drafter_for(item) : nullptr;
       if (drafter && item.k > 0) {
         if (!item.hidden.empty()) drafter->target_hidden(item.hidden_first, item.hidden);
@@ -69,6 +75,13 @@ boost::asio::awaitable<void> DraftActor::on(DraftRound& round) {
         dreq.sampling = r.sampling;
         dreq.mode = r.mode;
         drafter->propose(dreq, out.draft);
+        if (out.draft.k() > 0) {
+          if (steady) {
+            ready.steady_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_item).count();
+            ready.steady_tokens += out.draft.k();
+          }
+          last_draft_[item.request->id] = {context_size, out.draft.k()};
+        }
       }
       ready.items.push_back(std::move(out));
     }
@@ -80,7 +93,10 @@ boost::asio::awaitable<void> DraftActor::on(DraftRound& round) {
 }
 
 void DraftActor::on(Release& release) {
-  for (const RequestRef& r : release.requests) drafters_.erase(r->id);
+  for (const RequestRef& r : release.requests) {
+    drafters_.erase(r->id);
+    last_draft_.erase(r->id);
+  }
 }
 
 void DraftActor::on_failure(DraftMessage& message, std::exception_ptr error) {

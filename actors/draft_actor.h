@@ -44,6 +44,12 @@ class DraftActor : public Actor<DraftActor, DraftMessage> {
   FaultHook hook_;
   std::unique_ptr<streams::Stream> stream_;
   std::map<RequestId, std::unique_ptr<Drafter>> drafters_;  // nullptr for the "none" drafter
+  // Each request's last round that drafted: its context size and draft length (DraftsReady::steady_*).
+  struct LastDraft {
+    int64_t context_size = 0;
+    int64_t k = 0;
+  };
+  std::map<RequestId, LastDraft> last_draft_;
   std::optional<Mailbox<SchedulerMessage>::Sender> to_scheduler_;
   Trace* trace_ = nullptr;
 };

@@ -52,6 +52,13 @@ struct DraftsReady {
   std::uint64_t round = 0;
   std::vector<Drafted> items;
   double draft_seconds = 0;      // the draft stream's time for the whole round
+  // The time and draft tokens of the sequences whose drafter also drafted in their last round:
+  // what a draft token costs while drafting goes on. A drafter's first drafting round catches it
+  // up on the whole prompt (the trained head feeds every prompt position), and one after rounds at
+  // K = 0 on every token since; counted, they make a draft token look as dear as a prefill and keep
+  // the load-adaptive policy from drafting again.
+  double steady_seconds = 0;
+  std::int64_t steady_tokens = 0;
 };
 
 // One sequence's verdict.

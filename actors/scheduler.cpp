@@ -77,11 +77,13 @@ void Scheduler::on(Cancel& cancel) {
 void Scheduler::on(DraftsReady& ready) {
   if (optimistic_.erase(ready.round)) return on_optimistic_draft(ready);
   TraceScope span(trace_, Trace::Scheduler, "drafts ready round " + std::to_string(ready.round));
-  int64_t drafted = 0;
-  for (const Drafted& d : ready.items) drafted += d.draft.k();
   constexpr double kDecay = VerifyCostModel::kDecay;
-  draft_time_ = draft_time_ * kDecay + ready.draft_seconds;
-  draft_tokens_ = draft_tokens_ * kDecay + static_cast<double>(drafted);
+  // The cost per draft token from the sequences that drafted before (DraftsReady::steady_*);
+  // forgotten only as new measurements come in.
+  if (ready.steady_tokens > 0) {
+    draft_time_ = draft_time_ * kDecay + ready.steady_seconds;
+    draft_tokens_ = draft_tokens_ * kDecay + static_cast<double>(ready.steady_tokens);
+  }
   if (ready.items.size() == 1 && active_.size() == 1)
     if (Active* a = find(ready.items.front().request->id)) draft_optimistically(*a, ready.items.front());
   VerifyRound round{ready.round, std::move(ready.items), ready.draft_seconds};
@@ -133,11 +135,9 @@ void Scheduler::on_optimistic_draft(DraftsReady& ready) {
 
 void Scheduler::on(Verdict& verdict) {
   TraceScope span(trace_, Trace::Scheduler, "verdict round " + std::to_string(verdict.round));
-  if (verdict.forward_tokens > 0) verify_cost_.observe(verdict.forward_tokens, verdict.forward_seconds);
-  // A prefill forward computes logits for the last row of each sequence only, so its rows are a
-  // little cheaper; it serves to learn the slope early, until the verify forwards show it.
-  if (verdict.prefill_tokens > 0 && !verify_cost_.known())
-    verify_cost_.observe(verdict.prefill_tokens, verdict.prefill_seconds);
+  if (verdict.forward_tokens > 0) verify_cost_.observe_verify(verdict.forward_tokens, verdict.forward_seconds);
+  // A prefill forward serves to learn the slope early, until the verify forwards show it.
+  if (verdict.prefill_tokens > 0) verify_cost_.observe_prefill(verdict.prefill_tokens, verdict.prefill_seconds);
   for (const Judged& j : verdict.items) {
     Active* a = find(j.id);
     if (!a) continue;

@@ -279,6 +279,29 @@ TEST(Engine, GreedyOutputOfSixteenConcurrentRequestsWithTheLoadAdaptivePolicyEqu
   expect_greedy_equality(kNgramLoadAdaptive, 16);
 }
 
+TEST(Engine, TheTrainedHeadDraftsAtBatchOneUnderTheLoadAdaptivePolicyAndKeepsTheGreedyText) {
+  // The head's first drafting round also feeds it every prompt position (a prefill's worth of
+  // work for one token); counted as the cost of a draft token it kept the load-adaptive policy at
+  // K = 0 for good (0-3 tokens drafted in 16 requests). And where reading the weights dominates, a
+  // verify row costs far less than a prefill's rows suggest. Alone, the head must draft.
+  REQUIRE_SETUP(s);
+  const Drafting head{"eagle", {.k = 4, .adaptive = true, .k_min = 1, .k_max = 6, .max_entropy = 2.0f}};
+  Engine e(EngineConfig{.target = default_model_path(), .drafter = head.spelling, .device = "host", .target_model = {},
+                        .draft_model = {}, .draft = head.k, .max_batch = 16, .kv_tokens = 16 * 128, .threads = 2,
+                        .io_threads = 1, .pipeline = false, .trace_path = "", .fault_hook = {}, .judge_rule = {}});
+  int64_t drafted = 0, accepted = 0;
+  for (int p = 0; p < kPrompts; ++p) {
+    TokenStream stream = e.start(s->request(p, 96));
+    const Collected c = collect(stream);
+    ASSERT_EQ(c.last.kind, StreamEvent::Kind::Done) << c.last.error;
+    EXPECT_EQ(c.tokens, s->reference(head, s->request(p, 96))) << "prompt " << p;
+    drafted += c.last.stats.drafted;
+    accepted += c.last.stats.accepted;
+  }
+  EXPECT_GE(drafted, 20) << "the policy kept the head from drafting";
+  EXPECT_GT(accepted, 0);
+}
+
 TEST(Engine, ARequestWithSpeculationOffDecodesOneTokenPerRoundAndEqualsTheSequentialLoop) {
   REQUIRE_SETUP(s);
   for (Engine* e : {s->ngram.get(), s->ngram_pipelined.get()}) {

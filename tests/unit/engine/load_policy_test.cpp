@@ -94,16 +94,30 @@ TEST(LoadPolicy, UnknownCostsDraftTheMostAllowed) {
 
 TEST(VerifyCostModel, RecoversTheInterceptAndSlopeAndReadsNoSlopeFromOneRowCount) {
   VerifyCostModel m;
-  m.observe(10, 0.05);
-  m.observe(10, 0.05);
+  m.observe_verify(10, 0.05);
+  m.observe_verify(10, 0.05);
   EXPECT_EQ(m.slope(), 0);
   EXPECT_NEAR(m.intercept(), 0.05, 1e-12);
-  for (int64_t t : {1, 5, 64, 320, 17}) m.observe(t, 0.015 + 0.004 * static_cast<double>(t));
+  for (int64_t t : {1, 5, 64, 320, 17}) m.observe_verify(t, 0.015 + 0.004 * static_cast<double>(t));
   VerifyCostModel clean;
-  for (int64_t t : {1, 5, 64, 320, 17}) clean.observe(t, 0.015 + 0.004 * static_cast<double>(t));
+  for (int64_t t : {1, 5, 64, 320, 17}) clean.observe_verify(t, 0.015 + 0.004 * static_cast<double>(t));
   EXPECT_NEAR(clean.intercept(), 0.015, 1e-9);
   EXPECT_NEAR(clean.slope(), 0.004, 1e-12);
   EXPECT_GT(m.slope(), 0.003);
+}
+
+TEST(VerifyCostModel, APrefillGivesTheSlopeOnlyUntilTheVerifyForwardsShowTheirOwn) {
+  // One request on the 2-core machine: a 40-row prefill at 0.5 ms a row, then verify forwards of
+  // one and two rows at 3.4 and 3.65 ms (a row costs 0.25 ms where the weight read dominates).
+  VerifyCostModel m;
+  m.observe_prefill(40, 0.0034 + 0.0005 * 39);
+  m.observe_verify(1, 0.0034);
+  ASSERT_TRUE(m.known());
+  EXPECT_NEAR(m.slope(), 0.0005, 1e-9);  // early: the prefill's slope
+  m.observe_verify(2, 0.00365);
+  m.observe_prefill(40, 0.0034 + 0.0005 * 39);  // ignored now
+  EXPECT_NEAR(m.slope(), 0.00025, 1e-9);
+  EXPECT_NEAR(m.intercept(), 0.00315, 1e-9);
 }
 
 }  // namespace

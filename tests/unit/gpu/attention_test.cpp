@@ -196,15 +196,11 @@ struct ChunkResult {
   std::vector<float> m, l, o;
 };
 
-// Positions [p0, p1) (p1 <= 368) for the first `group` query heads, through `kernel`.
-ChunkResult run_chunk(void (*kernel)(const host_kernels::AttentionChunk&), const ChunkInputs& in, bool f16, int64_t group,
-                      int64_t p0, int64_t p1) {
+// A chunk of kv head 1 of `in` over positions [p0, p1) for `group` query heads at q; outputs unset.
+host_kernels::AttentionChunk chunk_of(const ChunkInputs& in, bool f16, int64_t group, const float* q, int64_t p0, int64_t p1) {
   const int64_t hd = in.hd;
-  const size_t g = static_cast<size_t>(group);
-  ChunkResult r{std::vector<float>(g, std::nanf("")), std::vector<float>(g, std::nanf("")), std::vector<float>(g * hd, std::nanf(""))};
-  std::vector<float> scores(g * static_cast<size_t>(p1 - p0), std::nanf(""));
   host_kernels::AttentionChunk c;
-  c.q = in.q.data();
+  c.q = q;
   c.k = f16 ? static_cast<const void*>(in.kh.data() + hd) : in.kf.data() + hd;
   c.v = f16 ? static_cast<const void*>(in.vh.data() + hd) : in.vf.data() + hd;
   c.f16 = f16;
@@ -216,6 +212,17 @@ ChunkResult run_chunk(void (*kernel)(const host_kernels::AttentionChunk&), const
   c.p0 = p0;
   c.p1 = p1;
   c.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  return c;
+}
+
+// Positions [p0, p1) (p1 <= 368) for the first `group` query heads, through `kernel`.
+ChunkResult run_chunk(void (*kernel)(const host_kernels::AttentionChunk&), const ChunkInputs& in, bool f16, int64_t group,
+                      int64_t p0, int64_t p1) {
+  const int64_t hd = in.hd;
+  const size_t g = static_cast<size_t>(group);
+  ChunkResult r{std::vector<float>(g, std::nanf("")), std::vector<float>(g, std::nanf("")), std::vector<float>(g * hd, std::nanf(""))};
+  std::vector<float> scores(g * static_cast<size_t>(p1 - p0), std::nanf(""));
+  host_kernels::AttentionChunk c = chunk_of(in, f16, group, in.q.data(), p0, p1);
   c.m = r.m.data();
   c.l = r.l.data();
   c.o = r.o.data();
@@ -279,19 +286,8 @@ TEST(HostAttention, TheJointAvx512KernelGivesEveryRowOfARoundTheBitsOfThatRowAlo
             std::vector<float> scores(static_cast<size_t>(rows * group * host_kernels::kChunkTokens), std::nanf(""));
             std::vector<host_kernels::AttentionChunk> cs;
             for (int64_t r = 0; r < rows; ++r) {
-              host_kernels::AttentionChunk c;
-              c.q = q.data() + r * group * hd;
-              c.k = f16 ? static_cast<const void*>(in.kh.data() + hd) : in.kf.data() + hd;
-              c.v = f16 ? static_cast<const void*>(in.vh.data() + hd) : in.vf.data() + hd;
-              c.f16 = f16;
-              c.blocks = in.blocks.data();
-              c.block_tokens = 16;
-              c.row_floats = 2 * hd;
-              c.head_dim = hd;
-              c.group = group;
-              c.p0 = p0;
-              c.p1 = p0 + std::min<int64_t>(first_n + r, host_kernels::kChunkTokens);
-              c.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+              host_kernels::AttentionChunk c = chunk_of(in, f16, group, q.data() + r * group * hd, p0,
+                                                        p0 + std::min<int64_t>(first_n + r, host_kernels::kChunkTokens));
               float* out = joint.data() + static_cast<size_t>(r) * per;
               c.m = out, c.l = out + group, c.o = out + 2 * group;
               c.scores = scores.data();
