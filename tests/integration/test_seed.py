@@ -1,7 +1,8 @@
 """The seed promise of docs/protocol.md ("The seed promise"), against a real server with the main
-job's settings (scripts/run.sh: the n-gram drafter, adaptive K, the load-adaptive policy): a seeded
-request gives the same text sent alone and among 16 concurrent others, in coupled mode (the
-default with a seed), in exact mode with a fixed K, and greedy."""
+job's settings (scripts/run.sh: the trained head, adaptive K, the entropy rule, the load-adaptive
+policy) and with the n-gram drafter: a seeded request gives the same text sent alone and among 16
+concurrent others, in coupled mode (the default with a seed), in exact mode with a fixed K, and
+greedy."""
 import asyncio
 import json
 
@@ -42,10 +43,16 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def main_job_server(tmp_path_factory):
-    """The main job's drafting settings (scripts/run.sh), room for 17 requests in one batch."""
-    srv = Server(["--draft", "ngram", "--adaptive", "--max-batch", "16", "--max-queue", "64"],
+DRAFTERS = {
+    "the main job's head": ["--draft", "eagle", "--adaptive", "--draft-entropy", "2"],  # scripts/run.sh
+    "n-gram": ["--draft", "ngram", "--adaptive"],
+}
+
+
+@pytest.fixture(scope="module", params=list(DRAFTERS))
+def main_job_server(request, tmp_path_factory):
+    """A drafter's settings, room for 17 requests in one batch."""
+    srv = Server(DRAFTERS[request.param] + ["--max-batch", "16", "--max-queue", "64"],
                  tmp_path_factory.mktemp("seed") / "serve.log")
     yield srv
     assert srv.stop() == 0, srv.output()
@@ -67,6 +74,9 @@ def test_a_seeded_request_gives_the_same_text_alone_and_among_16_others(main_job
         assert crowded == alone, f"{case}: alone {alone!r}\namong 16 others {crowded!r}"
         return done_alone, done_crowded
     done_alone, done_crowded = asyncio.run(main())
-    if case != "greedy":  # the probe did speculate, so K and the drafts had a chance to matter
-        assert done_alone["stats"]["drafted"] > 0 and done_crowded["stats"]["drafted"] > 0
+    if case != "greedy":
+        # The probe speculated in at least one of the two runs, so the drafts had a chance to change
+        # its text. (Among 16 others the load-adaptive policy may hold the head at K = 0: then one
+        # run drafted and the other did not, which the seed promise covers too.)
+        assert done_alone["stats"]["drafted"] + done_crowded["stats"]["drafted"] > 0
 
