@@ -121,6 +121,10 @@ EagleWeights::EagleWeights(std::shared_ptr<const EagleHead> h, const LoadedModel
   out_norm = ops.upload(head->out_norm);
   out = ops.upload(head->out);
   inv_freq = rope_inv_freq(head->config);
+  const std::vector<int32_t>& map = head->token_map;
+  by_id.resize(map.size());
+  for (size_t r = 0; r < by_id.size(); ++r) by_id[r] = static_cast<int32_t>(r);
+  std::sort(by_id.begin(), by_id.end(), [&](int32_t a, int32_t b) { return map[a] < map[b]; });
 }
 
 EagleDrafter::EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t max_positions)
@@ -227,7 +231,7 @@ void EagleDrafter::run(const float* f, std::span<const int32_t> tokens, int64_t 
 bool EagleDrafter::draft_greedy(const DraftRequest& req, int64_t i, int32_t& token) {
   // The argmax of the row over the vocabulary, found among the head's N logits (every other token
   // is -inf): ties go to the smaller token id, as argmax over the full row does. The entropy rule
-  // judges the untempered softmax, which is the N tokens' softmax. q is one-hot.
+  // judges the untempered softmax, which is the N tokens' softmax. q is one-hot (append_q_row).
   const std::vector<int32_t>& map = w_->head->token_map;
   size_t best = 0;
   for (size_t r = 1; r < map.size(); ++r)
@@ -245,28 +249,50 @@ bool EagleDrafter::draft_greedy(const DraftRequest& req, int64_t i, int32_t& tok
     if (std::log(z) - ez / z > req.max_entropy) return false;
   }
   token = map[best];
-  q_.assign(static_cast<size_t>(w_->target_vocab), 0.0f);
-  q_[static_cast<size_t>(token)] = 1.0f;
   return true;
 }
 
 bool EagleDrafter::draft_reduced(const DraftRequest& req, int64_t i, int32_t& token) {
-  // The sampling transform on the head's N logits, then scattered to the vocabulary: the tokens
-  // outside the head's N have q = 0 either way, so this is the transform of the full row (up to
-  // which of two equal logits top-k keeps), at a sixth of the sort and exp work. The draw is the
-  // shared Gumbel draw over the vocabulary, keyed by the token ids as every drafter's is.
+  // The sampling transform on the head's N logits: the tokens outside the head's N have q = 0
+  // either way, so this is the transform of the full row (up to which of two equal logits top-k
+  // keeps), at a sixth of the sort and exp work. The entropy and the draw visit the N tokens in
+  // increasing id, so they are entropy_nats and sample_gumbel over the scattered row, without it
+  // (the draw keyed by the token ids as every drafter's is); append_q_row scatters q once.
+  const std::vector<int32_t>& by_id = w_->by_id;
   const std::vector<int32_t>& map = w_->head->token_map;
   transform_logits(logits_, req.sampling, red_);
-  logq_.assign(static_cast<size_t>(w_->target_vocab), -std::numeric_limits<float>::infinity());
-  q_.assign(static_cast<size_t>(w_->target_vocab), 0.0f);
-  for (size_t r = 0; r < map.size(); ++r) {
-    if (red_[r] == -std::numeric_limits<float>::infinity()) continue;
-    logq_[static_cast<size_t>(map[r])] = red_[r];
-    q_[static_cast<size_t>(map[r])] = std::exp(red_[r]);
+  ids_.resize(by_id.size());
+  logq_.resize(by_id.size());
+  for (size_t j = 0; j < by_id.size(); ++j) {
+    ids_[j] = map[static_cast<size_t>(by_id[j])];
+    logq_[j] = red_[static_cast<size_t>(by_id[j])];
   }
-  if (req.max_entropy > 0 && i >= req.min_tokens && entropy_nats(q_) > req.max_entropy) return false;
-  token = draw_draft_token(logq_, req, i);
+  if (req.max_entropy > 0 && i >= req.min_tokens) {
+    double entropy = 0;
+    for (float lq : logq_) {
+      const float q = std::exp(lq);
+      if (q > 0.0f) entropy -= static_cast<double>(q) * std::log(static_cast<double>(q));
+    }
+    if (entropy > req.max_entropy) return false;
+  }
+  const RngStream stream = req.mode == SpecSampling::Coupled ? RngStream::Token : RngStream::Draft;
+  token = sample_gumbel_among(ids_, logq_, req.sampling.seed, req.position + i, stream);
   return true;
+}
+
+void EagleDrafter::append_q_row(const DraftRequest& req, int32_t token, DraftProposal& out) const {
+  // Row k of out.q: one-hot at the token for greedy params, else q = exp(transformed logits) on
+  // the head's N tokens (red_) and 0 elsewhere.
+  const size_t base = out.q.size();
+  out.q.resize(base + static_cast<size_t>(w_->target_vocab), 0.0f);
+  float* row = out.q.data() + base;
+  if (req.sampling.greedy()) {
+    row[token] = 1.0f;
+    return;
+  }
+  const std::vector<int32_t>& map = w_->head->token_map;
+  for (size_t r = 0; r < map.size(); ++r)
+    if (red_[r] != -std::numeric_limits<float>::infinity()) row[map[r]] = std::exp(red_[r]);
 }
 
 bool EagleDrafter::continues_chain(std::span<const int32_t> context) const {
@@ -314,7 +340,7 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
       break;
     }
     out.tokens.push_back(t);
-    out.q.insert(out.q.end(), q_.begin(), q_.end());
+    append_q_row(req, t, out);
     // The head's own output of the entry just run: the feature of the next depth, or of a
     // continuation of this proposal.
     feat_.assign(g_.end() - hidden_, g_.end());

@@ -224,9 +224,39 @@ void transform_to_probs(std::span<const float> logits, const SamplingParams& sp,
   for (float& x : probs) x = std::exp(x);
 }
 
-int32_t sample_gumbel(std::span<const float> logp, uint64_t seed, int64_t position, RngStream stream) {
+namespace {
+
+// One token's Gumbel-max score, and the running maximum over tokens visited in increasing id
+// (the first of equal scores wins).
+struct GumbelMax {
+  uint64_t seed;
+  int64_t position;
+  RngStream stream;
   int32_t best = -1;
   double best_score = -std::numeric_limits<double>::infinity();
+  void visit(int32_t v, float logp) {
+    const double u = philox_uniform(seed, position, stream, static_cast<uint64_t>(v));
+    const double score = static_cast<double>(logp) - std::log(-std::log(u));
+    if (score > best_score) {
+      best_score = score;
+      best = v;
+    }
+  }
+};
+
+}  // namespace
+
+int32_t sample_gumbel_among(std::span<const int32_t> ids, std::span<const float> logp, uint64_t seed, int64_t position,
+                            RngStream stream) {
+  GumbelMax g{seed, position, stream};
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (logp[i] != -std::numeric_limits<float>::infinity()) g.visit(ids[i], logp[i]);
+  if (g.best < 0) throw std::logic_error("sample_gumbel: every token is excluded");
+  return g.best;
+}
+
+int32_t sample_gumbel(std::span<const float> logp, uint64_t seed, int64_t position, RngStream stream) {
+  GumbelMax g{seed, position, stream};
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   constexpr size_t kBlock = 64;
   for (size_t v = 0; v < logp.size(); ++v) {
@@ -236,15 +266,10 @@ int32_t sample_gumbel(std::span<const float> logp, uint64_t seed, int64_t positi
       continue;
     }
     if (logp[v] == kNegInf) continue;
-    const double u = philox_uniform(seed, position, stream, v);
-    const double score = static_cast<double>(logp[v]) - std::log(-std::log(u));
-    if (score > best_score) {
-      best_score = score;
-      best = static_cast<int32_t>(v);
-    }
+    g.visit(static_cast<int32_t>(v), logp[v]);
   }
-  if (best < 0) throw std::logic_error("sample_gumbel: every token is excluded");
-  return best;
+  if (g.best < 0) throw std::logic_error("sample_gumbel: every token is excluded");
+  return g.best;
 }
 
 int32_t sample_token(std::span<const float> logits, const SamplingParams& sp, int64_t position) {

@@ -35,6 +35,12 @@ int32_t argmax(std::span<const float> x);
 // exact draw from softmax(logp). Entries at -inf are never chosen.
 int32_t sample_gumbel(std::span<const float> logp, uint64_t seed, int64_t position, RngStream stream);
 
+// The same draw as sample_gumbel over a vocabulary holding logp[i] at token ids[i] (ascending) and
+// -inf everywhere else: a drafter whose q lives on a few ids (the trained head's reduced
+// vocabulary) draws without a vocabulary-wide row.
+int32_t sample_gumbel_among(std::span<const int32_t> ids, std::span<const float> logp, uint64_t seed, int64_t position,
+                            RngStream stream);
+
 // Draws the token for `position` from raw logits with the request's params (greedy: argmax).
 int32_t sample_token(std::span<const float> logits, const SamplingParams& sp, int64_t position);
 
