@@ -179,6 +179,32 @@ TEST(Sampling, TheTransformGivesItsDefinitionsBitsForAnyVocabularyTemperatureTop
   EXPECT_GT(rows, 500);
 }
 
+TEST(Sampling, AGumbelDrawAmongSomeIdsIsTheDrawOverTheRowWithEveryOtherTokenExcluded) {
+  // The trained head draws among its 8,192 ids (spec/eagle_drafter.cpp); the verifier's exactness
+  // argument needs it to be the draw over the full row. Equal log-probabilities included, where
+  // the lower id must win on a tie as the full row's scan gives it.
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t V = 50 + rng() % 3000;
+    std::vector<float> row(V, -std::numeric_limits<float>::infinity());
+    std::vector<int32_t> ids;
+    std::vector<float> lp;
+    for (size_t v = 0; v < V; ++v)
+      if (rng() % 5 == 0) {
+        const float x = trial % 3 == 0 ? -2.0f : g(rng);
+        row[v] = x;
+        ids.push_back(static_cast<int32_t>(v));
+        lp.push_back(x);
+      }
+    if (ids.empty()) continue;
+    for (int64_t position : {0, 17, 4096})
+      for (RngStream stream : {RngStream::Token, RngStream::Draft})
+        ASSERT_EQ(sample_gumbel_among(ids, lp, 11 + trial, position, stream), sample_gumbel(row, 11 + trial, position, stream))
+            << "trial " << trial << " position " << position;
+  }
+}
+
 TEST(Sampling, TemperatureZeroIsArgmaxWithTheLowestIndexOnTies) {
   EXPECT_EQ(sample_token(logits_of({1.0f, 5.0f, 5.0f, 2.0f}), SamplingParams{0.0f, 0, 1.0f, 9}, 3), 1);
 }
