@@ -77,7 +77,10 @@ def test_sigterm_cancels_what_is_still_running_at_the_deadline_and_exits_zero(fr
     srv = fresh_server("--draft", "ngram", "--shutdown-timeout", "0.5")
     async def main():
         async with connect(srv.ws_url) as ws:
-            await ws.send(json.dumps({**GEN, "id": "long", "max_tokens": 3000}))
+            # Greedy, so that it is still running at the deadline: this story runs past 1,000 tokens
+            # (over 3 s), where a sampled one (a random seed) sometimes ended within the 0.5 s once
+            # decoding reached ~300 tokens/s.
+            await ws.send(json.dumps({**GEN, "id": "long", "max_tokens": 3000, "temperature": 0}))
             async with asyncio.timeout(30):
                 while json.loads(await ws.recv())["type"] != "token":
                     pass
