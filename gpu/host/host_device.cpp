@@ -24,7 +24,7 @@ namespace specula {
 HostOps::HostOps(int threads) : HostOps(threads, host_kernels::host_path_for(std::getenv("SPECULA_SIMD"))) {}
 
 HostOps::HostOps(int threads, host_kernels::HostPath path)
-    : path_(path), int8_(host_kernels::int8_kernel_for(path.isa)), pool_(std::max(1, threads)) {
+    : path_(path), int8_(host_kernels::int8_kernel_for(path.isa, path.amx)), pool_(std::max(1, threads)) {
   if (path_.isa == host_kernels::Isa::kAvx512 && !host_kernels::cpu_has_avx512())
     throw std::invalid_argument("host path avx512: this CPU has no AVX-512 F/BW/VL");
   if (path_.isa == host_kernels::Isa::kAvx2 && !host_kernels::cpu_has_avx2_fma())

@@ -45,6 +45,23 @@ bool cpu_has_avx512_vnni() {
 #endif
 }
 
+bool cpu_has_amx_int8() {
+#if defined(__x86_64__)
+  // The CPU's tile unit, the kernel's XSAVE of its state (XCR0 bits 17 and 18), and Linux's
+  // permission for this process (amx_int8_usable asks for it once).
+  static const bool has = [] {
+    if (!cpu_has_avx512_vnni() || !__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-int8")) return false;
+    uint32_t lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return false;
+    return amx_int8_usable();
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
 bool cpu_has_avx_vnni() {
 #if defined(__x86_64__)
   static const bool has = cpu_has_avx2_fma() && __builtin_cpu_supports("avxvnni");
@@ -118,7 +135,7 @@ Isa isa_for_env(const char* specula_simd) {
 }
 
 std::string HostPath::name() const {
-  return reference ? std::string(isa_name(isa)) + " reference" : int8_kernel_name(int8_kernel_for(isa));
+  return reference ? std::string(isa_name(isa)) + " reference" : int8_kernel_name(int8_kernel_for(isa, amx));
 }
 
 HostPath host_path_for(const char* specula_simd) {
@@ -137,13 +154,21 @@ HostPath host_path_for(const char* specula_simd) {
     if (!cpu_has_avx2_fma())
       throw std::invalid_argument("SPECULA_SIMD=" + std::string(specula_simd) + ": this CPU has no AVX2+FMA+F16C (its widest path is " + isa_name(widest) + ")");
     p.isa = Isa::kAvx2;
-  } else if (v == "avx512") {
+  } else if (v == "avx512" || (!p.reference && v == "avx512-vnni")) {
     if (!cpu_has_avx512())
       throw std::invalid_argument("SPECULA_SIMD=" + std::string(specula_simd) + ": this CPU has no AVX-512 F/BW/VL (its widest path is " + isa_name(widest) + ")");
     p.isa = Isa::kAvx512;
+    p.amx = v == "avx512";
+  } else if (!p.reference && v == "amx") {
+    if (!cpu_has_amx_int8())
+      throw std::invalid_argument("SPECULA_SIMD=" + std::string(specula_simd) +
+                                  ": this CPU (or its kernel) offers no AMX-INT8 tile unit (its widest path is " +
+                                  int8_kernel_name(int8_kernel_for(widest)) + ")");
+    p.isa = Isa::kAvx512;
   } else {
     throw std::invalid_argument("SPECULA_SIMD=" + std::string(specula_simd) +
-                                ": not a host path (expected reference, avx512, avx2, portable, reference-avx2 or reference-portable)");
+                                ": not a host path (expected reference, amx, avx512, avx512-vnni, avx2, portable, reference-avx512, "
+                                "reference-avx2 or reference-portable)");
   }
   return p;
 }

@@ -59,6 +59,11 @@ bool cpu_has_avx2_fma();
 bool cpu_has_avx512();
 // cpu_has_avx512() and AVX-512 VNNI (the int8 path's 512-bit kernels).
 bool cpu_has_avx512_vnni();
+// cpu_has_avx512_vnni() and AMX-TILE + AMX-INT8 with the tile state enabled by the OS and
+// granted to this process (Linux's arch_prctl(ARCH_REQ_XCOMP_PERM), asked once).
+bool cpu_has_amx_int8();
+// Asks Linux for this process's permission to use the AMX tile data (qmatmul_amx.cpp).
+bool amx_int8_usable();
 // AVX2+FMA+F16C and AVX-VNNI (VEX-encoded vpdpbusd on 256-bit vectors).
 bool cpu_has_avx_vnni();
 
@@ -75,6 +80,7 @@ Isa isa_for_env(const char* specula_simd);
 struct HostPath {
   Isa isa = Isa::kPortable;
   bool reference = false;
+  bool amx = true;  // the int8 path may take the AMX kernel where the CPU has it (AVX-512 only)
   // The int8 kernel ("avx512-vnni", "avx-vnni", "avx2", "portable"), or the ISA and
   // " reference" ("avx512 reference", ...).
   std::string name() const;
@@ -82,7 +88,8 @@ struct HostPath {
 
 // The path a value of SPECULA_SIMD asks for (nullptr or "" when unset): unset takes the widest ISA
 // the CPU has with the int8 path; "reference" the widest ISA with f32 activations; "avx512",
-// "avx2" or "portable" that ISA with the int8 path, and "reference-avx2" / "reference-portable"
+// "avx2" or "portable" that ISA with the int8 path ("avx512" takes AMX where the CPU has it;
+// "avx512-vnni" is AVX-512 without AMX, "amx" insists on AMX), and "reference-avx2" / "reference-portable"
 // that ISA with f32 activations. Throws std::invalid_argument naming the value for one this CPU
 // lacks or that is not a path.
 HostPath host_path_for(const char* specula_simd);

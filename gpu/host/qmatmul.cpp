@@ -246,6 +246,7 @@ const char* int8_kernel_name(Int8Kernel k) {
     case Int8Kernel::kAvx2: return "avx2";
     case Int8Kernel::kAvxVnni: return "avx-vnni";
     case Int8Kernel::kAvx512Vnni: return "avx512-vnni";
+    case Int8Kernel::kAmx: return "amx";
     default: return "portable";
   }
 }
@@ -255,12 +256,14 @@ bool cpu_has_int8_kernel(Int8Kernel k) {
     case Int8Kernel::kAvx2: return cpu_has_avx2_fma();
     case Int8Kernel::kAvxVnni: return cpu_has_avx_vnni();
     case Int8Kernel::kAvx512Vnni: return cpu_has_avx512_vnni();
+    case Int8Kernel::kAmx: return cpu_has_amx_int8();
     default: return true;
   }
 }
 
-Int8Kernel int8_kernel_for(Isa isa) {
+Int8Kernel int8_kernel_for(Isa isa, bool amx) {
   if (isa == Isa::kPortable) return Int8Kernel::kPortable;
+  if (isa == Isa::kAvx512 && amx && cpu_has_amx_int8()) return Int8Kernel::kAmx;
   if (isa == Isa::kAvx512 && cpu_has_avx512_vnni()) return Int8Kernel::kAvx512Vnni;
   if (cpu_has_avx_vnni()) return Int8Kernel::kAvxVnni;
   return cpu_has_avx2_fma() ? Int8Kernel::kAvx2 : Int8Kernel::kPortable;
@@ -274,6 +277,7 @@ PackedKernel packed_kernel(Int8Kernel k, DType t) {
     case Int8Kernel::kAvx2: f = avx2_packed_kernel(t); break;
     case Int8Kernel::kAvxVnni: f = avxvnni_packed_kernel(t); break;
     case Int8Kernel::kAvx512Vnni: f = avx512vnni_packed_kernel(t); break;
+    case Int8Kernel::kAmx: f = amx_packed_kernel(t); break;
     default: f = portable_packed_kernel(t); break;
   }
   if (f == nullptr) throw std::invalid_argument(std::string("int8 path: no kernel for ") + dtype_name(t));

@@ -82,13 +82,14 @@ enum class Int8Kernel {
   kAvx2,        // 256-bit, vpmaddubsw (qmatmul_avx2.cpp)
   kAvxVnni,     // 256-bit, AVX-VNNI vpdpbusd (qmatmul_avxvnni.cpp)
   kAvx512Vnni,  // 512-bit, two groups per vector, AVX-512 VNNI vpdpbusd (qmatmul_avx512vnni.cpp)
+  kAmx,         // AMX tile multiplies for 2..16 rows at a time, AVX-512 VNNI for one (qmatmul_amx.cpp)
 };
-const char* int8_kernel_name(Int8Kernel k);  // "portable", "avx2", "avx-vnni", "avx512-vnni"
+const char* int8_kernel_name(Int8Kernel k);  // "portable", "avx2", "avx-vnni", "avx512-vnni", "amx"
 bool cpu_has_int8_kernel(Int8Kernel k);
 // The kernel the int8 path runs for a host ISA on this CPU: the portable ISA runs the portable
-// kernel; AVX-512 runs AVX-512 VNNI where the CPU has it; otherwise (AVX2, or AVX-512 without VNNI)
-// AVX-VNNI where present, else vpmaddubsw.
-Int8Kernel int8_kernel_for(Isa isa);
+// kernel; AVX-512 runs AMX where the CPU has it and `amx` allows, else AVX-512 VNNI where the CPU
+// has it; otherwise (AVX2, or AVX-512 without VNNI) AVX-VNNI where present, else vpmaddubsw.
+Int8Kernel int8_kernel_for(Isa isa, bool amx = true);
 // The kernel for a type; throws std::invalid_argument for a kernel this CPU lacks or a type
 // without a packed layout.
 PackedKernel packed_kernel(Int8Kernel k, DType t);
@@ -98,6 +99,7 @@ PackedKernel portable_packed_kernel(DType t);
 PackedKernel avx2_packed_kernel(DType t);
 PackedKernel avxvnni_packed_kernel(DType t);
 PackedKernel avx512vnni_packed_kernel(DType t);
+PackedKernel amx_packed_kernel(DType t);
 // The AVX2 activation quantizer (the same values as quantize_rows, faster).
 void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, int32_t* isum, int32_t* isum_lo,
                         float* sx);

@@ -21,7 +21,7 @@ namespace {
 
 TEST(QmatmulBench, DISABLED_CacheResidentKernelsPerRowCount) {
   using host_kernels::Int8Kernel;
-  for (Int8Kernel kernel : {Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni})
+  for (Int8Kernel kernel : {Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni, Int8Kernel::kAmx})
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
     if (!host_kernels::cpu_has_int8_kernel(kernel)) continue;
     const int64_t rows = 576, cols = (t == DType::Q4_K || t == DType::Q6_K) ? 768 : 576;  // K-quants: rows of 256

@@ -62,7 +62,7 @@ using host_kernels::Int8Kernel;
 // Every int8 kernel this CPU can run, the portable one first.
 std::vector<Int8Kernel> int8_kernels() {
   std::vector<Int8Kernel> v;
-  for (Int8Kernel k : {Int8Kernel::kPortable, Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni})
+  for (Int8Kernel k : {Int8Kernel::kPortable, Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni, Int8Kernel::kAmx})
     if (host_kernels::cpu_has_int8_kernel(k)) v.push_back(k);
   return v;
 }
@@ -211,6 +211,31 @@ TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrT
   }
 }
 
+// Past 16 rows the AMX kernel runs whole tiles of 16 and one tile of the rest: every row of a
+// 17-, 31- or 40-row call still equals its 1-row call.
+TEST(Int8Kernels, EachRowOfACallPastSixteenRowsIsBitEqualToTheOneRowCall) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    // 576 columns (the default model's width) where the type allows, else whole super-blocks.
+    const int64_t rows = 40, c = t == DType::Q4_K || t == DType::Q6_K ? 768 : 576;
+    const Stored w = random_stored(t, rows, c, 70 + static_cast<uint32_t>(t));
+    ThreadPool pool(1);
+    auto m = pack_matrix(w.view, pool);
+    const auto all = random_x(40, c, 80);
+    for (Int8Kernel isa : int8_kernels()) {
+      for (int64_t n : {17, 31, 40}) {
+        const std::vector<float> x(all.begin(), all.begin() + n * c);
+        const auto y = run(*m, x, n, 2, isa);
+        for (int64_t i = 0; i < n; ++i) {
+          const auto one = run(*m, std::vector<float>(all.begin() + i * c, all.begin() + (i + 1) * c), 1, 1, isa);
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_TRUE(bit_equal(y[i * rows + r], one[r]))
+                << dtype_name(t) << " " << host_kernels::int8_kernel_name(isa) << " n=" << n << " row " << i << " out " << r;
+        }
+      }
+    }
+  }
+}
+
 // 50 rows are 7 groups: the 512-bit kernels run three pairs and a lone last group with padding
 // rows, and two threads split the groups at an odd boundary.
 TEST(Int8Kernels, EveryVectorKernelTheCpuHasAgreesWithThePortableKernelBitForBit) {
@@ -221,7 +246,7 @@ TEST(Int8Kernels, EveryVectorKernelTheCpuHasAgreesWithThePortableKernelBitForBit
       const Stored w = random_stored(t, rows, 768, 50 + static_cast<uint32_t>(t));
       ThreadPool pool(1);
       auto m = pack_matrix(w.view, pool);
-      for (int64_t n : {1, 7, 13}) {
+      for (int64_t n : {1, 7, 13, 16, 23, 40}) {
         const auto x = random_x(n, 768, 60);
         const auto want = run(*m, x, n, 2, Int8Kernel::kPortable);
         for (size_t k = 1; k < kernels.size(); ++k) {
@@ -348,13 +373,25 @@ TEST(HostPath, TheInt8PathRunsTheWidestKernelTheCpuHasAndNamesIt) {
     EXPECT_EQ(int8_kernel_for(Isa::kAvx2), host_kernels::cpu_has_avx_vnni() ? Int8Kernel::kAvxVnni : Int8Kernel::kAvx2);
   }
   if (host_kernels::cpu_has_avx512_vnni()) {
-    EXPECT_EQ(int8_kernel_for(Isa::kAvx512), Int8Kernel::kAvx512Vnni);
+    EXPECT_EQ(int8_kernel_for(Isa::kAvx512), host_kernels::cpu_has_amx_int8() ? Int8Kernel::kAmx : Int8Kernel::kAvx512Vnni);
+    EXPECT_EQ(int8_kernel_for(Isa::kAvx512, false), Int8Kernel::kAvx512Vnni);
+    EXPECT_EQ(host_kernels::host_path_for("avx512-vnni").name(), "avx512-vnni");
+  }
+  if (host_kernels::cpu_has_amx_int8()) {
+    EXPECT_EQ(host_kernels::host_path_for("amx").name(), "amx");
+  } else {
+    try {
+      host_kernels::host_path_for("amx");
+      ADD_FAILURE() << "SPECULA_SIMD=amx was accepted on a CPU without AMX";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("no AMX-INT8"), std::string::npos) << e.what();
+    }
   }
   const auto widest = int8_kernels().back();
   EXPECT_EQ(int8_kernel_for(host_kernels::host_path_for(nullptr).isa), widest);
   EXPECT_EQ(host_kernels::host_path_for(nullptr).name(), host_kernels::int8_kernel_name(widest));
   EXPECT_EQ(host_kernels::host_path_for("reference-portable").name(), "portable reference");
-  for (Int8Kernel k : {Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni})
+  for (Int8Kernel k : {Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni, Int8Kernel::kAmx})
     if (!host_kernels::cpu_has_int8_kernel(k)) {
       try {
         host_kernels::packed_kernel(k, DType::Q4_0);
