@@ -68,13 +68,13 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   if (m.cfg.kv_tokens < 16)
     throw std::invalid_argument("kv_tokens must be >= 16, got " + std::to_string(m.cfg.kv_tokens));
   const auto device = [&](const DeviceOptions& o) { return m.cfg.device_factory ? m.cfg.device_factory(o) : make_device(o); };
-  m.ops = device(DeviceOptions{m.cfg.device, m.cfg.threads});
+  m.ops = device(DeviceOptions{m.cfg.device, m.cfg.threads, ""});
   m.files = m.cfg.target_model ? m.cfg.target_model : std::make_shared<const LoadedModel>(load_model(m.cfg.target));
   m.model = std::make_unique<LlamaModel>(m.files->weights, *m.ops);
   m.default_stop = default_stop_ids(*m.files);
   LlamaModel* draft_target = m.model.get();
   if (m.cfg.pipeline) {
-    m.draft_ops = device(DeviceOptions{m.cfg.device, m.cfg.draft_threads > 0 ? m.cfg.draft_threads : m.cfg.threads});
+    m.draft_ops = device(DeviceOptions{m.cfg.device, m.cfg.draft_threads > 0 ? m.cfg.draft_threads : m.cfg.threads, ""});
     m.draft_model = std::make_unique<LlamaModel>(m.files->weights, *m.draft_ops);
     draft_target = m.draft_model.get();
   }

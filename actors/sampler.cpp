@@ -154,7 +154,7 @@ void Sampler::on(Judge& judge) {
     ++st.rounds;
     st.draft_seconds += judge.draft_seconds;
     st.verify_seconds += judge.verify_seconds;
-    Judged j{s.request->id, k, 0, {}, false};
+    Judged j{s.request->id, k, 0, {}, false, false, 0, {}};
     if (!s.continued) {
       const RoundOutcome outcome = s.verdict ? std::move(*s.verdict) : apply_rule(s.draft, s.target_logits, *s.request, s.position, true);
       st.count_judged(0, k, outcome.accepted);

@@ -232,7 +232,7 @@ void Scheduler::next_round() {
     queue_.pop_front();
     blocks_reserved_ += need;
     active_.push_back(Active{r, r->request.prompt, DraftLength(r->request.draft), need, false, false, false, false, {},
-                             0, 0, std::nullopt});
+                             0, 0, std::nullopt, 0, 0, {}});
   }
   std::vector<Active*> idle;
   for (Active& a : active_)
@@ -295,7 +295,7 @@ std::vector<int> Scheduler::draft_lengths(const std::vector<Active*>& members,
 }
 
 DraftItem Scheduler::draft_item(Active& a, std::vector<int32_t> context, int k) {
-  DraftItem item{a.request, std::move(context), k};
+  DraftItem item{a.request, std::move(context), k, 0, {}};
   if (k > 0) {
     item.hidden_first = a.hidden_first;
     item.hidden = std::move(a.hidden);

@@ -11,12 +11,12 @@ namespace specula::actors {
 Verifier::Verifier(boost::asio::any_io_executor executor, LlamaModel& target, int64_t kv_tokens, FaultHook hook,
                    bool hand_hidden, bool device_judge)
     : Actor(std::move(executor), "verifier"),
-      hand_hidden_(hand_hidden),
       target_(target),
       kv_(target.ops(), target.kv_config(kv_tokens)),
       hook_(std::move(hook)),
       stream_(target.ops().make_stream("verify")),
-      blocks_free_(kv_.blocks_free()) {
+      blocks_free_(kv_.blocks_free()),
+      hand_hidden_(hand_hidden) {
   device_judge_ = device_judge && target.ops().judges_on_device();
 }
 
@@ -95,7 +95,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
   size_t row = 0;
   for (size_t i = 0; i < round.items.size(); ++i) {
     Drafted& d = round.items[i];
-    Scored s{d.request, static_cast<int64_t>(d.context.size()), std::move(d.draft), {}, d.continued};
+    Scored s{d.request, static_cast<int64_t>(d.context.size()), std::move(d.draft), {}, d.continued, {}, {}, std::nullopt};
     const size_t rows = windows[i].size();
     judge.forward_tokens += static_cast<int64_t>(rows);
     if (on_device) {
