@@ -1,6 +1,6 @@
 // The host's fast matmul path: weights repacked once at load into groups of 8 interleaved rows,
 // activations quantized to int8 per 32-value block once per call, integer dot products (AMX tiles
-// for 9 or more rows, AVX-512 VNNI, AVX-VNNI, AVX2 maddubs or portable C++, chosen at run time),
+// for 13-16 rows, AVX-512 VNNI, AVX-VNNI, AVX2 maddubs or portable C++, chosen at run time),
 // one f32 FMA per block and output row.
 //
 // Row property: y[i, r] depends only on activation row i and weight row r, never on how many rows

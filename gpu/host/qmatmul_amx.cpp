@@ -11,12 +11,11 @@
 // fixes: acc = fma(float(isum), fl(dw * dx), acc) [+ fma(mw, sx, acc)] in block order. Every row
 // stays bit-equal to the other kernels and to the 1-row call.
 //
-// One row gains nothing from the tile unit (the weights must be stored as a B tile and the sums
-// stored and loaded back), so one-row calls and Q6_K (whose two 16-column halves need their own
-// sums) run the AVX-512 VNNI kernel, which gives the same bits.
+// The tile unit costs a fixed amount per block (each block's sums must be stored and read back:
+// its own scales keep them apart), so it runs only for calls of 13 to 16 rows; others, and Q6_K
+// (whose two 16-column halves need their own sums), run the AVX-512 VNNI kernel, same bits.
 //
-// Tiles: 0/1 = C of even/odd blocks, 2/3 = their A, 4/5 = their B, for the first min(n, 16) rows;
-// when n > 16, rows past the last whole 16 use 6 (C) and 7 (A), configured to that count.
+// Tiles: 0/1 = C of even/odd blocks, 2/3 = their A, 4/5 = their B.
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -34,32 +33,25 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Loads the tile configuration for `main_rows` (1..16) and `rest_rows` (0..15) activation rows
-// unless this thread already has it (nothing else in the process uses the tile registers).
-void configure(int main_rows, int rest_rows) {
-  thread_local int have_main = -1, have_rest = -1;
-  if (have_main == main_rows && have_rest == rest_rows) return;
+// Loads the tile configuration for `rows` (1..16) activation rows unless this thread already has
+// it (nothing else in the process uses the tile registers).
+void configure(int rows) {
+  thread_local int have = -1;
+  if (have == rows) return;
   TileConfig c;
   for (int t = 0; t < 2; ++t) {
     c.colsb[t] = 64;  // C: 16 int32
-    c.rows[t] = static_cast<uint8_t>(main_rows);
+    c.rows[t] = static_cast<uint8_t>(rows);
     c.colsb[2 + t] = 32;  // A: one 32-column block
-    c.rows[2 + t] = static_cast<uint8_t>(main_rows);
+    c.rows[2 + t] = static_cast<uint8_t>(rows);
     c.colsb[4 + t] = 64;  // B: 8 rows of 16 x 4 bytes
     c.rows[4 + t] = 8;
-  }
-  if (rest_rows > 0) {
-    c.colsb[6] = 64;
-    c.rows[6] = static_cast<uint8_t>(rest_rows);
-    c.colsb[7] = 32;
-    c.rows[7] = static_cast<uint8_t>(rest_rows);
   }
   // Not _tile_loadconfig: GCC 12 treats that builtin as reading only the first bytes of `c` and
   // drops the stores of the tile shapes (every tile then faults as unconfigured). An asm whose
   // operand is the whole object keeps them.
   __asm__ volatile("ldtilecfg %0" : : "m"(c));
-  have_main = main_rows;
-  have_rest = rest_rows;
+  have = rows;
 }
 
 // Blocks per stage of the pipeline below: the weight stores of a chunk are done (in L1) long
@@ -87,7 +79,7 @@ struct Scratch {
 // rows written. Per chunk of blocks, three stages: unpack the weights to B tiles in memory; the
 // tile multiplies (even and odd blocks on their own tiles, so one's multiply runs while the
 // other's result is stored); the float work of the previous chunk from its stored sums.
-template <class F, int R, bool kRest>
+template <class F, int R>
 void pair_rows(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, const uint8_t* a, const uint8_t* b, float* y,
                int64_t ldy, int64_t valid) {
   Scratch s;
@@ -113,9 +105,7 @@ void pair_rows(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, const 
       }
       for (int64_t j = 0; j < len; ++j) {  // multiply
         const int8_t* xa = xq + (b0 + j) * 32;
-        if constexpr (kRest) {
-          SPECULA_AMX_MUL(6, 7, 4, s.b[ch & 1][j], xa, cols, s.c[ch & 1][j]);
-        } else if ((j & 1) == 0) {
+        if ((j & 1) == 0) {
           SPECULA_AMX_MUL(0, 2, 4, s.b[ch & 1][j], xa, cols, s.c[ch & 1][j]);
         } else {
           SPECULA_AMX_MUL(1, 3, 5, s.b[ch & 1][j], xa, cols, s.c[ch & 1][j]);
@@ -146,45 +136,37 @@ void pair_rows(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, const 
 using PairFn = void (*)(const PackedMatrix&, const QuantizedRows&, int64_t, const uint8_t*, const uint8_t*, float*, int64_t,
                         int64_t);
 
-// pair_rows for a run-time row count (1..16) on the main tiles or (1..15) on the rest tiles.
-template <class F, bool kRest>
+// pair_rows for a run-time row count (13..16, see kMinRows).
+template <class F>
 PairFn pair_fn(int rows) {
   switch (rows) {
-#define SPECULA_AMX_ROWS(n) \
-  case n: return &pair_rows<F, n, kRest>;
-    SPECULA_AMX_ROWS(1) SPECULA_AMX_ROWS(2) SPECULA_AMX_ROWS(3) SPECULA_AMX_ROWS(4) SPECULA_AMX_ROWS(5)
-    SPECULA_AMX_ROWS(6) SPECULA_AMX_ROWS(7) SPECULA_AMX_ROWS(8) SPECULA_AMX_ROWS(9) SPECULA_AMX_ROWS(10)
-    SPECULA_AMX_ROWS(11) SPECULA_AMX_ROWS(12) SPECULA_AMX_ROWS(13) SPECULA_AMX_ROWS(14) SPECULA_AMX_ROWS(15)
-    SPECULA_AMX_ROWS(16)
-#undef SPECULA_AMX_ROWS
+    case 13: return &pair_rows<F, 13>;
+    case 14: return &pair_rows<F, 14>;
+    case 15: return &pair_rows<F, 15>;
+    case 16: return &pair_rows<F, 16>;
     default: return nullptr;
   }
 }
 
-// Fewer rows than this run the AVX-512 VNNI kernel (same bits): the tile multiplies of a block
-// pair cost about as much as 8 rows of vpdpbusd (docs/kernels.md, "AMX").
-constexpr int64_t kMinRows = 9;
+// Calls of fewer rows than this, or of more than one tile's 16, run the AVX-512 VNNI kernel (same
+// bits): over the default model the tiles beat vpdpbusd only from 13 rows, and a prefill of
+// hundreds of rows in tiles of 16 measured ~6% slower than on vpdpbusd (docs/kernels.md, "AMX").
+constexpr int64_t kMinRows = 13, kMaxRows = 16;
 
 template <class F>
 void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
-  if (x.n < kMinRows) {
+  if (x.n < kMinRows || x.n > kMaxRows) {
     avx512vnni_packed_kernel(m.dtype)(m, x, y, ldy, g0, g1);
     return;
   }
-  const int main_rows = x.n < 16 ? static_cast<int>(x.n) : 16;
-  const int rest_rows = x.n > 16 ? static_cast<int>(x.n % 16) : 0;
-  configure(main_rows, rest_rows);
-  const PairFn whole = pair_fn<F, false>(main_rows);
-  const PairFn rest = rest_rows > 0 ? pair_fn<F, true>(rest_rows) : nullptr;
-  const int64_t whole_end = x.n - rest_rows;
+  configure(static_cast<int>(x.n));
+  const PairFn rows = pair_fn<F>(static_cast<int>(x.n));
   for (int64_t g = g0; g < g1; g += 2) {
     const bool pair = g + 1 < g1;
     const int64_t left = m.rows - g * 8;
     const int64_t valid = pair ? (left < 16 ? left : 16) : (left < 8 ? left : 8);
     const uint8_t* a = m.group(g);
-    const uint8_t* b = pair ? m.group(g + 1) : a;
-    for (int64_t i0 = 0; i0 < whole_end; i0 += main_rows) whole(m, x, i0, a, b, y + g * 8, ldy, valid);
-    if (rest != nullptr) rest(m, x, whole_end, a, b, y + g * 8, ldy, valid);
+    rows(m, x, 0, a, pair ? m.group(g + 1) : a, y + g * 8, ldy, valid);
   }
 }
 

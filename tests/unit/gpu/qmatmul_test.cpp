@@ -211,8 +211,9 @@ TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrT
   }
 }
 
-// Past 16 rows the AMX kernel runs whole tiles of 16 and one tile of the rest: every row of a
-// 17-, 31- or 40-row call still equals its 1-row call.
+// Past 16 rows (prefill, batched rounds) the 512-bit kernels run tiles of 6 rows and a remainder,
+// and the AMX kernel hands the call to AVX-512 VNNI: every row of a 17-, 31- or 40-row call still
+// equals its 1-row call.
 TEST(Int8Kernels, EachRowOfACallPastSixteenRowsIsBitEqualToTheOneRowCall) {
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
     // 576 columns (the default model's width) where the type allows, else whole super-blocks.
