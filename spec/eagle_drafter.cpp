@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "model/gguf_hash.h"
 #include "spec/sampling.h"
@@ -255,7 +254,7 @@ bool EagleDrafter::draft_greedy(const DraftRequest& req, int64_t i, int32_t& tok
 bool EagleDrafter::draft_reduced(const DraftRequest& req, int64_t i, int32_t& token) {
   // The sampling transform on the head's N logits: the tokens outside the head's N have q = 0
   // either way, so this is the transform of the full row (up to which of two equal logits top-k
-  // keeps), at a sixth of the sort and exp work. The entropy and the draw visit the N tokens in
+  // keeps), at a sixth of the sort and exp work. q, its entropy and the draw visit the N tokens in
   // increasing id, so they are entropy_nats and sample_gumbel over the scattered row, without it
   // (the draw keyed by the token ids as every drafter's is); append_q_row scatters q once.
   const std::vector<int32_t>& by_id = w_->by_id;
@@ -263,26 +262,21 @@ bool EagleDrafter::draft_reduced(const DraftRequest& req, int64_t i, int32_t& to
   transform_logits(logits_, req.sampling, red_);
   ids_.resize(by_id.size());
   logq_.resize(by_id.size());
+  q_.resize(by_id.size());
   for (size_t j = 0; j < by_id.size(); ++j) {
     ids_[j] = map[static_cast<size_t>(by_id[j])];
     logq_[j] = red_[static_cast<size_t>(by_id[j])];
+    q_[j] = std::exp(logq_[j]);
   }
-  if (req.max_entropy > 0 && i >= req.min_tokens) {
-    double entropy = 0;
-    for (float lq : logq_) {
-      const float q = std::exp(lq);
-      if (q > 0.0f) entropy -= static_cast<double>(q) * std::log(static_cast<double>(q));
-    }
-    if (entropy > req.max_entropy) return false;
-  }
+  if (req.max_entropy > 0 && i >= req.min_tokens && entropy_nats(q_) > req.max_entropy) return false;
   const RngStream stream = req.mode == SpecSampling::Coupled ? RngStream::Token : RngStream::Draft;
   token = sample_gumbel_among(ids_, logq_, req.sampling.seed, req.position + i, stream);
   return true;
 }
 
 void EagleDrafter::append_q_row(const DraftRequest& req, int32_t token, DraftProposal& out) const {
-  // Row k of out.q: one-hot at the token for greedy params, else q = exp(transformed logits) on
-  // the head's N tokens (red_) and 0 elsewhere.
+  // Row k of out.q: one-hot at the token for greedy params, else draft_reduced's q on the head's
+  // N tokens (q_ at ids_) and 0 elsewhere.
   const size_t base = out.q.size();
   out.q.resize(base + static_cast<size_t>(w_->target_vocab), 0.0f);
   float* row = out.q.data() + base;
@@ -290,9 +284,7 @@ void EagleDrafter::append_q_row(const DraftRequest& req, int32_t token, DraftPro
     row[token] = 1.0f;
     return;
   }
-  const std::vector<int32_t>& map = w_->head->token_map;
-  for (size_t r = 0; r < map.size(); ++r)
-    if (red_[r] != -std::numeric_limits<float>::infinity()) row[map[r]] = std::exp(red_[r]);
+  for (size_t j = 0; j < ids_.size(); ++j) row[ids_[j]] = q_[j];
 }
 
 bool EagleDrafter::continues_chain(std::span<const int32_t> context) const {

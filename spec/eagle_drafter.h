@@ -96,7 +96,7 @@ class EagleDrafter final : public Drafter {
   const float* depth1_features(const float* rows, int64_t n);
   bool continues_chain(std::span<const int32_t> context) const;
   // A draft token from logits_ (false: the entropy rule stops the draft here): sampled, with the
-  // transform of the N logits left in red_, or greedy.
+  // head's token ids, log q and q in increasing id left in ids_, logq_ and q_, or greedy.
   bool draft_reduced(const DraftRequest& req, int64_t i, int32_t& token);
   bool draft_greedy(const DraftRequest& req, int64_t i, int32_t& token);
   // Appends the q row of the token just drafted to out.q (full vocabulary, as the verifier reads it).
@@ -118,8 +118,8 @@ class EagleDrafter final : public Drafter {
   std::vector<float> h_;      // the target's rows h_0.. of the context, [known, row_]
   std::vector<float> fused_;  // depth1_features' output
   DeviceBuffer rows_d_, fused_d_;
-  std::vector<float> g_, cat_, e_, logits_, logq_, feat_, red_;
-  std::vector<int32_t> ids_;  // the head's token ids in increasing order (with logq_: draft_reduced)
+  std::vector<float> g_, cat_, e_, logits_, logq_, q_, feat_, red_;
+  std::vector<int32_t> ids_;  // the head's token ids in increasing order (with logq_, q_: draft_reduced)
   std::vector<int32_t> positions_;
   DeviceBuffer cat_d_, x_d_, xn_d_, q_d_, k_d_, v_d_, att_d_, tmp_d_, gate_d_, up_d_, e_d_, logits_d_;
   int64_t capacity_ = 0;

@@ -75,19 +75,19 @@ struct Scratch {
     _tile_stored(C, c_out, 64);                                   \
   } while (0)
 
-// Rows [i0, i0 + R) against the group pair at a, b (b == a for a lone last group); `valid` output
+// The call's R rows against the group pair at a, b (b == a for a lone last group); `valid` output
 // rows written. Per chunk of blocks, three stages: unpack the weights to B tiles in memory; the
 // tile multiplies (even and odd blocks on their own tiles, so one's multiply runs while the
 // other's result is stored); the float work of the previous chunk from its stored sums.
 template <class F, int R>
-void pair_rows(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, const uint8_t* a, const uint8_t* b, float* y,
-               int64_t ldy, int64_t valid) {
+void pair_rows(const PackedMatrix& m, const QuantizedRows& x, const uint8_t* a, const uint8_t* b, float* y, int64_t ldy,
+               int64_t valid) {
   Scratch s;
   __m512 acc[R];
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
   const int64_t nb = m.blocks, cols = m.cols;
-  const int8_t* xq = x.q.data() + i0 * cols;
+  const int8_t* xq = x.q.data();
   const int64_t chunks = (nb + kChunk - 1) / kChunk;
   // Written out in one loop (no lambdas capturing acc), so that acc stays in registers.
   for (int64_t ch = 0; ch <= chunks; ++ch) {
@@ -121,7 +121,7 @@ void pair_rows(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, const 
       const int32_t* c = s.c[p & 1][j];
 #pragma GCC unroll 16
       for (int i = 0; i < R; ++i) {
-        const size_t xi = static_cast<size_t>((i0 + i) * nb + blk);
+        const size_t xi = static_cast<size_t>(i * nb + blk);
         const __m512i s32 = F::correct(_mm512_load_si512(c + 16 * i), x.isum[xi]);
         acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])), acc[i]);
         if constexpr (F::kHasMin) acc[i] = _mm512_fmadd_ps(F::min(a + off, b + off), _mm512_set1_ps(x.sx[xi]), acc[i]);
@@ -130,11 +130,10 @@ void pair_rows(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, const 
   }
   const __mmask16 keep = valid >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << valid) - 1);
 #pragma GCC unroll 16
-  for (int i = 0; i < R; ++i) _mm512_mask_storeu_ps(y + (i0 + i) * ldy, keep, acc[i]);
+  for (int i = 0; i < R; ++i) _mm512_mask_storeu_ps(y + i * ldy, keep, acc[i]);
 }
 
-using PairFn = void (*)(const PackedMatrix&, const QuantizedRows&, int64_t, const uint8_t*, const uint8_t*, float*, int64_t,
-                        int64_t);
+using PairFn = void (*)(const PackedMatrix&, const QuantizedRows&, const uint8_t*, const uint8_t*, float*, int64_t, int64_t);
 
 // pair_rows for a run-time row count (13..16, see kMinRows).
 template <class F>
@@ -166,7 +165,7 @@ void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy
     const int64_t left = m.rows - g * 8;
     const int64_t valid = pair ? (left < 16 ? left : 16) : (left < 8 ? left : 8);
     const uint8_t* a = m.group(g);
-    rows(m, x, 0, a, pair ? m.group(g + 1) : a, y + g * 8, ldy, valid);
+    rows(m, x, a, pair ? m.group(g + 1) : a, y + g * 8, ldy, valid);
   }
 }
 
