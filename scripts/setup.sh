@@ -51,7 +51,8 @@ fi
 
 # --- 3. Build -------------------------------------------------------------------------
 if [ ! -f "$BUILD/build.ninja" ]; then
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECULA_MODEL_CACHE="$CACHE" >/dev/null
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECULA_MODEL_CACHE="$CACHE" \
+    ${SPECULA_SHARED_DIR:+-DSPECULA_SHARED_DIR="$SPECULA_SHARED_DIR"} >/dev/null
 fi
 log "building ($JOBS jobs)"
 cmake --build "$BUILD" -j "$JOBS"

@@ -148,6 +148,7 @@ TEST(DefaultModelRows, AVerifyForwardOfKPlusOneTokensEqualsKPlusOneDecodeStepsBi
   DefaultModel* m = DefaultModel::get();
   ASSERT_TRUE(m) << "no default model at " << default_model_path() << ": run scripts/setup.sh (the test command always fetches it)";
   if (m->ops.path().reference) GTEST_SKIP() << "SPECULA_SIMD selects the f32 reference path, whose GEMV and GEMM round differently";
+  ASSERT_EQ(static_cast<int>(m->prompts.size()), kPrompts) << "chat.jsonl not found under " << SPECULA_SHARED_DIR;
   const int64_t vocab = m->model->config().vocab_size;
   for (int p = 0; p < 3; ++p) {
     const std::vector<int32_t>& prompt = m->prompts[static_cast<size_t>(p)];
