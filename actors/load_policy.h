@@ -4,6 +4,7 @@
 // draft's cost per token, and chooses each request's K for the round (down to 0 = a plain decode
 // step) to maximise the round's expected committed tokens per second.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -22,9 +23,21 @@ namespace specula::actors {
 class VerifyCostModel {
  public:
   static constexpr double kDecay = 0.98;
+  static constexpr double kOutlier = 1.25;
   void observe_verify(int64_t rows, double seconds) {
-    verify_.observe(static_cast<double>(rows), seconds);
-    early_.observe(static_cast<double>(rows), seconds);
+    const auto t = static_cast<double>(rows);
+    early_.observe(t, seconds);
+    // Once the slope is known, a forward is counted as at most kOutlier times (and at least
+    // 1 / kOutlier of) what the fit predicts for its rows: on a shared machine one forward in a
+    // few dozen takes twice its time, and one such forward at a row count seen rarely (the only
+    // 4-row round of a request) set the slope to ~1 ms a row against ~0.2, after which the policy
+    // kept the trained head at K = 0. A lasting change still moves the fit, by up to kOutlier per
+    // forward.
+    if (verify_.slope_known()) {
+      const double predicted = verify_.intercept() + verify_.slope() * t;
+      if (predicted > 0) seconds = std::clamp(seconds, predicted / kOutlier, predicted * kOutlier);
+    }
+    verify_.observe(t, seconds);
   }
   void observe_prefill(int64_t rows, double seconds) {
     if (!verify_.slope_known()) early_.observe(static_cast<double>(rows), seconds);

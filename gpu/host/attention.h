@@ -74,5 +74,7 @@ void to_fp16_avx2(const float* src, uint16_t* dst, int64_t n);
 
 // out[i] = silu(gate[i]) * up[i] with the vectorised exp (elementwise_avx2.cpp).
 void swiglu_avx2(const float* gate, const float* up, int64_t n, float* out);
+// HostOps::rmsnorm's arithmetic, bit for bit, in 256-bit vectors.
+void rmsnorm_avx2(const float* x, const float* g, float eps, int64_t n, int64_t dim, float* out);
 
 }  // namespace specula::host_kernels

@@ -125,13 +125,23 @@ void HostOps::embed(const Weight& table, std::span<const int32_t> tokens, float*
 
 void HostOps::rmsnorm(const float* x, const Weight& w, float eps, int64_t n, int64_t dim, float* out) {
   const float* g = reinterpret_cast<const float*>(w.view.data);
+  if (path_.isa != host_kernels::Isa::kPortable) {
+    host_kernels::rmsnorm_avx2(x, g, eps, n, dim, out);  // the loop below, bit for bit
+    return;
+  }
   for (int64_t r = 0; r < n; ++r) {
     const float* xr = x + r * dim;
     float* o = out + r * dim;
     // Mean of squares in double: the reference (HF) accumulates in float32 but with a tree
     // reduction; double keeps us within rounding of either.
-    double ss = 0;
-    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    // Eight partial sums (lane j takes i = j mod 8) added pairwise: the same order whatever
+    // the call, and no chain of dim dependent additions.
+    double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i0 = 0;
+    for (; i0 + 8 <= dim; i0 += 8)
+      for (int j = 0; j < 8; ++j) part[j] += static_cast<double>(xr[i0 + j]) * xr[i0 + j];
+    for (int64_t i = i0; i < dim; ++i) part[i - i0] += static_cast<double>(xr[i]) * xr[i];
+    const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
     const float inv = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
     for (int64_t i = 0; i < dim; ++i) o[i] = xr[i] * inv * g[i];
   }
@@ -205,7 +215,12 @@ void HostOps::rope(float* x, int64_t n, int64_t heads, int64_t head_dim, std::sp
 
 void HostOps::swiglu(const float* gate, const float* up, int64_t n, float* out) {
   if (!path_.reference && path_.isa != host_kernels::Isa::kPortable) {
-    host_kernels::swiglu_avx2(gate, up, n, out);
+    // Element-wise, so any split gives the same bits; one thread below a few microseconds' work.
+    if (n < 8192) {
+      host_kernels::swiglu_avx2(gate, up, n, out);
+    } else {
+      pool_.parallel_for(n, 1024, [&](int64_t b, int64_t e) { host_kernels::swiglu_avx2(gate + b, up + b, e - b, out + b); });
+    }
     return;
   }
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];

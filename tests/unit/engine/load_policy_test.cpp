@@ -120,5 +120,26 @@ TEST(VerifyCostModel, APrefillGivesTheSlopeOnlyUntilTheVerifyForwardsShowTheirOw
   EXPECT_NEAR(m.intercept(), 0.00315, 1e-9);
 }
 
+TEST(VerifyCostModel, OneSlowForwardAtARareRowCountDoesNotMakeRowsLookExpensiveButALastingChangeMovesTheFit) {
+  // Rounds of one and two rows at 3.4 and 3.65 ms (0.25 ms a row), then the request's only
+  // 4-row round taking 9.65 ms, as one did on a shared machine. The control: a plain least-squares
+  // fit of the same forwards prices a row at ~1 ms.
+  VerifyCostModel m;
+  ForgettingLinearFit plain(VerifyCostModel::kDecay);
+  const auto both = [&](int64_t rows, double seconds) {
+    m.observe_verify(rows, seconds);
+    plain.observe(static_cast<double>(rows), seconds);
+  };
+  for (int i = 0; i < 60; ++i) both(1 + i % 2, i % 2 ? 0.00365 : 0.0034);
+  EXPECT_NEAR(m.slope(), 0.00025, 1e-9);
+  both(4, 0.00965);
+  EXPECT_GT(plain.slope(), 0.0009) << "the control: one slow forward moves a plain fit";
+  EXPECT_LT(m.slope(), 0.0005);
+  // Every forward twice as slow from now on: the fit follows within the forgetting window.
+  for (int i = 0; i < 250; ++i) m.observe_verify(1 + i % 2, i % 2 ? 0.0073 : 0.0068);
+  EXPECT_NEAR(m.intercept() + m.slope(), 0.0068, 0.0003);
+  EXPECT_NEAR(m.slope(), 0.0005, 0.0002);
+}
+
 }  // namespace
 }  // namespace specula::actors

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -96,6 +97,50 @@ TEST(QmatmulBench, DISABLED_CacheResidentHalfKernelsAgainstTheF32Kernels) {
       std::printf("{\"dtype\":\"%s\",\"n\":%lld,\"half_us\":%.2f,\"f32_us\":%.2f,\"half_vs_n1\":%.2f,\"f32_vs_n1\":%.2f,\"f32_over_half\":%.2f}\n",
                   dtype_name(t), static_cast<long long>(n), h * 1e6, f * 1e6, h / h1, f / f1, f / h);
     }
+  }
+}
+
+
+// The same kernel streaming its weights from DRAM, as a forward does: `count` distinct 1536 x 576
+// Q4_1 matrices (about 0.5 MB each; 768 MB in all, past any cache) run one after the other on the
+// pool of 2 threads, n activation rows each. Against the same calls on one matrix again and
+// again (cache-resident), this shows how much of the weight read the kernel hides under its
+// arithmetic: if it overlapped perfectly, time(n) would be max(read, arithmetic), not the sum.
+TEST(QmatmulBench, DISABLED_StreamingFromDramAgainstCacheResident) {
+  const DType t = DType::Q4_1;
+  const int64_t rows = 1536, cols = 576, count = 1536;
+  const int threads = 2;
+  std::vector<std::byte> bytes(dtype_row_bytes(t, cols) * rows);
+  std::mt19937 rng(1);
+  for (auto& b : bytes) b = std::byte(rng() & 0xff);
+  for (size_t o = 0; o < bytes.size(); o += dtype_info(t).block_bytes) { bytes[o] = std::byte(0); bytes[o + 1] = std::byte(0x20); bytes[o + 2] = std::byte(0); bytes[o + 3] = std::byte(0x20); }
+  const TensorView view{"w", t, {rows, cols}, bytes.data(), bytes.size()};
+  ThreadPool pool(threads);
+  std::vector<std::shared_ptr<PackedMatrix>> ms;
+  for (int64_t i = 0; i < count; ++i) ms.push_back(pack_matrix(view, pool));
+  const host_kernels::Int8Kernel kernel = host_kernels::cpu_has_int8_kernel(host_kernels::Int8Kernel::kAvx512Vnni) ? host_kernels::Int8Kernel::kAvx512Vnni : host_kernels::Int8Kernel::kAvx2;
+  double s1 = 0, c1 = 0;
+  for (int64_t n : {1, 2, 3, 5, 9, 16}) {
+    std::vector<float> x(n * cols), y(n * rows);
+    for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 300.0f;
+    float* out = y.data();
+    double stream = 1e9, cached = 1e9;
+    for (int rep = 0; rep < 3; ++rep) {
+      auto t0 = std::chrono::steady_clock::now();
+      for (int64_t i = 0; i < count; ++i) {
+        const PackedMatrix* w = ms[static_cast<size_t>(i)].get();
+        qmatmul({&w, 1}, x.data(), n, {&out, 1}, pool, kernel);
+      }
+      stream = std::min(stream, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / count);
+      const PackedMatrix* w = ms[0].get();
+      t0 = std::chrono::steady_clock::now();
+      for (int64_t i = 0; i < count; ++i) qmatmul({&w, 1}, x.data(), n, {&out, 1}, pool, kernel);
+      cached = std::min(cached, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / count);
+    }
+    if (n == 1) { s1 = stream; c1 = cached; }
+    std::printf("{\"kernel\":\"%s\",\"n\":%lld,\"stream_us\":%.2f,\"stream_gbs\":%.1f,\"cached_us\":%.2f,\"stream_vs_n1\":%.2f,\"cached_vs_n1\":%.2f}\n",
+                host_kernels::int8_kernel_name(kernel), static_cast<long long>(n), stream * 1e6, ms[0]->bytes() / stream / 1e9,
+                cached * 1e6, stream / s1, cached / c1);
   }
 }
 
