@@ -83,7 +83,7 @@ enum class Int8Kernel {
   kAvx2,        // 256-bit, vpmaddubsw (qmatmul_avx2.cpp)
   kAvxVnni,     // 256-bit, AVX-VNNI vpdpbusd (qmatmul_avxvnni.cpp)
   kAvx512Vnni,  // 512-bit, two groups per vector, AVX-512 VNNI vpdpbusd (qmatmul_avx512vnni.cpp)
-  kAmx,         // AMX tile multiplies for 2..16 rows at a time, AVX-512 VNNI for one (qmatmul_amx.cpp)
+  kAmx,         // AMX tile multiplies for calls of 13..16 rows, AVX-512 VNNI for the others (qmatmul_amx.cpp)
 };
 const char* int8_kernel_name(Int8Kernel k);  // "portable", "avx2", "avx-vnni", "avx512-vnni", "amx"
 bool cpu_has_int8_kernel(Int8Kernel k);

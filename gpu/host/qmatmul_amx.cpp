@@ -123,8 +123,7 @@ void pair_rows(const PackedMatrix& m, const QuantizedRows& x, const uint8_t* a, 
       for (int i = 0; i < R; ++i) {
         const size_t xi = static_cast<size_t>(i * nb + blk);
         const __m512i s32 = F::correct(_mm512_load_si512(c + 16 * i), x.isum[xi]);
-        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])), acc[i]);
-        if constexpr (F::kHasMin) acc[i] = _mm512_fmadd_ps(F::min(a + off, b + off), _mm512_set1_ps(x.sx[xi]), acc[i]);
+        acc[i] = accumulate_block<F>(acc[i], s32, dw, a + off, b + off, x, xi);
       }
     }
   }
@@ -160,13 +159,9 @@ void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy
   }
   configure(static_cast<int>(x.n));
   const PairFn rows = pair_fn<F>(static_cast<int>(x.n));
-  for (int64_t g = g0; g < g1; g += 2) {
-    const bool pair = g + 1 < g1;
-    const int64_t left = m.rows - g * 8;
-    const int64_t valid = pair ? (left < 16 ? left : 16) : (left < 8 ? left : 8);
-    const uint8_t* a = m.group(g);
-    rows(m, x, a, pair ? m.group(g + 1) : a, y + g * 8, ldy, valid);
-  }
+  for_group_pairs(m, y, g0, g1, [&](const uint8_t* a, const uint8_t* b, float* yp, int64_t valid) {
+    rows(m, x, a, b, yp, ldy, valid);
+  });
 }
 
 }  // namespace

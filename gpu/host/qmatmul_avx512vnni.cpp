@@ -46,8 +46,7 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, cons
     for (int i = 0; i < N; ++i) {
       const size_t xi = static_cast<size_t>((i0 + i) * nb + blk);
       const __m512i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + blk * 32, x.isum[xi], x.isum_lo[xi]);
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])), acc[i]);
-      if constexpr (F::kHasMin) acc[i] = _mm512_fmadd_ps(F::min(pa, pb), _mm512_set1_ps(x.sx[xi]), acc[i]);
+      acc[i] = accumulate_block<F>(acc[i], s32, dw, pa, pb, x, xi);
     }
   }
   const __mmask16 keep = valid >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << valid) - 1);
@@ -79,16 +78,11 @@ void rows_of_pair(const PackedMatrix& m, const QuantizedRows& x, const uint8_t* 
   }
 }
 
-// Groups [g0, g1) in pairs; a lone last group runs as a pair with itself, writing its own rows.
 template <class F>
 void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
-  for (int64_t g = g0; g < g1; g += 2) {
-    const bool pair = g + 1 < g1;
-    const int64_t left = m.rows - g * 8;
-    const int64_t valid = pair ? (left < 16 ? left : 16) : (left < 8 ? left : 8);
-    const uint8_t* a = m.group(g);
-    rows_of_pair<F>(m, x, a, pair ? m.group(g + 1) : a, y + g * 8, ldy, valid);
-  }
+  for_group_pairs(m, y, g0, g1, [&](const uint8_t* a, const uint8_t* b, float* yp, int64_t valid) {
+    rows_of_pair<F>(m, x, a, b, yp, ldy, valid);
+  });
 }
 
 }  // namespace

@@ -143,6 +143,32 @@ struct FormatQ6K {
   }
 };
 
+// The float work qmatmul.h fixes for one block of one activation row, given the block's exact
+// int32 sums s32 and the pair's weight scales dw (pa, pb: the block in groups g and g + 1):
+// acc = fma(float(isum), fl(dw * dx), acc) [+ fma(mw, sx, acc)]. Every kernel here runs this,
+// so their rows are bit-equal.
+template <class F>
+inline __m512 accumulate_block(__m512 acc, __m512i s32, __m512 dw, const uint8_t* pa, const uint8_t* pb,
+                               const QuantizedRows& x, size_t xi) {
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])), acc);
+  if constexpr (F::kHasMin) acc = _mm512_fmadd_ps(F::min(pa, pb), _mm512_set1_ps(x.sx[xi]), acc);
+  return acc;
+}
+
+// Groups [g0, g1) of m in pairs: rows(a, b, y + 8 g, valid) for group g at a and g + 1 at b, with
+// `valid` output rows to write (16 for a full pair); a lone last group runs as a pair with itself
+// (b == a), writing its own rows.
+template <class Rows>
+inline void for_group_pairs(const PackedMatrix& m, float* y, int64_t g0, int64_t g1, Rows rows) {
+  for (int64_t g = g0; g < g1; g += 2) {
+    const bool pair = g + 1 < g1;
+    const int64_t left = m.rows - g * 8;
+    const int64_t valid = pair ? (left < 16 ? left : 16) : (left < 8 ? left : 8);
+    const uint8_t* a = m.group(g);
+    rows(a, pair ? m.group(g + 1) : a, y + g * 8, valid);
+  }
+}
+
 }  // namespace
 
 }  // namespace specula::host_kernels

@@ -211,7 +211,7 @@ TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrT
   }
 }
 
-// Past 16 rows (prefill, batched rounds) the 512-bit kernels run tiles of 6 rows and a remainder,
+// Past 16 rows (prefill, batched rounds) the 512-bit kernel runs several passes of up to 9 rows
 // and the AMX kernel hands the call to AVX-512 VNNI: every row of a 17-, 31- or 40-row call still
 // equals its 1-row call.
 TEST(Int8Kernels, EachRowOfACallPastSixteenRowsIsBitEqualToTheOneRowCall) {
