@@ -153,6 +153,8 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
     st.count_judged(0, static_cast<int>(draft.k()), n);
     st.draft_seconds += draft_s;
     st.verify_seconds += verify_s;
+    ++st.rounds_by_draft[draft.k()];
+    st.verify_seconds_by_draft[draft.k()] += verify_s;
     draft_length.observe(static_cast<int>(draft.k()), n, draft_s, verify_s);
 
     // Emit the round's tokens one at a time with generate()'s stop rules.

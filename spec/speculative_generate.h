@@ -37,6 +37,10 @@ struct SpeculativeStats : GenerateStats {
   std::vector<int64_t> accepted_at = std::vector<int64_t>(kMaxDraftTokens, 0);
   double draft_seconds = 0;   // in Drafter::propose (prefill excluded)
   double verify_seconds = 0;  // the target forward over [g, t1..tk] plus the acceptance rule
+  // [kMaxDraftTokens + 1] index k: rounds that verified k draft tokens (k + 1 rows) and their
+  // verify seconds, so a benchmark can price each round size as the loop ran it.
+  std::vector<int64_t> rounds_by_draft = std::vector<int64_t>(kMaxDraftTokens + 1, 0);
+  std::vector<double> verify_seconds_by_draft = std::vector<double>(kMaxDraftTokens + 1, 0);
 
   double acceptance_rate() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0; }
   // Per-token acceptance a of Theorem 3.8: accepted / judged (drafts after a rejection are never judged).

@@ -245,7 +245,8 @@ def test_draft_data_answers_given_prompts_and_refuses_the_benchmark_set(toy_run,
     assert refused.returncode != 0 and "benchmark" in refused.stderr, refused.stderr
 
 
-def test_speculative_greedy_with_the_trained_head_is_target_only_greedy_and_accepts_drafts(toy_run, specula_bin, tmp_path):
+def test_speculative_greedy_with_the_trained_head_is_target_only_greedy_accepts_drafts_and_prices_each_round_size(
+        toy_run, specula_bin, tmp_path):
     out, _ = toy_run
     target = out / "target" / "q4_1_tied" / "model.gguf"
     prompts = tmp_path / "p.jsonl"
@@ -258,6 +259,14 @@ def test_speculative_greedy_with_the_trained_head_is_target_only_greedy_and_acce
     eagle = runs["eagle"]
     assert eagle["text_matches_target"] is True
     assert eagle["accepted"] > 0.2 * eagle["drafted"], eagle
+    # The verify cost by round size covers every round once, at its own draft length, and its
+    # rounds-weighted mean is the run's verify cost.
+    by = eagle["verify_cost_by_draft_length"]
+    assert sum(b["rounds"] for b in by) == eagle["rounds"], by
+    assert sum(b["drafts"] * b["rounds"] for b in by) == eagle["drafted"], by
+    assert all(0 <= b["drafts"] <= 4 and b["verify_cost"] > 0 for b in by), by
+    weighted = sum(b["verify_cost"] * b["rounds"] for b in by) / eagle["rounds"]
+    assert weighted == pytest.approx(eagle["verify_cost"], rel=1e-9), by
 
 
 @pytest.mark.parametrize("case", ["another target", "truncated", "not a head", "missing"])

@@ -58,7 +58,8 @@ const char* kUsage =
     "  changes in machine load hit every configuration alike, and prints JSON per configuration:\n"
     "  tokens/s and speedup, acceptance, accepted length and tokens per round, the measured cost ratio\n"
     "  c (draft time per drafted token / target time per token) and verify cost (a round's verify\n"
-    "  forward / one target token), and Theorem 3.8's predicted speedup from the measured a and c.\n"
+    "  forward / one target token; also by round size, verify_cost_by_draft_length), and Theorem\n"
+    "  3.8's predicted speedup from the measured a and c.\n"
     "  --drafts: ';'-separated drafter spellings as for generate --draft (default \"ngram;skip:4-7\").\n"
     "  Temperature defaults to 0 (greedy); sampled runs verify both exact and coupled unless\n"
     "  --spec-sampling names one. Greedy and coupled runs also report whether the text matched.\n"
@@ -131,6 +132,10 @@ struct SpecTotals {
     }
     spec.draft_seconds += st.draft_seconds;
     spec.verify_seconds += st.verify_seconds;
+    for (size_t k = 0; k < spec.rounds_by_draft.size(); ++k) {
+      spec.rounds_by_draft[k] += st.rounds_by_draft[k];
+      spec.verify_seconds_by_draft[k] += st.verify_seconds_by_draft[k];
+    }
   }
 };
 
@@ -243,6 +248,15 @@ int bench_spec(const Args& a) {
     const double verify_cost = (st.verify_seconds / std::max<int64_t>(1, st.rounds)) / t_token;
     j["c"] = c;
     j["verify_cost"] = verify_cost;
+    // Each round size as the loop ran it: a verify forward over k drafts (k + 1 rows) against
+    // one target decode step of this run.
+    nlohmann::json by_draft = nlohmann::json::array();
+    for (size_t k = 0; k < st.rounds_by_draft.size(); ++k)
+      if (st.rounds_by_draft[k] > 0)
+        by_draft.push_back({{"drafts", k},
+                            {"rounds", st.rounds_by_draft[k]},
+                            {"verify_cost", st.verify_seconds_by_draft[k] / static_cast<double>(st.rounds_by_draft[k]) / t_token}});
+    j["verify_cost_by_draft_length"] = by_draft;
     j["expected_tokens_per_round"] = expected_tokens_per_round(alpha, gamma);
     j["theorem_3_8_speedup"] = theorem_3_8_speedup(alpha, gamma, c);
     j["predicted_speedup_with_verify_cost"] = expected_tokens_per_round(alpha, gamma) / (gamma * c + verify_cost);
