@@ -269,6 +269,63 @@ def test_speculative_greedy_with_the_trained_head_is_target_only_greedy_accepts_
     assert weighted == pytest.approx(eagle["verify_cost"], rel=1e-9), by
 
 
+def test_a_pruned_head_keeps_the_first_n_tokens_byte_for_byte_drafts_the_same_logits_and_speculates_exactly(
+        toy_run, specula_bin, tmp_path):
+    """draft.prune (docs/draft.md, "Choosing N") cuts the reduced vocabulary to its N most frequent
+    tokens without retraining: the kept rows are the full head's bytes, so over those tokens the
+    pruned head's logits are the full head's, and the runtime speculates with it exactly."""
+    import gguf
+    from draft.reference_drafter import ReferenceDrafter
+    out, _ = toy_run
+    full, pruned, n = out / "draft.gguf", tmp_path / "pruned.gguf", 64
+    env = dict(os.environ, PYTHONPATH=str(SOURCE_DIR / "tools"))
+    p = subprocess.run([sys.executable, "-m", "draft.prune", "--draft", str(full), "--vocab", str(n), "--out", str(pruned)],
+                       capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    rf, mf = _fields(full)
+    rp, mp = _fields(pruned)
+    assert mp["specula-eagle.vocab_size"] == n
+    assert list(mp["draft.token_map"]) == list(mf["draft.token_map"])[:n]
+    assert hashlib.sha256(full.read_bytes()).hexdigest() in mp["draft.pruned_from"]
+    for key in ("draft.target_hash", "draft.target_vocab_size", "specula-eagle.embedding_length"):
+        assert mp[key] == mf[key], key
+    tf, tp = {t.name: t for t in rf.tensors}, {t.name: t for t in rp.tensors}
+    assert tf.keys() == tp.keys()
+    for name, t in tf.items():
+        a, b = np.asarray(t.data), np.asarray(tp[name].data)
+        assert tp[name].tensor_type == t.tensor_type, name
+        if name == "output.weight":
+            assert b.shape[0] == n and np.array_equal(a[:n], b), name
+        else:
+            assert np.array_equal(a, b), name
+    # The same entries through both files: the pruned logits are the full head's first n.
+    hidden, vocab = mf["specula-eagle.embedding_length"], mf["draft.target_vocab_size"]
+    rng = np.random.default_rng(5)
+    embed = rng.standard_normal((vocab, hidden)).astype(np.float32)
+    df, dp = ReferenceDrafter(full, embed), ReferenceDrafter(pruned, embed)
+    width = df.w["fuse.weight"].shape[1] if "fuse.weight" in df.w else hidden
+    for pos in range(6):
+        feature, token = rng.standard_normal(width), int(rng.integers(vocab))
+        lf, _ = df.step(feature, token, pos)
+        lp, _ = dp.step(feature, token, pos)
+        assert lp.shape == (n,) and np.allclose(lp, lf[:n], rtol=1e-12, atol=1e-12)
+    # The runtime: greedy speculation with the pruned head is target-only greedy and accepts drafts.
+    target = out / "target" / "q4_1_tied" / "model.gguf"
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"tell me about item {i}"}],
+                                           "max_tokens": 40}) + "\n" for i in range(6)))
+    p = subprocess.run([str(specula_bin), "bench", "spec", "--model", str(target), "--prompts", str(prompts), "--drafts",
+                        f"eagle:{pruned}", "--spec-k", "4", "--temperature", "0"], capture_output=True, text=True, check=True)
+    eagle = {r["draft"]: r for r in json.loads(p.stdout)["runs"]}["eagle"]
+    assert eagle["text_matches_target"] is True and eagle["accepted"] > 0, eagle
+    # Asking for more tokens than the head has, or none, is one clear error and writes nothing.
+    for bad in ("0", "257"):
+        p = subprocess.run([sys.executable, "-m", "draft.prune", "--draft", str(full), "--vocab", bad, "--out",
+                            str(tmp_path / f"bad{bad}.gguf")], capture_output=True, text=True, env=env)
+        assert p.returncode != 0 and "--vocab must be between 1 and the head's 256 tokens" in p.stderr, p.stderr
+        assert not (tmp_path / f"bad{bad}.gguf").exists()
+
+
 @pytest.mark.parametrize("case", ["another target", "truncated", "not a head", "missing"])
 def test_a_bad_draft_head_is_one_clear_error(toy_run, specula_bin, default_model, tmp_path, case):
     out, _ = toy_run

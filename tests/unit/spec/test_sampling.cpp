@@ -180,7 +180,7 @@ TEST(Sampling, TheTransformGivesItsDefinitionsBitsForAnyVocabularyTemperatureTop
 }
 
 TEST(Sampling, AGumbelDrawAmongSomeIdsIsTheDrawOverTheRowWithEveryOtherTokenExcluded) {
-  // The trained head draws among its 8,192 ids (spec/eagle_drafter.cpp); the verifier's exactness
+  // The trained head draws among its N ids (2,048 shipped; spec/eagle_drafter.cpp); the verifier's exactness
   // argument needs it to be the draw over the full row. Equal log-probabilities included, where
   // the lower id must win on a tie as the full row's scan gives it.
   std::mt19937_64 rng(3);
