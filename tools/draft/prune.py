@@ -34,6 +34,8 @@ def prune(src, dst, n: int) -> dict:
         raise ValueError(f"--vocab must be between 1 and the head's {len(token_map)} tokens, got {n}")
     source_sha = hashlib.sha256(pathlib.Path(src).read_bytes()).hexdigest()
     dst = pathlib.Path(dst)
+    if dst.exists() and dst.resolve() == pathlib.Path(src).resolve():
+        raise ValueError(f"{dst}: the output must be another file than the head it cuts (the head is read while writing)")
     dst.parent.mkdir(parents=True, exist_ok=True)
     w = gguf.GGUFWriter(str(dst), ARCH)  # writes general.architecture itself
     for key, f in r.fields.items():
