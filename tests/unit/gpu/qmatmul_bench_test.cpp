@@ -20,16 +20,29 @@
 namespace specula {
 namespace {
 
+// A rows x cols matrix of type t with random bytes, each block's first four bytes set to two fp16
+// 2^-7 (the scale and min of Q4_0/Q4_1/Q8_0 blocks, Q4_K's d and dmin), so that no scale is a NaN
+// or infinity. Both benchmarks below start from it.
+std::vector<std::byte> random_blocks(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::vector<std::byte> bytes(dtype_row_bytes(t, cols) * rows);
+  for (auto& b : bytes) b = std::byte(rng() & 0xff);
+  for (size_t o = 0; o < bytes.size(); o += dtype_info(t).block_bytes) {
+    bytes[o] = std::byte(0);
+    bytes[o + 1] = std::byte(0x20);
+    bytes[o + 2] = std::byte(0);
+    bytes[o + 3] = std::byte(0x20);
+  }
+  return bytes;
+}
+
 TEST(QmatmulBench, DISABLED_CacheResidentKernelsPerRowCount) {
   using host_kernels::Int8Kernel;
   for (Int8Kernel kernel : {Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni, Int8Kernel::kAmx})
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
     if (!host_kernels::cpu_has_int8_kernel(kernel)) continue;
     const int64_t rows = 576, cols = (t == DType::Q4_K || t == DType::Q6_K) ? 768 : 576;  // K-quants: rows of 256
-    std::vector<std::byte> bytes(dtype_row_bytes(t, cols) * rows);
     std::mt19937 rng(1);
-    for (auto& b : bytes) b = std::byte(rng() & 0xff);
-    for (size_t o = 0; o < bytes.size(); o += dtype_info(t).block_bytes) { bytes[o] = std::byte(0); bytes[o + 1] = std::byte(0x20); bytes[o + 2] = std::byte(0); bytes[o + 3] = std::byte(0x20); }
+    const std::vector<std::byte> bytes = random_blocks(t, rows, cols, rng);
     const TensorView view{"w", t, {rows, cols}, bytes.data(), bytes.size()};
     ThreadPool pool(1);
     auto m = pack_matrix(view, pool);
@@ -110,15 +123,14 @@ TEST(QmatmulBench, DISABLED_StreamingFromDramAgainstCacheResident) {
   const DType t = DType::Q4_1;
   const int64_t rows = 1536, cols = 576, count = 1536;
   const int threads = 2;
-  std::vector<std::byte> bytes(dtype_row_bytes(t, cols) * rows);
   std::mt19937 rng(1);
-  for (auto& b : bytes) b = std::byte(rng() & 0xff);
-  for (size_t o = 0; o < bytes.size(); o += dtype_info(t).block_bytes) { bytes[o] = std::byte(0); bytes[o + 1] = std::byte(0x20); bytes[o + 2] = std::byte(0); bytes[o + 3] = std::byte(0x20); }
+  const std::vector<std::byte> bytes = random_blocks(t, rows, cols, rng);
   const TensorView view{"w", t, {rows, cols}, bytes.data(), bytes.size()};
   ThreadPool pool(threads);
   std::vector<std::shared_ptr<PackedMatrix>> ms;
   for (int64_t i = 0; i < count; ++i) ms.push_back(pack_matrix(view, pool));
-  const host_kernels::Int8Kernel kernel = host_kernels::cpu_has_int8_kernel(host_kernels::Int8Kernel::kAvx512Vnni) ? host_kernels::Int8Kernel::kAvx512Vnni : host_kernels::Int8Kernel::kAvx2;
+  using host_kernels::Int8Kernel;
+  const Int8Kernel kernel = host_kernels::cpu_has_int8_kernel(Int8Kernel::kAvx512Vnni) ? Int8Kernel::kAvx512Vnni : Int8Kernel::kAvx2;
   double s1 = 0, c1 = 0;
   for (int64_t n : {1, 2, 3, 5, 9, 16}) {
     std::vector<float> x(n * cols), y(n * rows);
