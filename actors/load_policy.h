@@ -25,6 +25,8 @@ class VerifyCostModel {
   static constexpr double kDecay = 0.98;
   static constexpr double kOutlier = 1.25;
   void observe_verify(int64_t rows, double seconds) {
+    same_rows_ = rows == last_rows_ ? same_rows_ + 1 : 1;
+    last_rows_ = rows;
     const auto t = static_cast<double>(rows);
     early_.observe(t, seconds);
     // Once the slope is known, a forward is counted as at most kOutlier times (and at least
@@ -45,10 +47,19 @@ class VerifyCostModel {
   double intercept() const { return fit().intercept(); }  // v0 >= 0
   double slope() const { return fit().slope(); }          // v1 >= 0
   bool known() const { return fit().slope_known(); }
+  // The last kStale verify forwards all had one row count: the slope is what older forwards left
+  // (with every round at K = 0, only one-row forwards), and no forward to come can move it. At
+  // batch 1 a slope set by the first, slow two-row round priced every draft out for the rest of
+  // the run (the Engine test below drafted 1 token in 16 requests once in a fresh-clone CI run);
+  // the scheduler then drafts one token to measure a row again (Scheduler::draft_lengths).
+  static constexpr int kStale = 24;
+  bool stale() const { return known() && same_rows_ >= kStale; }
 
  private:
   const ForgettingLinearFit& fit() const { return verify_.slope_known() ? verify_ : early_; }
   ForgettingLinearFit verify_{kDecay}, early_{kDecay};
+  int64_t last_rows_ = -1;
+  int same_rows_ = 0;  // verify forwards in a row with last_rows_ rows
 };
 
 struct RoundCosts {

@@ -291,6 +291,14 @@ std::vector<int> Scheduler::draft_lengths(const std::vector<Active*>& members,
     for (size_t i = 0; i < members.size(); ++i)
       if (hopeful[i].acceptance != policy[i].acceptance && k_hopeful[i] > 0) k[i] = 1;
   }
+  // A cost probe: the verify forwards have long had one row count, so their slope cannot move;
+  // one policy-controlled request drafts one token (one more row in the round) to measure it.
+  if (verify_cost_.stale() && std::all_of(k.begin(), k.end(), [](int x) { return x == 0; }))
+    for (size_t i = 0; i < members.size(); ++i)
+      if (!policy[i].fixed && policy[i].k_max > 0) {
+        k[i] = 1;
+        break;
+      }
   return k;
 }
 

@@ -141,5 +141,23 @@ TEST(VerifyCostModel, OneSlowForwardAtARareRowCountDoesNotMakeRowsLookExpensiveB
   EXPECT_NEAR(m.slope(), 0.0005, 0.0002);
 }
 
+TEST(VerifyCostModel, IsStaleAfterManyForwardsOfOneRowCountAndFreshAfterAnother) {
+  // One- and two-row rounds give a slope; then only one-row rounds (every request at K = 0),
+  // which cannot move it: stale from the kStale-th on, fresh again at the next two-row round.
+  VerifyCostModel m;
+  EXPECT_FALSE(m.stale()) << "no slope yet";
+  for (int i = 0; i < 10; ++i) m.observe_verify(1 + i % 2, i % 2 ? 0.0040 : 0.0034);
+  ASSERT_TRUE(m.known());
+  EXPECT_FALSE(m.stale());
+  for (int i = 1; i < VerifyCostModel::kStale; ++i) {
+    m.observe_verify(1, 0.0034);
+    EXPECT_FALSE(m.stale()) << i << " one-row forwards in a row (the last two-row one before them)";
+  }
+  m.observe_verify(1, 0.0034);
+  EXPECT_TRUE(m.stale());
+  m.observe_verify(2, 0.0037);
+  EXPECT_FALSE(m.stale());
+}
+
 }  // namespace
 }  // namespace specula::actors
