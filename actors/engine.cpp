@@ -1,6 +1,9 @@
 // The engine: loads the target, builds the four actors on one io_context and wires them.
 #include "actors/engine.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
@@ -46,6 +49,7 @@ struct Engine::Impl {
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<Ops> draft_ops;            // pipelining only: the draft's own device and
   std::unique_ptr<LlamaModel> draft_model;   // target instance, used concurrently with the verifier's
+  bool pipelined = false;                    // cfg.pipeline where the streams can overlap
   std::vector<int32_t> default_stop;
   boost::asio::io_context io;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work = boost::asio::make_work_guard(io);
@@ -73,8 +77,11 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   m.model = std::make_unique<LlamaModel>(m.files->weights, *m.ops);
   m.default_stop = default_stop_ids(*m.files);
   LlamaModel* draft_target = m.model.get();
-  if (m.cfg.pipeline) {
-    m.draft_ops = device(DeviceOptions{m.cfg.device, m.cfg.draft_threads > 0 ? m.cfg.draft_threads : m.cfg.threads, ""});
+  const int draft_threads = m.cfg.draft_threads > 0 ? m.cfg.draft_threads : m.cfg.threads;
+  m.pipelined = m.cfg.pipeline && (m.cfg.pipeline_on_shared_cores ||
+                                   draft_stream_has_own_compute(m.ops->kind(), m.cfg.threads, draft_threads, usable_cpus()));
+  if (m.pipelined) {
+    m.draft_ops = device(DeviceOptions{m.cfg.device, draft_threads, ""});
     m.draft_model = std::make_unique<LlamaModel>(m.files->weights, *m.draft_ops);
     draft_target = m.draft_model.get();
   }
@@ -90,7 +97,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   m.verifier = std::make_unique<Verifier>(ex, *m.model, m.cfg.kv_tokens, m.cfg.fault_hook, drafters->wants_target_hidden(),
                                           /*device_judge=*/!m.cfg.judge_rule);
   SchedulerLimits limits{m.cfg.max_batch, m.verifier->blocks_total(), m.verifier->block_tokens(),
-                         m.model->config().max_positions, m.cfg.pipeline, m.cfg.load_adaptive};
+                         m.model->config().max_positions, m.pipelined, m.cfg.load_adaptive};
   m.scheduler = std::make_unique<Scheduler>(ex, limits);
   // Each actor drives its device through a stream that device makes: two on the host (worker
   // threads), two CUDA streams on a GPU when pipelining gives the draft its own device.
@@ -153,6 +160,18 @@ std::string Engine::trace_json() const { return impl_->trace ? impl_->trace->jso
 const EngineConfig& Engine::config() const { return impl_->cfg; }
 const LoadedModel& Engine::model() const { return *impl_->files; }
 std::string Engine::device_name() const { return impl_->ops->name(); }
+bool Engine::pipelined() const { return impl_->pipelined; }
+
+bool draft_stream_has_own_compute(DeviceKind device, int verify_threads, int draft_threads, int cpus) {
+  return device != DeviceKind::Host || verify_threads + draft_threads <= cpus;
+}
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 bool Engine::idle() const {
   // The scheduler first (its idle state is published after the releases it sent are counted),
   // then whether the verifier has handled each of those releases, so that an idle engine's

@@ -52,6 +52,14 @@ struct EngineConfig {
   // device and model instance (the skip drafter must not share the target's workspace with a
   // concurrent verify).
   bool pipeline = false;
+  // Pipelining runs only where the draft stream has compute of its own: on a GPU, or where the
+  // verify and draft pools' host threads together fit the CPUs this process may run on. Where the
+  // two pools share cores, each keeps every core busy while it works, so the streams take turns
+  // (measured: the draft stream busy during 2% of the verify's time) and pipelining only adds
+  // cost: an optimistic draft adds its whole time to the round to save the next, shorter one only
+  // when every draft is accepted, and the draft pool's idle spin takes a core from the verify
+  // (docs/engine.md, "Pipelining"). True: pipeline there too (tests, comparisons).
+  bool pipeline_on_shared_cores = false;
   // Requests with adaptive K (draft.adaptive) get K per round from the scheduler's cost model
   // over the whole batch, down to 0 under load (actors/load_policy.h); off: each request's own
   // adaptive K.
@@ -63,6 +71,12 @@ struct EngineConfig {
   // draft's), e.g. a double that records the streams and events each actor uses.
   std::function<std::unique_ptr<Ops>(const DeviceOptions&)> device_factory;
 };
+
+// Whether a pipelined draft stream has compute of its own: on a device that is not the host, or
+// when the verify and draft pools' host threads together fit `cpus`.
+bool draft_stream_has_own_compute(DeviceKind device, int verify_threads, int draft_threads, int cpus);
+// The CPUs this process may run on (its affinity mask; hardware_concurrency where that fails).
+int usable_cpus();
 
 // A request the engine refuses, naming the field: `code` is "invalid_request" or
 // "context_length_exceeded" (the server sends both as 400 with this message).
@@ -134,6 +148,9 @@ class Engine {
   const EngineConfig& config() const;
   const LoadedModel& model() const;
   std::string device_name() const;  // the target's device, e.g. "host (avx512-vnni, 2 threads)"
+  // Whether the engine pipelines: `pipeline`, where the draft stream has compute of its own or
+  // `pipeline_on_shared_cores` says so regardless.
+  bool pipelined() const;
   std::vector<int32_t> tokenize(const EngineRequest& request) const;
   // The positions a request may fill: the model's context, and no more than the KV pool can
   // ever give one request.

@@ -84,10 +84,12 @@ void Scheduler::on(DraftsReady& ready) {
     draft_time_ = draft_time_ * kDecay + ready.steady_seconds;
     draft_tokens_ = draft_tokens_ * kDecay + static_cast<double>(ready.steady_tokens);
   }
+  std::optional<DraftRound> optimistic;
   if (ready.items.size() == 1 && active_.size() == 1)
-    if (Active* a = find(ready.items.front().request->id)) draft_optimistically(*a, ready.items.front());
+    if (Active* a = find(ready.items.front().request->id)) optimistic = draft_optimistically(*a, ready.items.front());
   VerifyRound round{ready.round, std::move(ready.items), ready.draft_seconds};
   to_verifier_->send(VerifierMessage(std::move(round)));
+  if (optimistic) to_draft_->send(DraftMessage(std::move(*optimistic)));
 }
 
 int64_t Scheduler::k_limit(const Active& a, int64_t context_size, int64_t generated) const {
@@ -97,8 +99,8 @@ int64_t Scheduler::k_limit(const Active& a, int64_t context_size, int64_t genera
   return std::max<int64_t>(k, 0);
 }
 
-bool Scheduler::draft_optimistically(Active& a, Drafted& window) {
-  if (!limits_.pipeline || !a.request->speculate || a.cancelled || a.spec_round != 0) return false;
+std::optional<DraftRound> Scheduler::draft_optimistically(Active& a, Drafted& window) {
+  if (!limits_.pipeline || !a.request->speculate || a.cancelled || a.spec_round != 0) return std::nullopt;
   // The context if every draft of `window` is accepted; the optimistic draft's first token
   // t_{k+1} then stands where the bonus token would be drawn, the rest are the next window.
   std::vector<int32_t> context = window.context;
@@ -112,8 +114,7 @@ bool Scheduler::draft_optimistically(Active& a, Drafted& window) {
   a.spec.reset();
   optimistic_.insert(id);
   window.continued = true;
-  to_draft_->send(DraftMessage(std::move(round)));
-  return true;
+  return round;
 }
 
 void Scheduler::on_optimistic_draft(DraftsReady& ready) {
@@ -169,10 +170,12 @@ void Scheduler::on(Verdict& verdict) {
     a->busy = true;
     a->round = id;
     ++in_flight_;
-    if (active_.size() == 1) draft_optimistically(*a, window);
+    std::optional<DraftRound> optimistic;
+    if (active_.size() == 1) optimistic = draft_optimistically(*a, window);
     VerifyRound round{id, {}, 0};
     round.items.push_back(std::move(window));
     to_verifier_->send(VerifierMessage(std::move(round)));
+    if (optimistic) to_draft_->send(DraftMessage(std::move(*optimistic)));
   }
   --in_flight_;
   next_round();

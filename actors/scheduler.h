@@ -98,8 +98,9 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   // are output: no more than could be emitted (the round adds one target token) or fit.
   int64_t k_limit(const Active& a, int64_t context_size, int64_t generated) const;
   // Batch-1 pipelining: while `window` (a's round) is verified, draft a's next round assuming
-  // every draft of `window` is accepted. Marks the window continued; false if not started.
-  bool draft_optimistically(Active& a, Drafted& window);
+  // every draft of `window` is accepted. Marks the window continued and returns the optimistic
+  // round, for the caller to send after the window's VerifyRound; nullopt if not started.
+  std::optional<DraftRound> draft_optimistically(Active& a, Drafted& window);
   // The optimistic draft of a round: a Continuation to the sampler, or dropped when stale.
   void on_optimistic_draft(DraftsReady& ready);
   void publish();

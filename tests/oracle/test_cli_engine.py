@@ -3,6 +3,7 @@ API's path (issue 14, item 3); `generate --sequential` runs the sequential loop 
 method's reference. The engine must print the reference's text for every drafter, greedy and
 coupled, and chat must answer as generate does."""
 import json
+import os
 import subprocess
 
 import pytest
@@ -48,6 +49,28 @@ def test_generate_refuses_bad_prompt_ids_and_an_empty_prompt_in_one_line(specula
         assert len(p.stderr.strip().splitlines()) == 1, p.stderr
         for w in words:
             assert w in p.stderr, p.stderr
+
+
+def test_pipelining_where_the_streams_would_share_the_cores_is_declined_in_one_line_unless_always(specula_bin, default_model):
+    """--pipeline on with --threads as many as the CPUs (the draft stream's pool as many again):
+    the two streams would take turns on the same cores, so the engine does not pipeline and says
+    so in one line; --pipeline always pipelines anyway; both give target-only's greedy text."""
+    cpus = str(len(os.sched_getaffinity(0)))
+    flags = ["--temperature", "0", "--draft", "ngram", "--threads", cpus]
+    p = subprocess.run([str(specula_bin), "generate", "--model", str(default_model), "--prompt", PROMPT, "--chat",
+                        "--max-tokens", "40", "--json", *flags, "--pipeline", "on"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    declined = json.loads(p.stdout.strip().splitlines()[-1])
+    assert declined["pipeline"] is True and declined["pipelined"] is False
+    lines = [line for line in p.stderr.splitlines() if "not pipelining" in line]
+    assert len(lines) == 1 and f"{cpus} CPUs" in lines[0] and "--pipeline always" in lines[0], p.stderr
+    forced = generate(specula_bin, default_model, *flags, "--pipeline", "always")
+    assert forced["pipelined"] is True
+    assert declined["ids"] == forced["ids"] == generate(specula_bin, default_model, *flags, "--pipeline", "off")["ids"]
+    bad = subprocess.run([str(specula_bin), "generate", "--model", str(default_model), "--prompt", PROMPT, "--pipeline", "sometimes"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and bad.stdout == ""
+    assert "--pipeline must be off, on or always, got 'sometimes'" in bad.stderr, bad.stderr
 
 
 def chat(specula_bin, model, lines, *flags):

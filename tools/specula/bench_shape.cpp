@@ -213,6 +213,7 @@ nlohmann::json bench_spec_pair_engine(const std::string& device, int threads, st
     cfg.device = device;
     cfg.threads = threads;
     cfg.pipeline = pipeline;
+    cfg.pipeline_on_shared_cores = true;  // the comparison is the point, whatever the machine
     cfg.kv_tokens = std::max<int64_t>(1024, 2 * (static_cast<int64_t>(g.prompt.size()) + g.max_tokens + 32));
     cfg.max_batch = 1;
     cfg.trace_path = trace_path;

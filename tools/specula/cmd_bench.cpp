@@ -66,7 +66,7 @@ const char* kUsage =
     "\n"
     "usage: specula bench spec --concurrency 1,4,16,64 [--pipeline on|off|both] [--drafts \"none;ngram\"]\n"
     "                          [--load-adaptive on|off|both] [--requests N] [--repeat R] [--trace PREFIX]\n"
-    "                          [--max-tokens N (64)] [--draft-threads N] [the options above]\n"
+    "                          [--max-tokens N (64)] [--draft-threads N] [--pipeline-always] [the options above]\n"
     "  The same prompts through the actor engine, for each concurrency level (that many requests\n"
     "  active at once; --requests, default max(level, 4), in all) and each configuration: drafter x\n"
     "  pipelining (default both) x the load-adaptive K policy (with --adaptive; default on).\n"
@@ -75,7 +75,9 @@ const char* kUsage =
     "  engine's trace the draft and verify streams' busy fractions and the overlap (the fraction of\n"
     "  verify time during which the draft stream was busy). --trace keeps each run's trace as\n"
     "  PREFIX-c<level>-<draft>[-pipelined]-<rep>.json (ui.perfetto.dev). --draft-threads: the\n"
-    "  pipelined draft stream's compute threads (default --threads).\n";
+    "  pipelined draft stream's compute threads (default --threads). Pipelining runs where the draft\n"
+    "  stream has cores of its own (each run's JSON says under \"pipelined\"); --pipeline-always runs\n"
+    "  it regardless (docs/engine.md).\n";
 
 using Clock = BenchClock;
 
@@ -291,7 +293,7 @@ int cmd_bench(int argc, char** argv) {
       options.insert({"prompts", "drafts", "limit", "max-tokens", "spec-k", "spec-k-min", "spec-k-max", "draft-entropy",
                       "temperature", "top-k", "top-p", "seed", "spec-sampling"});
       options.insert(kEngineBenchOptions.begin(), kEngineBenchOptions.end());
-      flags.insert("adaptive");
+      flags.insert({"adaptive", "pipeline-always"});
     } else {
       options.insert({"prompt-tokens", "decode-tokens", "repeat", "max-verify", "shape", "spec-pair", "spec-k", "spec-pair-engine",
                       "cuda-graphs", "contexts", "paths", "agreement", "prompts", "agreement-tokens"});

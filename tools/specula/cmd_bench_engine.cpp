@@ -64,6 +64,7 @@ struct Seen {
 struct Result {
   Config config;
   int concurrency = 0, repeat = 0;
+  bool pipelined = false;  // the engine pipelined (Engine::pipelined)
   int64_t tokens = 0;
   double wall = 0;
   std::vector<double> per_request_tps, ttft;
@@ -97,6 +98,7 @@ Result run_once(const Args& a, const Config& c, int concurrency, int64_t request
   cfg.threads = static_cast<int>(a.integer("threads", 2));
   cfg.draft_threads = static_cast<int>(a.integer("draft-threads", 0));
   cfg.pipeline = c.pipeline;
+  cfg.pipeline_on_shared_cores = a.flag("pipeline-always");
   cfg.load_adaptive = c.load_adaptive;
   cfg.trace_path = trace_path;
   Result r;
@@ -105,6 +107,7 @@ Result run_once(const Args& a, const Config& c, int concurrency, int64_t request
   std::string trace;
   {
     Engine engine(cfg);
+    r.pipelined = engine.pipelined();
     {  // warm-up: page in the weights, size the workspaces (not counted)
       EngineRequest w;
       w.prompt_ids = prompts.front().tokens;
@@ -166,6 +169,7 @@ nlohmann::json to_json(const Result& r, const Result* none) {
   j["config"] = r.config.name();
   j["draft"] = r.config.draft;
   j["pipeline"] = r.config.pipeline;
+  j["pipelined"] = r.pipelined;
   j["load_adaptive"] = r.config.load_adaptive;
   j["repeat"] = r.repeat;
   j["tokens"] = r.tokens;

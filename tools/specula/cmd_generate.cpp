@@ -30,7 +30,7 @@ const char* kUsage =
     "                        [--json] [--device auto|host|cuda] [--threads N] [--ctx N]\n"
     "                        [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH] [--spec-k K] [--adaptive]\n"
     "                        [--spec-k-min K] [--spec-k-max K] [--draft-entropy NATS] [--spec-sampling exact|coupled]\n"
-    "                        [--pipeline on|off] [--trace FILE] [--sequential]\n"
+    "                        [--pipeline off|on|always] [--trace FILE] [--sequential]\n"
     "  Streams the continuation to stdout and ends with prefill and decode tokens/s on stderr.\n"
     "  --chat applies the model's chat template to the prompt (as one user message).\n"
     "  Defaults: temperature 0.8, top-k 40, top-p 0.95, max-tokens 256, a random seed (printed).\n"
@@ -44,7 +44,9 @@ const char* kUsage =
     "  coupled makes sampled output identical to target-only output for the seed (exact, the\n"
     "  default, accepts more). Acceptance statistics follow on stderr (or under \"speculative\").\n"
     "  The generation runs through the actor engine, as the server does. --pipeline on drafts the\n"
-    "  next round while this one is verified (default off); --trace FILE writes Chrome trace-event\n"
+    "  next round while this one is verified (default off) where the draft stream has cores of its\n"
+    "  own (a GPU, or twice --threads fitting the CPUs; else it says so and does not), --pipeline\n"
+    "  always regardless (docs/engine.md); --trace FILE writes Chrome trace-event\n"
     "  JSON with a lane per stream and actor (ui.perfetto.dev). --sequential runs the sequential\n"
     "  loop (the method's reference, one round after another on one thread of control) instead.\n";
 
@@ -269,6 +271,7 @@ int generate_through_engine(const Args& a) {
     j["decode_tokens_per_second"] = decode_tps;
     j["device"] = engine->device_name();
     j["pipeline"] = cfg.pipeline;
+    j["pipelined"] = engine->pipelined();
     if (speculative) {
       j["speculative"] = spec_stats_json(ev.stats);
       j["speculative"]["draft"] = cfg.drafter;
@@ -300,7 +303,9 @@ int generate_through_engine(const Args& a) {
 
 std::unique_ptr<actors::Engine> open_engine(const actors::EngineConfig& config) {
   try {
-    return std::make_unique<actors::Engine>(config);
+    auto engine = std::make_unique<actors::Engine>(config);
+    report_pipelining(config, *engine);
+    return engine;
   } catch (const std::invalid_argument& e) {
     throw UsageError(std::string(config.drafter != "none" ? "--draft: " : "") + e.what());
   }
@@ -324,6 +329,23 @@ StreamRead read_stream(actors::TokenStream& stream, bool echo) {
   return r;
 }
 
+void pipelining_from_args(const Args& a, actors::EngineConfig& cfg) {
+  const std::string pipeline = a.str("pipeline", "off");
+  if (pipeline != "on" && pipeline != "off" && pipeline != "always")
+    throw UsageError("--pipeline must be off, on or always, got '" + pipeline + "'");
+  cfg.pipeline = pipeline != "off";
+  cfg.pipeline_on_shared_cores = pipeline == "always";
+}
+
+void report_pipelining(const actors::EngineConfig& cfg, const actors::Engine& engine) {
+  if (!cfg.pipeline || engine.pipelined()) return;
+  const int draft = cfg.draft_threads > 0 ? cfg.draft_threads : cfg.threads;
+  std::fprintf(stderr,
+               "specula: not pipelining: the draft and verify streams would share this machine's %d CPUs (%d + %d "
+               "threads), where they take turns and overlap costs more than it saves; --pipeline always runs it anyway\n",
+               actors::usable_cpus(), cfg.threads, draft);
+}
+
 actors::EngineConfig engine_config_from_args(const Args& a, std::shared_ptr<const LoadedModel> target) {
   actors::EngineConfig cfg;
   cfg.target = target->path;
@@ -333,9 +355,7 @@ actors::EngineConfig engine_config_from_args(const Args& a, std::shared_ptr<cons
   cfg.draft = draft_length_from_args(a);
   cfg.max_batch = 1;
   cfg.threads = static_cast<int>(a.integer("threads", 2));
-  const std::string pipeline = a.str("pipeline", "off");
-  if (pipeline != "on" && pipeline != "off") throw UsageError("--pipeline must be on or off, got '" + pipeline + "'");
-  cfg.pipeline = pipeline == "on";
+  pipelining_from_args(a, cfg);
   cfg.trace_path = a.str("trace", "");
   const int64_t model_ctx = cfg.target_model->weights.config.max_positions > 0 ? cfg.target_model->weights.config.max_positions : 8192;
   const int64_t ctx = a.integer("ctx", std::min<int64_t>(model_ctx, 8192));

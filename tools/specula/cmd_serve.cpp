@@ -6,6 +6,7 @@
 #include "net/server.h"
 #include "tools/specula/common.h"
 #include "tools/specula/commands.h"
+#include "tools/specula/engine_cli.h"
 #include "tools/specula/spec_cli.h"
 
 namespace specula::cli {
@@ -15,7 +16,7 @@ namespace {
 const char* kUsage =
     "usage: specula serve [--model PATH] [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH] [--host 127.0.0.1] [--port 8080]\n"
     "                     [--max-batch 16] [--kv-tokens 16384] [--max-queue 256] [--threads 2] [--device auto]\n"
-    "                     [--pipeline on|off] [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8] [--draft-entropy NATS]\n"
+    "                     [--pipeline off|on|always] [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8] [--draft-entropy NATS]\n"
     "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10]\n"
     "                     [--api-key KEY] [--allowed-origins ORIGIN,...|*]\n"
     "  Serves the model on one port: the chat page at /, the WebSocket protocol at /v1/ws, the\n"
@@ -52,9 +53,7 @@ int cmd_serve(int argc, char** argv) {
   ec.max_batch = static_cast<int>(a.integer("max-batch", 16));
   ec.kv_tokens = a.integer("kv-tokens", 16384);
   ec.threads = static_cast<int>(a.integer("threads", 2));
-  const std::string pipeline = a.str("pipeline", "off");
-  if (pipeline != "on" && pipeline != "off") throw UsageError("--pipeline must be on or off, got '" + pipeline + "'");
-  ec.pipeline = pipeline == "on";
+  pipelining_from_args(a, ec);
   if (ec.max_batch < 1 || ec.max_batch > 1024) throw UsageError("--max-batch must be between 1 and 1024");
   if (ec.threads < 1 || ec.threads > 256) throw UsageError("--threads must be between 1 and 256");
 
@@ -85,6 +84,7 @@ int cmd_serve(int argc, char** argv) {
 
   std::fprintf(stderr, "specula serve: loading %s (draft %s)\n", ec.target.c_str(), ec.drafter.c_str());
   actors::Engine engine(ec);
+  report_pipelining(ec, engine);
   return net::run_server(engine, sc, [&](const std::string& url) {
     std::printf("specula serve: %s with draft %s, max batch %d; listening on %s (chat page: %s/)\n",
                 net::model_name_from_path(ec.target).c_str(), ec.drafter.c_str(), ec.max_batch, url.c_str(),

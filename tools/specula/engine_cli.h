@@ -26,6 +26,13 @@ std::vector<BenchPrompt> read_prompts(const std::string& path, const LoadedModel
 inline const std::set<std::string> kEngineBenchOptions = {"concurrency", "pipeline", "load-adaptive", "requests",
                                                           "trace", "repeat", "draft-threads"};
 
+// --pipeline off|on|always (default off) into `cfg`: on pipelines where the draft stream has
+// compute of its own (EngineConfig::pipeline_on_shared_cores), always regardless. UsageError for
+// another value. Defined in cmd_generate.cpp.
+void pipelining_from_args(const Args& a, actors::EngineConfig& cfg);
+// One line on stderr when `--pipeline on` was asked for and the engine does not pipeline.
+void report_pipelining(const actors::EngineConfig& cfg, const actors::Engine& engine);
+
 // `specula bench spec --concurrency 1,4,16,64 --pipeline on|off|both ...`: JSON on stdout.
 int bench_spec_engine(const Args& a);
 

@@ -123,10 +123,8 @@ class JudgingDevice final : public HostOps {
   bool planted_;
 };
 
-// One request through an ngram engine at batch 1 on the host, its devices made by `devices`
-// (make_device when empty).
-GenerateResult generate_once(bool pipeline, std::function<std::unique_ptr<Ops>(const DeviceOptions&)> devices,
-                             EngineRequest req) {
+// An ngram engine at batch 1 on the host, pipelined (where the cores are shared too) or not.
+EngineConfig ngram_host_config(bool pipeline) {
   EngineConfig cfg;
   cfg.target = default_model_path();
   cfg.drafter = "ngram";
@@ -134,6 +132,15 @@ GenerateResult generate_once(bool pipeline, std::function<std::unique_ptr<Ops>(c
   cfg.max_batch = 1;
   cfg.kv_tokens = 1024;
   cfg.pipeline = pipeline;
+  cfg.pipeline_on_shared_cores = true;
+  return cfg;
+}
+
+// One request through ngram_host_config(pipeline), its devices made by `devices` (make_device
+// when empty).
+GenerateResult generate_once(bool pipeline, std::function<std::unique_ptr<Ops>(const DeviceOptions&)> devices,
+                             EngineRequest req) {
+  EngineConfig cfg = ngram_host_config(pipeline);
   cfg.device_factory = std::move(devices);
   Engine engine(cfg);
   return engine.generate_blocking(std::move(req));
@@ -179,6 +186,53 @@ TEST_P(DeviceStreams, TheDraftAndVerifierActorsRunOnStreamsTheirOwnDevicesMadeAn
   }
   EXPECT_NE(*verify.threads.begin(), *draft.threads.begin()) << "the draft and verify streams are distinct";
   EXPECT_EQ(log->streams.size(), 2u);
+}
+
+TEST(Pipelining, RunsOnlyWhereTheDraftStreamHasComputeOfItsOwn) {
+  // Two host pools that together exceed the CPUs share them: no pipelining. A GPU's streams, or
+  // host pools that fit, have their own.
+  EXPECT_FALSE(draft_stream_has_own_compute(DeviceKind::Host, 2, 2, 2));
+  EXPECT_FALSE(draft_stream_has_own_compute(DeviceKind::Host, 2, 1, 2));
+  EXPECT_TRUE(draft_stream_has_own_compute(DeviceKind::Host, 1, 1, 2));
+  EXPECT_TRUE(draft_stream_has_own_compute(DeviceKind::Host, 2, 2, 4));
+  EXPECT_TRUE(draft_stream_has_own_compute(DeviceKind::Cuda, 2, 2, 2));
+  EXPECT_GE(usable_cpus(), 1);
+}
+
+TEST(Pipelining, AskedForOnCoresTheStreamsWouldShareTheEngineRunsUnpipelinedOnOneDeviceWithTheSameText) {
+  if (!std::filesystem::exists(default_model_path())) GTEST_SKIP() << "no default model at " << default_model_path();
+  auto log = std::make_shared<Log>();
+  EngineConfig cfg = ngram_host_config(true);
+  cfg.pipeline_on_shared_cores = false;
+  cfg.threads = usable_cpus();  // with the draft's as many again, more than the CPUs
+  cfg.device_factory = [log](const DeviceOptions& o) { return std::make_unique<RecordingDevice>(o.threads, log); };
+  EngineRequest req;
+  req.messages = {{"user", "Repeat after me: the quick brown fox jumps over the lazy dog."}};
+  req.max_tokens = 32;
+  GenerateResult got;
+  {
+    Engine engine(cfg);
+    EXPECT_FALSE(engine.pipelined());
+    got = engine.generate_blocking(req);
+  }
+  ASSERT_TRUE(got.error.empty()) << got.error;
+  EXPECT_EQ(got.tokens, run(false, nullptr).tokens);
+  std::lock_guard lock(log->mu);
+  EXPECT_EQ(log->devices, 1) << "no draft device is made";
+  ASSERT_EQ(log->streams.count("draft"), 1u);
+  EXPECT_EQ(log->streams.at("draft").device, 0);
+
+  // The control: the same request with pipelining forced makes the draft device.
+  cfg.pipeline_on_shared_cores = true;
+  auto forced_log = std::make_shared<Log>();
+  cfg.device_factory = [forced_log](const DeviceOptions& o) { return std::make_unique<RecordingDevice>(o.threads, forced_log); };
+  {
+    Engine forced(cfg);
+    EXPECT_TRUE(forced.pipelined());
+    EXPECT_EQ(forced.generate_blocking(req).tokens, got.tokens);
+  }
+  std::lock_guard forced_lock(forced_log->mu);
+  EXPECT_EQ(forced_log->devices, 2);
 }
 
 GenerateResult judged(const SamplingParams& sp, SpecSampling mode, std::shared_ptr<std::atomic<int>> calls, bool planted) {

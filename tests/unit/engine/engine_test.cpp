@@ -118,7 +118,7 @@ struct Shared {
       auto config = [](const Drafting& dr) {
         return EngineConfig{.target = default_model_path(), .drafter = dr.spelling, .device = "host", .target_model = {}, .draft_model = {}, .draft = dr.k,
                             .max_batch = 16, .kv_tokens = 16 * 128, .threads = 2, .io_threads = 1,
-                            .pipeline = dr.pipeline, .trace_path = "", .fault_hook = fault_hook, .judge_rule = {}};
+                            .pipeline = dr.pipeline, .pipeline_on_shared_cores = true, .trace_path = "", .fault_hook = fault_hook, .judge_rule = {}};
       };
       d->ngram = std::make_unique<Engine>(config(kNgram));
       d->skip = std::make_unique<Engine>(config(kSkip));

@@ -240,6 +240,7 @@ Outcome run_through_engine(const Setting& s) {
   cfg.kv_tokens = 32 * 64;
   cfg.threads = 1;
   cfg.pipeline = s.pipeline;
+  cfg.pipeline_on_shared_cores = true;
   if (s.bug != Bug::None)
     cfg.judge_rule = [bug = s.bug](const DraftProposal& d, std::span<const float> l, const SamplingParams& sp, int64_t pos,
                                    SpecSampling mode, bool bonus) { return planted(bug, d, l, sp, pos, mode, bonus); };

@@ -32,6 +32,7 @@ nlohmann::json traced_run(bool pipeline, int requests = 4) {
     cfg.draft.k = 2;
     cfg.kv_tokens = 1024;
     cfg.pipeline = pipeline;
+    cfg.pipeline_on_shared_cores = true;
     cfg.trace_path = path + (requests == 1 ? ".1" : "");
     Engine engine(cfg);
     std::vector<TokenStream> streams;
