@@ -75,8 +75,12 @@ struct EngineConfig {
 // Whether a pipelined draft stream has compute of its own: on a device that is not the host, or
 // when the verify and draft pools' host threads together fit `cpus`.
 bool draft_stream_has_own_compute(DeviceKind device, int verify_threads, int draft_threads, int cpus);
-// The CPUs this process may run on (its affinity mask; hardware_concurrency where that fails).
+// The CPUs this process may run on: its affinity mask (hardware_concurrency where that fails),
+// and no more than a container's CPU quota allows (cgroup v2 cpu.max, or v1's cfs quota).
 int usable_cpus();
+// The CPUs a quota of `quota` per `period` microseconds amounts to, rounded up; 0 for no quota
+// ("max", -1) or text that is not a number.
+int cpus_of_quota(const std::string& quota, const std::string& period);
 
 // A request the engine refuses, naming the field: `code` is "invalid_request" or
 // "context_length_exceeded" (the server sends both as 400 with this message).

@@ -199,6 +199,16 @@ TEST(Pipelining, RunsOnlyWhereTheDraftStreamHasComputeOfItsOwn) {
   EXPECT_GE(usable_cpus(), 1);
 }
 
+TEST(Pipelining, CountsAContainersCpuQuotaAsItsCpus) {
+  EXPECT_EQ(cpus_of_quota("200000", "100000"), 2);
+  EXPECT_EQ(cpus_of_quota("150000", "100000"), 2);  // rounded up
+  EXPECT_EQ(cpus_of_quota("50000", "100000"), 1);
+  EXPECT_EQ(cpus_of_quota("max", "100000"), 0);
+  EXPECT_EQ(cpus_of_quota("-1", "100000"), 0);
+  EXPECT_EQ(cpus_of_quota("", ""), 0);
+  EXPECT_EQ(cpus_of_quota("100000", "0"), 0);
+}
+
 TEST(Pipelining, AskedForOnCoresTheStreamsWouldShareTheEngineRunsUnpipelinedOnOneDeviceWithTheSameText) {
   if (!std::filesystem::exists(default_model_path())) GTEST_SKIP() << "no default model at " << default_model_path();
   auto log = std::make_shared<Log>();
