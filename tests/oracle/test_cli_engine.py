@@ -8,6 +8,8 @@ import subprocess
 
 import pytest
 
+from conftest import SHARED_DIR
+
 PROMPT = "Name three colors and say one thing about each."
 
 
@@ -71,6 +73,23 @@ def test_pipelining_where_the_streams_would_share_the_cores_is_declined_in_one_l
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and bad.stdout == ""
     assert "--pipeline must be off, on or always, got 'sometimes'" in bad.stderr, bad.stderr
+
+
+def test_the_engine_benchmark_reports_pipelining_declined_on_shared_cores_and_forced_with_pipeline_always(specula_bin, default_model):
+    """`bench spec --pipeline both`: each run's JSON says whether the engine pipelined; with
+    --threads as many as the CPUs the pipelined configuration runs unpipelined (and the summary
+    line says so) unless --pipeline-always."""
+    cpus = str(len(os.sched_getaffinity(0)))
+    base = [str(specula_bin), "bench", "spec", "--model", str(default_model), "--threads", cpus, "--concurrency", "1",
+            "--pipeline", "both", "--drafts", "ngram", "--requests", "2", "--max-tokens", "8",
+            "--prompts", str(SHARED_DIR / "data" / "prompts" / "chat.jsonl"), "--limit", "2"]
+    for extra, forced in (([], False), (["--pipeline-always"], True)):
+        p = subprocess.run(base + extra, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        runs = {r["config"]: r for r in json.loads(p.stdout)["runs"]}
+        assert runs["ngram"]["pipelined"] is False
+        assert runs["ngram pipelined"]["pipeline"] is True and runs["ngram pipelined"]["pipelined"] is forced
+        assert ("declined: shared cores" in p.stderr) is not forced, p.stderr
 
 
 def chat(specula_bin, model, lines, *flags):

@@ -269,8 +269,9 @@ int bench_spec_engine(const Args& a) {
         Result r = run_once(a, c, level, requests, prompts, base, draft, path);
         r.repeat = rep;
         if (trace_prefix.empty()) std::filesystem::remove(path);
-        std::fprintf(stderr, "[bench spec] concurrency %d, %s: %lld tokens in %.2fs = %.1f tok/s, overlap %.2f\n", level,
-                     c.name().c_str(), static_cast<long long>(r.tokens), r.wall, r.tokens / r.wall, r.streams.overlap());
+        std::fprintf(stderr, "[bench spec] concurrency %d, %s%s: %lld tokens in %.2fs = %.1f tok/s, overlap %.2f\n", level,
+                     c.name().c_str(), c.pipeline && !r.pipelined ? " (declined: shared cores, ran unpipelined)" : "",
+                     static_cast<long long>(r.tokens), r.wall, r.tokens / r.wall, r.streams.overlap());
         results.push_back(std::move(r));
       }
     for (const Result& r : results) {
