@@ -165,41 +165,6 @@ const LoadedModel& Engine::model() const { return *impl_->files; }
 std::string Engine::device_name() const { return impl_->ops->name(); }
 bool Engine::pipelined() const { return impl_->pipelined; }
 
-bool draft_stream_has_own_compute(DeviceKind device, int verify_threads, int draft_threads, int cpus) {
-  return device != DeviceKind::Host || verify_threads + draft_threads <= cpus;
-}
-
-int cpus_of_quota(const std::string& quota, const std::string& period) {
-  char* end = nullptr;
-  const double q = std::strtod(quota.c_str(), &end);
-  if (end == quota.c_str() || q <= 0) return 0;  // "max", -1 or unreadable: no quota
-  const double p = std::strtod(period.c_str(), &end);
-  if (end == period.c_str() || p <= 0) return 0;
-  return std::max(1, static_cast<int>(std::ceil(q / p)));
-}
-
-namespace {
-
-std::string read_word(const char* path, int index = 0) {
-  std::ifstream in(path);
-  std::string word;
-  for (int i = 0; i <= index && (in >> word); ++i) {}
-  return in ? word : std::string();
-}
-
-}  // namespace
-
-int usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
-                                                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  // A container's CPU quota (cgroup v2's cpu.max, v1's cfs quota and period) may allow fewer.
-  int quota = cpus_of_quota(read_word("/sys/fs/cgroup/cpu.max"), read_word("/sys/fs/cgroup/cpu.max", 1));
-  if (quota == 0)
-    quota = cpus_of_quota(read_word("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), read_word("/sys/fs/cgroup/cpu/cpu.cfs_period_us"));
-  return quota > 0 ? std::min(cpus, quota) : cpus;
-}
 bool Engine::idle() const {
   // The scheduler first (its idle state is published after the releases it sent are counted),
   // then whether the verifier has handled each of those releases, so that an idle engine's
@@ -391,6 +356,42 @@ std::optional<StreamEvent> TokenStream::try_next() {
 StreamEvent TokenStream::next_blocking() {
   if (last_) return *last_;
   return take(events_->receive_blocking());
+}
+
+bool draft_stream_has_own_compute(DeviceKind device, int verify_threads, int draft_threads, int cpus) {
+  return device != DeviceKind::Host || verify_threads + draft_threads <= cpus;
+}
+
+int cpus_of_quota(const std::string& quota, const std::string& period) {
+  char* end = nullptr;
+  const double q = std::strtod(quota.c_str(), &end);
+  if (end == quota.c_str() || q <= 0) return 0;  // "max", -1 or unreadable: no quota
+  const double p = std::strtod(period.c_str(), &end);
+  if (end == period.c_str() || p <= 0) return 0;
+  return std::max(1, static_cast<int>(std::ceil(q / p)));
+}
+
+namespace {
+
+std::string read_word(const char* path, int index = 0) {
+  std::ifstream in(path);
+  std::string word;
+  for (int i = 0; i <= index && (in >> word); ++i) {}
+  return in ? word : std::string();
+}
+
+}  // namespace
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
+                                                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // A container's CPU quota (cgroup v2's cpu.max, v1's cfs quota and period) may allow fewer.
+  int quota = cpus_of_quota(read_word("/sys/fs/cgroup/cpu.max"), read_word("/sys/fs/cgroup/cpu.max", 1));
+  if (quota == 0)
+    quota = cpus_of_quota(read_word("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), read_word("/sys/fs/cgroup/cpu/cpu.cfs_period_us"));
+  return quota > 0 ? std::min(cpus, quota) : cpus;
 }
 
 }  // namespace specula::actors
