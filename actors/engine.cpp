@@ -53,6 +53,7 @@ struct Engine::Impl {
   std::unique_ptr<Ops> draft_ops;            // pipelining only: the draft's own device and
   std::unique_ptr<LlamaModel> draft_model;   // target instance, used concurrently with the verifier's
   bool pipelined = false;                    // cfg.pipeline where the streams can overlap
+  std::string why_not_pipelined;             // cfg.pipeline declined: the cores the streams would share
   std::vector<int32_t> default_stop;
   boost::asio::io_context io;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work = boost::asio::make_work_guard(io);
@@ -81,8 +82,14 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   m.default_stop = default_stop_ids(*m.files);
   LlamaModel* draft_target = m.model.get();
   const int draft_threads = m.cfg.draft_threads > 0 ? m.cfg.draft_threads : m.cfg.threads;
-  m.pipelined = m.cfg.pipeline && (m.cfg.pipeline_on_shared_cores ||
-                                   draft_stream_has_own_compute(m.ops->kind(), m.cfg.threads, draft_threads, usable_cpus()));
+  if (m.cfg.pipeline) {
+    const int cpus = usable_cpus();
+    m.pipelined = m.cfg.pipeline_on_shared_cores || draft_stream_has_own_compute(m.ops->kind(), m.cfg.threads, draft_threads, cpus);
+    if (!m.pipelined)
+      m.why_not_pipelined = "the draft and verify streams would share this machine's " + std::to_string(cpus) + " CPUs (" +
+                            std::to_string(m.cfg.threads) + " + " + std::to_string(draft_threads) +
+                            " threads), where they take turns and overlap costs more than it saves";
+  }
   if (m.pipelined) {
     m.draft_ops = device(DeviceOptions{m.cfg.device, draft_threads, ""});
     m.draft_model = std::make_unique<LlamaModel>(m.files->weights, *m.draft_ops);
@@ -164,6 +171,7 @@ const EngineConfig& Engine::config() const { return impl_->cfg; }
 const LoadedModel& Engine::model() const { return *impl_->files; }
 std::string Engine::device_name() const { return impl_->ops->name(); }
 bool Engine::pipelined() const { return impl_->pipelined; }
+const std::string& Engine::why_not_pipelined() const { return impl_->why_not_pipelined; }
 
 bool Engine::idle() const {
   // The scheduler first (its idle state is published after the releases it sent are counted),

@@ -155,6 +155,9 @@ class Engine {
   // Whether the engine pipelines: `pipeline`, where the draft stream has compute of its own or
   // `pipeline_on_shared_cores` says so regardless.
   bool pipelined() const;
+  // Why `pipeline` was asked for and the engine does not pipeline ("" otherwise): the CPUs and
+  // threads the two streams would share.
+  const std::string& why_not_pipelined() const;
   std::vector<int32_t> tokenize(const EngineRequest& request) const;
   // The positions a request may fill: the model's context, and no more than the KV pool can
   // ever give one request.

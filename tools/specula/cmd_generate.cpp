@@ -304,7 +304,7 @@ int generate_through_engine(const Args& a) {
 std::unique_ptr<actors::Engine> open_engine(const actors::EngineConfig& config) {
   try {
     auto engine = std::make_unique<actors::Engine>(config);
-    report_pipelining(config, *engine);
+    report_pipelining(*engine);
     return engine;
   } catch (const std::invalid_argument& e) {
     throw UsageError(std::string(config.drafter != "none" ? "--draft: " : "") + e.what());
@@ -337,13 +337,9 @@ void pipelining_from_args(const Args& a, actors::EngineConfig& cfg) {
   cfg.pipeline_on_shared_cores = pipeline == "always";
 }
 
-void report_pipelining(const actors::EngineConfig& cfg, const actors::Engine& engine) {
-  if (!cfg.pipeline || engine.pipelined()) return;
-  const int draft = cfg.draft_threads > 0 ? cfg.draft_threads : cfg.threads;
-  std::fprintf(stderr,
-               "specula: not pipelining: the draft and verify streams would share this machine's %d CPUs (%d + %d "
-               "threads), where they take turns and overlap costs more than it saves; --pipeline always runs it anyway\n",
-               actors::usable_cpus(), cfg.threads, draft);
+void report_pipelining(const actors::Engine& engine) {
+  if (!engine.why_not_pipelined().empty())
+    std::fprintf(stderr, "specula: not pipelining: %s; --pipeline always runs it anyway\n", engine.why_not_pipelined().c_str());
 }
 
 actors::EngineConfig engine_config_from_args(const Args& a, std::shared_ptr<const LoadedModel> target) {

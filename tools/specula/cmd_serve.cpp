@@ -84,7 +84,7 @@ int cmd_serve(int argc, char** argv) {
 
   std::fprintf(stderr, "specula serve: loading %s (draft %s)\n", ec.target.c_str(), ec.drafter.c_str());
   actors::Engine engine(ec);
-  report_pipelining(ec, engine);
+  report_pipelining(engine);
   return net::run_server(engine, sc, [&](const std::string& url) {
     std::printf("specula serve: %s with draft %s, max batch %d; listening on %s (chat page: %s/)\n",
                 net::model_name_from_path(ec.target).c_str(), ec.drafter.c_str(), ec.max_batch, url.c_str(),

@@ -31,7 +31,7 @@ inline const std::set<std::string> kEngineBenchOptions = {"concurrency", "pipeli
 // another value. Defined in cmd_generate.cpp.
 void pipelining_from_args(const Args& a, actors::EngineConfig& cfg);
 // One line on stderr when `--pipeline on` was asked for and the engine does not pipeline.
-void report_pipelining(const actors::EngineConfig& cfg, const actors::Engine& engine);
+void report_pipelining(const actors::Engine& engine);
 
 // `specula bench spec --concurrency 1,4,16,64 --pipeline on|off|both ...`: JSON on stdout.
 int bench_spec_engine(const Args& a);
