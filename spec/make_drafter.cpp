@@ -8,6 +8,7 @@
 #include <string>
 
 #include "spec/eagle_drafter.h"
+#include "spec/lookup_first_drafter.h"
 #include "spec/model_drafter.h"
 #include "spec/ngram_drafter.h"
 
@@ -50,22 +51,63 @@ std::shared_ptr<const LoadedModel> load_draft(std::string_view spec) {
   return std::make_shared<LoadedModel>(load_model(std::string(spec)));
 }
 
+// "ngram", "ngram:n=N" or "ngram:n=N,min=M" -> N and M (M defaults to `default_min`, or to N
+// when that is 0). Throws std::invalid_argument naming `whole` for anything else.
+void parse_ngram(std::string_view spec, std::string_view whole, int default_min, int& n, int& min_n) {
+  n = 3;
+  if (spec.starts_with("ngram:")) {
+    std::string_view rest = spec.substr(6);
+    const size_t comma = rest.find(',');
+    std::string_view nn = rest.substr(0, comma);
+    if (nn.starts_with("n=")) nn.remove_prefix(2);
+    const auto [end, ec] = std::from_chars(nn.data(), nn.data() + nn.size(), n);
+    bool ok = ec == std::errc() && end == nn.data() + nn.size() && !nn.empty();
+    min_n = default_min > 0 ? default_min : n;
+    if (ok && comma != std::string_view::npos) {
+      std::string_view m = rest.substr(comma + 1);
+      ok = m.starts_with("min=");
+      if (ok) {
+        m.remove_prefix(4);
+        const auto [mend, mec] = std::from_chars(m.data(), m.data() + m.size(), min_n);
+        ok = mec == std::errc() && mend == m.data() + m.size() && !m.empty();
+      }
+    }
+    if (!ok) throw std::invalid_argument("draft '" + std::string(whole) + "': expected ngram:n=N or ngram:n=N,min=M with N, M numbers");
+  } else if (spec != "ngram") {
+    throw std::invalid_argument("draft '" + std::string(whole) + "': expected ngram[:n=N[,min=M]] before '+'");
+  } else {
+    min_n = default_min > 0 ? default_min : n;
+  }
+}
+
 }  // namespace
 
 DrafterFactory::DrafterFactory(std::string_view spec, const LoadedModel& target_files, LlamaModel& target)
     : spec_(spec), target_(target) {
+  if (const size_t plus = spec.find('+'); spec.starts_with("ngram") && plus != std::string_view::npos) {
+    // Prompt lookup in front of another drafter: lookup needs its full n-gram unless min= says less.
+    const std::string_view back = spec.substr(plus + 1);
+    parse_ngram(spec.substr(0, plus), spec, 0, lookup_n_, lookup_min_);
+    NgramDrafter check(target.config().vocab_size, lookup_n_, lookup_min_);  // out of range fails here
+    if (back.empty() || back == "none" || back == "ngram" || back.starts_with("ngram:"))
+      throw std::invalid_argument("draft '" + std::string(spec) +
+                                  "': prompt lookup goes in front of one other drafter (eagle[:PATH], skip:LAYERS or a draft "
+                                  "model), as in ngram:n=3+eagle");
+    init(back, target_files, target);
+    spec_ = std::string(spec.substr(0, plus)) + "+" + spec_;
+  } else {
+    init(spec, target_files, target);
+  }
+}
+
+void DrafterFactory::init(std::string_view spec, const LoadedModel& target_files, LlamaModel& target) {
+  spec_ = spec;
   if (spec == "none") {
     kind_ = Kind::None;
-  } else if (spec == "ngram") {
+  } else if (spec == "ngram" || spec.starts_with("ngram:")) {
+    parse_ngram(spec, spec, 1, ngram_n_, ngram_min_);
     kind_ = Kind::Ngram;
-  } else if (spec.starts_with("ngram:")) {
-    std::string_view n = spec.substr(6);
-    if (n.starts_with("n=")) n.remove_prefix(2);
-    const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), ngram_n_);
-    if (ec != std::errc() || end != n.data() + n.size() || n.empty())
-      throw std::invalid_argument("draft '" + std::string(spec) + "': expected ngram:n=N with N a number");
-    kind_ = Kind::Ngram;
-    NgramDrafter check(target.config().vocab_size, ngram_n_);  // N out of range fails here, not per request
+    NgramDrafter check(target.config().vocab_size, ngram_n_, ngram_min_);  // N out of range fails here, not per request
   } else if (spec.starts_with("skip:")) {
     kind_ = Kind::Skip;
     skip_ = parse_skip_layers(spec.substr(5), target.config().layers);
@@ -82,6 +124,7 @@ DrafterFactory::DrafterFactory(std::string_view spec, const LoadedModel& target_
   } else {
     use_draft_model(load_draft(spec), target_files);
   }
+  one_spec_ = spec_;
 }
 
 DrafterFactory::DrafterFactory(std::shared_ptr<const LoadedModel> draft, const LoadedModel& target_files,
@@ -104,10 +147,17 @@ std::vector<int> DrafterFactory::target_feature_layers() const {
 }
 
 std::unique_ptr<Drafter> DrafterFactory::make(int64_t max_positions) const {
+  if (lookup_n_ > 0)
+    return std::make_unique<LookupFirstDrafter>(NgramDrafter(target_.config().vocab_size, lookup_n_, lookup_min_),
+                                                make_one(max_positions));
+  return make_one(max_positions);
+}
+
+std::unique_ptr<Drafter> DrafterFactory::make_one(int64_t max_positions) const {
   switch (kind_) {
     case Kind::None: return nullptr;
-    case Kind::Ngram: return std::make_unique<NgramDrafter>(target_.config().vocab_size, ngram_n_);
-    case Kind::Skip: return std::make_unique<ModelDrafter>(target_, max_positions, skip_, spec_);
+    case Kind::Ngram: return std::make_unique<NgramDrafter>(target_.config().vocab_size, ngram_n_, ngram_min_);
+    case Kind::Skip: return std::make_unique<ModelDrafter>(target_, max_positions, skip_, one_spec_);
     case Kind::Model: return std::make_unique<ModelDrafter>(*draft_model_, max_positions, std::vector<bool>{},
                                                             "model:" + draft_files_->path);
     case Kind::Eagle: return std::make_unique<EagleDrafter>(eagle_, max_positions);

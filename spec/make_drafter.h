@@ -1,6 +1,8 @@
-// A drafter from its command-line spelling: "none", "ngram", "ngram:n=N", "skip:LAYERS",
+// A drafter from its command-line spelling: "none", "ngram", "ngram:n=N[,min=M]", "skip:LAYERS",
 // "eagle" (the shipped head trained for the target), "eagle:PATH" (a head file) or the path of a
-// draft model with the target's vocabulary.
+// draft model with the target's vocabulary; or prompt lookup in front of one of the last four,
+// "ngram:n=N[,min=M]+OTHER" (spec/lookup_first_drafter.h: lookup's draft where the context's last
+// N..M tokens occur earlier, M = N unless given; OTHER's elsewhere).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -42,12 +44,16 @@ class DrafterFactory {
 
  private:
   enum class Kind { None, Ngram, Skip, Model, Eagle };
+  void init(std::string_view spec, const LoadedModel& target_files, LlamaModel& target);
+  std::unique_ptr<Drafter> make_one(int64_t max_positions) const;
   void use_draft_model(std::shared_ptr<const LoadedModel> draft, const LoadedModel& target_files);
 
   Kind kind_ = Kind::None;
   std::string spec_;
+  std::string one_spec_;  // the drafter behind prompt lookup's spelling (spec_ without it)
   LlamaModel& target_;
-  int ngram_n_ = 3;
+  int ngram_n_ = 3, ngram_min_ = 1;
+  int lookup_n_ = 0, lookup_min_ = 0;  // > 0: prompt lookup in front of the drafter above
   std::vector<bool> skip_;
   std::shared_ptr<const LoadedModel> draft_files_;
   std::unique_ptr<LlamaModel> draft_model_;  // draft_files_'s weights on target's device

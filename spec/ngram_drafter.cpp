@@ -7,14 +7,16 @@
 
 namespace specula {
 
-NgramDrafter::NgramDrafter(int64_t vocab, int max_n) : vocab_(vocab), max_n_(max_n) {
+NgramDrafter::NgramDrafter(int64_t vocab, int max_n, int min_n) : vocab_(vocab), max_n_(max_n), min_n_(min_n) {
   if (max_n < 1 || max_n > 16) throw std::invalid_argument("ngram n must be between 1 and 16, got " + std::to_string(max_n));
+  if (min_n < 1 || min_n > max_n)
+    throw std::invalid_argument("ngram min must be between 1 and n = " + std::to_string(max_n) + ", got " + std::to_string(min_n));
   if (vocab < 1) throw std::invalid_argument("ngram drafter: vocabulary of " + std::to_string(vocab));
 }
 
-int64_t NgramDrafter::find_continuation(std::span<const int32_t> context, int max_n) {
+int64_t NgramDrafter::find_continuation(std::span<const int32_t> context, int max_n, int min_n) {
   const int64_t len = static_cast<int64_t>(context.size());
-  for (int64_t n = std::min<int64_t>(max_n, len - 1); n >= 1; --n) {
+  for (int64_t n = std::min<int64_t>(max_n, len - 1); n >= std::max(1, min_n); --n) {
     const auto suffix = context.subspan(static_cast<size_t>(len - n));
     // Most recent first: start j < len - n, so the match is not the suffix itself.
     for (int64_t j = len - n - 1; j >= 0; --j)
@@ -25,7 +27,7 @@ int64_t NgramDrafter::find_continuation(std::span<const int32_t> context, int ma
 
 void NgramDrafter::propose(const DraftRequest& req, DraftProposal& out) {
   out.clear();
-  const int64_t start = find_continuation(req.context, max_n_);
+  const int64_t start = find_continuation(req.context, max_n_, min_n_);
   if (start < 0) return;
   const int64_t len = static_cast<int64_t>(req.context.size());
   for (int64_t i = 0; i < req.max_tokens; ++i) {

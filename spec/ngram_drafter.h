@@ -11,22 +11,24 @@ namespace specula {
 
 class NgramDrafter final : public Drafter {
  public:
-  // Matches the last n tokens for n = max_n down to 1 (1 <= max_n <= 16); `vocab` is the width
-  // of the q rows. Throws std::invalid_argument for a bad max_n or vocab.
-  NgramDrafter(int64_t vocab, int max_n = 3);
+  // Matches the last n tokens for n = max_n down to min_n (1 <= min_n <= max_n <= 16); `vocab`
+  // is the width of the q rows. Throws std::invalid_argument for a bad max_n, min_n or vocab.
+  NgramDrafter(int64_t vocab, int max_n = 3, int min_n = 1);
 
-  std::string name() const override { return "ngram:n=" + std::to_string(max_n_); }
+  std::string name() const override {
+    return "ngram:n=" + std::to_string(max_n_) + (min_n_ > 1 ? ",min=" + std::to_string(min_n_) : "");
+  }
   void propose(const DraftRequest& req, DraftProposal& out) override;
   void rollback(int64_t) override {}
 
   // Where the continuation starts: the index after the most recent earlier occurrence of the
-  // context's last n tokens (the longest n that occurs), or -1 when none does. The proposal is
-  // what follows there, read on periodically past the context's end.
-  static int64_t find_continuation(std::span<const int32_t> context, int max_n);
+  // context's last n tokens (the longest n >= min_n that occurs), or -1 when none does. The
+  // proposal is what follows there, read on periodically past the context's end.
+  static int64_t find_continuation(std::span<const int32_t> context, int max_n, int min_n = 1);
 
  private:
   int64_t vocab_;
-  int max_n_;
+  int max_n_, min_n_;
 };
 
 }  // namespace specula

@@ -20,7 +20,7 @@ def generate(specula_bin, model, *flags, prompt=PROMPT):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("draft", ["none", "ngram", "eagle", "skip:10-19"])
+@pytest.mark.parametrize("draft", ["none", "ngram", "eagle", "ngram:n=3+eagle", "skip:10-19"])
 def test_generate_through_the_engine_prints_the_sequential_loops_text_greedy_and_coupled(specula_bin, default_model, draft):
     greedy = ["--temperature", "0", "--draft", draft]
     engine = generate(specula_bin, default_model, *greedy)

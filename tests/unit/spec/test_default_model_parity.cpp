@@ -1,5 +1,6 @@
 // Parity on the default model (SmolLM2-135M-Instruct Q4_1): greedy speculative output with each
-// drafter (n-gram, layer skip, the model itself as a separate draft model) equals target-only
+// drafter (n-gram, layer skip, the model itself as a separate draft model, prompt lookup in
+// front of the trained head) equals target-only
 // greedy output token for token, 10 chat prompts x 128 tokens; coupled sampling (temperature
 // 0.8, top-p 0.95, a seed per prompt; 48 tokens, to keep the binary short) equals target-only
 // sampling token for token. Skips when
@@ -102,7 +103,10 @@ void expect_parity(const SamplingParams& base, SpecSampling mode, int max_tokens
   };
   const std::vector<Draft> drafts = {{"ngram", {.k = 4}},
                                      {"skip:4-7", {.k = 2, .adaptive = true, .k_min = 1, .k_max = 4}},
-                                     {default_model_path().string(), {.k = 4}}};
+                                     {default_model_path().string(), {.k = 4}},
+                                     // The main job's drafter (scripts/run.sh): prompt lookup in
+                                     // front of the shipped head, with its adaptive K and entropy rule.
+                                     {"ngram:n=3+eagle", {.k = 3, .adaptive = true, .k_min = 1, .k_max = 6, .max_entropy = 2}}};
   for (const Draft& d : drafts) {
     std::unique_ptr<Drafter> drafter = make_drafter(d.spelling, m->files, *m->model, kCtx);
     SpeculativeStats total;

@@ -9,6 +9,7 @@
 #include "model/gguf.h"
 #include "model/pretokenizer.h"
 #include "spec/adaptive_k.h"
+#include "spec/lookup_first_drafter.h"
 #include "spec/make_drafter.h"
 #include "spec/model_drafter.h"
 #include "spec/ngram_drafter.h"
@@ -62,6 +63,19 @@ TEST(NgramDrafter, ARepeatingSpanIsProposedInFullPastTheContextsEnd) {
 TEST(NgramDrafter, RefusesAnNOutside1To16) {
   EXPECT_THROW(NgramDrafter(10, 0), std::invalid_argument);
   EXPECT_THROW(NgramDrafter(10, 17), std::invalid_argument);
+}
+
+TEST(NgramDrafter, WithAMinimumItProposesOnlyWhereThatManyTokensMatch) {
+  const std::vector<int32_t> ctx = {1, 2, 3, 4, 2, 9, 9, 3};  // only [3] recurs
+  DraftProposal out;
+  NgramDrafter(100, 3, 2).propose(request(ctx, 2), out);
+  EXPECT_TRUE(out.tokens.empty());
+  NgramDrafter(100, 3, 1).propose(request(ctx, 2), out);
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{4, 2}));
+  NgramDrafter(100, 3, 2).propose(request({5, 6, 7, 1, 6, 7}, 2), out);  // [6 7] recurs
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{1, 6}));
+  test::expect_error<std::invalid_argument>([] { NgramDrafter(10, 3, 4); }, {"min", "between 1 and n = 3", "got 4"});
+  test::expect_error<std::invalid_argument>([] { NgramDrafter(10, 3, 0); }, {"min", "got 0"});
 }
 
 // --- vocabulary check -----------------------------------------------------------------
@@ -176,6 +190,64 @@ TEST(DrafterFactory, RefusesBadSpellingsAtConstruction) {
                                             {"draft model not found", "/no/such/draft.gguf"});
   EXPECT_EQ(DrafterFactory("none", *t, target).make(64), nullptr);
   EXPECT_EQ(DrafterFactory("ngram:n=2", *t, target).make(64)->name(), "ngram:n=2");
+  EXPECT_EQ(DrafterFactory("ngram:n=4,min=2", *t, target).make(64)->name(), "ngram:n=4,min=2");
+  // Prompt lookup in front of another drafter: it must be followed by exactly one drafter that is
+  // not prompt lookup, and its n and min are checked as alone.
+  auto refused = [&](const std::string& spec, std::initializer_list<std::string> words) {
+    SCOPED_TRACE(spec);
+    test::expect_error<std::invalid_argument>([&] { DrafterFactory(spec, *t, target); }, words);
+  };
+  refused("ngram:n=3+", {"ngram:n=3+", "in front of one other drafter"});
+  refused("ngram:n=3+none", {"in front of one other drafter"});
+  refused("ngram:n=3+ngram:n=2", {"in front of one other drafter", "ngram:n=3+eagle"});
+  refused("ngram:n=3,min=4+skip:0", {"min", "got 4"});
+  refused("ngram:n=3,max=2+skip:0", {"ngram:n=3,max=2+skip:0", "ngram:n=N,min=M"});
+  refused("ngram:n=x+skip:0", {"ngram:n=x+skip:0"});
+  refused("ngram:n=3+skip:0", {"every one"});
+  refused("ngram:n=3+/no/such/draft.gguf", {"draft model not found", "/no/such/draft.gguf"});
+}
+
+// --- prompt lookup in front of another drafter ------------------------------------------
+
+// `ngram:n=N+OTHER`: a round is prompt lookup's where the context's last N tokens occur earlier
+// (min= lowers N), and the other drafter's otherwise; that drafter's cache stays in step either way.
+TEST(LookupFirstDrafter, DraftsByLookupWhereTheFullNGramRecursAndByTheOtherDrafterElsewhere) {
+  HostOps ops(1);
+  const auto t = loaded(Vocab{}, "target");
+  t->weights = test::tiny_llama(11, {.vocab = 16, .layers = 2});
+  LlamaModel target(t->weights, ops);
+  DrafterFactory factory("ngram:n=2+skip:1", *t, target);
+  EXPECT_EQ(factory.spelling(), "ngram:n=2+skip:1");
+  std::unique_ptr<Drafter> d = factory.make(64);
+  ModelDrafter skip(target, 64, {false, true});
+  EXPECT_EQ(d->name(), "ngram:n=2,min=2+skip:1");
+  auto* both = dynamic_cast<LookupFirstDrafter*>(d.get());
+  ASSERT_NE(both, nullptr);
+
+  DraftProposal got, want;
+  const std::vector<int32_t> repeats = {4, 5, 6, 9, 4, 5};  // [4 5] recurs: lookup drafts 6 9 4
+  d->propose(request(repeats, 3), got);
+  EXPECT_EQ(got.tokens, (std::vector<int32_t>{6, 9, 4}));
+  EXPECT_EQ(both->lookup_rounds(), 1);
+  d->rollback(6);
+  // Only [5] recurs: below the 2-token minimum, so the skip drafter drafts, as it would alone.
+  const std::vector<int32_t> once = {4, 5, 6, 9, 4, 5, 7, 5};
+  d->propose(request(once, 3), got);
+  skip.propose(request(once, 3), want);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.q, want.q);
+  EXPECT_EQ(both->other_rounds(), 1);
+  // A context whose draft the other drafter's cache has to catch up to after rollback.
+  d->rollback(3);
+  skip.rollback(3);
+  const std::vector<int32_t> fresh = {4, 5, 6, 12, 13, 14};
+  d->propose(request(fresh, 2), got);
+  skip.propose(request(fresh, 2), want);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.q, want.q);
+  EXPECT_EQ(both->lookup_rounds(), 1);
+  EXPECT_EQ(both->other_rounds(), 2);
+  EXPECT_THROW(LookupFirstDrafter(NgramDrafter(16, 2), nullptr), std::invalid_argument);
 }
 
 // --- skip sets ------------------------------------------------------------------------

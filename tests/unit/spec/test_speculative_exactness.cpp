@@ -5,9 +5,11 @@
 // Also: greedy and coupled output equal generate()'s token for token on the tiny pair. The
 // trained-head drafter (EAGLE) runs the same tests with a random head over 12 of the 16 tokens
 // (the other 4 are never proposed: the residual covers them), and its cache, kept across many
-// rounds of rollback, drafts what a fresh one fed the whole context drafts.
+// rounds of rollback, drafts what a fresh one fed the whole context drafts. Prompt lookup in
+// front of the head (spec/lookup_first_drafter.h) runs the chi-square and parity tests too.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +21,7 @@
 #include "gpu/llama.h"
 #include "spec/eagle_drafter.h"
 #include "spec/generate.h"
+#include "spec/lookup_first_drafter.h"
 #include "spec/model_drafter.h"
 #include "spec/ngram_drafter.h"
 #include "spec/speculative_generate.h"
@@ -244,6 +247,45 @@ TEST(JointOfThreeTokensEagle, TheHeadDrafterMatchesTargetOnlySampling) {
   }
 }
 
+// Prompt lookup in front of the head (`ngram:n=2,min=1+eagle`): with 16 tokens the context's last
+// token often recurs, so rounds go to both drafters, chosen by the context alone.
+std::atomic<int64_t> lookup_rounds{0}, head_rounds{0};
+
+class TalliedLookupFirst final : public Drafter {
+ public:
+  explicit TalliedLookupFirst(TinyPair& m) : d_(NgramDrafter(kVocab, 2, 1), eagle_drafter(m)) {}
+  ~TalliedLookupFirst() override {
+    lookup_rounds += d_.lookup_rounds();
+    head_rounds += d_.other_rounds();
+  }
+  std::string name() const override { return d_.name(); }
+  void prefill(std::span<const int32_t> c) override { d_.prefill(c); }
+  void propose(const DraftRequest& req, DraftProposal& out) override { d_.propose(req, out); }
+  void rollback(int64_t n) override { d_.rollback(n); }
+  bool wants_target_hidden() const override { return d_.wants_target_hidden(); }
+  std::vector<int> target_feature_layers() const override { return d_.target_feature_layers(); }
+  void target_hidden(int64_t first, std::span<const float> rows) override { d_.target_hidden(first, rows); }
+
+ private:
+  LookupFirstDrafter d_;
+};
+
+TEST(JointOfThreeTokensLookupFirst, PromptLookupInFrontOfTheHeadMatchesTargetOnlySampling) {
+  for (const auto& [k, sp] : {std::pair{3, SamplingParams{1.0f, 0, 1.0f, 0}}, std::pair{4, SamplingParams{0.7f, 8, 0.9f, 0}}}) {
+    lookup_rounds = head_rounds = 0;
+    const JointRun r = speculative_joint([](TinyPair& m) { return std::make_unique<TalliedLookupFirst>(m); }, sp, k, kJointRuns);
+    EXPECT_TRUE(r.chi.pass()) << "K " << k << ": " << r.chi.str();
+    std::printf("[ stats    ] lookup+eagle K %d: %s; %lld rounds (%lld by lookup, %lld by the head), %lld drafted, %lld accepted\n",
+                k, r.chi.str().c_str(), static_cast<long long>(r.rounds), static_cast<long long>(lookup_rounds.load()),
+                static_cast<long long>(head_rounds.load()), static_cast<long long>(r.drafted), static_cast<long long>(r.accepted));
+    // Both drafters drafted a good share of the rounds, and drafts were accepted and rejected.
+    EXPECT_GT(lookup_rounds.load(), r.rounds / 20);
+    EXPECT_GT(head_rounds.load(), r.rounds / 20);
+    EXPECT_GT(r.accepted, r.drafted / 100);
+    EXPECT_LT(r.accepted, r.drafted);
+  }
+}
+
 TEST(JointOfThreeTokensControl, ADrafterThatMisreportsQFailsTheTest) {
   const JointRun r = speculative_joint([](TinyPair& m) { return std::make_unique<MisreportingDrafter>(m.draft); },
                                        SamplingParams{1.0f, 0, 1.0f, 0}, 3, 200000);
@@ -253,12 +295,13 @@ TEST(JointOfThreeTokensControl, ADrafterThatMisreportsQFailsTheTest) {
 
 // generate() and speculative_generate() on the same tiny target, token for token, for each
 // kind of drafter: an unrelated model, the target itself, the target with a layer skipped,
-// prompt lookup.
+// prompt lookup, the head, and prompt lookup in front of the head.
 void expect_same_as_generate(const SamplingParams& sp, SpecSampling mode, int k) {
   TinyPair m;
   ModelDrafter unrelated(m.draft, 256), itself(m.target, 256), skip(m.target, 256, {false, true});
   NgramDrafter ngram(kVocab, 3);
   const std::unique_ptr<Drafter> eagle = eagle_drafter(m);
+  LookupFirstDrafter lookup_first(NgramDrafter(kVocab, 2), eagle_drafter(m));
   GenerateRequest g;
   g.prompt = {3, 9, 1, 3, 9};
   g.max_tokens = 40;
@@ -267,7 +310,7 @@ void expect_same_as_generate(const SamplingParams& sp, SpecSampling mode, int k)
   static_cast<GenerateRequest&>(s) = g;
   s.draft.k = k;
   s.mode = mode;
-  for (Drafter* drafter : std::initializer_list<Drafter*>{&unrelated, &itself, &skip, &ngram, eagle.get()}) {
+  for (Drafter* drafter : std::initializer_list<Drafter*>{&unrelated, &itself, &skip, &ngram, eagle.get(), &lookup_first}) {
     int64_t accepted = 0;
     for (uint64_t seed = 0; seed < (sp.greedy() ? 1 : 50); ++seed) {
       g.sampling.seed = s.sampling.seed = seed;
@@ -288,6 +331,8 @@ void expect_same_as_generate(const SamplingParams& sp, SpecSampling mode, int k)
       EXPECT_GT(accepted, 0) << "the random head is never accepted: it is not drafting";
     }
   }
+  EXPECT_GT(lookup_first.lookup_rounds(), 0);
+  EXPECT_GT(lookup_first.other_rounds(), 0);
 }
 
 TEST(TinyModels, GreedySpeculativeOutputEqualsTargetOnlyGreedy) {
