@@ -2,7 +2,7 @@
 # Serving benchmark (issue 5): a specula-load concurrency sweep against `specula serve` on the
 # default model with speculation off (--draft none), on (--draft ngram, fixed K) and adaptive
 # (--draft ngram --adaptive), and with CONFIGS naming it the trained head adaptive (eagle: --draft
-# eagle --adaptive --draft-entropy 2). Prints one JSON on stdout; per-run JSON and HTML reports and the
+# eagle --adaptive --draft-entropy 2; lookup+eagle: --draft ngram:n=3+eagle, the main job's). Prints one JSON on stdout; per-run JSON and HTML reports and the
 # server logs stay in a temporary folder named on stderr.
 #
 # All servers start first and each concurrency level runs every configuration back to back, so
@@ -13,7 +13,7 @@
 # PROMPTS (../shared/data/prompts/chat.jsonl), CONCURRENCY ("1 8 32 64"), MAX_TOKENS (64),
 # REQUESTS_PER_SESSION (2; at least MIN_REQUESTS=16 requests per run), TEMPERATURE (0: greedy,
 # so every configuration generates the same tokens), MAX_BATCH (64: every session runs, none
-# queues), THREADS (2), SPEC_K (4), CONFIGS ("none ngram adaptive"; also "eagle").
+# queues), THREADS (2), SPEC_K (4), CONFIGS ("none ngram adaptive"; also "eagle", "lookup+eagle").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -44,7 +44,8 @@ server_flags() {
     ngram) echo "--draft ngram --spec-k $SPEC_K" ;;
     adaptive) echo "--draft ngram --spec-k $SPEC_K --adaptive" ;;
     eagle) echo "--draft eagle --spec-k $SPEC_K --adaptive --draft-entropy 2" ;;
-    *) log "unknown configuration '$1' (none, ngram, adaptive, eagle)"; exit 2 ;;
+    lookup+eagle) echo "--draft ngram:n=3+eagle --spec-k $SPEC_K --adaptive --draft-entropy 2" ;;
+    *) log "unknown configuration '$1' (none, ngram, adaptive, eagle, lookup+eagle)"; exit 2 ;;
   esac
 }
 

@@ -21,7 +21,7 @@ DEPLOY = SOURCE_DIR / "deploy"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 PROMETHEUS = shutil.which("prometheus")
 # The main job's drafting; a small KV pool and short replies keep the runs to seconds.
-REPLICA_ARGS = ["--draft", "eagle", "--adaptive", "--draft-entropy", "2", "--max-batch", "16", "--max-queue", "64"]
+REPLICA_ARGS = ["--draft", "ngram:n=3+eagle", "--adaptive", "--draft-entropy", "2", "--max-batch", "16", "--max-queue", "64"]
 LOAD_ARGS = ["--concurrency", 32, "--max-tokens", 12, "--temperature", 0.7, "--json", "--quiet"]
 
 

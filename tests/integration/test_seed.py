@@ -44,7 +44,7 @@ CASES = {
 
 
 DRAFTERS = {
-    "the main job's head": ["--draft", "eagle", "--adaptive", "--draft-entropy", "2"],  # scripts/run.sh
+    "the main job's lookup and head": ["--draft", "ngram:n=3+eagle", "--adaptive", "--draft-entropy", "2"],  # scripts/run.sh
     "n-gram": ["--draft", "ngram", "--adaptive"],
 }
 

@@ -13,6 +13,7 @@
 #include "gpu/host/bandwidth.h"
 #include "gpu/host/host_device.h"
 #include "spec/generate.h"
+#include "spec/lookup_first_drafter.h"
 #include "spec/make_drafter.h"
 #include "spec/sampling.h"
 #include "spec/speculative_generate.h"
@@ -59,7 +60,8 @@ const char* kUsage =
     "  tokens/s and speedup, acceptance, accepted length and tokens per round, the measured cost ratio\n"
     "  c (draft time per drafted token / target time per token) and verify cost (a round's verify\n"
     "  forward / one target token; also by round size, verify_cost_by_draft_length), and Theorem\n"
-    "  3.8's predicted speedup from the measured a and c.\n"
+    "  3.8's predicted speedup from the measured a and c (with prompt lookup in front of another\n"
+    "  drafter, e.g. ngram:n=3+eagle, also the rounds lookup drafted: rounds_by_lookup).\n"
     "  --drafts: ';'-separated drafter spellings as for generate --draft (default \"ngram;skip:4-7\").\n"
     "  Temperature defaults to 0 (greedy); sampled runs verify both exact and coupled unless\n"
     "  --spec-sampling names one. Greedy and coupled runs also report whether the text matched.\n"
@@ -121,6 +123,7 @@ struct SpecTotals {
   SpecSampling sampling = SpecSampling::Exact;
   Drafter* drafter = nullptr;
   int64_t tokens = 0, decode_tokens = 0, mismatched_prompts = 0;
+  int64_t lookup_rounds = -1;  // prompt lookup in front of another drafter: the rounds lookup drafted
   double wall = 0, decode = 0;
   SpeculativeStats spec;
   void add(const SpeculativeStats& st) {
@@ -208,6 +211,8 @@ int bench_spec(const Args& a) {
         static_cast<GenerateRequest&>(sreq) = req;
         sreq.draft = draft_length;
         sreq.mode = r.sampling;
+        const auto* lookup_first = dynamic_cast<const LookupFirstDrafter*>(r.drafter);
+        const int64_t lookup_before = lookup_first ? lookup_first->lookup_rounds() : 0;
         const SpeculativeStats st = speculative_generate(*s.model, *s.kv, seq, *r.drafter, sreq, [&](int32_t t, TokenOrigin) {
           ids.push_back(t);
           return true;
@@ -216,6 +221,7 @@ int bench_spec(const Args& a) {
         r.decode += st.decode_seconds;
         r.decode_tokens += st.generated;
         r.add(st);
+        if (lookup_first) r.lookup_rounds = std::max<int64_t>(r.lookup_rounds, 0) + lookup_first->lookup_rounds() - lookup_before;
         if (ids != reference) ++r.mismatched_prompts;
       }
       r.tokens += static_cast<int64_t>(ids.size());
@@ -259,6 +265,7 @@ int bench_spec(const Args& a) {
                             {"rounds", st.rounds_by_draft[k]},
                             {"verify_cost", st.verify_seconds_by_draft[k] / static_cast<double>(st.rounds_by_draft[k]) / t_token}});
     j["verify_cost_by_draft_length"] = by_draft;
+    if (r.lookup_rounds >= 0) j["rounds_by_lookup"] = r.lookup_rounds;  // the rest: the drafter behind it
     j["expected_tokens_per_round"] = expected_tokens_per_round(alpha, gamma);
     j["theorem_3_8_speedup"] = theorem_3_8_speedup(alpha, gamma, c);
     j["predicted_speedup_with_verify_cost"] = expected_tokens_per_round(alpha, gamma) / (gamma * c + verify_cost);
