@@ -126,8 +126,9 @@ EagleWeights::EagleWeights(std::shared_ptr<const EagleHead> h, const LoadedModel
   std::sort(by_id.begin(), by_id.end(), [&](int32_t a, int32_t b) { return map[a] < map[b]; });
 }
 
-EagleDrafter::EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t max_positions)
-    : w_(std::move(weights)), hidden_(w_->head->config.hidden), row_(w_->head->feature_width()) {
+EagleDrafter::EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t max_positions, int64_t window)
+    : w_(std::move(weights)), hidden_(w_->head->config.hidden), row_(w_->head->feature_width()), window_(window) {
+  set_catch_up_window(window);
   const LlamaConfig& c = w_->head->config;
   KvCacheConfig kc;
   kc.layers = 1;
@@ -141,6 +142,11 @@ EagleDrafter::EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t 
 }
 
 EagleDrafter::~EagleDrafter() = default;
+
+void EagleDrafter::set_catch_up_window(int64_t window) {
+  if (window < 0) throw std::invalid_argument("eagle drafter: a catch-up window of " + std::to_string(window));
+  window_ = window;
+}
 
 void EagleDrafter::target_hidden(int64_t first, std::span<const float> rows) {
   const int64_t n = static_cast<int64_t>(rows.size()) / row_;
@@ -170,11 +176,22 @@ void EagleDrafter::prefill(std::span<const int32_t>) {
 void EagleDrafter::rollback(int64_t length) {
   length = std::max<int64_t>(0, length);
   if (known_hidden() > length) h_.resize(static_cast<size_t>(length * row_));
-  entries_ = std::min(entries_, std::max<int64_t>(0, length - 1));
+  settle(std::min(entries_, std::max<int64_t>(0, length - 1)));
   // The cache keeps the last proposal's speculative entries (propose drops them before feeding
   // committed positions) while a continuation of that proposal is still possible.
   if (length + 1 < static_cast<int64_t>(chain_.size())) chain_.clear();
-  if (chain_.empty()) kv_->truncate_to(seq_, entries_);
+  if (chain_.empty()) kv_->truncate_to(seq_, entries_ - base_);
+}
+
+void EagleDrafter::settle(int64_t entries) {
+  entries_ = entries;
+  if (entries_ < base_) {
+    // Back before the window's start (a rollback that long): the cache restarts, and the next
+    // catch-up feeds the window before `entries` again.
+    base_ = entries_ = std::max<int64_t>(0, entries - window_);
+    chain_.clear();
+    kv_->truncate_to(seq_, 0);
+  }
 }
 
 void EagleDrafter::run(const float* f, std::span<const int32_t> tokens, int64_t pos, bool logits) {
@@ -213,8 +230,8 @@ void EagleDrafter::run(const float* f, std::span<const int32_t> tokens, int64_t 
   // One llama layer over the head's own cache, entries at positions pos..pos+n-1.
   positions_.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) positions_[static_cast<size_t>(i)] = static_cast<int32_t>(pos + i);
-  kv_->reserve(seq_, pos + n);
-  const SeqSlice slice{seq_, pos, n, 0};
+  kv_->reserve(seq_, pos - base_ + n);
+  const SeqSlice slice{seq_, pos - base_, n, 0};  // cache slot s holds entry base_ + s + 1
   const BlockScratch scratch{xn, q_d_.get(), k_d_.get(), v_d_.get(), att_d_.get(), tmp_d_.get(), gate_d_.get(), up_d_.get()};
   decoder_block(ops, c, w_->layer, w_->inv_freq, 0, positions_, {&slice, 1}, *kv_, x, n, scratch);
   g_.resize(static_cast<size_t>(n * H));
@@ -296,14 +313,20 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
   out.clear();
   const int64_t L = static_cast<int64_t>(req.context.size()), m = L - 1;
   // Entry m needs h_0..h_{m-1}; depth j's entry m + j - 1 must fit the cache.
-  const int64_t room = kv_->blocks_total() * kv_->config().block_tokens - m + 1;
+  const int64_t room = kv_->blocks_total() * kv_->config().block_tokens - (m - base_) + 1;
   const int64_t k = std::min<int64_t>(req.max_tokens, room);
   if (m < 1 || k <= 0) return;
   if (known_hidden() >= m) {
     // Drop the last round's speculative entries, then feed the committed positions not cached
     // (entry m at least: its output is depth 1).
-    entries_ = std::min(entries_, m - 1);
-    kv_->truncate_to(seq_, entries_);
+    settle(std::min(entries_, m - 1));
+    if (window_ > 0 && m - entries_ > window_) {
+      // A long catch-up (the first draft after the prompt, or after many rounds without one):
+      // the cache restarts at the window's start, as if the context began there.
+      base_ = entries_ = m - window_;
+      chain_.clear();
+    }
+    kv_->truncate_to(seq_, entries_ - base_);
     const int64_t first = entries_ + 1;
     run(depth1_features(h_.data() + (first - 1) * row_, m - first + 1),
         req.context.subspan(static_cast<size_t>(first), static_cast<size_t>(m - first + 1)), first - 1, true);
@@ -311,7 +334,7 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
   } else if (continues_chain(req.context)) {
     // The optimistic continuation: entry m reads the head's own output for position m - 1 (the
     // entry that proposed the chain's last token), unless the last proposal already ran it.
-    const int64_t cached = kv_->length(seq_);
+    const int64_t cached = base_ + kv_->length(seq_);
     if (cached == m - 1) {
       feat_ = chain_g_;
       run(feat_.data(), req.context.subspan(static_cast<size_t>(m), 1), m - 1, true);
@@ -341,8 +364,9 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
   chain_.assign(req.context.begin(), req.context.end());
   chain_.insert(chain_.end(), out.tokens.begin(), out.tokens.end());
   // Without a run after the last token, a continuation feeds it with the output that proposed it.
-  if (kv_->length(seq_) == static_cast<int64_t>(chain_.size()) - 2) chain_g_ = feat_;
-  else if (kv_->length(seq_) != static_cast<int64_t>(chain_.size()) - 1) chain_.clear();
+  const int64_t cached = base_ + kv_->length(seq_);
+  if (cached == static_cast<int64_t>(chain_.size()) - 2) chain_g_ = feat_;
+  else if (cached != static_cast<int64_t>(chain_.size()) - 1) chain_.clear();
 }
 
 }  // namespace specula

@@ -76,9 +76,19 @@ struct EagleWeights {
 // to continue its own last proposal: a context that is the last proposal's context followed by
 // all the tokens it proposed (the engine's optimistic continuation under pipelining, drafted while
 // those tokens are verified) is drafted on from the head's own features, as deeper depths are.
+//
+// A catch-up longer than `window` entries (the first draft after a prompt, or the first after
+// many rounds without drafting, as the load-adaptive policy's probes are) feeds only the last
+// `window` positions: the cache restarts there, as if the context began at the window's start
+// (RoPE depends on relative positions only). The head reads the context mostly through the
+// target's rows, so this costs no measurable acceptance (docs/draft.md, "The catch-up window")
+// and bounds the work of a probe. 0: feed every position.
+inline constexpr int64_t kEagleCatchUpWindow = 32;
+
 class EagleDrafter final : public Drafter {
  public:
-  EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t max_positions);
+  // Throws std::invalid_argument for a negative window.
+  EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t max_positions, int64_t window = 0);
   ~EagleDrafter() override;
 
   std::string name() const override { return "eagle"; }
@@ -88,6 +98,8 @@ class EagleDrafter final : public Drafter {
   void prefill(std::span<const int32_t> context) override;
   void propose(const DraftRequest& req, DraftProposal& out) override;
   void rollback(int64_t length) override;
+  // The catch-up window (0: every position); takes effect at the next catch-up.
+  void set_catch_up_window(int64_t window);
 
  private:
   int64_t known_hidden() const { return static_cast<int64_t>(h_.size()) / row_; }
@@ -95,6 +107,8 @@ class EagleDrafter final : public Drafter {
   // fuse . row for a head with feature layers. Returns a pointer to [n, H].
   const float* depth1_features(const float* rows, int64_t n);
   bool continues_chain(std::span<const int32_t> context) const;
+  // entries_ = `entries`; back before the window's start, the cache restarts there.
+  void settle(int64_t entries);
   // A draft token from logits_ (false: the entropy rule stops the draft here): sampled, with the
   // head's token ids, log q and q in increasing id left in ids_, logq_ and q_, or greedy.
   bool draft_reduced(const DraftRequest& req, int64_t i, int32_t& token);
@@ -110,7 +124,9 @@ class EagleDrafter final : public Drafter {
   int64_t hidden_ = 0, row_ = 0;  // H; a target row's width (H x (1 + feature layers))
   std::unique_ptr<KvCache> kv_;
   int seq_ = -1;
-  int64_t entries_ = 0;       // depth-1 entries 1..entries_ in the cache (slots 0..entries_-1)
+  int64_t entries_ = 0;       // depth-1 entries base_+1..entries_ in the cache (slots 0..entries_-base_-1)
+  int64_t base_ = 0;          // entries 1..base_ were skipped by a windowed catch-up (0: none)
+  int64_t window_ = 0;        // a catch-up feeds at most this many entries (0: all)
   // The last proposal: its context followed by the tokens proposed, and the head's output g of
   // the entry that proposed the last of them (the feature a continuation starts from).
   std::vector<int32_t> chain_;

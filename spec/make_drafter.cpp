@@ -160,7 +160,7 @@ std::unique_ptr<Drafter> DrafterFactory::make_one(int64_t max_positions) const {
     case Kind::Skip: return std::make_unique<ModelDrafter>(target_, max_positions, skip_, one_spec_);
     case Kind::Model: return std::make_unique<ModelDrafter>(*draft_model_, max_positions, std::vector<bool>{},
                                                             "model:" + draft_files_->path);
-    case Kind::Eagle: return std::make_unique<EagleDrafter>(eagle_, max_positions);
+    case Kind::Eagle: return std::make_unique<EagleDrafter>(eagle_, max_positions, kEagleCatchUpWindow);
   }
   return nullptr;
 }

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu/host/quant.h"
+#include "spec/eagle_drafter.h"
 #include "spec/make_drafter.h"
 #include "tools/specula/common.h"
 #include "tools/specula/commands.h"
@@ -47,6 +48,9 @@ int cmd_draft_eval(int argc, char** argv) {
     throw UsageError(std::string("--draft: ") + e.what());
   }
   if (!d || !d->wants_target_hidden()) throw UsageError("--draft: draft-eval measures a trained head (eagle or eagle:PATH)");
+  // The head as trained: every position of a record in its cache (the runtime's catch-up window
+  // would restart it at the first response position).
+  if (auto* eagle = dynamic_cast<EagleDrafter*>(d.get())) eagle->set_catch_up_window(0);
   const std::string path = a.str("data");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError("--data " + path + ": cannot open");

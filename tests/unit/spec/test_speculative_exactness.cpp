@@ -295,13 +295,17 @@ TEST(JointOfThreeTokensControl, ADrafterThatMisreportsQFailsTheTest) {
 
 // generate() and speculative_generate() on the same tiny target, token for token, for each
 // kind of drafter: an unrelated model, the target itself, the target with a layer skipped,
-// prompt lookup, the head, and prompt lookup in front of the head.
+// prompt lookup, the head, prompt lookup in front of the head, and a head with a 2-entry
+// catch-up window.
 void expect_same_as_generate(const SamplingParams& sp, SpecSampling mode, int k) {
   TinyPair m;
   ModelDrafter unrelated(m.draft, 256), itself(m.target, 256), skip(m.target, 256, {false, true});
   NgramDrafter ngram(kVocab, 3);
   const std::unique_ptr<Drafter> eagle = eagle_drafter(m);
   LookupFirstDrafter lookup_first(NgramDrafter(kVocab, 2), eagle_drafter(m));
+  LoadedModel target_files;
+  target_files.weights = m.target_w;
+  EagleDrafter windowed(std::make_shared<EagleWeights>(tiny_head(7), target_files, m.ops), 256, 2);  // restarts often
   GenerateRequest g;
   g.prompt = {3, 9, 1, 3, 9};
   g.max_tokens = 40;
@@ -310,7 +314,7 @@ void expect_same_as_generate(const SamplingParams& sp, SpecSampling mode, int k)
   static_cast<GenerateRequest&>(s) = g;
   s.draft.k = k;
   s.mode = mode;
-  for (Drafter* drafter : std::initializer_list<Drafter*>{&unrelated, &itself, &skip, &ngram, eagle.get(), &lookup_first}) {
+  for (Drafter* drafter : std::initializer_list<Drafter*>{&unrelated, &itself, &skip, &ngram, eagle.get(), &lookup_first, &windowed}) {
     int64_t accepted = 0;
     for (uint64_t seed = 0; seed < (sp.greedy() ? 1 : 50); ++seed) {
       g.sampling.seed = s.sampling.seed = seed;
@@ -399,6 +403,65 @@ TEST(EagleDrafter, ItsCacheAfterManyRoundsOfRollbackDraftsWhatAFreshOneFedTheWho
   }
   EXPECT_GT(drafter.drafting_rounds, 60);
   EXPECT_GT(accepted, 0);
+}
+
+// The catch-up window: a head whose first draft comes 39 positions into its context feeds only
+// the last 8 entries, and drafts what a head shown only the context from the window's start
+// drafts (the same entries at RoPE positions shifted by 31: equal up to rounding). Without the
+// window the drafts differ, so the test sees the window. A rollback to before the window's start
+// restarts the cache: the head then drafts what a fresh windowed head drafts, bit for bit.
+TEST(EagleDrafter, ALongCatchUpFeedsOnlyItsWindowAndDraftsAsAHeadShownOnlyTheWindow) {
+  TinyPair m;
+  LoadedModel target;
+  target.weights = m.target_w;
+  const auto weights = std::make_shared<EagleWeights>(tiny_head(7), target, m.ops);
+  constexpr int64_t kLen = 40, kWindow = 8, kLast = kLen - 1;  // entries 1..kLast; the window kLast-7..kLast
+  std::vector<int32_t> context(kLen);
+  for (int64_t i = 0; i < kLen; ++i) context[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7 + i / 3) % kVocab);
+  std::vector<float> rows(static_cast<size_t>(kLast * 32));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = std::sin(0.37f * static_cast<float>(i)) + 0.2f * std::cos(0.011f * static_cast<float>(i));
+  auto draft = [&](EagleDrafter& d, int64_t from, int64_t to) {  // context [from, to), its rows
+    const std::vector<int32_t> c(context.begin() + from, context.begin() + to);
+    d.prefill(c);
+    d.target_hidden(0, std::span<const float>(rows).subspan(static_cast<size_t>(from * 32), static_cast<size_t>((to - 1 - from) * 32)));
+    DraftRequest req;
+    req.context = c;
+    req.position = 100;  // the same noise for every head
+    req.max_tokens = 3;
+    req.sampling = SamplingParams{1.0f, 0, 1.0f, 9};
+    DraftProposal out;
+    d.propose(req, out);
+    return out;
+  };
+  EagleDrafter windowed(weights, 256, kWindow), shown_window(weights, 256, 0), whole(weights, 256, 0);
+  const DraftProposal got = draft(windowed, 0, kLen);
+  const DraftProposal want = draft(shown_window, kLast - kWindow, kLen);
+  const DraftProposal all = draft(whole, 0, kLen);
+  ASSERT_EQ(got.k(), 3);
+  EXPECT_EQ(got.tokens, want.tokens);
+  ASSERT_EQ(got.q.size(), want.q.size());
+  float differs_from_all = 0;
+  for (size_t v = 0; v < got.q.size(); ++v) {
+    EXPECT_NEAR(got.q[v], want.q[v], 1e-4f) << v;
+    differs_from_all = std::max(differs_from_all, std::abs(got.q[v] - all.q[v]));
+  }
+  EXPECT_GT(differs_from_all, 1e-3f) << "the window changed nothing: it was not applied";
+
+  // Back to 21 tokens (before the window's start at entry 32), then draft there.
+  windowed.rollback(20);
+  DraftRequest req;
+  const std::vector<int32_t> short_context(context.begin(), context.begin() + 21);
+  req.context = short_context;
+  req.position = 100;
+  req.max_tokens = 3;
+  req.sampling = SamplingParams{1.0f, 0, 1.0f, 9};
+  DraftProposal again, fresh_out;
+  windowed.propose(req, again);
+  EagleDrafter fresh(weights, 256, kWindow);
+  fresh_out = draft(fresh, 0, 21);
+  EXPECT_EQ(again.tokens, fresh_out.tokens);
+  EXPECT_EQ(again.q, fresh_out.q);
+  EXPECT_THROW(EagleDrafter(weights, 256, -1), std::invalid_argument);
 }
 
 // Greedy drafting works on the head's N logits (every other token is -inf): its token is the
