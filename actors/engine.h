@@ -33,7 +33,7 @@ namespace specula::actors {
 
 struct EngineConfig {
   std::string target;                  // model path (GGUF file or Hugging Face directory)
-  std::string drafter = "ngram";       // none | ngram[:n=N] | skip:LAYERS | draft model path
+  std::string drafter = "ngram";       // none | ngram[:n=N] | skip:LAYERS | eagle[:PATH] | draft model path | ngram:n=N+eagle (spec/make_drafter.h)
   std::string device = "auto";         // auto | host | cuda
   // Models already in memory (benchmarks on random weights at real shapes): target_model is used
   // instead of loading `target`; draft_model, with the target's vocabulary, is the drafter

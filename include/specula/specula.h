@@ -30,7 +30,7 @@ class TokenStream;
 
 struct EngineOptions {
   std::string model;                 // a GGUF file or a Hugging Face directory
-  std::string drafter = "ngram";     // none | ngram[:n=N] | skip:LAYERS | eagle[:PATH] | a draft model path
+  std::string drafter = "ngram";     // none | ngram[:n=N] | skip:LAYERS | eagle[:PATH] | a draft model path | ngram:n=N+eagle (make_drafter.h)
   std::string device = "auto";       // auto | host | cuda
   int threads = 2;                   // compute threads of the host device
   int max_batch = 16;                // requests decoded together

@@ -20,7 +20,7 @@ namespace {
 const char* kUsage =
     "usage: specula chat [--model PATH] [--system TEXT] [--max-tokens N] [--temperature T] [--top-k K]\n"
     "                    [--top-p P] [--seed S] [--device D] [--threads N] [--ctx N]\n"
-    "                    [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH] [--spec-k K] [--adaptive]\n"
+    "                    [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--spec-k K] [--adaptive]\n"
     "                    [--spec-k-min K] [--spec-k-max K] [--spec-sampling exact|coupled]\n"
     "                    [--pipeline off|on|always]\n"
     "  Type a message and press Enter. /reset starts over, /quit (or end of input) leaves.\n"

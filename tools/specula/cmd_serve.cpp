@@ -14,7 +14,7 @@ namespace specula::cli {
 namespace {
 
 const char* kUsage =
-    "usage: specula serve [--model PATH] [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH] [--host 127.0.0.1] [--port 8080]\n"
+    "usage: specula serve [--model PATH] [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--host 127.0.0.1] [--port 8080]\n"
     "                     [--max-batch 16] [--kv-tokens 16384] [--max-queue 256] [--threads 2] [--device auto]\n"
     "                     [--pipeline off|on|always] [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8] [--draft-entropy NATS]\n"
     "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10]\n"
@@ -23,6 +23,7 @@ const char* kUsage =
     "  OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models, /health and /metrics\n"
     "  (docs/protocol.md). --max-batch requests run together, --max-queue more wait; beyond that\n"
     "  requests get 429 / overloaded. --kv-tokens: target KV positions shared by all requests.\n"
+    "  --draft as for `specula generate` (scripts/run.sh serves with ngram:n=3+eagle).\n"
     "  --spec-k / --adaptive / --draft-entropy: the draft length for requests that set none (the\n"
     "  entropy rule ends a draft where the draft's distribution has more than NATS; 0 = off).\n"
     "  --max-tokens: the default for requests that set none. SIGINT / SIGTERM drain: running\n"
