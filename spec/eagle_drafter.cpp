@@ -127,7 +127,7 @@ EagleWeights::EagleWeights(std::shared_ptr<const EagleHead> h, const LoadedModel
 }
 
 EagleDrafter::EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t max_positions, int64_t window)
-    : w_(std::move(weights)), hidden_(w_->head->config.hidden), row_(w_->head->feature_width()), window_(window) {
+    : w_(std::move(weights)), hidden_(w_->head->config.hidden), row_(w_->head->feature_width()) {
   set_catch_up_window(window);
   const LlamaConfig& c = w_->head->config;
   KvCacheConfig kc;
