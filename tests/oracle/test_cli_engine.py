@@ -75,6 +75,25 @@ def test_pipelining_where_the_streams_would_share_the_cores_is_declined_in_one_l
     assert "--pipeline must be off, on or always, got 'sometimes'" in bad.stderr, bad.stderr
 
 
+def test_prompt_lookup_in_front_of_the_head_prints_target_only_greedy_text_pipelined_or_not(specula_bin, default_model):
+    """The main job's drafter through the engine, with the optimistic continuation forced and
+    without, and through the sequential loop: the head drafts on from its own features only after
+    a round it drafted itself, with lookup's rounds in between (a prompt whose reply repeats
+    itself); the text is target-only's every time."""
+    prompt = "Repeat this list twice: apples, pears, plums, figs, dates."
+    flags = ["--temperature", "0", "--max-tokens", "80", "--adaptive", "--draft-entropy", "2"]
+    want = generate(specula_bin, default_model, *flags, "--draft", "none", prompt=prompt)
+    for pipeline in ("off", "always"):
+        got = generate(specula_bin, default_model, *flags, "--draft", "ngram:n=3+eagle", "--pipeline", pipeline, prompt=prompt)
+        assert got["pipelined"] is (pipeline == "always")
+        assert got["ids"] == want["ids"], pipeline
+        assert got["speculative"]["accepted"] > 0
+    seq = subprocess.run([str(specula_bin), "generate", "--model", str(default_model), "--prompt", prompt, "--chat", "--json",
+                          *flags, "--draft", "ngram:n=3+eagle", "--sequential"], capture_output=True, text=True, timeout=300)
+    assert seq.returncode == 0, seq.stderr
+    assert json.loads(seq.stdout.strip().splitlines()[-1])["ids"] == want["ids"]
+
+
 def test_the_engine_benchmark_reports_pipelining_declined_on_shared_cores_and_forced_with_pipeline_always(specula_bin, default_model):
     """`bench spec --pipeline both`: each run's JSON says whether the engine pipelined; with
     --threads as many as the CPUs the pipelined configuration runs unpipelined (and the summary
