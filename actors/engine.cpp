@@ -10,6 +10,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
+#include <utility>
 #include <thread>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -381,12 +382,15 @@ int cpus_of_quota(const std::string& quota, const std::string& period) {
 
 namespace {
 
-std::string read_word(const char* path, int index = 0) {
+// The first two whitespace-separated words of a file ("" for those it lacks).
+std::pair<std::string, std::string> read_two_words(const char* path) {
   std::ifstream in(path);
-  std::string word;
-  for (int i = 0; i <= index && (in >> word); ++i) {}
-  return in ? word : std::string();
+  std::pair<std::string, std::string> words;
+  in >> words.first >> words.second;
+  return words;
 }
+
+std::string read_word(const char* path) { return read_two_words(path).first; }
 
 }  // namespace
 
@@ -396,7 +400,8 @@ int usable_cpus() {
   int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
                                                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // A container's CPU quota (cgroup v2's cpu.max, v1's cfs quota and period) may allow fewer.
-  int quota = cpus_of_quota(read_word("/sys/fs/cgroup/cpu.max"), read_word("/sys/fs/cgroup/cpu.max", 1));
+  const auto [max, period] = read_two_words("/sys/fs/cgroup/cpu.max");  // "QUOTA PERIOD" or "max PERIOD"
+  int quota = cpus_of_quota(max, period);
   if (quota == 0)
     quota = cpus_of_quota(read_word("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), read_word("/sys/fs/cgroup/cpu/cpu.cfs_period_us"));
   return quota > 0 ? std::min(cpus, quota) : cpus;

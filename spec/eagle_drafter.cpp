@@ -185,13 +185,15 @@ void EagleDrafter::rollback(int64_t length) {
 
 void EagleDrafter::settle(int64_t entries) {
   entries_ = entries;
-  if (entries_ < base_) {
-    // Back before the window's start (a rollback that long): the cache restarts, and the next
-    // catch-up feeds the window before `entries` again.
-    base_ = entries_ = std::max<int64_t>(0, entries - window_);
-    chain_.clear();
-    kv_->truncate_to(seq_, 0);
-  }
+  // Back before the window's start (a rollback that long): the next catch-up feeds the window
+  // before `entries` again.
+  if (entries_ < base_) restart_at(std::max<int64_t>(0, entries - window_));
+}
+
+void EagleDrafter::restart_at(int64_t entry) {
+  base_ = entries_ = entry;
+  chain_.clear();
+  kv_->truncate_to(seq_, 0);
 }
 
 void EagleDrafter::run(const float* f, std::span<const int32_t> tokens, int64_t pos, bool logits) {
@@ -320,12 +322,9 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
     // Drop the last round's speculative entries, then feed the committed positions not cached
     // (entry m at least: its output is depth 1).
     settle(std::min(entries_, m - 1));
-    if (window_ > 0 && m - entries_ > window_) {
-      // A long catch-up (the first draft after the prompt, or after many rounds without one):
-      // the cache restarts at the window's start, as if the context began there.
-      base_ = entries_ = m - window_;
-      chain_.clear();
-    }
+    // A long catch-up (the first draft after the prompt, or after many rounds without one): the
+    // cache restarts at the window's start, as if the context began there.
+    if (window_ > 0 && m - entries_ > window_) restart_at(m - window_);
     kv_->truncate_to(seq_, entries_ - base_);
     const int64_t first = entries_ + 1;
     run(depth1_features(h_.data() + (first - 1) * row_, m - first + 1),

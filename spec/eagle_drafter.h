@@ -109,6 +109,8 @@ class EagleDrafter final : public Drafter {
   bool continues_chain(std::span<const int32_t> context) const;
   // entries_ = `entries`; back before the window's start, the cache restarts there.
   void settle(int64_t entries);
+  // The cache empties and holds entries from `entry` + 1 on (base_ = entries_ = entry).
+  void restart_at(int64_t entry);
   // A draft token from logits_ (false: the entropy rule stops the draft here): sampled, with the
   // head's token ids, log q and q in increasing id left in ids_, logq_ and q_, or greedy.
   bool draft_reduced(const DraftRequest& req, int64_t i, int32_t& token);

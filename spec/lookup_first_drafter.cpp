@@ -1,3 +1,4 @@
+// Prompt lookup in front of another drafter: lookup's proposal where it has one, else the other's.
 #include "spec/lookup_first_drafter.h"
 
 #include <stdexcept>

@@ -54,30 +54,29 @@ std::shared_ptr<const LoadedModel> load_draft(std::string_view spec) {
 // "ngram", "ngram:n=N" or "ngram:n=N,min=M" -> N and M (M defaults to `default_min`, or to N
 // when that is 0). Throws std::invalid_argument naming `whole` for anything else.
 void parse_ngram(std::string_view spec, std::string_view whole, int default_min, int& n, int& min_n) {
+  // The whole of `text` as a number into `out`.
+  auto number = [](std::string_view text, int& out) {
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return ec == std::errc() && end == text.data() + text.size() && !text.empty();
+  };
   n = 3;
+  bool has_min = false;
   if (spec.starts_with("ngram:")) {
-    std::string_view rest = spec.substr(6);
+    const std::string_view rest = spec.substr(6);
     const size_t comma = rest.find(',');
     std::string_view nn = rest.substr(0, comma);
     if (nn.starts_with("n=")) nn.remove_prefix(2);
-    const auto [end, ec] = std::from_chars(nn.data(), nn.data() + nn.size(), n);
-    bool ok = ec == std::errc() && end == nn.data() + nn.size() && !nn.empty();
-    min_n = default_min > 0 ? default_min : n;
+    bool ok = number(nn, n);
     if (ok && comma != std::string_view::npos) {
-      std::string_view m = rest.substr(comma + 1);
-      ok = m.starts_with("min=");
-      if (ok) {
-        m.remove_prefix(4);
-        const auto [mend, mec] = std::from_chars(m.data(), m.data() + m.size(), min_n);
-        ok = mec == std::errc() && mend == m.data() + m.size() && !m.empty();
-      }
+      const std::string_view m = rest.substr(comma + 1);
+      ok = m.starts_with("min=") && number(m.substr(4), min_n);
+      has_min = true;
     }
     if (!ok) throw std::invalid_argument("draft '" + std::string(whole) + "': expected ngram:n=N or ngram:n=N,min=M with N, M numbers");
   } else if (spec != "ngram") {
     throw std::invalid_argument("draft '" + std::string(whole) + "': expected ngram[:n=N[,min=M]] before '+'");
-  } else {
-    min_n = default_min > 0 ? default_min : n;
   }
+  if (!has_min) min_n = default_min > 0 ? default_min : n;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "gpu/host/bandwidth.h"
 #include "gpu/host/host_device.h"
@@ -123,7 +124,7 @@ struct SpecTotals {
   SpecSampling sampling = SpecSampling::Exact;
   Drafter* drafter = nullptr;
   int64_t tokens = 0, decode_tokens = 0, mismatched_prompts = 0;
-  int64_t lookup_rounds = -1;  // prompt lookup in front of another drafter: the rounds lookup drafted
+  std::optional<int64_t> lookup_rounds;  // prompt lookup in front of another drafter: the rounds lookup drafted
   double wall = 0, decode = 0;
   SpeculativeStats spec;
   void add(const SpeculativeStats& st) {
@@ -221,7 +222,7 @@ int bench_spec(const Args& a) {
         r.decode += st.decode_seconds;
         r.decode_tokens += st.generated;
         r.add(st);
-        if (lookup_first) r.lookup_rounds = std::max<int64_t>(r.lookup_rounds, 0) + lookup_first->lookup_rounds() - lookup_before;
+        if (lookup_first) r.lookup_rounds = r.lookup_rounds.value_or(0) + lookup_first->lookup_rounds() - lookup_before;
         if (ids != reference) ++r.mismatched_prompts;
       }
       r.tokens += static_cast<int64_t>(ids.size());
@@ -265,7 +266,7 @@ int bench_spec(const Args& a) {
                             {"rounds", st.rounds_by_draft[k]},
                             {"verify_cost", st.verify_seconds_by_draft[k] / static_cast<double>(st.rounds_by_draft[k]) / t_token}});
     j["verify_cost_by_draft_length"] = by_draft;
-    if (r.lookup_rounds >= 0) j["rounds_by_lookup"] = r.lookup_rounds;  // the rest: the drafter behind it
+    if (r.lookup_rounds) j["rounds_by_lookup"] = *r.lookup_rounds;  // the rest: the drafter behind it
     j["expected_tokens_per_round"] = expected_tokens_per_round(alpha, gamma);
     j["theorem_3_8_speedup"] = theorem_3_8_speedup(alpha, gamma, c);
     j["predicted_speedup_with_verify_cost"] = expected_tokens_per_round(alpha, gamma) / (gamma * c + verify_cost);

@@ -132,11 +132,14 @@ std::shared_ptr<const EagleHead> tiny_head(uint64_t seed) {
   return h;
 }
 
-std::unique_ptr<Drafter> eagle_drafter(TinyPair& m) {
+// The random head's weights on m's device, over m's target.
+std::shared_ptr<const EagleWeights> tiny_eagle_weights(TinyPair& m) {
   LoadedModel target;
   target.weights = m.target_w;  // EagleWeights reads the embedding and the vocabulary size
-  return std::make_unique<EagleDrafter>(std::make_shared<EagleWeights>(tiny_head(7), target, m.ops), 256);
+  return std::make_shared<EagleWeights>(tiny_head(7), target, m.ops);
 }
+
+std::unique_ptr<Drafter> eagle_drafter(TinyPair& m) { return std::make_unique<EagleDrafter>(tiny_eagle_weights(m), 256); }
 
 using MakeDrafter = std::function<std::unique_ptr<Drafter>(TinyPair&)>;
 
@@ -303,9 +306,7 @@ void expect_same_as_generate(const SamplingParams& sp, SpecSampling mode, int k)
   NgramDrafter ngram(kVocab, 3);
   const std::unique_ptr<Drafter> eagle = eagle_drafter(m);
   LookupFirstDrafter lookup_first(NgramDrafter(kVocab, 2), eagle_drafter(m));
-  LoadedModel target_files;
-  target_files.weights = m.target_w;
-  EagleDrafter windowed(std::make_shared<EagleWeights>(tiny_head(7), target_files, m.ops), 256, 2);  // restarts often
+  EagleDrafter windowed(tiny_eagle_weights(m), 256, 2);  // restarts often
   GenerateRequest g;
   g.prompt = {3, 9, 1, 3, 9};
   g.max_tokens = 40;
@@ -412,9 +413,7 @@ TEST(EagleDrafter, ItsCacheAfterManyRoundsOfRollbackDraftsWhatAFreshOneFedTheWho
 // restarts the cache: the head then drafts what a fresh windowed head drafts, bit for bit.
 TEST(EagleDrafter, ALongCatchUpFeedsOnlyItsWindowAndDraftsAsAHeadShownOnlyTheWindow) {
   TinyPair m;
-  LoadedModel target;
-  target.weights = m.target_w;
-  const auto weights = std::make_shared<EagleWeights>(tiny_head(7), target, m.ops);
+  const auto weights = tiny_eagle_weights(m);
   constexpr int64_t kLen = 40, kWindow = 8, kLast = kLen - 1;  // entries 1..kLast; the window kLast-7..kLast
   std::vector<int32_t> context(kLen);
   for (int64_t i = 0; i < kLen; ++i) context[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7 + i / 3) % kVocab);
