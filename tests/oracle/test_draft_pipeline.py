@@ -112,6 +112,55 @@ def test_toy_training_lowers_the_loss_and_beats_the_most_frequent_token_at_every
         assert val["alpha_lower_bound"][j] > init["alpha_lower_bound"][j]
 
 
+def test_training_from_a_head_starts_where_that_head_left_off_and_its_file_reads_back_byte_for_byte(toy_run, tmp_path):
+    """train.py --init-from (fine-tuning a shipped head on more data, docs/draft.md): export.read
+    inverts export.write (the toy head read back and written again at its type has every tensor's
+    bytes), and a run started from the toy head measures, before its first step, the validation
+    the head ended with; the random start under the same settings, the control, is far below it."""
+    out, metrics = toy_run
+    py = BUILD_DIR / "draft-venv" / "bin" / "python"
+    env = dict(os.environ, PYTHONPATH=str(SOURCE_DIR / "tools"))
+    head, again = out / "draft.gguf", tmp_path / "again.gguf"
+    roundtrip = """
+import sys
+from draft import export
+from draft.head import HeadConfig
+params, token_map, layers, meta = export.read(sys.argv[1])
+a = "specula-eagle"
+cfg = HeadConfig(hidden=int(meta[a + ".embedding_length"]), intermediate=int(meta[a + ".feed_forward_length"]),
+                 heads=int(meta[a + ".attention.head_count"]), kv_heads=int(meta[a + ".attention.head_count_kv"]),
+                 head_dim=int(meta[a + ".rope.dimension_count"]), rope_theta=float(meta[a + ".rope.freq_base"]),
+                 rms_eps=float(meta[a + ".attention.layer_norm_rms_epsilon"]), n_vocab=len(token_map), feature_chunks=1 + len(layers))
+export.write(sys.argv[2], cfg, params, token_map, target_hash=meta["draft.target_hash"], target_name=meta["draft.target_name"],
+             target_vocab=int(meta["draft.target_vocab_size"]), tensor_type="Q8_0", feature_layers=layers)
+"""
+    p = subprocess.run([str(py), "-c", roundtrip, str(head), str(again)], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    ra, _ = _fields(head)
+    rb, _ = _fields(again)
+    ta, tb = {t.name: t for t in ra.tensors}, {t.name: t for t in rb.tensors}
+    assert ta.keys() == tb.keys()
+    for name, t in ta.items():
+        assert tb[name].tensor_type == t.tensor_type and np.array_equal(np.asarray(t.data), np.asarray(tb[name].data)), name
+
+    target = out / "target" / "q4_1_tied" / "model.gguf"
+
+    def train(dest, *extra):
+        p = subprocess.run([str(py), "-m", "draft.train", "--target", str(target), "--data", str(out / "data.spd"),
+                            "--out", str(dest), "--vocab", "256", "--depth", "3", "--steps", "2", "--lr", "1e-9",
+                            "--window", "64", "--batch", "8", "--export-type", "Q8_0", *extra],
+                           capture_output=True, text=True, env=env, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    fresh = train(tmp_path / "fresh")
+    tuned = train(tmp_path / "tuned", "--init-from", str(head))
+    for j, acc in enumerate(metrics["validation"]["top1"]):
+        assert abs(tuned["initial_validation"]["top1"][j] - acc) < 0.02, (j + 1, tuned["initial_validation"], acc)
+        assert fresh["initial_validation"]["top1"][j] < acc - 0.2, (j + 1, fresh["initial_validation"], acc)
+    assert tuned["vocab"] == len(_fields(head)[1]["draft.token_map"])
+
+
 @pytest.mark.parametrize("layers", [(), (3, 1)])
 def test_a_draft_data_file_round_trips_and_a_truncated_one_is_one_clear_error(tmp_path, layers):
     """Version 1 (final hidden states) and version 2 (C feature layers: rows of H (1 + C))."""

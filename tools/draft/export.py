@@ -37,6 +37,34 @@ def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """The inverse of permute_qk: adjacent rows (2i, 2i+1) back to (i, i + d/2) within each head."""
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def read(path) -> tuple[dict, np.ndarray, list[int], dict]:
+    """Reads a head file written by `write` back into head.py's parameters (dequantized to
+    float32, q/k rows in the half-split layout): (params, token_map, feature_layers, metadata).
+    train.py --init-from starts from it."""
+    import gguf
+    r = gguf.GGUFReader(str(path))
+    meta = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
+    if meta.get("general.architecture") != ARCH:
+        raise ValueError(f"{path}: general.architecture is {meta.get('general.architecture')!r}, expected {ARCH!r}")
+    by_name = {gname: pname for pname, gname in _NAMES.items()}
+    params = {}
+    for t in r.tensors:
+        if t.name not in by_name:
+            raise ValueError(f"{path}: unexpected tensor {t.name}")
+        a = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32)
+        params[by_name[t.name]] = a.reshape([int(d) for d in reversed(t.shape.tolist())])
+    params["wq"] = unpermute_qk(params["wq"], int(meta[f"{ARCH}.attention.head_count"]))
+    params["wk"] = unpermute_qk(params["wk"], int(meta[f"{ARCH}.attention.head_count_kv"]))
+    token_map = np.asarray(meta[TOKEN_MAP], dtype=np.int32)
+    feature_layers = [int(x) for x in meta.get(FEATURE_LAYERS, [])]
+    return params, token_map, feature_layers, meta
+
+
 def write(path, cfg: HeadConfig, params: dict, token_map: np.ndarray, *, target_hash: str, target_name: str,
           target_vocab: int, tensor_type: str = "Q8_0", extra: dict | None = None, feature_layers=()) -> int:
     """Writes the file and returns its size in bytes; raises if it exceeds MAX_BYTES.

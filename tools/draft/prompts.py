@@ -227,10 +227,15 @@ CATEGORIES = [("qa", _qa, 3), ("explain", _explain, 3), ("howto", _howto, 2), ("
               ("copy", _copy, 1), ("chat", _chat, 1)]
 
 
-def generate(count: int, seed: int) -> list[dict]:
-    """`count` distinct prompts, categories drawn by their weights; deterministic for `seed`."""
+def generate(count: int, seed: int, kinds: list[str] | None = None) -> list[dict]:
+    """`count` distinct prompts, categories drawn by their weights (among `kinds` when given);
+    deterministic for `seed` (and `kinds`)."""
     rng = random.Random(seed)
-    names = [c for c, _, w in CATEGORIES for _ in range(w)]
+    known = [c for c, _, _ in CATEGORIES]
+    unknown = [k for k in kinds or [] if k not in known]
+    if unknown:
+        raise SystemExit(f"unknown kind {unknown[0]!r}: the kinds are {', '.join(known)}")
+    names = [c for c, _, w in CATEGORIES for _ in range(w) if not kinds or c in kinds]
     fns = {c: f for c, f, _ in CATEGORIES}
     seen, out, tries = set(), [], 0
     while len(out) < count:
@@ -251,11 +256,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kinds", default="", help="comma-separated categories to draw from (default: all, by weight)")
     args = p.parse_args(argv)
     if args.count < 1:
         raise SystemExit("--count must be >= 1")
     with open(args.out, "w") as f:
-        for r in generate(args.count, args.seed):
+        for r in generate(args.count, args.seed, [k for k in args.kinds.split(",") if k] or None):
             f.write(json.dumps(r) + "\n")
     print(f"wrote {args.count} prompts to {args.out}", file=sys.stderr)
     return 0

@@ -68,6 +68,11 @@ def windows(seqs, window: int, inverse: np.ndarray, topk: int, width: int) -> di
     return {k: np.stack(v) for k, v in cols.items()}
 
 
+def _sha256(path) -> str:
+    import hashlib
+    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+
+
 def batch_at(w: dict, idx: np.ndarray) -> dict:
     return {k: v[idx] for k, v in w.items()}
 
@@ -208,6 +213,9 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--export-type", choices=export.TENSOR_TYPES, default="Q8_0")
+    p.add_argument("--init-from", default="",
+                   help="a head GGUF to start from (fine-tuning): its weights, reduced vocabulary and feature layers "
+                        "replace the random start and --vocab; the data must carry its feature layers")
     return p.parse_args(argv)
 
 
@@ -243,7 +251,18 @@ def main(argv=None) -> int:
     if len(seqs) < 2:
         raise SystemExit(f"need at least 2 sequences (train and validation), have {len(seqs)}")
     val_seqs, train_seqs = [seqs[i] for i in order[:n_val]], [seqs[i] for i in order[n_val:]]
-    token_map, inverse = vocab.reduced_vocab([s.tokens for s in train_seqs], args.vocab, tcfg.vocab)
+    if args.init_from:
+        init, token_map, init_layers, init_meta = export.read(args.init_from)
+        if init_meta.get("draft.target_hash") != target.target_hash(args.target):
+            raise SystemExit(f"--init-from {args.init_from} was trained for {init_meta.get('draft.target_name')}, "
+                             f"not for {target.name_of(args.target)}")
+        if init_layers != [int(x) for x in header.feature_layers[:len(init_layers)]] or chunks != 1 + len(init_layers):
+            raise SystemExit(f"--init-from {args.init_from} reads feature layers {init_layers}; the data carries "
+                             f"{list(header.feature_layers)} (and --feature-chunks {chunks})")
+        inverse = np.full(tcfg.vocab, -1, np.int32)
+        inverse[token_map] = np.arange(len(token_map), dtype=np.int32)
+    else:
+        token_map, inverse = vocab.reduced_vocab([s.tokens for s in train_seqs], args.vocab, tcfg.vocab)
     cov_val = vocab.coverage([s.tokens[s.n_prompt:] for s in val_seqs], inverse)
     topk = header.topk  # validation compares with the target's argmax whenever the data has it
     tw = windows(train_seqs, args.window, inverse, topk, chunks * tcfg.hidden)
@@ -258,6 +277,12 @@ def main(argv=None) -> int:
                      feature_chunks=chunks)
     embed_np = target.token_embedding(args.target)
     params = init_params(cfg, jax.random.PRNGKey(args.seed), target.output_rows(args.target)[token_map])
+    if args.init_from:
+        missing = sorted(set(params) ^ set(init))
+        if missing or any(init[k].shape != tuple(params[k].shape) for k in params):
+            raise SystemExit(f"--init-from {args.init_from}: its tensors do not fit this target's head shape ({missing})")
+        params = {k: jnp.asarray(init[k]) for k in params}
+        say(f"started from {args.init_from} ({len(token_map)} tokens, feature layers {init_layers})")
     embed = jnp.asarray(embed_np)
     token_map_j = jnp.asarray(token_map)
 
@@ -313,7 +338,8 @@ def main(argv=None) -> int:
                         tensor_type=args.export_type, feature_layers=feature_layers,
                         extra={"draft.train.depth": args.depth, "draft.train.steps": args.steps,
                                "draft.train.tokens": train_tokens, "draft.train.seed": args.seed,
-                               "draft.train.labels": metrics["labels"], "draft.val.top1": val["top1"]})
+                               "draft.train.labels": metrics["labels"], "draft.val.top1": val["top1"],
+                               **({"draft.train.init_from_sha256": _sha256(args.init_from)} if args.init_from else {})})
     metrics["gguf_bytes"] = size
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
     say(f"done: {json.dumps(metrics)}")
