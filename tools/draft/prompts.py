@@ -257,13 +257,21 @@ def main(argv=None) -> int:
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kinds", default="", help="comma-separated categories to draw from (default: all, by weight)")
+    p.add_argument("--exclude", nargs="*", default=[],
+                   help="prompt files (JSON lines) whose user turns are left out, kept out of training (held-out sets)")
     args = p.parse_args(argv)
     if args.count < 1:
         raise SystemExit("--count must be >= 1")
+    held_out = set()
+    for path in args.exclude:
+        with open(path) as f:
+            held_out.update(m["content"] for line in f if line.strip() for m in json.loads(line)["messages"] if m["role"] == "user")
+    rows = [r for r in generate(args.count, args.seed, [k for k in args.kinds.split(",") if k] or None)
+            if r["messages"][0]["content"] not in held_out]
     with open(args.out, "w") as f:
-        for r in generate(args.count, args.seed, [k for k in args.kinds.split(",") if k] or None):
+        for r in rows:
             f.write(json.dumps(r) + "\n")
-    print(f"wrote {args.count} prompts to {args.out}", file=sys.stderr)
+    print(f"wrote {len(rows)} prompts to {args.out} ({args.count - len(rows)} left out)", file=sys.stderr)
     return 0
 
 
