@@ -124,13 +124,7 @@ def test_training_from_a_head_starts_where_that_head_left_off_and_its_file_reads
     roundtrip = """
 import sys
 from draft import export
-from draft.head import HeadConfig
-params, token_map, layers, meta = export.read(sys.argv[1])
-a = "specula-eagle"
-cfg = HeadConfig(hidden=int(meta[a + ".embedding_length"]), intermediate=int(meta[a + ".feed_forward_length"]),
-                 heads=int(meta[a + ".attention.head_count"]), kv_heads=int(meta[a + ".attention.head_count_kv"]),
-                 head_dim=int(meta[a + ".rope.dimension_count"]), rope_theta=float(meta[a + ".rope.freq_base"]),
-                 rms_eps=float(meta[a + ".attention.layer_norm_rms_epsilon"]), n_vocab=len(token_map), feature_chunks=1 + len(layers))
+cfg, params, token_map, layers, meta = export.read(sys.argv[1])
 export.write(sys.argv[2], cfg, params, token_map, target_hash=meta["draft.target_hash"], target_name=meta["draft.target_name"],
              target_vocab=int(meta["draft.target_vocab_size"]), tensor_type="Q8_0", feature_layers=layers)
 """

@@ -42,10 +42,10 @@ def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def read(path) -> tuple[dict, np.ndarray, list[int], dict]:
-    """Reads a head file written by `write` back into head.py's parameters (dequantized to
-    float32, q/k rows in the half-split layout): (params, token_map, feature_layers, metadata).
-    train.py --init-from starts from it."""
+def read(path) -> tuple[HeadConfig, dict, np.ndarray, list[int], dict]:
+    """Reads a head file written by `write` back into head.py's config and parameters
+    (dequantized to float32, q/k rows in the half-split layout): (config, params, token_map,
+    feature_layers, metadata), what `write` takes. train.py --init-from starts from it."""
     import gguf
     r = gguf.GGUFReader(str(path))
     meta = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
@@ -58,11 +58,16 @@ def read(path) -> tuple[dict, np.ndarray, list[int], dict]:
             raise ValueError(f"{path}: unexpected tensor {t.name}")
         a = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32)
         params[by_name[t.name]] = a.reshape([int(d) for d in reversed(t.shape.tolist())])
-    params["wq"] = unpermute_qk(params["wq"], int(meta[f"{ARCH}.attention.head_count"]))
-    params["wk"] = unpermute_qk(params["wk"], int(meta[f"{ARCH}.attention.head_count_kv"]))
     token_map = np.asarray(meta[TOKEN_MAP], dtype=np.int32)
     feature_layers = [int(x) for x in meta.get(FEATURE_LAYERS, [])]
-    return params, token_map, feature_layers, meta
+    cfg = HeadConfig(hidden=int(meta[f"{ARCH}.embedding_length"]), intermediate=int(meta[f"{ARCH}.feed_forward_length"]),
+                     heads=int(meta[f"{ARCH}.attention.head_count"]), kv_heads=int(meta[f"{ARCH}.attention.head_count_kv"]),
+                     head_dim=int(meta[f"{ARCH}.rope.dimension_count"]), rope_theta=float(meta[f"{ARCH}.rope.freq_base"]),
+                     rms_eps=float(meta[f"{ARCH}.attention.layer_norm_rms_epsilon"]), n_vocab=len(token_map),
+                     feature_chunks=1 + len(feature_layers))
+    params["wq"] = unpermute_qk(params["wq"], cfg.heads)
+    params["wk"] = unpermute_qk(params["wk"], cfg.kv_heads)
+    return cfg, params, token_map, feature_layers, meta
 
 
 def write(path, cfg: HeadConfig, params: dict, token_map: np.ndarray, *, target_hash: str, target_name: str,

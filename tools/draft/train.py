@@ -252,15 +252,14 @@ def main(argv=None) -> int:
         raise SystemExit(f"need at least 2 sequences (train and validation), have {len(seqs)}")
     val_seqs, train_seqs = [seqs[i] for i in order[:n_val]], [seqs[i] for i in order[n_val:]]
     if args.init_from:
-        init, token_map, init_layers, init_meta = export.read(args.init_from)
+        _, init, token_map, init_layers, init_meta = export.read(args.init_from)
         if init_meta.get("draft.target_hash") != target.target_hash(args.target):
             raise SystemExit(f"--init-from {args.init_from} was trained for {init_meta.get('draft.target_name')}, "
                              f"not for {target.name_of(args.target)}")
         if init_layers != [int(x) for x in header.feature_layers[:len(init_layers)]] or chunks != 1 + len(init_layers):
             raise SystemExit(f"--init-from {args.init_from} reads feature layers {init_layers}; the data carries "
                              f"{list(header.feature_layers)} (and --feature-chunks {chunks})")
-        inverse = np.full(tcfg.vocab, -1, np.int32)
-        inverse[token_map] = np.arange(len(token_map), dtype=np.int32)
+        inverse = vocab.inverse_of(token_map, tcfg.vocab)
     else:
         token_map, inverse = vocab.reduced_vocab([s.tokens for s in train_seqs], args.vocab, tcfg.vocab)
     cov_val = vocab.coverage([s.tokens[s.n_prompt:] for s in val_seqs], inverse)

@@ -15,9 +15,14 @@ def reduced_vocab(token_lists, n: int, target_vocab: int) -> tuple[np.ndarray, n
     n = min(n, target_vocab)
     order = np.lexsort((np.arange(target_vocab), -counts))  # by count desc, then id asc
     token_map = order[:n].astype(np.int32)
+    return token_map, inverse_of(token_map, target_vocab)
+
+
+def inverse_of(token_map: np.ndarray, target_vocab: int) -> np.ndarray:
+    """target id -> reduced id (-1 outside the reduced vocabulary)."""
     inverse = np.full(target_vocab, -1, dtype=np.int32)
-    inverse[token_map] = np.arange(n, dtype=np.int32)
-    return token_map, inverse
+    inverse[token_map] = np.arange(len(token_map), dtype=np.int32)
+    return inverse
 
 
 def coverage(token_lists, inverse: np.ndarray) -> float:
