@@ -9,6 +9,8 @@ namespace specula {
 KvCache::KvCache(Ops& ops, const KvCacheConfig& cfg) : cfg_(cfg) {
   if (cfg.layers <= 0 || cfg.kv_heads <= 0 || cfg.head_dim <= 0 || cfg.block_tokens <= 0 || cfg.num_blocks <= 0)
     throw std::invalid_argument("KV cache config must be positive (layers, kv_heads, head_dim, block_tokens, blocks)");
+  if (cfg.k_transposed && (!cfg.f16 || cfg.block_tokens % 16 != 0 || cfg.head_dim % 16 != 0))
+    throw std::invalid_argument("KV cache: a transposed K needs fp16 and block_tokens, head_dim multiples of 16");
   const size_t elements = static_cast<size_t>(cfg.layers * layer_stride());
   const size_t n = cfg.f16 ? (elements + 1) / 2 : elements;  // floats of storage
   k_ = DeviceBuffer(ops, n);
@@ -78,6 +80,14 @@ int64_t KvCache::offset(int id, int64_t position) const {
   assert(position < static_cast<int64_t>(s.blocks.size()) * cfg_.block_tokens);
   const int64_t block = s.blocks[position / cfg_.block_tokens];
   return (block * cfg_.block_tokens + position % cfg_.block_tokens) * row_floats();
+}
+
+int64_t KvCache::k_offset(int id, int64_t position, int64_t j) const {
+  if (!cfg_.k_transposed) return offset(id, position) + j;
+  const Seq& s = seqs_[id];
+  assert(position < static_cast<int64_t>(s.blocks.size()) * cfg_.block_tokens);
+  const int64_t block = s.blocks[position / cfg_.block_tokens];
+  return block * cfg_.block_tokens * row_floats() + j * cfg_.block_tokens + position % cfg_.block_tokens;
 }
 
 }  // namespace specula

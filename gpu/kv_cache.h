@@ -18,6 +18,12 @@ struct KvCacheConfig {
   // K/V stored as fp16 (the host's int8 path; half the bytes a decode step reads) instead of f32.
   // Offsets and row_floats count elements either way.
   bool f16 = false;
+  // K of each block stored transposed, [kv_heads, head_dim, block_tokens] (V stays
+  // [block_tokens, kv_heads, head_dim]): one dimension of 16 consecutive positions is one
+  // contiguous vector, which the host's AVX-512 attention multiplies by every query of a verify
+  // round without a reduction (docs/kernels.md). fp16 only, block_tokens and head_dim multiples of
+  // 16; the device says whether it wants it (Ops::kv_k_transposed).
+  bool k_transposed = false;
 };
 
 // Thrown when a reservation needs more blocks than are free; the cache is unchanged.
@@ -57,8 +63,11 @@ class KvCache {
   // Bytes of one element (4 or 2).
   int64_t element_bytes() const { return cfg_.f16 ? 2 : 4; }
   int64_t row_floats() const { return cfg_.kv_heads * cfg_.head_dim; }
-  // Offset in floats of (position) inside a layer pool, through the sequence's block table.
+  // Offset in floats of (position) inside a layer pool, through the sequence's block table: where
+  // the position's V row starts (and its K row, unless K is transposed).
   int64_t offset(int seq, int64_t position) const;
+  // Offset of K element j (j < row_floats) of (position) inside a layer pool, for either K layout.
+  int64_t k_offset(int seq, int64_t position, int64_t j) const;
 
  private:
   struct Seq {

@@ -59,6 +59,9 @@ class Ops {
   // Whether this device keeps K/V in fp16 (KvCacheConfig::f16); its kv_store and attention
   // handle the caches it asks for.
   virtual bool kv_f16() const { return false; }
+  // Whether this device wants K transposed in its caches of this head size and block length
+  // (KvCacheConfig::k_transposed; only asked when kv_f16()).
+  virtual bool kv_k_transposed(int64_t head_dim, int64_t block_tokens) const { return false; }
 
   // --- compute; shapes in comments are [rows, cols], row-major --------------
   // out[n, dim] = table[tokens[i]] ; tokens live on the host.

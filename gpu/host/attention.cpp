@@ -25,13 +25,19 @@ void chunk_portable(const AttentionChunk& c) {
   auto row = [&](const void* base, int64_t p) {
     return static_cast<const T*>(base) + (static_cast<int64_t>(c.blocks[p / bt]) * bt + p % bt) * rf;
   };
+  // K's dimension j of position p is at k_at(p) + j * k_step, in either K layout.
+  const int64_t k_step = c.k_transposed ? bt : 1;
+  auto k_at = [&](int64_t p) {
+    if (!c.k_transposed) return row(c.k, p);
+    return static_cast<const T*>(c.k) + static_cast<int64_t>(c.blocks[p / bt]) * bt * rf + p % bt;
+  };
   for (int64_t g = 0; g < c.group; ++g) {
     const float* q = c.q + g * hd;
     float* s = c.scores + g * n;
     for (int64_t p = c.p0; p < c.p1; ++p) {
-      const T* k = row(c.k, p);
+      const T* k = k_at(p);
       float d = 0;
-      for (int64_t j = 0; j < hd; ++j) d += q[j] * kv_value(k + j);
+      for (int64_t j = 0; j < hd; ++j) d += q[j] * kv_value(k + j * k_step);
       s[p - c.p0] = d * c.scale;
     }
     float m = s[0];
@@ -71,11 +77,23 @@ void kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<
   if (kv.config().f16) {
     uint16_t* kp = kv.k_pool_f16(layer);
     uint16_t* vp = kv.v_pool_f16(layer);
+    const int64_t bt = kv.config().block_tokens;
+    uint16_t row[4096];
     for (const SeqSlice& s : slices)
       for (int64_t i = 0; i < s.n; ++i) {
         const int64_t off = kv.offset(s.seq, s.start + i);
-        to_fp16(k + (s.row + i) * rf, kp + off, rf);
         to_fp16(v + (s.row + i) * rf, vp + off, rf);
+        if (!kv.config().k_transposed) {
+          to_fp16(k + (s.row + i) * rf, kp + off, rf);
+          continue;
+        }
+        // K transposed: element j of the position lands block_tokens apart.
+        uint16_t* dst = kp + kv.k_offset(s.seq, s.start + i, 0);
+        for (int64_t j0 = 0; j0 < rf; j0 += 4096) {
+          const int64_t w = std::min<int64_t>(4096, rf - j0);
+          to_fp16(k + (s.row + i) * rf + j0, row, w);
+          for (int64_t j = 0; j < w; ++j) dst[(j0 + j) * bt] = row[j];
+        }
       }
     return;
   }
@@ -94,10 +112,11 @@ void attention(const float* q, const KvCache& kv, int layer, std::span<const Seq
   const int64_t hd = kv.config().head_dim, kvh = kv.config().kv_heads, group = heads / kvh;
   const int64_t bt = kv.config().block_tokens, rf = kv.row_floats();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const bool kt = kv.config().k_transposed;
   void (*chunk_kernel)(const AttentionChunk&) = attention_chunk_portable;  // the widest isa and hd allow
   if (isa == Isa::kAvx512 && hd % 16 == 0)
     chunk_kernel = attention_chunk_avx512;
-  else if (isa != Isa::kPortable && hd % 8 == 0)
+  else if (isa != Isa::kPortable && hd % 8 == 0 && !kt)
     chunk_kernel = attention_chunk_avx2;
 
   // Partials per (token row, kv head, chunk of kChunkTokens positions), a row's contiguous. Work
@@ -161,9 +180,10 @@ void attention(const float* q, const KvCache& kv, int layer, std::span<const Seq
         const int64_t ctx = row.s->start + row.i + 1, trow = row.s->row + row.i;
         AttentionChunk c;
         c.q = q + (trow * heads + item.kh * group) * hd;
-        c.k = static_cast<const char*>(kp) + item.kh * hd * esize;
+        c.k = static_cast<const char*>(kp) + item.kh * hd * (kt ? bt : 1) * esize;
         c.v = static_cast<const char*>(vp) + item.kh * hd * esize;
         c.f16 = f16;
+        c.k_transposed = kt;
         c.blocks = kv.block_table(row.s->seq).data();
         c.block_tokens = bt;
         c.row_floats = rf;

@@ -35,10 +35,14 @@ constexpr int64_t kChunkTokens = 256;
 struct AttentionChunk {
   const float* q = nullptr;      // [group, head_dim] query heads of one row and kv head (pre-scaled by nothing)
   // K and V pools (float, or uint16_t fp16 with f16): position p at
-  // k + (blocks[p / block_tokens] * block_tokens + p % block_tokens) * row_floats elements.
+  // k + (blocks[p / block_tokens] * block_tokens + p % block_tokens) * row_floats elements; with
+  // k_transposed (KvCacheConfig::k_transposed, fp16) K's dimension d of position p is at
+  // k + blocks[p / block_tokens] * block_tokens * row_floats + d * block_tokens + p % block_tokens
+  // (the kv head's offset, kv_head * head_dim * block_tokens, is in k).
   const void* k = nullptr;
   const void* v = nullptr;
   bool f16 = false;
+  bool k_transposed = false;
   const int32_t* blocks = nullptr;  // the sequence's block table
   int64_t block_tokens = 0, row_floats = 0, head_dim = 0, group = 0;
   int64_t p0 = 0, p1 = 0;        // positions [p0, p1) of this chunk (the kv head's offset is in k and v)
@@ -50,18 +54,20 @@ struct AttentionChunk {
   float* scores = nullptr;       // scratch of group * (p1 - p0) floats
 };
 
-// One chunk. The AVX2 version needs head_dim % 8 == 0 and cpu_has_avx2_fma(); the AVX-512 version
-// (attention_avx512.cpp: each K/V row converted once for up to 4 query heads) head_dim % 16 == 0,
-// p1 - p0 <= kChunkTokens and cpu_has_avx512(). Each is deterministic, but they differ from one
-// another in summation order (not bit-equal).
+// One chunk. The AVX2 version needs head_dim % 8 == 0, cpu_has_avx2_fma() and K not transposed;
+// the AVX-512 version (attention_avx512.cpp) head_dim % 16 == 0, p1 - p0 <= kChunkTokens and
+// cpu_has_avx512(), and with K transposed p0 % 16 == 0. Each is deterministic, but they differ
+// from one another in summation order (not bit-equal), and the AVX-512 kernel over a transposed K
+// (each score one chain of FMAs over the head's dimensions in order) from itself over a row K.
 void attention_chunk_portable(const AttentionChunk& c);
 void attention_chunk_avx2(const AttentionChunk& c);
 void attention_chunk_avx512(const AttentionChunk& c);
 
 // Several rows of one sequence in one chunk (a verify round's rows, all with the same p0, pools,
 // block table, head_dim and group; each with its own q, p1 and outputs): the AVX-512 kernel over
-// all rows' query heads together, in passes of up to 4 queries across rows, so each K and V row is
-// read and converted once per pass rather than once per row. Each query's arithmetic is the
+// all rows' query heads together, in passes of several queries across rows (up to 4 over a row K;
+// over a transposed K, 6 a score pass and 16 a V pass), so each K and V row is read and converted
+// once per pass rather than once per row. Each query's arithmetic is the
 // single-row kernel's: every row's m, l and o are bit-equal to attention_chunk_avx512 on that row
 // alone. Scratch: rows[0].scores holds rows.size() * group * kChunkTokens floats; at most
 // kMaxJointQueries query heads (rows x group) per call.

@@ -232,6 +232,189 @@ void run_queries(const AttentionChunk& c, int64_t n_max, const Query* qs, int64_
   }
 }
 
+// ---- Over a transposed K (KvCacheConfig::k_transposed, fp16) ------------------------------------
+// One dimension of 16 consecutive positions is one vector, so a query's 16 scores are one
+// accumulator: s = fma(q[d], K[d], s) for d = 0 .. head_dim - 1 in order, lanes = positions, no
+// reduction. Each score is that one chain whatever the pass holds, so a query's bits do not depend
+// on the other queries (the row property). A score pass holds up to kKtGroup queries and
+// kKtBlocks blocks of 16 positions (24 accumulators, every K vector converted once per pass); the
+// V pass takes up to kKtVPiece queries a 16-value slice of V at a time (one conversion for all of
+// them). The V sums are the row-K kernel's chains (o = fma(w_j, v_j, o) over j in order), so only
+// the scores differ from it. The queries' q are copied dimension-major and their scores kept
+// kChunkTokens apart, so that every operand of the inner loops is a fixed offset from one pointer.
+constexpr int kKtGroup = 6;
+constexpr int kKtBlocks = 4;
+constexpr int kKtVPiece = 16;
+
+// S[g * kChunkTokens + 16 (t0 + b) + lane] = scale * q_g . k at the chunk's position
+// 16 (t0 + b) + lane, for G queries (qt[d * G + g] = q_g[d]) and B blocks (kb[b] at dimension 0 of
+// block t0 + b). Lanes past a query's length get scores that are never read.
+template <int G, int B>
+inline void kt_scores(const uint16_t* const* kb, int64_t bt, int64_t hd, const float* qt, float* S, int64_t t0, float scale,
+                      const uint16_t* const* prefetch_kb) {
+  __m512 acc[G][B];
+  SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
+    SPECULA_ATTENTION_UNROLL for (int b = 0; b < B; ++b) acc[g][b] = _mm512_setzero_ps();
+  const uint16_t* kp[B];
+  SPECULA_ATTENTION_UNROLL for (int b = 0; b < B; ++b) kp[b] = kb[b];
+  for (int64_t d = 0; d < hd; ++d, qt += G) {
+    if (prefetch_kb && (d & 1) == 0)
+      SPECULA_ATTENTION_UNROLL for (int b = 0; b < B; ++b)
+        if (prefetch_kb[b]) _mm_prefetch(reinterpret_cast<const char*>(prefetch_kb[b] + d * bt), _MM_HINT_T0);
+    __m512 kt[B];
+    SPECULA_ATTENTION_UNROLL for (int b = 0; b < B; ++b) {
+      kt[b] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kp[b])));
+      kp[b] += bt;
+    }
+    SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g) {
+      const __m512 qd = _mm512_set1_ps(qt[g]);
+      SPECULA_ATTENTION_UNROLL for (int b = 0; b < B; ++b) acc[g][b] = _mm512_fmadd_ps(qd, kt[b], acc[g][b]);
+    }
+  }
+  const __m512 sv = _mm512_set1_ps(scale);
+  SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
+    SPECULA_ATTENTION_UNROLL for (int b = 0; b < B; ++b)
+      _mm512_storeu_ps(S + g * kChunkTokens + 16 * (t0 + b), _mm512_mul_ps(acc[g][b], sv));
+}
+
+// The scores of G queries over the chunk's nblk blocks, kKtBlocks at a time; with `prefetch` (the
+// first group) it asks for the next blocks' K and for the V rows of these ones, up to n.
+template <int G>
+void kt_score_group(const uint16_t* const* kb, int64_t nblk, int64_t bt, int64_t hd, const float* qt, float* S, float scale,
+                    bool prefetch, const uint16_t* v, const int64_t* voff, int64_t n) {
+  for (int64_t t = 0; t < nblk; t += kKtBlocks) {
+    const uint16_t* next[kKtBlocks] = {};
+    if (prefetch) {
+      for (int b = 0; b < kKtBlocks && t + kKtBlocks + b < nblk; ++b) next[b] = kb[t + kKtBlocks + b];
+      const int64_t j1 = (t + kKtBlocks) * 16 < n ? (t + kKtBlocks) * 16 : n;
+      for (int64_t j = t * 16; j < j1; ++j)
+        for (int64_t byte = 0; byte < hd * 2; byte += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(v + voff[j]) + byte, _MM_HINT_T1);
+    }
+    const uint16_t* const* pf = prefetch ? next : nullptr;
+    switch (nblk - t < kKtBlocks ? nblk - t : kKtBlocks) {
+      case 1: kt_scores<G, 1>(kb + t, bt, hd, qt, S, t, scale, pf); break;
+      case 2: kt_scores<G, 2>(kb + t, bt, hd, qt, S, t, scale, pf); break;
+      case 3: kt_scores<G, 3>(kb + t, bt, hd, qt, S, t, scale, pf); break;
+      default: kt_scores<G, 4>(kb + t, bt, hd, qt, S, t, scale, pf); break;
+    }
+  }
+}
+
+// o_g[d0, d0 + 16 DS) = (first ? 0 : o_g[...]) + sum over j in [j0, j1) in order of
+// S[g * kChunkTokens + j] v_j[d0, d0 + 16 DS), for G queries (o[g] their outputs).
+template <int DS, int G>
+inline void kt_v_slice(const uint16_t* v, const int64_t* off, int64_t j0, int64_t j1, const float* S, float* const* o,
+                       int64_t d0, bool first) {
+  __m512 acc[G][DS];
+  SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
+    SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s)
+      acc[g][s] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(o[g] + d0 + 16 * s);
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint16_t* vp = v + off[j] + d0;
+    __m512 vv[DS];
+    SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) vv[s] = load16(vp + 16 * s);
+    SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g) {
+      const __m512 w = _mm512_set1_ps(S[g * kChunkTokens + j]);
+      SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) acc[g][s] = _mm512_fmadd_ps(w, vv[s], acc[g][s]);
+    }
+  }
+  SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
+    SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) _mm512_storeu_ps(o[g] + d0 + 16 * s, acc[g][s]);
+}
+
+// The V pass of G queries (S their scores, o their outputs, n their lengths): every query over the
+// shortest one's positions, DS slices at a time, then each longer one's remaining positions.
+template <int DS, int G>
+void kt_v(const uint16_t* v, const int64_t* off, int64_t hd, const float* S, float* const* o, const int64_t* n) {
+  int64_t n_lo = n[0];
+  for (int g = 1; g < G; ++g) n_lo = n[g] < n_lo ? n[g] : n_lo;
+  for (int64_t d0 = 0; d0 < hd; d0 += 16 * DS) kt_v_slice<DS, G>(v, off, 0, n_lo, S, o, d0, true);
+  for (int g = 0; g < G; ++g)
+    if (n[g] > n_lo)
+      for (int64_t d0 = 0; d0 < hd; d0 += 16) kt_v_slice<1, 1>(v, off, n_lo, n[g], S + g * kChunkTokens, o + g, d0, false);
+}
+
+// `count` queries sharing the chunk's p0 (a multiple of 16) over a transposed fp16 K.
+void kt_queries(const AttentionChunk& c, int64_t n_max, const Query* qs, int64_t count) {
+  const int64_t bt = c.block_tokens, hd = c.head_dim, rf = c.row_floats;
+  assert(hd % 16 == 0 && bt % 16 == 0 && c.p0 % 16 == 0 && n_max >= 1 && n_max <= kChunkTokens);
+  assert(count <= kMaxJointQueries && hd <= 512);
+  const uint16_t* k = static_cast<const uint16_t*>(c.k);
+  const uint16_t* v = static_cast<const uint16_t*>(c.v);
+  const int64_t nblk = (n_max + 15) / 16;
+  const uint16_t* kb[kChunkTokens / 16];
+  int64_t off[kChunkTokens];
+  for (int64_t t = 0; t < nblk; ++t) {
+    const int64_t p = c.p0 + 16 * t;
+    kb[t] = k + static_cast<int64_t>(c.blocks[p / bt]) * bt * rf + p % bt;
+  }
+  for (int64_t j = 0, b = c.p0 / bt, i = c.p0 % bt; j < n_max; ++j) {
+    off[j] = (static_cast<int64_t>(c.blocks[b]) * bt + i) * rf;
+    if (++i == bt) {
+      i = 0;
+      ++b;
+    }
+  }
+  alignas(64) static thread_local float S[kMaxJointQueries * kChunkTokens];
+  alignas(64) float qt[kKtGroup * 512];
+  int64_t n[kMaxJointQueries];
+  float* o[kMaxJointQueries];
+  for (int64_t g = 0; g < count; ++g) n[g] = qs[g].n, o[g] = qs[g].o;
+  // Scores, in groups of up to kKtGroup queries as even as possible; the first group's pass
+  // prefetches K ahead and the V rows within its first query's length.
+  const int64_t groups = (count + kKtGroup - 1) / kKtGroup;
+  for (int64_t p = 0, q0 = 0; p < groups; ++p) {
+    const int64_t size = count / groups + (p < count % groups ? 1 : 0);
+    for (int64_t d = 0; d < hd; ++d)
+      for (int64_t g = 0; g < size; ++g) qt[d * size + g] = qs[q0 + g].q[d];
+    float* Sg = S + q0 * kChunkTokens;
+    const bool pf = p == 0;
+    switch (size) {
+      case 1: kt_score_group<1>(kb, nblk, bt, hd, qt, Sg, c.scale, pf, v, off, n[q0]); break;
+      case 2: kt_score_group<2>(kb, nblk, bt, hd, qt, Sg, c.scale, pf, v, off, n[q0]); break;
+      case 3: kt_score_group<3>(kb, nblk, bt, hd, qt, Sg, c.scale, pf, v, off, n[q0]); break;
+      case 4: kt_score_group<4>(kb, nblk, bt, hd, qt, Sg, c.scale, pf, v, off, n[q0]); break;
+      case 5: kt_score_group<5>(kb, nblk, bt, hd, qt, Sg, c.scale, pf, v, off, n[q0]); break;
+      default: kt_score_group<6>(kb, nblk, bt, hd, qt, Sg, c.scale, pf, v, off, n[q0]); break;
+    }
+    q0 += size;
+  }
+  for (int64_t g = 0; g < count; ++g) exp_scores(S + g * kChunkTokens, n[g], qs[g].m, qs[g].l);
+  // V: up to 4 queries four slices at a time (as the row-K kernel), more in pieces of up to
+  // kKtVPiece one slice at a time.
+  if (count <= 4) {
+    const bool four = hd % 64 == 0;
+    switch (count) {
+      case 1: four ? kt_v<4, 1>(v, off, hd, S, o, n) : kt_v<1, 1>(v, off, hd, S, o, n); break;
+      case 2: four ? kt_v<4, 2>(v, off, hd, S, o, n) : kt_v<1, 2>(v, off, hd, S, o, n); break;
+      case 3: four ? kt_v<4, 3>(v, off, hd, S, o, n) : kt_v<1, 3>(v, off, hd, S, o, n); break;
+      default: four ? kt_v<4, 4>(v, off, hd, S, o, n) : kt_v<1, 4>(v, off, hd, S, o, n); break;
+    }
+    return;
+  }
+  const int64_t pieces = (count + kKtVPiece - 1) / kKtVPiece;
+  for (int64_t p = 0, q0 = 0; p < pieces; ++p) {
+    const int64_t size = count / pieces + (p < count % pieces ? 1 : 0);
+    const float* Sp = S + q0 * kChunkTokens;
+    switch (size) {  // 5 .. 16: the pieces are as even as possible
+      case 5: kt_v<1, 5>(v, off, hd, Sp, o + q0, n + q0); break;
+      case 6: kt_v<1, 6>(v, off, hd, Sp, o + q0, n + q0); break;
+      case 7: kt_v<1, 7>(v, off, hd, Sp, o + q0, n + q0); break;
+      case 8: kt_v<1, 8>(v, off, hd, Sp, o + q0, n + q0); break;
+      case 9: kt_v<1, 9>(v, off, hd, Sp, o + q0, n + q0); break;
+      case 10: kt_v<1, 10>(v, off, hd, Sp, o + q0, n + q0); break;
+      case 11: kt_v<1, 11>(v, off, hd, Sp, o + q0, n + q0); break;
+      case 12: kt_v<1, 12>(v, off, hd, Sp, o + q0, n + q0); break;
+      case 13: kt_v<1, 13>(v, off, hd, Sp, o + q0, n + q0); break;
+      case 14: kt_v<1, 14>(v, off, hd, Sp, o + q0, n + q0); break;
+      case 15: kt_v<1, 15>(v, off, hd, Sp, o + q0, n + q0); break;
+      default: kt_v<1, 16>(v, off, hd, Sp, o + q0, n + q0); break;
+    }
+    q0 += size;
+  }
+}
+
 // The group's query heads of every row in `cs` (which share p0, the pools and the block table).
 template <class T>
 void chunks(std::span<const AttentionChunk> cs) {
@@ -246,7 +429,10 @@ void chunks(std::span<const AttentionChunk> cs) {
     for (int64_t g = 0; g < group; ++g)
       qs[count++] = {c.q + g * hd, n, c.m + g, c.l + g, c.o + g * hd, c0.scores + (&c - cs.data()) * group * kChunkTokens + g * kChunkTokens};
   }
-  run_queries<T>(c0, n_max, qs, count);
+  if (c0.k_transposed)
+    kt_queries(c0, n_max, qs, count);
+  else
+    run_queries<T>(c0, n_max, qs, count);
 }
 
 }  // namespace
@@ -257,7 +443,9 @@ void attention_chunk_avx512(const AttentionChunk& c) {
   Query qs[64];
   assert(c.group <= 64);
   for (int64_t g = 0; g < c.group; ++g) qs[g] = {c.q + g * c.head_dim, n, c.m + g, c.l + g, c.o + g * c.head_dim, c.scores + g * n};
-  if (c.f16)
+  if (c.k_transposed)
+    kt_queries(c, n, qs, c.group);
+  else if (c.f16)
     run_queries<uint16_t>(c, n, qs, c.group);
   else
     run_queries<float>(c, n, qs, c.group);

@@ -33,6 +33,7 @@ class HostOps : public Ops {  // not final: tests derive device doubles from it
   Weight upload_table(const TensorView& t) override;
   // The int8 path keeps K/V in fp16; the reference path in f32.
   bool kv_f16() const override;
+  bool kv_k_transposed(int64_t head_dim, int64_t block_tokens) const override;
   // Bytes of repacked weights held (for the benchmark's memory report).
   size_t packed_bytes() const;
 

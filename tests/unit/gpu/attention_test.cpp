@@ -4,7 +4,8 @@
 // slices and one that only AVX2 handles, two sequences with scattered blocks, on the AVX-512, AVX2
 // and portable paths (those the CPU has); the row property: a row's output is bit-equal whether it
 // is attended alone or among other rows, on 1 or 2 threads; and the AVX-512 chunk kernel's m, l and
-// o against the portable kernel's, item by item.
+// o against the portable kernel's, item by item. On the AVX-512 path an fp16 cache keeps K
+// transposed (KvCacheConfig::k_transposed), so every test above covers that layout there too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,7 +41,7 @@ struct Filled {
 
 // K/V element at (seq, position) + j, whichever the cache's element type.
 float kv_at(const KvCache& kv, bool k, int seq, int64_t p, int64_t j) {
-  const int64_t off = kv.offset(seq, p) + j;
+  const int64_t off = k ? kv.k_offset(seq, p, j) : kv.offset(seq, p) + j;
   if (kv.config().f16) return fp16_to_f32((k ? kv.k_pool_f16(0) : kv.v_pool_f16(0))[off]);
   return (k ? kv.k_pool(0) : kv.v_pool(0))[off];
 }
@@ -53,6 +54,7 @@ Filled fill(HostOps& ops, const Shape& s, int64_t la, int64_t lb, uint32_t seed,
   c.block_tokens = 16;
   c.num_blocks = (la + lb) / 16 + 4;
   c.f16 = f16;
+  c.k_transposed = f16 && ops.kv_k_transposed(s.hd, c.block_tokens);
   Filled f;
   f.kv = std::make_unique<KvCache>(ops, c);
   f.a = f.kv->create_sequence();
@@ -71,10 +73,10 @@ Filled fill(HostOps& ops, const Shape& s, int64_t la, int64_t lb, uint32_t seed,
       for (int64_t j = 0; j < rf; ++j) {
         const float kj = val(rng), vj = val(rng);
         if (f16) {
-          f.kv->k_pool_f16(0)[off + j] = f32_to_fp16(kj);
+          f.kv->k_pool_f16(0)[f.kv->k_offset(seq, p, j)] = f32_to_fp16(kj);
           f.kv->v_pool_f16(0)[off + j] = f32_to_fp16(vj);
         } else {
-          f.kv->k_pool(0)[off + j] = kj;
+          f.kv->k_pool(0)[f.kv->k_offset(seq, p, j)] = kj;
           f.kv->v_pool(0)[off + j] = vj;
         }
       }
@@ -169,9 +171,13 @@ TEST(HostAttention, ARowsOutputIsBitEqualAloneOrAmongOtherRowsOnOneOrTwoThreads)
 struct ChunkInputs {
   int64_t hd = 0;
   std::vector<float> q, kf, vf;
-  std::vector<uint16_t> kh, vh;
+  std::vector<uint16_t> kh, vh, kt;  // kt: kh transposed within each block (KvCacheConfig::k_transposed)
   std::vector<int32_t> blocks;
 };
+
+// The K layouts a chunk kernel reads.
+enum class Layout { kF32, kF16, kF16Transposed };
+const char* name(Layout l) { return l == Layout::kF32 ? "f32" : l == Layout::kF16 ? "fp16" : "fp16, K transposed"; }
 
 ChunkInputs chunk_inputs(int64_t hd, uint32_t seed) {
   const int64_t bt = 16, pool_blocks = 23, rf = 2 * hd;
@@ -188,6 +194,10 @@ ChunkInputs chunk_inputs(int64_t hd, uint32_t seed) {
     in.kh.push_back(f32_to_fp16(in.kf[i]));
     in.vh.push_back(f32_to_fp16(in.vf[i]));
   }
+  in.kt.resize(in.kh.size());
+  for (int64_t b = 0; b < pool_blocks; ++b)
+    for (int64_t i = 0; i < bt; ++i)
+      for (int64_t j = 0; j < rf; ++j) in.kt[static_cast<size_t>(b * bt * rf + j * bt + i)] = in.kh[static_cast<size_t>((b * bt + i) * rf + j)];
   for (int64_t i = 0; i < pool_blocks; ++i) in.blocks.push_back(static_cast<int32_t>((7 * i + 3) % pool_blocks));
   return in;
 }
@@ -197,13 +207,18 @@ struct ChunkResult {
 };
 
 // A chunk of kv head 1 of `in` over positions [p0, p1) for `group` query heads at q; outputs unset.
-host_kernels::AttentionChunk chunk_of(const ChunkInputs& in, bool f16, int64_t group, const float* q, int64_t p0, int64_t p1) {
+host_kernels::AttentionChunk chunk_of(const ChunkInputs& in, Layout layout, int64_t group, const float* q, int64_t p0,
+                                      int64_t p1) {
   const int64_t hd = in.hd;
+  const bool f16 = layout != Layout::kF32;
   host_kernels::AttentionChunk c;
   c.q = q;
-  c.k = f16 ? static_cast<const void*>(in.kh.data() + hd) : in.kf.data() + hd;
+  c.k = layout == Layout::kF32 ? static_cast<const void*>(in.kf.data() + hd)
+        : layout == Layout::kF16 ? static_cast<const void*>(in.kh.data() + hd)
+                                 : static_cast<const void*>(in.kt.data() + hd * 16);
   c.v = f16 ? static_cast<const void*>(in.vh.data() + hd) : in.vf.data() + hd;
   c.f16 = f16;
+  c.k_transposed = layout == Layout::kF16Transposed;
   c.blocks = in.blocks.data();
   c.block_tokens = 16;
   c.row_floats = 2 * hd;
@@ -216,13 +231,13 @@ host_kernels::AttentionChunk chunk_of(const ChunkInputs& in, bool f16, int64_t g
 }
 
 // Positions [p0, p1) (p1 <= 368) for the first `group` query heads, through `kernel`.
-ChunkResult run_chunk(void (*kernel)(const host_kernels::AttentionChunk&), const ChunkInputs& in, bool f16, int64_t group,
-                      int64_t p0, int64_t p1) {
+ChunkResult run_chunk(void (*kernel)(const host_kernels::AttentionChunk&), const ChunkInputs& in, Layout layout,
+                      int64_t group, int64_t p0, int64_t p1) {
   const int64_t hd = in.hd;
   const size_t g = static_cast<size_t>(group);
   ChunkResult r{std::vector<float>(g, std::nanf("")), std::vector<float>(g, std::nanf("")), std::vector<float>(g * hd, std::nanf(""))};
   std::vector<float> scores(g * static_cast<size_t>(p1 - p0), std::nanf(""));
-  host_kernels::AttentionChunk c = chunk_of(in, f16, group, in.q.data(), p0, p1);
+  host_kernels::AttentionChunk c = chunk_of(in, layout, group, in.q.data(), p0, p1);
   c.m = r.m.data();
   c.l = r.l.data();
   c.o = r.o.data();
@@ -241,15 +256,17 @@ TEST(HostAttention, TheAvx512ChunkKernelGivesThePortableKernelsMaximumSumAndOutp
     const ChunkInputs in = chunk_inputs(hd, static_cast<uint32_t>(hd));
     for (int64_t group : {1, 2, 3, 4, 5, 7, 8})
       for (int64_t n : {1, 15, 16, 17, 100, 256})
-        for (bool f16 : {false, true}) {
-          // Start mid-block (37 = block 2, position 5), so the rows cross scattered blocks.
-          const int64_t p0 = 37, p1 = p0 + n;
-          const ChunkResult want = run_chunk(host_kernels::attention_chunk_portable, in, f16, group, p0, p1);
-          const ChunkResult got = run_chunk(host_kernels::attention_chunk_avx512, in, f16, group, p0, p1);
+        for (Layout layout : {Layout::kF32, Layout::kF16, Layout::kF16Transposed}) {
+          // Start mid-block (37 = block 2, position 5), so the rows cross scattered blocks; over a
+          // transposed K chunks start at a multiple of 16 (attention's start at multiples of 256),
+          // so there at 48 (block 3).
+          const int64_t p0 = layout == Layout::kF16Transposed ? 48 : 37, p1 = p0 + n;
+          const ChunkResult want = run_chunk(host_kernels::attention_chunk_portable, in, layout, group, p0, p1);
+          const ChunkResult got = run_chunk(host_kernels::attention_chunk_avx512, in, layout, group, p0, p1);
           for (int64_t g = 0; g < group; ++g) {
             const size_t gi = static_cast<size_t>(g);
             const auto where = [&] {
-              return ::testing::Message() << (f16 ? "fp16" : "f32") << " head_dim " << hd << " group " << group << " positions " << n
+              return ::testing::Message() << name(layout) << " head_dim " << hd << " group " << group << " positions " << n
                                           << " head " << g;
             };
             ASSERT_NEAR(got.m[gi], want.m[gi], tol * (1 + std::fabs(want.m[gi]))) << where() << ": m";
@@ -272,12 +289,12 @@ TEST(HostAttention, TheJointAvx512KernelGivesEveryRowOfARoundTheBitsOfThatRowAlo
   std::normal_distribution<float> val(0.0f, 1.0f);
   for (int64_t hd : {16, 64, 80, 128})
     for (int64_t group : {1, 2, 3, 5})
-      for (int64_t rows : {1, 2, 5, 9})
+      for (int64_t rows : {1, 2, 5, 9, 13})
         for (int64_t first_n : {1, 15, 16, 100, 256 - 8})
-          for (bool f16 : {false, true}) {
+          for (Layout layout : {Layout::kF32, Layout::kF16, Layout::kF16Transposed}) {
             if (rows * group > host_kernels::kMaxJointQueries) continue;
             const ChunkInputs in = chunk_inputs(hd, static_cast<uint32_t>(hd + group));
-            const int64_t p0 = 37;
+            const int64_t p0 = layout == Layout::kF16Transposed ? 48 : 37;
             std::vector<float> q(static_cast<size_t>(rows * group * hd));
             for (float& x : q) x = val(rng);
             const size_t per = static_cast<size_t>(group * (2 + hd));
@@ -286,7 +303,7 @@ TEST(HostAttention, TheJointAvx512KernelGivesEveryRowOfARoundTheBitsOfThatRowAlo
             std::vector<float> scores(static_cast<size_t>(rows * group * host_kernels::kChunkTokens), std::nanf(""));
             std::vector<host_kernels::AttentionChunk> cs;
             for (int64_t r = 0; r < rows; ++r) {
-              host_kernels::AttentionChunk c = chunk_of(in, f16, group, q.data() + r * group * hd, p0,
+              host_kernels::AttentionChunk c = chunk_of(in, layout, group, q.data() + r * group * hd, p0,
                                                         p0 + std::min<int64_t>(first_n + r, host_kernels::kChunkTokens));
               float* out = joint.data() + static_cast<size_t>(r) * per;
               c.m = out, c.l = out + group, c.o = out + 2 * group;
@@ -301,9 +318,80 @@ TEST(HostAttention, TheJointAvx512KernelGivesEveryRowOfARoundTheBitsOfThatRowAlo
               host_kernels::attention_chunk_avx512(c);
             }
             ASSERT_EQ(std::memcmp(joint.data(), alone.data(), joint.size() * sizeof(float)), 0)
-                << (f16 ? "fp16" : "f32") << " head_dim " << hd << " group " << group << " rows " << rows << " first row's positions "
+                << name(layout) << " head_dim " << hd << " group " << group << " rows " << rows << " first row's positions "
                 << first_n;
           }
+}
+
+TEST(HostAttention, KvStorePutsEveryValueWhereTheCachesOffsetsSayInEveryLayout) {
+  // Two sequences whose blocks interleave, rows stored through HostOps::kv_store in two calls, then
+  // read back element by element through KvCache::offset (V) and k_offset (K): f32, fp16, and fp16
+  // with K transposed (which a planted mix-up of position and dimension would scatter).
+  const Shape s{6, 2, 32};
+  const int64_t rf = s.kv_heads * s.hd;
+  for (int layout = 0; layout < 3; ++layout) {
+    HostOps ops(1, host_kernels::host_path_for("portable"));
+    KvCacheConfig c;
+    c.layers = 2;
+    c.kv_heads = s.kv_heads;
+    c.head_dim = s.hd;
+    c.num_blocks = 8;
+    c.f16 = layout > 0;
+    c.k_transposed = layout == 2;
+    KvCache kv(ops, c);
+    const int a = kv.create_sequence(), b = kv.create_sequence();
+    kv.reserve(a, 16);
+    kv.reserve(b, 20);
+    kv.reserve(a, 40);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> val(0.0f, 1.0f);
+    std::vector<float> k(static_cast<size_t>(60 * rf)), v(k.size());
+    for (auto* x : {&k, &v})
+      for (float& e : *x) e = val(rng);
+    const std::vector<SeqSlice> first{{a, 0, 30, 0}, {b, 0, 12, 30}}, second{{a, 30, 10, 42}, {b, 12, 8, 52}};
+    ops.kv_store(kv, 1, k.data(), v.data(), first);
+    ops.kv_store(kv, 1, k.data(), v.data(), second);
+    for (const auto* sl : {&first, &second})
+      for (const SeqSlice& x : *sl)
+        for (int64_t i = 0; i < x.n; ++i)
+          for (int64_t j = 0; j < rf; ++j) {
+            const size_t at = static_cast<size_t>((x.row + i) * rf + j);
+            const float want_k = c.f16 ? fp16_to_f32(f32_to_fp16(k[at])) : k[at];
+            const float want_v = c.f16 ? fp16_to_f32(f32_to_fp16(v[at])) : v[at];
+            const int64_t ko = kv.k_offset(x.seq, x.start + i, j), vo = kv.offset(x.seq, x.start + i) + j;
+            const float got_k = c.f16 ? fp16_to_f32(kv.k_pool_f16(1)[ko]) : kv.k_pool(1)[ko];
+            const float got_v = c.f16 ? fp16_to_f32(kv.v_pool_f16(1)[vo]) : kv.v_pool(1)[vo];
+            ASSERT_EQ(got_k, want_k) << "layout " << layout << " seq " << x.seq << " position " << x.start + i << " K " << j;
+            ASSERT_EQ(got_v, want_v) << "layout " << layout << " seq " << x.seq << " position " << x.start + i << " V " << j;
+          }
+  }
+}
+
+TEST(HostAttention, ATransposedKNeedsAnFp16CacheAndBlocksAndHeadsOfMultiplesOf16) {
+  HostOps ops(1, host_kernels::host_path_for("portable"));
+  KvCacheConfig c;
+  c.layers = 1;
+  c.kv_heads = 1;
+  c.head_dim = 64;
+  c.num_blocks = 4;
+  c.k_transposed = true;
+  EXPECT_THROW(KvCache(ops, c), std::invalid_argument);  // f32
+  c.f16 = true;
+  c.block_tokens = 8;
+  EXPECT_THROW(KvCache(ops, c), std::invalid_argument);
+  c.block_tokens = 16;
+  c.head_dim = 24;
+  EXPECT_THROW(KvCache(ops, c), std::invalid_argument);
+  c.head_dim = 64;
+  EXPECT_NO_THROW(KvCache(ops, c));
+  // The device asks for it exactly where its AVX-512 attention reads it.
+  EXPECT_FALSE(ops.kv_k_transposed(64, 16));
+  if (host_kernels::cpu_has_avx512()) {
+    HostOps fast(1, host_kernels::host_path_for("avx512"));
+    EXPECT_TRUE(fast.kv_k_transposed(64, 16));
+    EXPECT_FALSE(fast.kv_k_transposed(24, 16));
+    EXPECT_FALSE(fast.kv_k_transposed(64, 8));
+  }
 }
 
 TEST(HostAttention, AnFp16CacheStoresEachValueRoundedToNearestEvenAsTheReferenceConversion) {

@@ -1,0 +1,85 @@
+// Microbenchmark, not a test (DISABLED_: run with --gtest_also_run_disabled_tests
+// --gtest_filter='AttentionBench.*'): the AVX-512 attention chunk kernel over a row K and over a
+// transposed K (KvCacheConfig::k_transposed), one kv head of the default model's shape (3 query
+// heads of 64 values) over 2,048 positions in 8 chunks of 256, cache-resident (0.5 MB of fp16 K
+// and V), one thread: microseconds per call for the rows of a verify round, and what each row
+// adds, which at long context is what a verify round's extra rows cost in attention.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "gpu/host/attention.h"
+#include "gpu/host/matmul_kernels.h"
+#include "gpu/host/quant.h"
+
+namespace specula {
+namespace {
+
+TEST(AttentionBench, DISABLED_ChunkKernelPerRowCountAt2048Positions) {
+  if (!host_kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
+  const int64_t hd = 64, group = 3, bt = 16, ctx = 2048, blocks = ctx / bt + 1, rf = hd;  // one kv head
+  std::mt19937 rng(1);
+  std::normal_distribution<float> val(0.0f, 1.0f);
+  std::vector<uint16_t> k(static_cast<size_t>(blocks * bt * rf)), kt(k.size()), v(k.size());
+  for (size_t i = 0; i < k.size(); ++i) k[i] = f32_to_fp16(val(rng)), v[i] = f32_to_fp16(val(rng));
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t i = 0; i < bt; ++i)
+      for (int64_t j = 0; j < rf; ++j) kt[static_cast<size_t>(b * bt * rf + j * bt + i)] = k[static_cast<size_t>((b * bt + i) * rf + j)];
+  std::vector<int32_t> table;
+  for (int64_t b = 0; b < blocks; ++b) table.push_back(static_cast<int32_t>((b * 37) % blocks));  // scattered
+  const int64_t max_rows = 16;
+  std::vector<float> q(static_cast<size_t>(max_rows * group * hd));
+  for (float& x : q) x = val(rng);
+  std::vector<float> out(static_cast<size_t>(max_rows * group * (2 + hd)));
+  std::vector<float> scores(static_cast<size_t>(max_rows * group * host_kernels::kChunkTokens));
+  for (bool transposed : {false, true}) {
+    double t1 = 0;
+    for (int64_t rows : {1, 2, 3, 5, 9, 16}) {
+      // The rows of a round at the end of a 2,048-position context: row r sees ctx - rows + 1 + r.
+      std::vector<std::vector<host_kernels::AttentionChunk>> per_chunk(ctx / host_kernels::kChunkTokens);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t n = ctx - rows + 1 + r;
+        for (int64_t ch = 0; ch * host_kernels::kChunkTokens < n; ++ch) {
+          host_kernels::AttentionChunk c;
+          c.q = q.data() + r * group * hd;
+          c.k = transposed ? kt.data() : k.data();
+          c.v = v.data();
+          c.f16 = true;
+          c.k_transposed = transposed;
+          c.blocks = table.data();
+          c.block_tokens = bt;
+          c.row_floats = rf;
+          c.head_dim = hd;
+          c.group = group;
+          c.p0 = ch * host_kernels::kChunkTokens;
+          c.p1 = std::min(n, c.p0 + host_kernels::kChunkTokens);
+          c.scale = 0.125f;
+          float* o = out.data() + r * group * (2 + hd);
+          c.m = o, c.l = o + group, c.o = o + 2 * group;
+          c.scores = scores.data();
+          per_chunk[static_cast<size_t>(ch)].push_back(c);
+        }
+      }
+      std::vector<double> times;
+      for (int rep = 0; rep < 15; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int it = 0; it < 10; ++it)
+          for (const auto& cs : per_chunk) host_kernels::attention_chunks_avx512(cs);
+        times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 10);
+      }
+      std::sort(times.begin(), times.end());
+      if (rows == 1) t1 = times[0];
+      std::printf("{\"k\":\"%s\",\"rows\":%lld,\"us\":%.1f,\"vs_one_row\":%.2f,\"us_per_extra_row\":%.1f,\"cycles_per_position_and_query_at_3.5GHz\":%.2f}\n",
+                  transposed ? "transposed" : "rows", static_cast<long long>(rows), times[0] * 1e6, times[0] / t1,
+                  rows > 1 ? (times[0] - t1) / static_cast<double>(rows - 1) * 1e6 : 0.0,
+                  times[0] * 3.5e9 / static_cast<double>(ctx * rows * group));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace specula
