@@ -33,15 +33,30 @@ from .head import HeadConfig, init_params, multi_step_forward  # noqa: E402
 def windows(seqs, window: int, inverse: np.ndarray, topk: int, width: int) -> dict[str, np.ndarray]:
     """Cuts every sequence's entries i = 1..T-1 into windows of `window` entries (zero padded).
     Per entry: feat = the first `width` values of the target's features at i-1, tok = x_i,
-    next = x_{i+1} (-1 past the end), labels of p_i."""
-    cols = {k: [] for k in ("feat", "tok", "mask", "vmask", "next", "hard", "top1", "soft_r", "soft_p")}
+    next = x_{i+1} (-1 past the end), labels of p_i. The arrays are allocated once at their final
+    size and filled in place (the features of two million entries are ~10 GB: a second copy while
+    stacking would not fit in the machine's memory)."""
+    count = sum((len(s.tokens) - 1 + window - 1) // window for s in seqs if len(s.tokens) >= 2)
+    k_soft = topk if topk else 1
+    out = {
+        "feat": np.zeros((count, window, width), np.float16),
+        "tok": np.zeros((count, window), np.int32),
+        "mask": np.zeros((count, window), np.float32),
+        "vmask": np.zeros((count, window), np.float32),
+        "next": np.full((count, window), -1, np.int64),
+        "hard": np.full((count, window), -1, np.int32),
+        "top1": np.full((count, window), -1, np.int32 if topk else np.int64),
+        "soft_r": np.zeros((count, window, k_soft), inverse.dtype if topk else np.int32),
+        "soft_p": np.zeros((count, window, k_soft), np.float32),
+    }
+    w = 0
     for s in seqs:
         T = len(s.tokens)
         if T < 2:
             continue
         n = T - 1
         ent = {
-            "feat": np.asarray(s.hidden[:T - 1, :width], dtype=np.float16),
+            "feat": s.hidden[:T - 1, :width],
             "tok": np.asarray(s.tokens[1:], dtype=np.int32),
             "mask": np.ones(n, np.float32),
             # Entry i predicts x_{i+1}: a response token when i + 1 >= n_prompt.
@@ -57,15 +72,13 @@ def windows(seqs, window: int, inverse: np.ndarray, topk: int, width: int) -> di
             ent["soft_p"] = np.where(r >= 0, np.asarray(s.topk_probs[1:], np.float32), 0.0)
         else:
             ent["top1"] = ent["next"]
-            ent["soft_r"] = np.zeros((n, 1), np.int32)
-            ent["soft_p"] = np.zeros((n, 1), np.float32)
         for a in range(0, n, window):
             for k, v in ent.items():
                 chunk = v[a:a + window]
-                pad = [(0, window - len(chunk))] + [(0, 0)] * (chunk.ndim - 1)
-                fill = -1 if k in ("next", "hard", "top1") else 0
-                cols[k].append(np.pad(chunk, pad, constant_values=fill))
-    return {k: np.stack(v) for k, v in cols.items()}
+                out[k][w, :len(chunk)] = chunk
+            w += 1
+    assert w == count
+    return out
 
 
 def _sha256(path) -> str:
