@@ -56,7 +56,7 @@ struct AttentionChunk {
 
 // One chunk. The AVX2 version needs head_dim % 8 == 0, cpu_has_avx2_fma() and K not transposed;
 // the AVX-512 version (attention_avx512.cpp) head_dim % 16 == 0, p1 - p0 <= kChunkTokens and
-// cpu_has_avx512(), and with K transposed p0 % 16 == 0. Each is deterministic, but they differ
+// cpu_has_avx512(), and with K transposed p0 % 16 == 0 and head_dim <= 512. Each is deterministic, but they differ
 // from one another in summation order (not bit-equal), and the AVX-512 kernel over a transposed K
 // (each score one chain of FMAs over the head's dimensions in order) from itself over a row K.
 void attention_chunk_portable(const AttentionChunk& c);

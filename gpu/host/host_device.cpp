@@ -33,9 +33,11 @@ HostOps::HostOps(int threads, host_kernels::HostPath path)
 
 bool HostOps::kv_f16() const { return !path_.reference; }
 
-// The AVX-512 attention's layout (gpu/host/attention.h), wherever that kernel runs.
+// The AVX-512 attention's layout (gpu/host/attention.h), wherever that kernel runs (its score pass
+// holds q of up to 512 dimensions).
 bool HostOps::kv_k_transposed(int64_t head_dim, int64_t block_tokens) const {
-  return kv_f16() && path_.isa == host_kernels::Isa::kAvx512 && head_dim % 16 == 0 && block_tokens % 16 == 0;
+  return kv_f16() && path_.isa == host_kernels::Isa::kAvx512 && head_dim % 16 == 0 && head_dim <= 512 &&
+         block_tokens % 16 == 0;
 }
 
 std::string HostOps::name() const {

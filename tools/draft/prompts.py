@@ -466,7 +466,7 @@ def _howto_w(rng, L):
 def _list_w(rng, L):
     n = _pick(rng, ["three", "four", "five", "six", "seven", "eight", "ten"])
     s, t = _pick(rng, L.SUBJECTS), _pick(rng, L.THINGS)
-    name, items = _pick(rng, SEQUENCES)
+    name, _ = _pick(rng, SEQUENCES)
     g = list(_pick(rng, GROUPS))
     rng.shuffle(g)
     return _pick(rng, [f"List {name}.", f"List {name}, then list them again backwards.",

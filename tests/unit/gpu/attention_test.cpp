@@ -391,6 +391,7 @@ TEST(HostAttention, ATransposedKNeedsAnFp16CacheAndBlocksAndHeadsOfMultiplesOf16
     EXPECT_TRUE(fast.kv_k_transposed(64, 16));
     EXPECT_FALSE(fast.kv_k_transposed(24, 16));
     EXPECT_FALSE(fast.kv_k_transposed(64, 8));
+    EXPECT_FALSE(fast.kv_k_transposed(1024, 16));
   }
 }
 
