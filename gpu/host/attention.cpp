@@ -122,7 +122,7 @@ void attention(const float* q, const KvCache& kv, int layer, std::span<const Seq
   // Partials per (token row, kv head, chunk of kChunkTokens positions), a row's contiguous. Work
   // items are (slice, kv head, chunk, range of the slice's rows): one item scores that chunk for
   // every row of its range that reaches it, so a verify round reads each K/V chunk from memory
-  // once for all its rows (and the AVX-512 kernel converts each K/V row once per pass of up to 4
+  // once for all its rows (and the AVX-512 kernel converts each K/V vector once per pass of several
   // query heads across the rows); each row's chunk is computed as if it were alone. A slice's rows
   // share one item per (kv head, chunk) unless that leaves the threads short of work (a verify
   // round at a short context: 3 items for 2 threads), when they are split into ranges.

@@ -8,6 +8,9 @@
 // stay 16-lane partial sums until 16 positions are done, then one transposing reduction gives the
 // 16 scores of each query (no horizontal sum per position). V is accumulated in registers for
 // every query of the piece. The first piece over a chunk prefetches its K and V rows into L2.
+// That is the kernel over a row K (an f32 cache, or fp16 rows); over a transposed fp16 K
+// (KvCacheConfig::k_transposed, the host's default on this path) kt_queries below needs no
+// reduction at all.
 //
 // No standard-library function templates here (see matmul_blocks.h).
 #include <immintrin.h>
