@@ -78,7 +78,8 @@ void kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<
     uint16_t* kp = kv.k_pool_f16(layer);
     uint16_t* vp = kv.v_pool_f16(layer);
     const int64_t bt = kv.config().block_tokens;
-    uint16_t row[4096];
+    thread_local std::vector<uint16_t> row;  // one position's K in fp16, before it is scattered
+    row.resize(static_cast<size_t>(rf));
     for (const SeqSlice& s : slices)
       for (int64_t i = 0; i < s.n; ++i) {
         const int64_t off = kv.offset(s.seq, s.start + i);
@@ -89,11 +90,8 @@ void kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<
         }
         // K transposed: element j of the position lands block_tokens apart.
         uint16_t* dst = kp + kv.k_offset(s.seq, s.start + i, 0);
-        for (int64_t j0 = 0; j0 < rf; j0 += 4096) {
-          const int64_t w = std::min<int64_t>(4096, rf - j0);
-          to_fp16(k + (s.row + i) * rf + j0, row, w);
-          for (int64_t j = 0; j < w; ++j) dst[(j0 + j) * bt] = row[j];
-        }
+        to_fp16(k + (s.row + i) * rf, row.data(), rf);
+        for (int64_t j = 0; j < rf; ++j) dst[j * bt] = row[static_cast<size_t>(j)];
       }
     return;
   }

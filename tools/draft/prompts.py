@@ -537,12 +537,8 @@ def _copy_w(rng, L):
                        f"Copy this note exactly: {note}", f"Rewrite this note for a child: \"{note}\""])
 
 
-def _chat_w(rng, L):
-    return _pick(rng, L.CHATS)
-
-
 WIDE_TEMPLATES = {"qa": _qa_w, "explain": _explain_w, "howto": _howto_w, "list": _list_w, "creative": _creative_w,
-                  "code": _code_w, "math": _math_w, "rewrite": _rewrite_w, "copy": _copy_w, "chat": _chat_w}
+                  "code": _code_w, "math": _math_w, "rewrite": _rewrite_w, "copy": _copy_w, "chat": _chat}
 
 
 CATEGORIES = [("qa", _qa, 3), ("explain", _explain, 3), ("howto", _howto, 2), ("list", _list, 2),
