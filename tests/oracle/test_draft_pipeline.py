@@ -153,6 +153,11 @@ export.write(sys.argv[2], cfg, params, token_map, target_hash=meta["draft.target
         assert abs(tuned["initial_validation"]["top1"][j] - acc) < 0.02, (j + 1, tuned["initial_validation"], acc)
         assert fresh["initial_validation"]["top1"][j] < acc - 0.2, (j + 1, fresh["initial_validation"], acc)
     assert tuned["vocab"] == len(_fields(head)[1]["draft.token_map"])
+    # --shuffle-seed (another pass over the same data): the windows come in another order, the
+    # validation split stays --seed's, so the head measures exactly the same before its first step.
+    reshuffled = train(tmp_path / "reshuffled", "--init-from", str(head), "--shuffle-seed", "5")
+    assert reshuffled["initial_validation"] == tuned["initial_validation"]
+    assert reshuffled["first_train_loss"] != tuned["first_train_loss"]
 
 
 @pytest.mark.parametrize("layers", [(), (3, 1)])

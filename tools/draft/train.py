@@ -223,7 +223,10 @@ def parse_args(argv):
     p.add_argument("--labels", choices=["auto", "soft", "hard"], default="auto",
                    help="auto: soft when the data carries top-k probabilities")
     p.add_argument("--val-fraction", type=float, default=0.1)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the validation split, the start of a new head and (by default) the window order")
+    p.add_argument("--shuffle-seed", type=int, default=None,
+                   help="the order of the training windows alone, keeping --seed's validation split (another pass over "
+                        "the same data with --init-from; default: --seed's stream)")
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--export-type", choices=export.TENSOR_TYPES, default="Q8_0")
     p.add_argument("--init-from", default="",
@@ -317,6 +320,8 @@ def main(argv=None) -> int:
     say(f"initial validation: {json.dumps(initial)}; most-frequent-token baseline top-1 {baseline:.4f}")
 
     n_train = len(tw["tok"])
+    if args.shuffle_seed is not None:
+        rng = np.random.default_rng([args.seed, args.shuffle_seed])
     perm, cursor, t0, first_loss, last = rng.permutation(n_train), 0, time.time(), None, []
     for step in range(1, args.steps + 1):
         if cursor + args.batch > n_train:
@@ -350,6 +355,7 @@ def main(argv=None) -> int:
                         tensor_type=args.export_type, feature_layers=feature_layers,
                         extra={"draft.train.depth": args.depth, "draft.train.steps": args.steps,
                                "draft.train.tokens": train_tokens, "draft.train.seed": args.seed,
+                               **({"draft.train.shuffle_seed": args.shuffle_seed} if args.shuffle_seed is not None else {}),
                                "draft.train.labels": metrics["labels"], "draft.val.top1": val["top1"],
                                **({"draft.train.init_from_sha256": _sha256(args.init_from)} if args.init_from else {})})
     metrics["gguf_bytes"] = size
