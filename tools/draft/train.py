@@ -30,16 +30,39 @@ from .head import HeadConfig, init_params, multi_step_forward  # noqa: E402
 
 # ---------------------------------------------------------------- windows
 
-def windows(seqs, window: int, inverse: np.ndarray, topk: int, width: int) -> dict[str, np.ndarray]:
+class WindowFeatures:
+    """The `feat` array of windows(), gathered on demand: indexing with window numbers gives the
+    float16 [n, window, width] block of those windows (zero padded), read from the sequences'
+    memory-mapped features. Materialized, the features of two million entries padded into windows
+    are ~12 GB; gathered per batch, training holds only the files' pages the kernel keeps cached."""
+
+    def __init__(self, seqs, src: np.ndarray, window: int, width: int):
+        self.seqs, self.src, self.window, self.width = seqs, src, window, width
+        self.shape = (len(src), window, width)
+        self.dtype = np.dtype(np.float16)
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __getitem__(self, idx) -> np.ndarray:
+        rows = self.src[np.atleast_1d(np.asarray(idx))]
+        out = np.zeros((len(rows), self.window, self.width), np.float16)
+        for j, (si, a) in enumerate(rows):
+            h = self.seqs[si].hidden
+            chunk = h[a:min(a + self.window, len(h) - 1), :self.width]
+            out[j, :len(chunk)] = chunk
+        return out
+
+
+def windows(seqs, window: int, inverse: np.ndarray, topk: int, width: int) -> dict:
     """Cuts every sequence's entries i = 1..T-1 into windows of `window` entries (zero padded).
     Per entry: feat = the first `width` values of the target's features at i-1, tok = x_i,
-    next = x_{i+1} (-1 past the end), labels of p_i. The arrays are allocated once at their final
-    size and filled in place (the features of two million entries are ~10 GB: a second copy while
-    stacking would not fit in the machine's memory)."""
+    next = x_{i+1} (-1 past the end), labels of p_i. The small arrays are allocated once at their
+    final size and filled in place; `feat` is a WindowFeatures, gathered from the sequences when
+    a batch is taken (batch_at)."""
     count = sum((len(s.tokens) - 1 + window - 1) // window for s in seqs if len(s.tokens) >= 2)
     k_soft = topk if topk else 1
     out = {
-        "feat": np.zeros((count, window, width), np.float16),
         "tok": np.zeros((count, window), np.int32),
         "mask": np.zeros((count, window), np.float32),
         "vmask": np.zeros((count, window), np.float32),
@@ -49,14 +72,14 @@ def windows(seqs, window: int, inverse: np.ndarray, topk: int, width: int) -> di
         "soft_r": np.zeros((count, window, k_soft), inverse.dtype if topk else np.int32),
         "soft_p": np.zeros((count, window, k_soft), np.float32),
     }
+    src = np.zeros((count, 2), np.int64)  # per window: its sequence and first entry
     w = 0
-    for s in seqs:
+    for si, s in enumerate(seqs):
         T = len(s.tokens)
         if T < 2:
             continue
         n = T - 1
         ent = {
-            "feat": s.hidden[:T - 1, :width],
             "tok": np.asarray(s.tokens[1:], dtype=np.int32),
             "mask": np.ones(n, np.float32),
             # Entry i predicts x_{i+1}: a response token when i + 1 >= n_prompt.
@@ -76,8 +99,10 @@ def windows(seqs, window: int, inverse: np.ndarray, topk: int, width: int) -> di
             for k, v in ent.items():
                 chunk = v[a:a + window]
                 out[k][w, :len(chunk)] = chunk
+            src[w] = (si, a)
             w += 1
     assert w == count
+    out["feat"] = WindowFeatures(seqs, src, window, width)
     return out
 
 
