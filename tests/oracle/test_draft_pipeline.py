@@ -317,6 +317,38 @@ def test_speculative_greedy_with_the_trained_head_is_target_only_greedy_accepts_
     assert weighted == pytest.approx(eagle["verify_cost"], rel=1e-9), by
 
 
+def test_a_head_exported_with_some_matrices_at_another_type_stores_each_at_its_type_and_drafts_as_trained(
+        toy_run, specula_bin, tmp_path):
+    """export.py --types (train.py --export-types): the shipped head keeps its output and input
+    matrices at Q8_0 and the rest at Q4_1 (docs/draft.md, "The fourth fine-tune"). Each tensor is
+    stored at the type asked, the runtime reads the mixed file and drafts the toy data about as
+    well as the trainer measured, and a misspelt parameter is one clear error."""
+    import gguf
+    out, metrics = toy_run
+    target = out / "target" / "q4_1_tied" / "model.gguf"
+    mixed = tmp_path / "mixed.gguf"
+    env = dict(os.environ, PYTHONPATH=str(SOURCE_DIR / "tools"))
+    py = BUILD_DIR / "draft-venv" / "bin" / "python"
+    base = [str(py), "-m", "draft.export", "--target", str(target), "--params", str(out / "params.npz")]
+    p = subprocess.run([*base, "--out", str(mixed), "--type", "Q4_1", "--types", "head=Q8_0,fc=Q8_0"],
+                       capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    types = {t.name: t.tensor_type for t in _fields(mixed)[0].tensors}
+    Q = gguf.GGMLQuantizationType
+    assert types["output.weight"] == Q.Q8_0 and types["fc.weight"] == Q.Q8_0, types
+    for name in ("blk.0.attn_q.weight", "blk.0.ffn_down.weight"):
+        assert types[name] == Q.Q4_1, (name, types)
+    assert types["output_norm.weight"] == Q.F32
+    p = subprocess.run([str(specula_bin), "draft-eval", "--model", str(target), "--draft", f"eagle:{mixed}",
+                        "--data", str(out / "data.spd"), "--responses-only"], capture_output=True, text=True, check=True)
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["top1_depth1"] > metrics["validation"]["top1"][0] - 0.05, (got, metrics["validation"])
+    p = subprocess.run([*base, "--out", str(tmp_path / "bad.gguf"), "--types", "heads=Q8_0"],
+                       capture_output=True, text=True, env=env)
+    assert p.returncode != 0 and "'heads=Q8_0': write PARAMETER=TYPE" in p.stderr, p.stderr
+    assert not (tmp_path / "bad.gguf").exists()
+
+
 def test_a_pruned_head_keeps_the_first_n_tokens_byte_for_byte_drafts_the_same_logits_and_speculates_exactly(
         toy_run, specula_bin, tmp_path):
     """draft.prune (docs/draft.md, "Choosing N") cuts the reduced vocabulary to its N most frequent

@@ -31,6 +31,18 @@ FEATURE_LAYERS = "draft.feature_layers"  # int32 array: the target's residual la
 TENSOR_TYPES = ("Q8_0", "Q4_1", "Q4_0", "F16")
 
 
+def parse_types(spec: str) -> dict:
+    """'head=Q8_0,fc=Q8_0' -> {"head": "Q8_0", "fc": "Q8_0"} (write()'s tensor_types); '' -> {}."""
+    out = {}
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        name, eq, t = item.partition("=")
+        if not eq or name not in _NAMES or t not in TENSOR_TYPES:
+            raise ValueError(f"{item!r}: write PARAMETER=TYPE, PARAMETER one of {', '.join(_NAMES)}, "
+                             f"TYPE one of {', '.join(TENSOR_TYPES)}")
+        out[name] = t
+    return out
+
+
 def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp convert_hf_to_gguf.py's permute: within each head, rows (i, i + d/2) become
     adjacent rows (2i, 2i+1)."""
@@ -71,12 +83,18 @@ def read(path) -> tuple[HeadConfig, dict, np.ndarray, list[int], dict]:
 
 
 def write(path, cfg: HeadConfig, params: dict, token_map: np.ndarray, *, target_hash: str, target_name: str,
-          target_vocab: int, tensor_type: str = "Q8_0", extra: dict | None = None, feature_layers=()) -> int:
+          target_vocab: int, tensor_type: str = "Q8_0", extra: dict | None = None, feature_layers=(),
+          tensor_types: dict | None = None) -> int:
     """Writes the file and returns its size in bytes; raises if it exceeds MAX_BYTES.
-    extra: more metadata, {key: int | float | str | list[float]}."""
+    extra: more metadata, {key: int | float | str | list[float]}. tensor_types: {head.py parameter:
+    type} for matrices stored at another type than tensor_type."""
     import gguf
-    if tensor_type not in TENSOR_TYPES:
-        raise ValueError(f"tensor type {tensor_type!r}: use one of {', '.join(TENSOR_TYPES)}")
+    tensor_types = dict(tensor_types or {})
+    for name, t in [("", tensor_type), *tensor_types.items()]:
+        if t not in TENSOR_TYPES:
+            raise ValueError(f"tensor type {t!r}{' for ' + name if name else ''}: use one of {', '.join(TENSOR_TYPES)}")
+        if name and name not in _NAMES:
+            raise ValueError(f"tensor type for {name!r}: the head has no such parameter ({', '.join(_NAMES)})")
     token_map = np.asarray(token_map, dtype=np.int32)
     if token_map.shape != (cfg.n_vocab,) or token_map.min() < 0 or token_map.max() >= target_vocab:
         raise ValueError(f"token_map must be {cfg.n_vocab} ids in [0, {target_vocab})")
@@ -125,12 +143,13 @@ def write(path, cfg: HeadConfig, params: dict, token_map: np.ndarray, *, target_
             a = permute_qk(a, cfg.heads)
         elif pname == "wk":
             a = permute_qk(a, cfg.kv_heads)
+        t = tensor_types.get(pname, tensor_type)
         if a.ndim == 1:
             w.add_tensor(gname, np.ascontiguousarray(a))
-        elif tensor_type == "F16":
+        elif t == "F16":
             w.add_tensor(gname, np.ascontiguousarray(a, dtype=np.float16))
         else:
-            q = getattr(gguf.GGMLQuantizationType, tensor_type)
+            q = getattr(gguf.GGMLQuantizationType, t)
             w.add_tensor(gname, gguf.quants.quantize(np.ascontiguousarray(a), q), raw_dtype=q)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -152,8 +171,13 @@ def main(argv=None) -> int:
     p.add_argument("--params", required=True, help="params.npz written by train.py")
     p.add_argument("--out", required=True)
     p.add_argument("--type", choices=TENSOR_TYPES, default="Q8_0")
+    p.add_argument("--types", default="", help="matrices at another type than --type, e.g. head=Q8_0,fc=Q8_0")
     p.add_argument("--metrics", help="train.py's metrics.json, to copy the training metadata from")
     args = p.parse_args(argv)
+    try:
+        types = parse_types(args.types)
+    except ValueError as e:
+        p.error(f"--types: {e}")
     tcfg = target.read_config(args.target)
     z = np.load(args.params)
     token_map = np.asarray(z["token_map"], np.int32)
@@ -169,7 +193,7 @@ def main(argv=None) -> int:
                  "draft.train.labels": m["labels"], "draft.val.top1": m["validation"]["top1"]}
     size = write(pathlib.Path(args.out), cfg, params, token_map, target_hash=target.target_hash(args.target),
                  target_name=target.name_of(args.target), target_vocab=tcfg.vocab, tensor_type=args.type, extra=extra,
-                 feature_layers=feature_layers)
+                 feature_layers=feature_layers, tensor_types=types)
     print(json.dumps({"out": args.out, "type": args.type, "bytes": size}))
     return 0
 

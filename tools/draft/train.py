@@ -254,6 +254,8 @@ def parse_args(argv):
                         "the same data with --init-from; default: --seed's stream)")
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--export-type", choices=export.TENSOR_TYPES, default="Q8_0")
+    p.add_argument("--export-types", default="",
+                   help="matrices exported at another type than --export-type, e.g. head=Q8_0,fc=Q8_0,fuse=Q8_0")
     p.add_argument("--init-from", default="",
                    help="a head GGUF to start from (fine-tuning): its weights, reduced vocabulary and feature layers "
                         "replace the random start and --vocab; the data must carry its feature layers")
@@ -262,6 +264,10 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    try:
+        export_types = export.parse_types(args.export_types)
+    except ValueError as e:
+        raise SystemExit(f"--export-types: {e}")
     import jax
     import jax.numpy as jnp
     import optax
@@ -377,7 +383,7 @@ def main(argv=None) -> int:
     np.savez(out / "params.npz", token_map=token_map, feature_layers=np.asarray(feature_layers, np.int32), **{k: np.asarray(v) for k, v in params.items()})
     size = export.write(out / "draft.gguf", cfg, {k: np.asarray(v) for k, v in params.items()}, token_map,
                         target_hash=target.target_hash(args.target), target_name=target.name_of(args.target), target_vocab=tcfg.vocab,
-                        tensor_type=args.export_type, feature_layers=feature_layers,
+                        tensor_type=args.export_type, feature_layers=feature_layers, tensor_types=export_types,
                         extra={"draft.train.depth": args.depth, "draft.train.steps": args.steps,
                                "draft.train.tokens": train_tokens, "draft.train.seed": args.seed,
                                **({"draft.train.shuffle_seed": args.shuffle_seed} if args.shuffle_seed is not None else {}),
