@@ -38,11 +38,6 @@ class WindowFeatures:
 
     def __init__(self, seqs, src: np.ndarray, window: int, width: int):
         self.seqs, self.src, self.window, self.width = seqs, src, window, width
-        self.shape = (len(src), window, width)
-        self.dtype = np.dtype(np.float16)
-
-    def __len__(self) -> int:
-        return len(self.src)
 
     def __getitem__(self, idx) -> np.ndarray:
         rows = self.src[np.atleast_1d(np.asarray(idx))]
