@@ -28,6 +28,9 @@ void DraftLengthConfig::validate() const {
   }
   if (!std::isfinite(max_entropy) || max_entropy < 0)
     throw std::invalid_argument("the draft entropy threshold must be >= 0 nats (0 = off), got " + std::to_string(max_entropy));
+  if (!std::isfinite(min_confidence) || min_confidence < 0 || min_confidence >= 1)
+    throw std::invalid_argument("the draft confidence threshold must be in [0, 1) (0 = off), got " +
+                                std::to_string(min_confidence));
 }
 
 double expected_tokens_per_round(double a, double k) {

@@ -1,6 +1,7 @@
 // How many tokens to draft per round: fixed K, or K chosen each round from the request's running
-// acceptance and measured costs (Leviathan et al. 2023, Theorem 3.8), plus an entropy cut-off
-// that ends a draft early where the draft distribution is flat.
+// acceptance and measured costs (Leviathan et al. 2023, Theorem 3.8), plus two rules that end a
+// draft early: where the draft distribution is flat (entropy), and where the draft's own
+// probability that all its tokens so far are right has fallen low (confidence, EAGLE-2's signal).
 #pragma once
 #include <cstdint>
 
@@ -14,9 +15,12 @@ struct DraftLengthConfig {
   int k_min = 1;
   int k_max = 8;
   float max_entropy = 0;  // nats; stop a draft once H(q_i) exceeds this (after k_min tokens); 0 = off
+  // Draft no further once the product of the draft's probabilities of the tokens drafted so far
+  // is below this (never before k_min tokens); 0 = off.
+  float min_confidence = 0;
 
   // Throws std::invalid_argument naming the field: K, k_min, k_max outside 1..kMaxDraftTokens,
-  // k_min > k_max, a negative or non-finite entropy threshold.
+  // k_min > k_max, a negative or non-finite entropy threshold, a confidence outside [0, 1).
   void validate() const;
 };
 

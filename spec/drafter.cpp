@@ -1,4 +1,4 @@
-// What every drafter shares: how a draft token is drawn from q, and q's entropy.
+// What every drafter shares: how a draft token is drawn from q, q's entropy, the confidence rule.
 #include "spec/drafter.h"
 
 #include <cmath>
@@ -12,15 +12,16 @@ int32_t draw_draft_token(std::span<const float> logq, const DraftRequest& req, i
 }
 
 bool draft_from_logits(std::span<const float> logits, const DraftRequest& req, int64_t i, std::vector<float>& q,
-                       std::vector<float>& logq, int32_t& token) {
+                       std::vector<float>& logq, int32_t& token, DraftConfidence& confidence) {
   const bool judge_entropy = req.max_entropy > 0 && i >= req.min_tokens;
   if (req.sampling.greedy()) {
-    // q is one-hot at the argmax (entropy 0), so the entropy rule judges the untempered softmax.
-    if (judge_entropy) {
-      transform_to_probs(logits, SamplingParams{1.0f, 0, 1.0f, 0}, q);
-      if (entropy_nats(q) > req.max_entropy) return false;
-    }
+    // q is one-hot at the argmax (entropy 0, probability 1), so the rules judge the untempered softmax.
     token = argmax(logits);
+    if (judge_entropy || confidence.on()) {
+      transform_to_probs(logits, SamplingParams{1.0f, 0, 1.0f, 0}, q);
+      if (judge_entropy && entropy_nats(q) > req.max_entropy) return false;
+      confidence.take(q[static_cast<size_t>(token)]);
+    }
     q.assign(logits.size(), 0.0f);
     q[static_cast<size_t>(token)] = 1.0f;
     return true;
@@ -30,6 +31,7 @@ bool draft_from_logits(std::span<const float> logits, const DraftRequest& req, i
   for (size_t v = 0; v < logq.size(); ++v) q[v] = std::exp(logq[v]);
   if (judge_entropy && entropy_nats(q) > req.max_entropy) return false;
   token = draw_draft_token(logq, req, i);
+  confidence.take(q[static_cast<size_t>(token)]);
   return true;
 }
 

@@ -18,6 +18,7 @@ struct DraftRequest {
   int max_tokens = 1;                // K for this round; propose at most this many (>= 0)
   int min_tokens = 1;                // the entropy rule never stops a draft shorter than this
   float max_entropy = 0;             // stop once H(q_i) in nats exceeds this (0 = off)
+  float min_confidence = 0;          // draft no further once the product of the tokens' draft probabilities is below this (0 = off)
   SamplingParams sampling;           // the request's transform, applied to q as the verifier applies it to p
   SpecSampling mode = SpecSampling::Exact;  // exact: draw t_i with RngStream::Draft; coupled: RngStream::Token
 };
@@ -47,6 +48,28 @@ class Drafter {
   virtual void target_hidden(int64_t first, std::span<const float> rows) {}
 };
 
+// The confidence rule over one proposal: the product of the draft's probabilities of the tokens
+// proposed so far (for greedy params, of the untempered softmax: q itself is one-hot), the
+// draft's own estimate that all of them are right. Token i >= req.min_tokens is drafted only
+// while the product over the tokens before it is at least req.min_confidence. The decision to
+// draft token i never looks at token i itself: dropping a drawn token for its own probability
+// would make the proposal's distribution differ from the q the verifier is given (the chi-square
+// test catches that), while stopping on what was already drawn keeps every token a draw from q.
+class DraftConfidence {
+ public:
+  explicit DraftConfidence(const DraftRequest& req) : threshold_(req.min_confidence), min_tokens_(req.min_tokens) {}
+  bool on() const { return threshold_ > 0; }
+  // The token just proposed had draft probability p.
+  void take(double p) { product_ *= p; }
+  // Whether token i is drafted (the drafter need not compute it otherwise).
+  bool may_reach(int64_t i) const { return !(on() && i >= min_tokens_ && product_ < threshold_); }
+
+ private:
+  double threshold_;
+  int64_t min_tokens_;
+  double product_ = 1;
+};
+
 // The draft token at req.position + i drawn from q_i = exp(logq): greedy params -> argmax,
 // coupled -> Gumbel-max with RngStream::Token (the target-only sampler's noise), exact ->
 // Gumbel-max with RngStream::Draft.
@@ -55,9 +78,9 @@ int32_t draw_draft_token(std::span<const float> logq, const DraftRequest& req, i
 // Draft token i of a round from a logits row over the vocabulary: q = the request's transform of
 // the logits (one-hot at the argmax for greedy params) and the token drawn from it. False (no
 // token) when the entropy rule stops the draft here: i >= req.min_tokens and H(q) > max_entropy
-// (for greedy params, H of the untempered softmax).
+// (for greedy params, H of the untempered softmax). The token's probability goes to `confidence`.
 bool draft_from_logits(std::span<const float> logits, const DraftRequest& req, int64_t i, std::vector<float>& q,
-                       std::vector<float>& logq, int32_t& token);
+                       std::vector<float>& logq, int32_t& token, DraftConfidence& confidence);
 
 // Shannon entropy in nats of a probability vector.
 double entropy_nats(std::span<const float> q);

@@ -247,16 +247,19 @@ void EagleDrafter::run(const float* f, std::span<const int32_t> tokens, int64_t 
   }
 }
 
-bool EagleDrafter::draft_greedy(const DraftRequest& req, int64_t i, int32_t& token) {
+bool EagleDrafter::draft_greedy(const DraftRequest& req, int64_t i, int32_t& token, DraftConfidence& confidence) {
   // The argmax of the row over the vocabulary, found among the head's N logits (every other token
-  // is -inf): ties go to the smaller token id, as argmax over the full row does. The entropy rule
-  // judges the untempered softmax, which is the N tokens' softmax. q is one-hot (append_q_row).
+  // is -inf): ties go to the smaller token id, as argmax over the full row does. The entropy and
+  // confidence rules judge the untempered softmax, which is the N tokens' softmax. q is one-hot
+  // (append_q_row).
   const std::vector<int32_t>& map = w_->head->token_map;
   size_t best = 0;
   for (size_t r = 1; r < map.size(); ++r)
     if (logits_[r] > logits_[best] || (logits_[r] == logits_[best] && map[r] < map[best])) best = r;
-  if (req.max_entropy > 0 && i >= req.min_tokens) {
-    // H = log Z - E[x - max] / 1 over the softmax, in one pass: Z = sum e^(x - max).
+  const bool judge_entropy = req.max_entropy > 0 && i >= req.min_tokens;
+  if (judge_entropy || confidence.on()) {
+    // H = log Z - E[x - max] / 1 over the softmax, in one pass: Z = sum e^(x - max); the top
+    // token's probability is 1 / Z.
     const float top = logits_[best];
     double z = 0, ez = 0;
     for (float x : logits_) {
@@ -265,13 +268,14 @@ bool EagleDrafter::draft_greedy(const DraftRequest& req, int64_t i, int32_t& tok
       z += e;
       ez += static_cast<double>(e) * d;
     }
-    if (std::log(z) - ez / z > req.max_entropy) return false;
+    if (judge_entropy && std::log(z) - ez / z > req.max_entropy) return false;
+    confidence.take(1 / z);
   }
   token = map[best];
   return true;
 }
 
-bool EagleDrafter::draft_reduced(const DraftRequest& req, int64_t i, int32_t& token) {
+bool EagleDrafter::draft_reduced(const DraftRequest& req, int64_t i, int32_t& token, DraftConfidence& confidence) {
   // The sampling transform on the head's N logits: the tokens outside the head's N have q = 0
   // either way, so this is the transform of the full row (up to which of two equal logits top-k
   // keeps), at a sixth of the sort and exp work. q, its entropy and the draw visit the N tokens in
@@ -291,6 +295,7 @@ bool EagleDrafter::draft_reduced(const DraftRequest& req, int64_t i, int32_t& to
   if (req.max_entropy > 0 && i >= req.min_tokens && entropy_nats(q_) > req.max_entropy) return false;
   const RngStream stream = req.mode == SpecSampling::Coupled ? RngStream::Token : RngStream::Draft;
   token = sample_gumbel_among(ids_, logq_, req.sampling.seed, req.position + i, stream);
+  if (confidence.on()) confidence.take(q_[static_cast<size_t>(std::find(ids_.begin(), ids_.end(), token) - ids_.begin())]);
   return true;
 }
 
@@ -345,13 +350,14 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
     return;  // no target rows for this context
   }
 
+  DraftConfidence confidence(req);
   for (int64_t i = 0; i < k; ++i) {
     // q over the target's vocabulary: the head's logits on its N tokens, -inf elsewhere (q = 0
     // there: never proposed, and the verifier's residual covers those tokens).
     int32_t t = 0;
     if (req.sampling.greedy()) {
-      if (!draft_greedy(req, i, t)) break;
-    } else if (!draft_reduced(req, i, t)) {
+      if (!draft_greedy(req, i, t, confidence)) break;
+    } else if (!draft_reduced(req, i, t, confidence)) {
       break;
     }
     out.tokens.push_back(t);
@@ -359,7 +365,8 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
     // The head's own output of the entry just run: the feature of the next depth, or of a
     // continuation of this proposal.
     feat_.assign(g_.end() - hidden_, g_.end());
-    if (i + 1 < k) run(feat_.data(), {&t, 1}, m + i, true);  // depth i + 2, with the token proposed
+    if (i + 1 >= k || !confidence.may_reach(i + 1)) break;
+    run(feat_.data(), {&t, 1}, m + i, true);  // depth i + 2, with the token proposed
   }
   chain_.assign(req.context.begin(), req.context.end());
   chain_.insert(chain_.end(), out.tokens.begin(), out.tokens.end());

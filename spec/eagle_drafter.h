@@ -113,8 +113,8 @@ class EagleDrafter final : public Drafter {
   void restart_at(int64_t entry);
   // A draft token from logits_ (false: the entropy rule stops the draft here): sampled, with the
   // head's token ids, log q and q in increasing id left in ids_, logq_ and q_, or greedy.
-  bool draft_reduced(const DraftRequest& req, int64_t i, int32_t& token);
-  bool draft_greedy(const DraftRequest& req, int64_t i, int32_t& token);
+  bool draft_reduced(const DraftRequest& req, int64_t i, int32_t& token, DraftConfidence& confidence);
+  bool draft_greedy(const DraftRequest& req, int64_t i, int32_t& token, DraftConfidence& confidence);
   // Appends the q row of the token just drafted to out.q (full vocabulary, as the verifier reads it).
   void append_q_row(const DraftRequest& req, int32_t token, DraftProposal& out) const;
   // Feeds entries at positions [pos, pos + n) with features f [n, H] and tokens; leaves the

@@ -161,12 +161,14 @@ void ModelDrafter::propose(const DraftRequest& req, DraftProposal& out) {
   const int64_t k = std::min<int64_t>(req.max_tokens, max_positions() - n + 1);
   if (n == 0 || k <= 0) return;
   catch_up(req.context);
+  DraftConfidence confidence(req);
   for (int64_t i = 0; i < k; ++i) {
     int32_t t = 0;
-    if (!draft_from_logits(logits_, req, i, q_, logq_, t)) break;
+    if (!draft_from_logits(logits_, req, i, q_, logq_, t, confidence)) break;
     out.tokens.push_back(t);
     out.q.insert(out.q.end(), q_.begin(), q_.end());
-    if (i + 1 < k) feed({&t, 1});
+    if (i + 1 < k && confidence.may_reach(i + 1)) feed({&t, 1});
+    else break;
   }
 }
 

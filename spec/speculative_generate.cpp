@@ -102,6 +102,7 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
   DraftRequest dreq;
   dreq.min_tokens = req.draft.adaptive ? req.draft.k_min : 1;
   dreq.max_entropy = req.draft.max_entropy;
+  dreq.min_confidence = req.draft.min_confidence;
   dreq.sampling = req.sampling;
   dreq.mode = req.mode;
   DraftProposal draft;

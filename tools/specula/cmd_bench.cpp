@@ -53,6 +53,7 @@ const char* kUsage =
     "\n"
     "usage: specula bench spec [--model PATH] [--prompts FILE] [--drafts LIST] [--limit N] [--max-tokens N]\n"
     "                          [--spec-k K] [--adaptive] [--spec-k-min K] [--spec-k-max K] [--draft-entropy NATS]\n"
+    "                          [--draft-confidence P]\n"
     "                          [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "                          [--spec-sampling exact|coupled|both] [--threads N] [--device D] [--ctx N]\n"
     "  Runs a prompt set (JSON lines with \"messages\" and an optional \"max_tokens\"; default\n"
@@ -285,6 +286,7 @@ int bench_spec(const Args& a) {
   j["adaptive"] = draft_length.adaptive;
   if (draft_length.adaptive) j["k_range"] = {draft_length.k_min, draft_length.k_max};
   j["draft_entropy"] = draft_length.max_entropy;
+  j["draft_confidence"] = draft_length.min_confidence;
   j["runs"] = out;
   std::cout << j.dump(2) << "\n";
   return 0;
@@ -298,7 +300,7 @@ int cmd_bench(int argc, char** argv) {
     std::set<std::string> options = kModelOptions;
     std::set<std::string> flags;
     if (what == "spec") {
-      options.insert({"prompts", "drafts", "limit", "max-tokens", "spec-k", "spec-k-min", "spec-k-max", "draft-entropy",
+      options.insert({"prompts", "drafts", "limit", "max-tokens", "spec-k", "spec-k-min", "spec-k-max", "draft-entropy", "draft-confidence",
                       "temperature", "top-k", "top-p", "seed", "spec-sampling"});
       options.insert(kEngineBenchOptions.begin(), kEngineBenchOptions.end());
       flags.insert({"adaptive", "pipeline-always"});

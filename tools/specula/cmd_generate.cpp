@@ -29,8 +29,8 @@ const char* kUsage =
     "                        [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "                        [--json] [--device auto|host|cuda] [--threads N] [--ctx N]\n"
     "                        [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--spec-k K] [--adaptive]\n"
-    "                        [--spec-k-min K] [--spec-k-max K] [--draft-entropy NATS] [--spec-sampling exact|coupled]\n"
-    "                        [--pipeline off|on|always] [--trace FILE] [--sequential]\n"
+    "                        [--spec-k-min K] [--spec-k-max K] [--draft-entropy NATS] [--draft-confidence P]\n"
+    "                        [--spec-sampling exact|coupled] [--pipeline off|on|always] [--trace FILE] [--sequential]\n"
     "  Streams the continuation to stdout and ends with prefill and decode tokens/s on stderr.\n"
     "  --chat applies the model's chat template to the prompt (as one user message).\n"
     "  Defaults: temperature 0.8, top-k 40, top-p 0.95, max-tokens 256, a random seed (printed).\n"
@@ -42,7 +42,8 @@ const char* kUsage =
     "  round is lookup's where the last N tokens recur, OTHER's elsewhere). --spec-k: draft tokens\n"
     "  per round (1-16, default 4); --adaptive picks K per round in [--spec-k-min, --spec-k-max]\n"
     "  (1, 8) from the running acceptance; --draft-entropy ends a draft where its distribution's\n"
-    "  entropy exceeds NATS. --spec-sampling coupled makes sampled output identical to target-only\n"
+    "  entropy exceeds NATS, --draft-confidence where the product of its tokens' draft probabilities\n"
+    "  falls below P. --spec-sampling coupled makes sampled output identical to target-only\n"
     "  output for the seed (exact, the default, accepts more). Acceptance statistics follow on\n"
     "  stderr (or under \"speculative\").\n"
     "  The generation runs through the actor engine, as the server does. --pipeline on drafts the\n"
@@ -106,10 +107,12 @@ DraftLengthConfig draft_length_from_args(const Args& a) {
   c.k_min = static_cast<int>(a.integer("spec-k-min", 1));
   c.k_max = static_cast<int>(a.integer("spec-k-max", std::max(8, c.k)));
   c.max_entropy = static_cast<float>(a.number("draft-entropy", 0));
+  c.min_confidence = static_cast<float>(a.number("draft-confidence", 0));
   try {
     c.validate();
   } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--spec-k: ") + e.what());
+    const bool rule = std::string(e.what()).starts_with("the draft");  // the entropy or confidence threshold
+    throw UsageError(std::string(rule ? "--draft-entropy / --draft-confidence: " : "--spec-k: ") + e.what());
   }
   return c;
 }

@@ -283,6 +283,11 @@ TEST(DraftLength, RefusesKBelowOneOrAboveTheLimit) {
                                             {"K_min 6", "K_max 5"});
   test::expect_error<std::invalid_argument>([] { DraftLengthConfig{.k = 4, .adaptive = true, .k_min = 1, .k_max = 20}.validate(); },
                                             {"K_max", "got 20"});
+  test::expect_error<std::invalid_argument>([] { DraftLengthConfig{.min_confidence = 1.0f}.validate(); },
+                                            {"draft confidence", "[0, 1)", "got 1.0"});
+  test::expect_error<std::invalid_argument>([] { DraftLengthConfig{.min_confidence = -0.1f}.validate(); },
+                                            {"draft confidence", "got -0.1"});
+  DraftLengthConfig{.min_confidence = 0.5f}.validate();
 }
 
 TEST(DraftLength, SpeculativeGenerateRefusesABadKBeforeRunningAnything) {
@@ -357,6 +362,74 @@ TEST(EntropyCutoff, AFlatDraftStopsAfterTheMinimumAndAPeakedOneRunsToK) {
   EXPECT_GT(entropy_nats({out.q.data(), 16}), 2.7);
   peaked_d.propose(r, out);
   EXPECT_EQ(out.k(), 6);
+}
+
+// --- the confidence rule ----------------------------------------------------------------
+
+// The running products of the tokens' draft probabilities.
+std::vector<double> running_products(const std::vector<double>& probs) {
+  std::vector<double> p;
+  double x = 1;
+  for (double v : probs) p.push_back(x *= v);
+  return p;
+}
+
+TEST(ConfidenceRule, ADraftStopsAfterTheTokenThatTakesTheProductOfItsProbabilitiesBelowTheThreshold) {
+  HostOps ops(1);
+  const ModelWeights w = test::tiny_llama(7, {.layers = 1, .logit_scale = 3.0f});
+  LlamaModel model(w, ops);
+  ModelDrafter d(model, 64);
+  const std::vector<int32_t> context = {1, 2, 3};
+  const int64_t vocab = w.config.vocab_size;
+  for (const bool greedy : {false, true}) {
+    SCOPED_TRACE(greedy ? "greedy" : "sampled");
+    DraftRequest r = request(context, 6);
+    if (greedy) r.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
+    DraftProposal all;
+    d.propose(r, all);
+    ASSERT_EQ(all.k(), 6);
+    // Each token's draft probability: q's for sampled params; for greedy ones, the softmax at
+    // temperature 1 of the same logits, which a sampled proposal of those tokens shows.
+    std::vector<double> probs;
+    if (!greedy) {
+      for (int i = 0; i < 6; ++i) probs.push_back(all.q[static_cast<size_t>(i * vocab + all.tokens[static_cast<size_t>(i)])]);
+    } else {
+      // The greedy rule judges the untempered softmax: the largest entry of the temperature-1 q
+      // row at each prefix of the greedy path (whose argmax is the greedy token).
+      for (int i = 0; i < 6; ++i) {
+        std::vector<int32_t> prefix = context;
+        prefix.insert(prefix.end(), all.tokens.begin(), all.tokens.begin() + i);
+        DraftRequest one = request(prefix, 1);
+        DraftProposal row;
+        d.propose(one, row);
+        ASSERT_EQ(row.k(), 1);
+        probs.push_back(*std::max_element(row.q.begin(), row.q.end()));
+        EXPECT_EQ(std::max_element(row.q.begin(), row.q.end()) - row.q.begin(), all.tokens[static_cast<size_t>(i)]);
+      }
+    }
+    const std::vector<double> products = running_products(probs);
+    ASSERT_LT(products[5], products[1]) << "the tiny model must not be certain of every token";
+    for (int keep = 1; keep < 6; ++keep) {
+      if (products[static_cast<size_t>(keep)] == products[static_cast<size_t>(keep - 1)]) continue;
+      // A threshold between the products after `keep` and `keep` + 1 tokens: the product after
+      // `keep` + 1 tokens is the first below it, so the draft ends with that token.
+      r.min_confidence = static_cast<float>(std::sqrt(products[static_cast<size_t>(keep - 1)] * products[static_cast<size_t>(keep)]));
+      r.min_tokens = 1;
+      DraftProposal cut;
+      d.propose(r, cut);
+      EXPECT_EQ(cut.k(), keep + 1) << "threshold " << r.min_confidence;
+      EXPECT_TRUE(std::equal(cut.tokens.begin(), cut.tokens.end(), all.tokens.begin()));
+      // Never below the minimum: with min_tokens above the cut, the draft runs to min_tokens.
+      r.min_tokens = keep + 2;
+      d.propose(r, cut);
+      EXPECT_GE(cut.k(), std::min(keep + 2, 6));
+    }
+    // The first token is always drafted (nothing came before it), then the rule stops.
+    r.min_confidence = static_cast<float>(probs[0] * 1.001);
+    r.min_tokens = 0;
+    d.propose(r, all);
+    EXPECT_EQ(all.k(), 1);
+  }
 }
 
 }  // namespace

@@ -151,7 +151,8 @@ struct JointRun {
 // `n` speculative runs with seeds 0..n-1, each cut after its first 3 tokens, counted over the
 // 16^3 outcomes. Two threads, each with its own models and caches, take alternate seeds (the
 // counts do not depend on the split).
-JointRun speculative_joint(const MakeDrafter& make, const SamplingParams& sp, int k, int64_t n, float max_entropy = 0) {
+JointRun speculative_joint(const MakeDrafter& make, const SamplingParams& sp, int k, int64_t n, float max_entropy = 0,
+                           float min_confidence = 0) {
   constexpr int kThreads = 2;
   std::vector<std::vector<int64_t>> counts(kThreads, std::vector<int64_t>(kVocab * kVocab * kVocab, 0));
   std::vector<JointRun> runs(kThreads);
@@ -164,6 +165,7 @@ JointRun speculative_joint(const MakeDrafter& make, const SamplingParams& sp, in
     req.sampling = sp;
     req.draft.k = k;
     req.draft.max_entropy = max_entropy;
+    req.draft.min_confidence = min_confidence;
     std::vector<int32_t> out;
     for (int64_t s = tid; s < n; s += kThreads) {
       req.sampling.seed = static_cast<uint64_t>(s);
@@ -202,35 +204,43 @@ struct Case {
   int k;
   SamplingParams sp;
   float max_entropy = 0;
+  float min_confidence = 0;
 };
 
 class JointOfThreeTokens : public ::testing::TestWithParam<Case> {};
 
 TEST_P(JointOfThreeTokens, MatchesTargetOnlySampling) {
   const Case c = GetParam();
-  const JointRun r = speculative_joint(draft_model, c.sp, c.k, kJointRuns, c.max_entropy);
+  const JointRun r = speculative_joint(draft_model, c.sp, c.k, kJointRuns, c.max_entropy, c.min_confidence);
   EXPECT_TRUE(r.chi.pass()) << r.chi.str();
   std::printf("[ stats    ] %s; %lld rounds, %lld drafted, %lld accepted\n", r.chi.str().c_str(),
               static_cast<long long>(r.rounds), static_cast<long long>(r.drafted), static_cast<long long>(r.accepted));
   // The draft must be exercised: tokens accepted and tokens rejected.
   EXPECT_GT(r.accepted, r.rounds / 4) << r.accepted << " accepted in " << r.rounds << " rounds";
   EXPECT_LT(r.accepted, r.drafted);
+  // A rule that ends drafts early must have ended some (and not all at the first token).
+  if (c.max_entropy > 0 || c.min_confidence > 0) {
+    EXPECT_LT(r.drafted, r.rounds * c.k);
+    EXPECT_GT(r.drafted, r.rounds);
+  }
 }
 
-// Every K in {1, 3, 5} at both temperatures (1.0 and 0.7), and top-k / top-p with each K; the
-// last also cuts drafts at entropy 1.0 nats.
+// Every K in {1, 3, 5} at both temperatures (1.0 and 0.7), and top-k / top-p with each K; one
+// cuts drafts at entropy 1.0 nats, one where the product of the tokens' q falls below 0.05.
 INSTANTIATE_TEST_SUITE_P(KAndTransforms, JointOfThreeTokens,
                          ::testing::Values(Case{1, {1.0f, 0, 1.0f, 0}}, Case{1, {0.7f, 0, 1.0f, 0}},
                                            Case{3, {1.0f, 0, 1.0f, 0}}, Case{3, {0.7f, 0, 1.0f, 0}},
                                            Case{5, {1.0f, 0, 1.0f, 0}}, Case{5, {0.7f, 0, 1.0f, 0}},
                                            Case{1, {0.7f, 6, 0.9f, 0}},
-                                           Case{3, {1.0f, 8, 0.9f, 0}}, Case{5, {0.7f, 8, 0.8f, 0}, 1.0f}),
+                                           Case{3, {1.0f, 8, 0.9f, 0}}, Case{5, {0.7f, 8, 0.8f, 0}, 1.0f},
+                                           Case{5, {0.7f, 0, 1.0f, 0}, 0, 0.05f}),
                          [](const auto& info) {
                            const Case& c = info.param;
                            std::string n = "K" + std::to_string(c.k) + "_T" + std::to_string(static_cast<int>(c.sp.temperature * 10));
                            if (c.sp.top_k) n += "_topk" + std::to_string(c.sp.top_k);
                            if (c.sp.top_p < 1) n += "_topp" + std::to_string(static_cast<int>(c.sp.top_p * 100));
                            if (c.max_entropy > 0) n += "_entropy";
+                           if (c.min_confidence > 0) n += "_confidence";
                            return n;
                          });
 
@@ -464,9 +474,9 @@ TEST(EagleDrafter, ALongCatchUpFeedsOnlyItsWindowAndDraftsAsAHeadShownOnlyTheWin
 }
 
 // Greedy drafting works on the head's N logits (every other token is -inf): its token is the
-// argmax of the whole row, and the entropy rule judges the softmax's entropy, the figures the
-// sampled path's q (temperature 1, over the vocabulary) gives.
-TEST(EagleDrafter, GreedyTokensAreTheRowsArgmaxAndTheEntropyRuleJudgesItsSoftmax) {
+// argmax of the whole row, and the entropy and confidence rules judge the softmax's entropy and
+// top probability, the figures the sampled path's q (temperature 1, over the vocabulary) gives.
+TEST(EagleDrafter, GreedyTokensAreTheRowsArgmaxAndTheEntropyAndConfidenceRulesJudgeItsSoftmax) {
   TinyPair m;
   const std::vector<int32_t> context{3, 9, 1, 4};
   std::vector<float> rows(3 * 32);
@@ -502,6 +512,26 @@ TEST(EagleDrafter, GreedyTokensAreTheRowsArgmaxAndTheEntropyRuleJudgesItsSoftmax
   req.max_entropy = static_cast<float>(h - 1e-3);
   drafter()->propose(req, greedy);
   EXPECT_EQ(greedy.k(), 0) << "entropy " << h << " is over the threshold";
+
+  // The confidence rule judges the same softmax's top probability (greedy), and q of the drawn
+  // token (sampled): the second token is drafted only if the first's probability reaches it.
+  req.max_entropy = 0;
+  req.max_tokens = 2;
+  const double top = q[static_cast<size_t>(want)];
+  req.min_confidence = static_cast<float>(top * 0.999);
+  drafter()->propose(req, greedy);
+  EXPECT_EQ(greedy.k(), 2) << "probability " << top << " is over the threshold";
+  req.min_confidence = static_cast<float>(top * 1.001);
+  drafter()->propose(req, greedy);
+  EXPECT_EQ(greedy.k(), 1) << "probability " << top << " is under the threshold";
+  req.sampling = SamplingParams{1.0f, 0, 1.0f, 5};
+  const double drawn = q[static_cast<size_t>(sampled.tokens[0])];
+  req.min_confidence = static_cast<float>(drawn * 0.999);
+  drafter()->propose(req, sampled);
+  EXPECT_EQ(sampled.k(), 2) << "probability " << drawn << " is over the threshold";
+  req.min_confidence = static_cast<float>(drawn * 1.001);
+  drafter()->propose(req, sampled);
+  EXPECT_EQ(sampled.k(), 1) << "probability " << drawn << " is under the threshold";
 }
 
 TEST(EagleDrafter, WithoutTheTargetsRowsItProposesNothing) {
