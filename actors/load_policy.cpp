@@ -40,6 +40,8 @@ std::vector<int> choose_draft_lengths(std::span<const PolicyRequest> requests, c
     seconds += cost;
     if (k[i] < requests[i].k_max) next.push({gain * std::clamp(requests[i].acceptance, 0.0, 1.0), i});
   }
+  for (size_t i = 0; i < requests.size(); ++i)
+    if (requests[i].rule_sets_length && !requests[i].fixed && k[i] > 0) k[i] = requests[i].k_max;
   return k;
 }
 

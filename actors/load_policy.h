@@ -73,6 +73,9 @@ struct PolicyRequest {
   double acceptance = 0.5;  // a: per-token acceptance (Theorem 3.8's alpha), its running estimate
   int k_max = 0;            // the most it may draft this round (its K cap, length and context limits)
   bool fixed = false;       // not the policy's to choose: it drafts k_max
+  // Its drafts end by the confidence rule (DraftLengthConfig::min_confidence): the policy chooses
+  // whether it drafts at all, and if it does, it drafts up to k_max (the rule sets the length).
+  bool rule_sets_length = false;
 };
 
 // Expected committed tokens of a round with K drafts at per-token acceptance a (Theorem 3.8).
@@ -81,7 +84,8 @@ double expected_committed(double a, int k);
 // Chooses K_i in [0, k_max_i] (k_max_i for fixed requests) maximising
 //   sum_i E(a_i, K_i) / (v0 + v1 * sum_i (K_i + 1) + d * sum_i K_i).
 // Every extra draft token costs the same (v1 + d) and request i's j-th one gains a_i^j, so adding
-// the tokens in order of decreasing gain while a gain beats the current ratio is optimal.
+// the tokens in order of decreasing gain while a gain beats the current ratio is optimal. Then a
+// request whose rule sets the length and that drafts at all gets k_max.
 std::vector<int> choose_draft_lengths(std::span<const PolicyRequest> requests, const RoundCosts& costs);
 
 }  // namespace specula::actors

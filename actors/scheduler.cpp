@@ -268,6 +268,7 @@ std::vector<int> Scheduler::draft_lengths(const std::vector<Active*>& members,
       // batch costs several seconds on a CPU if rows turn out to be expensive.
       p.k_max = static_cast<int>(std::min<int64_t>(verify_cost_.known() ? r.draft.k_max : 1, limit));
       p.fixed = false;
+      p.rule_sets_length = r.draft.min_confidence > 0;
       chosen_here = true;
     }
     policy.push_back(p);

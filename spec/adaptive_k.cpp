@@ -62,7 +62,7 @@ double ForgettingLinearFit::intercept() const {
 
 DraftLength::DraftLength(const DraftLengthConfig& cfg) : cfg_(cfg), k_(cfg.k), verify_fit_(kDecay) {
   cfg_.validate();
-  if (cfg_.adaptive) k_ = std::clamp(k_, cfg_.k_min, cfg_.k_max);
+  if (cfg_.adaptive) k_ = cfg_.min_confidence > 0 ? cfg_.k_max : std::clamp(k_, cfg_.k_min, cfg_.k_max);
 }
 
 void DraftLength::observe(int drafted, int accepted, double draft_seconds, double verify_seconds) {
@@ -74,7 +74,9 @@ void DraftLength::observe(int drafted, int accepted, double draft_seconds, doubl
     draft_tokens_ = draft_tokens_ * kDecay + drafted;
   }
   verify_fit_.observe(drafted, verify_seconds);
-  if (!cfg_.adaptive) return;
+  // With the confidence rule, the rule ends each draft where the draft's own confidence runs out,
+  // which is per round what the i.i.d. model below can only average: K stays at k_max.
+  if (!cfg_.adaptive || cfg_.min_confidence > 0) return;
 
   const double a = acceptance(), d = draft_seconds_per_token();
   const double v0 = std::max(verify_intercept(), 1e-9), v1 = verify_slope();

@@ -50,7 +50,9 @@ class ForgettingLinearFit {
 // acceptance a = accepted / judged (judged = accepted + rejections: drafts after the first
 // rejection were never judged), (b) draft seconds per drafted token, (c) verify seconds as
 // v0 + v1 * k. Picks the K in [k_min, k_max] maximising expected tokens per second:
-// E[tokens](a, K) / (K * draft + v0 + v1 * K), which is Theorem 3.8 when v1 = 0.
+// E[tokens](a, K) / (K * draft + v0 + v1 * K), which is Theorem 3.8 when v1 = 0. With the
+// confidence rule on, K is k_max: the rule sets each round's length from the draft's own
+// confidence, which the model of i.i.d. acceptance can only average (docs/speculative.md).
 class DraftLength {
  public:
   explicit DraftLength(const DraftLengthConfig& cfg);

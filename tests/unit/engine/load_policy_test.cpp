@@ -86,6 +86,19 @@ TEST(LoadPolicy, MatchesTheExhaustiveOptimumOnRandomSmallRounds) {
   }
 }
 
+TEST(LoadPolicy, ARequestWhoseConfidenceRuleSetsTheLengthDraftsItsCapOrNothing) {
+  // Alone, a request at a = 0.6 drafts a couple of tokens; with the rule it drafts its cap.
+  std::vector<PolicyRequest> one{{0.6, 6}};
+  const int plain = choose_draft_lengths(one, kCpu)[0];
+  ASSERT_GT(plain, 0);
+  ASSERT_LT(plain, 6);
+  one[0].rule_sets_length = true;
+  EXPECT_EQ(choose_draft_lengths(one, kCpu)[0], 6);
+  // Under a compute-bound load the policy still keeps it from drafting at all.
+  std::vector<PolicyRequest> many(64, PolicyRequest{0.6, 6, false, true});
+  for (int k : choose_draft_lengths(many, kCpu)) EXPECT_EQ(k, 0);
+}
+
 TEST(LoadPolicy, UnknownCostsDraftTheMostAllowed) {
   const std::vector<PolicyRequest> r = {{0.5, 3, false}, {0.2, 6, false}, {0.0, 4, false}};
   const std::vector<int> k = choose_draft_lengths(r, {});

@@ -334,6 +334,19 @@ TEST(DraftLength, AdaptiveKGrowsWhenDraftsAreAcceptedAndShrinksWhenTheyAreNot) {
   EXPECT_LT(bad.acceptance(), 0.4);
 }
 
+TEST(DraftLength, WithTheConfidenceRuleAdaptiveKStaysAtItsCap) {
+  const DraftLengthConfig cfg{.k = 2, .adaptive = true, .k_min = 1, .k_max = 6, .min_confidence = 0.3f};
+  DraftLength dl(cfg);
+  EXPECT_EQ(dl.next(), 6);
+  for (int r = 0; r < 40; ++r) dl.observe(dl.next(), 0, 0.010 * dl.next(), 0.010);  // nothing accepted
+  EXPECT_EQ(dl.next(), 6) << "the rule, not the running acceptance, sets the length";
+  DraftLengthConfig plain = cfg;
+  plain.min_confidence = 0;
+  DraftLength control(plain);
+  for (int r = 0; r < 40; ++r) control.observe(control.next(), 0, 0.010 * control.next(), 0.010);
+  EXPECT_EQ(control.next(), 1) << "the control: without the rule, K follows acceptance down";
+}
+
 TEST(DraftLength, AnExpensiveDraftKeepsKShort) {
   const DraftLengthConfig cfg{.k = 8, .adaptive = true, .k_min = 1, .k_max = 16};
   DraftLength dl(cfg);
