@@ -16,7 +16,7 @@ struct DraftRequest {
   std::span<const int32_t> context;  // the request's tokens so far: prompt + committed output; the last is g
   int64_t position = 0;              // absolute position of t1 (the RNG key of the first draft token)
   int max_tokens = 1;                // K for this round; propose at most this many (>= 0)
-  int min_tokens = 1;                // the entropy rule never stops a draft shorter than this
+  int min_tokens = 1;                // the entropy and confidence rules never stop a draft shorter than this
   float max_entropy = 0;             // stop once H(q_i) in nats exceeds this (0 = off)
   float min_confidence = 0;          // draft no further once the product of the tokens' draft probabilities is below this (0 = off)
   SamplingParams sampling;           // the request's transform, applied to q as the verifier applies it to p

@@ -295,7 +295,7 @@ bool EagleDrafter::draft_reduced(const DraftRequest& req, int64_t i, int32_t& to
   if (req.max_entropy > 0 && i >= req.min_tokens && entropy_nats(q_) > req.max_entropy) return false;
   const RngStream stream = req.mode == SpecSampling::Coupled ? RngStream::Token : RngStream::Draft;
   token = sample_gumbel_among(ids_, logq_, req.sampling.seed, req.position + i, stream);
-  if (confidence.on()) confidence.take(q_[static_cast<size_t>(std::find(ids_.begin(), ids_.end(), token) - ids_.begin())]);
+  if (confidence.on()) confidence.take(q_[static_cast<size_t>(std::lower_bound(ids_.begin(), ids_.end(), token) - ids_.begin())]);
   return true;
 }
 

@@ -112,7 +112,8 @@ class EagleDrafter final : public Drafter {
   // The cache empties and holds entries from `entry` + 1 on (base_ = entries_ = entry).
   void restart_at(int64_t entry);
   // A draft token from logits_ (false: the entropy rule stops the draft here): sampled, with the
-  // head's token ids, log q and q in increasing id left in ids_, logq_ and q_, or greedy.
+  // head's token ids, log q and q in increasing id left in ids_, logq_ and q_, or greedy. The
+  // token's draft probability goes to `confidence`.
   bool draft_reduced(const DraftRequest& req, int64_t i, int32_t& token, DraftConfidence& confidence);
   bool draft_greedy(const DraftRequest& req, int64_t i, int32_t& token, DraftConfidence& confidence);
   // Appends the q row of the token just drafted to out.q (full vocabulary, as the verifier reads it).

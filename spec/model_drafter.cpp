@@ -167,8 +167,8 @@ void ModelDrafter::propose(const DraftRequest& req, DraftProposal& out) {
     if (!draft_from_logits(logits_, req, i, q_, logq_, t, confidence)) break;
     out.tokens.push_back(t);
     out.q.insert(out.q.end(), q_.begin(), q_.end());
-    if (i + 1 < k && confidence.may_reach(i + 1)) feed({&t, 1});
-    else break;
+    if (i + 1 >= k || !confidence.may_reach(i + 1)) break;
+    feed({&t, 1});
   }
 }
 

@@ -108,11 +108,17 @@ DraftLengthConfig draft_length_from_args(const Args& a) {
   c.k_max = static_cast<int>(a.integer("spec-k-max", std::max(8, c.k)));
   c.max_entropy = static_cast<float>(a.number("draft-entropy", 0));
   c.min_confidence = static_cast<float>(a.number("draft-confidence", 0));
+  DraftLengthConfig lengths = c;  // K and its range alone, then the rules
+  lengths.max_entropy = lengths.min_confidence = 0;
+  try {
+    lengths.validate();
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--spec-k: ") + e.what());
+  }
   try {
     c.validate();
   } catch (const std::invalid_argument& e) {
-    const bool rule = std::string(e.what()).starts_with("the draft");  // the entropy or confidence threshold
-    throw UsageError(std::string(rule ? "--draft-entropy / --draft-confidence: " : "--spec-k: ") + e.what());
+    throw UsageError(std::string("--draft-entropy / --draft-confidence: ") + e.what());
   }
   return c;
 }

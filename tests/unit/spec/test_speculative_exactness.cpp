@@ -517,21 +517,22 @@ TEST(EagleDrafter, GreedyTokensAreTheRowsArgmaxAndTheEntropyAndConfidenceRulesJu
   // token (sampled): the second token is drafted only if the first's probability reaches it.
   req.max_entropy = 0;
   req.max_tokens = 2;
-  const double top = q[static_cast<size_t>(want)];
-  req.min_confidence = static_cast<float>(top * 0.999);
-  drafter()->propose(req, greedy);
-  EXPECT_EQ(greedy.k(), 2) << "probability " << top << " is over the threshold";
-  req.min_confidence = static_cast<float>(top * 1.001);
-  drafter()->propose(req, greedy);
-  EXPECT_EQ(greedy.k(), 1) << "probability " << top << " is under the threshold";
-  req.sampling = SamplingParams{1.0f, 0, 1.0f, 5};
-  const double drawn = q[static_cast<size_t>(sampled.tokens[0])];
-  req.min_confidence = static_cast<float>(drawn * 0.999);
-  drafter()->propose(req, sampled);
-  EXPECT_EQ(sampled.k(), 2) << "probability " << drawn << " is over the threshold";
-  req.min_confidence = static_cast<float>(drawn * 1.001);
-  drafter()->propose(req, sampled);
-  EXPECT_EQ(sampled.k(), 1) << "probability " << drawn << " is under the threshold";
+  const struct {
+    SamplingParams sampling;
+    double prob;  // of the first draft token
+  } cases[] = {{SamplingParams{0.0f, 0, 1.0f, 0}, q[static_cast<size_t>(want)]},
+               {SamplingParams{1.0f, 0, 1.0f, 5}, q[static_cast<size_t>(sampled.tokens[0])]}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.sampling.greedy() ? "greedy" : "sampled");
+    req.sampling = c.sampling;
+    DraftProposal out;
+    req.min_confidence = static_cast<float>(c.prob * 0.999);
+    drafter()->propose(req, out);
+    EXPECT_EQ(out.k(), 2) << "probability " << c.prob << " is over the threshold";
+    req.min_confidence = static_cast<float>(c.prob * 1.001);
+    drafter()->propose(req, out);
+    EXPECT_EQ(out.k(), 1) << "probability " << c.prob << " is under the threshold";
+  }
 }
 
 TEST(EagleDrafter, WithoutTheTargetsRowsItProposesNothing) {
