@@ -2,7 +2,7 @@
 # Serving benchmark (issue 5): a specula-load concurrency sweep against `specula serve` on the
 # default model with speculation off (--draft none), on (--draft ngram, fixed K) and adaptive
 # (--draft ngram --adaptive), and with CONFIGS naming it the trained head adaptive (eagle: --draft
-# eagle --adaptive --draft-entropy 2; lookup+eagle: --draft ngram:n=3+eagle, the main job's). Prints one JSON on stdout; per-run JSON and HTML reports and the
+# eagle --adaptive --draft-entropy 2; lookup+eagle: the main job's flags, scripts/main_job.args). Prints one JSON on stdout; per-run JSON and HTML reports and the
 # server logs stay in a temporary folder named on stderr.
 #
 # All servers start first and each concurrency level runs every configuration back to back, so
@@ -44,7 +44,7 @@ server_flags() {
     ngram) echo "--draft ngram --spec-k $SPEC_K" ;;
     adaptive) echo "--draft ngram --spec-k $SPEC_K --adaptive" ;;
     eagle) echo "--draft eagle --spec-k $SPEC_K --adaptive --draft-entropy 2" ;;
-    lookup+eagle) echo "--draft ngram:n=3+eagle --spec-k $SPEC_K --adaptive --draft-entropy 2" ;;
+    lookup+eagle) cat "$ROOT/scripts/main_job.args" ;;
     *) log "unknown configuration '$1' (none, ngram, adaptive, eagle, lookup+eagle)"; exit 2 ;;
   esac
 }

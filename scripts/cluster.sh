@@ -4,7 +4,7 @@
 #
 # Usage: scripts/cluster.sh N [--port 8080] [--prometheus] [-- SERVE_ARGS...]
 #   replicas listen on PORT+1 .. PORT+N, nginx on PORT, Prometheus (with --prometheus) on PORT+100.
-#   SERVE_ARGS go to every replica (default: the main job's --draft ngram:n=3+eagle --adaptive --draft-entropy 2).
+#   SERVE_ARGS go to every replica (default: the main job's, scripts/main_job.args).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -12,7 +12,7 @@ BUILD=${SPECULA_BUILD:-$ROOT/build}
 N=${1:-}
 [[ "$N" =~ ^[0-9]+$ ]] && [ "$N" -ge 1 ] || { echo "usage: $0 N [--port 8080] [--prometheus] [-- SERVE_ARGS...]" >&2; exit 2; }
 shift
-PORT=8080; PROM=0; SERVE_ARGS=(--draft ngram:n=3+eagle --adaptive --draft-entropy 2)
+PORT=8080; PROM=0; read -ra SERVE_ARGS < scripts/main_job.args
 while [ $# -gt 0 ]; do
   case $1 in
     --port) PORT=$2; shift ;;

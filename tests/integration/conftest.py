@@ -4,6 +4,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -17,6 +18,8 @@ BUILD_DIR = pathlib.Path(os.environ.get("SPECULA_BUILD_DIR", SOURCE_DIR / "build
 CACHE_DIR = pathlib.Path(os.environ.get("SPECULA_CACHE", pathlib.Path.home() / ".cache" / "specula"))
 SPECULA_BIN = pathlib.Path(os.environ.get("SPECULA_BIN", BUILD_DIR / "specula"))
 DEFAULT_MODEL = CACHE_DIR / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The main job's drafting flags, as scripts/run.sh passes them to `specula serve`.
+MAIN_JOB_ARGS = shlex.split((SOURCE_DIR / "scripts" / "main_job.args").read_text())
 # A small KV pool keeps the context short (prompt-too-long tests stay cheap) and the server light.
 KV_TOKENS = 4096
 

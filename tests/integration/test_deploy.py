@@ -14,14 +14,14 @@ import time
 import httpx
 import pytest
 
-from conftest import SOURCE_DIR, Server, free_port, wait_for
+from conftest import MAIN_JOB_ARGS, SOURCE_DIR, Server, free_port, wait_for
 from test_load import PROMPTS, run_load
 
 DEPLOY = SOURCE_DIR / "deploy"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 PROMETHEUS = shutil.which("prometheus")
 # The main job's drafting; a small KV pool and short replies keep the runs to seconds.
-REPLICA_ARGS = ["--draft", "ngram:n=3+eagle", "--adaptive", "--draft-entropy", "2", "--max-batch", "16", "--max-queue", "64"]
+REPLICA_ARGS = [*MAIN_JOB_ARGS, "--max-batch", "16", "--max-queue", "64"]
 LOAD_ARGS = ["--concurrency", 32, "--max-tokens", 12, "--temperature", 0.7, "--json", "--quiet"]
 
 

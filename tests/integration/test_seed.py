@@ -1,6 +1,6 @@
 """The seed promise of docs/protocol.md ("The seed promise"), against a real server with the main
-job's settings (scripts/run.sh: the trained head, adaptive K, the entropy rule, the load-adaptive
-policy) and with the n-gram drafter: a seeded request gives the same text sent alone and among 16
+job's settings (scripts/main_job.args: prompt lookup and the trained head, the confidence rule,
+the load-adaptive policy) and with the n-gram drafter: a seeded request gives the same text sent alone and among 16
 concurrent others, in coupled mode (the default with a seed), in exact mode with a fixed K, and
 greedy."""
 import asyncio
@@ -9,7 +9,7 @@ import json
 import pytest
 from websockets.asyncio.client import connect
 
-from conftest import Server, collect_all
+from conftest import MAIN_JOB_ARGS, Server, collect_all
 
 # Repetitive enough that the n-gram drafter drafts (so K and the drafts matter), sampled at 0.8.
 PROBE = "Count from one to twenty in words, then list the days of the week twice."
@@ -44,7 +44,7 @@ CASES = {
 
 
 DRAFTERS = {
-    "the main job's lookup and head": ["--draft", "ngram:n=3+eagle", "--adaptive", "--draft-entropy", "2"],  # scripts/run.sh
+    "the main job's lookup and head": MAIN_JOB_ARGS,  # scripts/run.sh
     "n-gram": ["--draft", "ngram", "--adaptive"],
 }
 

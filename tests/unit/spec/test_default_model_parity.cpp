@@ -104,9 +104,11 @@ void expect_parity(const SamplingParams& base, SpecSampling mode, int max_tokens
   const std::vector<Draft> drafts = {{"ngram", {.k = 4}},
                                      {"skip:4-7", {.k = 2, .adaptive = true, .k_min = 1, .k_max = 4}},
                                      {default_model_path().string(), {.k = 4}},
-                                     // The main job's drafter (scripts/run.sh): prompt lookup in
-                                     // front of the shipped head, with its adaptive K and entropy rule.
-                                     {"ngram:n=3+eagle", {.k = 3, .adaptive = true, .k_min = 1, .k_max = 6, .max_entropy = 2}}};
+                                     // Prompt lookup in front of the shipped head with adaptive K
+                                     // and the entropy rule (the main job's until the seventeenth
+                                     // session), and with the confidence rule (scripts/main_job.args).
+                                     {"ngram:n=3+eagle", {.k = 3, .adaptive = true, .k_min = 1, .k_max = 6, .max_entropy = 2}},
+                                     {"ngram:n=3+eagle", {.k = 4, .adaptive = true, .k_min = 1, .k_max = 4, .min_confidence = 0.3f}}};
   for (const Draft& d : drafts) {
     std::unique_ptr<Drafter> drafter = make_drafter(d.spelling, m->files, *m->model, kCtx);
     SpeculativeStats total;
