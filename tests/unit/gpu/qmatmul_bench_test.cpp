@@ -158,3 +158,48 @@ TEST(QmatmulBench, DISABLED_StreamingFromDramAgainstCacheResident) {
 
 }  // namespace
 }  // namespace specula
+
+namespace specula {
+namespace {
+
+// What one core's vector pipes do per nanosecond (disabled: a measurement, run as above), to
+// tell how far the 512-bit kernel is from its arithmetic floor: eight independent vpdpbusd (the
+// product) alone, eight FMAs alone, and the kernel's per-block mixes of six vpdpbusd with two
+// FMAs (the float work per block and row: the scale product and the accumulating FMAs) or with a
+// conversion and an integer add. On Zen 4 (docs/kernels.md, "Zen 4's vector pipes") vpdpbusd and
+// the FMA share two pipes, one 512-bit instruction a cycle between them; the conversion and the
+// add run beside them. Inline assembly, so the compiler's scheduling is not measured.
+#if defined(__x86_64__)
+template <class Body>
+double ops_per_ns(Body body, long iters) {
+  const auto t0 = std::chrono::steady_clock::now();
+  body(iters);
+  return iters * 8.0 / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 1e9;
+}
+
+TEST(QmatmulBench, DISABLED_VectorPipeThroughputOfTheKernelsInstructions) {
+  if (!host_kernels::cpu_has_int8_kernel(host_kernels::Int8Kernel::kAvx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  const long n = 50'000'000;
+  const double dp = ops_per_ns([](long k) { while (k--) __asm__ volatile(
+      "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n vpdpbusd %%zmm30, %%zmm31, %%zmm1\n vpdpbusd %%zmm30, %%zmm31, %%zmm2\n vpdpbusd %%zmm30, %%zmm31, %%zmm3\n"
+      "vpdpbusd %%zmm30, %%zmm31, %%zmm4\n vpdpbusd %%zmm30, %%zmm31, %%zmm5\n vpdpbusd %%zmm30, %%zmm31, %%zmm6\n vpdpbusd %%zmm30, %%zmm31, %%zmm7\n"
+      ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7"); }, n);
+  const double fma = ops_per_ns([](long k) { while (k--) __asm__ volatile(
+      "vfmadd231ps %%zmm30, %%zmm31, %%zmm0\n vfmadd231ps %%zmm30, %%zmm31, %%zmm1\n vfmadd231ps %%zmm30, %%zmm31, %%zmm2\n vfmadd231ps %%zmm30, %%zmm31, %%zmm3\n"
+      "vfmadd231ps %%zmm30, %%zmm31, %%zmm4\n vfmadd231ps %%zmm30, %%zmm31, %%zmm5\n vfmadd231ps %%zmm30, %%zmm31, %%zmm6\n vfmadd231ps %%zmm30, %%zmm31, %%zmm7\n"
+      ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7"); }, n);
+  const double dp_fma = ops_per_ns([](long k) { while (k--) __asm__ volatile(
+      "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n vpdpbusd %%zmm30, %%zmm31, %%zmm1\n vpdpbusd %%zmm30, %%zmm31, %%zmm2\n vpdpbusd %%zmm30, %%zmm31, %%zmm3\n"
+      "vpdpbusd %%zmm30, %%zmm31, %%zmm4\n vpdpbusd %%zmm30, %%zmm31, %%zmm5\n vfmadd231ps %%zmm28, %%zmm29, %%zmm6\n vfmadd231ps %%zmm28, %%zmm29, %%zmm7\n"
+      ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7"); }, n);
+  const double dp_cvt = ops_per_ns([](long k) { while (k--) __asm__ volatile(
+      "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n vpdpbusd %%zmm30, %%zmm31, %%zmm1\n vpdpbusd %%zmm30, %%zmm31, %%zmm2\n vpdpbusd %%zmm30, %%zmm31, %%zmm3\n"
+      "vpdpbusd %%zmm30, %%zmm31, %%zmm4\n vpdpbusd %%zmm30, %%zmm31, %%zmm5\n vcvtdq2ps %%zmm29, %%zmm6\n vpaddd %%zmm28, %%zmm29, %%zmm7\n"
+      ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7"); }, n);
+  std::printf("{\"vpdpbusd_zmm_per_ns\":%.2f,\"fma_zmm_per_ns\":%.2f,\"six_dp_two_fma_per_ns\":%.2f,\"six_dp_cvt_add_per_ns\":%.2f}\n", dp, fma,
+              dp_fma, dp_cvt);
+}
+#endif
+
+}  // namespace
+}  // namespace specula
