@@ -31,13 +31,19 @@ enum class RngStream : uint32_t {
   Draft = 3,     // Gumbel noise of the draft model's own sampling
 };
 
+// The four words behind indices 4 * block .. 4 * block + 3 of (seed, position, stream).
+inline PhiloxBlock philox_block(uint64_t seed, int64_t position, RngStream stream, uint64_t block) {
+  return philox4x32({static_cast<uint32_t>(block), static_cast<uint32_t>(position),
+                     static_cast<uint32_t>(static_cast<uint64_t>(position) >> 32), static_cast<uint32_t>(stream)},
+                    seed);
+}
+
+// A word of philox_block as a uniform in the open interval (0, 1).
+inline double philox_word_uniform(uint32_t word) { return (static_cast<double>(word) + 0.5) * (1.0 / 4294967296.0); }
+
 // A uniform in the open interval (0, 1) for (seed, position, stream, index).
 inline double philox_uniform(uint64_t seed, int64_t position, RngStream stream, uint64_t index) {
-  const PhiloxBlock out = philox4x32({static_cast<uint32_t>(index >> 2), static_cast<uint32_t>(position),
-                                      static_cast<uint32_t>(static_cast<uint64_t>(position) >> 32),
-                                      static_cast<uint32_t>(stream)},
-                                     seed);
-  return (static_cast<double>(out[index & 3]) + 0.5) * (1.0 / 4294967296.0);
+  return philox_word_uniform(philox_block(seed, position, stream, index >> 2)[index & 3]);
 }
 
 }  // namespace specula

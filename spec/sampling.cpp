@@ -226,18 +226,42 @@ void transform_to_probs(std::span<const float> logits, const SamplingParams& sp,
 
 namespace {
 
-// One token's Gumbel-max score, and the running maximum over tokens visited in increasing id
-// (the first of equal scores wins).
+// The Gumbel-max draw, exactly as if every token's score logp[v] - log(-log(U_v)) were computed
+// and the largest taken (the lowest id among equal scores), but computing few of them. A score
+// is logp[v] plus noise of at most kMaxNoise (U_v <= 1 - 2^-33, so -log(U_v) >= 1.16e-10 and
+// the noise -log(-log(U_v)) <= 22.87), so a token whose logp is more than kMaxNoise below the
+// best score so far cannot win and needs no draw. Of the rest, a token that would need noise of
+// at least kFarNoise to win cannot win with U_v < kFarU (there the noise is below 3.9): its
+// uniform is compared, without the two logarithms. Both margins (0.13 and 0.1) are far larger
+// than the rounding of the score. The uniforms come four to a Philox block, one block for four
+// consecutive ids. The result does not depend on the order the tokens are visited in, so the
+// caller visits a likely winner (the largest logp) first, which makes the best score high from
+// the start.
 struct GumbelMax {
+  static constexpr double kMaxNoise = 23.0;
+  static constexpr double kFarNoise = 4.0;
+  static inline const double kFarU = std::exp(-std::exp(-3.9));
   uint64_t seed;
   int64_t position;
   RngStream stream;
   int32_t best = -1;
   double best_score = -std::numeric_limits<double>::infinity();
+  uint64_t cached = ~uint64_t{0};
+  PhiloxBlock words{};
+
+  // Whether no token with this logp can beat the best score so far.
+  bool out_of_reach(float logp) const { return static_cast<double>(logp) < best_score - kMaxNoise; }
   void visit(int32_t v, float logp) {
-    const double u = philox_uniform(seed, position, stream, static_cast<uint64_t>(v));
+    if (out_of_reach(logp)) return;
+    const uint64_t index = static_cast<uint64_t>(v);
+    if (index >> 2 != cached) {
+      cached = index >> 2;
+      words = philox_block(seed, position, stream, cached);
+    }
+    const double u = philox_word_uniform(words[index & 3]);
+    if (best_score - static_cast<double>(logp) >= kFarNoise && u < kFarU) return;
     const double score = static_cast<double>(logp) - std::log(-std::log(u));
-    if (score > best_score) {
+    if (score > best_score || (score == best_score && v < best)) {
       best_score = score;
       best = v;
     }
@@ -249,8 +273,13 @@ struct GumbelMax {
 int32_t sample_gumbel_among(std::span<const int32_t> ids, std::span<const float> logp, uint64_t seed, int64_t position,
                             RngStream stream) {
   GumbelMax g{seed, position, stream};
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  size_t top = 0;
+  for (size_t i = 1; i < ids.size(); ++i)
+    if (logp[i] > logp[top]) top = i;
+  if (!ids.empty() && logp[top] != kNegInf) g.visit(ids[top], logp[top]);
   for (size_t i = 0; i < ids.size(); ++i)
-    if (logp[i] != -std::numeric_limits<float>::infinity()) g.visit(ids[i], logp[i]);
+    if (logp[i] != kNegInf) g.visit(ids[i], logp[i]);
   if (g.best < 0) throw std::logic_error("sample_gumbel: every token is excluded");
   return g.best;
 }
@@ -259,11 +288,18 @@ int32_t sample_gumbel(std::span<const float> logp, uint64_t seed, int64_t positi
   GumbelMax g{seed, position, stream};
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   constexpr size_t kBlock = 64;
+  if (logp.empty()) throw std::logic_error("sample_gumbel: every token is excluded");
+  const int32_t top = argmax(logp);
+  if (logp[static_cast<size_t>(top)] != kNegInf) g.visit(top, logp[static_cast<size_t>(top)]);
   for (size_t v = 0; v < logp.size(); ++v) {
-    // Blocks of excluded tokens (most of a top-k / top-p row) are passed over whole.
-    if (v % kBlock == 0 && v + kBlock <= logp.size() && !(block_max(logp.data() + v, kBlock) > kNegInf)) {
-      v += kBlock - 1;
-      continue;
+    // Blocks of excluded or hopeless tokens (most of a top-k / top-p row, and most of a full
+    // vocabulary's) are passed over whole.
+    if (v % kBlock == 0 && v + kBlock <= logp.size()) {
+      const float m = block_max(logp.data() + v, kBlock);
+      if (!(m > kNegInf) || g.out_of_reach(m)) {
+        v += kBlock - 1;
+        continue;
+      }
     }
     if (logp[v] == kNegInf) continue;
     g.visit(static_cast<int32_t>(v), logp[v]);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <cstring>
@@ -203,6 +204,55 @@ TEST(Sampling, AGumbelDrawAmongSomeIdsIsTheDrawOverTheRowWithEveryOtherTokenExcl
         ASSERT_EQ(sample_gumbel_among(ids, lp, 11 + trial, position, stream), sample_gumbel(row, 11 + trial, position, stream))
             << "trial " << trial << " position " << position;
   }
+}
+
+// The definition of a Gumbel-max draw, every token's score computed: argmax over tokens not at
+// -inf of logp[v] - log(-log(U_v)), the lowest id among equal scores.
+int32_t gumbel_by_definition(const std::vector<float>& logp, uint64_t seed, int64_t position, RngStream stream) {
+  int32_t best = -1;
+  double best_score = -std::numeric_limits<double>::infinity();
+  for (size_t v = 0; v < logp.size(); ++v) {
+    if (logp[v] == -std::numeric_limits<float>::infinity()) continue;
+    const double score = static_cast<double>(logp[v]) - std::log(-std::log(philox_uniform(seed, position, stream, v)));
+    if (score > best_score) {
+      best_score = score;
+      best = static_cast<int32_t>(v);
+    }
+  }
+  return best;
+}
+
+TEST(Sampling, AGumbelDrawIsTheDefinitionsDrawThoughItSkipsTokensThatCannotWin) {
+  // sample_gumbel skips tokens too far below the best score to win and compares a uniform
+  // instead of taking two logarithms where only a large noise could win (spec/sampling.cpp):
+  // rows from flat to very peaked (so that most tokens are skipped), a full vocabulary, rows with
+  // a top-k cut, equal log-probabilities (the lower id must win), many seeds and positions.
+  std::mt19937_64 rng(5);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  int draws = 0, off_top = 0;
+  for (int trial = 0; trial < 240; ++trial) {
+    const size_t V = trial % 8 == 0 ? 49152 : 100 + rng() % 5000;
+    const float spread = std::array<float, 6>{0.0f, 0.5f, 2.0f, 5.0f, 12.0f, 30.0f}[trial % 6];
+    std::normal_distribution<float> g(0.0f, spread > 0 ? spread : 1.0f);
+    std::vector<float> row(V);
+    for (size_t v = 0; v < V; ++v) row[v] = spread > 0 ? g(rng) : -1.0f;
+    if (trial % 5 == 1)  // a top-k row: all but 40 tokens excluded
+      for (size_t v = 0; v < V; ++v)
+        if (rng() % (V / 40 + 1) != 0) row[v] = kNegInf;
+    if (trial % 7 == 3)  // ties at the top
+      for (int t = 0; t < 4; ++t) row[rng() % V] = 3 * spread + 1;
+    if (std::all_of(row.begin(), row.end(), [&](float x) { return x == kNegInf; })) row[rng() % V] = 0.0f;
+    for (int64_t position : {int64_t{0}, int64_t{1} + trial, int64_t{5000000000}})
+      for (RngStream stream : {RngStream::Token, RngStream::Residual}) {
+        const uint64_t seed = rng();
+        const int32_t want = gumbel_by_definition(row, seed, position, stream);
+        ASSERT_EQ(sample_gumbel(row, seed, position, stream), want) << "trial " << trial << " spread " << spread;
+        ++draws;
+        off_top += want != argmax(row);
+      }
+  }
+  // The rows are random enough that the draws are not just the argmax.
+  EXPECT_GT(off_top, draws / 4);
 }
 
 TEST(Sampling, TemperatureZeroIsArgmaxWithTheLowestIndexOnTies) {
