@@ -240,7 +240,7 @@ namespace {
 struct GumbelMax {
   static constexpr double kMaxNoise = 23.0;
   static constexpr double kFarNoise = 4.0;
-  static inline const double kFarU = std::exp(-std::exp(-3.9));
+  static inline const double kFarU = std::exp(-std::exp(-(kFarNoise - 0.1)));
   uint64_t seed;
   int64_t position;
   RngStream stream;
@@ -274,10 +274,10 @@ int32_t sample_gumbel_among(std::span<const int32_t> ids, std::span<const float>
                             RngStream stream) {
   GumbelMax g{seed, position, stream};
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  size_t top = 0;
-  for (size_t i = 1; i < ids.size(); ++i)
-    if (logp[i] > logp[top]) top = i;
-  if (!ids.empty() && logp[top] != kNegInf) g.visit(ids[top], logp[top]);
+  if (!ids.empty()) {
+    const size_t top = static_cast<size_t>(argmax(logp));  // a likely winner first
+    if (logp[top] != kNegInf) g.visit(ids[top], logp[top]);
+  }
   for (size_t i = 0; i < ids.size(); ++i)
     if (logp[i] != kNegInf) g.visit(ids[i], logp[i]);
   if (g.best < 0) throw std::logic_error("sample_gumbel: every token is excluded");
@@ -288,9 +288,10 @@ int32_t sample_gumbel(std::span<const float> logp, uint64_t seed, int64_t positi
   GumbelMax g{seed, position, stream};
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   constexpr size_t kBlock = 64;
-  if (logp.empty()) throw std::logic_error("sample_gumbel: every token is excluded");
-  const int32_t top = argmax(logp);
-  if (logp[static_cast<size_t>(top)] != kNegInf) g.visit(top, logp[static_cast<size_t>(top)]);
+  if (!logp.empty()) {
+    const int32_t top = argmax(logp);  // a likely winner first
+    if (logp[static_cast<size_t>(top)] != kNegInf) g.visit(top, logp[static_cast<size_t>(top)]);
+  }
   for (size_t v = 0; v < logp.size(); ++v) {
     // Blocks of excluded or hopeless tokens (most of a top-k / top-p row, and most of a full
     // vocabulary's) are passed over whole.

@@ -156,12 +156,6 @@ TEST(QmatmulBench, DISABLED_StreamingFromDramAgainstCacheResident) {
   }
 }
 
-}  // namespace
-}  // namespace specula
-
-namespace specula {
-namespace {
-
 // What one core's vector pipes do per nanosecond (disabled: a measurement, run as above), to
 // tell how far the 512-bit kernel is from its arithmetic floor: eight independent vpdpbusd (the
 // product) alone, eight FMAs alone, and the kernel's per-block mixes of six vpdpbusd with two
@@ -177,28 +171,30 @@ double ops_per_ns(Body body, long iters) {
   return iters * 8.0 / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 1e9;
 }
 
+// Eight independent instructions per iteration, as one asm statement that writes zmm0..zmm7.
+#define SPECULA_DP(r) "vpdpbusd %%zmm30, %%zmm31, %%zmm" #r "\n"
+#define SPECULA_FMA(r) "vfmadd231ps %%zmm28, %%zmm29, %%zmm" #r "\n"
+#define SPECULA_SIX_DP SPECULA_DP(0) SPECULA_DP(1) SPECULA_DP(2) SPECULA_DP(3) SPECULA_DP(4) SPECULA_DP(5)
+#define SPECULA_PIPE_LOOP(code) \
+  [](long k) { while (k--) __asm__ volatile(code ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7"); }
+
 TEST(QmatmulBench, DISABLED_VectorPipeThroughputOfTheKernelsInstructions) {
   if (!host_kernels::cpu_has_int8_kernel(host_kernels::Int8Kernel::kAvx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   const long n = 50'000'000;
-  const double dp = ops_per_ns([](long k) { while (k--) __asm__ volatile(
-      "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n vpdpbusd %%zmm30, %%zmm31, %%zmm1\n vpdpbusd %%zmm30, %%zmm31, %%zmm2\n vpdpbusd %%zmm30, %%zmm31, %%zmm3\n"
-      "vpdpbusd %%zmm30, %%zmm31, %%zmm4\n vpdpbusd %%zmm30, %%zmm31, %%zmm5\n vpdpbusd %%zmm30, %%zmm31, %%zmm6\n vpdpbusd %%zmm30, %%zmm31, %%zmm7\n"
-      ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7"); }, n);
-  const double fma = ops_per_ns([](long k) { while (k--) __asm__ volatile(
-      "vfmadd231ps %%zmm30, %%zmm31, %%zmm0\n vfmadd231ps %%zmm30, %%zmm31, %%zmm1\n vfmadd231ps %%zmm30, %%zmm31, %%zmm2\n vfmadd231ps %%zmm30, %%zmm31, %%zmm3\n"
-      "vfmadd231ps %%zmm30, %%zmm31, %%zmm4\n vfmadd231ps %%zmm30, %%zmm31, %%zmm5\n vfmadd231ps %%zmm30, %%zmm31, %%zmm6\n vfmadd231ps %%zmm30, %%zmm31, %%zmm7\n"
-      ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7"); }, n);
-  const double dp_fma = ops_per_ns([](long k) { while (k--) __asm__ volatile(
-      "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n vpdpbusd %%zmm30, %%zmm31, %%zmm1\n vpdpbusd %%zmm30, %%zmm31, %%zmm2\n vpdpbusd %%zmm30, %%zmm31, %%zmm3\n"
-      "vpdpbusd %%zmm30, %%zmm31, %%zmm4\n vpdpbusd %%zmm30, %%zmm31, %%zmm5\n vfmadd231ps %%zmm28, %%zmm29, %%zmm6\n vfmadd231ps %%zmm28, %%zmm29, %%zmm7\n"
-      ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7"); }, n);
-  const double dp_cvt = ops_per_ns([](long k) { while (k--) __asm__ volatile(
-      "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n vpdpbusd %%zmm30, %%zmm31, %%zmm1\n vpdpbusd %%zmm30, %%zmm31, %%zmm2\n vpdpbusd %%zmm30, %%zmm31, %%zmm3\n"
-      "vpdpbusd %%zmm30, %%zmm31, %%zmm4\n vpdpbusd %%zmm30, %%zmm31, %%zmm5\n vcvtdq2ps %%zmm29, %%zmm6\n vpaddd %%zmm28, %%zmm29, %%zmm7\n"
-      ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7"); }, n);
+  const double dp = ops_per_ns(SPECULA_PIPE_LOOP(SPECULA_SIX_DP SPECULA_DP(6) SPECULA_DP(7)), n);
+  const double fma = ops_per_ns(SPECULA_PIPE_LOOP(SPECULA_FMA(0) SPECULA_FMA(1) SPECULA_FMA(2) SPECULA_FMA(3) SPECULA_FMA(4)
+                                                      SPECULA_FMA(5) SPECULA_FMA(6) SPECULA_FMA(7)),
+                                n);
+  const double dp_fma = ops_per_ns(SPECULA_PIPE_LOOP(SPECULA_SIX_DP SPECULA_FMA(6) SPECULA_FMA(7)), n);
+  const double dp_cvt =
+      ops_per_ns(SPECULA_PIPE_LOOP(SPECULA_SIX_DP "vcvtdq2ps %%zmm29, %%zmm6\n vpaddd %%zmm28, %%zmm29, %%zmm7\n"), n);
   std::printf("{\"vpdpbusd_zmm_per_ns\":%.2f,\"fma_zmm_per_ns\":%.2f,\"six_dp_two_fma_per_ns\":%.2f,\"six_dp_cvt_add_per_ns\":%.2f}\n", dp, fma,
               dp_fma, dp_cvt);
 }
+#undef SPECULA_PIPE_LOOP
+#undef SPECULA_SIX_DP
+#undef SPECULA_FMA
+#undef SPECULA_DP
 #endif
 
 }  // namespace
