@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "gpu/host/vector_math.h"
+#include "spec/gumbel_max.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -221,54 +222,15 @@ void transform_logits(std::span<const float> logits, const SamplingParams& sp, s
 
 void transform_to_probs(std::span<const float> logits, const SamplingParams& sp, std::vector<float>& probs) {
   transform_logits(logits, sp, probs);
-  for (float& x : probs) x = std::exp(x);
+  probs_from_log(probs);
 }
 
-namespace {
-
-// The Gumbel-max draw, exactly as if every token's score logp[v] - log(-log(U_v)) were computed
-// and the largest taken (the lowest id among equal scores), but computing few of them. A score
-// is logp[v] plus noise of at most kMaxNoise (U_v <= 1 - 2^-33, so -log(U_v) >= 1.16e-10 and
-// the noise -log(-log(U_v)) <= 22.87), so a token whose logp is more than kMaxNoise below the
-// best score so far cannot win and needs no draw. Of the rest, a token that would need noise of
-// at least kFarNoise to win cannot win with U_v < kFarU (there the noise is below 3.9): its
-// uniform is compared, without the two logarithms. Both margins (0.13 and 0.1) are far larger
-// than the rounding of the score. The uniforms come four to a Philox block, one block for four
-// consecutive ids. The result does not depend on the order the tokens are visited in, so the
-// caller visits a likely winner (the largest logp) first, which makes the best score high from
-// the start.
-struct GumbelMax {
-  static constexpr double kMaxNoise = 23.0;
-  static constexpr double kFarNoise = 4.0;
-  static inline const double kFarU = std::exp(-std::exp(-(kFarNoise - 0.1)));
-  uint64_t seed;
-  int64_t position;
-  RngStream stream;
-  int32_t best = -1;
-  double best_score = -std::numeric_limits<double>::infinity();
-  uint64_t cached = ~uint64_t{0};
-  PhiloxBlock words{};
-
-  // Whether no token with this logp can beat the best score so far.
-  bool out_of_reach(float logp) const { return static_cast<double>(logp) < best_score - kMaxNoise; }
-  void visit(int32_t v, float logp) {
-    if (out_of_reach(logp)) return;
-    const uint64_t index = static_cast<uint64_t>(v);
-    if (index >> 2 != cached) {
-      cached = index >> 2;
-      words = philox_block(seed, position, stream, cached);
-    }
-    const double u = philox_word_uniform(words[index & 3]);
-    if (best_score - static_cast<double>(logp) >= kFarNoise && u < kFarU) return;
-    const double score = static_cast<double>(logp) - std::log(-std::log(u));
-    if (score > best_score || (score == best_score && v < best)) {
-      best_score = score;
-      best = v;
-    }
-  }
-};
-
-}  // namespace
+void probs_from_log(std::span<float> logp) {
+  // exp(-inf) is +0 exactly: the tokens a top-k / top-p row leaves out (nearly all of it) need
+  // no call.
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (float& x : logp) x = x == kNegInf ? 0.0f : std::exp(x);
+}
 
 int32_t sample_gumbel_among(std::span<const int32_t> ids, std::span<const float> logp, uint64_t seed, int64_t position,
                             RngStream stream) {

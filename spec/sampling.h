@@ -28,6 +28,10 @@ void transform_logits(std::span<const float> logits, const SamplingParams& sp, s
 // The same transform as probabilities (p[v] = exp(logp[v])).
 void transform_to_probs(std::span<const float> logits, const SamplingParams& sp, std::vector<float>& probs);
 
+// In place, logp[v] -> exp(logp[v]): transform_to_probs's second half, for a row that
+// transform_logits made (p[v] of one token is std::exp(logp[v]), the same float).
+void probs_from_log(std::span<float> logp);
+
 // argmax, lowest index on ties.
 int32_t argmax(std::span<const float> x);
 

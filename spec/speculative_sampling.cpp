@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "spec/gumbel_max.h"
+
 namespace specula {
 
 namespace {
@@ -18,10 +20,17 @@ std::span<const float> row(std::span<const float> m, int64_t vocab, int64_t i) {
   return m.subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(vocab));
 }
 
-// log of each probability, -inf where it is 0, for a Gumbel-max draw.
-void log_of(std::span<const float> probs, std::vector<float>& out) {
-  out.resize(probs.size());
-  for (size_t v = 0; v < probs.size(); ++v) out[v] = probs[v] > 0.0f ? std::log(probs[v]) : kNegInf;
+int32_t drawn(int32_t token) {
+  if (token < 0) throw std::logic_error("speculative sampling: a draw over a row with no mass");
+  return token;
+}
+
+// The Gumbel-max draw over the row of log probabilities std::log(p[v]) (float; -inf where p[v] is 0),
+// taking the logarithm only for the tokens that can win (sample_gumbel_of_weights).
+int32_t sample_log_of(std::span<const float> p, uint64_t seed, int64_t position, RngStream stream) {
+  return drawn(sample_gumbel_of_weights(
+      p, [&](int32_t v) { return static_cast<double>(p[static_cast<size_t>(v)]); },
+      [&](int32_t v) { return std::log(p[static_cast<size_t>(v)]); }, argmax(p), seed, position, stream));
 }
 
 }  // namespace
@@ -45,53 +54,103 @@ double acceptance_uniform(uint64_t seed, int64_t position) {
 
 int32_t sample_recovered(std::span<const float> p, std::span<const float> q, uint64_t seed, int64_t position) {
   assert(p.size() == q.size());
-  std::vector<float> log_r(p.size(), kNegInf);
-  double mass = 0;
+  // The draw over the row float(log r), r = p - q in double where positive (-inf elsewhere; norm()
+  // is a constant shift: argmax unchanged); the logarithm only for the tokens that can win.
+  auto residual = [&](int32_t v) {
+    return static_cast<double>(p[static_cast<size_t>(v)]) - static_cast<double>(q[static_cast<size_t>(v)]);
+  };
+  double mass = 0, top_r = 0;
+  int32_t top = -1;  // a likely winner: the largest r
   for (size_t v = 0; v < p.size(); ++v) {
-    const double r = static_cast<double>(p[v]) - static_cast<double>(q[v]);
+    const double r = residual(static_cast<int32_t>(v));
     if (r > 0) {
       mass += r;
-      log_r[v] = static_cast<float>(std::log(r));  // norm() is a constant shift: argmax unchanged
+      if (r > top_r) top_r = r, top = static_cast<int32_t>(v);
     }
   }
-  if (mass < kResidualFloor) log_of(p, log_r);
-  return sample_gumbel(log_r, seed, position, RngStream::Residual);
+  if (mass < kResidualFloor) return sample_log_of(p, seed, position, RngStream::Residual);
+  return drawn(sample_gumbel_of_weights(
+      p, residual, [&](int32_t v) { return static_cast<float>(std::log(residual(v))); }, top,
+      seed, position, RngStream::Residual));
 }
 
-// The exact rule with p's rows fetched on demand (p_row(i) -> [vocab]): the verifier transforms
-// only the rows the round actually reaches (n + 1 of k + 1).
+namespace {
+
+// The exact rule over a round's target rows. `rows.prob(i, t)` is p_i(t), the one value a row's
+// acceptance test reads; `rows.probs(i)` the whole row [vocab], fetched only where a draw needs
+// it (a rejection's residual, the bonus token), so an accepted row of a verifier that transforms
+// logits on demand costs one exp instead of a vocabulary's.
 // `bonus` false: there is no row after the last draft token, so when every token passes none is
 // drawn (the pipeline's optimistic continuation).
-template <class PRow>
+template <class Rows>
 RoundOutcome speculative_sample_rows(std::span<const int32_t> draft, std::span<const float> q, int64_t vocab,
-                                     uint64_t seed, int64_t position, PRow&& p_row, bool bonus = true) {
+                                     uint64_t seed, int64_t position, Rows& rows, bool bonus = true) {
   const int64_t k = static_cast<int64_t>(draft.size());
   assert(static_cast<int64_t>(q.size()) == k * vocab);
   RoundOutcome out;
   for (int64_t i = 0; i < k; ++i) {
     const int32_t t = draft[i];
-    const std::span<const float> p_i = p_row(i), q_i = row(q, vocab, i);
+    const std::span<const float> q_i = row(q, vocab, i);
     // accept t_i with probability min(1, p(t_i) / q(t_i)); else draw from norm(max(0, p - q)) and stop
-    if (accept_draft_token(p_i[t], q_i[t], acceptance_uniform(seed, position + i))) {
+    if (accept_draft_token(rows.prob(i, t), q_i[t], acceptance_uniform(seed, position + i))) {
       out.tokens.push_back(t);
       ++out.accepted;
       continue;
     }
-    out.tokens.push_back(sample_recovered(p_i, q_i, seed, position + i));
+    out.tokens.push_back(sample_recovered(rows.probs(i), q_i, seed, position + i));
     return out;
   }
   if (!bonus) return out;
-  std::vector<float> log_p;
-  log_of(p_row(k), log_p);
-  out.tokens.push_back(sample_gumbel(log_p, seed, position + k, RngStream::Token));
+  out.tokens.push_back(sample_log_of(rows.probs(k), seed, position + k, RngStream::Token));
   out.bonus = true;
   return out;
 }
 
+// Rows given as probabilities.
+struct ProbRows {
+  std::span<const float> p;
+  int64_t vocab;
+  float prob(int64_t i, int32_t t) const { return row(p, vocab, i)[static_cast<size_t>(t)]; }
+  std::span<const float> probs(int64_t i) const { return row(p, vocab, i); }
+};
+
+// Rows given as logits, transformed as the round reaches them: transform_logits, then one
+// std::exp for the token a test reads, or probs_from_log over the row for a draw (the values
+// transform_to_probs gives, to the bit).
+struct LogitRows {
+  std::span<const float> logits;
+  const SamplingParams& sp;
+  int64_t vocab;
+  std::vector<float> buf;
+  int64_t at = -1;       // the row in buf
+  bool as_probs = false;  // buf holds p (else log p)
+  void fetch(int64_t i) {
+    if (at == i) return;
+    transform_logits(row(logits, vocab, i), sp, buf);
+    at = i;
+    as_probs = false;
+  }
+  float prob(int64_t i, int32_t t) {
+    fetch(i);
+    const float x = buf[static_cast<size_t>(t)];
+    if (as_probs) return x;
+    return x == kNegInf ? 0.0f : std::exp(x);
+  }
+  std::span<const float> probs(int64_t i) {
+    fetch(i);
+    if (!as_probs) probs_from_log(buf);
+    as_probs = true;
+    return buf;
+  }
+};
+
+}  // namespace
+
 RoundOutcome speculative_sample(std::span<const int32_t> draft, std::span<const float> q, std::span<const float> p,
                                 int64_t vocab, uint64_t seed, int64_t position) {
   assert(static_cast<int64_t>(p.size()) == (static_cast<int64_t>(draft.size()) + 1) * vocab);
-  return speculative_sample_rows(draft, q, vocab, seed, position, [&](int64_t i) { return row(p, vocab, i); });
+  ProbRows rows{p, vocab};
+  return speculative_sample_rows(draft, q, vocab, seed, position, rows);
 }
 
 namespace {
@@ -162,14 +221,8 @@ RoundOutcome verify_rows(const DraftProposal& draft, std::span<const float> targ
   if (static_cast<int64_t>(draft.q.size()) != k * vocab)
     throw std::invalid_argument("verify_draft: the draft has " + std::to_string(draft.q.size()) +
                                 " q values for k = " + std::to_string(k) + " rows of " + std::to_string(vocab));
-  std::vector<float> p_i;
-  return speculative_sample_rows(
-      draft.tokens, draft.q, vocab, sp.seed, position,
-      [&](int64_t i) {
-        transform_to_probs(row(target_logits, vocab, i), sp, p_i);
-        return std::span<const float>(p_i);
-      },
-      bonus);
+  LogitRows p{target_logits, sp, vocab, {}};
+  return speculative_sample_rows(draft.tokens, draft.q, vocab, sp.seed, position, p, bonus);
 }
 
 }  // namespace

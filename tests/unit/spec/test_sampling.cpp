@@ -14,6 +14,7 @@
 
 #include "spec/philox.h"
 #include "spec/sampling.h"
+#include "spec/speculative_sampling.h"
 
 namespace specula {
 namespace {
@@ -253,6 +254,62 @@ TEST(Sampling, AGumbelDrawIsTheDefinitionsDrawThoughItSkipsTokensThatCannotWin) 
   }
   // The rows are random enough that the draws are not just the argmax.
   EXPECT_GT(off_top, draws / 4);
+}
+
+// The verifier's residual draw (sample_recovered) and bonus draw (speculative_sample after every
+// draft passes) take the logarithm only for tokens that can win (spec/gumbel_max.h). Each must be
+// the definition's draw over the whole row it used to build: float(log(p - q)) where positive
+// (std::log(p) when the residual has no mass), and std::log(p) for the bonus. Rows of probabilities
+// from flat to very peaked, q covering all, part or none of the vocabulary, a q equal to p (no
+// residual mass), many seeds and positions.
+TEST(Sampling, TheResidualAndBonusDrawsAreTheDefinitionsDrawsThoughTheyTakeFewLogarithms) {
+  std::mt19937_64 rng(9);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  auto softmax = [](const std::vector<float>& x) {
+    const float m = *std::max_element(x.begin(), x.end());
+    std::vector<double> e(x.size());
+    double z = 0;
+    for (size_t v = 0; v < x.size(); ++v) z += e[v] = std::exp(static_cast<double>(x[v] - m));
+    std::vector<float> p(x.size());
+    for (size_t v = 0; v < x.size(); ++v) p[v] = static_cast<float>(e[v] / z);
+    return p;
+  };
+  int draws = 0, off_top = 0, no_mass = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    const size_t V = trial % 6 == 0 ? 49152 : 50 + rng() % 4000;
+    const float spread = std::array<float, 5>{0.3f, 1.5f, 3.0f, 6.0f, 15.0f}[trial % 5];
+    std::normal_distribution<float> g(0.0f, spread);
+    std::vector<float> x(V), y(V);
+    for (size_t v = 0; v < V; ++v) x[v] = g(rng), y[v] = g(rng);
+    const std::vector<float> p = softmax(x);
+    std::vector<float> q = softmax(y);
+    if (trial % 4 == 1)  // q on a sixth of the vocabulary (the trained head's reduced one)
+      for (size_t v = 0; v < V; ++v)
+        if (v % 6 != 0) q[v] = 0.0f;
+    if (trial % 4 == 2) std::fill(q.begin(), q.end(), 0.0f);
+    if (trial % 9 == 4) q = p;
+    std::vector<float> log_r(V, kNegInf), log_p(V, kNegInf);
+    double mass = 0;
+    for (size_t v = 0; v < V; ++v) {
+      const double r = static_cast<double>(p[v]) - static_cast<double>(q[v]);
+      if (r > 0) mass += r, log_r[v] = static_cast<float>(std::log(r));
+      if (p[v] > 0) log_p[v] = std::log(p[v]);
+    }
+    if (mass < kResidualFloor) log_r = log_p, ++no_mass;
+    for (int64_t position : {int64_t{0}, int64_t{7} + trial, int64_t{3000000000}}) {
+      const uint64_t seed = rng();
+      const int32_t want_r = gumbel_by_definition(log_r, seed, position, RngStream::Residual);
+      ASSERT_EQ(sample_recovered(p, q, seed, position), want_r) << "trial " << trial << ", spread " << spread;
+      const int32_t want_b = gumbel_by_definition(log_p, seed, position, RngStream::Token);
+      const RoundOutcome bonus = speculative_sample({}, {}, p, static_cast<int64_t>(V), seed, position);
+      ASSERT_TRUE(bonus.bonus);
+      ASSERT_EQ(bonus.tokens, std::vector<int32_t>{want_b}) << "trial " << trial << ", spread " << spread;
+      draws += 2;
+      off_top += (want_r != argmax(log_r)) + (want_b != argmax(log_p));
+    }
+  }
+  EXPECT_GT(off_top, draws / 4);  // the draws are not just the argmax
+  EXPECT_GT(no_mass, 5);          // and the residual's fallback to p was taken
 }
 
 TEST(Sampling, TemperatureZeroIsArgmaxWithTheLowestIndexOnTies) {

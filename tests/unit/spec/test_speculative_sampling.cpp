@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <functional>
 #include <numeric>
 #include <string>
@@ -294,6 +296,59 @@ TEST(VerifyDraft, JudgingWithoutABonusRowInTwoStepsEqualsJudgingTheJoinedDraft) 
         EXPECT_EQ(got.tokens, want_tokens) << "seed " << seed;
       }
   EXPECT_GT(both_stages, 100) << "the second step should be reached often";
+}
+
+// verify_draft transforms a row of logits only as far as the round needs it (one exp for the token
+// an acceptance test reads, the whole row for a residual or bonus draw). It must judge exactly as
+// the rule does on the rows transform_to_probs makes, for every sampling transform, through
+// acceptances, rejections and bonus draws alike.
+TEST(VerifyDraft, JudgingLogitsOnDemandEqualsJudgingTheirWholeProbabilityRows) {
+  const int64_t v = 64;
+  const SamplingParams transforms[] = {{0.8f, 0, 1.0f, 0}, {0.8f, 8, 1.0f, 0}, {1.0f, 0, 0.9f, 0}, {0.7f, 12, 0.95f, 0}};
+  int accepted = 0, rejected = 0, bonus = 0;
+  for (const SamplingParams& base : transforms)
+    for (uint64_t seed = 0; seed < 200; ++seed) {
+      SamplingParams sp = base;
+      sp.seed = seed;
+      const int64_t k = 1 + static_cast<int64_t>(seed % 4);
+      std::vector<float> logits;
+      for (int64_t i = 0; i < (k + 1) * v; ++i)
+        logits.push_back(static_cast<float>(3.0 * std::sin(static_cast<double>(i * 7 + seed * 13) * 0.37)));
+      DraftProposal d;
+      std::vector<float> p, row_p;
+      for (int64_t i = 0; i <= k; ++i) {
+        transform_to_probs(std::span<const float>(logits).subspan(static_cast<size_t>(i * v), v), sp, row_p);
+        p.insert(p.end(), row_p.begin(), row_p.end());
+        if (i == k) break;
+        // q: the target's own row (mostly accepted), another row (often rejected) or one-hot
+        const Dist q = seed % 3 == 0 ? row_p : seed % 3 == 1 ? random_dist(700 + seed * 8 + i, v, 1.5) : one_hot(v, static_cast<int>(i * 5 % v));
+        const int32_t t = static_cast<int32_t>((seed * 31 + i * 17) % v);
+        d.tokens.push_back(seed % 3 == 2 ? static_cast<int32_t>(i * 5 % v) : t);
+        d.q.insert(d.q.end(), q.begin(), q.end());
+      }
+      const RoundOutcome got = verify_draft(d, logits, sp, 90, SpecSampling::Exact);
+      const RoundOutcome want = speculative_sample(d.tokens, d.q, p, v, seed, 90);
+      EXPECT_EQ(got.tokens, want.tokens) << "seed " << seed << ", top-k " << sp.top_k << ", top-p " << sp.top_p;
+      EXPECT_EQ(got.accepted, want.accepted);
+      EXPECT_EQ(got.bonus, want.bonus);
+      accepted += want.accepted;
+      rejected += want.bonus ? 0 : 1;
+      bonus += want.bonus ? 1 : 0;
+    }
+  // every path of the rule was taken, many times
+  EXPECT_GT(accepted, 200);
+  EXPECT_GT(rejected, 100);
+  EXPECT_GT(bonus, 50);
+}
+
+TEST(Sampling, ProbabilitiesFromLogProbabilitiesAreTheirExpAndZeroOutsideTheKeptSet) {
+  std::vector<float> x = {0.0f, -1.5f, -std::numeric_limits<float>::infinity(), -87.0f, -200.0f, -1e-7f};
+  std::vector<float> p = x;
+  probs_from_log(p);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = std::exp(x[i]);
+    EXPECT_EQ(std::memcmp(&p[i], &want, sizeof(float)), 0) << "entry " << i;
+  }
 }
 
 TEST(VerifyDraft, RefusesLogitsThatAreNotKPlusOneRowsAndTokensOutsideTheVocabulary) {

@@ -1,0 +1,108 @@
+// The Gumbel-max draw that computes few scores (spec/sampling.cpp's sample_gumbel and the verifier's
+// residual and bonus draws in spec/speculative_sampling.cpp; docs/speculative.md, "The Gumbel draw
+// computes few scores"). Internal to spec/.
+#pragma once
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+
+#include "spec/philox.h"
+
+namespace specula {
+
+// The Gumbel-max draw, exactly as if every token's score logp[v] - log(-log(U_v)) were computed
+// and the largest taken (the lowest id among equal scores), but computing few of them. A score
+// is logp[v] plus noise of at most kMaxNoise (U_v <= 1 - 2^-33, so -log(U_v) >= 1.16e-10 and
+// the noise -log(-log(U_v)) <= 22.87), so a token whose logp is more than kMaxNoise below the
+// best score so far cannot win and needs no draw. Of the rest, a token that would need noise of
+// at least kFarNoise to win cannot win with U_v < kFarU (there the noise is below 3.9): its
+// uniform is compared, without the two logarithms. Both margins (0.13 and 0.1) are far larger
+// than the rounding of the score. The uniforms come four to a Philox block, one block for four
+// consecutive ids. The result does not depend on the order the tokens are visited in, so the
+// caller visits a likely winner (the largest logp) first, which makes the best score high from
+// the start.
+struct GumbelMax {
+  static constexpr double kMaxNoise = 23.0;
+  static constexpr double kFarNoise = 4.0;
+  static inline const double kFarU = std::exp(-std::exp(-(kFarNoise - 0.1)));
+  uint64_t seed;
+  int64_t position;
+  RngStream stream;
+  int32_t best = -1;
+  double best_score = -std::numeric_limits<double>::infinity();
+  uint64_t cached = ~uint64_t{0};
+  PhiloxBlock words{};
+
+  // Whether no token with this logp (or with any logp up to this bound) can beat the best score so far.
+  bool out_of_reach(double logp) const { return logp < best_score - kMaxNoise; }
+  void visit(int32_t v, float logp) {
+    visit_bounded(v, logp, [logp] { return logp; });
+  }
+  // visit(v, logp()) where `upper` >= logp(): logp() is called only for a token the bound leaves
+  // in reach, near enough to the best score for its uniform.
+  template <class LogP>
+  void visit_bounded(int32_t v, double upper, LogP&& logp) {
+    if (out_of_reach(upper)) return;
+    const uint64_t index = static_cast<uint64_t>(v);
+    if (index >> 2 != cached) {
+      cached = index >> 2;
+      words = philox_block(seed, position, stream, cached);
+    }
+    const double u = philox_word_uniform(words[index & 3]);
+    if (best_score - upper >= kFarNoise && u < kFarU) return;
+    const double x = static_cast<double>(logp());
+    if (out_of_reach(x)) return;
+    if (best_score - x >= kFarNoise && u < kFarU) return;
+    const double score = x - std::log(-std::log(u));
+    if (score > best_score || (score == best_score && v < best)) {
+      best_score = score;
+      best = v;
+    }
+  }
+};
+
+// The draw sample_gumbel makes over the row log_w(v) (-inf where weight(v) <= 0), where log_w(v)
+// is a float rounding of log(weight(v)) for non-negative weights (probabilities, a residual's
+// masses), taking the logarithm only for the tokens that can win. `cover` bounds the weights from
+// above (cover[v] >= weight(v)): 64-token blocks whose cover is 0 or below the floor are passed
+// over whole. A token's weight below the floor exp(best - kMaxNoise) (1 - 1e-4) is out of reach
+// (log_w is within half a float ulp, at most 4e-6, of the log); one in reach first meets the
+// far-noise test with the bound e ln 2 + 1e-5 from its binary exponent e (weight < 2^e), and only
+// then is its log taken. `likely` (or -1) is visited first. Returns -1 when every weight is 0.
+template <class Weight, class LogW>
+int32_t sample_gumbel_of_weights(std::span<const float> cover, Weight&& weight, LogW&& log_w, int32_t likely,
+                                 uint64_t seed, int64_t position, RngStream stream) {
+  constexpr double kLn2 = 0.6931471805599453;
+  constexpr size_t kBlock = 64, kLanes = 16;
+  GumbelMax g{seed, position, stream};
+  double floor_w = 0;  // weights below this cannot win
+  auto visit = [&](int32_t v) {
+    const double w = weight(v);
+    if (!(w > 0) || w < floor_w) return;
+    // w < 2^e for the biased exponent field E of w: e = E - 1022 (a subnormal's E is 0).
+    const int e = static_cast<int>((std::bit_cast<uint64_t>(w) >> 52) & 0x7ff) - 1022;
+    const double before = g.best_score;
+    g.visit_bounded(v, e * kLn2 + 1e-5, [&] { return log_w(v); });
+    if (g.best_score != before) floor_w = std::exp(g.best_score - GumbelMax::kMaxNoise) * (1 - 1e-4);
+  };
+  if (likely >= 0) visit(likely);
+  const size_t n = cover.size();
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t end = std::min(n, b + kBlock);
+    if (end - b == kBlock) {
+      float lane[kLanes] = {};
+      for (size_t i = b; i < end; i += kLanes)
+        for (size_t j = 0; j < kLanes; ++j) lane[j] = cover[i + j] > lane[j] ? cover[i + j] : lane[j];
+      float m = 0;
+      for (float x : lane) m = x > m ? x : m;
+      if (!(m > 0) || static_cast<double>(m) < floor_w) continue;
+    }
+    for (size_t v = b; v < end; ++v) visit(static_cast<int32_t>(v));
+  }
+  return g.best;
+}
+
+}  // namespace specula
