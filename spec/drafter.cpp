@@ -27,8 +27,8 @@ bool draft_from_logits(std::span<const float> logits, const DraftRequest& req, i
     return true;
   }
   transform_logits(logits, req.sampling, logq);
-  q.resize(logq.size());
-  for (size_t v = 0; v < logq.size(); ++v) q[v] = std::exp(logq[v]);
+  q.assign(logq.begin(), logq.end());
+  probs_from_log(q);
   if (judge_entropy && entropy_nats(q) > req.max_entropy) return false;
   token = draw_draft_token(logq, req, i);
   confidence.take(q[static_cast<size_t>(token)]);

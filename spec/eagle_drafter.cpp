@@ -290,8 +290,9 @@ bool EagleDrafter::draft_reduced(const DraftRequest& req, int64_t i, int32_t& to
   for (size_t j = 0; j < by_id.size(); ++j) {
     ids_[j] = map[static_cast<size_t>(by_id[j])];
     logq_[j] = red_[static_cast<size_t>(by_id[j])];
-    q_[j] = std::exp(logq_[j]);
+    q_[j] = logq_[j];
   }
+  probs_from_log(q_);
   if (req.max_entropy > 0 && i >= req.min_tokens && entropy_nats(q_) > req.max_entropy) return false;
   const RngStream stream = req.mode == SpecSampling::Coupled ? RngStream::Token : RngStream::Draft;
   token = sample_gumbel_among(ids_, logq_, req.sampling.seed, req.position + i, stream);
