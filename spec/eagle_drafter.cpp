@@ -286,12 +286,11 @@ bool EagleDrafter::draft_reduced(const DraftRequest& req, int64_t i, int32_t& to
   transform_logits(logits_, req.sampling, red_);
   ids_.resize(by_id.size());
   logq_.resize(by_id.size());
-  q_.resize(by_id.size());
   for (size_t j = 0; j < by_id.size(); ++j) {
     ids_[j] = map[static_cast<size_t>(by_id[j])];
     logq_[j] = red_[static_cast<size_t>(by_id[j])];
-    q_[j] = logq_[j];
   }
+  q_.assign(logq_.begin(), logq_.end());
   probs_from_log(q_);
   if (req.max_entropy > 0 && i >= req.min_tokens && entropy_nats(q_) > req.max_entropy) return false;
   const RngStream stream = req.mode == SpecSampling::Coupled ? RngStream::Token : RngStream::Draft;

@@ -1,6 +1,7 @@
 // The Gumbel-max draw that computes few scores (spec/sampling.cpp's sample_gumbel and the verifier's
 // residual and bonus draws in spec/speculative_sampling.cpp; docs/speculative.md, "The Gumbel draw
-// computes few scores"). Internal to spec/.
+// computes few scores"), and the block maximum it and the transform's top-k scan skip blocks by.
+// Internal to spec/.
 #pragma once
 #include <algorithm>
 #include <bit>
@@ -11,7 +12,29 @@
 
 #include "spec/philox.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace specula {
+
+// The largest of x[0..n) (NaN never wins); SSE2, which every x86-64 CPU has, four lanes at a time.
+inline float block_max(const float* x, size_t n) {
+  size_t i = 0;
+  float m = -std::numeric_limits<float>::infinity();
+#if defined(__SSE2__)
+  __m128 a = _mm_set1_ps(m), b = a;
+  for (; i + 8 <= n; i += 8) {
+    a = _mm_max_ps(_mm_loadu_ps(x + i), a);  // the second operand when either is NaN
+    b = _mm_max_ps(_mm_loadu_ps(x + i + 4), b);
+  }
+  float lanes[4];
+  _mm_storeu_ps(lanes, _mm_max_ps(a, b));
+  for (float l : lanes) m = l > m ? l : m;
+#endif
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
 
 // The Gumbel-max draw, exactly as if every token's score logp[v] - log(-log(U_v)) were computed
 // and the largest taken (the lowest id among equal scores), but computing few of them. A score
@@ -76,7 +99,7 @@ template <class Weight, class LogW>
 int32_t sample_gumbel_of_weights(std::span<const float> cover, Weight&& weight, LogW&& log_w, int32_t likely,
                                  uint64_t seed, int64_t position, RngStream stream) {
   constexpr double kLn2 = 0.6931471805599453;
-  constexpr size_t kBlock = 64, kLanes = 16;
+  constexpr size_t kBlock = 64;
   GumbelMax g{seed, position, stream};
   double floor_w = 0;  // weights below this cannot win
   auto visit = [&](int32_t v) {
@@ -93,11 +116,7 @@ int32_t sample_gumbel_of_weights(std::span<const float> cover, Weight&& weight, 
   for (size_t b = 0; b < n; b += kBlock) {
     const size_t end = std::min(n, b + kBlock);
     if (end - b == kBlock) {
-      float lane[kLanes] = {};
-      for (size_t i = b; i < end; i += kLanes)
-        for (size_t j = 0; j < kLanes; ++j) lane[j] = cover[i + j] > lane[j] ? cover[i + j] : lane[j];
-      float m = 0;
-      for (float x : lane) m = x > m ? x : m;
+      const float m = block_max(cover.data() + b, kBlock);
       if (!(m > 0) || static_cast<double>(m) < floor_w) continue;
     }
     for (size_t v = b; v < end; ++v) visit(static_cast<int32_t>(v));

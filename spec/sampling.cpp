@@ -10,10 +10,6 @@
 #include "gpu/host/vector_math.h"
 #include "spec/gumbel_max.h"
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 namespace specula {
 
 void SamplingParams::validate() const {
@@ -60,24 +56,6 @@ struct Candidate {
   int32_t v;
 };
 inline bool ahead(const Candidate& a, const Candidate& b) { return a.x > b.x || (a.x == b.x && a.v < b.v); }
-
-// The largest of x[0..n) (NaN never wins); SSE2, which every x86-64 CPU has, four lanes at a time.
-inline float block_max(const float* x, size_t n) {
-  size_t i = 0;
-  float m = -std::numeric_limits<float>::infinity();
-#if defined(__SSE2__)
-  __m128 a = _mm_set1_ps(m), b = a;
-  for (; i + 8 <= n; i += 8) {
-    a = _mm_max_ps(_mm_loadu_ps(x + i), a);  // the second operand when either is NaN
-    b = _mm_max_ps(_mm_loadu_ps(x + i + 4), b);
-  }
-  float lanes[4];
-  _mm_storeu_ps(lanes, _mm_max_ps(a, b));
-  for (float l : lanes) m = l > m ? l : m;
-#endif
-  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-  return m;
-}
 
 // The first m (<= V) tokens of that order, in order. One pass keeps the candidates above a running
 // threshold (the m-th best so far) in a buffer of up to 2m, skipping whole blocks whose maximum
@@ -226,10 +204,7 @@ void transform_to_probs(std::span<const float> logits, const SamplingParams& sp,
 }
 
 void probs_from_log(std::span<float> logp) {
-  // exp(-inf) is +0 exactly: the tokens a top-k / top-p row leaves out (nearly all of it) need
-  // no call.
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  for (float& x : logp) x = x == kNegInf ? 0.0f : std::exp(x);
+  for (float& x : logp) x = prob_from_log(x);
 }
 
 int32_t sample_gumbel_among(std::span<const int32_t> ids, std::span<const float> logp, uint64_t seed, int64_t position,

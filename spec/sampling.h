@@ -1,7 +1,9 @@
 // Sampling: the logits transform (temperature, top-k, top-p) and Gumbel-max draws keyed by
 // (seed, position), so the same seed gives the same text whatever else runs.
 #pragma once
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,8 +30,13 @@ void transform_logits(std::span<const float> logits, const SamplingParams& sp, s
 // The same transform as probabilities (p[v] = exp(logp[v])).
 void transform_to_probs(std::span<const float> logits, const SamplingParams& sp, std::vector<float>& probs);
 
-// In place, logp[v] -> exp(logp[v]): transform_to_probs's second half, for a row that
-// transform_logits made (p[v] of one token is std::exp(logp[v]), the same float).
+// p = exp(logp) for an entry of a row transform_logits made. exp(-inf) is +0 exactly, so the
+// tokens a top-k / top-p row leaves out (nearly all of it) need no call.
+inline float prob_from_log(float logp) {
+  return logp == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(logp);
+}
+
+// In place, logp[v] -> prob_from_log(logp[v]): transform_to_probs's second half.
 void probs_from_log(std::span<float> logp);
 
 // argmax, lowest index on ties.

@@ -14,8 +14,6 @@ namespace specula {
 
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
 std::span<const float> row(std::span<const float> m, int64_t vocab, int64_t i) {
   return m.subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(vocab));
 }
@@ -114,8 +112,8 @@ struct ProbRows {
   std::span<const float> probs(int64_t i) const { return row(p, vocab, i); }
 };
 
-// Rows given as logits, transformed as the round reaches them: transform_logits, then one
-// std::exp for the token a test reads, or probs_from_log over the row for a draw (the values
+// Rows given as logits, transformed as the round reaches them: transform_logits, then
+// prob_from_log for the token a test reads, or probs_from_log over the row for a draw (the values
 // transform_to_probs gives, to the bit).
 struct LogitRows {
   std::span<const float> logits;
@@ -133,8 +131,7 @@ struct LogitRows {
   float prob(int64_t i, int32_t t) {
     fetch(i);
     const float x = buf[static_cast<size_t>(t)];
-    if (as_probs) return x;
-    return x == kNegInf ? 0.0f : std::exp(x);
+    return as_probs ? x : prob_from_log(x);
   }
   std::span<const float> probs(int64_t i) {
     fetch(i);
