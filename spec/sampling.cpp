@@ -91,7 +91,6 @@ void leading_tokens(std::span<const float> x, size_t m, std::vector<Candidate>& 
   if (out.size() > m) out.resize(m);
 }
 
-inline double exp_term(float x, float inv_t, float mx) { return std::exp(static_cast<double>(x) * inv_t - mx); }
 
 // Top-p's cut over the leading tokens' terms e (in order) for the normaliser z: the smallest n
 // whose cumulative sum of e_i / z (accumulated in that order, in double) reaches top_p; 0 when the
@@ -111,12 +110,13 @@ size_t top_p_cut(const std::vector<double>& e, double z, float top_p) {
 void transform_logits(std::span<const float> logits, const SamplingParams& sp, std::vector<float>& logp) {
   // The definition (tests/unit/spec/test_sampling.cpp holds a plain implementation of it, and
   // this one to it bit for bit): order the tokens by logit, larger first, then lower index; mx =
-  // float(top logit * inv_t); e_v = exp(double(x_v) * inv_t - mx). K = the first top_k tokens (all
-  // without top-k). Top-p: z = sum of e over K (in order for top-k, in index order over the whole
-  // vocabulary without it), and the kept set P is the shortest prefix of K whose running sum of
-  // e / z reaches top_p (all of K if none does); without top-p, P = K. Then log p_v = double(x_v) *
-  // inv_t - mx - log S for v in P, S the sum of e over P (in order; in index order when P is the
-  // whole vocabulary), rounded to float; -inf elsewhere.
+  // float(top logit * inv_t); e_v = sampler_exp(a_v), a_v = sampler_arg(x_v) = fma(x_v, inv_t, -mx)
+  // in double (gpu/host/vector_math.h, which fixes every operation). K = the first top_k tokens
+  // (all without top-k). Top-p: z = sum of e over K (in order for top-k; over the whole
+  // vocabulary without it, in sampler_exp_sum's order), and the kept set P is the shortest prefix
+  // of K whose running sum of e / z reaches top_p (all of K if none does); without top-p, P = K.
+  // Then log p_v = float(a_v - log S) for v in P, S the sum of e over P (in order; sampler_exp_sum
+  // when P is the whole vocabulary); -inf elsewhere.
   const size_t V = logits.size();
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   logp.assign(V, kNegInf);
@@ -128,24 +128,27 @@ void transform_logits(std::span<const float> logits, const SamplingParams& sp, s
   const bool use_k = sp.top_k > 0 && static_cast<size_t>(sp.top_k) < V, use_p = sp.top_p < 1.0f;
   if (!use_k && !use_p) {
     const float mx = logits[argmax(logits)] * inv_t;
-    double sum = 0;
-    for (size_t v = 0; v < V; ++v) sum += exp_term(logits[v], inv_t, mx);
-    const double log_sum = std::log(sum);
-    for (size_t v = 0; v < V; ++v) logp[v] = static_cast<float>(static_cast<double>(logits[v]) * inv_t - mx - log_sum);
+    const double log_sum = std::log(host_kernels::sampler_exp_sum(logits.data(), static_cast<int64_t>(V), inv_t, mx));
+    host_kernels::sampler_log_probs(logits.data(), static_cast<int64_t>(V), inv_t, mx, log_sum, logp.data());
     return;
   }
   thread_local std::vector<Candidate> cand;
+  thread_local std::vector<float> cx;
   thread_local std::vector<double> e;
   // Top-k needs its k tokens; top-p alone rarely more than a few hundred (widened when it does).
   size_t m = use_k ? static_cast<size_t>(sp.top_k) : std::min<size_t>(V, 256);
+  float mx = 0;
   auto lead = [&] {
     leading_tokens(logits, m, cand);
+    if (cand.empty()) return;
+    mx = cand[0].x * inv_t;
+    cx.resize(cand.size());
     e.resize(cand.size());
+    for (size_t i = 0; i < cand.size(); ++i) cx[i] = cand[i].x;
+    host_kernels::sampler_exp_terms(cx.data(), static_cast<int64_t>(cx.size()), inv_t, mx, e.data());
   };
   lead();
   if (cand.empty()) return;  // every logit NaN: nothing to keep
-  const float mx = cand[0].x * inv_t;
-  for (size_t i = 0; i < cand.size(); ++i) e[i] = exp_term(cand[i].x, inv_t, mx);
   size_t n = cand.size();
   if (use_p && use_k) {
     double z = 0;
@@ -153,48 +156,29 @@ void transform_logits(std::span<const float> logits, const SamplingParams& sp, s
     n = top_p_cut(e, z, sp.top_p);
     if (n == 0) n = cand.size();
   } else if (use_p) {
-    // z over the vocabulary. The vectorised sum comes with a bound on its distance to the exact
-    // one; where the cut is the same at both ends of that bracket it is the exact cut, else (6 of
-    // 5,219 rows of the default model at T 0.8) the exact sum is computed.
-    double z = 0, bound = 0;
-    bool exact = !host_kernels::exp_sum_with_bound(logits.data(), static_cast<int64_t>(V), inv_t, mx, &z, &bound);
-    auto exact_z = [&] {
-      z = 0;
-      for (size_t v = 0; v < V; ++v) z += exp_term(logits[v], inv_t, mx);
-      bound = 0;
-      exact = true;
-    };
-    if (exact) exact_z();
+    // z over the whole vocabulary; the cut may lie past the leading tokens: widen until it does not.
+    const double z = host_kernels::sampler_exp_sum(logits.data(), static_cast<int64_t>(V), inv_t, mx);
     for (;;) {
-      const size_t n_lo = top_p_cut(e, z - bound, sp.top_p), n_hi = bound > 0 ? top_p_cut(e, z + bound, sp.top_p) : n_lo;
-      if (n_hi != 0 && n_lo == n_hi) {
-        n = n_hi;
+      n = top_p_cut(e, z, sp.top_p);
+      if (n != 0) break;
+      if (m >= V) {
+        n = cand.size();  // every token a candidate, and the running sum never reached top_p
         break;
       }
-      if (n_hi == 0 && cand.size() < V) {  // the cut may lie past the leading tokens: widen
-        m = std::min(V, 4 * m);
-        lead();
-        for (size_t i = 0; i < cand.size(); ++i) e[i] = exp_term(cand[i].x, inv_t, mx);
-        continue;
-      }
-      if (!exact) {
-        exact_z();
-        continue;
-      }
-      n = cand.size();  // exact, every token a candidate, and the running sum never reached top_p
-      break;
+      m = std::min(V, 4 * m);
+      lead();
     }
   }
   double sum = 0;
   if (n == V) {
-    for (size_t v = 0; v < V; ++v) sum += exp_term(logits[v], inv_t, mx);
+    sum = host_kernels::sampler_exp_sum(logits.data(), static_cast<int64_t>(V), inv_t, mx);
   } else {
     for (size_t i = 0; i < n; ++i) sum += e[i];
   }
   const double log_sum = std::log(sum);
   for (size_t i = 0; i < n; ++i) {
     const int32_t v = cand[i].v;
-    logp[static_cast<size_t>(v)] = static_cast<float>(static_cast<double>(cand[i].x) * inv_t - mx - log_sum);
+    logp[static_cast<size_t>(v)] = static_cast<float>(host_kernels::sampler_arg(cand[i].x, inv_t, mx) - log_sum);
   }
 }
 

@@ -5,7 +5,6 @@
 
 #include "gpu/host/attention.h"
 #include "gpu/host/simd_math.h"
-#include "gpu/host/vector_math.h"
 
 namespace specula::host_kernels {
 
@@ -50,33 +49,6 @@ void rmsnorm_avx2(const float* x, const float* g, float eps, int64_t n, int64_t 
       _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + i), vi), _mm256_loadu_ps(g + i)));
     for (; i < dim; ++i) o[i] = xr[i] * inv * g[i];
   }
-}
-
-void exp_sum_bound_avx2(const float* x, int64_t n, float inv_t, float mx, double* sum, double* bound) {
-  // Lane i of the accumulators: terms i, i + 8, ... (4 doubles per half). Each term's y is one
-  // rounding of x * inv_t - mx (an FMA), so |y - y_exact| <= |y| 2^-24, and exp256 is within
-  // 1.2e-7 of exp (docs/kernels.md): its error is at most e (|y| 2^-24 + 1.2e-7); the bound uses
-  // twice both and adds 2e-38 for terms below exp256's range (returned as 0).
-  __m256d s_lo = _mm256_setzero_pd(), s_hi = _mm256_setzero_pd(), b_lo = _mm256_setzero_pd(), b_hi = _mm256_setzero_pd();
-  const __m256 it = _mm256_set1_ps(inv_t), nm = _mm256_set1_ps(-mx), abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256 rel = _mm256_set1_ps(2.0f * 5.9604645e-8f), c = _mm256_set1_ps(2.4e-7f);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 y = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), it, nm);
-    const __m256 e = exp256(y);
-    const __m256 b = _mm256_mul_ps(e, _mm256_fmadd_ps(_mm256_and_ps(y, abs), rel, c));
-    s_lo = _mm256_add_pd(s_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-    s_hi = _mm256_add_pd(s_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
-    b_lo = _mm256_add_pd(b_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(b)));
-    b_hi = _mm256_add_pd(b_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1)));
-  }
-  double lanes[4], blanes[4];
-  _mm256_storeu_pd(lanes, _mm256_add_pd(s_lo, s_hi));
-  _mm256_storeu_pd(blanes, _mm256_add_pd(b_lo, b_hi));
-  double s = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]), bd = (blanes[0] + blanes[1]) + (blanes[2] + blanes[3]);
-  for (; i < n; ++i) s += std::exp(static_cast<double>(x[i]) * inv_t - mx);  // exact tail terms
-  *sum = s;
-  *bound = bd * 1.01 + 2e-38 * static_cast<double>(n);
 }
 
 }  // namespace specula::host_kernels

@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "gpu/host/vector_math.h"
 #include "spec/philox.h"
 #include "spec/sampling.h"
 #include "spec/speculative_sampling.h"
@@ -88,9 +89,10 @@ TEST(Sampling, TopPOverALargeVocabularyWidensPastTheFirstCandidates) {
 }
 
 // The transform's definition (spec/sampling.cpp, transform_logits), written plainly: every token
-// sorted, every term computed with std::exp. The production transform skips most of the
-// vocabulary and sums top-p's normaliser with a vectorised exp inside a bound; it must give these
-// bits exactly.
+// sorted, every term computed one at a time with the definition's scalar exponential
+// (gpu/host/vector_math.h), the whole vocabulary's sums in its eight lanes. The production
+// transform skips most of the vocabulary and sums with the 256-bit loops; it must give these bits
+// exactly.
 std::vector<float> transform_by_definition(const std::vector<float>& x, const SamplingParams& sp) {
   const size_t V = x.size();
   std::vector<float> logp(V, -std::numeric_limits<float>::infinity());
@@ -99,7 +101,16 @@ std::vector<float> transform_by_definition(const std::vector<float>& x, const Sa
   for (size_t i = 0; i < V; ++i) order[i] = static_cast<int32_t>(i);
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
   const float mx = x[order[0]] * inv_t;
-  auto e = [&](int32_t v) { return std::exp(static_cast<double>(x[v]) * inv_t - mx); };
+  auto a = [&](int32_t v) { return host_kernels::sampler_arg(x[v], inv_t, mx); };
+  auto e = [&](int32_t v) { return host_kernels::sampler_exp(a(v)); };
+  auto whole_sum = [&] {  // eight lanes over the whole eights, joined pairwise, then the tail
+    double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const size_t whole = V / 8 * 8;
+    for (size_t v = 0; v < whole; ++v) lane[v % 8] += e(static_cast<int32_t>(v));
+    double s = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    for (size_t v = whole; v < V; ++v) s += e(static_cast<int32_t>(v));
+    return s;
+  };
   const bool use_k = sp.top_k > 0 && static_cast<size_t>(sp.top_k) < V, use_p = sp.top_p < 1.0f;
   const size_t k = use_k ? static_cast<size_t>(sp.top_k) : V;
   size_t n = k;
@@ -108,7 +119,7 @@ std::vector<float> transform_by_definition(const std::vector<float>& x, const Sa
     if (use_k)
       for (size_t i = 0; i < k; ++i) z += e(order[i]);
     else
-      for (size_t v = 0; v < V; ++v) z += e(static_cast<int32_t>(v));
+      z = whole_sum();
     double cum = 0;
     for (size_t i = 0; i < k; ++i) {
       cum += e(order[i]) / z;
@@ -120,11 +131,11 @@ std::vector<float> transform_by_definition(const std::vector<float>& x, const Sa
   }
   double sum = 0;
   if (n == V)
-    for (size_t v = 0; v < V; ++v) sum += e(static_cast<int32_t>(v));
+    sum = whole_sum();
   else
     for (size_t i = 0; i < n; ++i) sum += e(order[i]);
   const double log_sum = std::log(sum);
-  for (size_t i = 0; i < n; ++i) logp[order[i]] = static_cast<float>(static_cast<double>(x[order[i]]) * inv_t - mx - log_sum);
+  for (size_t i = 0; i < n; ++i) logp[order[i]] = static_cast<float>(a(order[i]) - log_sum);
   return logp;
 }
 
@@ -132,8 +143,8 @@ TEST(Sampling, TheTransformGivesItsDefinitionsBitsForAnyVocabularyTemperatureTop
   // Vocabularies of 1 to 49,152 tokens; logits like a language model's (a few large, a long flat
   // tail), flat ones, and ones on a coarse grid so that ties straddle every cut; top-p from 0.05 to
   // 0.999, with and without top-k. Among them rows whose running sum lands exactly on top_p
-  // (equal logits, top_p 0.5, and top_p set to a running sum), where the bracket cannot decide and
-  // the exact sum is taken: treating the vectorised sum as exact fails here.
+  // (equal logits, top_p 0.5, and top_p set to a running sum), where the cut turns on the
+  // normaliser's last bits: a sum in another order, or another exponential, fails here.
   std::mt19937_64 rng(20261125);
   std::normal_distribution<float> g(0.0f, 1.0f);
   const size_t sizes[] = {1, 2, 7, 100, 256, 257, 1000, 5000, 49152};
@@ -163,10 +174,11 @@ TEST(Sampling, TheTransformGivesItsDefinitionsBitsForAnyVocabularyTemperatureTop
           for (size_t i = 0; i < V; ++i) order[i] = i;
           std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
           const float inv_t = 1.0f / sp.temperature, mx = x[order[0]] * inv_t;
-          double z = 0, cum = 0;
-          for (size_t v = 0; v < V; ++v) z += std::exp(static_cast<double>(x[v]) * inv_t - mx);
+          auto e = [&](size_t v) { return host_kernels::sampler_exp(host_kernels::sampler_arg(x[v], inv_t, mx)); };
+          const double z = host_kernels::sampler_exp_sum(x.data(), static_cast<int64_t>(V), inv_t, mx);
+          double cum = 0;
           const size_t j = std::min<size_t>(V - 1, 1 + rng() % 20);
-          for (size_t i = 0; i < j; ++i) cum += std::exp(static_cast<double>(x[order[i]]) * inv_t - mx) / z;
+          for (size_t i = 0; i < j; ++i) cum += e(order[i]) / z;
           sp.top_p = static_cast<float>(cum);
           if (!(sp.top_p > 0.0f && sp.top_p < 1.0f)) sp.top_p = 0.5f;
         }
