@@ -156,6 +156,62 @@ TEST(QmatmulBench, DISABLED_StreamingFromDramAgainstCacheResident) {
   }
 }
 
+// One SmolLM2-135M decode step's matrices on the int8 path, random values, in model order and
+// fused as the forward fuses them (q, k, v in one call; gate and up in one), then the 49152 x 576
+// Q8_0 output head: ~96 MB, past the L3, so every call streams its weights from DRAM. Time of
+// n activation rows against one: what the matrices alone charge a verify round for its rows,
+// beside `bench decode`'s forward cost, which adds attention, norms and the rest.
+TEST(QmatmulBench, DISABLED_SmolLM2StepMatricesByRowCount) {
+  using host_kernels::Int8Kernel;
+  const Int8Kernel kernel = host_kernels::cpu_has_int8_kernel(Int8Kernel::kAvx512Vnni) ? Int8Kernel::kAvx512Vnni : Int8Kernel::kAvx2;
+  std::mt19937 rng(1);
+  ThreadPool pool(2);
+  auto make = [&](DType t, int64_t rows, int64_t cols) {
+    const std::vector<std::byte> bytes = random_blocks(t, rows, cols, rng);
+    return pack_matrix(TensorView{"w", t, {rows, cols}, bytes.data(), bytes.size()}, pool);
+  };
+  struct Layer { std::shared_ptr<PackedMatrix> q, k, v, o, gate, up, down; };
+  std::vector<Layer> layers;
+  for (int l = 0; l < 30; ++l)
+    layers.push_back({make(DType::Q4_1, 576, 576), make(DType::Q4_1, 192, 576), make(DType::Q4_1, 192, 576),
+                      make(DType::Q4_1, 576, 576), make(DType::Q4_1, 1536, 576), make(DType::Q4_1, 1536, 576),
+                      make(DType::Q4_1, 576, 1536)});
+  const auto head = make(DType::Q8_0, 49152, 576);
+  const int64_t nmax = 16;
+  std::vector<float> x(nmax * 1536), a(nmax * 1536), b(nmax * 1536), c(nmax * 1536), logits(nmax * 49152);
+  for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 300.0f;
+  auto step = [&](int64_t n) {
+    for (const Layer& L : layers) {
+      const PackedMatrix* qkv[3] = {L.q.get(), L.k.get(), L.v.get()};
+      float* yqkv[3] = {a.data(), b.data(), c.data()};
+      qmatmul(qkv, x.data(), n, yqkv, pool, kernel);
+      const PackedMatrix* o = L.o.get();
+      float* yo = a.data();
+      qmatmul({&o, 1}, x.data(), n, {&yo, 1}, pool, kernel);
+      const PackedMatrix* gu[2] = {L.gate.get(), L.up.get()};
+      float* ygu[2] = {a.data(), b.data()};
+      qmatmul(gu, x.data(), n, ygu, pool, kernel);
+      const PackedMatrix* d = L.down.get();
+      float* yd = c.data();
+      qmatmul({&d, 1}, x.data(), n, {&yd, 1}, pool, kernel);
+    }
+    const PackedMatrix* h = head.get();
+    float* yl = logits.data();
+    qmatmul({&h, 1}, x.data(), n, {&yl, 1}, pool, kernel);
+  };
+  const std::vector<int64_t> ns = {1, 2, 3, 4, 5, 6, 9, 16};
+  std::vector<double> best(ns.size(), 1e9);
+  for (int rep = 0; rep < 20; ++rep)  // the row counts take turns, so drift hits them alike
+    for (size_t i = 0; i < ns.size(); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      step(ns[i]);
+      best[i] = std::min(best[i], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  for (size_t i = 0; i < ns.size(); ++i)
+    std::printf("{\"kernel\":\"%s\",\"n\":%lld,\"step_matrices_ms\":%.3f,\"vs_n1\":%.3f}\n", host_kernels::int8_kernel_name(kernel),
+                static_cast<long long>(ns[i]), best[i] * 1e3, best[i] / best[0]);
+}
+
 // What one core's vector pipes do per nanosecond (disabled: a measurement, run as above), to
 // tell how far the 512-bit kernel is from its arithmetic floor: eight independent vpdpbusd (the
 // product) alone, eight FMAs alone, and the kernel's per-block mixes of six vpdpbusd with two
