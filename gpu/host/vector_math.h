@@ -12,8 +12,8 @@
 //   log p_v   = float(a_v - log S)
 // The 256-bit loops (sampler_exp_avx2.cpp, built with -ffp-contract=off so that the compiler fuses
 // nothing the definition does not) and the scalar ones here give the same bits; the sampler calls
-// these functions and never writes the arithmetic itself. A whole-vocabulary sum takes ~20 us of
-// one core where std::exp term by term took ~280 us (docs/speculative.md).
+// these functions and never writes the arithmetic itself. A whole-vocabulary sum takes ~55 us of
+// one core where std::exp term by term took ~280 us (docs/speculative.md, "The transform").
 #pragma once
 #include <cstdint>
 
