@@ -215,6 +215,10 @@ nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& fil
   const int64_t vocab = files.weights.config.vocab_size;
   int64_t positions = 0, same_top1 = 0;
   double nll_fast = 0, nll_ref = 0;
+  // Where the paths disagree, how far apart the reference puts the two choices (its logit of its
+  // own top-1 minus its logit of the fast path's): near-ties that any rounding moves, or not.
+  const double margins[] = {0.01, 0.03, 0.1, 0.3};
+  int64_t within[4] = {0, 0, 0, 0}, clear_positions = 0, clear_same = 0;
   for (const BenchPrompt& p : prompts) {
     std::vector<int32_t> text = p.tokens;
     GenerateRequest greedy;
@@ -236,7 +240,18 @@ nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& fil
     }
     for (size_t i = 0; i + 1 < text.size(); ++i) {
       const std::span<const float> rf(lf.data() + i * vocab, static_cast<size_t>(vocab)), rr(lr.data() + i * vocab, static_cast<size_t>(vocab));
-      same_top1 += argmax(rf) == argmax(rr);
+      const int32_t tf = argmax(rf), tr = argmax(rr);
+      same_top1 += tf == tr;
+      // The reference's gap between its best and second-best logits.
+      float second = -INFINITY;
+      for (int64_t v = 0; v < vocab; ++v)
+        if (v != tr) second = std::max(second, rr[static_cast<size_t>(v)]);
+      if (rr[static_cast<size_t>(tr)] - second >= 0.1f) {
+        ++clear_positions;
+        clear_same += tf == tr;
+      }
+      if (tf != tr)
+        for (int k = 0; k < 4; ++k) within[k] += rr[static_cast<size_t>(tr)] - rr[static_cast<size_t>(tf)] < margins[k];
       nll_fast -= log_prob(rf, text[i + 1]);
       nll_ref -= log_prob(rr, text[i + 1]);
       ++positions;
@@ -246,6 +261,10 @@ nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& fil
   return {{"prompts", prompts.size()},
           {"positions", positions},
           {"top1_agreement", static_cast<double>(same_top1) / positions},
+          {"top1_disagreements", positions - same_top1},
+          {"disagreements_within_reference_logit_gap", {{"0.01", within[0]}, {"0.03", within[1]}, {"0.1", within[2]}, {"0.3", within[3]}}},
+          {"top1_agreement_where_reference_top2_gap_at_least_0.1", clear_positions ? static_cast<double>(clear_same) / clear_positions : 1.0},
+          {"positions_where_reference_top2_gap_at_least_0.1", clear_positions},
           {"perplexity_fast", ppl_fast},
           {"perplexity_reference", ppl_ref},
           {"perplexity_ratio", ppl_fast / ppl_ref}};
