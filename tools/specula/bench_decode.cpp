@@ -209,9 +209,17 @@ double log_prob(std::span<const float> row, int32_t token) {
 
 // Teacher-forced agreement of two paths on the prompt set: each prompt plus the reference path's
 // greedy continuation, every position scored by both.
+// With `out_path`, one JSON line per prompt: the scored tokens and, per position, both paths'
+// top-1 and the reference's logit gap between its top two (to score another engine against the
+// same reference on the same positions: tools/compare/llama_cpp_agreement.py).
 nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& files, const std::string& prompts_path,
-                         int64_t continuation) {
+                         int64_t continuation, const std::string& out_path) {
   const std::vector<BenchPrompt> prompts = read_prompts(prompts_path, files, 0, 0);
+  std::ofstream out;
+  if (!out_path.empty()) {
+    out.open(out_path);
+    if (!out) throw std::runtime_error("bench decode: cannot write --agreement-out " + out_path);
+  }
   const int64_t vocab = files.weights.config.vocab_size;
   int64_t positions = 0, same_top1 = 0;
   double nll_fast = 0, nll_ref = 0;
@@ -238,6 +246,8 @@ nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& fil
       b->model().forward({&all, 1}, b->kv(), b == &fast ? lf : lr);
       b->kv().free_sequence(s);
     }
+    nlohmann::json line = {{"tokens", text}, {"fast_top1", nlohmann::json::array()}, {"reference_top1", nlohmann::json::array()},
+                           {"reference_top2_gap", nlohmann::json::array()}};
     for (size_t i = 0; i + 1 < text.size(); ++i) {
       const std::span<const float> rf(lf.data() + i * vocab, static_cast<size_t>(vocab)), rr(lr.data() + i * vocab, static_cast<size_t>(vocab));
       const int32_t tf = argmax(rf), tr = argmax(rr);
@@ -246,6 +256,11 @@ nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& fil
       float second = -INFINITY;
       for (int64_t v = 0; v < vocab; ++v)
         if (v != tr) second = std::max(second, rr[static_cast<size_t>(v)]);
+      if (out.is_open()) {
+        line["fast_top1"].push_back(tf);
+        line["reference_top1"].push_back(tr);
+        line["reference_top2_gap"].push_back(rr[static_cast<size_t>(tr)] - second);
+      }
       if (rr[static_cast<size_t>(tr)] - second >= 0.1f) {
         ++clear_positions;
         clear_same += tf == tr;
@@ -256,6 +271,7 @@ nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& fil
       nll_ref -= log_prob(rr, text[i + 1]);
       ++positions;
     }
+    if (out.is_open()) out << line.dump() << "\n";
   }
   const double ppl_fast = std::exp(nll_fast / positions), ppl_ref = std::exp(nll_ref / positions);
   return {{"prompts", prompts.size()},
@@ -286,6 +302,10 @@ int bench_decode(const Args& a) {
   std::sort(o.contexts.begin(), o.contexts.end());
   const std::vector<std::string> paths = split(a.str("paths", "fast,reference"), ',');
   if (paths.empty()) throw UsageError("--paths: 'fast' and/or 'reference'");
+  if (!a.str("agreement-out", "").empty() && (paths.size() != 2 || a.str("agreement", "on") != "on"))
+    throw UsageError("--agreement-out needs the agreement: --paths fast,reference and --agreement on");
+  if (const std::string f = a.str("agreement-out", ""); !f.empty() && !std::ofstream(f))  // before minutes of benchmarks
+    throw std::runtime_error("bench decode: cannot write --agreement-out " + f);
   const std::string device = a.str("device", "auto");
   LoadedModel files = load_model(a.str("model", default_model_path()));
 
@@ -311,7 +331,7 @@ int bench_decode(const Args& a) {
   out["paths"] = results;
   if (benches.size() == 2 && a.str("agreement", "on") == "on")
     out["agreement"] = agreement(*benches[0], *benches[1], files, a.str("prompts", "../shared/data/prompts/chat.jsonl"),
-                                 a.integer("agreement-tokens", 64));
+                                 a.integer("agreement-tokens", 64), a.str("agreement-out", ""));
   if (results.size() == 2) {
     const auto& f = results[0];
     const auto& r = results[1];

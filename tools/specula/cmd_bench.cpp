@@ -33,6 +33,7 @@ const char* kUsage =
     "usage: specula bench decode [--model PATH] [--threads N] [--contexts 128,1024,4096] [--decode-tokens N (64)]\n"
     "                            [--repeat R (3)] [--max-verify N (16)] [--paths fast,reference] [--device D]\n"
     "                            [--agreement on|off] [--prompts FILE] [--agreement-tokens N (64)]\n"
+    "                            [--agreement-out FILE.jsonl]\n"
     "       specula bench decode --shape llama-3.2-1b|llama-3.2-3b[,...] [--device D] [--prompt-tokens N] [...]\n"
     "  Prints JSON, per host path (fast: int8 activations; reference: f32), each with its own device\n"
     "  and model: load time, resident memory added, repacked bytes; at each context, prefill tokens/s\n"
@@ -42,7 +43,9 @@ const char* kUsage =
     "  tokens relative to one (the row counts taking turns, each timed over bursts of back-to-back\n"
     "  forwards), at the first context and at 2048; tokens/s of 1, 4 and 16 sequences\n"
     "  decoding together; the fast/reference ratios; and (both paths) their teacher-forced top-1\n"
-    "  agreement and perplexities on the prompt set plus each prompt's 64-token continuation.\n"
+    "  agreement and perplexities on the prompt set plus each prompt's 64-token continuation,\n"
+    "  with the disagreements counted by the reference's logit gap between the two choices\n"
+    "  (--agreement-out FILE.jsonl: the scored tokens and both paths' top-1 per position).\n"
     "  --shape: random BF16 weights at that model's exact shape instead of a model file; the\n"
     "  bandwidth is a device-to-device copy on CUDA; two shapes also give the step cost ratio c.\n"
     "  --spec-pair 0.6,0.7,0.8 (with two shapes, draft first): a synthetic pair with those greedy\n"
@@ -306,7 +309,7 @@ int cmd_bench(int argc, char** argv) {
       flags.insert({"adaptive", "pipeline-always"});
     } else {
       options.insert({"prompt-tokens", "decode-tokens", "repeat", "max-verify", "shape", "spec-pair", "spec-k", "spec-pair-engine",
-                      "cuda-graphs", "contexts", "paths", "agreement", "prompts", "agreement-tokens"});
+                      "cuda-graphs", "contexts", "paths", "agreement", "prompts", "agreement-tokens", "agreement-out"});
     }
     const Args a(argc - 1, argv + 1, options, flags);
     if (a.help()) { std::fputs(kUsage, stdout); return 0; }
