@@ -95,9 +95,24 @@ struct GumbelMax {
 // (log_w is within half a float ulp, at most 4e-6, of the log); one in reach first meets the
 // far-noise test with the bound e ln 2 + 1e-5 from its binary exponent e (weight < 2^e), and only
 // then is its log taken. `likely` (or -1) is visited first. Returns -1 when every weight is 0.
+// The same draw with the cover given block by block: block_cover(b) >= weight(v) for every v of
+// the 64-token block starting at b (a row of log-probabilities bounds its probabilities this
+// way without the row being made probabilities).
+template <class BlockCover, class Weight, class LogW>
+int32_t sample_gumbel_of_weights_by_block(size_t n, BlockCover&& block_cover, Weight&& weight, LogW&& log_w,
+                                          int32_t likely, uint64_t seed, int64_t position, RngStream stream);
+
 template <class Weight, class LogW>
 int32_t sample_gumbel_of_weights(std::span<const float> cover, Weight&& weight, LogW&& log_w, int32_t likely,
                                  uint64_t seed, int64_t position, RngStream stream) {
+  return sample_gumbel_of_weights_by_block(
+      cover.size(), [&](size_t b) { return static_cast<double>(block_max(cover.data() + b, 64)); }, weight, log_w, likely,
+      seed, position, stream);
+}
+
+template <class BlockCover, class Weight, class LogW>
+int32_t sample_gumbel_of_weights_by_block(size_t n, BlockCover&& block_cover, Weight&& weight, LogW&& log_w,
+                                          int32_t likely, uint64_t seed, int64_t position, RngStream stream) {
   constexpr double kLn2 = 0.6931471805599453;
   constexpr size_t kBlock = 64;
   GumbelMax g{seed, position, stream};
@@ -112,12 +127,11 @@ int32_t sample_gumbel_of_weights(std::span<const float> cover, Weight&& weight, 
     if (g.best_score != before) floor_w = std::exp(g.best_score - GumbelMax::kMaxNoise) * (1 - 1e-4);
   };
   if (likely >= 0) visit(likely);
-  const size_t n = cover.size();
   for (size_t b = 0; b < n; b += kBlock) {
     const size_t end = std::min(n, b + kBlock);
     if (end - b == kBlock) {
-      const float m = block_max(cover.data() + b, kBlock);
-      if (!(m > 0) || static_cast<double>(m) < floor_w) continue;
+      const double m = block_cover(b);
+      if (!(m > 0) || m < floor_w) continue;
     }
     for (size_t v = b; v < end; ++v) visit(static_cast<int32_t>(v));
   }

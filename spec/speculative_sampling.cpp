@@ -99,7 +99,7 @@ RoundOutcome speculative_sample_rows(std::span<const int32_t> draft, std::span<c
     return out;
   }
   if (!bonus) return out;
-  out.tokens.push_back(sample_log_of(rows.probs(k), seed, position + k, RngStream::Token));
+  out.tokens.push_back(rows.draw(k, seed, position + k));
   out.bonus = true;
   return out;
 }
@@ -110,6 +110,8 @@ struct ProbRows {
   int64_t vocab;
   float prob(int64_t i, int32_t t) const { return row(p, vocab, i)[static_cast<size_t>(t)]; }
   std::span<const float> probs(int64_t i) const { return row(p, vocab, i); }
+  // The bonus token: the Gumbel-max draw over log p_i.
+  int32_t draw(int64_t i, uint64_t seed, int64_t position) const { return sample_log_of(probs(i), seed, position, RngStream::Token); }
 };
 
 // Rows given as logits, transformed as the round reaches them: transform_logits, then
@@ -138,6 +140,25 @@ struct LogitRows {
     if (!as_probs) probs_from_log(buf);
     as_probs = true;
     return buf;
+  }
+  // ProbRows::draw's token without making the row probabilities: each weight p_v =
+  // prob_from_log(log p_v) and its float log are the values probs() and sample_log_of would
+  // compute, taken only for the tokens the draw visits; a 64-token block is bounded by the
+  // probability of its largest log p (prob_from_log is monotone; the margin covers an exp that
+  // is not correctly rounded), so the draw skips what sample_log_of skips or less.
+  int32_t draw(int64_t i, uint64_t seed, int64_t position) {
+    fetch(i);
+    if (as_probs) return sample_log_of(buf, seed, position, RngStream::Token);
+    const std::span<const float> logp = buf;
+    auto p = [&](int32_t v) { return prob_from_log(logp[static_cast<size_t>(v)]); };
+    return drawn(sample_gumbel_of_weights_by_block(
+        logp.size(),
+        [&](size_t b) {
+          const float m = block_max(logp.data() + b, 64);
+          return m == -std::numeric_limits<float>::infinity() ? 0.0 : std::exp(static_cast<double>(m)) * (1 + 1e-6);
+        },
+        [&](int32_t v) { return static_cast<double>(p(v)); }, [&](int32_t v) { return std::log(p(v)); }, argmax(logp),
+        seed, position, RngStream::Token));
   }
 };
 
