@@ -87,34 +87,22 @@ struct GumbelMax {
   }
 };
 
-// The draw sample_gumbel makes over the row log_w(v) (-inf where weight(v) <= 0), where log_w(v)
-// is a float rounding of log(weight(v)) for non-negative weights (probabilities, a residual's
-// masses), taking the logarithm only for the tokens that can win. `cover` bounds the weights from
-// above (cover[v] >= weight(v)): 64-token blocks whose cover is 0 or below the floor are passed
-// over whole. A token's weight below the floor exp(best - kMaxNoise) (1 - 1e-4) is out of reach
-// (log_w is within half a float ulp, at most 4e-6, of the log); one in reach first meets the
-// far-noise test with the bound e ln 2 + 1e-5 from its binary exponent e (weight < 2^e), and only
-// then is its log taken. `likely` (or -1) is visited first. Returns -1 when every weight is 0.
-// The same draw with the cover given block by block: block_cover(b) >= weight(v) for every v of
-// the 64-token block starting at b (a row of log-probabilities bounds its probabilities this
-// way without the row being made probabilities).
-template <class BlockCover, class Weight, class LogW>
-int32_t sample_gumbel_of_weights_by_block(size_t n, BlockCover&& block_cover, Weight&& weight, LogW&& log_w,
-                                          int32_t likely, uint64_t seed, int64_t position, RngStream stream);
+// Tokens per block that the draws below pass over whole when the block's cover says none can win.
+inline constexpr size_t kGumbelBlock = 64;
 
-template <class Weight, class LogW>
-int32_t sample_gumbel_of_weights(std::span<const float> cover, Weight&& weight, LogW&& log_w, int32_t likely,
-                                 uint64_t seed, int64_t position, RngStream stream) {
-  return sample_gumbel_of_weights_by_block(
-      cover.size(), [&](size_t b) { return static_cast<double>(block_max(cover.data() + b, 64)); }, weight, log_w, likely,
-      seed, position, stream);
-}
-
+// The draw sample_gumbel makes over the row log_w(v) (-inf where weight(v) <= 0) for v < n, where
+// log_w(v) is a float rounding of log(weight(v)) for non-negative weights (probabilities, a
+// residual's masses), taking the logarithm only for the tokens that can win. block_cover(b) bounds
+// the weights of the kGumbelBlock tokens from b from above: a whole block whose cover is 0 or
+// below the floor is passed over. A token's weight below the floor exp(best - kMaxNoise) (1 - 1e-4)
+// is out of reach (log_w is within half a float ulp, at most 4e-6, of the log); one in reach first
+// meets the far-noise test with the bound e ln 2 + 1e-5 from its binary exponent e (weight < 2^e),
+// and only then is its log taken. `likely` (or -1) is visited first. Returns -1 when every weight
+// is 0.
 template <class BlockCover, class Weight, class LogW>
 int32_t sample_gumbel_of_weights_by_block(size_t n, BlockCover&& block_cover, Weight&& weight, LogW&& log_w,
                                           int32_t likely, uint64_t seed, int64_t position, RngStream stream) {
   constexpr double kLn2 = 0.6931471805599453;
-  constexpr size_t kBlock = 64;
   GumbelMax g{seed, position, stream};
   double floor_w = 0;  // weights below this cannot win
   auto visit = [&](int32_t v) {
@@ -127,15 +115,24 @@ int32_t sample_gumbel_of_weights_by_block(size_t n, BlockCover&& block_cover, We
     if (g.best_score != before) floor_w = std::exp(g.best_score - GumbelMax::kMaxNoise) * (1 - 1e-4);
   };
   if (likely >= 0) visit(likely);
-  for (size_t b = 0; b < n; b += kBlock) {
-    const size_t end = std::min(n, b + kBlock);
-    if (end - b == kBlock) {
+  for (size_t b = 0; b < n; b += kGumbelBlock) {
+    const size_t end = std::min(n, b + kGumbelBlock);
+    if (end - b == kGumbelBlock) {
       const double m = block_cover(b);
       if (!(m > 0) || m < floor_w) continue;
     }
     for (size_t v = b; v < end; ++v) visit(static_cast<int32_t>(v));
   }
   return g.best;
+}
+
+// The same draw with the cover as a row: cover[v] >= weight(v), a block bounded by its maximum.
+template <class Weight, class LogW>
+int32_t sample_gumbel_of_weights(std::span<const float> cover, Weight&& weight, LogW&& log_w, int32_t likely,
+                                 uint64_t seed, int64_t position, RngStream stream) {
+  return sample_gumbel_of_weights_by_block(
+      cover.size(), [&](size_t b) { return static_cast<double>(block_max(cover.data() + b, kGumbelBlock)); }, weight,
+      log_w, likely, seed, position, stream);
 }
 
 }  // namespace specula

@@ -119,19 +119,21 @@ void transform_logits(std::span<const float> logits, const SamplingParams& sp, s
   // when P is the whole vocabulary); -inf elsewhere.
   const size_t V = logits.size();
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  logp.assign(V, kNegInf);
   if (sp.greedy()) {
+    logp.assign(V, kNegInf);
     logp[argmax(logits)] = 0.0f;
     return;
   }
   const float inv_t = 1.0f / sp.temperature;
   const bool use_k = sp.top_k > 0 && static_cast<size_t>(sp.top_k) < V, use_p = sp.top_p < 1.0f;
   if (!use_k && !use_p) {
+    logp.resize(V);  // every entry is written below
     const float mx = logits[argmax(logits)] * inv_t;
     const double log_sum = std::log(host_kernels::sampler_exp_sum(logits.data(), static_cast<int64_t>(V), inv_t, mx));
     host_kernels::sampler_log_probs(logits.data(), static_cast<int64_t>(V), inv_t, mx, log_sum, logp.data());
     return;
   }
+  logp.assign(V, kNegInf);
   thread_local std::vector<Candidate> cand;
   thread_local std::vector<float> cx;
   thread_local std::vector<double> e;
@@ -208,7 +210,7 @@ int32_t sample_gumbel_among(std::span<const int32_t> ids, std::span<const float>
 int32_t sample_gumbel(std::span<const float> logp, uint64_t seed, int64_t position, RngStream stream) {
   GumbelMax g{seed, position, stream};
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  constexpr size_t kBlock = 64;
+  constexpr size_t kBlock = kGumbelBlock;
   if (!logp.empty()) {
     const int32_t top = argmax(logp);  // a likely winner first
     if (logp[static_cast<size_t>(top)] != kNegInf) g.visit(top, logp[static_cast<size_t>(top)]);

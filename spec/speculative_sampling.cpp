@@ -154,7 +154,7 @@ struct LogitRows {
     return drawn(sample_gumbel_of_weights_by_block(
         logp.size(),
         [&](size_t b) {
-          const float m = block_max(logp.data() + b, 64);
+          const float m = block_max(logp.data() + b, kGumbelBlock);
           return m == -std::numeric_limits<float>::infinity() ? 0.0 : std::exp(static_cast<double>(m)) * (1 + 1e-6);
         },
         [&](int32_t v) { return static_cast<double>(p(v)); }, [&](int32_t v) { return std::log(p(v)); }, argmax(logp),

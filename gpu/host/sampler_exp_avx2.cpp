@@ -73,11 +73,7 @@ void sampler_log_probs_avx2(const float* x, int64_t n, float inv_t, float mx, do
   const __m256d ls = _mm256_set1_pd(log_sum);
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) _mm_storeu_ps(out + i, _mm256_cvtpd_ps(_mm256_sub_pd(args4(x + i, it, nm), ls)));
-  for (; i < n; ++i) {
-    const double a = _mm_cvtsd_f64(_mm_fmadd_sd(_mm_set_sd(static_cast<double>(x[i])), _mm_set_sd(static_cast<double>(inv_t)),
-                                                _mm_set_sd(-static_cast<double>(mx))));
-    out[i] = static_cast<float>(a - log_sum);
-  }
+  for (; i < n; ++i) out[i] = static_cast<float>(sampler_arg(x[i], inv_t, mx) - log_sum);
 }
 
 }  // namespace specula::host_kernels
