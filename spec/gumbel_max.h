@@ -10,6 +10,7 @@
 #include <limits>
 #include <span>
 
+#include "spec/gumbel_filter.h"
 #include "spec/philox.h"
 
 #if defined(__SSE2__)
@@ -59,6 +60,12 @@ struct GumbelMax {
   uint64_t cached = ~uint64_t{0};
   PhiloxBlock words{};
 
+  // The block filter with these margins (spec/gumbel_filter.h): which of 64 tokens can still win.
+  GumbelFilter filter() const {
+    static const uint32_t far_word = far_word_below(kFarU);
+    return {seed, position, stream, kMaxNoise, kFarNoise, far_word};
+  }
+
   // Whether no token with this logp (or with any logp up to this bound) can beat the best score so far.
   bool out_of_reach(double logp) const { return logp < best_score - kMaxNoise; }
   void visit(int32_t v, float logp) {
@@ -98,10 +105,13 @@ inline constexpr size_t kGumbelBlock = 64;
 // is out of reach (log_w is within half a float ulp, at most 4e-6, of the log); one in reach first
 // meets the far-noise test with the bound e ln 2 + 1e-5 from its binary exponent e (weight < 2^e),
 // and only then is its log taken. `likely` (or -1) is visited first. Returns -1 when every weight
-// is 0.
+// is 0. `bound` (or null): a row with log_w(v) <= bound[v] + kBoundMargin for every v, which lets
+// a whole block's tokens be tested at once (GumbelFilter) before any weight is computed.
+inline constexpr double kBoundMargin = 1e-3;
 template <class BlockCover, class Weight, class LogW>
 int32_t sample_gumbel_of_weights_by_block(size_t n, BlockCover&& block_cover, Weight&& weight, LogW&& log_w,
-                                          int32_t likely, uint64_t seed, int64_t position, RngStream stream) {
+                                          int32_t likely, uint64_t seed, int64_t position, RngStream stream,
+                                          const float* bound = nullptr) {
   constexpr double kLn2 = 0.6931471805599453;
   GumbelMax g{seed, position, stream};
   double floor_w = 0;  // weights below this cannot win
@@ -115,11 +125,17 @@ int32_t sample_gumbel_of_weights_by_block(size_t n, BlockCover&& block_cover, We
     if (g.best_score != before) floor_w = std::exp(g.best_score - GumbelMax::kMaxNoise) * (1 - 1e-4);
   };
   if (likely >= 0) visit(likely);
+  const GumbelFilter filter = g.filter();
   for (size_t b = 0; b < n; b += kGumbelBlock) {
     const size_t end = std::min(n, b + kGumbelBlock);
     if (end - b == kGumbelBlock) {
       const double m = block_cover(b);
       if (!(m > 0) || m < floor_w) continue;
+      if (bound != nullptr) {
+        for (uint64_t left = filter.candidates(bound + b, b, g.best_score - kBoundMargin); left != 0; left &= left - 1)
+          visit(static_cast<int32_t>(b + static_cast<size_t>(std::countr_zero(left))));
+        continue;
+      }
     }
     for (size_t v = b; v < end; ++v) visit(static_cast<int32_t>(v));
   }

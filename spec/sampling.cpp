@@ -2,6 +2,7 @@
 #include "spec/sampling.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -215,15 +216,23 @@ int32_t sample_gumbel(std::span<const float> logp, uint64_t seed, int64_t positi
     const int32_t top = argmax(logp);  // a likely winner first
     if (logp[static_cast<size_t>(top)] != kNegInf) g.visit(top, logp[static_cast<size_t>(top)]);
   }
+  const GumbelFilter filter = g.filter();
   for (size_t v = 0; v < logp.size(); ++v) {
     // Blocks of excluded or hopeless tokens (most of a top-k / top-p row, and most of a full
-    // vocabulary's) are passed over whole.
+    // vocabulary's) are passed over whole; in the rest, the filter rules out at once the tokens
+    // whose uniforms are too small for them to win (most of a full vocabulary's in-reach tokens).
     if (v % kBlock == 0 && v + kBlock <= logp.size()) {
       const float m = block_max(logp.data() + v, kBlock);
       if (!(m > kNegInf) || g.out_of_reach(m)) {
         v += kBlock - 1;
         continue;
       }
+      for (uint64_t left = filter.candidates(logp.data() + v, v, g.best_score); left != 0; left &= left - 1) {
+        const size_t t = v + static_cast<size_t>(std::countr_zero(left));
+        if (logp[t] != kNegInf) g.visit(static_cast<int32_t>(t), logp[t]);
+      }
+      v += kBlock - 1;
+      continue;
     }
     if (logp[v] == kNegInf) continue;
     g.visit(static_cast<int32_t>(v), logp[v]);

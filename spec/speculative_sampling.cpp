@@ -95,7 +95,7 @@ RoundOutcome speculative_sample_rows(std::span<const int32_t> draft, std::span<c
       ++out.accepted;
       continue;
     }
-    out.tokens.push_back(sample_recovered(rows.probs(i), q_i, seed, position + i));
+    out.tokens.push_back(rows.recovered(i, q_i, seed, position + i));
     return out;
   }
   if (!bonus) return out;
@@ -110,6 +110,10 @@ struct ProbRows {
   int64_t vocab;
   float prob(int64_t i, int32_t t) const { return row(p, vocab, i)[static_cast<size_t>(t)]; }
   std::span<const float> probs(int64_t i) const { return row(p, vocab, i); }
+  // The recovered token: the draw from the residual norm(max(0, p_i - q_i)).
+  int32_t recovered(int64_t i, std::span<const float> q_i, uint64_t seed, int64_t position) const {
+    return sample_recovered(probs(i), q_i, seed, position);
+  }
   // The bonus token: the Gumbel-max draw over log p_i.
   int32_t draw(int64_t i, uint64_t seed, int64_t position) const { return sample_log_of(probs(i), seed, position, RngStream::Token); }
 };
@@ -146,19 +150,48 @@ struct LogitRows {
   // compute, taken only for the tokens the draw visits; a 64-token block is bounded by the
   // probability of its largest log p (prob_from_log is monotone; the margin covers an exp that
   // is not correctly rounded), so the draw skips what sample_log_of skips or less.
+  // Each block's log p also bounds the log weights token by token (the filter in
+  // sample_gumbel_of_weights_by_block: log of prob_from_log(x) is within 1e-5 of x where the
+  // probability is not 0), so most tokens are ruled out before their exp is taken.
   int32_t draw(int64_t i, uint64_t seed, int64_t position) {
     fetch(i);
     if (as_probs) return sample_log_of(buf, seed, position, RngStream::Token);
     const std::span<const float> logp = buf;
     auto p = [&](int32_t v) { return prob_from_log(logp[static_cast<size_t>(v)]); };
     return drawn(sample_gumbel_of_weights_by_block(
-        logp.size(),
-        [&](size_t b) {
-          const float m = block_max(logp.data() + b, kGumbelBlock);
-          return m == -std::numeric_limits<float>::infinity() ? 0.0 : std::exp(static_cast<double>(m)) * (1 + 1e-6);
-        },
-        [&](int32_t v) { return static_cast<double>(p(v)); }, [&](int32_t v) { return std::log(p(v)); }, argmax(logp),
-        seed, position, RngStream::Token));
+        logp.size(), [&](size_t b) { return block_cover(b); }, [&](int32_t v) { return static_cast<double>(p(v)); },
+        [&](int32_t v) { return std::log(p(v)); }, argmax(logp), seed, position, RngStream::Token, logp.data()));
+  }
+  // ProbRows::recovered's token without making the row probabilities either: the residual
+  // r_v = p_v - q_v (in double, p_v = prob_from_log(log p_v), the value probs() holds) is at most
+  // p_v, so the bonus draw's block covers and bounds hold for it. sample_recovered falls back to a
+  // draw from p when the residual's mass is below kResidualFloor; the mass is at least any one
+  // positive r_v (a sum of non-negative doubles never falls below a term), so when the draw met an
+  // r_v of at least the floor its token stands, and otherwise (p and q all but equal) the row is
+  // made probabilities and sample_recovered decides as the definition does.
+  int32_t recovered(int64_t i, std::span<const float> q_i, uint64_t seed, int64_t position) {
+    fetch(i);
+    if (as_probs) return sample_recovered(buf, q_i, seed, position);
+    const std::span<const float> logp = buf;
+    double largest = 0;  // the largest residual the draw computed
+    auto r = [&](int32_t v) {
+      const double x = static_cast<double>(prob_from_log(logp[static_cast<size_t>(v)])) -
+                       static_cast<double>(q_i[static_cast<size_t>(v)]);
+      largest = std::max(largest, x);
+      return x;
+    };
+    const int32_t t = sample_gumbel_of_weights_by_block(
+        logp.size(), [&](size_t b) { return block_cover(b); }, r,
+        [&](int32_t v) { return static_cast<float>(std::log(r(v))); }, argmax(logp), seed, position,
+        RngStream::Residual, logp.data());
+    if (largest >= kResidualFloor) return drawn(t);
+    return sample_recovered(probs(i), q_i, seed, position);
+  }
+  // At least every probability of the 64 tokens from b (buf holds log p): exp of the largest,
+  // widened for a float exp that is not correctly rounded (prob_from_log is monotone).
+  double block_cover(size_t b) const {
+    const float m = block_max(buf.data() + b, kGumbelBlock);
+    return m == -std::numeric_limits<float>::infinity() ? 0.0 : std::exp(static_cast<double>(m)) * (1 + 1e-6);
   }
 };
 

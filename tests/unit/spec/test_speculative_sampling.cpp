@@ -3,6 +3,9 @@
 // Plus the greedy and coupled rules, the guards, and seeded determinism.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <random>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -339,6 +342,61 @@ TEST(VerifyDraft, JudgingLogitsOnDemandEqualsJudgingTheirWholeProbabilityRows) {
   EXPECT_GT(accepted, 200);
   EXPECT_GT(rejected, 100);
   EXPECT_GT(bonus, 50);
+}
+
+// The same over rows of the default model's vocabulary size, where the residual and bonus draws
+// rule tokens out 64 at a time (spec/gumbel_filter.h) before computing their probabilities: logits
+// from flat to peaked, q from the head's reduced vocabulary (the first 2,048 ids), the target's own
+// shape or one-hot; T 0.8 and 1.3 over the whole vocabulary and a top-p row.
+TEST(VerifyDraft, JudgingLogitsOnDemandEqualsJudgingTheirWholeProbabilityRowsOverAFullVocabulary) {
+  const int64_t v = 49152;
+  const SamplingParams transforms[] = {{0.8f, 0, 1.0f, 0}, {1.3f, 0, 1.0f, 0}, {0.8f, 0, 0.9f, 0}};
+  std::mt19937_64 rng(31);
+  int accepted = 0, rejected = 0, bonus = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    SamplingParams sp = transforms[trial % 3];
+    sp.seed = rng();
+    const int64_t k = 1 + trial % 2;
+    const float spread = std::array<float, 4>{0.5f, 2.0f, 4.0f, 8.0f}[trial % 4];
+    std::normal_distribution<float> g(0.0f, spread);
+    std::vector<float> logits(static_cast<size_t>((k + 1) * v));
+    for (float& x : logits) x = g(rng);
+    DraftProposal d;
+    std::vector<float> p, row_p;
+    for (int64_t i = 0; i <= k; ++i) {
+      const std::span<const float> row_logits = std::span<const float>(logits).subspan(static_cast<size_t>(i * v), v);
+      transform_to_probs(row_logits, sp, row_p);
+      p.insert(p.end(), row_p.begin(), row_p.end());
+      if (i == k) break;
+      std::vector<float> q(static_cast<size_t>(v), 0.0f);
+      int32_t t = 0;
+      if (trial % 3 == 2) {  // one-hot on the target's likeliest token
+        t = argmax(row_logits);
+        q[static_cast<size_t>(t)] = 1.0f;
+      } else {  // the head's vocabulary: the target's shape (mostly accepted) or blurred (often rejected)
+        std::vector<float> head(row_logits.begin(), row_logits.begin() + 2048), qh;
+        if (trial % 3 == 1)
+          for (size_t j = 0; j < head.size(); ++j) head[j] += static_cast<float>(std::sin(static_cast<double>(j) * 0.7) * 2.0);
+        transform_to_probs(head, sp, qh);
+        std::copy(qh.begin(), qh.end(), q.begin());
+        t = static_cast<int32_t>(rng() % 2048);
+        if (trial % 2 == 0) t = argmax(qh);
+      }
+      d.tokens.push_back(t);
+      d.q.insert(d.q.end(), q.begin(), q.end());
+    }
+    const RoundOutcome got = verify_draft(d, logits, sp, 77 + trial, SpecSampling::Exact);
+    const RoundOutcome want = speculative_sample(d.tokens, d.q, p, v, sp.seed, 77 + trial);
+    EXPECT_EQ(got.tokens, want.tokens) << "trial " << trial << ", top-p " << sp.top_p;
+    EXPECT_EQ(got.accepted, want.accepted);
+    EXPECT_EQ(got.bonus, want.bonus);
+    accepted += want.accepted;
+    rejected += want.bonus ? 0 : 1;
+    bonus += want.bonus ? 1 : 0;
+  }
+  EXPECT_GT(accepted, 10);
+  EXPECT_GT(rejected, 10);
+  EXPECT_GT(bonus, 5);
 }
 
 TEST(Sampling, ProbabilitiesFromLogProbabilitiesAreTheirExpAndZeroOutsideTheKeptSet) {
