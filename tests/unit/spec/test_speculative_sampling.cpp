@@ -301,6 +301,19 @@ TEST(VerifyDraft, JudgingWithoutABonusRowInTwoStepsEqualsJudgingTheJoinedDraft) 
   EXPECT_GT(both_stages, 100) << "the second step should be reached often";
 }
 
+// The on-demand verdict against the whole-row rule's, counting which paths of the rule were taken.
+struct PathTally {
+  int accepted = 0, rejected = 0, bonus = 0;
+  void expect_same(const RoundOutcome& got, const RoundOutcome& want, const std::string& where) {
+    EXPECT_EQ(got.tokens, want.tokens) << where;
+    EXPECT_EQ(got.accepted, want.accepted) << where;
+    EXPECT_EQ(got.bonus, want.bonus) << where;
+    accepted += want.accepted;
+    rejected += want.bonus ? 0 : 1;
+    bonus += want.bonus ? 1 : 0;
+  }
+};
+
 // verify_draft transforms a row of logits only as far as the round needs it (one exp for the token
 // an acceptance test reads, the whole row for a residual or bonus draw). It must judge exactly as
 // the rule does on the rows transform_to_probs makes, for every sampling transform, through
@@ -308,7 +321,7 @@ TEST(VerifyDraft, JudgingWithoutABonusRowInTwoStepsEqualsJudgingTheJoinedDraft) 
 TEST(VerifyDraft, JudgingLogitsOnDemandEqualsJudgingTheirWholeProbabilityRows) {
   const int64_t v = 64;
   const SamplingParams transforms[] = {{0.8f, 0, 1.0f, 0}, {0.8f, 8, 1.0f, 0}, {1.0f, 0, 0.9f, 0}, {0.7f, 12, 0.95f, 0}};
-  int accepted = 0, rejected = 0, bonus = 0;
+  PathTally tally;
   for (const SamplingParams& base : transforms)
     for (uint64_t seed = 0; seed < 200; ++seed) {
       SamplingParams sp = base;
@@ -329,19 +342,15 @@ TEST(VerifyDraft, JudgingLogitsOnDemandEqualsJudgingTheirWholeProbabilityRows) {
         d.tokens.push_back(seed % 3 == 2 ? static_cast<int32_t>(i * 5 % v) : t);
         d.q.insert(d.q.end(), q.begin(), q.end());
       }
-      const RoundOutcome got = verify_draft(d, logits, sp, 90, SpecSampling::Exact);
-      const RoundOutcome want = speculative_sample(d.tokens, d.q, p, v, seed, 90);
-      EXPECT_EQ(got.tokens, want.tokens) << "seed " << seed << ", top-k " << sp.top_k << ", top-p " << sp.top_p;
-      EXPECT_EQ(got.accepted, want.accepted);
-      EXPECT_EQ(got.bonus, want.bonus);
-      accepted += want.accepted;
-      rejected += want.bonus ? 0 : 1;
-      bonus += want.bonus ? 1 : 0;
+      tally.expect_same(verify_draft(d, logits, sp, 90, SpecSampling::Exact),
+                        speculative_sample(d.tokens, d.q, p, v, seed, 90),
+                        "seed " + std::to_string(seed) + ", top-k " + std::to_string(sp.top_k) + ", top-p " +
+                            std::to_string(sp.top_p));
     }
   // every path of the rule was taken, many times
-  EXPECT_GT(accepted, 200);
-  EXPECT_GT(rejected, 100);
-  EXPECT_GT(bonus, 50);
+  EXPECT_GT(tally.accepted, 200);
+  EXPECT_GT(tally.rejected, 100);
+  EXPECT_GT(tally.bonus, 50);
 }
 
 // The same over rows of the default model's vocabulary size, where the residual and bonus draws
@@ -352,7 +361,7 @@ TEST(VerifyDraft, JudgingLogitsOnDemandEqualsJudgingTheirWholeProbabilityRowsOve
   const int64_t v = 49152;
   const SamplingParams transforms[] = {{0.8f, 0, 1.0f, 0}, {1.3f, 0, 1.0f, 0}, {0.8f, 0, 0.9f, 0}};
   std::mt19937_64 rng(31);
-  int accepted = 0, rejected = 0, bonus = 0;
+  PathTally tally;
   for (int trial = 0; trial < 120; ++trial) {
     SamplingParams sp = transforms[trial % 3];
     sp.seed = rng();
@@ -385,18 +394,13 @@ TEST(VerifyDraft, JudgingLogitsOnDemandEqualsJudgingTheirWholeProbabilityRowsOve
       d.tokens.push_back(t);
       d.q.insert(d.q.end(), q.begin(), q.end());
     }
-    const RoundOutcome got = verify_draft(d, logits, sp, 77 + trial, SpecSampling::Exact);
-    const RoundOutcome want = speculative_sample(d.tokens, d.q, p, v, sp.seed, 77 + trial);
-    EXPECT_EQ(got.tokens, want.tokens) << "trial " << trial << ", top-p " << sp.top_p;
-    EXPECT_EQ(got.accepted, want.accepted);
-    EXPECT_EQ(got.bonus, want.bonus);
-    accepted += want.accepted;
-    rejected += want.bonus ? 0 : 1;
-    bonus += want.bonus ? 1 : 0;
+    tally.expect_same(verify_draft(d, logits, sp, 77 + trial, SpecSampling::Exact),
+                      speculative_sample(d.tokens, d.q, p, v, sp.seed, 77 + trial),
+                      "trial " + std::to_string(trial) + ", top-p " + std::to_string(sp.top_p));
   }
-  EXPECT_GT(accepted, 10);
-  EXPECT_GT(rejected, 10);
-  EXPECT_GT(bonus, 5);
+  EXPECT_GT(tally.accepted, 10);
+  EXPECT_GT(tally.rejected, 10);
+  EXPECT_GT(tally.bonus, 5);
 }
 
 TEST(Sampling, ProbabilitiesFromLogProbabilitiesAreTheirExpAndZeroOutsideTheKeptSet) {
