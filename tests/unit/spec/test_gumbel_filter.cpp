@@ -83,7 +83,9 @@ TEST(GumbelFilter, ItDropsOnlyTokensThatCannotWinAndMostOfThoseFarBelowTheBest) 
       const double u = philox_uniform(gm.seed, gm.position, gm.stream, first + static_cast<uint64_t>(i));
       const bool out_of_reach = x < best - GumbelMax::kMaxNoise;
       const bool far = best - x >= GumbelMax::kFarNoise && u < GumbelMax::kFarU;
-      if (!((kept >> i) & 1)) ASSERT_TRUE(out_of_reach || far) << "trial " << trial << " token " << i << " bound " << x << " best " << best;
+      if (!((kept >> i) & 1)) {
+        ASSERT_TRUE(out_of_reach || far) << "trial " << trial << " token " << i << " bound " << x << " best " << best;
+      }
       if (!out_of_reach && far) {
         ++far_tokens;
         far_dropped += !((kept >> i) & 1);
