@@ -268,6 +268,28 @@ def test_the_runtime_drafts_chains_as_the_trainer_measured_them(toy_run, specula
         assert abs(acc[j] - want[j]) < 0.03, (acc, want)
 
 
+def test_draft_eval_ranks_count_the_targets_argmax_among_the_heads_likeliest_tokens(toy_run, specula_bin):
+    """`draft-eval --ranks N`: the fraction of positions whose target argmax is among the head's j
+    likeliest depth-1 tokens. At j = 1 it is the greedy top-1 of the same run (the same decision
+    made through the head's sampled q row), it grows with j, and the split by the head's
+    confidence adds up to it; an N out of range is one clear error."""
+    out, _ = toy_run
+    target = out / "target" / "q4_1_tied" / "model.gguf"
+    base = [str(specula_bin), "draft-eval", "--model", str(target), "--draft", f"eagle:{out / 'draft.gguf'}",
+            "--data", str(out / "data.spd"), "--responses-only"]
+    p = subprocess.run([*base, "--ranks", "4"], capture_output=True, text=True, check=True)
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    top = got["in_top"]
+    assert len(top) == 4 and top[0] == pytest.approx(got["top1_depth1"], abs=1e-12), got
+    assert top[0] <= top[1] <= top[2] <= top[3] and top[3] > top[0], top
+    bins = got["in_top_by_confidence"]
+    assert sum(b["positions"] for b in bins) == got["positions"]
+    for j in range(4):
+        assert sum(b["in_top"][j] * b["positions"] for b in bins) == pytest.approx(top[j] * got["positions"], abs=1e-6)
+    p = subprocess.run([*base, "--ranks", "65"], capture_output=True, text=True)
+    assert p.returncode != 0 and "--ranks must be 0..64" in p.stderr, p.stderr
+
+
 def test_draft_data_answers_given_prompts_and_refuses_the_benchmark_set(toy_run, specula_bin, tmp_path):
     """`draft-data --prompts FILE`: sample i is the target's answer to line i of FILE, the prompt
     part exactly the chat-templated message (as `bench spec` renders it); the benchmark's prompt

@@ -6,6 +6,8 @@
 // (the run-time protocol: depths 2..D read the head's own features and proposals) and reports how
 // far the chain matches the target's greedy continuation, the greedy acceptance per depth that
 // `bench spec` measures, on positions where the file's tokens are that greedy continuation.
+// With --ranks N it reports how often the target's argmax is among the head's N likeliest depth-1
+// tokens: what a tree of candidates (several children at the root) could accept at depth 1.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -25,18 +27,22 @@ namespace {
 
 const char* kUsage =
     "usage: specula draft-eval [--model PATH] --draft eagle[:PATH] --data FILE.spd [--limit N] [--responses-only] [--depth D]\n"
+    "                          [--ranks N]\n"
     "  Prints JSON: depth-1 top-1 agreement of the head's greedy proposal with the target's argmax\n"
     "  at every position of the file's sequences (or only where the next token is a response token),\n"
     "  teacher-forced with the file's tokens and hidden states. The file needs top-k (K >= 1).\n"
     "  --depth D (default 1): draft D tokens at each position and report the greedy chain's\n"
     "  acceptance per depth (accepted[j]: the first j + 1 drafts all equal the target's argmax chain)\n"
-    "  and the mean accepted length, over positions whose next D file tokens are that chain.\n";
+    "  and the mean accepted length, over positions whose next D file tokens are that chain.\n"
+    "  --ranks N (1..64): also the fraction of positions whose target argmax is among the head's j\n"
+    "  likeliest depth-1 tokens, j = 1..N (in_top_j; ties to the lower id; outside the head's\n"
+    "  reduced vocabulary never), also split by the head's largest q (below 0.3, 0.3-0.6, above).\n";
 
 }  // namespace
 
 int cmd_draft_eval(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
-  options.insert({"draft", "data", "limit", "depth"});
+  options.insert({"draft", "data", "limit", "depth", "ranks"});
   const Args a(argc, argv, options, {"responses-only"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   if (!a.has("draft") || !a.has("data")) throw UsageError("--draft and --data are required");
@@ -71,6 +77,18 @@ int cmd_draft_eval(int argc, char** argv) {
   const bool responses_only = a.flag("responses-only");
   const long long depth = a.integer("depth", 1);
   if (depth < 1 || depth > 16) throw UsageError("--depth must be 1..16");
+  const long long ranks = a.integer("ranks", 0);
+  if (ranks < 0 || ranks > 64) throw UsageError("--ranks must be 0..64");
+  // The head's depth-1 distribution: one token sampled at T 1 brings its q row.
+  DraftRequest rank_req;
+  rank_req.max_tokens = 1;
+  rank_req.sampling = SamplingParams{1.0f, 0, 1.0f, 0};
+  DraftProposal ranked;
+  std::vector<int64_t> in_top(static_cast<size_t>(ranks), 0);
+  // The same split by the head's confidence (its largest q): where a second candidate would pay.
+  constexpr double kBinEdges[] = {0.3, 0.6};
+  struct Bin { int64_t positions = 0; std::vector<int64_t> in_top; };
+  std::vector<Bin> bins(3, Bin{0, std::vector<int64_t>(static_cast<size_t>(ranks), 0)});
 
   int64_t positions = 0, agree = 0, sequences = 0;
   draft_data::Record rec;
@@ -100,6 +118,24 @@ int cmd_draft_eval(int argc, char** argv) {
       ++positions;
       auto argmax_at = [&](int64_t i) { return rec.topk_ids[static_cast<size_t>(i * K)]; };
       agree += out.k() >= 1 && out.tokens[0] == argmax_at(m);
+      if (ranks > 0) {
+        // the head's cache is left as the chain proposal left it: propose drops speculative entries
+        rank_req.context = req.context;
+        rank_req.position = req.position;
+        d->propose(rank_req, ranked);
+        const int32_t t = argmax_at(m);
+        const std::span<const float> q(ranked.q.data(), ranked.q.size());
+        const float qt = q.empty() ? 0.0f : q[static_cast<size_t>(t)];
+        const float q_max = q.empty() ? 0.0f : *std::max_element(q.begin(), q.end());
+        Bin& bin = bins[q_max < kBinEdges[0] ? 0 : q_max < kBinEdges[1] ? 1 : 2];
+        ++bin.positions;
+        if (qt > 0.0f) {
+          int64_t ahead = 0;  // tokens ranked before t
+          for (size_t v = 0; v < q.size() && ahead < ranks; ++v)
+            ahead += q[v] > qt || (q[v] == qt && static_cast<int32_t>(v) < t);
+          for (int64_t j = ahead; j < ranks; ++j) ++in_top[static_cast<size_t>(j)], ++bin.in_top[static_cast<size_t>(j)];
+        }
+      }
       if (m + depth > T) continue;
       bool greedy_chain = true;  // x_{m+i} = argmax at m + i - 1 for i = 1..depth - 1
       for (int64_t i = 1; i < depth && greedy_chain; ++i) greedy_chain = tokens[static_cast<size_t>(m + i)] == argmax_at(m + i - 1);
@@ -114,6 +150,20 @@ int cmd_draft_eval(int argc, char** argv) {
   j["sequences"] = sequences;
   j["positions"] = positions;
   j["top1_depth1"] = positions ? static_cast<double>(agree) / static_cast<double>(positions) : 0.0;
+  if (ranks > 0) {
+    nlohmann::json top = nlohmann::json::array();
+    for (int64_t n : in_top) top.push_back(positions ? static_cast<double>(n) / static_cast<double>(positions) : 0.0);
+    j["in_top"] = top;
+    nlohmann::json by = nlohmann::json::array();
+    for (size_t b = 0; b < bins.size(); ++b) {
+      nlohmann::json tb = nlohmann::json::array();
+      for (int64_t n : bins[b].in_top)
+        tb.push_back(bins[b].positions ? static_cast<double>(n) / static_cast<double>(bins[b].positions) : 0.0);
+      by.push_back({{"head_top_q_from", b == 0 ? 0.0 : kBinEdges[b - 1]}, {"head_top_q_below", b < 2 ? kBinEdges[b] : 1.0},
+                    {"positions", bins[b].positions}, {"in_top", tb}});
+    }
+    j["in_top_by_confidence"] = by;
+  }
   if (depth > 1) {
     nlohmann::json acc = nlohmann::json::array();
     double mean = 0.0;

@@ -55,7 +55,8 @@ double median_us(F&& f, int calls = 50, int bursts = 7) {
 }
 
 TEST(SamplingBench, DISABLED_TheExactVerifiersWorkOnAFullVocabularyRow) {
-  for (const SamplingParams& base : {SamplingParams{0.8f, 0, 1.0f, 0}, SamplingParams{0.8f, 40, 0.95f, 0}}) {
+  for (const SamplingParams& base :
+       {SamplingParams{0.8f, 0, 1.0f, 0}, SamplingParams{0.8f, 40, 0.95f, 0}, SamplingParams{0.8f, 0, 0.95f, 0}}) {
     SamplingParams sp = base;
     // two rows: the first judges the draft token, the second is the bonus row
     std::vector<float> logits = model_like_row(1), second = model_like_row(2);
