@@ -17,8 +17,9 @@ float float_at_or_below(double x) {
   return f;
 }
 
-uint64_t philox_not_far(uint64_t seed, int64_t position, RngStream stream, uint64_t first, uint32_t far_word) {
-  if (host_kernels::cpu_has_avx2_fma()) return detail::philox_not_far_avx2(seed, position, stream, first, far_word);
+uint64_t philox_not_far(uint64_t seed, int64_t position, RngStream stream, uint64_t first, uint32_t far_word,
+                        bool vector) {
+  if (vector) return detail::philox_not_far_avx2(seed, position, stream, first, far_word);
   uint64_t mask = 0;
   for (uint64_t b = 0; b < 16; ++b) {
     const PhiloxBlock w = philox_block(seed, position, stream, (first >> 2) + b);
@@ -41,6 +42,14 @@ uint32_t far_word_below(double far_u) {
 }
 
 uint64_t GumbelFilter::candidates(const float* ub, uint64_t first, double best) const {
+  return masks(ub, first, best, host_kernels::cpu_has_avx2_fma());
+}
+
+uint64_t GumbelFilter::candidates_portable(const float* ub, uint64_t first, double best) const {
+  return masks(ub, first, best, false);
+}
+
+uint64_t GumbelFilter::masks(const float* ub, uint64_t first, double best, bool vector) const {
   if (!(best > -std::numeric_limits<double>::infinity())) return ~uint64_t{0};  // no score yet: every token can win
   // ub < below_reach implies ub < best - max_noise, and ub <= far_bound implies best - ub >=
   // far_noise, both as GumbelMax computes them in double (floats at or below the thresholds;
@@ -51,7 +60,7 @@ uint64_t GumbelFilter::candidates(const float* ub, uint64_t first, double best) 
   while (!(best - static_cast<double>(far_bound) >= far_noise))
     far_bound = std::nextafter(far_bound, -std::numeric_limits<float>::infinity());
   uint64_t out = 0, far = 0;
-  if (host_kernels::cpu_has_avx2_fma()) {
+  if (vector) {
     detail::bound_masks_avx2(ub, below_reach, far_bound, &out, &far);
   } else {
     for (int i = 0; i < 64; ++i) {
@@ -61,7 +70,7 @@ uint64_t GumbelFilter::candidates(const float* ub, uint64_t first, double best) 
   }
   const uint64_t in_reach = ~out;
   if ((in_reach & far) == 0) return in_reach;  // no uniform can rule a token out: skip the draws
-  return in_reach & (~far | philox_not_far(seed, position, stream, first, far_word));
+  return in_reach & (~far | philox_not_far(seed, position, stream, first, far_word, vector));
 }
 
 }  // namespace specula

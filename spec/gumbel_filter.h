@@ -24,6 +24,11 @@ struct GumbelFilter {
   double max_noise, far_noise;
   uint32_t far_word;
   uint64_t candidates(const float* ub, uint64_t first, double best) const;
+  // The same mask without the 256-bit half (what a CPU without AVX2 computes; tests compare them).
+  uint64_t candidates_portable(const float* ub, uint64_t first, double best) const;
+
+ private:
+  uint64_t masks(const float* ub, uint64_t first, double best, bool vector) const;
 };
 
 // The uniforms' far test as a word threshold: philox_word_uniform(w) < far_u exactly when w < the result.
