@@ -28,8 +28,8 @@ inline uint32_t spread4(uint32_t m) {
 }  // namespace
 
 uint64_t philox_not_far_avx2(uint64_t seed, int64_t position, RngStream stream, uint64_t first, uint32_t far_word) {
-  constexpr uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
-  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(M0)), m1 = _mm256_set1_epi32(static_cast<int>(M1));
+  using namespace philox_constants;
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kM0)), m1 = _mm256_set1_epi32(static_cast<int>(kM1));
   const __m256i flip = _mm256_set1_epi32(static_cast<int>(0x80000000u));
   // word < far_word as a signed compare of both with the top bit flipped
   const __m256i far_s = _mm256_xor_si256(_mm256_set1_epi32(static_cast<int>(far_word)), flip);
@@ -41,7 +41,7 @@ uint64_t philox_not_far_avx2(uint64_t seed, int64_t position, RngStream stream, 
     __m256i c2 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(static_cast<uint64_t>(position) >> 32)));
     __m256i c3 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream)));
     uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-    for (int round = 0; round < 10; ++round) {
+    for (int round = 0; round < kRounds; ++round) {
       __m256i lo0, hi0, lo1, hi1;
       mul_wide(c0, m0, lo0, hi0);
       mul_wide(c2, m1, lo1, hi1);
@@ -51,8 +51,8 @@ uint64_t philox_not_far_avx2(uint64_t seed, int64_t position, RngStream stream, 
       c1 = lo1;
       c2 = n2;
       c3 = lo0;
-      k0 += W0;
-      k1 += W1;
+      k0 += kW0;
+      k1 += kW1;
     }
     const __m256i words[4] = {c0, c1, c2, c3};
     uint32_t m = 0;

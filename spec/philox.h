@@ -9,16 +9,23 @@ namespace specula {
 
 using PhiloxBlock = std::array<uint32_t, 4>;
 
+// The generator's multipliers, key increments ("Weyl" constants) and rounds; the vector version
+// (spec/gumbel_filter_avx2.cpp) uses the same.
+namespace philox_constants {
+inline constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+inline constexpr int kRounds = 10;
+}  // namespace philox_constants
+
 inline PhiloxBlock philox4x32(PhiloxBlock c, uint64_t key) {
-  constexpr uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
+  using namespace philox_constants;
   uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = static_cast<uint64_t>(M0) * c[0];
-    const uint64_t p1 = static_cast<uint64_t>(M1) * c[2];
+  for (int round = 0; round < kRounds; ++round) {
+    const uint64_t p0 = static_cast<uint64_t>(kM0) * c[0];
+    const uint64_t p1 = static_cast<uint64_t>(kM1) * c[2];
     c = {static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k0, static_cast<uint32_t>(p1),
          static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k1, static_cast<uint32_t>(p0)};
-    k0 += W0;
-    k1 += W1;
+    k0 += kW0;
+    k1 += kW1;
   }
   return c;
 }

@@ -216,26 +216,22 @@ int32_t sample_gumbel(std::span<const float> logp, uint64_t seed, int64_t positi
     const int32_t top = argmax(logp);  // a likely winner first
     if (logp[static_cast<size_t>(top)] != kNegInf) g.visit(top, logp[static_cast<size_t>(top)]);
   }
+  auto visit = [&](size_t v) {
+    if (logp[v] != kNegInf) g.visit(static_cast<int32_t>(v), logp[v]);
+  };
   const GumbelFilter filter = g.filter();
-  for (size_t v = 0; v < logp.size(); ++v) {
+  for (size_t b = 0; b < logp.size(); b += kBlock) {
+    if (b + kBlock > logp.size()) {  // the tail, token by token
+      for (size_t v = b; v < logp.size(); ++v) visit(v);
+      break;
+    }
     // Blocks of excluded or hopeless tokens (most of a top-k / top-p row, and most of a full
     // vocabulary's) are passed over whole; in the rest, the filter rules out at once the tokens
     // whose uniforms are too small for them to win (most of a full vocabulary's in-reach tokens).
-    if (v % kBlock == 0 && v + kBlock <= logp.size()) {
-      const float m = block_max(logp.data() + v, kBlock);
-      if (!(m > kNegInf) || g.out_of_reach(m)) {
-        v += kBlock - 1;
-        continue;
-      }
-      for (uint64_t left = filter.candidates(logp.data() + v, v, g.best_score); left != 0; left &= left - 1) {
-        const size_t t = v + static_cast<size_t>(std::countr_zero(left));
-        if (logp[t] != kNegInf) g.visit(static_cast<int32_t>(t), logp[t]);
-      }
-      v += kBlock - 1;
-      continue;
-    }
-    if (logp[v] == kNegInf) continue;
-    g.visit(static_cast<int32_t>(v), logp[v]);
+    const float m = block_max(logp.data() + b, kBlock);
+    if (!(m > kNegInf) || g.out_of_reach(m)) continue;
+    for (uint64_t left = filter.candidates(logp.data() + b, b, g.best_score); left != 0; left &= left - 1)
+      visit(b + static_cast<size_t>(std::countr_zero(left)));
   }
   if (g.best < 0) throw std::logic_error("sample_gumbel: every token is excluded");
   return g.best;

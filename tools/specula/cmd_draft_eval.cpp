@@ -84,8 +84,7 @@ int cmd_draft_eval(int argc, char** argv) {
   rank_req.max_tokens = 1;
   rank_req.sampling = SamplingParams{1.0f, 0, 1.0f, 0};
   DraftProposal ranked;
-  std::vector<int64_t> in_top(static_cast<size_t>(ranks), 0);
-  // The same split by the head's confidence (its largest q): where a second candidate would pay.
+  // Counted by the head's confidence (its largest q): where a second candidate would pay.
   constexpr double kBinEdges[] = {0.3, 0.6};
   struct Bin { int64_t positions = 0; std::vector<int64_t> in_top; };
   std::vector<Bin> bins(3, Bin{0, std::vector<int64_t>(static_cast<size_t>(ranks), 0)});
@@ -133,7 +132,7 @@ int cmd_draft_eval(int argc, char** argv) {
           int64_t ahead = 0;  // tokens ranked before t
           for (size_t v = 0; v < q.size() && ahead < ranks; ++v)
             ahead += q[v] > qt || (q[v] == qt && static_cast<int32_t>(v) < t);
-          for (int64_t j = ahead; j < ranks; ++j) ++in_top[static_cast<size_t>(j)], ++bin.in_top[static_cast<size_t>(j)];
+          for (int64_t j = ahead; j < ranks; ++j) ++bin.in_top[static_cast<size_t>(j)];
         }
       }
       if (m + depth > T) continue;
@@ -152,7 +151,11 @@ int cmd_draft_eval(int argc, char** argv) {
   j["top1_depth1"] = positions ? static_cast<double>(agree) / static_cast<double>(positions) : 0.0;
   if (ranks > 0) {
     nlohmann::json top = nlohmann::json::array();
-    for (int64_t n : in_top) top.push_back(positions ? static_cast<double>(n) / static_cast<double>(positions) : 0.0);
+    for (int64_t r = 0; r < ranks; ++r) {
+      int64_t n = 0;
+      for (const Bin& b : bins) n += b.in_top[static_cast<size_t>(r)];
+      top.push_back(positions ? static_cast<double>(n) / static_cast<double>(positions) : 0.0);
+    }
     j["in_top"] = top;
     nlohmann::json by = nlohmann::json::array();
     for (size_t b = 0; b < bins.size(); ++b) {
