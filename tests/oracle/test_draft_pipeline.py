@@ -160,6 +160,42 @@ export.write(sys.argv[2], cfg, params, token_map, target_hash=meta["draft.target
     assert reshuffled["first_train_loss"] != tuned["first_train_loss"]
 
 
+def test_the_overlap_term_raises_the_heads_overlap_with_the_target_at_its_temperature(toy_run, tmp_path):
+    """train.py --overlap-weight W --temperature T (the eighth fine-tune's loss, docs/draft.md): the
+    same steps from the toy head over the same windows, with the term and without it (the control);
+    with it the validation's overlap at T rises above the control's. At T = 1 the overlap, whose
+    p is renormalised over the data's top-k, is at least the alpha_lower_bound of the raw p.
+    A temperature of 0 and the term without soft labels are one clear error each."""
+    out, _ = toy_run
+    py = BUILD_DIR / "draft-venv" / "bin" / "python"
+    env = dict(os.environ, PYTHONPATH=str(SOURCE_DIR / "tools"))
+    target = out / "target" / "q4_1_tied" / "model.gguf"
+
+    def train(dest, *extra):
+        return subprocess.run([str(py), "-m", "draft.train", "--target", str(target), "--data", str(out / "data.spd"),
+                               "--out", str(dest), "--init-from", str(out / "draft.gguf"), "--depth", "3", "--steps", "60",
+                               "--lr", "1e-3", "--window", "64", "--batch", "8", "--export-type", "Q8_0", *extra],
+                              capture_output=True, text=True, env=env, timeout=600)
+
+    def metrics(p):
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    plain = metrics(train(tmp_path / "plain", "--temperature", "0.8"))
+    overlap = metrics(train(tmp_path / "overlap", "--temperature", "0.8", "--overlap-weight", "4"))
+    assert plain["initial_validation"] == overlap["initial_validation"]
+    assert plain["validation"]["temperature"] == overlap["validation"]["temperature"] == 0.8
+    for j in range(3):
+        assert overlap["validation"]["overlap_at_t"][j] > plain["validation"]["overlap_at_t"][j], (j + 1, plain, overlap)
+    at_one = metrics(train(tmp_path / "at-one", "--temperature", "1", "--steps", "2", "--lr", "1e-9"))["validation"]
+    for j in range(3):
+        assert at_one["overlap_at_t"][j] >= at_one["alpha_lower_bound"][j] - 1e-4, at_one
+    for extra, said in ((["--temperature", "0"], "--temperature must be > 0"),
+                        (["--overlap-weight", "1", "--labels", "hard"], "needs soft labels")):
+        p = train(tmp_path / "bad", *extra)
+        assert p.returncode != 0 and said in p.stderr, p.stderr[-2000:]
+
+
 @pytest.mark.parametrize("layers", [(), (3, 1)])
 def test_a_draft_data_file_round_trips_and_a_truncated_one_is_one_clear_error(tmp_path, layers):
     """Version 1 (final hidden states) and version 2 (C feature layers: rows of H (1 + C))."""

@@ -7,7 +7,9 @@ metrics JSON (validation top-1 accuracy per draft depth, ...) on stdout.
 
 Loss at depth j (1..K) over every entry that has a depth-j input (entry a >= j-1 of its window):
 soft cross-entropy to the target's top-k p restricted to the reduced vocabulary and renormalised
-(when the data carries top-k), else cross-entropy to the next token (hard); depth j weighs
+(when the data carries top-k), else cross-entropy to the next token (hard); with
+--overlap-weight W, plus W (1 - overlap at --temperature), the share of a sampled draft that
+rejection sampling would turn down there (docs/draft.md, "The eighth fine-tune"); depth j weighs
 decay^(j-1). Validation covers the response entries (those predicting a token after the prompt).
 """
 from __future__ import annotations
@@ -112,7 +114,8 @@ def batch_at(w: dict, idx: np.ndarray) -> dict:
 
 # ---------------------------------------------------------------- loss and metrics
 
-def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weight: float = 0.0):
+def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weight: float = 0.0,
+             overlap_weight: float = 0.0, temperature: float = 0.8):
     import jax
     import jax.numpy as jnp
 
@@ -155,9 +158,28 @@ def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weig
         picked = jnp.take_along_axis(logp, jnp.broadcast_to(jnp.maximum(hard, 0)[None, ..., None], logp.shape[:3] + (1,)), axis=-1)[..., 0]
         return -picked, hard >= 0
 
+    def overlap_at_t(logits, b):
+        """sum over the entry's top-k tokens of min(p_T, q_T) at the sampling temperature T: an
+        estimate of the probability that a token drawn from q_T is accepted against p_T (exact
+        rejection sampling). The data holds p at T = 1 on the top-k tokens in the reduced
+        vocabulary only, so p_T is those p raised to 1 / T and renormalised over them: the rest's
+        share is left out, which raises p_T there (at T = 1 this is >= alpha_lower_bound). q_T
+        is the head's softmax of logits / T over its reduced vocabulary."""
+        qt = jax.nn.softmax(logits / temperature, axis=-1)
+        q_at = jnp.take_along_axis(qt, jnp.broadcast_to(b["soft_r"], qt.shape[:3] + b["soft_r"].shape[-1:]), axis=-1)
+        p = b["soft_p"]
+        pt = jnp.where(p > 0, jnp.power(jnp.maximum(p, 1e-30), 1.0 / temperature), 0.0)
+        zt = pt.sum(-1, keepdims=True)
+        pt = jnp.where(zt > 0, pt / jnp.maximum(zt, 1e-30), 0.0)
+        return jnp.minimum(q_at, pt[None]).sum(-1)  # [K, B, L]
+
     def loss_fn(params, embed, b):
         logits, g = forward_both(params, embed, b)
         loss, ok = per_entry_loss(logits, b)
+        if overlap_weight > 0 and soft:
+            # Total variation at T beside the cross-entropy: 1 - overlap is what a sampled draft
+            # loses to rejection; the cross-entropy alone spends the head's capacity on the tail too.
+            loss = loss + overlap_weight * (1.0 - overlap_at_t(logits, b))
         m = depth_masks(b, "mask") * ok[None]
         per_depth = (loss * m).sum((1, 2)) / jnp.maximum(m.sum((1, 2)), 1.0)
         weights = jnp.asarray([decay ** j for j in range(depth)], jnp.float32)
@@ -175,6 +197,7 @@ def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weig
         q = jax.nn.softmax(logits, axis=-1)
         q_at = jnp.take_along_axis(q, jnp.broadcast_to(b["soft_r"], q.shape[:3] + b["soft_r"].shape[-1:]), axis=-1)
         alpha = (jnp.minimum(q_at, b["soft_p"][None]).sum(-1) * m).sum((1, 2))
+        alpha_t = (overlap_at_t(logits, b) * m).sum((1, 2)) if soft else alpha * 0
         lm = m * ok[None]
         # The greedy chain (what `bench spec` measures greedy, and `specula draft-eval --depth`):
         # at entry a, depth j + 1 is accepted when depths 1..j + 1 at entries a..a + j all equal
@@ -194,13 +217,13 @@ def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weig
         for j in range(depth):
             run = run & ahead(hit[j], j)
             acc.append(run.sum())
-        return {"correct": correct, "n": m.sum((1, 2)), "alpha": alpha, "loss": (loss * lm).sum((1, 2)), "n_loss": lm.sum((1, 2)),
+        return {"correct": correct, "n": m.sum((1, 2)), "alpha": alpha, "alpha_t": alpha_t, "loss": (loss * lm).sum((1, 2)), "n_loss": lm.sum((1, 2)),
                 "chain": jnp.stack(acc), "chain_n": valid.sum()}
 
     return jax.jit(loss_fn), jax.jit(eval_fn)
 
 
-def evaluate(eval_fn, params, embed, token_map, w: dict, batch: int, topk: int) -> dict:
+def evaluate(eval_fn, params, embed, token_map, w: dict, batch: int, topk: int, temperature: float = 0.8) -> dict:
     tot = None
     for a in range(0, len(w["tok"]), batch):
         r = eval_fn(params, embed, token_map, batch_at(w, np.arange(a, min(a + batch, len(w["tok"])))))
@@ -212,6 +235,9 @@ def evaluate(eval_fn, params, embed, token_map, w: dict, batch: int, topk: int) 
            "entries": tot["n"].astype(int).tolist()}
     if topk:
         out["alpha_lower_bound"] = (tot["alpha"] / n).round(4).tolist()
+        # The overlap at the sampling temperature (make_fns' overlap_at_t: an estimate, not a bound).
+        out["overlap_at_t"] = (tot["alpha_t"] / n).round(4).tolist()
+        out["temperature"] = temperature
     # Greedy chain acceptance per depth (the first j drafts all right) and its sum, the mean
     # accepted length of a round drafting `depth` tokens: top1 above is per depth, not chained.
     chain = tot["chain"] / max(tot["chain_n"], 1)
@@ -240,6 +266,11 @@ def parse_args(argv):
                    help="weight of EAGLE's feature regression loss (smooth L1 of the head's output feature to the target's next h)")
     p.add_argument("--feature-chunks", type=int, default=0,
                    help="H-wide feature chunks read at depth 1 (1: the final hidden state alone; default: all the data has)")
+    p.add_argument("--overlap-weight", type=float, default=0.0,
+                   help="weight of 1 - sum min(p_T, q_T) over the top-k at --temperature, added to the soft cross-entropy "
+                        "(what a sampled draft loses to rejection; 0: off)")
+    p.add_argument("--temperature", type=float, default=0.8,
+                   help="the sampling temperature of --overlap-weight and of the validation's overlap_at_t")
     p.add_argument("--labels", choices=["auto", "soft", "hard"], default="auto",
                    help="auto: soft when the data carries top-k probabilities")
     p.add_argument("--val-fraction", type=float, default=0.1)
@@ -330,7 +361,11 @@ def main(argv=None) -> int:
     sched = optax.warmup_cosine_decay_schedule(0.0, args.lr, max(1, int(args.steps * args.warmup)), args.steps, args.lr * 0.05)
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=args.weight_decay))
     opt_state = opt.init(params)
-    loss_fn, eval_fn = make_fns(cfg, args.depth, soft, args.decay, args.feature_weight)
+    if not args.temperature > 0:
+        raise SystemExit(f"--temperature must be > 0, got {args.temperature}")
+    if args.overlap_weight < 0 or (args.overlap_weight > 0 and not soft):
+        raise SystemExit(f"--overlap-weight {args.overlap_weight}: needs soft labels (top-k p in the data) and a weight >= 0")
+    loss_fn, eval_fn = make_fns(cfg, args.depth, soft, args.decay, args.feature_weight, args.overlap_weight, args.temperature)
     grad_fn = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
 
     @jax.jit
@@ -342,7 +377,7 @@ def main(argv=None) -> int:
     ref = vw["top1"]
     vmask = (vw["vmask"] > 0) & (ref >= 0)
     baseline = float((ref[vmask] == token_map[0]).mean()) if vmask.any() else 0.0
-    initial = evaluate(eval_fn, params, embed, token_map_j, vw, args.batch, topk)
+    initial = evaluate(eval_fn, params, embed, token_map_j, vw, args.batch, topk, args.temperature)
     say(f"initial validation: {json.dumps(initial)}; most-frequent-token baseline top-1 {baseline:.4f}")
 
     n_train = len(tw["tok"])
@@ -366,13 +401,13 @@ def main(argv=None) -> int:
             say(f"step {step}/{args.steps} loss {np.mean(last):.4f} depths {' '.join(f'{x:.3f}' for x in np.asarray(per_depth))} "
                 f"lr {float(sched(step)):.2e} {step * args.batch * args.window / dt:.0f} entries/s")
 
-    val = evaluate(eval_fn, params, embed, token_map_j, vw, args.batch, topk)
+    val = evaluate(eval_fn, params, embed, token_map_j, vw, args.batch, topk, args.temperature)
     metrics = {
         "validation": val, "initial_validation": initial, "baseline_top1": round(baseline, 4),
         "first_train_loss": round(first_loss, 4), "final_train_loss": round(float(np.mean(last)), 4),
         "train_tokens": train_tokens, "sequences": len(seqs), "vocab": len(token_map),
         "vocab_coverage": round(cov_val, 4), "depth": args.depth, "steps": args.steps, "labels": "soft" if soft else "hard",
-        "feature_weight": args.feature_weight, "feature_layers": feature_layers,
+        "feature_weight": args.feature_weight, "feature_layers": feature_layers, "overlap_weight": args.overlap_weight,
         "seconds": round(time.time() - t0, 1),
     }
     np.savez(out / "params.npz", token_map=token_map, feature_layers=np.asarray(feature_layers, np.int32), **{k: np.asarray(v) for k, v in params.items()})
