@@ -39,6 +39,21 @@ def toy_run(specula_bin, tmp_path_factory):
     return _train_toy(specula_bin, tmp_path_factory.mktemp("draft-toy"))
 
 
+def _train_py(out, dest, *extra):
+    """train.py on the toy run's target and data into `dest` (depth 3, windows of 64, batches of 8)."""
+    py = BUILD_DIR / "draft-venv" / "bin" / "python"
+    env = dict(os.environ, PYTHONPATH=str(SOURCE_DIR / "tools"))
+    return subprocess.run([str(py), "-m", "draft.train", "--target", str(out / "target" / "q4_1_tied" / "model.gguf"),
+                           "--data", str(out / "data.spd"), "--out", str(dest), "--depth", "3", "--window", "64",
+                           "--batch", "8", "--export-type", "Q8_0", *extra], capture_output=True, text=True, env=env, timeout=600)
+
+
+def _metrics(p):
+    """The metrics JSON a successful train.py run printed last."""
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def _fields(path):
     import gguf
     r = gguf.GGUFReader(str(path))
@@ -137,15 +152,8 @@ export.write(sys.argv[2], cfg, params, token_map, target_hash=meta["draft.target
     for name, t in ta.items():
         assert tb[name].tensor_type == t.tensor_type and np.array_equal(np.asarray(t.data), np.asarray(tb[name].data)), name
 
-    target = out / "target" / "q4_1_tied" / "model.gguf"
-
     def train(dest, *extra):
-        p = subprocess.run([str(py), "-m", "draft.train", "--target", str(target), "--data", str(out / "data.spd"),
-                            "--out", str(dest), "--vocab", "256", "--depth", "3", "--steps", "2", "--lr", "1e-9",
-                            "--window", "64", "--batch", "8", "--export-type", "Q8_0", *extra],
-                           capture_output=True, text=True, env=env, timeout=600)
-        assert p.returncode == 0, p.stderr[-3000:]
-        return json.loads(p.stdout.strip().splitlines()[-1])
+        return _metrics(_train_py(out, dest, "--vocab", "256", "--steps", "2", "--lr", "1e-9", *extra))
 
     fresh = train(tmp_path / "fresh")
     tuned = train(tmp_path / "tuned", "--init-from", str(head))
@@ -167,27 +175,17 @@ def test_the_overlap_term_raises_the_heads_overlap_with_the_target_at_its_temper
     p is renormalised over the data's top-k, is at least the alpha_lower_bound of the raw p.
     A temperature of 0 and the term without soft labels are one clear error each."""
     out, _ = toy_run
-    py = BUILD_DIR / "draft-venv" / "bin" / "python"
-    env = dict(os.environ, PYTHONPATH=str(SOURCE_DIR / "tools"))
-    target = out / "target" / "q4_1_tied" / "model.gguf"
 
     def train(dest, *extra):
-        return subprocess.run([str(py), "-m", "draft.train", "--target", str(target), "--data", str(out / "data.spd"),
-                               "--out", str(dest), "--init-from", str(out / "draft.gguf"), "--depth", "3", "--steps", "60",
-                               "--lr", "1e-3", "--window", "64", "--batch", "8", "--export-type", "Q8_0", *extra],
-                              capture_output=True, text=True, env=env, timeout=600)
+        return _train_py(out, dest, "--init-from", str(out / "draft.gguf"), "--steps", "60", "--lr", "1e-3", *extra)
 
-    def metrics(p):
-        assert p.returncode == 0, p.stderr[-3000:]
-        return json.loads(p.stdout.strip().splitlines()[-1])
-
-    plain = metrics(train(tmp_path / "plain", "--temperature", "0.8"))
-    overlap = metrics(train(tmp_path / "overlap", "--temperature", "0.8", "--overlap-weight", "4"))
+    plain = _metrics(train(tmp_path / "plain", "--temperature", "0.8"))
+    overlap = _metrics(train(tmp_path / "overlap", "--temperature", "0.8", "--overlap-weight", "4"))
     assert plain["initial_validation"] == overlap["initial_validation"]
     assert plain["validation"]["temperature"] == overlap["validation"]["temperature"] == 0.8
     for j in range(3):
         assert overlap["validation"]["overlap_at_t"][j] > plain["validation"]["overlap_at_t"][j], (j + 1, plain, overlap)
-    at_one = metrics(train(tmp_path / "at-one", "--temperature", "1", "--steps", "2", "--lr", "1e-9"))["validation"]
+    at_one = _metrics(train(tmp_path / "at-one", "--temperature", "1", "--steps", "2", "--lr", "1e-9"))["validation"]
     for j in range(3):
         assert at_one["overlap_at_t"][j] >= at_one["alpha_lower_bound"][j] - 1e-4, at_one
     for extra, said in ((["--temperature", "0"], "--temperature must be > 0"),

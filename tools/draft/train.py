@@ -146,14 +146,17 @@ def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weig
         pos = jnp.arange(L)
         return jnp.stack([b[key] * (pos >= j)[None, :] for j in range(depth)])  # [K, B, L]
 
+    def at_topk(x, b):
+        """x[..., N] (logits or probabilities over the reduced vocabulary) at the entry's top-k tokens."""
+        return jnp.take_along_axis(x, jnp.broadcast_to(b["soft_r"], x.shape[:3] + b["soft_r"].shape[-1:]), axis=-1)
+
     def per_entry_loss(logits, b):
         logp = jax.nn.log_softmax(logits, axis=-1)  # [K, B, L, N]
         if soft:
             p = b["soft_p"]
             z = p.sum(-1, keepdims=True)
             p = jnp.where(z > 0, p / jnp.maximum(z, 1e-30), 0.0)
-            picked = jnp.take_along_axis(logp, jnp.broadcast_to(b["soft_r"], logp.shape[:3] + b["soft_r"].shape[-1:]), axis=-1)
-            return -(picked * p[None]).sum(-1), (z[..., 0] > 0)
+            return -(at_topk(logp, b) * p[None]).sum(-1), (z[..., 0] > 0)
         hard = b["hard"]
         picked = jnp.take_along_axis(logp, jnp.broadcast_to(jnp.maximum(hard, 0)[None, ..., None], logp.shape[:3] + (1,)), axis=-1)[..., 0]
         return -picked, hard >= 0
@@ -165,8 +168,7 @@ def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weig
         vocabulary only, so p_T is those p raised to 1 / T and renormalised over them: the rest's
         share is left out, which raises p_T there (at T = 1 this is >= alpha_lower_bound). q_T
         is the head's softmax of logits / T over its reduced vocabulary."""
-        qt = jax.nn.softmax(logits / temperature, axis=-1)
-        q_at = jnp.take_along_axis(qt, jnp.broadcast_to(b["soft_r"], qt.shape[:3] + b["soft_r"].shape[-1:]), axis=-1)
+        q_at = at_topk(jax.nn.softmax(logits / temperature, axis=-1), b)
         p = b["soft_p"]
         pt = jnp.where(p > 0, jnp.power(jnp.maximum(p, 1e-30), 1.0 / temperature), 0.0)
         zt = pt.sum(-1, keepdims=True)
@@ -194,9 +196,7 @@ def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weig
         m = depth_masks(b, "vmask") * (b["top1"] >= 0)[None]
         pred = token_map[jnp.argmax(logits, axis=-1)]  # [K, B, L] target ids
         correct = ((pred == b["top1"][None]) * m).sum((1, 2))
-        q = jax.nn.softmax(logits, axis=-1)
-        q_at = jnp.take_along_axis(q, jnp.broadcast_to(b["soft_r"], q.shape[:3] + b["soft_r"].shape[-1:]), axis=-1)
-        alpha = (jnp.minimum(q_at, b["soft_p"][None]).sum(-1) * m).sum((1, 2))
+        alpha = (jnp.minimum(at_topk(jax.nn.softmax(logits, axis=-1), b), b["soft_p"][None]).sum(-1) * m).sum((1, 2))
         alpha_t = (overlap_at_t(logits, b) * m).sum((1, 2)) if soft else alpha * 0
         lm = m * ok[None]
         # The greedy chain (what `bench spec` measures greedy, and `specula draft-eval --depth`):
@@ -223,7 +223,7 @@ def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weig
     return jax.jit(loss_fn), jax.jit(eval_fn)
 
 
-def evaluate(eval_fn, params, embed, token_map, w: dict, batch: int, topk: int, temperature: float = 0.8) -> dict:
+def evaluate(eval_fn, params, embed, token_map, w: dict, batch: int, topk: int, temperature: float) -> dict:
     tot = None
     for a in range(0, len(w["tok"]), batch):
         r = eval_fn(params, embed, token_map, batch_at(w, np.arange(a, min(a + batch, len(w["tok"])))))
@@ -290,6 +290,8 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if not args.temperature > 0:
+        raise SystemExit(f"--temperature must be > 0, got {args.temperature}")
     try:
         export_types = export.parse_types(args.export_types)
     except ValueError as e:
@@ -317,6 +319,8 @@ def main(argv=None) -> int:
     soft = header.topk > 0 if args.labels == "auto" else args.labels == "soft"
     if soft and not header.topk:
         raise SystemExit("--labels soft: the data carries no top-k probabilities")
+    if args.overlap_weight < 0 or (args.overlap_weight > 0 and not soft):
+        raise SystemExit(f"--overlap-weight {args.overlap_weight}: needs soft labels (top-k p in the data) and a weight >= 0")
 
     rng = np.random.default_rng(args.seed)
     order = rng.permutation(len(seqs))
@@ -361,10 +365,6 @@ def main(argv=None) -> int:
     sched = optax.warmup_cosine_decay_schedule(0.0, args.lr, max(1, int(args.steps * args.warmup)), args.steps, args.lr * 0.05)
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=args.weight_decay))
     opt_state = opt.init(params)
-    if not args.temperature > 0:
-        raise SystemExit(f"--temperature must be > 0, got {args.temperature}")
-    if args.overlap_weight < 0 or (args.overlap_weight > 0 and not soft):
-        raise SystemExit(f"--overlap-weight {args.overlap_weight}: needs soft labels (top-k p in the data) and a weight >= 0")
     loss_fn, eval_fn = make_fns(cfg, args.depth, soft, args.decay, args.feature_weight, args.overlap_weight, args.temperature)
     grad_fn = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
 

@@ -148,20 +148,22 @@ int cmd_draft_eval(int argc, char** argv) {
   j["draft"] = d->name();
   j["sequences"] = sequences;
   j["positions"] = positions;
-  j["top1_depth1"] = positions ? static_cast<double>(agree) / static_cast<double>(positions) : 0.0;
+  // n of d as a fraction (0 when there is nothing to count).
+  const auto share = [](int64_t n, int64_t d) { return d ? static_cast<double>(n) / static_cast<double>(d) : 0.0; };
+  j["top1_depth1"] = share(agree, positions);
   if (ranks > 0) {
     nlohmann::json top = nlohmann::json::array();
     for (int64_t r = 0; r < ranks; ++r) {
       int64_t n = 0;
       for (const Bin& b : bins) n += b.in_top[static_cast<size_t>(r)];
-      top.push_back(positions ? static_cast<double>(n) / static_cast<double>(positions) : 0.0);
+      top.push_back(share(n, positions));
     }
     j["in_top"] = top;
     nlohmann::json by = nlohmann::json::array();
     for (size_t b = 0; b < bins.size(); ++b) {
       nlohmann::json tb = nlohmann::json::array();
       for (int64_t n : bins[b].in_top)
-        tb.push_back(bins[b].positions ? static_cast<double>(n) / static_cast<double>(bins[b].positions) : 0.0);
+        tb.push_back(share(n, bins[b].positions));
       by.push_back({{"head_top_q_from", b == 0 ? 0.0 : kBinEdges[b - 1]}, {"head_top_q_below", b < 2 ? kBinEdges[b] : 1.0},
                     {"positions", bins[b].positions}, {"in_top", tb}});
     }
@@ -171,7 +173,7 @@ int cmd_draft_eval(int argc, char** argv) {
     nlohmann::json acc = nlohmann::json::array();
     double mean = 0.0;
     for (int64_t n : accepted) {
-      const double f = chains ? static_cast<double>(n) / static_cast<double>(chains) : 0.0;
+      const double f = share(n, chains);
       acc.push_back(f);
       mean += f;
     }
