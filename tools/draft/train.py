@@ -197,7 +197,7 @@ def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weig
         pred = token_map[jnp.argmax(logits, axis=-1)]  # [K, B, L] target ids
         correct = ((pred == b["top1"][None]) * m).sum((1, 2))
         alpha = (jnp.minimum(at_topk(jax.nn.softmax(logits, axis=-1), b), b["soft_p"][None]).sum(-1) * m).sum((1, 2))
-        alpha_t = (overlap_at_t(logits, b) * m).sum((1, 2)) if soft else alpha * 0
+        alpha_t = (overlap_at_t(logits, b) * m).sum((1, 2))
         lm = m * ok[None]
         # The greedy chain (what `bench spec` measures greedy, and `specula draft-eval --depth`):
         # at entry a, depth j + 1 is accepted when depths 1..j + 1 at entries a..a + j all equal
