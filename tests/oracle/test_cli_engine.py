@@ -153,3 +153,32 @@ def test_chat_past_the_context_says_so_clears_the_conversation_and_goes_on(specu
     assert "maximum context length" in p.stderr and "the conversation was cleared" in p.stderr, p.stderr
     stats = [line for line in p.stderr.splitlines() if "tok/s decode" in line]
     assert len(stats) >= 2, p.stderr  # the turns before and after the refusal were answered
+
+
+def test_the_loop_benchmark_runs_every_combination_of_listed_draft_lengths_in_one_pass(specula_bin, default_model):
+    """`bench spec --spec-k 1,3 --draft-confidence 0.2,0.9`: each drafter runs once per
+    combination (the last option varying fastest), each run names its settings and keeps to them
+    (no round drafts more than its K), greedy text equals target-only in every run; a bad item in a
+    list, an empty list, and a list with --concurrency are one clear error each."""
+    base = [str(specula_bin), "bench", "spec", "--model", str(default_model), "--drafts", "eagle", "--max-tokens", "24",
+            "--prompts", str(SHARED_DIR / "data" / "prompts" / "chat.jsonl"), "--limit", "2"]
+    p = subprocess.run(base + ["--spec-k", "1,3", "--draft-confidence", "0.2,0.9"], capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert "draft_confidence" not in out  # with a grid, only the runs name their settings
+    runs = [r for r in out["runs"] if r["draft"] != "none"]
+    assert [(r["draft_length"]["k"], round(r["draft_length"]["draft_confidence"], 6)) for r in runs] == \
+        [(1, 0.2), (1, 0.9), (3, 0.2), (3, 0.9)]
+    for r in runs:
+        assert r["text_matches_target"] is True, r
+        assert max(b["drafts"] for b in r["verify_cost_by_draft_length"]) <= r["draft_length"]["k"], r
+    assert runs[2]["mean_draft_length"] > 1 and runs[2]["drafted"] > runs[3]["drafted"], runs
+
+    for extra, says in ((["--draft-confidence", "0.3,x"], "--draft-confidence expects a number, got 'x'"),
+                        (["--spec-k", ","], "--spec-k names no value"),
+                        (["--spec-k", "2,17"], "--spec-k"),
+                        (["--concurrency", "1", "--spec-k", "2,3"], "--spec-k takes one value with --concurrency")):
+        bad = subprocess.run(base + extra, capture_output=True, text=True, timeout=300)
+        assert bad.returncode == 2 and says in bad.stderr and "Traceback" not in bad.stderr, (extra, bad.stderr)
+        assert bad.stdout == "", (extra, bad.stdout)

@@ -39,12 +39,13 @@ def toy_run(specula_bin, tmp_path_factory):
     return _train_toy(specula_bin, tmp_path_factory.mktemp("draft-toy"))
 
 
-def _train_py(out, dest, *extra):
-    """train.py on the toy run's target and data into `dest` (depth 3, windows of 64, batches of 8)."""
+def _train_py(out, dest, *extra, data=None):
+    """train.py on the toy run's target and data (or `data`) into `dest` (depth 3, windows of 64,
+    batches of 8)."""
     py = BUILD_DIR / "draft-venv" / "bin" / "python"
     env = dict(os.environ, PYTHONPATH=str(SOURCE_DIR / "tools"))
     return subprocess.run([str(py), "-m", "draft.train", "--target", str(out / "target" / "q4_1_tied" / "model.gguf"),
-                           "--data", str(out / "data.spd"), "--out", str(dest), "--depth", "3", "--window", "64",
+                           "--data", str(data or out / "data.spd"), "--out", str(dest), "--depth", "3", "--window", "64",
                            "--batch", "8", "--export-type", "Q8_0", *extra], capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -166,6 +167,33 @@ export.write(sys.argv[2], cfg, params, token_map, target_hash=meta["draft.target
     reshuffled = train(tmp_path / "reshuffled", "--init-from", str(head), "--shuffle-seed", "5")
     assert reshuffled["initial_validation"] == tuned["initial_validation"]
     assert reshuffled["first_train_loss"] != tuned["first_train_loss"]
+
+
+def test_a_head_given_feature_layers_it_lacks_starts_as_its_file_and_trains_them(toy_run, specula_bin, tmp_path):
+    """train.py --init-from a head whose feature layers lead the data's (a layer added to a shipped
+    head, docs/draft.md): the added layers' columns of fuse start at zero, so before its first step
+    the head measures exactly what it measures on the data without them; after training those
+    columns are no longer zero. A head whose layers do not lead the ones trained is one clear error."""
+    out, _ = toy_run
+    fed = tmp_path / "fed.spd"
+    p = subprocess.run([str(specula_bin), "draft-data", "--model", str(out / "target" / "q4_1_tied" / "model.gguf"),
+                        "--from", str(out / "data.spd"), "--out", str(fed), "--feature-layers", "0"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+
+    def train(dest, data, head, *extra):
+        return _train_py(out, dest, "--init-from", str(head), "--steps", "30", "--lr", "1e-3", *extra, data=data)
+
+    plain = _metrics(train(tmp_path / "plain", None, out / "draft.gguf"))
+    added = _metrics(train(tmp_path / "added", fed, out / "draft.gguf"))
+    assert added["feature_layers"] == [0] and plain["feature_layers"] == []
+    assert added["initial_validation"]["top1"] == plain["initial_validation"]["top1"], (plain, added)
+    assert added["initial_validation"]["loss"] == pytest.approx(plain["initial_validation"]["loss"], rel=1e-5)
+    fuse = np.load(tmp_path / "added" / "params.npz")["fuse"]
+    hidden = fuse.shape[0]
+    assert fuse.shape == (hidden, 2 * hidden) and np.abs(fuse[:, hidden:]).max() > 0
+    bad = train(tmp_path / "bad", fed, tmp_path / "added" / "draft.gguf", "--feature-chunks", "1")
+    assert bad.returncode != 0 and "reads feature layers [0]" in bad.stderr, bad.stderr[-2000:]
 
 
 def test_the_overlap_term_raises_the_heads_overlap_with_the_target_at_its_temperature(toy_run, tmp_path):

@@ -284,7 +284,8 @@ def parse_args(argv):
                    help="matrices exported at another type than --export-type, e.g. head=Q8_0,fc=Q8_0,fuse=Q8_0")
     p.add_argument("--init-from", default="",
                    help="a head GGUF to start from (fine-tuning): its weights, reduced vocabulary and feature layers "
-                        "replace the random start and --vocab; the data must carry its feature layers")
+                        "replace the random start and --vocab; the data must carry its feature layers first, and "
+                        "further layers of the data start at zero weight in fuse")
     return p.parse_args(argv)
 
 
@@ -333,7 +334,9 @@ def main(argv=None) -> int:
         if init_meta.get("draft.target_hash") != target.target_hash(args.target):
             raise SystemExit(f"--init-from {args.init_from} was trained for {init_meta.get('draft.target_name')}, "
                              f"not for {target.name_of(args.target)}")
-        if init_layers != [int(x) for x in header.feature_layers[:len(init_layers)]] or chunks != 1 + len(init_layers):
+        # The file's feature layers must lead the ones trained here; layers beyond them are added
+        # with zero columns in fuse, so training starts from the file's own function.
+        if init_layers != feature_layers[:len(init_layers)]:
             raise SystemExit(f"--init-from {args.init_from} reads feature layers {init_layers}; the data carries "
                              f"{list(header.feature_layers)} (and --feature-chunks {chunks})")
         inverse = vocab.inverse_of(token_map, tcfg.vocab)
@@ -354,6 +357,15 @@ def main(argv=None) -> int:
     embed_np = target.token_embedding(args.target)
     params = init_params(cfg, jax.random.PRNGKey(args.seed), target.output_rows(args.target)[token_map])
     if args.init_from:
+        if chunks > 1 + len(init_layers):
+            # fuse as init_params makes it (h passed through, the rest zero) under the file's own
+            # columns: the head computes what the file computes until the new columns train.
+            widened = np.asarray(params["fuse"], np.float32).copy()
+            if "fuse" in init:
+                widened[:, :init["fuse"].shape[1]] = init["fuse"]
+            init["fuse"] = widened
+            say(f"feature layers {feature_layers[len(init_layers):]} added to {args.init_from}'s {init_layers}, "
+                f"their fuse columns at zero")
         missing = sorted(set(params) ^ set(init))
         if missing or any(init[k].shape != tuple(params[k].shape) for k in params):
             raise SystemExit(f"--init-from {args.init_from}: its tensors do not fit this target's head shape ({missing})")

@@ -28,6 +28,12 @@ class Args {
   double number(const std::string& name, double fallback) const;
   // "1,2,3" -> {1, 2, 3}
   std::vector<int> int_list(const std::string& name) const;
+  // A copy with option `name` set to `value` (a benchmark's grid of settings, one Args each).
+  Args with(const std::string& name, const std::string& value) const {
+    Args copy = *this;
+    copy.values_[name] = value;
+    return copy;
+  }
 
  private:
   std::map<std::string, std::string> values_;

@@ -2,6 +2,7 @@
 // and the cost of scoring n tokens in one forward relative to one — as JSON on stdout.
 // `specula bench spec`: a prompt set target-only vs each drafter, speedup against Theorem 3.8.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -68,6 +69,9 @@ const char* kUsage =
     "  3.8's predicted speedup from the measured a and c (with prompt lookup in front of another\n"
     "  drafter, e.g. ngram:n=3+eagle, also the rounds lookup drafted: rounds_by_lookup).\n"
     "  --drafts: ';'-separated drafter spellings as for generate --draft (default \"ngram;skip:4-7\").\n"
+    "  --spec-k, --spec-k-max, --draft-entropy and --draft-confidence may each list values (\"0.3,0.4\"):\n"
+    "  every drafter then runs once per combination, in the same pass over the prompts, and each\n"
+    "  run's JSON names its settings under \"draft_length\" (as llama-bench runs its lists).\n"
     "  Temperature defaults to 0 (greedy); sampled runs verify both exact and coupled unless\n"
     "  --spec-sampling names one. Greedy and coupled runs also report whether the text matched.\n"
     "\n"
@@ -127,6 +131,7 @@ struct SpecTotals {
   std::string mode;           // "greedy", "exact" or "coupled"
   SpecSampling sampling = SpecSampling::Exact;
   Drafter* drafter = nullptr;
+  DraftLengthConfig length;
   int64_t tokens = 0, decode_tokens = 0, mismatched_prompts = 0;
   std::optional<int64_t> lookup_rounds;  // prompt lookup in front of another drafter: the rounds lookup drafted
   double wall = 0, decode = 0;
@@ -149,9 +154,42 @@ struct SpecTotals {
   }
 };
 
+// The draft-length options that `bench spec` (the loop) takes as lists, llama-bench's way.
+constexpr const char* kDraftLengthLists[] = {"spec-k", "spec-k-max", "draft-entropy", "draft-confidence"};
+
+// Every combination of the listed draft-length values, in the order given (the last option
+// varying fastest), each checked as generate checks one.
+std::vector<DraftLengthConfig> draft_length_grid(const Args& a) {
+  std::vector<Args> combos{a};
+  for (const char* name : kDraftLengthLists) {
+    if (!a.has(name)) continue;
+    const std::vector<std::string> values = split(a.str(name), ',');
+    if (values.empty()) throw UsageError(std::string("--") + name + " names no value");
+    std::vector<Args> next;
+    for (const Args& c : combos)
+      for (const std::string& v : values) next.push_back(c.with(name, v));
+    combos = std::move(next);
+  }
+  std::vector<DraftLengthConfig> out;
+  for (const Args& c : combos) out.push_back(draft_length_from_args(c));
+  return out;
+}
+
+nlohmann::json draft_length_json(const DraftLengthConfig& d) {
+  nlohmann::json j;
+  j["k"] = d.k;
+  j["adaptive"] = d.adaptive;
+  if (d.adaptive) j["k_range"] = {d.k_min, d.k_max};
+  // The settings are floats: printed as the decimal they were given, not 0.30000001192...
+  const auto given = [](float x) { return std::round(static_cast<double>(x) * 1e6) / 1e6; };
+  j["draft_entropy"] = given(d.max_entropy);
+  j["draft_confidence"] = given(d.min_confidence);
+  return j;
+}
+
 int bench_spec(const Args& a) {
   const SamplingParams base = sampling_from_args(a, kBenchSamplingDefaults);
-  const DraftLengthConfig draft_length = draft_length_from_args(a);
+  const std::vector<DraftLengthConfig> lengths = draft_length_grid(a);
   std::vector<SpecSampling> modes;
   const std::string which = a.str("spec-sampling", "both");
   if (base.greedy() || which == "exact") modes = {SpecSampling::Exact};
@@ -181,14 +219,16 @@ int bench_spec(const Args& a) {
     } catch (const std::invalid_argument& e) {
       throw UsageError("--drafts: " + std::string(e.what()));
     }
-    for (SpecSampling m : modes) {
-      SpecTotals t;
-      t.draft = drafters.back()->name();
-      t.mode = base.greedy() ? "greedy" : spec_sampling_name(m);
-      t.sampling = m;
-      t.drafter = drafters.back().get();
-      runs.push_back(std::move(t));
-    }
+    for (const DraftLengthConfig& length : lengths)
+      for (SpecSampling m : modes) {
+        SpecTotals t;
+        t.draft = drafters.back()->name();
+        t.mode = base.greedy() ? "greedy" : spec_sampling_name(m);
+        t.sampling = m;
+        t.drafter = drafters.back().get();
+        t.length = length;
+        runs.push_back(std::move(t));
+      }
   }
   if (runs.size() < 2) throw UsageError("--drafts names no drafter");
 
@@ -214,7 +254,7 @@ int bench_spec(const Args& a) {
       } else {
         SpeculativeRequest sreq;
         static_cast<GenerateRequest&>(sreq) = req;
-        sreq.draft = draft_length;
+        sreq.draft = r.length;
         sreq.mode = r.sampling;
         const auto* lookup_first = dynamic_cast<const LookupFirstDrafter*>(r.drafter);
         const int64_t lookup_before = lookup_first ? lookup_first->lookup_rounds() : 0;
@@ -253,6 +293,7 @@ int bench_spec(const Args& a) {
       continue;
     }
     const SpeculativeStats& st = r.spec;
+    j["draft_length"] = draft_length_json(r.length);
     j["decode_speedup"] = (r.decode_tokens / r.decode) * t_token;
     if (base.greedy() || r.sampling == SpecSampling::Coupled) j["text_matches_target"] = r.mismatched_prompts == 0;
     j.update(spec_stats_json(st));
@@ -285,11 +326,7 @@ int bench_spec(const Args& a) {
   j["prompts"] = prompts.size();
   j["prompt_file"] = a.str("prompts", "../shared/data/prompts/chat.jsonl");
   j["sampling"] = {{"temperature", base.temperature}, {"top_k", base.top_k}, {"top_p", base.top_p}, {"seed", base.seed}};
-  j["k"] = draft_length.k;
-  j["adaptive"] = draft_length.adaptive;
-  if (draft_length.adaptive) j["k_range"] = {draft_length.k_min, draft_length.k_max};
-  j["draft_entropy"] = draft_length.max_entropy;
-  j["draft_confidence"] = draft_length.min_confidence;
+  if (lengths.size() == 1) j.update(draft_length_json(lengths[0]));  // with a grid, each run names its own
   j["runs"] = out;
   std::cout << j.dump(2) << "\n";
   return 0;
@@ -314,7 +351,12 @@ int cmd_bench(int argc, char** argv) {
     const Args a(argc - 1, argv + 1, options, flags);
     if (a.help()) { std::fputs(kUsage, stdout); return 0; }
     if (what == "decode") return a.has("shape") ? bench_decode_shape(a) : bench_decode(a);
-    if (what == "spec" && (a.has("concurrency") || a.has("pipeline"))) return bench_spec_engine(a);
+    if (what == "spec" && (a.has("concurrency") || a.has("pipeline"))) {
+      for (const char* name : kDraftLengthLists)
+        if (a.str(name).find(',') != std::string::npos)
+          throw UsageError(std::string("--") + name + " takes one value with --concurrency (lists are for the loop's bench spec)");
+      return bench_spec_engine(a);
+    }
     if (what == "spec") return bench_spec(a);
     throw UsageError("unknown benchmark '" + what + "' (expected: decode or spec)");
   }
