@@ -247,6 +247,7 @@ TokenStream Engine::start(EngineRequest request, Admission* admission) {
   };
   check("sampling", [&] { r.sampling.validate(); });
   check("speculation", [&] { r.draft.validate(); });
+  r.draft = r.draft.resolved(r.sampling.greedy());  // the actors read one threshold
   check("stop", [&] { validate_stop_strings(request.stop); });
   if (r.max_tokens < 1)
     throw RequestError("invalid_request", "max_tokens", "max_tokens must be >= 1, got " + std::to_string(r.max_tokens));

@@ -31,6 +31,9 @@ void DraftLengthConfig::validate() const {
   if (!std::isfinite(min_confidence) || min_confidence < 0 || min_confidence >= 1)
     throw std::invalid_argument("the draft confidence threshold must be in [0, 1) (0 = off), got " +
                                 std::to_string(min_confidence));
+  if (!std::isfinite(min_confidence_greedy) || min_confidence_greedy < 0 || min_confidence_greedy >= 1)
+    throw std::invalid_argument("the greedy draft confidence threshold must be in [0, 1) (0 = the other's), got " +
+                                std::to_string(min_confidence_greedy));
 }
 
 double expected_tokens_per_round(double a, double k) {

@@ -18,9 +18,21 @@ struct DraftLengthConfig {
   // Draft no further once the product of the draft's probabilities of the tokens drafted so far
   // is below this (never before k_min tokens); 0 = off.
   float min_confidence = 0;
+  // The same threshold for greedy requests, where the draft's top probability is a calibrated
+  // estimate of acceptance and a stricter one pays (docs/benchmarks.md); 0 = min_confidence.
+  float min_confidence_greedy = 0;
+
+  // The settings a request drafts with: min_confidence_greedy folded into min_confidence for a
+  // greedy request, and cleared.
+  DraftLengthConfig resolved(bool greedy) const {
+    DraftLengthConfig c = *this;
+    if (greedy && min_confidence_greedy > 0) c.min_confidence = min_confidence_greedy;
+    c.min_confidence_greedy = 0;
+    return c;
+  }
 
   // Throws std::invalid_argument naming the field: K, k_min, k_max outside 1..kMaxDraftTokens,
-  // k_min > k_max, a negative or non-finite entropy threshold, a confidence outside [0, 1).
+  // k_min > k_max, a negative or non-finite entropy threshold, a confidence (either) outside [0, 1).
   void validate() const;
 };
 

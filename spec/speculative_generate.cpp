@@ -98,11 +98,12 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
   }
   st.prefill_seconds = since(t_prefill);
 
-  DraftLength draft_length(req.draft);
+  const DraftLengthConfig lengths = req.draft.resolved(req.sampling.greedy());
+  DraftLength draft_length(lengths);
   DraftRequest dreq;
-  dreq.min_tokens = req.draft.adaptive ? req.draft.k_min : 1;
-  dreq.max_entropy = req.draft.max_entropy;
-  dreq.min_confidence = req.draft.min_confidence;
+  dreq.min_tokens = lengths.adaptive ? lengths.k_min : 1;
+  dreq.max_entropy = lengths.max_entropy;
+  dreq.min_confidence = lengths.min_confidence;
   dreq.sampling = req.sampling;
   dreq.mode = req.mode;
   DraftProposal draft;

@@ -182,3 +182,32 @@ def test_the_loop_benchmark_runs_every_combination_of_listed_draft_lengths_in_on
         bad = subprocess.run(base + extra, capture_output=True, text=True, timeout=300)
         assert bad.returncode == 2 and says in bad.stderr and "Traceback" not in bad.stderr, (extra, bad.stderr)
         assert bad.stdout == "", (extra, bad.stdout)
+
+
+def test_a_greedy_confidence_threshold_changes_greedy_drafts_only_in_the_loop_and_the_engine(specula_bin, default_model):
+    """--draft-confidence-greedy P: greedy requests draft under P instead of --draft-confidence's
+    threshold, sampled ones as before. In the loop (`bench spec`, both settings in one run) a strict
+    greedy threshold drafts fewer tokens greedy, with the same text, and leaves a seeded T 0.8 run's
+    counts exactly as they were; through the engine (`generate`) the same."""
+    bench = [str(specula_bin), "bench", "spec", "--model", str(default_model), "--drafts", "eagle", "--max-tokens", "32",
+             "--prompts", str(SHARED_DIR / "data" / "prompts" / "chat.jsonl"), "--limit", "2", "--spec-k", "4",
+             "--draft-confidence", "0.2", "--draft-confidence-greedy", "0,0.95"]
+    counts = {}
+    for mode, extra in (("greedy", []), ("exact", ["--temperature", "0.8", "--spec-sampling", "exact", "--seed", "3"])):
+        p = subprocess.run(bench + extra, capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        runs = [r for r in json.loads(p.stdout)["runs"] if r["draft"] != "none"]
+        assert [r["draft_length"].get("draft_confidence_greedy", 0) for r in runs] == [0, 0.95]
+        counts[mode] = [(r["drafted"], r["accepted"], r["rounds"]) for r in runs]
+    assert counts["greedy"][1][0] < counts["greedy"][0][0], counts
+    assert counts["exact"][1] == counts["exact"][0], counts
+
+    def drafted(*flags):
+        return generate(specula_bin, default_model, "--draft", "eagle", "--spec-k", "4", "--draft-confidence", "0.2",
+                        *flags)["speculative"]["drafted"]
+
+    assert drafted("--draft-confidence-greedy", "0.95", "--temperature", "0") < drafted("--temperature", "0")
+    sampled = ("--temperature", "0.8", "--seed", "5", "--spec-sampling", "exact")
+    assert drafted("--draft-confidence-greedy", "0.95", *sampled) == drafted(*sampled)
+    bad = subprocess.run(bench[:-1] + ["1.5"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "greedy draft confidence threshold must be in [0, 1)" in bad.stderr, bad.stderr

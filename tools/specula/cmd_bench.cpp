@@ -57,7 +57,7 @@ const char* kUsage =
     "\n"
     "usage: specula bench spec [--model PATH] [--prompts FILE] [--drafts LIST] [--limit N] [--max-tokens N]\n"
     "                          [--spec-k K] [--adaptive] [--spec-k-min K] [--spec-k-max K] [--draft-entropy NATS]\n"
-    "                          [--draft-confidence P]\n"
+    "                          [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                          [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "                          [--spec-sampling exact|coupled|both] [--threads N] [--device D] [--ctx N]\n"
     "  Runs a prompt set (JSON lines with \"messages\" and an optional \"max_tokens\"; default\n"
@@ -69,7 +69,8 @@ const char* kUsage =
     "  3.8's predicted speedup from the measured a and c (with prompt lookup in front of another\n"
     "  drafter, e.g. ngram:n=3+eagle, also the rounds lookup drafted: rounds_by_lookup).\n"
     "  --drafts: ';'-separated drafter spellings as for generate --draft (default \"ngram;skip:4-7\").\n"
-    "  --spec-k, --spec-k-max, --draft-entropy and --draft-confidence may each list values (\"0.3,0.4\"):\n"
+    "  --spec-k, --spec-k-max, --draft-entropy, --draft-confidence and --draft-confidence-greedy may\n"
+    "  each list values (\"0.3,0.4\"):\n"
     "  every drafter then runs once per combination, in the same pass over the prompts, and each\n"
     "  run's JSON names its settings under \"draft_length\" (as llama-bench runs its lists).\n"
     "  Temperature defaults to 0 (greedy); sampled runs verify both exact and coupled unless\n"
@@ -155,7 +156,8 @@ struct SpecTotals {
 };
 
 // The draft-length options that `bench spec` (the loop) takes as lists, llama-bench's way.
-constexpr const char* kDraftLengthLists[] = {"spec-k", "spec-k-max", "draft-entropy", "draft-confidence"};
+constexpr const char* kDraftLengthLists[] = {"spec-k", "spec-k-max", "draft-entropy", "draft-confidence",
+                                             "draft-confidence-greedy"};
 
 // Every combination of the listed draft-length values, in the order given (the last option
 // varying fastest), each checked as generate checks one.
@@ -184,6 +186,7 @@ nlohmann::json draft_length_json(const DraftLengthConfig& d) {
   const auto given = [](float x) { return std::round(static_cast<double>(x) * 1e6) / 1e6; };
   j["draft_entropy"] = given(d.max_entropy);
   j["draft_confidence"] = given(d.min_confidence);
+  if (d.min_confidence_greedy > 0) j["draft_confidence_greedy"] = given(d.min_confidence_greedy);
   return j;
 }
 
@@ -341,7 +344,7 @@ int cmd_bench(int argc, char** argv) {
     std::set<std::string> flags;
     if (what == "spec") {
       options.insert({"prompts", "drafts", "limit", "max-tokens", "spec-k", "spec-k-min", "spec-k-max", "draft-entropy", "draft-confidence",
-                      "temperature", "top-k", "top-p", "seed", "spec-sampling"});
+                      "draft-confidence-greedy", "temperature", "top-k", "top-p", "seed", "spec-sampling"});
       options.insert(kEngineBenchOptions.begin(), kEngineBenchOptions.end());
       flags.insert({"adaptive", "pipeline-always"});
     } else {

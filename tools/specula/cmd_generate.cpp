@@ -30,6 +30,7 @@ const char* kUsage =
     "                        [--json] [--device auto|host|cuda] [--threads N] [--ctx N]\n"
     "                        [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--spec-k K] [--adaptive]\n"
     "                        [--spec-k-min K] [--spec-k-max K] [--draft-entropy NATS] [--draft-confidence P]\n"
+    "                        [--draft-confidence-greedy P]\n"
     "                        [--spec-sampling exact|coupled] [--pipeline off|on|always] [--trace FILE] [--sequential]\n"
     "  Streams the continuation to stdout and ends with prefill and decode tokens/s on stderr.\n"
     "  --chat applies the model's chat template to the prompt (as one user message).\n"
@@ -43,7 +44,8 @@ const char* kUsage =
     "  per round (1-16, default 4); --adaptive picks K per round in [--spec-k-min, --spec-k-max]\n"
     "  (1, 8) from the running acceptance; --draft-entropy ends a draft where its distribution's\n"
     "  entropy exceeds NATS, --draft-confidence where the product of its tokens' draft probabilities\n"
-    "  falls below P. --spec-sampling coupled makes sampled output identical to target-only\n"
+    "  falls below P (--draft-confidence-greedy P: greedy requests' threshold, default the same).\n"
+    "  --spec-sampling coupled makes sampled output identical to target-only\n"
     "  output for the seed (exact, the default, accepts more). Acceptance statistics follow on\n"
     "  stderr (or under \"speculative\").\n"
     "  The generation runs through the actor engine, as the server does. --pipeline on drafts the\n"
@@ -108,8 +110,9 @@ DraftLengthConfig draft_length_from_args(const Args& a) {
   c.k_max = static_cast<int>(a.integer("spec-k-max", std::max(8, c.k)));
   c.max_entropy = static_cast<float>(a.number("draft-entropy", 0));
   c.min_confidence = static_cast<float>(a.number("draft-confidence", 0));
+  c.min_confidence_greedy = static_cast<float>(a.number("draft-confidence-greedy", 0));
   DraftLengthConfig lengths = c;  // K and its range alone, then the rules
-  lengths.max_entropy = lengths.min_confidence = 0;
+  lengths.max_entropy = lengths.min_confidence = lengths.min_confidence_greedy = 0;
   try {
     lengths.validate();
   } catch (const std::invalid_argument& e) {
@@ -118,7 +121,7 @@ DraftLengthConfig draft_length_from_args(const Args& a) {
   try {
     c.validate();
   } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--draft-entropy / --draft-confidence: ") + e.what());
+    throw UsageError(std::string("--draft-entropy / --draft-confidence / --draft-confidence-greedy: ") + e.what());
   }
   return c;
 }

@@ -38,7 +38,7 @@ int bench_spec_engine(const Args& a);
 
 // The options `specula generate` and `specula chat` share for the engine they run on.
 inline const std::set<std::string> kEngineRunOptions = {"draft", "spec-k", "spec-k-min", "spec-k-max", "draft-entropy",
-                                                        "draft-confidence",
+                                                        "draft-confidence", "draft-confidence-greedy",
                                                         "spec-sampling", "pipeline", "trace"};
 
 // The engine of `specula generate` / `specula chat` (batch 1): the target loaded once (`target`),

@@ -11,7 +11,7 @@
 namespace specula::cli {
 
 // --spec-k (4), --adaptive, --spec-k-min (1), --spec-k-max (8), --draft-entropy (0 = off),
-// --draft-confidence (0 = off);
+// --draft-confidence (0 = off), --draft-confidence-greedy (0 = the same);
 // a UsageError for K outside 1..16. Defined in cmd_generate.cpp.
 DraftLengthConfig draft_length_from_args(const Args& a);
 // --spec-sampling exact|coupled (default exact); UsageError otherwise. Defined in cmd_generate.cpp.

@@ -288,6 +288,21 @@ TEST(DraftLength, RefusesKBelowOneOrAboveTheLimit) {
   test::expect_error<std::invalid_argument>([] { DraftLengthConfig{.min_confidence = -0.1f}.validate(); },
                                             {"draft confidence", "got -0.1"});
   DraftLengthConfig{.min_confidence = 0.5f}.validate();
+  test::expect_error<std::invalid_argument>([] { DraftLengthConfig{.min_confidence_greedy = 1.5f}.validate(); },
+                                            {"greedy draft confidence", "[0, 1)", "got 1.5"});
+}
+
+TEST(DraftLengthConfig, AGreedyThresholdReplacesTheConfidenceRulesForGreedyRequestsOnly) {
+  const DraftLengthConfig both{.k = 4, .min_confidence = 0.3f, .min_confidence_greedy = 0.5f};
+  EXPECT_FLOAT_EQ(both.resolved(true).min_confidence, 0.5f);
+  EXPECT_FLOAT_EQ(both.resolved(false).min_confidence, 0.3f);
+  EXPECT_EQ(both.resolved(true).min_confidence_greedy, 0.0f) << "resolved once, the request carries one threshold";
+  EXPECT_EQ(both.resolved(true).k, 4);
+  const DraftLengthConfig one{.min_confidence = 0.3f};  // no greedy threshold: both kinds use the one
+  EXPECT_FLOAT_EQ(one.resolved(true).min_confidence, 0.3f);
+  const DraftLengthConfig greedy_only{.min_confidence_greedy = 0.5f};  // sampled requests draft without the rule
+  EXPECT_FLOAT_EQ(greedy_only.resolved(true).min_confidence, 0.5f);
+  EXPECT_EQ(greedy_only.resolved(false).min_confidence, 0.0f);
 }
 
 TEST(DraftLength, SpeculativeGenerateRefusesABadKBeforeRunningAnything) {
