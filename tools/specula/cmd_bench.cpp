@@ -177,19 +177,6 @@ std::vector<DraftLengthConfig> draft_length_grid(const Args& a) {
   return out;
 }
 
-nlohmann::json draft_length_json(const DraftLengthConfig& d) {
-  nlohmann::json j;
-  j["k"] = d.k;
-  j["adaptive"] = d.adaptive;
-  if (d.adaptive) j["k_range"] = {d.k_min, d.k_max};
-  // The settings are floats: printed as the decimal they were given, not 0.30000001192...
-  const auto given = [](float x) { return std::round(static_cast<double>(x) * 1e6) / 1e6; };
-  j["draft_entropy"] = given(d.max_entropy);
-  j["draft_confidence"] = given(d.min_confidence);
-  if (d.min_confidence_greedy > 0) j["draft_confidence_greedy"] = given(d.min_confidence_greedy);
-  return j;
-}
-
 int bench_spec(const Args& a) {
   const SamplingParams base = sampling_from_args(a, kBenchSamplingDefaults);
   const std::vector<DraftLengthConfig> lengths = draft_length_grid(a);

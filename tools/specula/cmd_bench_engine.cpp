@@ -288,9 +288,7 @@ int bench_spec_engine(const Args& a) {
   j["max_tokens"] = max_tokens;
   j["prompt_file"] = a.str("prompts", "../shared/data/prompts/chat.jsonl");
   j["sampling"] = {{"temperature", base.temperature}, {"top_k", base.top_k}, {"top_p", base.top_p}, {"seed", base.seed}};
-  j["k"] = draft.k;
-  j["adaptive"] = draft.adaptive;
-  if (draft.adaptive) j["k_range"] = {draft.k_min, draft.k_max};
+  j.update(draft_length_json(draft));
   j["runs"] = runs;
   std::cout << j.dump(2) << "\n";
   return 0;

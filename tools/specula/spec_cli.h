@@ -1,6 +1,7 @@
 // What `generate` and `bench spec` share about speculative decoding: the draft-length options
 // and the statistics as JSON or as one line.
 #pragma once
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,6 +17,21 @@ namespace specula::cli {
 DraftLengthConfig draft_length_from_args(const Args& a);
 // --spec-sampling exact|coupled (default exact); UsageError otherwise. Defined in cmd_generate.cpp.
 SpecSampling spec_sampling_from_args(const Args& a);
+
+// The draft-length settings as `bench spec` prints them: K (and its range when adaptive) and the
+// rules' thresholds.
+inline nlohmann::json draft_length_json(const DraftLengthConfig& d) {
+  nlohmann::json j;
+  j["k"] = d.k;
+  j["adaptive"] = d.adaptive;
+  if (d.adaptive) j["k_range"] = {d.k_min, d.k_max};
+  // The settings are floats: printed as the decimal they were given, not 0.30000001192...
+  const auto given = [](float x) { return std::round(static_cast<double>(x) * 1e6) / 1e6; };
+  j["draft_entropy"] = given(d.max_entropy);
+  j["draft_confidence"] = given(d.min_confidence);
+  if (d.min_confidence_greedy > 0) j["draft_confidence_greedy"] = given(d.min_confidence_greedy);
+  return j;
+}
 
 inline nlohmann::json spec_stats_json(const SpeculativeStats& st) {
   nlohmann::json j;
