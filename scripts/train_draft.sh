@@ -23,7 +23,7 @@ BUILD=${SPECULA_BUILD:-$ROOT/build}
 log() { printf '[train_draft] %s\n' "$*" >&2; }
 
 TOY=0; OUT=""; MODEL=""; SPECULA=${SPECULA_BIN:-$BUILD/specula}; SAMPLES=""; STEPS=""; VOCAB=""; DEPTH=""; PSAMPLES=""
-SEED=0; REGEN=0; EXTRA=(); FLAYERS=unset
+SEED=0; REGEN=0; EXTRA=(); FLAYERS=unset; VOCAB_GIVEN=0
 while [ $# -gt 0 ]; do
   case $1 in
     --toy) TOY=1 ;;
@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
     --prompt-samples) PSAMPLES=$2; shift ;;
     --feature-layers) FLAYERS=$2; shift ;;
     --steps) STEPS=$2; shift ;;
-    --vocab) VOCAB=$2; shift ;;
+    --vocab) VOCAB=$2; VOCAB_GIVEN=1; shift ;;
     --depth) DEPTH=$2; shift ;;
     --seed) SEED=$2; shift ;;
     --regen) REGEN=1 ;;
@@ -110,8 +110,11 @@ if [ "$PSAMPLES" -gt 0 ]; then
 fi
 
 # --- 4. Train, export, check ------------------------------------------------------------------
+# A fine-tune (-- --init-from HEAD) keeps the head's vocabulary unless --vocab asks to grow it.
+VOCAB_ARGS=(--vocab "$VOCAB")
+if [ $VOCAB_GIVEN -eq 0 ] && [[ " ${EXTRA[*]+"${EXTRA[*]}"} " == *" --init-from"* ]]; then VOCAB_ARGS=(); VOCAB="the head's"; fi
 log "training $STEPS steps, depth $DEPTH, reduced vocabulary $VOCAB (log: $OUT/train.log)"
-"$PY" -m draft.train --target "$MODEL" --data "${DATA_FILES[@]}" --out "$OUT" --vocab "$VOCAB" --depth "$DEPTH" \
+"$PY" -m draft.train --target "$MODEL" --data "${DATA_FILES[@]}" --out "$OUT" "${VOCAB_ARGS[@]}" --depth "$DEPTH" \
   --steps "$STEPS" --seed "$SEED" "${TRAIN_ARGS[@]}" "${EXTRA[@]+"${EXTRA[@]}"}" > "$OUT/train.stdout"
 log "checking $OUT/draft.gguf against the training forward"
 "$PY" -m draft.check_export --target "$MODEL" --draft "$OUT/draft.gguf" --data "$DATA" \

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import pathlib
+import shutil
 import struct
 import subprocess
 import sys
@@ -194,6 +195,68 @@ def test_a_head_given_feature_layers_it_lacks_starts_as_its_file_and_trains_them
     assert fuse.shape == (hidden, 2 * hidden) and np.abs(fuse[:, hidden:]).max() > 0
     bad = train(tmp_path / "bad", fed, tmp_path / "added" / "draft.gguf", "--feature-chunks", "1")
     assert bad.returncode != 0 and "reads feature layers [0]" in bad.stderr, bad.stderr[-2000:]
+
+
+def test_extending_a_token_map_appends_the_most_frequent_tokens_it_lacks_in_order():
+    """vocab.extend: the map first, then the text's most frequent tokens outside it (ties to the
+    lower id), never one twice, up to N or the target's vocabulary."""
+    from draft import vocab
+    text = [[5, 5, 5, 1, 1, 2, 7, 7, 7, 7], [2, 9, 3, 3]]  # counts: 7:4 5:3 1:2 2:2 3:2 9:1
+    grown = vocab.extend(np.array([7, 4], np.int32), text, 5, 10)
+    assert grown.tolist() == [7, 4, 5, 1, 2]
+    assert vocab.extend(np.array([7, 4], np.int32), text, 99, 10).tolist() == [7, 4, 5, 1, 2, 3, 9, 0, 6, 8]
+    assert vocab.extend(np.array([7, 4], np.int32), text, 2, 10).tolist() == [7, 4]
+
+
+def test_a_head_given_a_larger_vocab_keeps_its_tokens_and_rows_and_adds_the_next_most_frequent(toy_run, specula_bin,
+                                                                                               tmp_path):
+    """train.py --init-from HEAD --vocab N larger than HEAD's (docs/draft.md, "A 4,096-token head"):
+    the toy head cut to 128 tokens and grown back to 256 keeps its token map first and its output
+    rows, adds the training text's most frequent tokens it lacked (so it covers more of the
+    validation text), and the new rows start as the target's output rows times one scale. A
+    smaller N is one clear error (that is draft.prune's job)."""
+    out, _ = toy_run
+    py = BUILD_DIR / "draft-venv" / "bin" / "python"
+    env = dict(os.environ, PYTHONPATH=str(SOURCE_DIR / "tools"))
+    cut = tmp_path / "cut.gguf"
+    p = subprocess.run([str(py), "-m", "draft.prune", "--draft", str(out / "draft.gguf"), "--vocab", "128", "--out", str(cut)],
+                       capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+
+    def train(dest, *extra):
+        return _train_py(out, dest, "--init-from", str(cut), "--steps", "2", "--lr", "1e-9", *extra)
+
+    kept = _metrics(train(tmp_path / "kept"))
+    grown = _metrics(train(tmp_path / "grown", "--vocab", "256"))
+    assert kept["vocab"] == 128 and grown["vocab"] == 256
+    assert grown["vocab_coverage"] > kept["vocab_coverage"], (kept["vocab_coverage"], grown["vocab_coverage"])
+    old_map = np.asarray(_fields(cut)[1]["draft.token_map"])
+    new_map = np.asarray(_fields(tmp_path / "grown" / "draft.gguf")[1]["draft.token_map"])
+    assert np.array_equal(new_map[:128], old_map) and len(set(new_map.tolist())) == 256
+    added = new_map[128:]
+    rows = np.load(tmp_path / "grown" / "params.npz")["head"]
+    before = np.load(tmp_path / "kept" / "params.npz")["head"]
+    np.testing.assert_allclose(rows[:128], before, atol=1e-6)
+    target_rows = subprocess.run([str(py), "-c", """
+import sys, numpy as np
+from draft import target
+np.save(sys.argv[2], target.output_rows(sys.argv[1]))""", str(out / "target" / "q4_1_tied" / "model.gguf"),
+                                  str(tmp_path / "target_rows.npy")], capture_output=True, text=True, env=env)
+    assert target_rows.returncode == 0, target_rows.stderr
+    t = np.load(tmp_path / "target_rows.npy")[added]
+    scale = np.sum(rows[128:] * t) / np.sum(t * t)
+    assert scale > 0.1
+    np.testing.assert_allclose(rows[128:], scale * t, atol=1e-5)
+    smaller = train(tmp_path / "smaller", "--vocab", "64")
+    assert smaller.returncode != 0 and "draft.prune" in smaller.stderr, smaller.stderr[-2000:]
+    # Through scripts/train_draft.sh (its data reused): a fine-tune keeps the head's vocabulary
+    # although the script has a default N, and grows it only when --vocab is given.
+    for name, extra, want in (("script-keeps", (), 128), ("script-grows", ("--vocab", "192"), 192)):
+        dest = tmp_path / name
+        dest.mkdir()
+        shutil.copy(out / "data.spd", dest / "data.spd")
+        _, m = _train_toy(specula_bin, dest, "--steps", "2", *extra, "--", "--init-from", str(cut), "--lr", "1e-9")
+        assert m["vocab"] == want, (name, m["vocab"])
 
 
 def test_the_overlap_term_raises_the_heads_overlap_with_the_target_at_its_temperature(toy_run, tmp_path):

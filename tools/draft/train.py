@@ -253,7 +253,10 @@ def parse_args(argv):
     p.add_argument("--target", required=True, help="the target's GGUF")
     p.add_argument("--data", required=True, nargs="+", help="draft data files (data_format.py)")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--vocab", type=int, default=8192, help="reduced vocabulary size N (default 8192)")
+    p.add_argument("--vocab", type=int, default=None,
+                   help="reduced vocabulary size N (default 8192); with --init-from, a larger N extends the file's "
+                        "vocabulary by the training text's next most frequent tokens (their output rows start from "
+                        "the target's)")
     p.add_argument("--depth", type=int, default=5, help="draft depths K trained (default 5)")
     p.add_argument("--steps", type=int, default=2000, help="optimizer steps (each --batch windows of --window entries)")
     p.add_argument("--batch", type=int, default=8, help="windows per step")
@@ -284,7 +287,7 @@ def parse_args(argv):
                    help="matrices exported at another type than --export-type, e.g. head=Q8_0,fc=Q8_0,fuse=Q8_0")
     p.add_argument("--init-from", default="",
                    help="a head GGUF to start from (fine-tuning): its weights, reduced vocabulary and feature layers "
-                        "replace the random start and --vocab; the data must carry its feature layers first, and "
+                        "replace the random start (--vocab may only extend the vocabulary); the data must carry its feature layers first, and "
                         "further layers of the data start at zero weight in fuse")
     return p.parse_args(argv)
 
@@ -339,9 +342,15 @@ def main(argv=None) -> int:
         if init_layers != feature_layers[:len(init_layers)]:
             raise SystemExit(f"--init-from {args.init_from} reads feature layers {init_layers}; the data carries "
                              f"{list(header.feature_layers)} (and --feature-chunks {chunks})")
+        n_init = len(token_map)
+        if args.vocab is not None and args.vocab < n_init:
+            raise SystemExit(f"--vocab {args.vocab}: {args.init_from} has {n_init} tokens; a smaller vocabulary is "
+                             f"python -m draft.prune's job")
+        if args.vocab is not None and args.vocab > n_init:
+            token_map = vocab.extend(token_map, [s.tokens for s in train_seqs], args.vocab, tcfg.vocab)
         inverse = vocab.inverse_of(token_map, tcfg.vocab)
     else:
-        token_map, inverse = vocab.reduced_vocab([s.tokens for s in train_seqs], args.vocab, tcfg.vocab)
+        token_map, inverse = vocab.reduced_vocab([s.tokens for s in train_seqs], args.vocab or 8192, tcfg.vocab)
     cov_val = vocab.coverage([s.tokens[s.n_prompt:] for s in val_seqs], inverse)
     topk = header.topk  # validation compares with the target's argmax whenever the data has it
     tw = windows(train_seqs, args.window, inverse, topk, chunks * tcfg.hidden)
@@ -366,6 +375,14 @@ def main(argv=None) -> int:
             init["fuse"] = widened
             say(f"feature layers {feature_layers[len(init_layers):]} added to {args.init_from}'s {init_layers}, "
                 f"their fuse columns at zero")
+        if len(token_map) > init["head"].shape[0]:
+            # The new tokens' output rows start from the target's, scaled by how far training moved
+            # the file's rows from theirs (median norm ratio), so their logits start on its scale.
+            old = init["head"]
+            target_rows = np.asarray(params["head"], np.float32)
+            ratio = float(np.median(np.linalg.norm(old, axis=1) / np.maximum(np.linalg.norm(target_rows[:len(old)], axis=1), 1e-12)))
+            init["head"] = np.concatenate([old, ratio * target_rows[len(old):]]).astype(np.float32)
+            say(f"vocabulary extended from {len(old)} to {len(token_map)} tokens; new output rows = target's x {ratio:.3f}")
         missing = sorted(set(params) ^ set(init))
         if missing or any(init[k].shape != tuple(params[k].shape) for k in params):
             raise SystemExit(f"--init-from {args.init_from}: its tensors do not fit this target's head shape ({missing})")

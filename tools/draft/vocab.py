@@ -18,6 +18,18 @@ def reduced_vocab(token_lists, n: int, target_vocab: int) -> tuple[np.ndarray, n
     return token_map, inverse_of(token_map, target_vocab)
 
 
+def extend(token_map: np.ndarray, token_lists, n: int, target_vocab: int) -> np.ndarray:
+    """token_map followed by the text's most frequent tokens not in it (ties: lower id first), up to
+    min(n, target_vocab) entries: an existing head's vocabulary, grown with its order kept."""
+    counts = np.zeros(target_vocab, dtype=np.int64)
+    for t in token_lists:
+        counts += np.bincount(np.asarray(t, dtype=np.int64), minlength=target_vocab)
+    counts[token_map] = -1
+    order = np.lexsort((np.arange(target_vocab), -counts))
+    extra = order[:max(0, min(n, target_vocab) - len(token_map))]
+    return np.concatenate([np.asarray(token_map, np.int32), extra.astype(np.int32)])
+
+
 def inverse_of(token_map: np.ndarray, target_vocab: int) -> np.ndarray:
     """target id -> reduced id (-1 outside the reduced vocabulary)."""
     inverse = np.full(target_vocab, -1, dtype=np.int32)
