@@ -296,6 +296,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if not args.temperature > 0:
         raise SystemExit(f"--temperature must be > 0, got {args.temperature}")
+    if args.steps < 2:
+        raise SystemExit(f"--steps must be at least 2 (a warm-up step and a decay), got {args.steps}")
+    if args.vocab is not None and args.vocab < 1:
+        raise SystemExit(f"--vocab must be at least 1, got {args.vocab}")
     try:
         export_types = export.parse_types(args.export_types)
     except ValueError as e:
