@@ -6,8 +6,9 @@
 # default model elsewhere (--draft ngram:n=3+eagle, docs/draft.md), each draft up to 4 tokens and
 # ended where the product of the draft's probabilities falls below 0.3, 0.5 for greedy requests
 # (the confidence rule), and the load-adaptive policy, which drafts only where a draft pays
-# (docs/serving.md, "The main job"). The flags live in scripts/main_job.args (cluster.sh and the tests read them there). Extra
-# arguments go to `specula serve` and win over these (e.g. --port 9000, --draft eagle).
+# (docs/serving.md, "The main job"). The flags live in scripts/main_job.args (cluster.sh and the
+# tests read them there). Extra arguments go to `specula serve` and win over these (e.g. --port
+# 9000, --draft eagle).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -287,8 +287,8 @@ def parse_args(argv):
                    help="matrices exported at another type than --export-type, e.g. head=Q8_0,fc=Q8_0,fuse=Q8_0")
     p.add_argument("--init-from", default="",
                    help="a head GGUF to start from (fine-tuning): its weights, reduced vocabulary and feature layers "
-                        "replace the random start (--vocab may only extend the vocabulary); the data must carry its feature layers first, and "
-                        "further layers of the data start at zero weight in fuse")
+                        "replace the random start (--vocab may only extend the vocabulary); the data must carry its "
+                        "feature layers first, and further layers of the data start at zero weight in fuse")
     return p.parse_args(argv)
 
 
@@ -382,9 +382,9 @@ def main(argv=None) -> int:
         if len(token_map) > init["head"].shape[0]:
             # The new tokens' output rows start from the target's, scaled by how far training moved
             # the file's rows from theirs (median norm ratio), so their logits start on its scale.
-            old = init["head"]
-            target_rows = np.asarray(params["head"], np.float32)
-            ratio = float(np.median(np.linalg.norm(old, axis=1) / np.maximum(np.linalg.norm(target_rows[:len(old)], axis=1), 1e-12)))
+            old, target_rows = init["head"], np.asarray(params["head"], np.float32)
+            norms = np.maximum(np.linalg.norm(target_rows[:len(old)], axis=1), 1e-12)
+            ratio = float(np.median(np.linalg.norm(old, axis=1) / norms))
             init["head"] = np.concatenate([old, ratio * target_rows[len(old):]]).astype(np.float32)
             say(f"vocabulary extended from {len(old)} to {len(token_map)} tokens; new output rows = target's x {ratio:.3f}")
         missing = sorted(set(params) ^ set(init))

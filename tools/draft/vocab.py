@@ -9,23 +9,19 @@ import numpy as np
 
 def reduced_vocab(token_lists, n: int, target_vocab: int) -> tuple[np.ndarray, np.ndarray]:
     """(token_map int32 [min(n, target_vocab)], target_to_reduced int32 [target_vocab])."""
-    counts = np.zeros(target_vocab, dtype=np.int64)
-    for t in token_lists:
-        counts += np.bincount(np.asarray(t, dtype=np.int64), minlength=target_vocab)
-    n = min(n, target_vocab)
-    order = np.lexsort((np.arange(target_vocab), -counts))  # by count desc, then id asc
-    token_map = order[:n].astype(np.int32)
+    token_map = extend(np.zeros(0, np.int32), token_lists, n, target_vocab)
     return token_map, inverse_of(token_map, target_vocab)
 
 
 def extend(token_map: np.ndarray, token_lists, n: int, target_vocab: int) -> np.ndarray:
     """token_map followed by the text's most frequent tokens not in it (ties: lower id first), up to
-    min(n, target_vocab) entries: an existing head's vocabulary, grown with its order kept."""
+    min(n, target_vocab) entries: an existing head's vocabulary grown with its order kept, or from
+    an empty map a new one."""
     counts = np.zeros(target_vocab, dtype=np.int64)
     for t in token_lists:
         counts += np.bincount(np.asarray(t, dtype=np.int64), minlength=target_vocab)
     counts[token_map] = -1
-    order = np.lexsort((np.arange(target_vocab), -counts))
+    order = np.lexsort((np.arange(target_vocab), -counts))  # by count desc, then id asc
     extra = order[:max(0, min(n, target_vocab) - len(token_map))]
     return np.concatenate([np.asarray(token_map, np.int32), extra.astype(np.int32)])
 
