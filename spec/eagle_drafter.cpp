@@ -59,7 +59,9 @@ std::shared_ptr<const EagleHead> load_eagle_head(const std::string& path, const 
   c.vocab_size = f->get_int(std::string(kArch) + ".vocab_size");
   c.max_positions = tc.max_positions;
   h->n_vocab = c.vocab_size;
-  if (c.layers != 1) throw ModelError(path + ": a draft head has one layer, this file says " + std::to_string(c.layers));
+  if (c.layers < 1 || c.layers > kEagleMaxLayers)
+    throw ModelError(path + ": a draft head has 1 to " + std::to_string(kEagleMaxLayers) + " layers, this file says " +
+                     std::to_string(c.layers));
   if (c.hidden <= 0 || c.heads <= 0 || c.kv_heads <= 0 || c.head_dim <= 0 || c.intermediate <= 0 || c.heads % c.kv_heads != 0 ||
       c.head_dim % 2 != 0 || h->n_vocab <= 0)
     throw ModelError(path + ": the draft head's dimensions are inconsistent");
@@ -88,15 +90,19 @@ std::shared_ptr<const EagleHead> load_eagle_head(const std::string& path, const 
 
   const int64_t H = c.hidden, I = c.intermediate, q = c.heads * c.head_dim, kvw = c.kv_heads * c.head_dim;
   h->fc = need(*f, "fc.weight", {H, 2 * H});
-  h->layer.attn_norm = need(*f, "blk.0.attn_norm.weight", {H});
-  h->layer.wq = need(*f, "blk.0.attn_q.weight", {q, H});
-  h->layer.wk = need(*f, "blk.0.attn_k.weight", {kvw, H});
-  h->layer.wv = need(*f, "blk.0.attn_v.weight", {kvw, H});
-  h->layer.wo = need(*f, "blk.0.attn_output.weight", {H, q});
-  h->layer.ffn_norm = need(*f, "blk.0.ffn_norm.weight", {H});
-  h->layer.w_gate = need(*f, "blk.0.ffn_gate.weight", {I, H});
-  h->layer.w_up = need(*f, "blk.0.ffn_up.weight", {I, H});
-  h->layer.w_down = need(*f, "blk.0.ffn_down.weight", {H, I});
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    LayerWeights& lw = h->layers.emplace_back();
+    lw.attn_norm = need(*f, b + "attn_norm.weight", {H});
+    lw.wq = need(*f, b + "attn_q.weight", {q, H});
+    lw.wk = need(*f, b + "attn_k.weight", {kvw, H});
+    lw.wv = need(*f, b + "attn_v.weight", {kvw, H});
+    lw.wo = need(*f, b + "attn_output.weight", {H, q});
+    lw.ffn_norm = need(*f, b + "ffn_norm.weight", {H});
+    lw.w_gate = need(*f, b + "ffn_gate.weight", {I, H});
+    lw.w_up = need(*f, b + "ffn_up.weight", {I, H});
+    lw.w_down = need(*f, b + "ffn_down.weight", {H, I});
+  }
   h->out_norm = need(*f, "output_norm.weight", {H});
   h->out = need(*f, "output.weight", {h->n_vocab, H});
   if (f->has("draft.feature_layers")) {
@@ -116,7 +122,7 @@ EagleWeights::EagleWeights(std::shared_ptr<const EagleHead> h, const LoadedModel
   embed = ops.upload_table(target.weights.embed);
   fc = ops.upload(head->fc);
   if (!head->feature_layers.empty()) fuse = ops.upload(head->fuse);
-  layer = upload_layer(ops, head->layer);
+  for (const LayerWeights& l : head->layers) layers.push_back(upload_layer(ops, l));
   out_norm = ops.upload(head->out_norm);
   out = ops.upload(head->out);
   inv_freq = rope_inv_freq(head->config);
@@ -131,7 +137,7 @@ EagleDrafter::EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t 
   set_catch_up_window(window);
   const LlamaConfig& c = w_->head->config;
   KvCacheConfig kc;
-  kc.layers = 1;
+  kc.layers = c.layers;
   kc.kv_heads = c.kv_heads;
   kc.head_dim = c.head_dim;
   kc.block_tokens = 16;
@@ -230,13 +236,14 @@ void EagleDrafter::run(const float* f, std::span<const int32_t> tokens, int64_t 
   float *x = x_d_.get(), *xn = xn_d_.get();
   ops.matmul(cat_d_.get(), w_->fc, n, x);
 
-  // One llama layer over the head's own cache, entries at positions pos..pos+n-1.
+  // The head's llama layers over its own cache, entries at positions pos..pos+n-1.
   positions_.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) positions_[static_cast<size_t>(i)] = static_cast<int32_t>(pos + i);
   kv_->reserve(seq_, pos - base_ + n);
   const SeqSlice slice{seq_, pos - base_, n, 0};  // cache slot s holds entry base_ + s + 1
   const BlockScratch scratch{xn, q_d_.get(), k_d_.get(), v_d_.get(), att_d_.get(), tmp_d_.get(), gate_d_.get(), up_d_.get()};
-  decoder_block(ops, c, w_->layer, w_->inv_freq, 0, positions_, {&slice, 1}, *kv_, x, n, scratch);
+  for (size_t l = 0; l < w_->layers.size(); ++l)
+    decoder_block(ops, c, w_->layers[l], w_->inv_freq, static_cast<int>(l), positions_, {&slice, 1}, *kv_, x, n, scratch);
   g_.resize(static_cast<size_t>(n * H));
   ops.copy_to_host(x, g_.data(), g_.size());
   if (logits) {

@@ -1,4 +1,4 @@
-// The trained draft head (issue 13, docs/draft.md): an EAGLE-style single decoder layer that
+// The trained draft head (issue 13, docs/draft.md): an EAGLE-style decoder layer (or a few) that
 // reads the target's final hidden state at position i - 1 and the embedding of token i, and
 // predicts the target's next token over a reduced vocabulary. Its file is a GGUF of architecture
 // `specula-eagle` whose metadata names the target it was trained for (a hash of the target's
@@ -26,13 +26,17 @@ class EagleMismatch : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// The most decoder layers a head file may have (a draft is meant to be a small fraction of the
+// target; one layer is what EAGLE uses and what the shipped head has).
+inline constexpr int64_t kEagleMaxLayers = 4;
+
 // A head file, checked against a target and ready to upload.
 struct EagleHead {
   std::shared_ptr<const GgufFile> file;  // keeps the mapped tensors alive
-  LlamaConfig config;                    // the layer's geometry (layers = 1), RoPE and norm eps
+  LlamaConfig config;                    // the layers' geometry and count, RoPE and norm eps
   int64_t n_vocab = 0;                   // N, the reduced vocabulary
   std::vector<int32_t> token_map;        // [N] reduced id -> target token id
-  LayerWeights layer;                    // the one decoder block ("blk.0.*")
+  std::vector<LayerWeights> layers;      // the decoder blocks ("blk.0.*", "blk.1.*", ...), run in order
   TensorView fc, out_norm, out;
   // EAGLE-3's fused features: the target's layers (0-based blocks) whose RMS-normed residuals
   // follow its final hidden state in a row, and fuse [H, (1 + C) H] mapping such a row to the
@@ -59,7 +63,7 @@ struct EagleWeights {
   std::shared_ptr<const EagleHead> head;
   Ops& ops;
   Weight embed;  // the target's token embedding (the head has none of its own)
-  LlamaLayer layer;
+  std::vector<LlamaLayer> layers;
   Weight fc, out_norm, out, fuse;
   std::vector<float> inv_freq;
   int64_t target_vocab = 0;

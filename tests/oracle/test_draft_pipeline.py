@@ -197,6 +197,55 @@ def test_a_head_given_feature_layers_it_lacks_starts_as_its_file_and_trains_them
     assert bad.returncode != 0 and "reads feature layers [0]" in bad.stderr, bad.stderr[-2000:]
 
 
+def test_a_head_given_a_second_layer_starts_as_its_file_and_the_runtime_drafts_it_as_trained(toy_run, specula_bin,
+                                                                                              tmp_path):
+    """train.py --init-from HEAD --layers 2 appends a decoder layer that starts as the identity (its
+    two output matrices at zero): before its first step the head measures what the file measures;
+    after training the layer writes into the residual. The exported file has two blocks; read as the
+    runtime reads it (reference_drafter.py, one entry at a time, a cache per layer) it gives the
+    training forward's logits at every depth, and the C++ drafter's greedy chains over the
+    validation split match train.py's. Fewer layers than the file's is one clear error."""
+    out, metrics = toy_run
+    target = out / "target" / "q4_1_tied" / "model.gguf"
+
+    def train(dest, head, *extra):
+        return _train_py(out, dest, "--init-from", str(head), "--steps", "40", "--lr", "1e-3", *extra)
+
+    plain = _metrics(train(tmp_path / "plain", out / "draft.gguf"))
+    two = _metrics(train(tmp_path / "two", out / "draft.gguf", "--layers", "2", "--new-layer-lr-scale", "2"))
+    assert two["layers"] == 2 and plain["layers"] == 1
+    assert two["initial_validation"]["top1"] == plain["initial_validation"]["top1"], (plain, two)
+    assert two["initial_validation"]["loss"] == pytest.approx(plain["initial_validation"]["loss"], rel=1e-5)
+    z = np.load(tmp_path / "two" / "params.npz")
+    assert np.abs(z["l1.wo"]).max() > 0 and np.abs(z["l1.w_down"]).max() > 0
+    draft = tmp_path / "two" / "draft.gguf"
+    r, meta = _fields(draft)
+    assert meta["specula-eagle.block_count"] == 2
+    assert {"blk.1.attn_q.weight", "blk.1.ffn_down.weight"} <= {t.name for t in r.tensors}
+
+    py = BUILD_DIR / "draft-venv" / "bin" / "python"
+    env = dict(os.environ, PYTHONPATH=str(SOURCE_DIR / "tools"))
+    check = subprocess.run([str(py), "-m", "draft.check_export", "--target", str(target), "--draft", str(draft),
+                            "--data", str(out / "data.spd")], capture_output=True, text=True, env=env, timeout=600)
+    assert check.returncode == 0, check.stdout + check.stderr[-2000:]
+    assert json.loads(check.stdout)["ok"]
+
+    header, seqs = data_format.read(out / "data.spd")  # train.py's validation split (seed 0, 10%)
+    order = np.random.default_rng(0).permutation(len(seqs))
+    val = tmp_path / "val.spd"
+    with data_format.Writer(val, header) as w:
+        for i in order[:max(1, int(round(len(seqs) * 0.1)))]:
+            w.write(seqs[i])
+    p = subprocess.run([str(specula_bin), "draft-eval", "--model", str(target), "--draft", f"eagle:{draft}",
+                        "--data", str(val), "--responses-only", "--depth", "3"], capture_output=True, text=True, check=True)
+    acc, want = json.loads(p.stdout.strip().splitlines()[-1])["accepted"], two["validation"]["chain_accepted"]
+    for j in range(3):
+        assert abs(acc[j] - want[j]) < 0.03, (acc, want)
+
+    fewer = train(tmp_path / "fewer", draft, "--layers", "1")
+    assert fewer.returncode != 0 and "has 2 layers" in fewer.stderr, fewer.stderr[-2000:]
+
+
 def test_extending_a_token_map_appends_the_most_frequent_tokens_it_lacks_in_order():
     """vocab.extend: the map first, then the text's most frequent tokens outside it (ties to the
     lower id), never one twice, up to N or the target's vocabulary."""
@@ -548,13 +597,30 @@ def test_a_pruned_head_keeps_the_first_n_tokens_byte_for_byte_drafts_the_same_lo
         assert not (tmp_path / f"bad{bad}.gguf").exists()
 
 
-@pytest.mark.parametrize("case", ["another target", "truncated", "not a head", "missing"])
+def _with_block_count(head, dest, count: int):
+    """The head's file with specula-eagle.block_count (a u32 after its key) set to `count`."""
+    raw = bytearray(head.read_bytes())
+    key = b"specula-eagle.block_count"
+    at = raw.index(key) + len(key)
+    assert struct.unpack_from("<I", raw, at)[0] == 4  # GGUF's UINT32 value type
+    struct.pack_into("<I", raw, at + 4, count)
+    dest.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("case", ["another target", "truncated", "not a head", "missing", "a layer missing",
+                                  "too many layers"])
 def test_a_bad_draft_head_is_one_clear_error(toy_run, specula_bin, default_model, tmp_path, case):
     out, _ = toy_run
     head, target = out / "draft.gguf", out / "target" / "q4_1_tied" / "model.gguf"
     want = {"another target": "was trained for 'specula-tiny-q4_1_tied'", "truncated": "is truncated",
-            "not a head": "not a draft head (general.architecture is 'llama'", "missing": "draft head not found"}[case]
-    if case == "another target":
+            "not a head": "not a draft head (general.architecture is 'llama'", "missing": "draft head not found",
+            "a layer missing": "the draft head has no tensor 'blk.1.attn_norm.weight'",
+            "too many layers": "a draft head has 1 to 4 layers, this file says 9"}[case]
+    if case in ("a layer missing", "too many layers"):
+        bad = tmp_path / "layers.gguf"
+        _with_block_count(head, bad, 2 if case == "a layer missing" else 9)
+        model, spec = target, f"eagle:{bad}"
+    elif case == "another target":
         model, spec = default_model, f"eagle:{head}"
     elif case == "truncated":
         cut = tmp_path / "cut.gguf"

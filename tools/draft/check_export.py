@@ -21,34 +21,17 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
     __package__ = "draft"
 
-from . import data_format, target  # noqa: E402
+from . import data_format, export, target  # noqa: E402
 from .head import HeadConfig, multi_step_forward  # noqa: E402
 from .reference_drafter import ReferenceDrafter  # noqa: E402
 
-TOLERANCE = 2e-3  # max |diff| / max |logit|: float32 (JAX) against float64 (reference) over one layer
+TOLERANCE = 2e-3  # max |diff| / max |logit|: float32 (JAX) against float64 (reference) over the head's layers
 POSITION_OFFSET = 100  # the reference uses absolute positions; training windows start at 0
 
 
-def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
-    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def params_from_reference(d: ReferenceDrafter) -> tuple[HeadConfig, dict]:
-    """The file's weights back in head.py's layout (q/k rows un-permuted)."""
-    w = d.w
-    b = "blk.0."
-    params = {
-        "fc": w["fc.weight"], "attn_norm": w[b + "attn_norm.weight"],
-        "wq": unpermute_qk(w[b + "attn_q.weight"], d.heads), "wk": unpermute_qk(w[b + "attn_k.weight"], d.kv_heads),
-        "wv": w[b + "attn_v.weight"], "wo": w[b + "attn_output.weight"], "ffn_norm": w[b + "ffn_norm.weight"],
-        "w_gate": w[b + "ffn_gate.weight"], "w_up": w[b + "ffn_up.weight"], "w_down": w[b + "ffn_down.weight"],
-        "out_norm": w["output_norm.weight"], "head": w["output.weight"],
-    }
-    if "fuse.weight" in w:
-        params["fuse"] = w["fuse.weight"]
-    cfg = HeadConfig(hidden=d.hidden, intermediate=params["w_gate"].shape[0], heads=d.heads, kv_heads=d.kv_heads,
-                     head_dim=d.head_dim, rope_theta=d.theta, rms_eps=d.eps, n_vocab=params["head"].shape[0],
-                     feature_chunks=params["fuse"].shape[1] // d.hidden if "fuse" in params else 1)
+def params_from_file(path) -> tuple[HeadConfig, dict]:
+    """The file's weights back in head.py's layout (q/k rows un-permuted), as export.read gives them."""
+    cfg, params, _, _, _ = export.read(path)
     return cfg, {k: np.asarray(v, np.float32) for k, v in params.items()}
 
 
@@ -69,7 +52,7 @@ def check(target_path, draft_path, data_path, entries: int = 24, depth: int = 3)
     import jax.numpy as jnp
     embed = target.token_embedding(target_path)
     d = ReferenceDrafter(draft_path, embed)
-    cfg, params = params_from_reference(d)
+    cfg, params = params_from_file(draft_path)
     _, seqs = data_format.read(data_path)
     s = seqs[0]
     L = min(entries, len(s.tokens) - 1)

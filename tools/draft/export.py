@@ -12,7 +12,7 @@ import pathlib
 
 import numpy as np
 
-from .head import HeadConfig
+from .head import LAYER_PARAMS, HeadConfig, base_name, layer_name
 
 ARCH = "specula-eagle"
 MAX_BYTES = 16_000_000  # the issue's 16 MB limit, in decimal megabytes to be safe
@@ -25,6 +25,22 @@ _NAMES = {  # head.py parameter -> GGUF tensor name
     "w_gate": "blk.0.ffn_gate.weight", "w_up": "blk.0.ffn_up.weight", "w_down": "blk.0.ffn_down.weight",
     "out_norm": "output_norm.weight", "head": "output.weight",
 }
+_LAYER_TENSORS = {  # a decoder layer's parameter -> its GGUF name after "blk.<layer>."
+    "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
+    "wo": "attn_output.weight", "ffn_norm": "ffn_norm.weight", "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight",
+    "w_down": "ffn_down.weight",
+}
+
+
+def tensor_names(layers: int) -> dict:
+    """head.py parameter -> GGUF tensor name, for a head of `layers` decoder layers (blk.0 .. blk.layers-1)."""
+    out = {"fuse": _NAMES["fuse"], "fc": _NAMES["fc"]}
+    for layer in range(layers):
+        out.update({layer_name(layer, n): f"blk.{layer}.{_LAYER_TENSORS[n]}" for n in LAYER_PARAMS})
+    out.update({"out_norm": _NAMES["out_norm"], "head": _NAMES["head"]})
+    return out
+
+
 # Metadata, not a tensor: an int32 array (the runtime's GGUF reader maps only weight types).
 TOKEN_MAP = "draft.token_map"
 FEATURE_LAYERS = "draft.feature_layers"  # int32 array: the target's residual layers read beside its final hidden state
@@ -63,7 +79,8 @@ def read(path) -> tuple[HeadConfig, dict, np.ndarray, list[int], dict]:
     meta = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
     if meta.get("general.architecture") != ARCH:
         raise ValueError(f"{path}: general.architecture is {meta.get('general.architecture')!r}, expected {ARCH!r}")
-    by_name = {gname: pname for pname, gname in _NAMES.items()}
+    layers = int(meta.get(f"{ARCH}.block_count", 1))
+    by_name = {gname: pname for pname, gname in tensor_names(layers).items()}
     params = {}
     for t in r.tensors:
         if t.name not in by_name:
@@ -76,9 +93,10 @@ def read(path) -> tuple[HeadConfig, dict, np.ndarray, list[int], dict]:
                      heads=int(meta[f"{ARCH}.attention.head_count"]), kv_heads=int(meta[f"{ARCH}.attention.head_count_kv"]),
                      head_dim=int(meta[f"{ARCH}.rope.dimension_count"]), rope_theta=float(meta[f"{ARCH}.rope.freq_base"]),
                      rms_eps=float(meta[f"{ARCH}.attention.layer_norm_rms_epsilon"]), n_vocab=len(token_map),
-                     feature_chunks=1 + len(feature_layers))
-    params["wq"] = unpermute_qk(params["wq"], cfg.heads)
-    params["wk"] = unpermute_qk(params["wk"], cfg.kv_heads)
+                     feature_chunks=1 + len(feature_layers), layers=layers)
+    for layer in range(layers):
+        params[layer_name(layer, "wq")] = unpermute_qk(params[layer_name(layer, "wq")], cfg.heads)
+        params[layer_name(layer, "wk")] = unpermute_qk(params[layer_name(layer, "wk")], cfg.kv_heads)
     return cfg, params, token_map, feature_layers, meta
 
 
@@ -102,7 +120,7 @@ def write(path, cfg: HeadConfig, params: dict, token_map: np.ndarray, *, target_
     path.parent.mkdir(parents=True, exist_ok=True)
     w = gguf.GGUFWriter(str(path), ARCH)
     w.add_name(f"specula-eagle draft for {target_name}")
-    w.add_uint32(f"{ARCH}.block_count", 1)
+    w.add_uint32(f"{ARCH}.block_count", cfg.layers)
     w.add_uint32(f"{ARCH}.embedding_length", cfg.hidden)
     w.add_uint32(f"{ARCH}.feed_forward_length", cfg.intermediate)
     w.add_uint32(f"{ARCH}.attention.head_count", cfg.heads)
@@ -135,15 +153,18 @@ def write(path, cfg: HeadConfig, params: dict, token_map: np.ndarray, *, target_
             w.add_string(key, value)
         else:
             w.add_array(key, [float(v) for v in value])
-    for pname, gname in _NAMES.items():
+    names = tensor_names(cfg.layers)
+    if unknown := sorted(set(params) - set(names)):
+        raise ValueError(f"parameters {unknown} are not part of a {cfg.layers}-layer head")
+    for pname, gname in names.items():
         if pname not in params:
             continue
         a = np.asarray(params[pname], dtype=np.float32)
-        if pname == "wq":
+        if base_name(pname) == "wq":
             a = permute_qk(a, cfg.heads)
-        elif pname == "wk":
+        elif base_name(pname) == "wk":
             a = permute_qk(a, cfg.kv_heads)
-        t = tensor_types.get(pname, tensor_type)
+        t = tensor_types.get(base_name(pname), tensor_type)  # a type given for a layer's matrix is every layer's
         if a.ndim == 1:
             w.add_tensor(gname, np.ascontiguousarray(a))
         elif t == "F16":
@@ -183,9 +204,10 @@ def main(argv=None) -> int:
     token_map = np.asarray(z["token_map"], np.int32)
     params = {k: z[k] for k in z.files if k not in ("token_map", "feature_layers")}
     feature_layers = [int(x) for x in z["feature_layers"]] if "feature_layers" in z.files else []
+    layers = 1 + sum(1 for k in params if k.endswith(".wq"))
     cfg = HeadConfig(hidden=tcfg.hidden, intermediate=tcfg.intermediate, heads=tcfg.heads, kv_heads=tcfg.kv_heads,
                      head_dim=tcfg.head_dim, rope_theta=tcfg.rope_theta, rms_eps=tcfg.rms_eps, n_vocab=len(token_map),
-                     feature_chunks=1 + len(feature_layers))
+                     feature_chunks=1 + len(feature_layers), layers=layers)
     extra = {}
     if args.metrics:
         m = json.loads(pathlib.Path(args.metrics).read_text())

@@ -7,6 +7,7 @@ of the previous depth at depths 2..K; it predicts x_{i+1}, whose target distribu
     x = fc([f, e])                     fc: [H, 2H], columns 0..H-1 read f, H..2H-1 read e
     x = x + Attn(RMSNorm(x))           GQA with the target's head counts, RoPE at position i
     g = x + MLP(RMSNorm(x))            SwiGLU at the target's intermediate width
+    (with cfg.layers > 1, each further layer repeats the two lines on g, with its own keys and values)
     logits = RMSNorm(g) @ head^T       head: [N, H], N = reduced vocabulary
 
 Weights here use Hugging Face layout ([out, in]) and half-split RoPE pairs (i, i + d/2);
@@ -38,6 +39,7 @@ class HeadConfig:
     rms_eps: float
     n_vocab: int  # reduced vocabulary size N
     feature_chunks: int = 1  # H-wide chunks of the depth-1 feature (1: the final hidden state alone)
+    layers: int = 1  # decoder layers; layer l >= 1's parameters are named "l{l}.<name>"
 
 
 PARAM_SHAPES = {  # name -> shape as a function of the config (HF layout)
@@ -56,8 +58,26 @@ PARAM_SHAPES = {  # name -> shape as a function of the config (HF layout)
 }
 
 
+# The parameters each decoder layer has; layer 0's go by these names, layer l >= 1's by layer_name.
+LAYER_PARAMS = ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w_gate", "w_up", "w_down")
+
+
+def layer_name(layer: int, name: str) -> str:
+    return name if layer == 0 else f"l{layer}.{name}"
+
+
+def base_name(name: str) -> str:
+    """"l1.wq" -> "wq"; names of layer 0 and of the other parameters are their own."""
+    return name.split(".", 1)[1] if name.startswith("l") and "." in name else name
+
+
 def init_params(cfg: HeadConfig, key, head_rows: np.ndarray) -> dict:
-    params = _init_layer(cfg, key, head_rows)
+    params = _init_layer(cfg, key, head_rows)  # layer 0 from `key` itself, as one-layer heads always were
+    layer_keys = jax.random.split(jax.random.fold_in(key, 1), cfg.layers - 1) if cfg.layers > 1 else []
+    for layer, k in enumerate(layer_keys, start=1):
+        # Layers after the first: the same start as the first's (their own draws).
+        extra = _init_layer(cfg, k, head_rows)
+        params.update({layer_name(layer, n): extra[n] for n in LAYER_PARAMS})
     if cfg.feature_chunks > 1:
         # fuse [H, C H] maps the depth-1 feature chunks to one H-wide feature (EAGLE-3): it starts
         # as the first chunk (the final hidden state, what a one-chunk head reads); the other
@@ -118,16 +138,17 @@ def multi_step_forward(cfg: HeadConfig, params: dict, feat, emb, depth: int):
     pos = jnp.arange(L)
     scale = 1.0 / np.sqrt(cfg.head_dim)
     neg = jnp.float32(-1e30)
-    ks, vs, logits_all, g_all = [], [], [], []
+    ks = [[] for _ in range(cfg.layers)]  # per layer, per depth: the keys and values of every entry
+    vs = [[] for _ in range(cfg.layers)]
+    logits_all, g_all = [], []
     f = feat @ params["fuse"].T if cfg.feature_chunks > 1 else feat
-    for j in range(1, depth + 1):
-        if j > 1:
-            f = _shift_right(g_all[-1], 1)
-        x = jnp.concatenate([f, emb], axis=-1) @ params["fc"].T
-        h = rms_norm(x, params["attn_norm"], cfg.rms_eps)
-        q = (h @ params["wq"].T).reshape(B, L, cfg.kv_heads, G, cfg.head_dim)
-        k = (h @ params["wk"].T).reshape(B, L, cfg.kv_heads, cfg.head_dim)
-        v = (h @ params["wv"].T).reshape(B, L, cfg.kv_heads, cfg.head_dim)
+
+    def block(p, x, ks, vs, j):
+        """One decoder layer at depth j over its own keys and values (ks, vs: depths 1..j-1 so far)."""
+        h = rms_norm(x, p["attn_norm"], cfg.rms_eps)
+        q = (h @ p["wq"].T).reshape(B, L, cfg.kv_heads, G, cfg.head_dim)
+        k = (h @ p["wk"].T).reshape(B, L, cfg.kv_heads, cfg.head_dim)
+        v = (h @ p["wv"].T).reshape(B, L, cfg.kv_heads, cfg.head_dim)
         q = rope_half_split(q.reshape(B, L, cfg.heads, cfg.head_dim), pos, cfg.rope_theta)
         q = q.reshape(B, L, cfg.kv_heads, G, cfg.head_dim)
         k = rope_half_split(k, pos, cfg.rope_theta)
@@ -150,9 +171,17 @@ def multi_step_forward(cfg: HeadConfig, params: dict, feat, emb, depth: int):
         out = jnp.einsum("bkgat,btkd->bakgd", probs[..., :L], vs[0])
         for n, vd in enumerate(diag_v):
             out = out + probs[..., L + n].transpose(0, 3, 1, 2)[..., None] * vd[:, :, :, None, :]
-        x = x + out.reshape(B, L, cfg.heads * cfg.head_dim) @ params["wo"].T
-        h = rms_norm(x, params["ffn_norm"], cfg.rms_eps)
-        x = x + (jax.nn.silu(h @ params["w_gate"].T) * (h @ params["w_up"].T)) @ params["w_down"].T
+        x = x + out.reshape(B, L, cfg.heads * cfg.head_dim) @ p["wo"].T
+        h = rms_norm(x, p["ffn_norm"], cfg.rms_eps)
+        return x + (jax.nn.silu(h @ p["w_gate"].T) * (h @ p["w_up"].T)) @ p["w_down"].T
+
+    layer_params = [{n: params[layer_name(l, n)] for n in LAYER_PARAMS} for l in range(cfg.layers)]
+    for j in range(1, depth + 1):
+        if j > 1:
+            f = _shift_right(g_all[-1], 1)
+        x = jnp.concatenate([f, emb], axis=-1) @ params["fc"].T
+        for l in range(cfg.layers):
+            x = block(layer_params[l], x, ks[l], vs[l], j)
         g_all.append(x)
         logits_all.append(rms_norm(x, params["out_norm"], cfg.rms_eps) @ params["head"].T)
     return jnp.stack(logits_all), jnp.stack(g_all)

@@ -26,6 +26,7 @@ class ReferenceDrafter:
         self.head_dim = int(meta[f"{arch}.rope.dimension_count"])
         self.theta = float(meta[f"{arch}.rope.freq_base"])
         self.eps = float(meta[f"{arch}.attention.layer_norm_rms_epsilon"])
+        self.layers = int(meta.get(f"{arch}.block_count", 1))
         self.w = {}
         self.token_map = np.asarray(meta["draft.token_map"], dtype=np.int32)
         for t in r.tensors:
@@ -35,13 +36,13 @@ class ReferenceDrafter:
         self.truncate(0)
 
     def truncate(self, n: int) -> None:
-        """Keeps the first n cache entries (rollback)."""
+        """Keeps the first n cache entries (rollback); k and v hold [layer][entry, kv head, d]."""
         if n == 0:
-            self.k = np.zeros((0, self.kv_heads, self.head_dim))
-            self.v = np.zeros((0, self.kv_heads, self.head_dim))
+            self.k = [np.zeros((0, self.kv_heads, self.head_dim)) for _ in range(self.layers)]
+            self.v = [np.zeros((0, self.kv_heads, self.head_dim)) for _ in range(self.layers)]
             self.pos = np.zeros(0, dtype=np.int64)
         else:
-            self.k, self.v, self.pos = self.k[:n], self.v[:n], self.pos[:n]
+            self.k, self.v, self.pos = [k[:n] for k in self.k], [v[:n] for v in self.v], self.pos[:n]
 
     def _norm(self, x, w):
         return x / np.sqrt(np.mean(x * x) + self.eps) * w
@@ -59,27 +60,33 @@ class ReferenceDrafter:
         """Appends one entry: feature (the target's features at pos - 1, fused by fuse.weight when
         the head has it, or the draft's own g, H wide) and the token at pos. Returns (logits over
         the reduced vocabulary [N], g [H])."""
-        w, blk = self.w, "blk.0."
+        w = self.w
         feature = np.asarray(feature, np.float64)
         if "fuse.weight" in w and feature.shape[0] != self.hidden:
             feature = w["fuse.weight"] @ feature
         x = w["fc.weight"] @ np.concatenate([np.asarray(feature, np.float64), self.embed[token]])
+        self.pos = np.append(self.pos, pos)
+        for layer in range(self.layers):
+            x = self._block(x, layer, pos)
+        return w["output.weight"] @ self._norm(x, w["output_norm.weight"]), x
+
+    def _block(self, x: np.ndarray, layer: int, pos: int) -> np.ndarray:
+        """Decoder layer `layer` on one entry: appends its key and value, returns its output."""
+        w, blk = self.w, f"blk.{layer}."
         h = self._norm(x, w[blk + "attn_norm.weight"])
         q = self._rope((w[blk + "attn_q.weight"] @ h).reshape(self.heads, self.head_dim), pos)
         k = self._rope((w[blk + "attn_k.weight"] @ h).reshape(self.kv_heads, self.head_dim), pos)
         v = (w[blk + "attn_v.weight"] @ h).reshape(self.kv_heads, self.head_dim)
-        self.k = np.concatenate([self.k, k[None]])
-        self.v = np.concatenate([self.v, v[None]])
-        self.pos = np.append(self.pos, pos)
+        self.k[layer] = np.concatenate([self.k[layer], k[None]])
+        self.v[layer] = np.concatenate([self.v[layer], v[None]])
         group = self.heads // self.kv_heads
         out = np.empty((self.heads, self.head_dim))
         for hd in range(self.heads):
             kv = hd // group
-            sc = self.k[:, kv] @ q[hd] / math.sqrt(self.head_dim)
+            sc = self.k[layer][:, kv] @ q[hd] / math.sqrt(self.head_dim)
             p = np.exp(sc - sc.max())
-            out[hd] = (p / p.sum()) @ self.v[:, kv]
+            out[hd] = (p / p.sum()) @ self.v[layer][:, kv]
         x = x + w[blk + "attn_output.weight"] @ out.reshape(-1)
         h = self._norm(x, w[blk + "ffn_norm.weight"])
         gate, up = w[blk + "ffn_gate.weight"] @ h, w[blk + "ffn_up.weight"] @ h
-        x = x + w[blk + "ffn_down.weight"] @ (gate / (1 + np.exp(-gate)) * up)
-        return w["output.weight"] @ self._norm(x, w["output_norm.weight"]), x
+        return x + w[blk + "ffn_down.weight"] @ (gate / (1 + np.exp(-gate)) * up)

@@ -27,7 +27,7 @@ if __package__ in (None, ""):
     __package__ = "draft"
 
 from . import data_format, export, target, vocab  # noqa: E402
-from .head import HeadConfig, init_params, multi_step_forward  # noqa: E402
+from .head import HeadConfig, init_params, layer_name, multi_step_forward  # noqa: E402
 
 
 # ---------------------------------------------------------------- windows
@@ -285,6 +285,12 @@ def parse_args(argv):
     p.add_argument("--export-type", choices=export.TENSOR_TYPES, default="Q8_0")
     p.add_argument("--export-types", default="",
                    help="matrices exported at another type than --export-type, e.g. head=Q8_0,fc=Q8_0,fuse=Q8_0")
+    p.add_argument("--layers", type=int, default=None,
+                   help="decoder layers (default 1, or the --init-from file's); with --init-from, layers beyond the "
+                        "file's are appended after its own, each starting as the identity (its attention and MLP "
+                        "output matrices at zero), so training starts from the file's own function")
+    p.add_argument("--new-layer-lr-scale", type=float, default=1.0,
+                   help="learning-rate factor for the layers --layers appends to an --init-from head")
     p.add_argument("--init-from", default="",
                    help="a head GGUF to start from (fine-tuning): its weights, reduced vocabulary and feature layers "
                         "replace the random start (--vocab may only extend the vocabulary); the data must carry its "
@@ -300,6 +306,10 @@ def main(argv=None) -> int:
         raise SystemExit(f"--steps must be at least 2 (a warm-up step and a decay), got {args.steps}")
     if args.vocab is not None and args.vocab < 1:
         raise SystemExit(f"--vocab must be at least 1, got {args.vocab}")
+    if args.layers is not None and args.layers < 1:
+        raise SystemExit(f"--layers must be at least 1, got {args.layers}")
+    if not args.new_layer_lr_scale > 0:
+        raise SystemExit(f"--new-layer-lr-scale must be > 0, got {args.new_layer_lr_scale}")
     try:
         export_types = export.parse_types(args.export_types)
     except ValueError as e:
@@ -336,8 +346,13 @@ def main(argv=None) -> int:
     if len(seqs) < 2:
         raise SystemExit(f"need at least 2 sequences (train and validation), have {len(seqs)}")
     val_seqs, train_seqs = [seqs[i] for i in order[:n_val]], [seqs[i] for i in order[n_val:]]
+    layers = args.layers or 1
     if args.init_from:
-        _, init, token_map, init_layers, init_meta = export.read(args.init_from)
+        init_cfg, init, token_map, init_layers, init_meta = export.read(args.init_from)
+        layers = args.layers or init_cfg.layers
+        if layers < init_cfg.layers:
+            raise SystemExit(f"--layers {layers}: {args.init_from} has {init_cfg.layers} layers; a head is not cut "
+                             f"to fewer")
         if init_meta.get("draft.target_hash") != target.target_hash(args.target):
             raise SystemExit(f"--init-from {args.init_from} was trained for {init_meta.get('draft.target_name')}, "
                              f"not for {target.name_of(args.target)}")
@@ -366,7 +381,7 @@ def main(argv=None) -> int:
 
     cfg = HeadConfig(hidden=tcfg.hidden, intermediate=tcfg.intermediate, heads=tcfg.heads, kv_heads=tcfg.kv_heads,
                      head_dim=tcfg.head_dim, rope_theta=tcfg.rope_theta, rms_eps=tcfg.rms_eps, n_vocab=len(token_map),
-                     feature_chunks=chunks)
+                     feature_chunks=chunks, layers=layers)
     embed_np = target.token_embedding(args.target)
     params = init_params(cfg, jax.random.PRNGKey(args.seed), target.output_rows(args.target)[token_map])
     if args.init_from:
@@ -387,6 +402,19 @@ def main(argv=None) -> int:
             ratio = float(np.median(np.linalg.norm(old, axis=1) / norms))
             init["head"] = np.concatenate([old, ratio * target_rows[len(old):]]).astype(np.float32)
             say(f"vocabulary extended from {len(old)} to {len(token_map)} tokens; new output rows = target's x {ratio:.3f}")
+        new_layer_params = set()
+        for layer in range(init_cfg.layers, layers):
+            # An appended layer starts as the identity: its attention and MLP write nothing into the
+            # residual until their output matrices train (their other matrices keep init_params'
+            # random start, so those gradients are not zero once the output matrices move).
+            names = [k for k in params if k.startswith(f"l{layer}.")]
+            init.update({k: np.asarray(params[k], np.float32) for k in names})
+            for n in ("wo", "w_down"):
+                init[layer_name(layer, n)] = np.zeros_like(init[layer_name(layer, n)])
+            new_layer_params.update(names)
+        if layers > init_cfg.layers:
+            say(f"layers {list(range(init_cfg.layers, layers))} appended to {args.init_from}'s {init_cfg.layers}, "
+                f"each the identity at the start; learning rate x {args.new_layer_lr_scale}")
         missing = sorted(set(params) ^ set(init))
         if missing or any(init[k].shape != tuple(params[k].shape) for k in params):
             raise SystemExit(f"--init-from {args.init_from}: its tensors do not fit this target's head shape ({missing})")
@@ -396,7 +424,13 @@ def main(argv=None) -> int:
     token_map_j = jnp.asarray(token_map)
 
     sched = optax.warmup_cosine_decay_schedule(0.0, args.lr, max(1, int(args.steps * args.warmup)), args.steps, args.lr * 0.05)
-    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=args.weight_decay))
+    adamw = optax.adamw(sched, weight_decay=args.weight_decay)
+    new_layer_params = new_layer_params if args.init_from else set()
+    if new_layer_params and args.new_layer_lr_scale != 1.0:
+        scaled = optax.adamw(lambda step: sched(step) * args.new_layer_lr_scale, weight_decay=args.weight_decay)
+        labels = {k: "new" if k in new_layer_params else "old" for k in params}
+        adamw = optax.multi_transform({"old": adamw, "new": scaled}, labels)
+    opt = optax.chain(optax.clip_by_global_norm(1.0), adamw)
     opt_state = opt.init(params)
     loss_fn, eval_fn = make_fns(cfg, args.depth, soft, args.decay, args.feature_weight, args.overlap_weight, args.temperature)
     grad_fn = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
@@ -441,6 +475,7 @@ def main(argv=None) -> int:
         "train_tokens": train_tokens, "sequences": len(seqs), "vocab": len(token_map),
         "vocab_coverage": round(cov_val, 4), "depth": args.depth, "steps": args.steps, "labels": "soft" if soft else "hard",
         "feature_weight": args.feature_weight, "feature_layers": feature_layers, "overlap_weight": args.overlap_weight,
+        "layers": layers,
         "seconds": round(time.time() - t0, 1),
     }
     np.savez(out / "params.npz", token_map=token_map, feature_layers=np.asarray(feature_layers, np.int32), **{k: np.asarray(v) for k, v in params.items()})

@@ -94,9 +94,10 @@ class MisreportingDrafter final : public Drafter {
   ModelDrafter inner_;
 };
 
-// A random draft head for the tiny target (hidden 32, 2 heads of 16, 1 kv head) over a reduced
-// vocabulary of 12 of the 16 tokens, in memory (no file, so no target hash to check).
-std::shared_ptr<const EagleHead> tiny_head(uint64_t seed) {
+// A random draft head of `layers` decoder layers for the tiny target (hidden 32, 2 heads of 16, 1
+// kv head) over a reduced vocabulary of 12 of the 16 tokens, in memory (no file, so no target
+// hash to check).
+std::shared_ptr<const EagleHead> tiny_head(uint64_t seed, int layers = 1) {
   auto h = std::make_shared<EagleHead>();
   auto store = std::make_shared<ModelWeights>();  // owns the tensors' data
   test::TinyLlamaBuilder b(seed);
@@ -104,7 +105,7 @@ std::shared_ptr<const EagleHead> tiny_head(uint64_t seed) {
   auto norm = [&] { return b.tensor(*store, "norm", {32}, 0, true); };
   LlamaConfig& c = h->config;
   c.architecture = "specula-eagle";
-  c.layers = 1;
+  c.layers = layers;
   c.hidden = 32;
   c.intermediate = 32;
   c.heads = 2;
@@ -116,15 +117,18 @@ std::shared_ptr<const EagleHead> tiny_head(uint64_t seed) {
   h->token_map = {0, 2, 3, 5, 6, 7, 9, 10, 11, 12, 14, 15};
   const float s32 = 1.0f / std::sqrt(32.0f);
   h->fc = matrix({32, 64}, 1.0f / 8.0f);
-  h->layer.attn_norm = norm();
-  h->layer.wq = matrix({32, 32}, s32);
-  h->layer.wk = matrix({16, 32}, s32);
-  h->layer.wv = matrix({16, 32}, s32);
-  h->layer.wo = matrix({32, 32}, s32);
-  h->layer.ffn_norm = norm();
-  h->layer.w_gate = matrix({32, 32}, s32);
-  h->layer.w_up = matrix({32, 32}, s32);
-  h->layer.w_down = matrix({32, 32}, s32);
+  for (int l = 0; l < layers; ++l) {
+    LayerWeights& lw = h->layers.emplace_back();
+    lw.attn_norm = norm();
+    lw.wq = matrix({32, 32}, s32);
+    lw.wk = matrix({16, 32}, s32);
+    lw.wv = matrix({16, 32}, s32);
+    lw.wo = matrix({32, 32}, s32);
+    lw.ffn_norm = norm();
+    lw.w_gate = matrix({32, 32}, s32);
+    lw.w_up = matrix({32, 32}, s32);
+    lw.w_down = matrix({32, 32}, s32);
+  }
   h->out_norm = norm();
   h->out = matrix({12, 32}, 1.5f * s32);
   // The views point into `store`; the head keeps it alive through an aliasing file handle.
@@ -133,13 +137,16 @@ std::shared_ptr<const EagleHead> tiny_head(uint64_t seed) {
 }
 
 // The random head's weights on m's device, over m's target.
-std::shared_ptr<const EagleWeights> tiny_eagle_weights(TinyPair& m) {
+std::shared_ptr<const EagleWeights> tiny_eagle_weights(TinyPair& m, int layers = 1) {
   LoadedModel target;
   target.weights = m.target_w;  // EagleWeights reads the embedding and the vocabulary size
-  return std::make_shared<EagleWeights>(tiny_head(7), target, m.ops);
+  return std::make_shared<EagleWeights>(tiny_head(7, layers), target, m.ops);
 }
 
 std::unique_ptr<Drafter> eagle_drafter(TinyPair& m) { return std::make_unique<EagleDrafter>(tiny_eagle_weights(m), 256); }
+std::unique_ptr<Drafter> two_layer_eagle_drafter(TinyPair& m) {
+  return std::make_unique<EagleDrafter>(tiny_eagle_weights(m, 2), 256);
+}
 
 using MakeDrafter = std::function<std::unique_ptr<Drafter>(TinyPair&)>;
 
@@ -260,6 +267,16 @@ TEST(JointOfThreeTokensEagle, TheHeadDrafterMatchesTargetOnlySampling) {
   }
 }
 
+// A head of two decoder layers (each with its own cache layer): the same exactness.
+TEST(JointOfThreeTokensEagle, AHeadOfTwoLayersMatchesTargetOnlySampling) {
+  const JointRun r = speculative_joint(two_layer_eagle_drafter, SamplingParams{1.0f, 0, 1.0f, 0}, 4, kJointRuns);
+  EXPECT_TRUE(r.chi.pass()) << r.chi.str();
+  std::printf("[ stats    ] eagle, 2 layers, K 4: %s; %lld rounds, %lld drafted, %lld accepted\n", r.chi.str().c_str(),
+              static_cast<long long>(r.rounds), static_cast<long long>(r.drafted), static_cast<long long>(r.accepted));
+  EXPECT_GT(r.accepted, r.drafted / 100) << r.accepted << " accepted of " << r.drafted << " drafted";
+  EXPECT_LT(r.accepted, r.drafted);
+}
+
 // Prompt lookup in front of the head (`ngram:n=2,min=1+eagle`): with 16 tokens the context's last
 // token often recurs, so rounds go to both drafters, chosen by the context alone.
 std::atomic<int64_t> lookup_rounds{0}, head_rounds{0};
@@ -364,7 +381,7 @@ TEST(TinyModels, CoupledOutputEqualsTargetOnlySamplingForEverySeed) {
 // target's rows) is what a fresh drafter proposes when fed the whole context at once.
 class CheckedEagle final : public Drafter {
  public:
-  CheckedEagle(TinyPair& m) : m_(m), used_(eagle_drafter(m)) {}
+  explicit CheckedEagle(TinyPair& m, MakeDrafter make = eagle_drafter) : m_(m), make_(std::move(make)), used_(make_(m)) {}
   std::string name() const override { return "checked-eagle"; }
   bool wants_target_hidden() const override { return true; }
   void target_hidden(int64_t first, std::span<const float> rows) override {
@@ -379,7 +396,7 @@ class CheckedEagle final : public Drafter {
   }
   void propose(const DraftRequest& req, DraftProposal& out) override {
     used_->propose(req, out);
-    const std::unique_ptr<Drafter> fresh = eagle_drafter(m_);
+    const std::unique_ptr<Drafter> fresh = make_(m_);
     fresh->prefill(req.context);
     fresh->target_hidden(0, h_);
     DraftProposal want;
@@ -394,13 +411,14 @@ class CheckedEagle final : public Drafter {
 
  private:
   TinyPair& m_;
+  MakeDrafter make_;
   std::unique_ptr<Drafter> used_;
   std::vector<float> h_;
 };
 
-TEST(EagleDrafter, ItsCacheAfterManyRoundsOfRollbackDraftsWhatAFreshOneFedTheWholeContextDrafts) {
+void expect_cache_survives_rollback(const MakeDrafter& make) {
   TinyPair m;
-  CheckedEagle drafter(m);
+  CheckedEagle drafter(m, make);
   SpeculativeRequest s;
   s.prompt = {3, 9, 1, 3, 9, 4};
   s.max_tokens = 120;
@@ -414,6 +432,14 @@ TEST(EagleDrafter, ItsCacheAfterManyRoundsOfRollbackDraftsWhatAFreshOneFedTheWho
   }
   EXPECT_GT(drafter.drafting_rounds, 60);
   EXPECT_GT(accepted, 0);
+}
+
+TEST(EagleDrafter, ItsCacheAfterManyRoundsOfRollbackDraftsWhatAFreshOneFedTheWholeContextDrafts) {
+  expect_cache_survives_rollback(eagle_drafter);
+}
+
+TEST(EagleDrafter, ATwoLayerHeadsCacheAfterManyRoundsOfRollbackDraftsWhatAFreshOneDrafts) {
+  expect_cache_survives_rollback(two_layer_eagle_drafter);
 }
 
 // The catch-up window: a head whose first draft comes 39 positions into its context feeds only
