@@ -76,6 +76,21 @@ def _target_hash(path) -> str:
     return h.hexdigest()
 
 
+def _runtime_chains(specula_bin, out, draft, tmp_path) -> dict:
+    """`specula draft-eval --depth 3` with `draft` over train.py's validation split of the toy data
+    (seed 0, 10% of the sequences, written out for the runtime): its JSON."""
+    header, seqs = data_format.read(out / "data.spd")
+    order = np.random.default_rng(0).permutation(len(seqs))
+    val = tmp_path / "val.spd"
+    with data_format.Writer(val, header) as w:
+        for i in order[:max(1, int(round(len(seqs) * 0.1)))]:
+            w.write(seqs[i])
+    p = subprocess.run([str(specula_bin), "draft-eval", "--model", str(out / "target" / "q4_1_tied" / "model.gguf"),
+                        "--draft", f"eagle:{draft}", "--data", str(val), "--responses-only", "--depth", "3"],
+                       capture_output=True, text=True, check=True)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def test_the_toy_pipeline_writes_one_draft_gguf_under_16_mb_with_the_targets_shape_and_hash(toy_run):
     out, metrics = toy_run
     draft = out / "draft.gguf"
@@ -230,15 +245,7 @@ def test_a_head_given_a_second_layer_starts_as_its_file_and_the_runtime_drafts_i
     assert check.returncode == 0, check.stdout + check.stderr[-2000:]
     assert json.loads(check.stdout)["ok"]
 
-    header, seqs = data_format.read(out / "data.spd")  # train.py's validation split (seed 0, 10%)
-    order = np.random.default_rng(0).permutation(len(seqs))
-    val = tmp_path / "val.spd"
-    with data_format.Writer(val, header) as w:
-        for i in order[:max(1, int(round(len(seqs) * 0.1)))]:
-            w.write(seqs[i])
-    p = subprocess.run([str(specula_bin), "draft-eval", "--model", str(target), "--draft", f"eagle:{draft}",
-                        "--data", str(val), "--responses-only", "--depth", "3"], capture_output=True, text=True, check=True)
-    acc, want = json.loads(p.stdout.strip().splitlines()[-1])["accepted"], two["validation"]["chain_accepted"]
+    acc, want = _runtime_chains(specula_bin, out, draft, tmp_path)["accepted"], two["validation"]["chain_accepted"]
     for j in range(3):
         assert abs(acc[j] - want[j]) < 0.03, (acc, want)
 
@@ -415,18 +422,7 @@ def test_the_runtime_drafts_chains_as_the_trainer_measured_them(toy_run, specula
     reports the same measure on its validation split (`chain_accepted`). They agree, and the
     chain shortens with depth: the per-depth top-1 of validation is not a chain measure."""
     out, metrics = toy_run
-    target = out / "target" / "q4_1_tied" / "model.gguf"
-    # train.py's validation split (seed 0, 10% of the sequences), written out for the runtime.
-    header, seqs = data_format.read(out / "data.spd")
-    order = np.random.default_rng(0).permutation(len(seqs))
-    val = tmp_path / "val.spd"
-    with data_format.Writer(val, header) as w:
-        for i in order[:max(1, int(round(len(seqs) * 0.1)))]:
-            w.write(seqs[i])
-    p = subprocess.run([str(specula_bin), "draft-eval", "--model", str(target), "--draft", f"eagle:{out / 'draft.gguf'}",
-                        "--data", str(val), "--responses-only", "--depth", "3"],
-                       capture_output=True, text=True, check=True)
-    got = json.loads(p.stdout.strip().splitlines()[-1])
+    got = _runtime_chains(specula_bin, out, out / "draft.gguf", tmp_path)
     want = metrics["validation"]["chain_accepted"]
     assert got["depth"] == 3 and got["chain_positions"] > 200, got
     assert len(want) == 3 and metrics["validation"]["mean_accepted_length"] == pytest.approx(sum(want), abs=1e-3)
