@@ -249,6 +249,15 @@ def test_a_head_given_a_second_layer_starts_as_its_file_and_the_runtime_drafts_i
     for j in range(3):
         assert abs(acc[j] - want[j]) < 0.03, (acc, want)
 
+    # --new-layer-from previous: the appended layer starts as a copy of layer 0 but for its output
+    # matrices, so the head again starts as the file (a rate of 1e-9 keeps the weights where they began).
+    copied = _metrics(_train_py(out, tmp_path / "copied", "--init-from", str(out / "draft.gguf"), "--layers", "2",
+                                "--new-layer-from", "previous", "--steps", "2", "--lr", "1e-9"))
+    assert copied["initial_validation"]["top1"] == plain["initial_validation"]["top1"]
+    z = np.load(tmp_path / "copied" / "params.npz")
+    assert np.allclose(z["l1.wq"], z["wq"], atol=1e-6) and np.allclose(z["l1.w_gate"], z["w_gate"], atol=1e-6)
+    assert np.abs(z["l1.wo"]).max() < 1e-6 and np.abs(z["l1.w_down"]).max() < 1e-6
+
     fewer = train(tmp_path / "fewer", draft, "--layers", "1")
     assert fewer.returncode != 0 and "has 2 layers" in fewer.stderr, fewer.stderr[-2000:]
 

@@ -27,7 +27,7 @@ if __package__ in (None, ""):
     __package__ = "draft"
 
 from . import data_format, export, target, vocab  # noqa: E402
-from .head import HeadConfig, init_params, layer_name, multi_step_forward  # noqa: E402
+from .head import LAYER_PARAMS, HeadConfig, init_params, layer_name, multi_step_forward  # noqa: E402
 
 
 # ---------------------------------------------------------------- windows
@@ -289,6 +289,9 @@ def parse_args(argv):
                    help="decoder layers (default 1, or the --init-from file's); with --init-from, layers beyond the "
                         "file's are appended after its own, each starting as the identity (its attention and MLP "
                         "output matrices at zero), so training starts from the file's own function")
+    p.add_argument("--new-layer-from", choices=["random", "previous"], default="random",
+                   help="an appended layer's other matrices and norms: init_params' random start, or a copy of the "
+                        "layer before it (its output matrices start at zero either way)")
     p.add_argument("--new-layer-lr-scale", type=float, default=1.0,
                    help="learning-rate factor for the layers --layers appends to an --init-from head")
     p.add_argument("--init-from", default="",
@@ -408,13 +411,17 @@ def main(argv=None) -> int:
             # residual until their output matrices train (their other matrices keep init_params'
             # random start, so those gradients are not zero once the output matrices move).
             names = [k for k in params if k.startswith(f"l{layer}.")]
-            init.update({k: np.asarray(params[k], np.float32) for k in names})
+            if args.new_layer_from == "previous":
+                init.update({layer_name(layer, n): np.array(init[layer_name(layer - 1, n)], np.float32) for n in LAYER_PARAMS})
+            else:
+                init.update({k: np.asarray(params[k], np.float32) for k in names})
             for n in ("wo", "w_down"):
                 init[layer_name(layer, n)] = np.zeros_like(init[layer_name(layer, n)])
             new_layer_params.update(names)
         if layers > init_cfg.layers:
             say(f"layers {list(range(init_cfg.layers, layers))} appended to {args.init_from}'s {init_cfg.layers}, "
-                f"each the identity at the start; learning rate x {args.new_layer_lr_scale}")
+                f"each the identity at the start (other matrices: {args.new_layer_from}); learning rate x "
+                f"{args.new_layer_lr_scale}")
         missing = sorted(set(params) ^ set(init))
         if missing or any(init[k].shape != tuple(params[k].shape) for k in params):
             raise SystemExit(f"--init-from {args.init_from}: its tensors do not fit this target's head shape ({missing})")
