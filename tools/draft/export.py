@@ -17,14 +17,6 @@ from .head import LAYER_PARAMS, HeadConfig, base_name, layer_name
 ARCH = "specula-eagle"
 MAX_BYTES = 16_000_000  # the issue's 16 MB limit, in decimal megabytes to be safe
 
-_NAMES = {  # head.py parameter -> GGUF tensor name
-    "fuse": "fuse.weight",  # only in heads that read feature layers
-    "fc": "fc.weight",
-    "attn_norm": "blk.0.attn_norm.weight", "wq": "blk.0.attn_q.weight", "wk": "blk.0.attn_k.weight",
-    "wv": "blk.0.attn_v.weight", "wo": "blk.0.attn_output.weight", "ffn_norm": "blk.0.ffn_norm.weight",
-    "w_gate": "blk.0.ffn_gate.weight", "w_up": "blk.0.ffn_up.weight", "w_down": "blk.0.ffn_down.weight",
-    "out_norm": "output_norm.weight", "head": "output.weight",
-}
 _LAYER_TENSORS = {  # a decoder layer's parameter -> its GGUF name after "blk.<layer>."
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
     "wo": "attn_output.weight", "ffn_norm": "ffn_norm.weight", "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight",
@@ -34,11 +26,16 @@ _LAYER_TENSORS = {  # a decoder layer's parameter -> its GGUF name after "blk.<l
 
 def tensor_names(layers: int) -> dict:
     """head.py parameter -> GGUF tensor name, for a head of `layers` decoder layers (blk.0 .. blk.layers-1)."""
-    out = {"fuse": _NAMES["fuse"], "fc": _NAMES["fc"]}
+    out = {"fuse": "fuse.weight", "fc": "fc.weight"}  # fuse only in heads that read feature layers
     for layer in range(layers):
         out.update({layer_name(layer, n): f"blk.{layer}.{_LAYER_TENSORS[n]}" for n in LAYER_PARAMS})
-    out.update({"out_norm": _NAMES["out_norm"], "head": _NAMES["head"]})
+    out.update({"out_norm": "output_norm.weight", "head": "output.weight"})
     return out
+
+
+# A one-layer head's names, which are also the parameter names --export-types takes (a type given
+# for a layer's matrix is every layer's).
+_NAMES = tensor_names(1)
 
 
 # Metadata, not a tensor: an int32 array (the runtime's GGUF reader maps only weight types).

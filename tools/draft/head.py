@@ -21,6 +21,7 @@ a - (j - s) for s = 2..j (the draft's own earlier steps of this round): EAGLE-3 
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import jax
@@ -68,7 +69,8 @@ def layer_name(layer: int, name: str) -> str:
 
 def base_name(name: str) -> str:
     """"l1.wq" -> "wq"; names of layer 0 and of the other parameters are their own."""
-    return name.split(".", 1)[1] if name.startswith("l") and "." in name else name
+    m = re.fullmatch(r"l[0-9]+\.(.+)", name)
+    return m.group(1) if m else name
 
 
 def init_params(cfg: HeadConfig, key, head_rows: np.ndarray) -> dict:
@@ -138,8 +140,8 @@ def multi_step_forward(cfg: HeadConfig, params: dict, feat, emb, depth: int):
     pos = jnp.arange(L)
     scale = 1.0 / np.sqrt(cfg.head_dim)
     neg = jnp.float32(-1e30)
-    ks = [[] for _ in range(cfg.layers)]  # per layer, per depth: the keys and values of every entry
-    vs = [[] for _ in range(cfg.layers)]
+    layer_ks = [[] for _ in range(cfg.layers)]  # per layer, per depth: the keys and values of every entry
+    layer_vs = [[] for _ in range(cfg.layers)]
     logits_all, g_all = [], []
     f = feat @ params["fuse"].T if cfg.feature_chunks > 1 else feat
 
@@ -181,7 +183,7 @@ def multi_step_forward(cfg: HeadConfig, params: dict, feat, emb, depth: int):
             f = _shift_right(g_all[-1], 1)
         x = jnp.concatenate([f, emb], axis=-1) @ params["fc"].T
         for l in range(cfg.layers):
-            x = block(layer_params[l], x, ks[l], vs[l], j)
+            x = block(layer_params[l], x, layer_ks[l], layer_vs[l], j)
         g_all.append(x)
         logits_all.append(rms_norm(x, params["out_norm"], cfg.rms_eps) @ params["head"].T)
     return jnp.stack(logits_all), jnp.stack(g_all)

@@ -350,6 +350,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"need at least 2 sequences (train and validation), have {len(seqs)}")
     val_seqs, train_seqs = [seqs[i] for i in order[:n_val]], [seqs[i] for i in order[n_val:]]
     layers = args.layers or 1
+    new_layer_params = set()  # the parameters of layers appended to an --init-from head
     if args.init_from:
         init_cfg, init, token_map, init_layers, init_meta = export.read(args.init_from)
         layers = args.layers or init_cfg.layers
@@ -405,19 +406,15 @@ def main(argv=None) -> int:
             ratio = float(np.median(np.linalg.norm(old, axis=1) / norms))
             init["head"] = np.concatenate([old, ratio * target_rows[len(old):]]).astype(np.float32)
             say(f"vocabulary extended from {len(old)} to {len(token_map)} tokens; new output rows = target's x {ratio:.3f}")
-        new_layer_params = set()
         for layer in range(init_cfg.layers, layers):
             # An appended layer starts as the identity: its attention and MLP write nothing into the
-            # residual until their output matrices train (their other matrices keep init_params'
-            # random start, so those gradients are not zero once the output matrices move).
-            names = [k for k in params if k.startswith(f"l{layer}.")]
-            if args.new_layer_from == "previous":
-                init.update({layer_name(layer, n): np.array(init[layer_name(layer - 1, n)], np.float32) for n in LAYER_PARAMS})
-            else:
-                init.update({k: np.asarray(params[k], np.float32) for k in names})
-            for n in ("wo", "w_down"):
-                init[layer_name(layer, n)] = np.zeros_like(init[layer_name(layer, n)])
-            new_layer_params.update(names)
+            # residual until their output matrices train. Its other matrices are init_params' random
+            # start or the layer before's, so their gradients are not zero once the output ones move.
+            for n in LAYER_PARAMS:
+                src = init[layer_name(layer - 1, n)] if args.new_layer_from == "previous" else params[layer_name(layer, n)]
+                zero = n in ("wo", "w_down")
+                init[layer_name(layer, n)] = np.zeros(np.shape(src), np.float32) if zero else np.array(src, np.float32)
+                new_layer_params.add(layer_name(layer, n))
         if layers > init_cfg.layers:
             say(f"layers {list(range(init_cfg.layers, layers))} appended to {args.init_from}'s {init_cfg.layers}, "
                 f"each the identity at the start (other matrices: {args.new_layer_from}); learning rate x "
@@ -432,7 +429,6 @@ def main(argv=None) -> int:
 
     sched = optax.warmup_cosine_decay_schedule(0.0, args.lr, max(1, int(args.steps * args.warmup)), args.steps, args.lr * 0.05)
     adamw = optax.adamw(sched, weight_decay=args.weight_decay)
-    new_layer_params = new_layer_params if args.init_from else set()
     if new_layer_params and args.new_layer_lr_scale != 1.0:
         scaled = optax.adamw(lambda step: sched(step) * args.new_layer_lr_scale, weight_decay=args.weight_decay)
         labels = {k: "new" if k in new_layer_params else "old" for k in params}
