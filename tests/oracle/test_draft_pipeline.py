@@ -489,6 +489,55 @@ def test_draft_data_answers_given_prompts_and_refuses_the_benchmark_set(toy_run,
     assert refused.returncode != 0 and "benchmark" in refused.stderr, refused.stderr
 
 
+def test_draft_data_starts_each_sampled_user_turn_with_one_of_the_given_prefixes(toy_run, specula_bin, tmp_path):
+    """`draft-data --user-prefixes FILE`: every record's user turn (after the chat frame that all
+    plain Magpie records share) begins with one line of FILE as the tokenizer encodes it, every line
+    is used, and the prompts stay distinct; an empty line, a missing file and --prompts beside it
+    are each one clear error."""
+    out, _ = toy_run
+    target = out / "target" / "q4_1_tied" / "model.gguf"
+    lines = ["Why does", "Write a poem about"]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(t) + "\n" for t in lines))
+    subprocess.run([str(specula_bin), "tokenize", "--model", str(target), "--input", str(tmp_path / "in.jsonl"),
+                    "--output", str(tmp_path / "ids.jsonl")], capture_output=True, text=True, check=True)
+    wanted = [json.loads(x)["ids"] for x in (tmp_path / "ids.jsonl").read_text().splitlines()]
+    assert all(wanted)
+    # The frame: the longest prefix that all plain Magpie records share.
+    _, plain = data_format.read(out / "data.spd")
+    frame = len(os.path.commonprefix([list(s.tokens[:s.n_prompt]) for s in plain]))
+    assert frame > 0
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_text("\n".join(lines) + "\n")
+    data = tmp_path / "steered.spd"
+    base = [str(specula_bin), "draft-data", "--model", str(target), "--batch", "4", "--response-tokens", "8",
+            "--keep-unfinished-prompts", "--prompt-tokens", "24"]
+    p = subprocess.run([*base, "--out", str(data), "--samples", "12", "--user-prefixes", str(prefixes)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    _, seqs = data_format.read(data)
+    assert len(seqs) == 12
+    starts = []
+    for s in seqs:
+        assert list(s.tokens[:frame]) == list(plain[0].tokens[:frame])
+        user = list(s.tokens[frame:s.n_prompt])
+        hit = [i for i, w in enumerate(wanted) if user[:len(w)] == w]
+        assert hit, f"user turn {user[:8]} starts with none of {wanted}"
+        starts.append(hit[0])
+    assert set(starts) == {0, 1}
+    assert len({tuple(s.tokens[:s.n_prompt]) for s in seqs}) == 12
+    empty = tmp_path / "empty_line.txt"
+    empty.write_text("Why\n\nHow\n")
+    given = tmp_path / "given.jsonl"
+    given.write_text(json.dumps({"messages": [{"role": "user", "content": "hello"}]}) + "\n")
+    for extra, says in (([str(empty)], "line 2 is empty"), ([str(tmp_path / "missing.txt")], "cannot open"),
+                        ([str(prefixes), "--prompts", str(given)], "exclude each other")):
+        bad = subprocess.run([*base, "--out", str(tmp_path / "bad.spd"), "--samples", "1", "--user-prefixes", *extra],
+                             capture_output=True, text=True)
+        assert bad.returncode != 0 and says in bad.stderr, bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        assert not (tmp_path / "bad.spd").exists()
+
+
 def test_speculative_greedy_with_the_trained_head_is_target_only_greedy_accepts_drafts_and_prices_each_round_size(
         toy_run, specula_bin, tmp_path):
     out, _ = toy_run

@@ -33,7 +33,8 @@ const char* kUsage =
     "usage: specula draft-data [--model PATH] --out FILE.spd --samples N [--seed S] [--batch B (16)]\n"
     "                          [--prompt-tokens N (96)] [--response-tokens N (384)] [--prompt-temperature T (1.0)]\n"
     "                          [--response-temperatures LIST (0,0.8)] [--topk K (8)] [--keep-unfinished-prompts]\n"
-    "                          [--prompts FILE.jsonl] [--feature-layers L1,L2,...] [--log FILE] [--device D] [--threads N]\n"
+    "                          [--prompts FILE.jsonl | --user-prefixes FILE.txt] [--feature-layers L1,L2,...]\n"
+    "                          [--log FILE] [--device D] [--threads N]\n"
     "       specula draft-data [--model PATH] --from IN.spd --out FILE.spd --feature-layers L1,L2,... [--batch B]\n"
     "  Appends N sequences written by the target itself (Magpie: a user prompt sampled after the\n"
     "  chat template's user-turn header, then the answer, at the response temperatures in turn;\n"
@@ -46,6 +47,8 @@ const char* kUsage =
     "  --prompts FILE.jsonl: sample i answers line i of FILE (JSON lines with \"messages\", as\n"
     "  `bench spec` reads) instead of a sampled prompt; N is at most the file's line count. The\n"
     "  benchmark's prompt set is refused: the draft is never trained on it.\n"
+    "  --user-prefixes FILE.txt: sample i's user turn starts with line i mod n of FILE (e.g. \"Why\",\n"
+    "  \"Write a\"), and the target samples the rest of it: Magpie steered toward kinds of request.\n"
     "  --feature-layers L1,L2,...: each row also holds the residual stream after those decoder\n"
     "  blocks (0-based), RMS-normalised (EAGLE-3's low and middle features; data format version 2).\n"
     "  --from IN.spd: no sampling; re-feeds every record of IN (same tokens, prompt length and top-k)\n"
@@ -175,7 +178,7 @@ int refeature(const Args& a, Session& s, long long batch) {
 int cmd_draft_data(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
   options.insert({"out", "samples", "seed", "batch", "prompt-tokens", "response-tokens", "prompt-temperature",
-                  "response-temperatures", "topk", "log", "prompts", "from", "feature-layers"});
+                  "response-temperatures", "topk", "log", "prompts", "from", "feature-layers", "user-prefixes"});
   const Args a(argc, argv, options, {"keep-unfinished-prompts"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   if (a.has("from")) {
@@ -233,6 +236,22 @@ int cmd_draft_data(int argc, char** argv) {
       throw UsageError("--samples " + std::to_string(samples) + " is more than the " + std::to_string(given.size()) +
                        " prompts of " + path);
   }
+  std::vector<std::vector<int32_t>> user_prefixes;
+  if (a.has("user-prefixes")) {
+    if (!given.empty()) throw UsageError("--user-prefixes and --prompts exclude each other (given prompts are not sampled)");
+    const std::string path = a.str("user-prefixes");
+    std::ifstream in(path);
+    if (!in) throw UsageError("--user-prefixes: cannot open " + path);
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.empty()) throw UsageError("--user-prefixes " + path + ": line " + std::to_string(n) + " is empty");
+      user_prefixes.push_back(s.loaded.tokenizer->encode(line));
+      if (static_cast<long long>(user_prefixes.back().size()) >= prompt_tokens)
+        throw UsageError("--user-prefixes " + path + ": line " + std::to_string(n) + " is --prompt-tokens long or longer");
+    }
+    if (user_prefixes.empty()) throw UsageError("--user-prefixes " + path + ": no prefixes");
+  }
   if (topk < 0 || topk > cfg.vocab_size) throw UsageError("--topk must be in 0..vocabulary size");
   std::vector<int32_t> prefix, suffix;
   chat_frame(s.loaded, prefix, suffix);
@@ -276,6 +295,10 @@ int cmd_draft_data(int argc, char** argv) {
     sl.rec.tokens = prefix;
     sl.pending_from = 0;
     sl.user_from = prefix.size();
+    if (!user_prefixes.empty()) {
+      const std::vector<int32_t>& up = user_prefixes[static_cast<size_t>(next_sample - 1) % user_prefixes.size()];
+      sl.rec.tokens.insert(sl.rec.tokens.end(), up.begin(), up.end());
+    }
     sl.rec.hidden.clear();
     sl.rec.topk_ids.clear();
     sl.rec.topk_probs.clear();
