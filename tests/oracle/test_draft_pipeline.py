@@ -464,6 +464,83 @@ def test_draft_eval_ranks_count_the_targets_argmax_among_the_heads_likeliest_tok
     assert p.returncode != 0 and "--ranks must be 0..64" in p.stderr, p.stderr
 
 
+def test_draft_eval_proposals_hold_the_heads_drafts_and_the_targets_chain_that_it_counts(toy_run, specula_bin, tmp_path):
+    """`draft-eval --proposals FILE`: one line per record with the file's tokens and, at every
+    position of the chain measure, the head's drafts and the target's greedy chain. Counted again
+    from the file, the per-depth acceptance is the run's own to the position; an unwritable path
+    is one clear error."""
+    out, _ = toy_run
+    target = out / "target" / "q4_1_tied" / "model.gguf"
+    base = [str(specula_bin), "draft-eval", "--model", str(target), "--draft", f"eagle:{out / 'draft.gguf'}",
+            "--data", str(out / "data.spd"), "--responses-only", "--depth", "3", "--limit", "20"]
+    prop = tmp_path / "p.jsonl"
+    got = json.loads(subprocess.run([*base, "--proposals", str(prop)], capture_output=True, text=True,
+                                    check=True).stdout.strip().splitlines()[-1])
+    _, seqs = data_format.read(out / "data.spd")
+    lines = [json.loads(l) for l in prop.read_text().splitlines()]
+    assert len(lines) == got["sequences"] == 20
+    counts, chains = [0, 0, 0], 0
+    for i, rec in enumerate(lines):
+        assert rec["sequence"] == i and rec["tokens"] == seqs[i].tokens.tolist() and rec["n_prompt"] == seqs[i].n_prompt
+        for c in rec["chains"]:
+            m, target_chain = c["position"], c["target"]
+            assert len(target_chain) == 3 and len(c["draft"]) <= 3
+            assert target_chain[:2] == rec["tokens"][m + 1:m + 3]  # a chain position: the file follows the argmax
+            chains += 1
+            j = 0
+            while j < len(c["draft"]) and c["draft"][j] == target_chain[j]:
+                counts[j] += 1
+                j += 1
+    assert chains == got["chain_positions"] > 100
+    assert [n / chains for n in counts] == pytest.approx(got["accepted"], abs=1e-12)
+    p = subprocess.run([*base, "--proposals", str(tmp_path / "missing" / "p.jsonl")], capture_output=True, text=True)
+    assert p.returncode != 0 and "--proposals" in p.stderr and "cannot create" in p.stderr, p.stderr
+
+
+def test_a_store_drafts_the_most_frequent_continuation_of_the_longest_match_within_a_record():
+    """draft.store_eval's retrieval drafter: the longest suffix of the context that occurs, then
+    at each depth the most frequent next token among the occurrences that still agree (ties to the
+    lower id), never across the end of a record."""
+    from draft.store_eval import Store, accepted
+    store = Store([[1, 2, 3, 4, 5], [9, 2, 3, 4, 6, 7], [8, 3, 4, 6, 8], [2, 3, 4]], max_n=4)
+    assert store.propose([0, 2, 3, 4], 3) == ([5], 3)        # "2 3 4" thrice: 5, 6 and a record's end; the tie -> 5
+    assert store.propose([7, 1, 2, 3], 3) == ([4, 5], 3)     # "1 2 3" once: 4 5, then the record ends
+    assert store.propose([0, 0, 0, 3, 4], 2) == ([6, 7], 2)  # "3 4" three times before a token: 6 twice
+    assert store.propose([5, 5], 2, min_n=2) == ([], 0)
+    assert accepted([6, 7, 1], [6, 7, 2]) == 2 and accepted([], [1]) == 0
+
+
+def test_a_store_of_the_evaluated_records_themselves_drafts_what_follows_a_context_found_once(toy_run, specula_bin,
+                                                                                              tmp_path):
+    """Where the context's last 8 tokens occur once in a store built from the evaluated records,
+    the store's drafts are the record's own next tokens, so they match the target's chain for
+    as far as the file follows it."""
+    from draft.store_eval import Store, evaluate, read_tokens
+    out, _ = toy_run
+    target = out / "target" / "q4_1_tied" / "model.gguf"
+    prop = tmp_path / "p.jsonl"
+    subprocess.run([str(specula_bin), "draft-eval", "--model", str(target), "--draft", f"eagle:{out / 'draft.gguf'}",
+                    "--data", str(out / "data.spd"), "--responses-only", "--depth", "3", "--limit", "10",
+                    "--proposals", str(prop)], capture_output=True, text=True, check=True)
+    store = Store(read_tokens([out / "data.spd"]), max_n=8)
+    unique = 0
+    for line in prop.read_text().splitlines():
+        rec = json.loads(line)
+        for c in rec["chains"]:
+            m, ctx = c["position"], rec["tokens"][:c["position"] + 1]
+            if len(ctx) < 8 or len(store.matches(ctx, 8)) != 1:
+                continue
+            unique += 1
+            drafts, n = store.propose(ctx, 3)
+            assert n == 8 and drafts == rec["tokens"][m + 1:m + 4], (m, drafts)
+            assert drafts[:2] == c["target"][:2]
+    assert unique > 50
+    with open(prop) as f:
+        r = evaluate(store, f)
+    assert r["positions"] == sum(len(json.loads(l)["chains"]) for l in prop.read_text().splitlines())
+    assert r["best_of_both"] >= max(r["head"], r["store"]) and r["store"] > 0
+
+
 def test_draft_data_answers_given_prompts_and_refuses_the_benchmark_set(toy_run, specula_bin, tmp_path):
     """`draft-data --prompts FILE`: sample i is the target's answer to line i of FILE, the prompt
     part exactly the chat-templated message (as `bench spec` renders it); the benchmark's prompt

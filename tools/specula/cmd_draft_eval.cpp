@@ -8,6 +8,9 @@
 // `bench spec` measures, on positions where the file's tokens are that greedy continuation.
 // With --ranks N it reports how often the target's argmax is among the head's N likeliest depth-1
 // tokens: what a tree of candidates (several children at the root) could accept at depth 1.
+// With --proposals FILE it also writes, for each sequence, its tokens and at every chain position
+// the head's proposal beside the target's greedy chain: the input for measuring another drafter
+// against the head on the same positions (docs/draft.md, "A datastore of the target's own text").
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -27,7 +30,7 @@ namespace {
 
 const char* kUsage =
     "usage: specula draft-eval [--model PATH] --draft eagle[:PATH] --data FILE.spd [--limit N] [--responses-only] [--depth D]\n"
-    "                          [--ranks N]\n"
+    "                          [--ranks N] [--proposals FILE.jsonl]\n"
     "  Prints JSON: depth-1 top-1 agreement of the head's greedy proposal with the target's argmax\n"
     "  at every position of the file's sequences (or only where the next token is a response token),\n"
     "  teacher-forced with the file's tokens and hidden states. The file needs top-k (K >= 1).\n"
@@ -36,13 +39,16 @@ const char* kUsage =
     "  and the mean accepted length, over positions whose next D file tokens are that chain.\n"
     "  --ranks N (1..64): also the fraction of positions whose target argmax is among the head's j\n"
     "  likeliest depth-1 tokens, j = 1..N (in_top_j; ties to the lower id; outside the head's\n"
-    "  reduced vocabulary never), also split by the head's largest q (below 0.3, 0.3-0.6, above).\n";
+    "  reduced vocabulary never), also split by the head's largest q (below 0.3, 0.3-0.6, above).\n"
+    "  --proposals FILE: also write one JSON line per sequence: its tokens, n_prompt, and at each\n"
+    "  position of the chain measure the head's D drafts and the target's greedy chain there\n"
+    "  ({\"position\": m, \"draft\": [...], \"target\": [...]}: the drafts follow tokens[0..m]).\n";
 
 }  // namespace
 
 int cmd_draft_eval(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
-  options.insert({"draft", "data", "limit", "depth", "ranks"});
+  options.insert({"draft", "data", "limit", "depth", "ranks", "proposals"});
   const Args a(argc, argv, options, {"responses-only"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   if (!a.has("draft") || !a.has("data")) throw UsageError("--draft and --data are required");
@@ -98,6 +104,12 @@ int cmd_draft_eval(int argc, char** argv) {
   DraftProposal out;
   // The chain measure: positions whose next `depth` file tokens are the target's greedy chain.
   int64_t chains = 0;
+  std::ofstream proposals;
+  if (a.has("proposals")) {
+    proposals.open(a.str("proposals"));
+    if (!proposals) throw UsageError("--proposals " + a.str("proposals") + ": cannot create the file");
+  }
+  nlohmann::json chain_rows = nlohmann::json::array();
   std::vector<int64_t> accepted(static_cast<size_t>(depth), 0);
   while (sequences < limit && draft_data::read_record(in, hd, rec, "--data " + path)) {
     const std::vector<int32_t>& tokens = rec.tokens;
@@ -141,6 +153,16 @@ int cmd_draft_eval(int argc, char** argv) {
       if (!greedy_chain) continue;
       ++chains;
       for (int64_t i = 0; i < out.k() && out.tokens[static_cast<size_t>(i)] == argmax_at(m + i); ++i) ++accepted[static_cast<size_t>(i)];
+      if (proposals.is_open()) {
+        nlohmann::json target = nlohmann::json::array();
+        for (int64_t i = 0; i < depth; ++i) target.push_back(argmax_at(m + i));
+        chain_rows.push_back({{"position", m}, {"draft", out.tokens}, {"target", target}});
+      }
+    }
+    if (proposals.is_open()) {
+      proposals << nlohmann::json{{"sequence", sequences}, {"n_prompt", P}, {"tokens", tokens}, {"chains", chain_rows}}.dump()
+                << '\n';
+      chain_rows = nlohmann::json::array();
     }
     ++sequences;
   }
@@ -182,6 +204,7 @@ int cmd_draft_eval(int argc, char** argv) {
     j["accepted"] = acc;
     j["mean_accepted_length"] = mean;
   }
+  if (proposals.is_open() && !proposals.flush()) throw std::runtime_error("--proposals: write failed");
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }
