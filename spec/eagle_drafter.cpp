@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "gpu/host/quant.h"
 #include "model/gguf_hash.h"
 #include "spec/sampling.h"
 
@@ -11,6 +12,19 @@ namespace specula {
 namespace {
 
 constexpr const char* kArch = "specula-eagle";
+
+// sum_i a[i] b[i] in 16 interleaved partial sums (so the compiler keeps them in one vector), then
+// their sum in order: a fixed order, whatever the caller.
+float dot16(const float* a, const float* b, int64_t n) {
+  float part[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) part[j] += a[i + j] * b[i + j];
+  for (int j = 0; i < n; ++i, ++j) part[j] += a[i] * b[i];
+  float s = 0.0f;
+  for (float p : part) s += p;
+  return s;
+}
 
 const TensorView& need(const GgufFile& f, const std::string& name, std::vector<int64_t> shape) {
   const TensorView* t = f.tensor(name);
@@ -130,11 +144,32 @@ EagleWeights::EagleWeights(std::shared_ptr<const EagleHead> h, const LoadedModel
   by_id.resize(map.size());
   for (size_t r = 0; r < by_id.size(); ++r) by_id[r] = static_cast<int32_t>(r);
   std::sort(by_id.begin(), by_id.end(), [&](int32_t a, int32_t b) { return map[a] < map[b]; });
+  target_out = target.weights.output;
+  reduced_of.assign(static_cast<size_t>(target_vocab), -1);
+  for (size_t r = 0; r < map.size(); ++r) reduced_of[static_cast<size_t>(map[r])] = static_cast<int32_t>(r);
+  const int64_t H = head->config.hidden;
+  std::vector<float> a(static_cast<size_t>(H)), b(static_cast<size_t>(H));
+  std::vector<float> ratio;
+  for (size_t r = 0; r < map.size(); ++r) {
+    dequantize_row(head->out.dtype, head->out.row(static_cast<int64_t>(r)), a.data(), H);
+    dequantize_row(target_out.dtype, target_out.row(map[r]), b.data(), H);
+    double na = 0, nb = 0;
+    for (int64_t i = 0; i < H; ++i) na += double(a[i]) * a[i], nb += double(b[i]) * b[i];
+    if (nb > 0) ratio.push_back(static_cast<float>(std::sqrt(na / nb)));
+  }
+  if (!ratio.empty()) {
+    std::nth_element(ratio.begin(), ratio.begin() + ratio.size() / 2, ratio.end());
+    context_scale = ratio[ratio.size() / 2];
+  }
 }
 
-EagleDrafter::EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t max_positions, int64_t window)
-    : w_(std::move(weights)), hidden_(w_->head->config.hidden), row_(w_->head->feature_width()) {
+EagleDrafter::EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t max_positions, int64_t window,
+                           int64_t context_tokens)
+    : w_(std::move(weights)), hidden_(w_->head->config.hidden), row_(w_->head->feature_width()), context_tokens_(context_tokens) {
   set_catch_up_window(window);
+  if (context_tokens < 0 || context_tokens > kEagleMaxContextTokens)
+    throw std::invalid_argument("eagle drafter: " + std::to_string(context_tokens) + " context tokens (0.." +
+                                std::to_string(kEagleMaxContextTokens) + ")");
   const LlamaConfig& c = w_->head->config;
   KvCacheConfig kc;
   kc.layers = c.layers;
@@ -249,8 +284,18 @@ void EagleDrafter::run(const float* f, std::span<const int32_t> tokens, int64_t 
   if (logits) {
     ops.rmsnorm(x + (n - 1) * H, w_->out_norm, c.rms_eps, 1, H, xn);
     ops.matmul(xn, w_->out, 1, logits_d_.get());
-    logits_.resize(static_cast<size_t>(w_->head->n_vocab));
-    ops.copy_to_host(logits_d_.get(), logits_.data(), logits_.size());
+    const size_t N = static_cast<size_t>(w_->head->n_vocab);
+    logits_.resize(N + extras_.size());
+    logits_extras_ = extras_;
+    ops.copy_to_host(logits_d_.get(), logits_.data(), N);
+    if (!extras_.empty()) {
+      xn_host_.resize(static_cast<size_t>(H));
+      ops.copy_to_host(xn, xn_host_.data(), xn_host_.size());
+      for (size_t e = 0; e < extras_.size(); ++e) {
+        const float* row = extra_rows_.data() + e * static_cast<size_t>(H);
+        logits_[N + e] = dot16(xn_host_.data(), row, H);
+      }
+    }
   }
 }
 
@@ -259,10 +304,9 @@ bool EagleDrafter::draft_greedy(const DraftRequest& req, int64_t i, int32_t& tok
   // is -inf): ties go to the smaller token id, as argmax over the full row does. The entropy and
   // confidence rules judge the untempered softmax, which is the N tokens' softmax. q is one-hot
   // (append_q_row).
-  const std::vector<int32_t>& map = w_->head->token_map;
   size_t best = 0;
-  for (size_t r = 1; r < map.size(); ++r)
-    if (logits_[r] > logits_[best] || (logits_[r] == logits_[best] && map[r] < map[best])) best = r;
+  for (size_t r = 1; r < logits_.size(); ++r)
+    if (logits_[r] > logits_[best] || (logits_[r] == logits_[best] && token_of(r) < token_of(best))) best = r;
   const bool judge_entropy = req.max_entropy > 0 && i >= req.min_tokens;
   if (judge_entropy || confidence.on()) {
     // H = log Z - E[x - max] / 1 over the softmax, in one pass: Z = sum e^(x - max); the top
@@ -278,7 +322,7 @@ bool EagleDrafter::draft_greedy(const DraftRequest& req, int64_t i, int32_t& tok
     if (judge_entropy && std::log(z) - ez / z > req.max_entropy) return false;
     confidence.take(1 / z);
   }
-  token = map[best];
+  token = token_of(best);
   return true;
 }
 
@@ -288,13 +332,12 @@ bool EagleDrafter::draft_reduced(const DraftRequest& req, int64_t i, int32_t& to
   // keeps), at a sixth of the sort and exp work. q, its entropy and the draw visit the N tokens in
   // increasing id, so they are entropy_nats and sample_gumbel over the scattered row, without it
   // (the draw keyed by the token ids as every drafter's is); append_q_row scatters q once.
-  const std::vector<int32_t>& by_id = w_->by_id;
-  const std::vector<int32_t>& map = w_->head->token_map;
+  const std::vector<int32_t>& by_id = extras_.empty() ? w_->by_id : order_;
   transform_logits(logits_, req.sampling, red_);
   ids_.resize(by_id.size());
   logq_.resize(by_id.size());
   for (size_t j = 0; j < by_id.size(); ++j) {
-    ids_[j] = map[static_cast<size_t>(by_id[j])];
+    ids_[j] = token_of(static_cast<size_t>(by_id[j]));
     logq_[j] = red_[static_cast<size_t>(by_id[j])];
   }
   q_.assign(logq_.begin(), logq_.end());
@@ -319,6 +362,49 @@ void EagleDrafter::append_q_row(const DraftRequest& req, int32_t token, DraftPro
   for (size_t j = 0; j < ids_.size(); ++j) row[ids_[j]] = q_[j];
 }
 
+int32_t EagleDrafter::token_of(size_t r) const {
+  const size_t N = w_->head->token_map.size();
+  return r < N ? w_->head->token_map[r] : extras_[r - N];
+}
+
+void EagleDrafter::gather_context_tokens(std::span<const int32_t> context) {
+  const std::vector<int32_t>& extras_before = extras_;
+  std::vector<int32_t> found;
+  if (context_tokens_ > 0) {
+    if (stamp_.empty()) stamp_.assign(w_->reduced_of.size(), 0);
+    if (++stamp_now_ == 0) std::fill(stamp_.begin(), stamp_.end(), 0), stamp_now_ = 1;
+    // The most recent first, so that the cap keeps the nearest.
+    const size_t from = context.size() > static_cast<size_t>(kEagleContextScan) ? context.size() - kEagleContextScan : 0;
+    for (size_t i = context.size(); i-- > from && static_cast<int64_t>(found.size()) < context_tokens_;) {
+      const int32_t t = context[i];
+      if (t < 0 || static_cast<size_t>(t) >= stamp_.size() || w_->reduced_of[static_cast<size_t>(t)] >= 0 ||
+          stamp_[static_cast<size_t>(t)] == stamp_now_)
+        continue;
+      stamp_[static_cast<size_t>(t)] = stamp_now_;
+      found.push_back(t);
+    }
+    std::sort(found.begin(), found.end());
+  }
+  if (found == extras_before) return;
+  extras_ = std::move(found);
+  const int64_t H = hidden_;
+  const size_t N = w_->head->token_map.size();
+  extra_rows_.resize(extras_.size() * static_cast<size_t>(H));
+  for (size_t e = 0; e < extras_.size(); ++e) {
+    float* row = extra_rows_.data() + e * static_cast<size_t>(H);
+    dequantize_row(w_->target_out.dtype, w_->target_out.row(extras_[e]), row, H);
+    for (int64_t i = 0; i < H; ++i) row[i] *= w_->context_scale;
+  }
+  // by_id merged with the extras (indices N + e), in increasing token id.
+  order_.clear();
+  size_t e = 0;
+  for (int32_t r : w_->by_id) {
+    while (e < extras_.size() && extras_[e] < w_->head->token_map[static_cast<size_t>(r)]) order_.push_back(static_cast<int32_t>(N + e++));
+    order_.push_back(r);
+  }
+  while (e < extras_.size()) order_.push_back(static_cast<int32_t>(N + e++));
+}
+
 bool EagleDrafter::continues_chain(std::span<const int32_t> context) const {
   return !chain_.empty() && chain_g_.size() == static_cast<size_t>(hidden_) && context.size() == chain_.size() &&
          std::equal(context.begin(), context.end(), chain_.begin());
@@ -331,6 +417,7 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
   const int64_t room = kv_->blocks_total() * kv_->config().block_tokens - (m - base_) + 1;
   const int64_t k = std::min<int64_t>(req.max_tokens, room);
   if (m < 1 || k <= 0) return;
+  gather_context_tokens(req.context);
   if (known_hidden() >= m) {
     // Drop the last round's speculative entries, then feed the committed positions not cached
     // (entry m at least: its output is depth 1).
@@ -350,7 +437,7 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
     if (cached == m - 1) {
       feat_ = chain_g_;
       run(feat_.data(), req.context.subspan(static_cast<size_t>(m), 1), m - 1, true);
-    } else if (cached != m) {
+    } else if (cached != m || logits_extras_ != extras_) {  // the logits were for other context tokens
       return;
     }
   } else {

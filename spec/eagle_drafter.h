@@ -68,6 +68,12 @@ struct EagleWeights {
   std::vector<float> inv_freq;
   int64_t target_vocab = 0;
   std::vector<int32_t> by_id;  // [N] the head's reduced ids in increasing target token id
+  // Context tokens (below): the target's output rows, the head's reduced id of each target token
+  // (-1 outside the map) and the scale of the target's rows to the head's (the median norm ratio
+  // of the head's output rows to the target's rows of the same tokens).
+  TensorView target_out;
+  std::vector<int32_t> reduced_of;
+  float context_scale = 1.0f;
 };
 
 // Drafts with the head. Protocol (docs/draft.md, "At run time"): entry i of the head's cache is
@@ -89,13 +95,28 @@ struct EagleWeights {
 // and bounds the work of a probe. 0: feed every position.
 inline constexpr int64_t kEagleCatchUpWindow = 32;
 
+// Context tokens: the head proposes over its N tokens and, beside them, over up to this many
+// distinct tokens outside its map that occur among the context's last kEagleContextScan tokens
+// (the most recent kept), each scored with the target's own output row times the median ratio of
+// the head's output rows' norms to the target's rows of the same tokens (the head's rows started
+// as the target's rows at that scale). A rare name or word piece the text has used is then a
+// proposal, not a token q = 0 for ever (docs/draft.md, "Context tokens"). q covers the N + E
+// tokens the draft was drawn from, so exactness is the same rule as ever.
+inline constexpr int64_t kEagleContextTokens = 32;
+inline constexpr int64_t kEagleMaxContextTokens = 1024;
+inline constexpr int64_t kEagleContextScan = 1024;
+
 class EagleDrafter final : public Drafter {
  public:
-  // Throws std::invalid_argument for a negative window.
-  EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t max_positions, int64_t window = 0);
+  // Throws std::invalid_argument for a negative window or context_tokens outside
+  // 0..kEagleMaxContextTokens.
+  EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t max_positions, int64_t window = 0,
+               int64_t context_tokens = kEagleContextTokens);
   ~EagleDrafter() override;
 
-  std::string name() const override { return "eagle"; }
+  std::string name() const override {
+    return context_tokens_ == kEagleContextTokens ? "eagle" : "eagle,context=" + std::to_string(context_tokens_);
+  }
   bool wants_target_hidden() const override { return true; }
   std::vector<int> target_feature_layers() const override { return w_->head->feature_layers; }
   void target_hidden(int64_t first, std::span<const float> rows) override;
@@ -143,6 +164,19 @@ class EagleDrafter final : public Drafter {
   DeviceBuffer rows_d_, fused_d_;
   std::vector<float> g_, cat_, e_, logits_, logq_, q_, feat_, red_;
   std::vector<int32_t> ids_;  // the head's token ids in increasing order (with logq_, q_: draft_reduced)
+  // Context tokens outside the head's map, proposed with the target's own output rows: their
+  // ids in increasing order, their rows [E, H] (times context_scale), and for draft_reduced the
+  // N + E logits' indices in increasing token id.
+  int64_t context_tokens_ = 0;  // at most this many (0: none)
+  std::vector<int32_t> extras_, order_, logits_extras_;  // logits_extras_: the extras logits_ holds
+  std::vector<uint32_t> stamp_;
+  uint32_t stamp_now_ = 0;
+  std::vector<float> extra_rows_, xn_host_;
+  // extras_ (and their rows and order_) for a context: its out-of-map tokens, newest first, up to
+  // context_tokens_, in increasing id.
+  void gather_context_tokens(std::span<const int32_t> context);
+  // The target token id of logit r (r < N: the map's; then extras_).
+  int32_t token_of(size_t r) const;
   std::vector<int32_t> positions_;
   DeviceBuffer cat_d_, x_d_, xn_d_, q_d_, k_d_, v_d_, att_d_, tmp_d_, gate_d_, up_d_, e_d_, logits_d_;
   int64_t capacity_ = 0;

@@ -18,7 +18,7 @@ namespace {
 
 bool is_model_path(std::string_view spec) {
   return spec != "none" && spec != "ngram" && !spec.starts_with("ngram:") && !spec.starts_with("skip:") && spec != "eagle" &&
-         !spec.starts_with("eagle:");
+         !spec.starts_with("eagle:") && !spec.starts_with("eagle,");
 }
 
 // `--draft eagle`: the shipped head trained for this target (whose target_tensor_hash is `want`),
@@ -110,7 +110,19 @@ void DrafterFactory::init(std::string_view spec, const LoadedModel& target_files
   } else if (spec.starts_with("skip:")) {
     kind_ = Kind::Skip;
     skip_ = parse_skip_layers(spec.substr(5), target.config().layers);
-  } else if (spec == "eagle" || spec.starts_with("eagle:")) {
+  } else if (spec == "eagle" || spec.starts_with("eagle:") || spec.starts_with("eagle,")) {
+    // ",context=N" at the end: how many context tokens outside the head's map it may propose.
+    eagle_context_ = kEagleContextTokens;
+    if (const size_t at = spec.rfind(",context="); at != std::string_view::npos) {
+      const std::string_view n = spec.substr(at + 9);
+      const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), eagle_context_);
+      if (ec != std::errc() || end != n.data() + n.size() || n.empty() || eagle_context_ < 0 || eagle_context_ > kEagleMaxContextTokens)
+        throw std::invalid_argument("draft '" + std::string(spec) + "': expected eagle[:PATH][,context=N] with N in 0.." +
+                                    std::to_string(kEagleMaxContextTokens));
+      spec = spec.substr(0, at);
+    }
+    if (spec != "eagle" && !spec.starts_with("eagle:"))
+      throw std::invalid_argument("draft '" + std::string(spec) + "': expected eagle[:PATH][,context=N]");
     const std::string path = spec == "eagle" ? std::string() : std::string(spec.substr(6));
     std::error_code ec;
     if (spec != "eagle" && (path.empty() || !std::filesystem::exists(path, ec)))
@@ -119,7 +131,7 @@ void DrafterFactory::init(std::string_view spec, const LoadedModel& target_files
     const std::string head = spec == "eagle" ? shipped_head_for(target_files, hash) : path;
     kind_ = Kind::Eagle;
     eagle_ = std::make_shared<EagleWeights>(load_eagle_head(head, target_files, hash), target_files, target.ops());
-    spec_ = "eagle:" + head;
+    spec_ = "eagle:" + head + (eagle_context_ != kEagleContextTokens ? ",context=" + std::to_string(eagle_context_) : "");
   } else {
     use_draft_model(load_draft(spec), target_files);
   }
@@ -159,7 +171,7 @@ std::unique_ptr<Drafter> DrafterFactory::make_one(int64_t max_positions) const {
     case Kind::Skip: return std::make_unique<ModelDrafter>(target_, max_positions, skip_, one_spec_);
     case Kind::Model: return std::make_unique<ModelDrafter>(*draft_model_, max_positions, std::vector<bool>{},
                                                             "model:" + draft_files_->path);
-    case Kind::Eagle: return std::make_unique<EagleDrafter>(eagle_, max_positions, kEagleCatchUpWindow);
+    case Kind::Eagle: return std::make_unique<EagleDrafter>(eagle_, max_positions, kEagleCatchUpWindow, eagle_context_);
   }
   return nullptr;
 }

@@ -1,5 +1,7 @@
 // A drafter from its command-line spelling: "none", "ngram", "ngram:n=N[,min=M]", "skip:LAYERS",
-// "eagle" (the shipped head trained for the target), "eagle:PATH" (a head file) or the path of a
+// "eagle" (the shipped head trained for the target), "eagle:PATH" (a head file), either followed by
+// ",context=N" (how many context tokens outside the head's map it may propose; 0 = none, the
+// default kEagleContextTokens; spec/eagle_drafter.h), or the path of a
 // draft model with the target's vocabulary; or prompt lookup in front of one of the last four,
 // "ngram:n=N[,min=M]+OTHER" (spec/lookup_first_drafter.h: lookup's draft where the context's last
 // N..M tokens occur earlier, M = N unless given; OTHER's elsewhere).
@@ -54,6 +56,7 @@ class DrafterFactory {
   LlamaModel& target_;
   int ngram_n_ = 3, ngram_min_ = 1;
   int lookup_n_ = 0, lookup_min_ = 0;  // > 0: prompt lookup in front of the drafter above
+  int64_t eagle_context_ = 0;          // the head's context tokens (kEagleContextTokens unless the spelling says)
   std::vector<bool> skip_;
   std::shared_ptr<const LoadedModel> draft_files_;
   std::unique_ptr<LlamaModel> draft_model_;  // draft_files_'s weights on target's device

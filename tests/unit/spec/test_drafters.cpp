@@ -205,6 +205,12 @@ TEST(DrafterFactory, RefusesBadSpellingsAtConstruction) {
   refused("ngram:n=x+skip:0", {"ngram:n=x+skip:0"});
   refused("ngram:n=3+skip:0", {"every one"});
   refused("ngram:n=3+/no/such/draft.gguf", {"draft model not found", "/no/such/draft.gguf"});
+  // The head's context tokens: ",context=N" with N in 0..1024, checked before any file is read.
+  refused("eagle,context=x", {"eagle,context=x", "eagle[:PATH][,context=N]", "0..1024"});
+  refused("eagle,context=1025", {"0..1024"});
+  refused("eagle,context=-1", {"0..1024"});
+  refused("eagle,ctx=3", {"eagle,ctx=3", "eagle[:PATH][,context=N]"});
+  refused("ngram:n=3+eagle:/no/such/head.gguf,context=8", {"draft head not found", "/no/such/head.gguf"});
 }
 
 // --- prompt lookup in front of another drafter ------------------------------------------

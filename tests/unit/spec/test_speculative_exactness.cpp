@@ -468,7 +468,9 @@ TEST(EagleDrafter, ALongCatchUpFeedsOnlyItsWindowAndDraftsAsAHeadShownOnlyTheWin
     d.propose(req, out);
     return out;
   };
-  EagleDrafter windowed(weights, 256, kWindow), shown_window(weights, 256, 0), whole(weights, 256, 0);
+  // No context tokens here: they come from the context's last tokens, which the window does not
+  // cut, so a head shown only the window would see fewer of them.
+  EagleDrafter windowed(weights, 256, kWindow, 0), shown_window(weights, 256, 0, 0), whole(weights, 256, 0, 0);
   const DraftProposal got = draft(windowed, 0, kLen);
   const DraftProposal want = draft(shown_window, kLast - kWindow, kLen);
   const DraftProposal all = draft(whole, 0, kLen);
@@ -492,11 +494,53 @@ TEST(EagleDrafter, ALongCatchUpFeedsOnlyItsWindowAndDraftsAsAHeadShownOnlyTheWin
   req.sampling = SamplingParams{1.0f, 0, 1.0f, 9};
   DraftProposal again, fresh_out;
   windowed.propose(req, again);
-  EagleDrafter fresh(weights, 256, kWindow);
+  EagleDrafter fresh(weights, 256, kWindow, 0);
   fresh_out = draft(fresh, 0, 21);
   EXPECT_EQ(again.tokens, fresh_out.tokens);
   EXPECT_EQ(again.q, fresh_out.q);
   EXPECT_THROW(EagleDrafter(weights, 256, -1), std::invalid_argument);
+}
+
+// Context tokens: the random head's map lacks tokens 1, 4, 8 and 13. Of those, the ones in the
+// context (4 and 13) get draft probability, the others none; the map's tokens keep their
+// logits (their q ratios are those of a head without context tokens, scaled down by the mass
+// the context tokens took); a cap of 1 keeps the newest; 0 turns them off; q sums to 1.
+TEST(EagleDrafter, ProposesTheContextsTokensOutsideItsMapBesideItsOwn) {
+  TinyPair m;
+  const auto weights = tiny_eagle_weights(m);
+  const std::vector<int32_t> context = {3, 9, 4, 2, 13, 5, 6, 7, 2};
+  std::vector<float> rows(static_cast<size_t>((context.size() - 1) * 32));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = std::sin(0.29f * static_cast<float>(i)) + 0.3f * std::cos(0.013f * static_cast<float>(i));
+  auto q_row = [&](int64_t context_tokens) {
+    EagleDrafter d(weights, 256, 0, context_tokens);
+    d.prefill(context);
+    d.target_hidden(0, rows);
+    DraftRequest req;
+    req.context = context;
+    req.position = static_cast<int64_t>(context.size());
+    req.max_tokens = 1;
+    req.sampling = SamplingParams{1.0f, 0, 1.0f, 3};
+    DraftProposal out;
+    d.propose(req, out);
+    EXPECT_EQ(out.k(), 1);
+    return std::vector<float>(out.q.begin(), out.q.begin() + kVocab);
+  };
+  const std::vector<float> none = q_row(0), both = q_row(32), newest = q_row(1);
+  double sum = 0;
+  for (float q : both) sum += q;
+  EXPECT_NEAR(sum, 1.0, 1e-5);
+  for (int32_t t : {1, 4, 8, 13}) EXPECT_EQ(none[static_cast<size_t>(t)], 0.0f) << t;
+  EXPECT_GT(both[4], 0.0f);
+  EXPECT_GT(both[13], 0.0f);
+  EXPECT_EQ(both[1], 0.0f);
+  EXPECT_EQ(both[8], 0.0f);
+  EXPECT_EQ(newest[4], 0.0f);
+  EXPECT_GT(newest[13], 0.0f);
+  const double kept = 1.0 - both[4] - both[13];
+  for (int32_t t : {0, 2, 3, 5, 6, 7, 9, 10, 11, 12, 14, 15})
+    EXPECT_NEAR(both[static_cast<size_t>(t)], none[static_cast<size_t>(t)] * kept, 1e-5) << t;
+  EXPECT_THROW(EagleDrafter(weights, 256, 0, -1), std::invalid_argument);
+  EXPECT_THROW(EagleDrafter(weights, 256, 0, kEagleMaxContextTokens + 1), std::invalid_argument);
 }
 
 // Greedy drafting works on the head's N logits (every other token is -inf): its token is the
