@@ -2,7 +2,9 @@
 // deadline for tests whose failure mode is a hang (a lost wake-up).
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -29,6 +31,35 @@ inline void run_with_deadline(std::chrono::seconds limit, const char* what,
                  static_cast<long long>(limit.count()));
     std::fflush(nullptr);
     std::abort();
+  }
+  runner.join();
+  done.get();  // rethrows what the body threw
+}
+
+// For long tests on a machine that may be loaded (a hang is the failure, slowness is not):
+// `body` bumps the counter as it makes progress, and the test fails only when `quiet` passes
+// with no bump: a lost wake-up stops progress for good, while threads starved of the CPU by
+// other work only slow it (the ping-pong tests ran 4 s alone, 12-17 s beside the rest of the
+// suite, and over a minute beside two more busy processes on two cores).
+inline void run_while_progressing(std::chrono::seconds quiet, const char* what,
+                                  std::function<void(std::atomic<std::int64_t>&)> body) {
+  std::atomic<std::int64_t> progress{0};
+  std::packaged_task<void()> task([&] { body(progress); });
+  std::future<void> done = task.get_future();
+  std::thread runner(std::move(task));
+  std::int64_t seen = -1;
+  auto last = std::chrono::steady_clock::now();
+  while (done.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) {
+    const std::int64_t now_seen = progress.load();
+    if (now_seen != seen) {
+      seen = now_seen;
+      last = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - last > quiet) {
+      std::fprintf(stderr, "FATAL: %s made no progress for %lld s (at step %lld): a wake-up was lost\n", what,
+                   static_cast<long long>(quiet.count()), static_cast<long long>(seen));
+      std::fflush(nullptr);
+      std::abort();
+    }
   }
   runner.join();
   done.get();  // rethrows what the body threw
