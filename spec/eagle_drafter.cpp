@@ -300,21 +300,23 @@ void EagleDrafter::run(const float* f, std::span<const int32_t> tokens, int64_t 
 }
 
 bool EagleDrafter::draft_greedy(const DraftRequest& req, int64_t i, int32_t& token, DraftConfidence& confidence) {
-  // The argmax of the row over the vocabulary, found among the head's N logits (every other token
-  // is -inf): ties go to the smaller token id, as argmax over the full row does. The entropy and
-  // confidence rules judge the untempered softmax, which is the N tokens' softmax. q is one-hot
-  // (append_q_row).
+  // The argmax of the row over the vocabulary, found among the head's N logits and the context
+  // tokens' (every other token is -inf), the context tokens' with kEagleContextBias added: ties go
+  // to the smaller token id, as argmax over the full row does. The entropy and confidence rules
+  // judge the untempered softmax of those logits. q is one-hot (append_q_row).
+  const size_t N = w_->head->token_map.size();
+  const auto logit = [&](size_t r) { return r < N ? logits_[r] : logits_[r] + kEagleContextBias; };
   size_t best = 0;
   for (size_t r = 1; r < logits_.size(); ++r)
-    if (logits_[r] > logits_[best] || (logits_[r] == logits_[best] && token_of(r) < token_of(best))) best = r;
+    if (logit(r) > logit(best) || (logit(r) == logit(best) && token_of(r) < token_of(best))) best = r;
   const bool judge_entropy = req.max_entropy > 0 && i >= req.min_tokens;
   if (judge_entropy || confidence.on()) {
     // H = log Z - E[x - max] / 1 over the softmax, in one pass: Z = sum e^(x - max); the top
     // token's probability is 1 / Z.
-    const float top = logits_[best];
+    const float top = logit(best);
     double z = 0, ez = 0;
-    for (float x : logits_) {
-      const float d = x - top;
+    for (size_t r = 0; r < logits_.size(); ++r) {
+      const float d = logit(r) - top;
       const float e = std::exp(d);
       z += e;
       ez += static_cast<double>(e) * d;

@@ -543,65 +543,80 @@ TEST(EagleDrafter, ProposesTheContextsTokensOutsideItsMapBesideItsOwn) {
   EXPECT_THROW(EagleDrafter(weights, 256, 0, kEagleMaxContextTokens + 1), std::invalid_argument);
 }
 
-// Greedy drafting works on the head's N logits (every other token is -inf): its token is the
-// argmax of the whole row, and the entropy and confidence rules judge the softmax's entropy and
-// top probability, the figures the sampled path's q (temperature 1, over the vocabulary) gives.
+// Greedy drafting works on the head's N logits and its context tokens' (every other token is
+// -inf), the context tokens' raised by kEagleContextBias: its token is the argmax of that row, and
+// the entropy and confidence rules judge that row's softmax. The sampled path's q (temperature 1)
+// is the softmax without the bias, so the greedy figures are q with the context tokens' entries
+// times e^bias, renormalised. Without context tokens that is q itself; the context {3, 9, 1, 4}
+// holds two of the tokens the tiny head lacks (1 and 4).
 TEST(EagleDrafter, GreedyTokensAreTheRowsArgmaxAndTheEntropyAndConfidenceRulesJudgeItsSoftmax) {
   TinyPair m;
+  const auto weights = tiny_eagle_weights(m);
   const std::vector<int32_t> context{3, 9, 1, 4};
   std::vector<float> rows(3 * 32);
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = std::sin(0.37f * static_cast<float>(i));
-  auto drafter = [&] {
-    std::unique_ptr<Drafter> d = eagle_drafter(m);
-    d->prefill(context);
-    d->target_hidden(0, rows);
-    return d;
-  };
-  DraftRequest req;
-  req.context = context;
-  req.max_tokens = 1;
-  req.sampling = SamplingParams{1.0f, 0, 1.0f, 5};
-  DraftProposal sampled;
-  drafter()->propose(req, sampled);
-  ASSERT_EQ(sampled.k(), 1);
-  const std::span<const float> q(sampled.q);
-  const auto want = static_cast<int32_t>(std::max_element(q.begin(), q.end()) - q.begin());
-  const double h = entropy_nats(q);
-  ASSERT_GT(h, 0.01);
+  for (const int64_t context_tokens : {int64_t{0}, kEagleContextTokens}) {
+    SCOPED_TRACE("context tokens " + std::to_string(context_tokens));
+    auto drafter = [&] {
+      auto d = std::make_unique<EagleDrafter>(weights, 256, 0, context_tokens);
+      d->prefill(context);
+      d->target_hidden(0, rows);
+      return d;
+    };
+    DraftRequest req;
+    req.context = context;
+    req.max_tokens = 1;
+    req.sampling = SamplingParams{1.0f, 0, 1.0f, 5};
+    DraftProposal sampled;
+    drafter()->propose(req, sampled);
+    ASSERT_EQ(sampled.k(), 1);
+    std::vector<float> q(sampled.q.begin(), sampled.q.begin() + kVocab);
+    if (context_tokens > 0) {
+      EXPECT_GT(q[1], 0.0f);
+      EXPECT_GT(q[4], 0.0f);
+      double z = 0;
+      for (int32_t t : {1, 4}) q[static_cast<size_t>(t)] *= std::exp(kEagleContextBias);
+      for (float x : q) z += x;
+      for (float& x : q) x = static_cast<float>(x / z);
+    }
+    const auto want = static_cast<int32_t>(std::max_element(q.begin(), q.end()) - q.begin());
+    const double h = entropy_nats(q);
+    ASSERT_GT(h, 0.01);
 
-  req.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
-  req.min_tokens = 0;
-  DraftProposal greedy;
-  drafter()->propose(req, greedy);
-  ASSERT_EQ(greedy.k(), 1);
-  EXPECT_EQ(greedy.tokens[0], want);
-  EXPECT_EQ(greedy.q[static_cast<size_t>(want)], 1.0f);
-  req.max_entropy = static_cast<float>(h + 1e-3);
-  drafter()->propose(req, greedy);
-  EXPECT_EQ(greedy.k(), 1) << "entropy " << h << " is under the threshold";
-  req.max_entropy = static_cast<float>(h - 1e-3);
-  drafter()->propose(req, greedy);
-  EXPECT_EQ(greedy.k(), 0) << "entropy " << h << " is over the threshold";
+    req.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
+    req.min_tokens = 0;
+    DraftProposal greedy;
+    drafter()->propose(req, greedy);
+    ASSERT_EQ(greedy.k(), 1);
+    EXPECT_EQ(greedy.tokens[0], want);
+    EXPECT_EQ(greedy.q[static_cast<size_t>(want)], 1.0f);
+    req.max_entropy = static_cast<float>(h + 1e-3);
+    drafter()->propose(req, greedy);
+    EXPECT_EQ(greedy.k(), 1) << "entropy " << h << " is under the threshold";
+    req.max_entropy = static_cast<float>(h - 1e-3);
+    drafter()->propose(req, greedy);
+    EXPECT_EQ(greedy.k(), 0) << "entropy " << h << " is over the threshold";
 
-  // The confidence rule judges the same softmax's top probability (greedy), and q of the drawn
-  // token (sampled): the second token is drafted only if the first's probability reaches it.
-  req.max_entropy = 0;
-  req.max_tokens = 2;
-  const struct {
-    SamplingParams sampling;
-    double prob;  // of the first draft token
-  } cases[] = {{SamplingParams{0.0f, 0, 1.0f, 0}, q[static_cast<size_t>(want)]},
-               {SamplingParams{1.0f, 0, 1.0f, 5}, q[static_cast<size_t>(sampled.tokens[0])]}};
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.sampling.greedy() ? "greedy" : "sampled");
-    req.sampling = c.sampling;
-    DraftProposal out;
-    req.min_confidence = static_cast<float>(c.prob * 0.999);
-    drafter()->propose(req, out);
-    EXPECT_EQ(out.k(), 2) << "probability " << c.prob << " is over the threshold";
-    req.min_confidence = static_cast<float>(c.prob * 1.001);
-    drafter()->propose(req, out);
-    EXPECT_EQ(out.k(), 1) << "probability " << c.prob << " is under the threshold";
+    // The confidence rule judges the same softmax's top probability (greedy), and q of the drawn
+    // token (sampled): the second token is drafted only if the first's probability reaches it.
+    req.max_entropy = 0;
+    req.max_tokens = 2;
+    const struct {
+      SamplingParams sampling;
+      double prob;  // of the first draft token
+    } cases[] = {{SamplingParams{0.0f, 0, 1.0f, 0}, q[static_cast<size_t>(want)]},
+                 {SamplingParams{1.0f, 0, 1.0f, 5}, sampled.q[static_cast<size_t>(sampled.tokens[0])]}};
+    for (const auto& c : cases) {
+      SCOPED_TRACE(c.sampling.greedy() ? "greedy" : "sampled");
+      req.sampling = c.sampling;
+      DraftProposal out;
+      req.min_confidence = static_cast<float>(c.prob * 0.999);
+      drafter()->propose(req, out);
+      EXPECT_EQ(out.k(), 2) << "probability " << c.prob << " is over the threshold";
+      req.min_confidence = static_cast<float>(c.prob * 1.001);
+      drafter()->propose(req, out);
+      EXPECT_EQ(out.k(), 1) << "probability " << c.prob << " is under the threshold";
+    }
   }
 }
 
