@@ -445,11 +445,12 @@ def test_the_runtime_drafts_chains_as_the_trainer_measured_them(toy_run, specula
 def test_draft_eval_ranks_count_the_targets_argmax_among_the_heads_likeliest_tokens(toy_run, specula_bin):
     """`draft-eval --ranks N`: the fraction of positions whose target argmax is among the head's j
     likeliest depth-1 tokens. At j = 1 it is the greedy top-1 of the same run (the same decision
-    made through the head's sampled q row), it grows with j, and the split by the head's
-    confidence adds up to it; an N out of range is one clear error."""
+    made through the head's sampled q row; without context tokens, whose greedy bias the q row
+    does not carry), it grows with j, and the split by the head's confidence adds up to it; an N
+    out of range is one clear error."""
     out, _ = toy_run
     target = out / "target" / "q4_1_tied" / "model.gguf"
-    base = [str(specula_bin), "draft-eval", "--model", str(target), "--draft", f"eagle:{out / 'draft.gguf'}",
+    base = [str(specula_bin), "draft-eval", "--model", str(target), "--draft", f"eagle:{out / 'draft.gguf'},context=0",
             "--data", str(out / "data.spd"), "--responses-only"]
     p = subprocess.run([*base, "--ranks", "4"], capture_output=True, text=True, check=True)
     got = json.loads(p.stdout.strip().splitlines()[-1])

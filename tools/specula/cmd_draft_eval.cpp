@@ -38,8 +38,9 @@ const char* kUsage =
     "  acceptance per depth (accepted[j]: the first j + 1 drafts all equal the target's argmax chain)\n"
     "  and the mean accepted length, over positions whose next D file tokens are that chain.\n"
     "  --ranks N (1..64): also the fraction of positions whose target argmax is among the head's j\n"
-    "  likeliest depth-1 tokens, j = 1..N (in_top_j; ties to the lower id; outside the head's\n"
-    "  reduced vocabulary never), also split by the head's largest q (below 0.3, 0.3-0.6, above).\n"
+    "  likeliest depth-1 tokens, j = 1..N (in_top_j; ranked by q at temperature 1, which has no greedy\n"
+    "  bias on context tokens; ties to the lower id; a token the head cannot propose never), also\n"
+    "  split by the head's largest q (below 0.3, 0.3-0.6, above).\n"
     "  --proposals FILE: also write one JSON line per sequence: its tokens, n_prompt, and at each\n"
     "  position of the chain measure the head's D drafts and the target's greedy chain there\n"
     "  ({\"position\": m, \"draft\": [...], \"target\": [...]}: the drafts follow tokens[0..m]).\n";
