@@ -370,24 +370,18 @@ int32_t EagleDrafter::token_of(size_t r) const {
 }
 
 void EagleDrafter::gather_context_tokens(std::span<const int32_t> context) {
-  const std::vector<int32_t>& extras_before = extras_;
   std::vector<int32_t> found;
-  if (context_tokens_ > 0) {
-    if (stamp_.empty()) stamp_.assign(w_->reduced_of.size(), 0);
-    if (++stamp_now_ == 0) std::fill(stamp_.begin(), stamp_.end(), 0), stamp_now_ = 1;
-    // The most recent first, so that the cap keeps the nearest.
-    const size_t from = context.size() > static_cast<size_t>(kEagleContextScan) ? context.size() - kEagleContextScan : 0;
-    for (size_t i = context.size(); i-- > from && static_cast<int64_t>(found.size()) < context_tokens_;) {
-      const int32_t t = context[i];
-      if (t < 0 || static_cast<size_t>(t) >= stamp_.size() || w_->reduced_of[static_cast<size_t>(t)] >= 0 ||
-          stamp_[static_cast<size_t>(t)] == stamp_now_)
-        continue;
-      stamp_[static_cast<size_t>(t)] = stamp_now_;
+  // The most recent first, so that the cap keeps the nearest; at most context_tokens_ (<= 1,024)
+  // of them, so a linear search dedups.
+  const size_t from = context.size() > static_cast<size_t>(kEagleContextScan) ? context.size() - kEagleContextScan : 0;
+  for (size_t i = context.size(); i-- > from && static_cast<int64_t>(found.size()) < context_tokens_;) {
+    const int32_t t = context[i];
+    if (t >= 0 && static_cast<size_t>(t) < w_->reduced_of.size() && w_->reduced_of[static_cast<size_t>(t)] < 0 &&
+        std::find(found.begin(), found.end(), t) == found.end())
       found.push_back(t);
-    }
-    std::sort(found.begin(), found.end());
   }
-  if (found == extras_before) return;
+  std::sort(found.begin(), found.end());
+  if (found == extras_) return;
   extras_ = std::move(found);
   const int64_t H = hidden_;
   const size_t N = w_->head->token_map.size();

@@ -176,8 +176,6 @@ class EagleDrafter final : public Drafter {
   // N + E logits' indices in increasing token id.
   int64_t context_tokens_ = 0;  // at most this many (0: none)
   std::vector<int32_t> extras_, order_, logits_extras_;  // logits_extras_: the extras logits_ holds
-  std::vector<uint32_t> stamp_;
-  uint32_t stamp_now_ = 0;
   std::vector<float> extra_rows_, xn_host_;
   // extras_ (and their rows and order_) for a context: its out-of-map tokens, newest first, up to
   // context_tokens_, in increasing id.

@@ -14,31 +14,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import struct
 import sys
 from collections import Counter
 
 import numpy as np
 
-from draft.data_format import _read_header
+from draft import data_format
 
 SEP = -1
 _MUL = np.uint64(0x9E3779B97F4A7C15)
 
 
 def read_tokens(paths) -> list[np.ndarray]:
-    """Every record's tokens (prompt and response) of the .spd files, skipping their hidden rows."""
-    out = []
-    for p in paths:
-        h, off = _read_header(p)
-        row_bytes = h.row_width * 2 + h.topk * 6
-        with open(p, "rb") as f:
-            f.seek(off)
-            while (b := f.read(8)) and len(b) == 8:
-                T, _ = struct.unpack("<II", b)
-                out.append(np.frombuffer(f.read(4 * T), dtype=np.int32).astype(np.int64))
-                f.seek(T * row_bytes, 1)
-    return out
+    """Every record's tokens (prompt and response) of the .spd files. data_format.read maps the
+    files, so the hidden rows beside the tokens are never read."""
+    return [s.tokens.astype(np.int64) for p in paths for s in data_format.read(p)[1]]
 
 
 class Store:

@@ -19,39 +19,22 @@ inline constexpr int kScale = 10;  // TSan runs ~10x slower
 inline constexpr int kScale = 1;
 #endif
 
-// Runs `body` on its own thread. If it has not returned within `limit`, the threads it started
-// are stuck (a lost wake-up) and cannot be joined: say so and end the process, failing the test.
-inline void run_with_deadline(std::chrono::seconds limit, const char* what,
-                              std::function<void()> body) {
-  std::packaged_task<void()> task(std::move(body));
-  std::future<void> done = task.get_future();
-  std::thread runner(std::move(task));
-  if (done.wait_for(limit) != std::future_status::ready) {
-    std::fprintf(stderr, "FATAL: %s did not finish within %lld s: a wake-up was lost\n", what,
-                 static_cast<long long>(limit.count()));
-    std::fflush(nullptr);
-    std::abort();
-  }
-  runner.join();
-  done.get();  // rethrows what the body threw
-}
-
-// For long tests on a machine that may be loaded (a hang is the failure, slowness is not):
-// `body` bumps the counter as it makes progress, and the test fails only when `quiet` passes
-// with no bump: a lost wake-up stops progress for good, while threads starved of the CPU by
-// other work only slow it (the ping-pong tests ran 4 s alone, 12-17 s beside the rest of the
-// suite, and over a minute beside two more busy processes on two cores).
+// Runs `body` on its own thread; `body` bumps the counter as it makes progress. If `quiet` passes
+// with no bump, the threads it started are stuck (a lost wake-up) and cannot be joined: say so and
+// end the process, failing the test. For long tests on a machine that may be loaded, where a hang
+// is the failure and slowness is not: threads starved of the CPU by other work only slow progress
+// (the ping-pong tests ran 4 s alone, 12-17 s beside the rest of the suite, and over a minute
+// beside two more busy processes on two cores).
 inline void run_while_progressing(std::chrono::seconds quiet, const char* what,
                                   std::function<void(std::atomic<std::int64_t>&)> body) {
   std::atomic<std::int64_t> progress{0};
   std::packaged_task<void()> task([&] { body(progress); });
   std::future<void> done = task.get_future();
   std::thread runner(std::move(task));
-  std::int64_t seen = -1;
+  std::int64_t seen = 0;
   auto last = std::chrono::steady_clock::now();
   while (done.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) {
-    const std::int64_t now_seen = progress.load();
-    if (now_seen != seen) {
+    if (const std::int64_t now_seen = progress.load(); now_seen != seen) {
       seen = now_seen;
       last = std::chrono::steady_clock::now();
     } else if (std::chrono::steady_clock::now() - last > quiet) {
@@ -63,6 +46,11 @@ inline void run_while_progressing(std::chrono::seconds quiet, const char* what,
   }
   runner.join();
   done.get();  // rethrows what the body threw
+}
+
+// The same for a body that reports no progress: it must return within `limit`.
+inline void run_with_deadline(std::chrono::seconds limit, const char* what, std::function<void()> body) {
+  run_while_progressing(limit, what, [&](std::atomic<std::int64_t>&) { body(); });
 }
 
 }  // namespace specula::test
