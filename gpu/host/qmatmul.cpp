@@ -205,6 +205,7 @@ void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out) 
   out.isum.resize(out.d.size());
   out.isum_lo.resize(out.d.size());
   out.sx.resize(out.d.size());
+  out.wide_ready = false;
   if (host_kernels::cpu_has_avx2_fma()) {
     host_kernels::quantize_rows_avx2(x, n, cols, out.q.data(), out.d.data(), out.isum.data(), out.isum_lo.data(), out.sx.data());
     return;
@@ -229,6 +230,10 @@ void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out) 
 }
 
 namespace host_kernels {
+
+bool wide_rows_pay(int64_t n, int64_t cols) {
+  return n >= 2 && static_cast<size_t>(n * (cols / kBlock)) * QuantizedRows::kWideBlock <= 30 * 1024;
+}
 
 PackedKernel portable_packed_kernel(DType t) {
   switch (t) {
@@ -297,6 +302,7 @@ void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n,
   // (Workers see the caller's through `xq`: a lambda names a thread_local of its own thread.)
   thread_local QuantizedRows qx;
   quantize_rows(x, n, cols, qx);
+  if (kernel == host_kernels::Int8Kernel::kAvx2 && host_kernels::wide_rows_pay(n, cols)) host_kernels::broadcast_rows_avx2(qx);
   const QuantizedRows& xq = qx;
 
   // One parallel region over every group of every matrix; a grain of ~4 KiB of weights.

@@ -6,13 +6,29 @@ namespace specula::host_kernels {
 
 PackedKernel avx2_packed_kernel(DType t) {
   switch (t) {
-    case DType::Q4_0: return &kernel<FormatQ4<false>>;
-    case DType::Q4_1: return &kernel<FormatQ4<true>>;
-    case DType::Q8_0: return &kernel<FormatQ8>;
-    case DType::Q4_K: return &kernel<FormatQ4<true, true>>;
+    case DType::Q4_0: return &stream_kernel<StreamQ4<false>>;
+    case DType::Q4_1: return &stream_kernel<StreamQ4<true>>;
+    case DType::Q8_0: return &stream_kernel<StreamQ8>;
+    case DType::Q4_K: return &stream_kernel<StreamQ4<true, true>>;
     case DType::Q6_K: return &kernel<FormatQ6K>;
     default: return nullptr;
   }
+}
+
+void broadcast_rows_avx2(QuantizedRows& x) {
+  const size_t need = static_cast<size_t>(x.n * x.blocks) * QuantizedRows::kWideBlock + 32;
+  if (x.wide.size() < need) x.wide.resize(need);
+  x.wide_offset = (32 - reinterpret_cast<uintptr_t>(x.wide.data()) % 32) % 32;
+  for (int64_t i = 0; i < x.n; ++i)
+    for (int64_t b = 0; b < x.blocks; ++b) {
+      uint8_t* dst = const_cast<uint8_t*>(x.wide_block(i, b));
+      const int8_t* q = x.q.data() + i * x.cols + b * 32;
+      for (int c = 0; c < 8; ++c) _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 32 * c), bcast4(q + 4 * c));
+      const size_t xi = static_cast<size_t>(i * x.blocks + b);
+      _mm256_store_ps(reinterpret_cast<float*>(dst + 256), _mm256_set1_ps(x.d[xi]));
+      _mm256_store_ps(reinterpret_cast<float*>(dst + 288), _mm256_set1_ps(x.sx[xi]));
+    }
+  x.wide_ready = true;
 }
 
 void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, int32_t* isum, int32_t* isum_lo,

@@ -27,6 +27,12 @@ namespace {
 // No standard-library function templates here (see matmul_blocks.h).
 
 constexpr int64_t kTile = 4;  // activation rows per pass over a group's blocks (from L1 after the first)
+#ifndef SPECULA_YMM_VNNI
+#ifndef SPECULA_STREAM_TILE
+#define SPECULA_STREAM_TILE 5
+#endif
+constexpr int kStreamTile = SPECULA_STREAM_TILE;  // the streaming tile's rows (maddubs variant)
+#endif
 
 inline __m256i bcast4(const int8_t* p) {
   int32_t v;
@@ -36,7 +42,11 @@ inline __m256i bcast4(const int8_t* p) {
 
 inline __m256 scales8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
-inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p) + 1024, _MM_HINT_T0); }
+#ifndef SPECULA_PF_DIST
+#define SPECULA_PF_DIST 1024
+#define SPECULA_PF_HINT _MM_HINT_T0
+#endif
+inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p) + SPECULA_PF_DIST, SPECULA_PF_HINT); }
 
 inline void store_rows(float* y, __m256 v, int64_t valid) {
   if (valid >= 8) {
@@ -214,6 +224,102 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, cons
   for (int i = 0; i < N; ++i) store_rows(y + (i0 + i) * ldy, acc[i], valid);
 }
 
+#ifndef SPECULA_YMM_VNNI
+// An empty asm that claims to change v: GCC cannot move additions across it. Without it GCC
+// reassociates a row's chain of additions into a tree over all of a block's products and
+// spills them (32 live vectors for 4 rows); with it each row's sum stays one register.
+inline void in_register(__m256i& v) { asm("" : "+x"(v)); }
+
+// Where a tile's activations come from, per row i, block b and 4-column group c (a vector with
+// those 4 bytes in every lane) and the block's d and sx (in every lane).
+// Narrow: broadcasts from QuantizedRows::q, d, sx (one vector-pipe operation each on Zen 3).
+struct NarrowRows {
+  const QuantizedRows& x;
+  int64_t i0;
+  __m256i q(int i, int64_t b, int c) const { return bcast4(x.q.data() + (i0 + i) * x.cols + b * 32 + 4 * c); }
+  __m256 d(int i, int64_t b) const { return _mm256_set1_ps(x.d[static_cast<size_t>((i0 + i) * x.blocks + b)]); }
+  __m256 sx(int i, int64_t b) const { return _mm256_set1_ps(x.sx[static_cast<size_t>((i0 + i) * x.blocks + b)]); }
+};
+// Wide: plain loads from QuantizedRows::wide, which the multiplies take as memory operands.
+struct WideRows {
+  const QuantizedRows& x;
+  int64_t i0;
+  const uint8_t* at(int i, int64_t b) const { return x.wide_block(i0 + i, b); }
+  __m256i q(int i, int64_t b, int c) const { return _mm256_load_si256(reinterpret_cast<const __m256i*>(at(i, b)) + c); }
+  __m256 d(int i, int64_t b) const { return _mm256_load_ps(reinterpret_cast<const float*>(at(i, b) + 256)); }
+  __m256 sx(int i, int64_t b) const { return _mm256_load_ps(reinterpret_cast<const float*>(at(i, b) + 288)); }
+};
+
+// The maddubs variant's tile for the nibble formats and Q8_0, streaming: per block, each weight
+// vector is unpacked (or loaded) and used by every row of the tile before the next one, so only
+// the tile's accumulators live across it (int16 or int32 per row, plus the f32 acc). The tile
+// above holds all eight unpacked vectors and, with 4 rows, spilled its accumulators to the stack
+// (16 ymm registers); this order does the same integer additions in another order (exact: every
+// partial sum of a row's int16 chain is bounded by the same 30480) and the same float work.
+template <class F, int N, class X>
+inline void stream_tile(const PackedMatrix& m, const X& rows, int64_t g, float* y, int64_t ldy) {
+  __m256 acc[N];
+  for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
+  const uint8_t* gp = m.group(g);
+  for (int64_t b = 0; b < m.blocks; ++b) {
+    const uint8_t* blk = gp + static_cast<size_t>(b) * m.block_bytes;
+    F::prefetch_block(blk);
+    __m256i s[N];
+    for (int i = 0; i < N; ++i) s[i] = _mm256_setzero_si256();
+    F::accumulate(blk, rows, b, s);
+    const __m256 dw = F::scale(blk);
+    for (int i = 0; i < N; ++i) {
+      const __m256i s32 = F::finish(s[i], rows.x.isum[static_cast<size_t>((rows.i0 + i) * m.blocks + b)]);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, rows.d(i, b)), acc[i]);
+      if constexpr (F::kHasMin) acc[i] = _mm256_fmadd_ps(F::min(blk), rows.sx(i, b), acc[i]);
+    }
+  }
+  const int64_t valid = m.rows - g * 8 < 8 ? m.rows - g * 8 : 8;
+  for (int i = 0; i < N; ++i) store_rows(y + g * 8 + (rows.i0 + i) * ldy, acc[i], valid);
+}
+
+// Nibble formats (Q4_0, Q4_1, Q4_K as Q4_1): s[i] is row i's int16 sum of the block's sixteen
+// maddubs pairs (at most 8 x 2 x 15 x 127 = 30480 in magnitude at every step).
+template <bool kMin, bool kF32 = false>
+struct StreamQ4 : FormatQ4<kMin, kF32> {
+  using Base = FormatQ4<kMin, kF32>;
+  static constexpr bool kWide = true;
+  template <int N, class X>
+  static void accumulate(const uint8_t* blk, const X& rows, int64_t b, __m256i (&s)[N]) {
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + Base::kHeader + 32 * k));
+      const __m256i lo = _mm256_and_si256(v, low);
+      for (int i = 0; i < N; ++i) s[i] = _mm256_add_epi16(s[i], _mm256_maddubs_epi16(lo, rows.q(i, b, k)));
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      for (int i = 0; i < N; ++i) s[i] = _mm256_add_epi16(s[i], _mm256_maddubs_epi16(hi, rows.q(i, b, k + 4)));
+      for (int i = 0; i < N; ++i) in_register(s[i]);
+    }
+  }
+  static __m256i finish(__m256i s16, int32_t isum) {
+    const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+    return kMin ? s32 : _mm256_sub_epi32(s32, _mm256_set1_epi32(8 * isum));
+  }
+};
+
+// Q8_0: s[i] is row i's int32 sum; the sign trick per vector as FormatQ8.
+struct StreamQ8 : FormatQ8 {
+  static constexpr bool kWide = false;
+  template <int N, class X>
+  static void accumulate(const uint8_t* blk, const X& rows, int64_t b, __m256i (&s)[N]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int c = 0; c < 8; ++c) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
+      const __m256i aw = _mm256_abs_epi8(w);
+      for (int i = 0; i < N; ++i)
+        s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(rows.q(i, b, c), w)), ones));
+      for (int i = 0; i < N; ++i) in_register(s[i]);
+    }
+  }
+  static __m256i finish(__m256i s32, int32_t) { return s32; }
+};
+#endif
+
 // Groups [g0, g1): per group, the activation rows in tiles of up to kTile.
 template <class F>
 void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
@@ -232,7 +338,36 @@ void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy
   }
 }
 
-}  // namespace
+#ifndef SPECULA_YMM_VNNI
+// Groups [g0, g1) in tiles of up to kStreamTile rows, the activations wide where the call made
+// them so (QuantizedRows::wide_ready) and narrow otherwise.
+template <class F, class X>
+void stream_groups(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  for (int64_t g = g0; g < g1; ++g) {
+    int64_t i0 = 0;
+    for (; i0 + kStreamTile <= x.n; i0 += kStreamTile) stream_tile<F, kStreamTile>(m, X{x, i0}, g, y, ldy);
+    switch (x.n - i0) {
+      case 1: stream_tile<F, 1>(m, X{x, i0}, g, y, ldy); break;
+      case 2: stream_tile<F, 2>(m, X{x, i0}, g, y, ldy); break;
+      case 3: stream_tile<F, 3>(m, X{x, i0}, g, y, ldy); break;
+      case 4: if constexpr (kStreamTile > 4) stream_tile<F, 4>(m, X{x, i0}, g, y, ldy); break;
+      case 5: if constexpr (kStreamTile > 5) stream_tile<F, 5>(m, X{x, i0}, g, y, ldy); break;
+      default: break;
+    }
+  }
+}
+// One row runs the holding tile above (measured faster alone: its eight vectors are loaded once
+// and nothing else competes for registers). The nibble formats take wide activations when the
+// call's fit the L1 beside the weights (wide_fits); Q8_0's sign trick needs its activations in
+// a register anyway, and measured no faster wide.
+template <class F>
+void stream_kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  if (x.n == 1) kernel<F>(m, x, y, ldy, g0, g1);
+  else if (F::kWide && x.wide_ready) stream_groups<F, WideRows>(m, x, y, ldy, g0, g1);
+  else stream_groups<F, NarrowRows>(m, x, y, ldy, g0, g1);
+}
+#endif
 
+}  // namespace
 
 }  // namespace specula::host_kernels
