@@ -12,6 +12,10 @@
 //     signed, so vpsignb moves their sign to the activation and each product pair widens to int32.
 //   VNNI: eight vpdpbusd in two chains; Q8_0 weights are offset by 128 (w ^ 0x80) and
 //     128 * sum(x) is taken back out.
+// That holding tile serves every call of the VNNI variant and one-row calls of the maddubs one;
+// the maddubs variant runs 2 or more rows in the streaming tile further down (one weight vector
+// at a time through all the tile's rows, activations pre-broadcast in memory where they fit the
+// L1; docs/kernels.md, "An AVX2-only machine").
 #pragma once
 #include <immintrin.h>
 
