@@ -51,14 +51,16 @@ std::shared_ptr<const LoadedModel> load_draft(std::string_view spec) {
   return std::make_shared<LoadedModel>(load_model(std::string(spec)));
 }
 
+// The whole of `text` as a number into `out`; false for anything else (an empty text too).
+template <class Int>
+bool number(std::string_view text, Int& out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size() && !text.empty();
+}
+
 // "ngram", "ngram:n=N" or "ngram:n=N,min=M" -> N and M (M defaults to `default_min`, or to N
 // when that is 0). Throws std::invalid_argument naming `whole` for anything else.
 void parse_ngram(std::string_view spec, std::string_view whole, int default_min, int& n, int& min_n) {
-  // The whole of `text` as a number into `out`.
-  auto number = [](std::string_view text, int& out) {
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-    return ec == std::errc() && end == text.data() + text.size() && !text.empty();
-  };
   n = 3;
   bool has_min = false;
   if (spec.starts_with("ngram:")) {
@@ -114,9 +116,7 @@ void DrafterFactory::init(std::string_view spec, const LoadedModel& target_files
     // ",context=N" at the end: how many context tokens outside the head's map it may propose.
     eagle_context_ = kEagleContextTokens;
     if (const size_t at = spec.rfind(",context="); at != std::string_view::npos) {
-      const std::string_view n = spec.substr(at + 9);
-      const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), eagle_context_);
-      if (ec != std::errc() || end != n.data() + n.size() || n.empty() || eagle_context_ < 0 || eagle_context_ > kEagleMaxContextTokens)
+      if (!number(spec.substr(at + 9), eagle_context_) || eagle_context_ < 0 || eagle_context_ > kEagleMaxContextTokens)
         throw std::invalid_argument("draft '" + std::string(spec) + "': expected eagle[:PATH][,context=N] with N in 0.." +
                                     std::to_string(kEagleMaxContextTokens));
       spec = spec.substr(0, at);

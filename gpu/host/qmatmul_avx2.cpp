@@ -19,15 +19,14 @@ void broadcast_rows_avx2(QuantizedRows& x) {
   const size_t need = static_cast<size_t>(x.n * x.blocks) * QuantizedRows::kWideBlock + 32;
   if (x.wide.size() < need) x.wide.resize(need);
   x.wide_offset = (32 - reinterpret_cast<uintptr_t>(x.wide.data()) % 32) % 32;
-  for (int64_t i = 0; i < x.n; ++i)
-    for (int64_t b = 0; b < x.blocks; ++b) {
-      uint8_t* dst = const_cast<uint8_t*>(x.wide_block(i, b));
-      const int8_t* q = x.q.data() + i * x.cols + b * 32;
-      for (int c = 0; c < 8; ++c) _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 32 * c), bcast4(q + 4 * c));
-      const size_t xi = static_cast<size_t>(i * x.blocks + b);
-      _mm256_store_ps(reinterpret_cast<float*>(dst + 256), _mm256_set1_ps(x.d[xi]));
-      _mm256_store_ps(reinterpret_cast<float*>(dst + 288), _mm256_set1_ps(x.sx[xi]));
-    }
+  // Row-major blocks in q and in wide alike: block bi of the call is row bi / blocks's block bi % blocks.
+  uint8_t* dst = x.wide.data() + x.wide_offset;
+  for (size_t bi = 0; bi < x.d.size(); ++bi, dst += QuantizedRows::kWideBlock) {
+    const int8_t* q = x.q.data() + bi * 32;
+    for (int c = 0; c < 8; ++c) _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 32 * c), bcast4(q + 4 * c));
+    _mm256_store_ps(reinterpret_cast<float*>(dst + 256), _mm256_set1_ps(x.d[bi]));
+    _mm256_store_ps(reinterpret_cast<float*>(dst + 288), _mm256_set1_ps(x.sx[bi]));
+  }
   x.wide_ready = true;
 }
 

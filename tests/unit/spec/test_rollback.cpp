@@ -10,6 +10,7 @@
 #include "gpu/llama.h"
 #include "spec/model_drafter.h"
 #include "spec/speculative_generate.h"
+#include "tests/unit/spec/draft_probe.h"
 #include "tests/unit/spec/tiny_llama.h"
 
 namespace specula {
@@ -35,16 +36,7 @@ std::vector<float> fresh_logits(LlamaModel& model, const std::vector<int32_t>& c
 }
 
 // q_1 of a drafter for `context` (temperature 1: q = softmax of the draft's logits).
-std::vector<float> first_q(Drafter& d, const std::vector<int32_t>& context) {
-  DraftRequest req;
-  req.context = context;
-  req.position = static_cast<int64_t>(context.size());
-  req.max_tokens = 1;
-  req.sampling = SamplingParams{1.0f, 0, 1.0f, 0};
-  DraftProposal out;
-  d.propose(req, out);
-  return out.q;
-}
+std::vector<float> first_q(Drafter& d, const std::vector<int32_t>& context) { return test::propose_one(d, context).q; }
 
 TEST(Rollback, AfterAThousandRandomRoundsBothCachesMatchAFreshPrefill) {
   HostOps ops(1);

@@ -26,6 +26,7 @@
 #include "spec/ngram_drafter.h"
 #include "spec/speculative_generate.h"
 #include "tests/unit/spec/chi_square.h"
+#include "tests/unit/spec/draft_probe.h"
 #include "tests/unit/spec/tiny_llama.h"
 
 namespace specula {
@@ -515,13 +516,7 @@ TEST(EagleDrafter, ProposesTheContextsTokensOutsideItsMapBesideItsOwn) {
     EagleDrafter d(weights, 256, 0, context_tokens);
     d.prefill(context);
     d.target_hidden(0, rows);
-    DraftRequest req;
-    req.context = context;
-    req.position = static_cast<int64_t>(context.size());
-    req.max_tokens = 1;
-    req.sampling = SamplingParams{1.0f, 0, 1.0f, 3};
-    DraftProposal out;
-    d.propose(req, out);
+    const DraftProposal out = test::propose_one(d, context, 3);
     EXPECT_EQ(out.k(), 1);
     return std::vector<float>(out.q.begin(), out.q.begin() + kVocab);
   };
