@@ -111,16 +111,21 @@ void attention(const float* q, const KvCache& kv, int layer, std::span<const Seq
   const int64_t bt = kv.config().block_tokens, rf = kv.row_floats();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const bool kt = kv.config().k_transposed;
-  void (*chunk_kernel)(const AttentionChunk&) = attention_chunk_portable;  // the widest isa and hd allow
-  if (isa == Isa::kAvx512 && hd % 16 == 0)
+  // The widest kernel isa and hd allow; the joint one, where there is one, takes a round's rows.
+  void (*chunk_kernel)(const AttentionChunk&) = attention_chunk_portable;
+  void (*joint_kernel)(std::span<const AttentionChunk>) = nullptr;
+  if (isa == Isa::kAvx512 && hd % 16 == 0) {
     chunk_kernel = attention_chunk_avx512;
-  else if (isa != Isa::kPortable && hd % 8 == 0 && !kt)
+    joint_kernel = attention_chunks_avx512;
+  } else if (isa != Isa::kPortable && hd % 8 == 0) {
     chunk_kernel = attention_chunk_avx2;
+    if (kt) joint_kernel = attention_chunks_avx2;
+  }
 
   // Partials per (token row, kv head, chunk of kChunkTokens positions), a row's contiguous. Work
   // items are (slice, kv head, chunk, range of the slice's rows): one item scores that chunk for
   // every row of its range that reaches it, so a verify round reads each K/V chunk from memory
-  // once for all its rows (and the AVX-512 kernel converts each K/V vector once per pass of several
+  // once for all its rows (and the joint kernels convert each K/V vector once per pass of several
   // query heads across the rows); each row's chunk is computed as if it were alone. A slice's rows
   // share one item per (kv head, chunk) unless that leaves the threads short of work (a verify
   // round at a short context: 3 items for 2 threads), when they are split into ranges.
@@ -139,7 +144,7 @@ void attention(const float* q, const KvCache& kv, int layer, std::span<const Seq
     }
     if (s.n > 0) base_items += kvh * rows.back().chunks;
   }
-  const bool joint = chunk_kernel == attention_chunk_avx512;
+  const bool joint = joint_kernel != nullptr;
   const int64_t want_items = pool.threads() > 1 ? 2 * pool.threads() : 1;
   const int64_t splits = base_items > 0 && base_items < want_items ? (want_items + base_items - 1) / base_items : 1;
   const int64_t max_range = joint ? std::max<int64_t>(1, kMaxJointQueries / group) : INT64_MAX;
@@ -200,7 +205,7 @@ void attention(const float* q, const KvCache& kv, int layer, std::span<const Seq
         else
           chunk_kernel(c);
       }
-      if (!batch.empty()) attention_chunks_avx512(batch);
+      if (!batch.empty()) joint_kernel(batch);
     }
   };
   const int64_t n_items = static_cast<int64_t>(items.size());

@@ -54,7 +54,8 @@ struct AttentionChunk {
   float* scores = nullptr;       // scratch of group * (p1 - p0) floats
 };
 
-// One chunk. The AVX2 version needs head_dim % 8 == 0, cpu_has_avx2_fma() and K not transposed;
+// One chunk. The AVX2 version needs head_dim % 8 == 0 and cpu_has_avx2_fma(), and with K
+// transposed head_dim % 16 == 0, head_dim <= 512 and p0 % 8 == 0;
 // the AVX-512 version (attention_avx512.cpp) head_dim % 16 == 0, p1 - p0 <= kChunkTokens and
 // cpu_has_avx512(), and with K transposed p0 % 16 == 0 and head_dim <= 512. Each is deterministic, but they differ
 // from one another in summation order (not bit-equal), and the AVX-512 kernel over a transposed K
@@ -73,6 +74,11 @@ void attention_chunk_avx512(const AttentionChunk& c);
 // kMaxJointQueries query heads (rows x group) per call.
 constexpr int64_t kMaxJointQueries = 64;
 void attention_chunks_avx512(std::span<const AttentionChunk> rows);
+// The same over a transposed fp16 K in 256-bit vectors (attention_avx2.cpp), in passes of up to 6
+// queries across rows: every row's m, l and o are bit-equal to attention_chunk_avx2 on that row
+// alone. It needs what attention_chunk_avx2 needs over a transposed K, and uses no scratch of the
+// caller's.
+void attention_chunks_avx2(std::span<const AttentionChunk> rows);
 
 // dst[i] = fp16(src[i]), round to nearest even (F16C where the CPU has it; the same values).
 void to_fp16(const float* src, uint16_t* dst, int64_t n);

@@ -1,10 +1,27 @@
-// AVX2+FMA attention chunk (this file alone of the attention is built with -mavx2 -mfma -mf16c):
-// scores four positions at a time (each K row read once for them, one 4-way horizontal reduction),
-// a vectorised exp, and V accumulated in registers 64 values of the head at a time.
+// AVX2+FMA attention (this file alone of the attention is built with -mavx2 -mfma -mf16c).
+//
+// Over a row K (an f32 cache, or fp16 rows), `chunk` takes one query head at a time: scores four
+// positions at a time (each K row read once for them, one 4-way horizontal reduction), a vectorised
+// exp, and V accumulated in registers 64 values of the head at a time.
+//
+// Over a transposed fp16 K (KvCacheConfig::k_transposed, the host's default on this path),
+// kt_queries takes the query heads of one or several rows of a round together, as the AVX-512
+// kernel does (attention_avx512.cpp): one dimension of 8 consecutive positions is one vector, so a
+// query's 8 scores are one accumulator, s = fma(q[d], K[d], s) for d in order, and each K vector is
+// converted once per pass of up to kKtGroup queries; V is converted once per pass of up to
+// kKtVPiece queries. Every query's arithmetic depends on its own q and length only (the row
+// property), and its scores are the AVX-512 transposed kernel's chains.
 #include <immintrin.h>
+
+#include <cassert>
+#include <cmath>
+#include <cstdint>
+#include <span>
 
 #include "gpu/host/attention.h"
 #include "gpu/host/simd_math.h"
+
+#define SPECULA_ATTENTION_UNROLL _Pragma("GCC unroll 16")
 
 namespace specula::host_kernels {
 
@@ -119,6 +136,250 @@ static void chunk(const AttentionChunk& c) {
   }
 }
 
+// ---- Over a transposed K (KvCacheConfig::k_transposed, fp16) ------------------------------------
+namespace {
+
+// Queries per score pass and per V pass. A score pass over B blocks of 8 positions holds G x B
+// accumulators and B converted K vectors (at most 15 of the 16 ymm: kt_blocks), its q read as
+// memory operands from a buffer of broadcast values; a V pass holds G x DS accumulators, DS V
+// vectors and a broadcast weight.
+constexpr int kKtGroup = 6;
+constexpr int kKtVPiece = 6;
+// The maximum of B for G queries: 6, 4, 3, 3, 2, 2 blocks (48 .. 16 positions) for G = 1 .. 6.
+constexpr int kt_blocks(int g) { return g == 1 ? 6 : g == 2 ? 4 : g <= 4 ? 3 : 2; }
+// The AVX-512 kernel's limit on a head (its score pass); the q buffer below is sized by it.
+constexpr int64_t kKtMaxHead = 512;
+
+struct KtQuery {
+  const float* q;
+  int64_t n;
+  float *m, *l, *o;
+};
+
+// S[g * kChunkTokens + 8 (t0 + b) + lane] = scale * q_g . k at the chunk's position
+// 8 (t0 + b) + lane, for G queries (qb[(d G + g) 8 + lane] = q_g[d]) and B blocks of 8 positions
+// (kb[b] at dimension 0 of block t0 + b). Lanes past a query's length get scores never read.
+template <int G, int B>
+inline void kt_scores(const uint16_t* const* kb, int64_t bt, int64_t hd, const float* qb, float* S, int64_t t0, float scale,
+                      const uint16_t* const* prefetch_kb) {
+  __m256 acc[G][B];
+  SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
+    SPECULA_ATTENTION_UNROLL for (int b = 0; b < B; ++b) acc[g][b] = _mm256_setzero_ps();
+  const uint16_t* kp[B];
+  SPECULA_ATTENTION_UNROLL for (int b = 0; b < B; ++b) kp[b] = kb[b];
+  for (int64_t d = 0; d < hd; ++d, qb += 8 * G) {
+    if (prefetch_kb && (d & 1) == 0)
+      SPECULA_ATTENTION_UNROLL for (int b = 0; b < B; ++b)
+        if (prefetch_kb[b]) _mm_prefetch(reinterpret_cast<const char*>(prefetch_kb[b] + d * bt), _MM_HINT_T0);
+    __m256 kt[B];
+    SPECULA_ATTENTION_UNROLL for (int b = 0; b < B; ++b) {
+      kt[b] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kp[b])));
+      kp[b] += bt;
+    }
+    SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g) {
+      const __m256 qd = _mm256_load_ps(qb + 8 * g);
+      SPECULA_ATTENTION_UNROLL for (int b = 0; b < B; ++b) acc[g][b] = _mm256_fmadd_ps(qd, kt[b], acc[g][b]);
+    }
+  }
+  const __m256 sv = _mm256_set1_ps(scale);
+  SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
+    SPECULA_ATTENTION_UNROLL for (int b = 0; b < B; ++b) _mm256_storeu_ps(S + g * kChunkTokens + 8 * (t0 + b), _mm256_mul_ps(acc[g][b], sv));
+}
+
+// kt_scores over nb <= B blocks.
+template <int G, int B>
+inline void kt_scores_upto(int64_t nb, const uint16_t* const* kb, int64_t bt, int64_t hd, const float* qb, float* S, int64_t t0,
+                           float scale, const uint16_t* const* prefetch_kb) {
+  if constexpr (B > 1)
+    if (nb < B) return kt_scores_upto<G, B - 1>(nb, kb, bt, hd, qb, S, t0, scale, prefetch_kb);
+  kt_scores<G, B>(kb, bt, hd, qb, S, t0, scale, prefetch_kb);
+}
+
+// The scores of G queries over the chunk's nblk blocks of 8 positions, kt_blocks(G) at a time;
+// with `prefetch` (the first pass) it asks for the next blocks' K, and for these blocks' V rows up
+// to n into L2.
+template <int G>
+void kt_score_group(const uint16_t* const* kb, int64_t nblk, int64_t bt, int64_t hd, const float* qb, float* S, float scale,
+                    bool prefetch, const uint16_t* v, const int64_t* voff, int64_t n) {
+  constexpr int B = kt_blocks(G);
+  for (int64_t t = 0; t < nblk; t += B) {
+    const uint16_t* next[B] = {};
+    if (prefetch) {
+      for (int b = 0; b < B && t + B + b < nblk; ++b) next[b] = kb[t + B + b];
+      const int64_t j1 = (t + B) * 8 < n ? (t + B) * 8 : n;
+      for (int64_t j = t * 8; j < j1; ++j)
+        for (int64_t byte = 0; byte < hd * 2; byte += 64) _mm_prefetch(reinterpret_cast<const char*>(v + voff[j]) + byte, _MM_HINT_T1);
+    }
+    kt_scores_upto<G, B>(nblk - t, kb + t, bt, hd, qb, S, t, scale, prefetch ? next : nullptr);
+  }
+}
+
+// *m = max s, s = exp(s - m), *l = sum s, over n >= 1 scores, in a fixed order (8 lanes, the tail
+// in the same lanes, then the lanes).
+inline void exp_scores(float* s, int64_t n, float* m, float* l) {
+  const int64_t full = n / 8 * 8, rem = n - full;
+  __m256 mv = _mm256_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < full; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + j));
+  alignas(32) float t[8];
+  for (int i = 0; i < 8; ++i) t[i] = i < rem ? s[full + i] : -INFINITY;
+  mv = _mm256_max_ps(mv, _mm256_load_ps(t));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+  *m = _mm_cvtss_f32(m4);
+  const __m256 mb = _mm256_set1_ps(*m);
+  __m256 sum = _mm256_setzero_ps();
+  for (int64_t j = 0; j < full; j += 8) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), mb));
+    _mm256_storeu_ps(s + j, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  if (rem) {
+    for (int i = 0; i < 8; ++i) t[i] = i < rem ? s[full + i] - *m : 0.0f;
+    _mm256_store_ps(t, exp256(_mm256_load_ps(t)));
+    for (int i = 0; i < 8; ++i) t[i] = i < rem ? (s[full + i] = t[i]) : 0.0f;
+    sum = _mm256_add_ps(sum, _mm256_load_ps(t));
+  }
+  *l = hsum(sum);
+}
+
+// o_g[d0, d0 + 8 DS) = (first ? 0 : o_g[...]) + sum over j in [j0, j1) in order of
+// S[g * kChunkTokens + j] v_j[d0, d0 + 8 DS), for G queries (o[g] their outputs; row j of V at
+// v + off[j]). A query's sum is the same chain whether it runs in one call or in two that split j.
+template <int DS, int G>
+inline void kt_v_slice(const uint16_t* v, const int64_t* off, int64_t j0, int64_t j1, const float* S, float* const* o, int64_t d0,
+                       bool first) {
+  __m256 acc[G][DS];
+  SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
+    SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) acc[g][s] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(o[g] + d0 + 8 * s);
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint16_t* vp = v + off[j] + d0;
+    __m256 vv[DS];
+    SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) vv[s] = load8(vp + 8 * s);
+    SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g) {
+      const __m256 w = _mm256_broadcast_ss(S + g * kChunkTokens + j);
+      SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) acc[g][s] = _mm256_fmadd_ps(w, vv[s], acc[g][s]);
+    }
+  }
+  SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
+    SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) _mm256_storeu_ps(o[g] + d0 + 8 * s, acc[g][s]);
+}
+
+// The V pass of G queries (S their scores, o their outputs, n their lengths): every query over the
+// shortest one's positions, DS vectors of the head at a time, then each longer one's remaining
+// positions.
+template <int DS, int G>
+void kt_v(const uint16_t* v, const int64_t* off, int64_t hd, const float* S, float* const* o, const int64_t* n) {
+  int64_t n_lo = n[0];
+  for (int g = 1; g < G; ++g) n_lo = n[g] < n_lo ? n[g] : n_lo;
+  for (int64_t d0 = 0; d0 < hd; d0 += 8 * DS) kt_v_slice<DS, G>(v, off, 0, n_lo, S, o, d0, true);
+  SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
+    if (n[g] > n_lo)
+      for (int64_t d0 = 0; d0 < hd; d0 += 8 * DS) kt_v_slice<DS, 1>(v, off, n_lo, n[g], S + g * kChunkTokens, o + g, d0, false);
+}
+
+// off[j] = element offset in the V pool of the chunk's position p0 + j, j < n.
+inline void row_offsets(const AttentionChunk& c, int64_t n, int64_t* off) {
+  const int64_t bt = c.block_tokens;
+  for (int64_t j = 0, b = c.p0 / bt, i = c.p0 % bt; j < n; ++j) {
+    off[j] = (static_cast<int64_t>(c.blocks[b]) * bt + i) * c.row_floats;
+    if (++i == bt) {
+      i = 0;
+      ++b;
+    }
+  }
+}
+
+// Sizes of `count` items split into as few pieces of at most `most` as possible, as even as
+// possible (7 -> 4 + 3 with most 6); calls f(first, size) per piece.
+template <class F>
+inline void pieces(int64_t count, int64_t most, F&& f) {
+  const int64_t parts = (count + most - 1) / most;
+  for (int64_t p = 0, first = 0; p < parts; ++p) {
+    const int64_t size = count / parts + (p < count % parts ? 1 : 0);
+    f(first, size);
+    first += size;
+  }
+}
+
+// `count` queries sharing the chunk's p0 (a multiple of 8) over a transposed fp16 K.
+void kt_queries(const AttentionChunk& c, int64_t n_max, const KtQuery* qs, int64_t count) {
+  const int64_t bt = c.block_tokens, hd = c.head_dim, rf = c.row_floats;
+  assert(hd % 16 == 0 && hd <= kKtMaxHead && bt % 8 == 0 && c.p0 % 8 == 0 && n_max >= 1 && n_max <= kChunkTokens);
+  assert(count <= kMaxJointQueries);
+  const uint16_t* k = static_cast<const uint16_t*>(c.k);
+  const uint16_t* v = static_cast<const uint16_t*>(c.v);
+  const int64_t nblk = (n_max + 7) / 8;
+  const uint16_t* kb[kChunkTokens / 8];
+  int64_t off[kChunkTokens];
+  for (int64_t t = 0; t < nblk; ++t) {
+    const int64_t p = c.p0 + 8 * t;
+    kb[t] = k + static_cast<int64_t>(c.blocks[p / bt]) * bt * rf + p % bt;
+  }
+  row_offsets(c, n_max, off);
+  alignas(32) static thread_local float S[kMaxJointQueries * kChunkTokens];
+  alignas(32) static thread_local float qb[kKtGroup * kKtMaxHead * 8];
+  int64_t n[kMaxJointQueries];
+  float* o[kMaxJointQueries];
+  for (int64_t g = 0; g < count; ++g) n[g] = qs[g].n, o[g] = qs[g].o;
+  pieces(count, kKtGroup, [&](int64_t q0, int64_t size) {
+    for (int64_t d = 0; d < hd; ++d)
+      for (int64_t g = 0; g < size; ++g) _mm256_store_ps(qb + (d * size + g) * 8, _mm256_set1_ps(qs[q0 + g].q[d]));
+    float* Sg = S + q0 * kChunkTokens;
+    const bool pf = q0 == 0;
+    switch (size) {
+      case 1: kt_score_group<1>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0]); break;
+      case 2: kt_score_group<2>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0]); break;
+      case 3: kt_score_group<3>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0]); break;
+      case 4: kt_score_group<4>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0]); break;
+      case 5: kt_score_group<5>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0]); break;
+      default: kt_score_group<6>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0]); break;
+    }
+  });
+  for (int64_t g = 0; g < count; ++g) exp_scores(S + g * kChunkTokens, n[g], qs[g].m, qs[g].l);
+  // V: one or two queries four vectors of the head at a time, more in pieces of up to kKtVPiece
+  // two vectors at a time.
+  if (count <= 2 && hd % 32 == 0) {
+    if (count == 1)
+      kt_v<4, 1>(v, off, hd, S, o, n);
+    else
+      kt_v<4, 2>(v, off, hd, S, o, n);
+    return;
+  }
+  pieces(count, kKtVPiece, [&](int64_t q0, int64_t size) {
+    const float* Sp = S + q0 * kChunkTokens;
+    switch (size) {
+      case 1: kt_v<2, 1>(v, off, hd, Sp, o + q0, n + q0); break;
+      case 2: kt_v<2, 2>(v, off, hd, Sp, o + q0, n + q0); break;
+      case 3: kt_v<2, 3>(v, off, hd, Sp, o + q0, n + q0); break;
+      case 4: kt_v<2, 4>(v, off, hd, Sp, o + q0, n + q0); break;
+      case 5: kt_v<2, 5>(v, off, hd, Sp, o + q0, n + q0); break;
+      default: kt_v<2, 6>(v, off, hd, Sp, o + q0, n + q0); break;
+    }
+  });
+}
+
+// The group's query heads of `rows` chunks (which share p0, the pools and the block table).
+void kt_rows(const AttentionChunk* rows, int64_t count_rows) {
+  const AttentionChunk& c0 = rows[0];
+  assert(c0.f16 && c0.k_transposed && count_rows * c0.group <= kMaxJointQueries);
+  KtQuery qs[kMaxJointQueries];
+  int64_t count = 0, n_max = 0;
+  for (int64_t r = 0; r < count_rows; ++r) {
+    const AttentionChunk& c = rows[r];
+    const int64_t n = c.p1 - c0.p0;
+    n_max = n > n_max ? n : n_max;
+    for (int64_t g = 0; g < c0.group; ++g) qs[count++] = {c.q + g * c0.head_dim, n, c.m + g, c.l + g, c.o + g * c0.head_dim};
+  }
+  kt_queries(c0, n_max, qs, count);
+}
+
+}  // namespace
+
+void attention_chunks_avx2(std::span<const AttentionChunk> rows) {
+  if (!rows.empty()) kt_rows(rows.data(), static_cast<int64_t>(rows.size()));
+}
+
 void to_fp16_avx2(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -127,7 +388,9 @@ void to_fp16_avx2(const float* src, uint16_t* dst, int64_t n) {
 }
 
 void attention_chunk_avx2(const AttentionChunk& c) {
-  if (c.f16)
+  if (c.k_transposed)
+    kt_rows(&c, 1);
+  else if (c.f16)
     chunk<uint16_t>(c);
   else
     chunk<float>(c);

@@ -33,10 +33,10 @@ HostOps::HostOps(int threads, host_kernels::HostPath path)
 
 bool HostOps::kv_f16() const { return !path_.reference; }
 
-// The AVX-512 attention's layout (gpu/host/attention.h), wherever that kernel runs (its score pass
-// holds q of up to 512 dimensions).
+// The layout the AVX-512 and AVX2 attention kernels read fastest (gpu/host/attention.h), wherever
+// they run (their score passes take q of up to 512 dimensions).
 bool HostOps::kv_k_transposed(int64_t head_dim, int64_t block_tokens) const {
-  return kv_f16() && path_.isa == host_kernels::Isa::kAvx512 && head_dim % 16 == 0 && head_dim <= 512 &&
+  return kv_f16() && path_.isa != host_kernels::Isa::kPortable && head_dim % 16 == 0 && head_dim <= 512 &&
          block_tokens % 16 == 0;
 }
 

@@ -1,9 +1,10 @@
 // Microbenchmark, not a test (DISABLED_: run with --gtest_also_run_disabled_tests
-// --gtest_filter='AttentionBench.*'): the AVX-512 attention chunk kernel over a row K and over a
+// --gtest_filter='AttentionBench.*'): the AVX-512 and AVX2 attention kernels over a row K and over a
 // transposed K (KvCacheConfig::k_transposed), one kv head of the default model's shape (3 query
 // heads of 64 values) over 2,048 positions in 8 chunks of 256, cache-resident (0.5 MB of fp16 K
 // and V), one thread: microseconds per call for the rows of a verify round, and what each row
-// adds, which at long context is what a verify round's extra rows cost in attention.
+// adds, which at long context is what a verify round's extra rows cost in attention. Over a row K the
+// AVX2 kernel has no joint form: each row's chunks run alone, as attention() runs them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,7 +21,7 @@ namespace specula {
 namespace {
 
 TEST(AttentionBench, DISABLED_ChunkKernelPerRowCountAt2048Positions) {
-  if (!host_kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
+  if (!host_kernels::cpu_has_avx2_fma()) GTEST_SKIP() << "this CPU has neither AVX2+FMA+F16C nor AVX-512";
   const int64_t hd = 64, group = 3, bt = 16, ctx = 2048, blocks = ctx / bt + 1, rf = hd;  // one kv head
   std::mt19937 rng(1);
   std::normal_distribution<float> val(0.0f, 1.0f);
@@ -36,7 +37,9 @@ TEST(AttentionBench, DISABLED_ChunkKernelPerRowCountAt2048Positions) {
   for (float& x : q) x = val(rng);
   std::vector<float> out(static_cast<size_t>(max_rows * group * (2 + hd)));
   std::vector<float> scores(static_cast<size_t>(max_rows * group * host_kernels::kChunkTokens));
+  for (const bool avx512 : {false, true})
   for (bool transposed : {false, true}) {
+    if (avx512 && !host_kernels::cpu_has_avx512()) continue;
     double t1 = 0;
     for (int64_t rows : {1, 2, 3, 5, 9, 16}) {
       // The rows of a round at the end of a 2,048-position context: row r sees ctx - rows + 1 + r.
@@ -68,13 +71,20 @@ TEST(AttentionBench, DISABLED_ChunkKernelPerRowCountAt2048Positions) {
       for (int rep = 0; rep < 15; ++rep) {
         const auto t0 = std::chrono::steady_clock::now();
         for (int it = 0; it < 10; ++it)
-          for (const auto& cs : per_chunk) host_kernels::attention_chunks_avx512(cs);
+          for (const auto& cs : per_chunk) {
+            if (avx512)
+              host_kernels::attention_chunks_avx512(cs);
+            else if (transposed)
+              host_kernels::attention_chunks_avx2(cs);
+            else
+              for (const auto& c : cs) host_kernels::attention_chunk_avx2(c);
+          }
         times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 10);
       }
       std::sort(times.begin(), times.end());
       if (rows == 1) t1 = times[0];
-      std::printf("{\"k\":\"%s\",\"rows\":%lld,\"us\":%.1f,\"vs_one_row\":%.2f,\"us_per_extra_row\":%.1f,\"cycles_per_position_and_query_at_3.5GHz\":%.2f}\n",
-                  transposed ? "transposed" : "rows", static_cast<long long>(rows), times[0] * 1e6, times[0] / t1,
+      std::printf("{\"isa\":\"%s\",\"k\":\"%s\",\"rows\":%lld,\"us\":%.1f,\"vs_one_row\":%.2f,\"us_per_extra_row\":%.1f,\"cycles_per_position_and_query_at_3.5GHz\":%.2f}\n",
+                  avx512 ? "avx512" : "avx2", transposed ? "transposed" : "rows", static_cast<long long>(rows), times[0] * 1e6, times[0] / t1,
                   rows > 1 ? (times[0] - t1) / static_cast<double>(rows - 1) * 1e6 : 0.0,
                   times[0] * 3.5e9 / static_cast<double>(ctx * rows * group));
     }

@@ -3,14 +3,16 @@
 // of 1, 6 and exactly 256 positions), GQA groups of 1 to 8, head sizes of one to eight 16-value
 // slices and one that only AVX2 handles, two sequences with scattered blocks, on the AVX-512, AVX2
 // and portable paths (those the CPU has); the row property: a row's output is bit-equal whether it
-// is attended alone or among other rows, on 1 or 2 threads; and the AVX-512 chunk kernel's m, l and
-// o against the portable kernel's, item by item. On the AVX-512 path an fp16 cache keeps K
-// transposed (KvCacheConfig::k_transposed), so every test above covers that layout there too.
+// is attended alone or among other rows, on 1 or 2 threads; the AVX2 and AVX-512 chunk kernels' m, l
+// and o against the portable kernel's, item by item, and their joint kernels' rows against each row
+// alone. On the AVX2 and AVX-512 paths an fp16 cache keeps K transposed (KvCacheConfig::k_transposed)
+// where the head size is a multiple of 16, so every test above covers that layout there too.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gpu/host/attention.h"
@@ -246,81 +248,109 @@ ChunkResult run_chunk(void (*kernel)(const host_kernels::AttentionChunk&), const
   return r;
 }
 
-TEST(HostAttention, TheAvx512ChunkKernelGivesThePortableKernelsMaximumSumAndOutputForAnyHeadSizeGroupAndLength) {
-  if (!host_kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
-  // Both kernels sum in f32 in different orders: over up to 256 products of N(0, 1) values a score
+// The vector chunk kernels this CPU can run, with their joint (round) kernels and the K layouts
+// each joint kernel reads.
+struct VectorKernel {
+  const char* name;
+  void (*chunk)(const host_kernels::AttentionChunk&);
+  void (*joint)(std::span<const host_kernels::AttentionChunk>);
+  std::vector<Layout> joint_layouts;
+};
+
+std::vector<VectorKernel> vector_kernels() {
+  std::vector<VectorKernel> v;
+  if (host_kernels::cpu_has_avx2_fma())
+    v.push_back({"avx2", host_kernels::attention_chunk_avx2, host_kernels::attention_chunks_avx2, {Layout::kF16Transposed}});
+  if (host_kernels::cpu_has_avx512())
+    v.push_back({"avx512", host_kernels::attention_chunk_avx512, host_kernels::attention_chunks_avx512,
+                 {Layout::kF32, Layout::kF16, Layout::kF16Transposed}});
+  return v;
+}
+
+// A chunk over a transposed K starts where attention starts one (a multiple of 256, so of 16): 48
+// is block 3; the AVX2 kernel, which walks 8-position halves of a block, also at 40 (block 2, half
+// 1). Over a row K at 37 (block 2, position 5), so that the rows cross scattered blocks mid-block.
+std::vector<int64_t> chunk_starts(const VectorKernel& k, Layout layout) {
+  if (layout != Layout::kF16Transposed) return {37};
+  if (std::string(k.name) == "avx2") return {48, 40};
+  return {48};
+}
+
+TEST(HostAttention, TheVectorChunkKernelsGiveThePortableKernelsMaximumSumAndOutputForAnyHeadSizeGroupAndLength) {
+  if (vector_kernels().empty()) GTEST_SKIP() << "this CPU has neither AVX2+FMA+F16C nor AVX-512";
+  // The kernels sum in f32 in different orders: over up to 256 products of N(0, 1) values a score
   // differs by ~1e-6, which moves m by as much and l, o by as much relative; 2e-5 leaves 20x margin
   // while a wrong scale, lane, tail mask, head or slice offset is off by 1e-2 or more.
   const double tol = 2e-5;
-  for (int64_t hd : {16, 32, 48, 64, 80, 128, 256}) {
-    const ChunkInputs in = chunk_inputs(hd, static_cast<uint32_t>(hd));
-    for (int64_t group : {1, 2, 3, 4, 5, 7, 8})
-      for (int64_t n : {1, 15, 16, 17, 100, 256})
-        for (Layout layout : {Layout::kF32, Layout::kF16, Layout::kF16Transposed}) {
-          // Start mid-block (37 = block 2, position 5), so the rows cross scattered blocks; over a
-          // transposed K chunks start at a multiple of 16 (attention's start at multiples of 256),
-          // so there at 48 (block 3).
-          const int64_t p0 = layout == Layout::kF16Transposed ? 48 : 37, p1 = p0 + n;
-          const ChunkResult want = run_chunk(host_kernels::attention_chunk_portable, in, layout, group, p0, p1);
-          const ChunkResult got = run_chunk(host_kernels::attention_chunk_avx512, in, layout, group, p0, p1);
-          for (int64_t g = 0; g < group; ++g) {
-            const size_t gi = static_cast<size_t>(g);
-            const auto where = [&] {
-              return ::testing::Message() << name(layout) << " head_dim " << hd << " group " << group << " positions " << n
-                                          << " head " << g;
-            };
-            ASSERT_NEAR(got.m[gi], want.m[gi], tol * (1 + std::fabs(want.m[gi]))) << where() << ": m";
-            ASSERT_NEAR(got.l[gi], want.l[gi], tol * want.l[gi]) << where() << ": l";
-            for (int64_t d = 0; d < hd; ++d) {
-              const size_t i = static_cast<size_t>(g * hd + d);
-              ASSERT_NEAR(got.o[i] / got.l[gi], want.o[i] / want.l[gi], tol) << where() << ": o / l at " << d;
+  for (const VectorKernel& kernel : vector_kernels())
+    for (int64_t hd : {16, 32, 48, 64, 80, 128, 256}) {
+      const ChunkInputs in = chunk_inputs(hd, static_cast<uint32_t>(hd));
+      for (int64_t group : {1, 2, 3, 4, 5, 7, 8})
+        for (int64_t n : {1, 7, 15, 16, 17, 100, 256})
+          for (Layout layout : {Layout::kF32, Layout::kF16, Layout::kF16Transposed})
+            for (int64_t p0 : chunk_starts(kernel, layout)) {
+              const int64_t p1 = p0 + n;
+              const ChunkResult want = run_chunk(host_kernels::attention_chunk_portable, in, layout, group, p0, p1);
+              const ChunkResult got = run_chunk(kernel.chunk, in, layout, group, p0, p1);
+              for (int64_t g = 0; g < group; ++g) {
+                const size_t gi = static_cast<size_t>(g);
+                const auto where = [&] {
+                  return ::testing::Message() << kernel.name << ", " << name(layout) << " from " << p0 << " head_dim " << hd
+                                              << " group " << group << " positions " << n << " head " << g;
+                };
+                ASSERT_NEAR(got.m[gi], want.m[gi], tol * (1 + std::fabs(want.m[gi]))) << where() << ": m";
+                ASSERT_NEAR(got.l[gi], want.l[gi], tol * want.l[gi]) << where() << ": l";
+                for (int64_t d = 0; d < hd; ++d) {
+                  const size_t i = static_cast<size_t>(g * hd + d);
+                  ASSERT_NEAR(got.o[i] / got.l[gi], want.o[i] / want.l[gi], tol) << where() << ": o / l at " << d;
+                }
+              }
             }
-          }
-        }
-  }
+    }
 }
 
-TEST(HostAttention, TheJointAvx512KernelGivesEveryRowOfARoundTheBitsOfThatRowAlone) {
-  if (!host_kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
+TEST(HostAttention, TheJointKernelsGiveEveryRowOfARoundTheBitsOfThatRowAlone) {
+  if (vector_kernels().empty()) GTEST_SKIP() << "this CPU has neither AVX2+FMA+F16C nor AVX-512";
   // A verify round's rows share a chunk's p0 but end at consecutive positions (and the last chunk
   // of a long context starts after some rows' ends: those rows are not passed). The joint kernel
   // runs their query heads in passes across rows; each row must get what it gets alone.
   std::mt19937 rng(77);
   std::normal_distribution<float> val(0.0f, 1.0f);
-  for (int64_t hd : {16, 64, 80, 128})
-    for (int64_t group : {1, 2, 3, 5})
-      for (int64_t rows : {1, 2, 5, 9, 13})
-        for (int64_t first_n : {1, 15, 16, 100, 256 - 8})
-          for (Layout layout : {Layout::kF32, Layout::kF16, Layout::kF16Transposed}) {
-            if (rows * group > host_kernels::kMaxJointQueries) continue;
-            const ChunkInputs in = chunk_inputs(hd, static_cast<uint32_t>(hd + group));
-            const int64_t p0 = layout == Layout::kF16Transposed ? 48 : 37;
-            std::vector<float> q(static_cast<size_t>(rows * group * hd));
-            for (float& x : q) x = val(rng);
-            const size_t per = static_cast<size_t>(group * (2 + hd));
-            std::vector<float> joint(static_cast<size_t>(rows) * per, std::nanf(""));
-            std::vector<float> alone(joint.size(), std::nanf(""));
-            std::vector<float> scores(static_cast<size_t>(rows * group * host_kernels::kChunkTokens), std::nanf(""));
-            std::vector<host_kernels::AttentionChunk> cs;
-            for (int64_t r = 0; r < rows; ++r) {
-              host_kernels::AttentionChunk c = chunk_of(in, layout, group, q.data() + r * group * hd, p0,
-                                                        p0 + std::min<int64_t>(first_n + r, host_kernels::kChunkTokens));
-              float* out = joint.data() + static_cast<size_t>(r) * per;
-              c.m = out, c.l = out + group, c.o = out + 2 * group;
-              c.scores = scores.data();
-              cs.push_back(c);
-            }
-            host_kernels::attention_chunks_avx512(cs);
-            for (int64_t r = 0; r < rows; ++r) {
-              host_kernels::AttentionChunk c = cs[static_cast<size_t>(r)];
-              float* out = alone.data() + static_cast<size_t>(r) * per;
-              c.m = out, c.l = out + group, c.o = out + 2 * group;
-              host_kernels::attention_chunk_avx512(c);
-            }
-            ASSERT_EQ(std::memcmp(joint.data(), alone.data(), joint.size() * sizeof(float)), 0)
-                << name(layout) << " head_dim " << hd << " group " << group << " rows " << rows << " first row's positions "
-                << first_n;
-          }
+  for (const VectorKernel& kernel : vector_kernels())
+    for (int64_t hd : {16, 64, 80, 128})
+      for (int64_t group : {1, 2, 3, 5})
+        for (int64_t rows : {1, 2, 5, 9, 13})
+          for (int64_t first_n : {1, 15, 16, 100, 256 - 8})
+            for (Layout layout : kernel.joint_layouts)
+              for (int64_t p0 : chunk_starts(kernel, layout)) {
+                if (rows * group > host_kernels::kMaxJointQueries) continue;
+                const ChunkInputs in = chunk_inputs(hd, static_cast<uint32_t>(hd + group));
+                std::vector<float> q(static_cast<size_t>(rows * group * hd));
+                for (float& x : q) x = val(rng);
+                const size_t per = static_cast<size_t>(group * (2 + hd));
+                std::vector<float> joint(static_cast<size_t>(rows) * per, std::nanf(""));
+                std::vector<float> alone(joint.size(), std::nanf(""));
+                std::vector<float> scores(static_cast<size_t>(rows * group * host_kernels::kChunkTokens), std::nanf(""));
+                std::vector<host_kernels::AttentionChunk> cs;
+                for (int64_t r = 0; r < rows; ++r) {
+                  host_kernels::AttentionChunk c = chunk_of(in, layout, group, q.data() + r * group * hd, p0,
+                                                            p0 + std::min<int64_t>(first_n + r, host_kernels::kChunkTokens));
+                  float* out = joint.data() + static_cast<size_t>(r) * per;
+                  c.m = out, c.l = out + group, c.o = out + 2 * group;
+                  c.scores = scores.data();
+                  cs.push_back(c);
+                }
+                kernel.joint(cs);
+                for (int64_t r = 0; r < rows; ++r) {
+                  host_kernels::AttentionChunk c = cs[static_cast<size_t>(r)];
+                  float* out = alone.data() + static_cast<size_t>(r) * per;
+                  c.m = out, c.l = out + group, c.o = out + 2 * group;
+                  kernel.chunk(c);
+                }
+                ASSERT_EQ(std::memcmp(joint.data(), alone.data(), joint.size() * sizeof(float)), 0)
+                    << kernel.name << ", " << name(layout) << " from " << p0 << " head_dim " << hd << " group " << group
+                    << " rows " << rows << " first row's positions " << first_n;
+              }
 }
 
 TEST(HostAttention, KvStorePutsEveryValueWhereTheCachesOffsetsSayInEveryLayout) {
@@ -384,14 +414,15 @@ TEST(HostAttention, ATransposedKNeedsAnFp16CacheAndBlocksAndHeadsOfMultiplesOf16
   EXPECT_THROW(KvCache(ops, c), std::invalid_argument);
   c.head_dim = 64;
   EXPECT_NO_THROW(KvCache(ops, c));
-  // The device asks for it exactly where its AVX-512 attention reads it.
+  // The device asks for it exactly where its AVX-512 and AVX2 attention kernels read it.
   EXPECT_FALSE(ops.kv_k_transposed(64, 16));
-  if (host_kernels::cpu_has_avx512()) {
-    HostOps fast(1, host_kernels::host_path_for("avx512"));
-    EXPECT_TRUE(fast.kv_k_transposed(64, 16));
-    EXPECT_FALSE(fast.kv_k_transposed(24, 16));
-    EXPECT_FALSE(fast.kv_k_transposed(64, 8));
-    EXPECT_FALSE(fast.kv_k_transposed(1024, 16));
+  for (const char* isa : {"avx2", "avx512"}) {
+    if (std::string(isa) == "avx2" ? !host_kernels::cpu_has_avx2_fma() : !host_kernels::cpu_has_avx512()) continue;
+    HostOps fast(1, host_kernels::host_path_for(isa));
+    EXPECT_TRUE(fast.kv_k_transposed(64, 16)) << isa;
+    EXPECT_FALSE(fast.kv_k_transposed(24, 16)) << isa;
+    EXPECT_FALSE(fast.kv_k_transposed(64, 8)) << isa;
+    EXPECT_FALSE(fast.kv_k_transposed(1024, 16)) << isa;
   }
 }
 
