@@ -65,6 +65,17 @@ void to_fp16(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_fp16(src[i]);
 }
 
+void chunk_row_offsets(const AttentionChunk& c, int64_t n, int64_t* off) {
+  const int64_t bt = c.block_tokens;
+  for (int64_t j = 0, b = c.p0 / bt, i = c.p0 % bt; j < n; ++j) {
+    off[j] = (static_cast<int64_t>(c.blocks[b]) * bt + i) * c.row_floats;
+    if (++i == bt) {
+      i = 0;
+      ++b;
+    }
+  }
+}
+
 void attention_chunk_portable(const AttentionChunk& c) {
   if (c.f16)
     chunk_portable<uint16_t>(c);

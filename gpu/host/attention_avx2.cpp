@@ -278,18 +278,6 @@ void kt_v(const uint16_t* v, const int64_t* off, int64_t hd, const float* S, flo
       for (int64_t d0 = 0; d0 < hd; d0 += 8 * DS) kt_v_slice<DS, 1>(v, off, n_lo, n[g], S + g * kChunkTokens, o + g, d0, false);
 }
 
-// off[j] = element offset in the V pool of the chunk's position p0 + j, j < n.
-inline void row_offsets(const AttentionChunk& c, int64_t n, int64_t* off) {
-  const int64_t bt = c.block_tokens;
-  for (int64_t j = 0, b = c.p0 / bt, i = c.p0 % bt; j < n; ++j) {
-    off[j] = (static_cast<int64_t>(c.blocks[b]) * bt + i) * c.row_floats;
-    if (++i == bt) {
-      i = 0;
-      ++b;
-    }
-  }
-}
-
 // Sizes of `count` items split into as few pieces of at most `most` as possible, as even as
 // possible (7 -> 4 + 3 with most 6); calls f(first, size) per piece.
 template <class F>
@@ -316,7 +304,7 @@ void kt_queries(const AttentionChunk& c, int64_t n_max, const KtQuery* qs, int64
     const int64_t p = c.p0 + 8 * t;
     kb[t] = k + static_cast<int64_t>(c.blocks[p / bt]) * bt * rf + p % bt;
   }
-  row_offsets(c, n_max, off);
+  chunk_row_offsets(c, n_max, off);
   alignas(32) static thread_local float S[kMaxJointQueries * kChunkTokens];
   alignas(32) static thread_local float qb[kKtGroup * kKtMaxHead * 8];
   int64_t n[kMaxJointQueries];

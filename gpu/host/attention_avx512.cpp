@@ -205,26 +205,12 @@ void piece(const T* k, const T* v, const int64_t* off, int64_t hd, float scale, 
     if (qs[g].n > n_lo) accumulate_v<1, T>(v, off, n_lo, qs[g].n, qs + g, hd, false);
 }
 
-// off[j] = element offset in the K and V pools of the chunk's position p0 + j, j < n (V's row in
-// either K layout, and K's with a row K): the block table walked once instead of a division per
-// row and pass.
-inline void row_offsets(const AttentionChunk& c, int64_t n, int64_t* off) {
-  const int64_t bt = c.block_tokens;
-  for (int64_t j = 0, b = c.p0 / bt, i = c.p0 % bt; j < n; ++j) {
-    off[j] = (static_cast<int64_t>(c.blocks[b]) * bt + i) * c.row_floats;
-    if (++i == bt) {
-      i = 0;
-      ++b;
-    }
-  }
-}
-
 // The queries in as few passes as kMaxPiece allows, as even as possible (5 -> 3 + 2, 8 -> 4 + 4).
 template <class T>
 void run_queries(const AttentionChunk& c, int64_t n_max, const Query* qs, int64_t count) {
   assert(c.head_dim % 16 == 0 && n_max >= 1 && n_max <= kChunkTokens);
   int64_t off[kChunkTokens];
-  row_offsets(c, n_max, off);
+  chunk_row_offsets(c, n_max, off);
   const T* k = static_cast<const T*>(c.k);
   const T* v = static_cast<const T*>(c.v);
   const int64_t pieces = (count + kMaxPiece - 1) / kMaxPiece;
@@ -357,7 +343,7 @@ void kt_queries(const AttentionChunk& c, int64_t n_max, const Query* qs, int64_t
     const int64_t p = c.p0 + 16 * t;
     kb[t] = k + static_cast<int64_t>(c.blocks[p / bt]) * bt * rf + p % bt;
   }
-  row_offsets(c, n_max, off);
+  chunk_row_offsets(c, n_max, off);
   alignas(64) static thread_local float S[kMaxJointQueries * kChunkTokens];
   alignas(64) float qt[kKtGroup * 512];
   int64_t n[kMaxJointQueries];
