@@ -252,13 +252,26 @@ inline void kt_v_slice(const uint16_t* v, const int64_t* off, int64_t j0, int64_
   __m256 acc[G][DS];
   SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
     SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) acc[g][s] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(o[g] + d0 + 8 * s);
+  // The accumulators, and either all DS V vectors and one weight, or all G weights and one V
+  // vector, in the 16 ymm: 3 queries x 4 vectors hold the weights (12 + 3 + 1).
+  constexpr bool kHoldWeights = G * DS + DS + 1 > 16;
+  static_assert(G * DS + (kHoldWeights ? G : DS) + 1 <= 16, "the accumulators and operands fit the registers");
   for (int64_t j = j0; j < j1; ++j) {
     const uint16_t* vp = v + off[j] + d0;
-    __m256 vv[DS];
-    SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) vv[s] = load8(vp + 8 * s);
-    SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g) {
-      const __m256 w = _mm256_broadcast_ss(S + g * kChunkTokens + j);
-      SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) acc[g][s] = _mm256_fmadd_ps(w, vv[s], acc[g][s]);
+    if constexpr (kHoldWeights) {
+      __m256 w[G];
+      SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g) w[g] = _mm256_broadcast_ss(S + g * kChunkTokens + j);
+      SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) {
+        const __m256 vs = load8(vp + 8 * s);
+        SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g) acc[g][s] = _mm256_fmadd_ps(w[g], vs, acc[g][s]);
+      }
+    } else {
+      __m256 vv[DS];
+      SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) vv[s] = load8(vp + 8 * s);
+      SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g) {
+        const __m256 w = _mm256_broadcast_ss(S + g * kChunkTokens + j);
+        SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) acc[g][s] = _mm256_fmadd_ps(w, vv[s], acc[g][s]);
+      }
     }
   }
   SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
@@ -325,13 +338,15 @@ void kt_queries(const AttentionChunk& c, int64_t n_max, const KtQuery* qs, int64
     }
   });
   for (int64_t g = 0; g < count; ++g) exp_scores(S + g * kChunkTokens, n[g], qs[g].m, qs[g].l);
-  // V: one or two queries four vectors of the head at a time, more in pieces of up to kKtVPiece
-  // two vectors at a time.
-  if (count <= 2 && hd % 32 == 0) {
+  // V: up to three queries four vectors of the head at a time (12 accumulators: enough chains in
+  // flight for two FMA pipes of latency 4), more in pieces of up to kKtVPiece two vectors at a time.
+  if (count <= 3 && hd % 32 == 0) {
     if (count == 1)
       kt_v<4, 1>(v, off, hd, S, o, n);
-    else
+    else if (count == 2)
       kt_v<4, 2>(v, off, hd, S, o, n);
+    else
+      kt_v<4, 3>(v, off, hd, S, o, n);
     return;
   }
   pieces(count, kKtVPiece, [&](int64_t q0, int64_t size) {
