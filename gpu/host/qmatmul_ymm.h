@@ -378,7 +378,7 @@ void stream_groups(const PackedMatrix& m, const QuantizedRows& x, float* y, int6
 }
 // One row runs the holding tile above (measured faster alone: its eight vectors are loaded once
 // and nothing else competes for registers). The nibble formats take wide activations when the
-// call's fit the L1 beside the weights (wide_fits); Q8_0's sign trick needs its activations in
+// call's fit the L1 beside the weights (wide_rows_pay); Q8_0's sign trick needs its activations in
 // a register anyway, and measured no faster wide.
 template <class F>
 void stream_kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {

@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstring>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "gpu/host/attention.h"
@@ -248,32 +247,30 @@ ChunkResult run_chunk(void (*kernel)(const host_kernels::AttentionChunk&), const
   return r;
 }
 
-// The vector chunk kernels this CPU can run, with their joint (round) kernels and the K layouts
-// each joint kernel reads.
+// The vector chunk kernels this CPU can run, with their joint (round) kernels, the K layouts each
+// joint kernel reads, and where a chunk over a transposed K starts in the tests: where attention
+// starts one (a multiple of 256, so of 16), 48 (block 3); the AVX2 kernel, which walks 8-position
+// halves of a block, also at 40 (block 2, half 1). Over a row K chunks start at 37 (block 2,
+// position 5), so that the rows cross scattered blocks mid-block.
 struct VectorKernel {
   const char* name;
   void (*chunk)(const host_kernels::AttentionChunk&);
   void (*joint)(std::span<const host_kernels::AttentionChunk>);
   std::vector<Layout> joint_layouts;
+  std::vector<int64_t> transposed_starts;
+  std::vector<int64_t> starts(Layout layout) const {
+    return layout == Layout::kF16Transposed ? transposed_starts : std::vector<int64_t>{37};
+  }
 };
 
 std::vector<VectorKernel> vector_kernels() {
   std::vector<VectorKernel> v;
   if (host_kernels::cpu_has_avx2_fma())
-    v.push_back({"avx2", host_kernels::attention_chunk_avx2, host_kernels::attention_chunks_avx2, {Layout::kF16Transposed}});
+    v.push_back({"avx2", host_kernels::attention_chunk_avx2, host_kernels::attention_chunks_avx2, {Layout::kF16Transposed}, {48, 40}});
   if (host_kernels::cpu_has_avx512())
     v.push_back({"avx512", host_kernels::attention_chunk_avx512, host_kernels::attention_chunks_avx512,
-                 {Layout::kF32, Layout::kF16, Layout::kF16Transposed}});
+                 {Layout::kF32, Layout::kF16, Layout::kF16Transposed}, {48}});
   return v;
-}
-
-// A chunk over a transposed K starts where attention starts one (a multiple of 256, so of 16): 48
-// is block 3; the AVX2 kernel, which walks 8-position halves of a block, also at 40 (block 2, half
-// 1). Over a row K at 37 (block 2, position 5), so that the rows cross scattered blocks mid-block.
-std::vector<int64_t> chunk_starts(const VectorKernel& k, Layout layout) {
-  if (layout != Layout::kF16Transposed) return {37};
-  if (std::string(k.name) == "avx2") return {48, 40};
-  return {48};
 }
 
 TEST(HostAttention, TheVectorChunkKernelsGiveThePortableKernelsMaximumSumAndOutputForAnyHeadSizeGroupAndLength) {
@@ -288,7 +285,7 @@ TEST(HostAttention, TheVectorChunkKernelsGiveThePortableKernelsMaximumSumAndOutp
       for (int64_t group : {1, 2, 3, 4, 5, 7, 8})
         for (int64_t n : {1, 7, 15, 16, 17, 100, 256})
           for (Layout layout : {Layout::kF32, Layout::kF16, Layout::kF16Transposed})
-            for (int64_t p0 : chunk_starts(kernel, layout)) {
+            for (int64_t p0 : kernel.starts(layout)) {
               const int64_t p1 = p0 + n;
               const ChunkResult want = run_chunk(host_kernels::attention_chunk_portable, in, layout, group, p0, p1);
               const ChunkResult got = run_chunk(kernel.chunk, in, layout, group, p0, p1);
@@ -322,7 +319,7 @@ TEST(HostAttention, TheJointKernelsGiveEveryRowOfARoundTheBitsOfThatRowAlone) {
         for (int64_t rows : {1, 2, 5, 9, 13})
           for (int64_t first_n : {1, 15, 16, 100, 256 - 8})
             for (Layout layout : kernel.joint_layouts)
-              for (int64_t p0 : chunk_starts(kernel, layout)) {
+              for (int64_t p0 : kernel.starts(layout)) {
                 if (rows * group > host_kernels::kMaxJointQueries) continue;
                 const ChunkInputs in = chunk_inputs(hd, static_cast<uint32_t>(hd + group));
                 std::vector<float> q(static_cast<size_t>(rows * group * hd));
@@ -416,13 +413,13 @@ TEST(HostAttention, ATransposedKNeedsAnFp16CacheAndBlocksAndHeadsOfMultiplesOf16
   EXPECT_NO_THROW(KvCache(ops, c));
   // The device asks for it exactly where its AVX-512 and AVX2 attention kernels read it.
   EXPECT_FALSE(ops.kv_k_transposed(64, 16));
-  for (const char* isa : {"avx2", "avx512"}) {
-    if (std::string(isa) == "avx2" ? !host_kernels::cpu_has_avx2_fma() : !host_kernels::cpu_has_avx512()) continue;
-    HostOps fast(1, host_kernels::host_path_for(isa));
-    EXPECT_TRUE(fast.kv_k_transposed(64, 16)) << isa;
-    EXPECT_FALSE(fast.kv_k_transposed(24, 16)) << isa;
-    EXPECT_FALSE(fast.kv_k_transposed(64, 8)) << isa;
-    EXPECT_FALSE(fast.kv_k_transposed(1024, 16)) << isa;
+  for (const auto& path : paths()) {  // the vector paths the CPU has
+    if (path.isa == host_kernels::Isa::kPortable) continue;
+    HostOps fast(1, path);
+    EXPECT_TRUE(fast.kv_k_transposed(64, 16)) << path.name();
+    EXPECT_FALSE(fast.kv_k_transposed(24, 16)) << path.name();
+    EXPECT_FALSE(fast.kv_k_transposed(64, 8)) << path.name();
+    EXPECT_FALSE(fast.kv_k_transposed(1024, 16)) << path.name();
   }
 }
 
