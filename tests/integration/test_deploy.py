@@ -80,6 +80,26 @@ class Cluster:
         for r in self.replicas:
             r.stop(signal.SIGKILL)
 
+    def report(self, result=None, events=()):
+        """What a failed deployment test needs to be understood: the times of the test's own
+        actions and of the failed requests (the load tester's clock), which replicas still run,
+        the tail of nginx's error log and of every replica's log."""
+        lines = [f"events (s since the load started): {list(events)}"]
+        if result is not None:
+            failed = [(round(q["start_ms"] / 1e3, 2) if q["start_ms"] is not None else None, q.get("error", "")[:60])
+                      for q in result["requests"] if not q["ok"]]
+            if failed:
+                lines.append(f"{len(failed)} failed, first {failed[:3]}, last {failed[-3:]}")
+        lines.append("replicas running: " + str([r.proc.poll() is None for r in self.replicas]))
+        lines.append("nginx error.log (tail):\n" + "\n".join(self.nginx.log().splitlines()[-25:]))
+        access = self.nginx.run_dir / "access.log"
+        if access.exists():
+            bad = [line for line in access.read_text().splitlines() if '" 200 ' not in line]
+            lines.append(f"nginx access.log, {len(bad)} answers not 200 (first 5):\n" + "\n".join(bad[:5]))
+        for log in sorted(self.tmp.glob("replica*.log")):
+            lines.append(f"{log.name} (tail):\n" + "\n".join(log.read_text().splitlines()[-6:]))
+        return "\n".join(lines)
+
 
 def requests_counted(replica):
     m = replica.metrics()
@@ -154,19 +174,27 @@ def test_32_sessions_through_nginx_are_all_answered_by_both_replicas_and_prometh
 
 
 def test_a_rolling_restart_under_load_loses_no_request(cluster):
+    t0 = time.monotonic()
     t, out = load_in_background(cluster.nginx.url, 320)
     time.sleep(1.0)
-    codes = []
+    codes, events = [], []
     for i in range(len(cluster.replicas)):
-        # One at a time: it drains and exits, starts again on its port, answers /health; then
-        # nginx's fail_timeout (1 s) passes before the next one goes (docs/deploy.md).
+        # One at a time: it drains and exits, starts again on its port, answers /health; then the
+        # next goes once nginx sends it traffic again: it has answered a request through the
+        # proxy. nginx re-admits a failed server one request at a time and counts it live only when
+        # that request ends, a generation's length after /health is 200 (docs/deploy.md).
+        events.append((f"SIGTERM {i}", round(time.monotonic() - t0, 2)))
         codes.append(cluster.restart(i, signal.SIGTERM))
-        time.sleep(2.0)
+        events.append((f"healthy {i}", round(time.monotonic() - t0, 2)))
+        assert wait_for(lambda: requests_counted(cluster.replicas[i]) > 0 or not t.is_alive(), timeout=60,
+                        interval=0.2), cluster.report(None, events)
+        events.append((f"serving {i}", round(time.monotonic() - t0, 2)))
     t.join(600)
     code, result, s = result_of(out)
     assert codes == [0, 0], codes
-    assert s["failed"] == 0 and code == 0, s["errors_by_kind"]
+    assert s["failed"] == 0 and code == 0, (s["errors_by_kind"], cluster.report(result, events))
     assert s["succeeded"] == 320
+    assert all(r.proc.poll() is None for r in cluster.replicas), cluster.report(result, events)
 
 
 def test_a_killed_replica_fails_only_what_it_held_and_new_requests_go_to_the_survivor(cluster):
