@@ -207,6 +207,29 @@ double log_prob(std::span<const float> row, int32_t token) {
   return static_cast<double>(row[static_cast<size_t>(token)]) - mx - std::log(sum);
 }
 
+// KL(p_ref || p_fast) of the two rows' softmaxes, in nats (what llama.cpp's perplexity tool reports
+// with --kl-divergence): a continuous measure of how far the fast path moves the whole
+// distribution, where the top-1 count only sees the near-ties that flip.
+double kl_divergence(std::span<const float> ref, std::span<const float> fast) {
+  double mr = -INFINITY, mf = -INFINITY;
+  for (size_t v = 0; v < ref.size(); ++v) {
+    mr = std::max(mr, static_cast<double>(ref[v]));
+    mf = std::max(mf, static_cast<double>(fast[v]));
+  }
+  double zr = 0, zf = 0;
+  for (size_t v = 0; v < ref.size(); ++v) {
+    zr += std::exp(static_cast<double>(ref[v]) - mr);
+    zf += std::exp(static_cast<double>(fast[v]) - mf);
+  }
+  const double lzr = mr + std::log(zr), lzf = mf + std::log(zf);
+  double kl = 0;
+  for (size_t v = 0; v < ref.size(); ++v) {
+    const double lr = static_cast<double>(ref[v]) - lzr, lf = static_cast<double>(fast[v]) - lzf;
+    kl += std::exp(lr) * (lr - lf);
+  }
+  return std::max(kl, 0.0);
+}
+
 // Teacher-forced agreement of two paths on the prompt set: each prompt plus the reference path's
 // greedy continuation, every position scored by both.
 // With `out_path`, one JSON line per prompt: the scored tokens and, per position, both paths'
@@ -222,7 +245,7 @@ nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& fil
   }
   const int64_t vocab = files.weights.config.vocab_size;
   int64_t positions = 0, same_top1 = 0;
-  double nll_fast = 0, nll_ref = 0;
+  double nll_fast = 0, nll_ref = 0, kl_sum = 0, kl_max = 0;
   // Where the paths disagree, how far apart the reference puts the two choices (its logit of its
   // own top-1 minus its logit of the fast path's): near-ties that any rounding moves, or not.
   const double margins[] = {0.01, 0.03, 0.1, 0.3};
@@ -267,6 +290,9 @@ nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& fil
       }
       if (tf != tr)
         for (int k = 0; k < 4; ++k) within[k] += rr[static_cast<size_t>(tr)] - rr[static_cast<size_t>(tf)] < margins[k];
+      const double kl = kl_divergence(rr, rf);
+      kl_sum += kl;
+      kl_max = std::max(kl_max, kl);
       nll_fast -= log_prob(rf, text[i + 1]);
       nll_ref -= log_prob(rr, text[i + 1]);
       ++positions;
@@ -281,6 +307,8 @@ nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& fil
           {"disagreements_within_reference_logit_gap", {{"0.01", within[0]}, {"0.03", within[1]}, {"0.1", within[2]}, {"0.3", within[3]}}},
           {"top1_agreement_where_reference_top2_gap_at_least_0.1", clear_positions ? static_cast<double>(clear_same) / clear_positions : 1.0},
           {"positions_where_reference_top2_gap_at_least_0.1", clear_positions},
+          {"kl_divergence_mean", kl_sum / positions},
+          {"kl_divergence_max", kl_max},
           {"perplexity_fast", ppl_fast},
           {"perplexity_reference", ppl_ref},
           {"perplexity_ratio", ppl_fast / ppl_ref}};
