@@ -86,7 +86,10 @@ class Cluster:
         the tail of nginx's error log and of every replica's log."""
         lines = [f"events (s since the load started): {list(events)}"]
         if result is not None:
-            failed = [(round(q["start_ms"] / 1e3, 2) if q["start_ms"] is not None else None, q.get("error", "")[:60])
+            def why(q):
+                e = q.get("error") or {}
+                return f'{e.get("kind")}: {str(e.get("message"))[:60]}'
+            failed = [(round(q["start_ms"] / 1e3, 2) if q["start_ms"] is not None else None, why(q))
                       for q in result["requests"] if not q["ok"]]
             if failed:
                 lines.append(f"{len(failed)} failed, first {failed[:3]}, last {failed[-3:]}")
