@@ -181,17 +181,20 @@ def test_a_rolling_restart_under_load_loses_no_request(cluster):
     t, out = load_in_background(cluster.nginx.url, 320)
     time.sleep(1.0)
     codes, events = [], []
+
+    def mark(what):
+        events.append((what, round(time.monotonic() - t0, 2)))
     for i in range(len(cluster.replicas)):
         # One at a time: it drains and exits, starts again on its port, answers /health; then the
         # next goes once nginx sends it traffic again: it has answered a request through the
         # proxy. nginx re-admits a failed server one request at a time and counts it live only when
         # that request ends, a generation's length after /health is 200 (docs/deploy.md).
-        events.append((f"SIGTERM {i}", round(time.monotonic() - t0, 2)))
+        mark(f"SIGTERM {i}")
         codes.append(cluster.restart(i, signal.SIGTERM))
-        events.append((f"healthy {i}", round(time.monotonic() - t0, 2)))
+        mark(f"healthy {i}")
         assert wait_for(lambda: requests_counted(cluster.replicas[i]) > 0 or not t.is_alive(), timeout=60,
                         interval=0.2), cluster.report(None, events)
-        events.append((f"serving {i}", round(time.monotonic() - t0, 2)))
+        mark(f"serving {i}")
     t.join(600)
     code, result, s = result_of(out)
     assert codes == [0, 0], codes

@@ -198,34 +198,27 @@ class PathBench {
   double load_seconds_ = 0, rss_added_mb_ = 0;
 };
 
-// log-softmax of one row at `token`.
-double log_prob(std::span<const float> row, int32_t token) {
-  double mx = -INFINITY;
-  for (float v : row) mx = std::max(mx, static_cast<double>(v));
-  double sum = 0;
-  for (float v : row) sum += std::exp(static_cast<double>(v) - mx);
-  return static_cast<double>(row[static_cast<size_t>(token)]) - mx - std::log(sum);
-}
+// A row's log-softmax normaliser, kept as its maximum and the log of the shifted sum, so that
+// every log-probability of the row is v - max - log_sum.
+struct LogSoftmax {
+  double max = -INFINITY, log_sum = 0;
+  explicit LogSoftmax(std::span<const float> row) {
+    for (float v : row) max = std::max(max, static_cast<double>(v));
+    double sum = 0;
+    for (float v : row) sum += std::exp(static_cast<double>(v) - max);
+    log_sum = std::log(sum);
+  }
+  double operator()(float v) const { return static_cast<double>(v) - max - log_sum; }
+};
 
 // KL(p_ref || p_fast) of the two rows' softmaxes, in nats (what llama.cpp's perplexity tool reports
 // with --kl-divergence): a continuous measure of how far the fast path moves the whole
 // distribution, where the top-1 count only sees the near-ties that flip.
-double kl_divergence(std::span<const float> ref, std::span<const float> fast) {
-  double mr = -INFINITY, mf = -INFINITY;
-  for (size_t v = 0; v < ref.size(); ++v) {
-    mr = std::max(mr, static_cast<double>(ref[v]));
-    mf = std::max(mf, static_cast<double>(fast[v]));
-  }
-  double zr = 0, zf = 0;
-  for (size_t v = 0; v < ref.size(); ++v) {
-    zr += std::exp(static_cast<double>(ref[v]) - mr);
-    zf += std::exp(static_cast<double>(fast[v]) - mf);
-  }
-  const double lzr = mr + std::log(zr), lzf = mf + std::log(zf);
+double kl_divergence(std::span<const float> ref, const LogSoftmax& lref, std::span<const float> fast, const LogSoftmax& lfast) {
   double kl = 0;
   for (size_t v = 0; v < ref.size(); ++v) {
-    const double lr = static_cast<double>(ref[v]) - lzr, lf = static_cast<double>(fast[v]) - lzf;
-    kl += std::exp(lr) * (lr - lf);
+    const double lr = lref(ref[v]);
+    kl += std::exp(lr) * (lr - lfast(fast[v]));
   }
   return std::max(kl, 0.0);
 }
@@ -290,11 +283,12 @@ nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& fil
       }
       if (tf != tr)
         for (int k = 0; k < 4; ++k) within[k] += rr[static_cast<size_t>(tr)] - rr[static_cast<size_t>(tf)] < margins[k];
-      const double kl = kl_divergence(rr, rf);
+      const LogSoftmax log_fast(rf), log_ref(rr);
+      const double kl = kl_divergence(rr, log_ref, rf, log_fast);
       kl_sum += kl;
       kl_max = std::max(kl_max, kl);
-      nll_fast -= log_prob(rf, text[i + 1]);
-      nll_ref -= log_prob(rr, text[i + 1]);
+      nll_fast -= log_fast(rf[static_cast<size_t>(text[i + 1])]);
+      nll_ref -= log_ref(rr[static_cast<size_t>(text[i + 1])]);
       ++positions;
     }
     if (out.is_open()) out << line.dump() << "\n";
