@@ -102,7 +102,7 @@ bool hmatmul_supports(DType t, bool portable) {
   return t == DType::F16 ? host_kernels::cpu_has_avx512() : host_kernels::cpu_has_avx512_bf16();
 }
 
-std::shared_ptr<PackedMatrix> pack_matrix16(const TensorView& w, ThreadPool& pool) {
+std::shared_ptr<PackedMatrix> pack_matrix16(const TensorView& w, ThreadPool& pool, WeightArena* arena) {
   if (w.dtype != DType::F16 && w.dtype != DType::BF16)
     throw std::invalid_argument(std::string("16-bit path: no packed layout for ") + dtype_name(w.dtype));
   if (w.shape.size() != 2 || w.cols() % 2 != 0)
@@ -117,9 +117,7 @@ std::shared_ptr<PackedMatrix> pack_matrix16(const TensorView& w, ThreadPool& poo
   m->groups = (m->rows + kGroupRows - 1) / kGroupRows;
   m->blocks = m->cols / 2;
   m->block_bytes = kPairBytes;
-  const size_t bytes = (m->bytes() + 63) / 64 * 64;
-  m->data = {static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))), &std::free};
-  if (!m->data) throw std::bad_alloc();
+  m->data = packed_storage(m->bytes(), arena);
   const auto* base = reinterpret_cast<const uint8_t*>(w.data);
   pool.parallel_for(m->groups, 4, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {

@@ -34,7 +34,7 @@ bool hmatmul_supports(DType t, bool portable);
 // padded with zero rows), per column pair p, 64 bytes whose lane r (4 bytes) holds row r's values
 // at columns 2p and 2p + 1 as stored. PackedMatrix::blocks counts column pairs and block_bytes is
 // 64. Throws std::invalid_argument for another type, an odd width or too few bytes.
-std::shared_ptr<PackedMatrix> pack_matrix16(const TensorView& w, ThreadPool& pool);
+std::shared_ptr<PackedMatrix> pack_matrix16(const TensorView& w, ThreadPool& pool, WeightArena* arena = nullptr);
 
 namespace host_kernels {
 

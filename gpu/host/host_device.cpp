@@ -98,7 +98,7 @@ Weight HostOps::upload(const TensorView& t) {
   auto& slot = packed_[t.data];
   std::shared_ptr<PackedMatrix> p = slot.lock();
   if (!p || p->dtype != t.dtype || p->rows != t.rows() || p->cols != t.cols()) {
-    p = half ? pack_matrix16(t, pool_) : pack_matrix(t, pool_);
+    p = half ? pack_matrix16(t, pool_, &arena_) : pack_matrix(t, pool_, &arena_);
     slot = p;
   }
   w.device = p.get();

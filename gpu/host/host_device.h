@@ -58,6 +58,7 @@ class HostOps : public Ops {  // not final: tests derive device doubles from it
   ThreadPool pool_;
   mutable std::mutex packed_mutex_;
   std::map<const void*, std::weak_ptr<PackedMatrix>> packed_;  // by stored data, shared by uploads
+  WeightArena arena_;  // the packed matrices' memory (huge pages), under packed_mutex_
   std::mutex mapped_mutex_;
   std::map<void*, size_t> mapped_;  // mmap'd allocations and their sizes
 };

@@ -153,7 +153,16 @@ bool qmatmul_supports(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K;
 }
 
-std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool) {
+std::shared_ptr<uint8_t> packed_storage(size_t bytes, WeightArena* arena) {
+  if (arena != nullptr) return arena->allocate(bytes);
+  bytes = std::max<size_t>((bytes + 63) / 64 * 64, 64);
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, bytes);
+  return std::shared_ptr<uint8_t>(p, &std::free);
+}
+
+std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool, WeightArena* arena) {
   if (!qmatmul_supports(w.dtype)) throw std::invalid_argument(std::string("int8 path: no packed layout for ") + dtype_name(w.dtype));
   if (w.shape.size() != 2 || w.cols() % kBlock != 0)
     throw std::invalid_argument("int8 path: weight '" + w.name + "' is not a matrix of whole 32-value blocks");
@@ -173,9 +182,7 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool)
   m->groups = (m->rows + kGroupRows - 1) / kGroupRows;
   m->blocks = m->cols / kBlock;
   m->block_bytes = s.packed;
-  const size_t bytes = (m->bytes() + 63) / 64 * 64;
-  m->data = {static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))), &std::free};
-  if (!m->data) throw std::bad_alloc();
+  m->data = packed_storage(m->bytes(), arena);
   const auto* base = reinterpret_cast<const uint8_t*>(w.data);
   pool.parallel_for(m->groups, 16, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g)

@@ -19,6 +19,7 @@
 
 #include "gpu/host/matmul_kernels.h"
 #include "gpu/host/thread_pool.h"
+#include "gpu/host/weight_arena.h"
 #include "model/tensor.h"
 
 namespace specula {
@@ -50,12 +51,15 @@ struct PackedMatrix {
   size_t group_bytes() const { return block_bytes * static_cast<size_t>(blocks); }
   const uint8_t* group(int64_t g) const { return data.get() + group_bytes() * static_cast<size_t>(g); }
   size_t bytes() const { return group_bytes() * static_cast<size_t>(groups); }
-  std::unique_ptr<uint8_t, void (*)(void*)> data{nullptr, nullptr};
+  std::shared_ptr<uint8_t> data;  // a piece of a WeightArena slab, or its own allocation
 };
 
 // Repacks a stored [rows, cols] matrix of a supported type (the pool parallelises the copy).
 // Throws std::invalid_argument for other types or a shape that is not whole blocks.
-std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool);
+// With an arena, the packed bytes come from it (huge pages); without, from their own allocation.
+std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool, WeightArena* arena = nullptr);
+// The zeroed storage of `bytes` packed bytes (64-byte aligned), from the arena where there is one.
+std::shared_ptr<uint8_t> packed_storage(size_t bytes, WeightArena* arena);
 
 // Activation rows quantized per 32-value block: d = max|x| / 127, q = round-to-nearest-even(x / d)
 // (as x * (1 / d)) clamped to +-127, isum = sum of q, sx = d * isum (Q4_1's min term uses it).

@@ -160,28 +160,41 @@ TEST(QmatmulBench, DISABLED_StreamingFromDramAgainstCacheResident) {
 // fused as the forward fuses them (q, k, v in one call; gate and up in one), then the 49152 x 576
 // Q8_0 output head: ~96 MB, past the L3, so every call streams its weights from DRAM. Time of
 // n activation rows against one: what the matrices alone charge a verify round for its rows,
-// beside `bench decode`'s forward cost, which adds attention, norms and the rest.
+// beside `bench decode`'s forward cost, which adds attention, norms and the rest. The same
+// matrices twice, taking turns: packed into a WeightArena (huge pages, as HostOps packs them)
+// and each in its own allocation (4 KiB pages where THP is "madvise"); docs/kernels.md, "Huge
+// pages for the weights".
 TEST(QmatmulBench, DISABLED_SmolLM2StepMatricesByRowCount) {
   using host_kernels::Int8Kernel;
   const Int8Kernel kernel = host_kernels::cpu_has_int8_kernel(Int8Kernel::kAvx512Vnni) ? Int8Kernel::kAvx512Vnni : Int8Kernel::kAvx2;
   std::mt19937 rng(1);
   ThreadPool pool(2);
-  auto make = [&](DType t, int64_t rows, int64_t cols) {
-    const std::vector<std::byte> bytes = random_blocks(t, rows, cols, rng);
-    return pack_matrix(TensorView{"w", t, {rows, cols}, bytes.data(), bytes.size()}, pool);
-  };
+  WeightArena arena;
   struct Layer { std::shared_ptr<PackedMatrix> q, k, v, o, gate, up, down; };
-  std::vector<Layer> layers;
-  for (int l = 0; l < 30; ++l)
-    layers.push_back({make(DType::Q4_1, 576, 576), make(DType::Q4_1, 192, 576), make(DType::Q4_1, 192, 576),
-                      make(DType::Q4_1, 576, 576), make(DType::Q4_1, 1536, 576), make(DType::Q4_1, 1536, 576),
-                      make(DType::Q4_1, 576, 1536)});
-  const auto head = make(DType::Q8_0, 49152, 576);
+  struct Step { std::vector<Layer> layers; std::shared_ptr<PackedMatrix> head; };
+  Step steps[2];  // [0] the arena, [1] own allocations
+  const int64_t shapes[7][2] = {{576, 576}, {192, 576}, {192, 576}, {576, 576}, {1536, 576}, {1536, 576}, {576, 1536}};
+  for (int l = 0; l < 30; ++l) {
+    std::vector<std::vector<std::byte>> stored;
+    for (const auto& shape : shapes) stored.push_back(random_blocks(DType::Q4_1, shape[0], shape[1], rng));
+    for (int k = 0; k < 2; ++k) {
+      std::shared_ptr<PackedMatrix> m[7];
+      for (int i = 0; i < 7; ++i)
+        m[i] = pack_matrix(TensorView{"w", DType::Q4_1, {shapes[i][0], shapes[i][1]}, stored[i].data(), stored[i].size()}, pool,
+                           k == 0 ? &arena : nullptr);
+      steps[k].layers.push_back({m[0], m[1], m[2], m[3], m[4], m[5], m[6]});
+    }
+  }
+  {
+    const std::vector<std::byte> stored = random_blocks(DType::Q8_0, 49152, 576, rng);
+    for (int k = 0; k < 2; ++k)
+      steps[k].head = pack_matrix(TensorView{"w", DType::Q8_0, {49152, 576}, stored.data(), stored.size()}, pool, k == 0 ? &arena : nullptr);
+  }
   const int64_t nmax = 16;
   std::vector<float> x(nmax * 1536), a(nmax * 1536), b(nmax * 1536), c(nmax * 1536), logits(nmax * 49152);
   for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 300.0f;
-  auto step = [&](int64_t n) {
-    for (const Layer& L : layers) {
+  auto step = [&](const Step& s, int64_t n) {
+    for (const Layer& L : s.layers) {
       const PackedMatrix* qkv[3] = {L.q.get(), L.k.get(), L.v.get()};
       float* yqkv[3] = {a.data(), b.data(), c.data()};
       qmatmul(qkv, x.data(), n, yqkv, pool, kernel);
@@ -195,21 +208,24 @@ TEST(QmatmulBench, DISABLED_SmolLM2StepMatricesByRowCount) {
       float* yd = c.data();
       qmatmul({&d, 1}, x.data(), n, {&yd, 1}, pool, kernel);
     }
-    const PackedMatrix* h = head.get();
+    const PackedMatrix* h = s.head.get();
     float* yl = logits.data();
     qmatmul({&h, 1}, x.data(), n, {&yl, 1}, pool, kernel);
   };
   const std::vector<int64_t> ns = {1, 2, 3, 4, 5, 6, 9, 16};
-  std::vector<double> best(ns.size(), 1e9);
-  for (int rep = 0; rep < 20; ++rep)  // the row counts take turns, so drift hits them alike
-    for (size_t i = 0; i < ns.size(); ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      step(ns[i]);
-      best[i] = std::min(best[i], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
+  std::vector<double> best[2] = {std::vector<double>(ns.size(), 1e9), std::vector<double>(ns.size(), 1e9)};
+  for (int rep = 0; rep < 20; ++rep)  // the row counts and the two allocations take turns, so drift hits them alike
+    for (size_t i = 0; i < ns.size(); ++i)
+      for (int k = 0; k < 2; ++k) {
+        const auto t0 = std::chrono::steady_clock::now();
+        step(steps[k], ns[i]);
+        best[k][i] = std::min(best[k][i], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
   for (size_t i = 0; i < ns.size(); ++i)
-    std::printf("{\"kernel\":\"%s\",\"n\":%lld,\"step_matrices_ms\":%.3f,\"vs_n1\":%.3f}\n", host_kernels::int8_kernel_name(kernel),
-                static_cast<long long>(ns[i]), best[i] * 1e3, best[i] / best[0]);
+    std::printf("{\"kernel\":\"%s\",\"n\":%lld,\"step_matrices_ms\":%.3f,\"vs_n1\":%.3f,\"own_allocations_ms\":%.3f,"
+                "\"arena_vs_own_allocations\":%.3f}\n",
+                host_kernels::int8_kernel_name(kernel), static_cast<long long>(ns[i]), best[0][i] * 1e3, best[0][i] / best[0][0],
+                best[1][i] * 1e3, best[0][i] / best[1][i]);
 }
 
 // What one core's vector pipes do per nanosecond (disabled: a measurement, run as above), to
