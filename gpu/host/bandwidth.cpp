@@ -11,13 +11,10 @@
 #include <random>
 #include <vector>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
 #include "gpu/host/matmul.h"
 #include "gpu/host/matmul_kernels.h"
 #include "gpu/host/quant.h"
+#include "gpu/host/weight_arena.h"
 
 namespace specula {
 
@@ -30,23 +27,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 volatile uint64_t g_sink = 0;
-
-struct FreeDeleter {
-  void operator()(std::byte* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<std::byte[], FreeDeleter>;
-
-// 2 MiB-aligned so transparent huge pages can back it (fewer TLB misses while streaming).
-Buffer alloc_buffer(size_t bytes) {
-  constexpr size_t kAlign = size_t{2} << 20;
-  const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-  auto* p = static_cast<std::byte*>(std::aligned_alloc(kAlign, rounded));
-  if (p == nullptr) throw std::bad_alloc();
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  madvise(p, rounded, MADV_HUGEPAGE);
-#endif
-  return Buffer(p);
-}
 
 uint64_t sum_words_portable(const std::byte* p, size_t bytes) {
   uint64_t s[4] = {};
@@ -62,8 +42,9 @@ double measure_read_bandwidth_gbs(ThreadPool& pool, size_t bytes) {
   constexpr size_t kUnit = size_t{1} << 20;  // parallel work unit: 1 MiB
   const size_t units = std::max<size_t>(1, bytes / kUnit);
   bytes = units * kUnit;
-  Buffer buf = alloc_buffer(bytes);
-  std::memset(buf.get(), 1, bytes);  // faults every page in before timing
+  const std::shared_ptr<uint8_t> mapped = map_huge_pages(bytes);  // the weights' kind of page
+  auto* const buf_bytes = reinterpret_cast<std::byte*>(mapped.get());
+  std::memset(buf_bytes, 1, bytes);  // faults every page in before timing
 
   const bool avx2 = host_kernels::cpu_has_avx2_fma() && std::strcmp(matmul_isa(), "portable") != 0;
   std::atomic<uint64_t> sink{0};
@@ -72,7 +53,7 @@ double measure_read_bandwidth_gbs(ThreadPool& pool, size_t bytes) {
   for (int pass = 0; pass < kPasses; ++pass) {
     const auto t0 = Clock::now();
     pool.parallel_for(static_cast<int64_t>(units), 1, [&](int64_t u0, int64_t u1) {
-      const std::byte* p = buf.get() + static_cast<size_t>(u0) * kUnit;
+      const std::byte* p = buf_bytes + static_cast<size_t>(u0) * kUnit;
       const size_t len = static_cast<size_t>(u1 - u0) * kUnit;
       sink.fetch_add(avx2 ? host_kernels::sum_words_avx2(p, len) : sum_words_portable(p, len), std::memory_order_relaxed);
     });

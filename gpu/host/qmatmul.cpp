@@ -155,11 +155,9 @@ bool qmatmul_supports(DType t) {
 
 std::shared_ptr<uint8_t> packed_storage(size_t bytes, WeightArena* arena) {
   if (arena != nullptr) return arena->allocate(bytes);
-  bytes = std::max<size_t>((bytes + 63) / 64 * 64, 64);
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>((bytes + 63) / 64 * 64, 64)));
   if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, bytes);
-  return std::shared_ptr<uint8_t>(p, &std::free);
+  return std::shared_ptr<uint8_t>(p, &std::free);  // the packers write every byte
 }
 
 std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool, WeightArena* arena) {

@@ -58,7 +58,7 @@ struct PackedMatrix {
 // Throws std::invalid_argument for other types or a shape that is not whole blocks.
 // With an arena, the packed bytes come from it (huge pages); without, from their own allocation.
 std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool, WeightArena* arena = nullptr);
-// The zeroed storage of `bytes` packed bytes (64-byte aligned), from the arena where there is one.
+// The storage of `bytes` packed bytes (64-byte aligned), from the arena where there is one.
 std::shared_ptr<uint8_t> packed_storage(size_t bytes, WeightArena* arena);
 
 // Activation rows quantized per 32-value block: d = max|x| / 127, q = round-to-nearest-even(x / d)

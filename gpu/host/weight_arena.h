@@ -13,6 +13,12 @@
 
 namespace specula {
 
+// `bytes` rounded up to whole 2 MiB pages, mapped 2 MiB-aligned and advised MADV_HUGEPAGE: zero,
+// and resident only once touched. Unmapped when the last owner lets go. Throws std::bad_alloc.
+// The arena's slabs and the read-bandwidth buffer (the roofline's denominator) both come from here,
+// so the weights and the bandwidth they are measured against stream through the same kind of page.
+std::shared_ptr<uint8_t> map_huge_pages(size_t bytes);
+
 class WeightArena {
  public:
   // A zero-filled piece of at least `bytes` bytes, 64-byte aligned; the shared pointer owns the
