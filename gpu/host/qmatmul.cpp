@@ -201,6 +201,98 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
   return m;
 }
 
+namespace {
+
+// One 32-value block as QuantizedRows defines it.
+void quantize_block(const float* xb, int8_t* q, float& d_out, int32_t& isum, int32_t& isum_lo, float& sx) {
+  float amax = 0.0f;
+  for (int64_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  int32_t sum = 0;
+  for (int64_t j = 0; j < kBlock; ++j) {
+    const float v = std::clamp(std::nearbyint(xb[j] * id), -127.0f, 127.0f);
+    q[j] = static_cast<int8_t>(v);
+    sum += static_cast<int32_t>(v);
+    if (j == kBlock / 2 - 1) isum_lo = sum;
+  }
+  d_out = d;
+  isum = sum;
+  sx = d * static_cast<float>(sum);
+}
+
+using QuantizeFn = void (*)(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, int32_t* isum, int32_t* isum_lo,
+                           float* sx);
+
+void quantize_rows_portable(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, int32_t* isum, int32_t* isum_lo,
+                            float* sx) {
+  for (int64_t bi = 0; bi < n * (cols / kBlock); ++bi)
+    quantize_block(x + bi * kBlock, q + bi * kBlock, d[bi], isum[bi], isum_lo[bi], sx[bi]);
+}
+
+// Each row's kOutliers largest |x| (ties to the lower column), and their blocks quantized again
+// with them as 0 (by `quantize`, the quantizer that did the rest). Every one of them lies in a
+// block whose scale is at least the kOutliers-th largest block scale (d is max|x| / 127, rounded:
+// monotone), so only those blocks are searched.
+void take_outliers(const float* x, QuantizedRows& out, QuantizeFn quantize) {
+  constexpr int kOut = QuantizedRows::kOutliers;
+  const int64_t n = out.n, cols = out.cols, nb = out.blocks;
+  out.outlier_col.resize(static_cast<size_t>(n * kOut));
+  out.outlier_x.resize(out.outlier_col.size());
+  out.outlier_slot.resize(out.outlier_col.size());
+  out.outlier_distinct.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xr = x + i * cols;
+    const float* d = out.d.data() + i * nb;
+    float top_d[kOut];
+    for (float& t : top_d) t = -1.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      float v = d[b];
+      for (int k = 0; k < kOut; ++k)
+        if (v > top_d[k]) std::swap(v, top_d[k]);
+    }
+    const float bar = top_d[kOut - 1];
+    int64_t col[kOut];
+    float mag[kOut];
+    for (int k = 0; k < kOut; ++k) col[k] = -1, mag[k] = -1.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      if (!(d[b] >= bar)) continue;
+      for (int64_t c = b * kBlock; c < (b + 1) * kBlock; ++c) {
+        const float a = std::fabs(xr[c]);
+        if (!(a > mag[kOut - 1])) continue;
+        int k = kOut - 1;  // strictly larger moves ahead: ties keep the lower column first
+        for (; k > 0 && a > mag[k - 1]; --k) mag[k] = mag[k - 1], col[k] = col[k - 1];
+        mag[k] = a;
+        col[k] = c;
+      }
+    }
+    for (int k = 0; k < kOut; ++k) {
+      if (col[k] < 0)  // only where NaNs left fewer candidates: the lowest column not taken
+        for (col[k] = 0; std::find(col, col + k, col[k]) != col + k;) ++col[k];
+      const size_t o = static_cast<size_t>(i * kOut + k);
+      out.outlier_col[o] = static_cast<int32_t>(col[k]);
+      out.outlier_x[o] = xr[col[k]];
+      const auto it = std::find(out.outlier_distinct.begin(), out.outlier_distinct.end(), static_cast<int32_t>(col[k]));
+      out.outlier_slot[o] = static_cast<int32_t>(it - out.outlier_distinct.begin());
+      if (it == out.outlier_distinct.end()) out.outlier_distinct.push_back(static_cast<int32_t>(col[k]));
+    }
+    for (int k = 0; k < kOut; ++k) {
+      const int64_t b = col[k] / kBlock;
+      bool done = false;
+      for (int e = 0; e < k; ++e) done |= col[e] / kBlock == b;
+      if (done) continue;
+      float xb[kBlock];
+      std::memcpy(xb, xr + b * kBlock, sizeof(xb));
+      for (int e = 0; e < kOut; ++e)
+        if (col[e] / kBlock == b) xb[col[e] % kBlock] = 0.0f;
+      const size_t bi = static_cast<size_t>(i * nb + b);
+      quantize(xb, 1, kBlock, out.q.data() + i * cols + b * kBlock, &out.d[bi], &out.isum[bi], &out.isum_lo[bi], &out.sx[bi]);
+    }
+  }
+}
+
+}  // namespace
+
 void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out) {
   out.n = n;
   out.cols = cols;
@@ -211,33 +303,43 @@ void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out) 
   out.isum_lo.resize(out.d.size());
   out.sx.resize(out.d.size());
   out.wide_ready = false;
-  if (host_kernels::cpu_has_avx2_fma()) {
-    host_kernels::quantize_rows_avx2(x, n, cols, out.q.data(), out.d.data(), out.isum.data(), out.isum_lo.data(), out.sx.data());
-    return;
-  }
-  for (int64_t bi = 0; bi < n * out.blocks; ++bi) {
-    const float* xb = x + bi * kBlock;
-    float amax = 0.0f;
-    for (int64_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    int32_t sum = 0;
-    for (int64_t j = 0; j < kBlock; ++j) {
-      const float v = std::clamp(std::nearbyint(xb[j] * id), -127.0f, 127.0f);
-      out.q[static_cast<size_t>(bi * kBlock + j)] = static_cast<int8_t>(v);
-      sum += static_cast<int32_t>(v);
-      if (j == kBlock / 2 - 1) out.isum_lo[static_cast<size_t>(bi)] = sum;
-    }
-    out.d[static_cast<size_t>(bi)] = d;
-    out.isum[static_cast<size_t>(bi)] = sum;
-    out.sx[static_cast<size_t>(bi)] = d * static_cast<float>(sum);
-  }
+  const QuantizeFn quantize = host_kernels::cpu_has_avx2_fma() ? &host_kernels::quantize_rows_avx2 : &quantize_rows_portable;
+  quantize(x, n, cols, out.q.data(), out.d.data(), out.isum.data(), out.isum_lo.data(), out.sx.data());
+  take_outliers(x, out, quantize);
 }
 
 namespace host_kernels {
 
 bool wide_rows_pay(int64_t n, int64_t cols) {
   return n >= 2 && static_cast<size_t>(n * (cols / kBlock)) * QuantizedRows::kWideBlock <= 30 * 1024;
+}
+
+void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  constexpr int kOut = QuantizedRows::kOutliers;
+  const PackShape s = pack_shape(m.dtype);
+  for (int64_t g = g0; g < g1; ++g)
+    for (int64_t i = 0; i < x.n; ++i)
+      for (int k = 0; k < kOut; ++k) {
+        const int64_t c = x.outlier_col[static_cast<size_t>(i * kOut + k)], j = c % kBlock;
+        const float xc = x.outlier_x[static_cast<size_t>(i * kOut + k)];
+        const uint8_t* blk = m.group(g) + static_cast<size_t>(c / kBlock) * m.block_bytes;
+        for (int64_t r = 0; r < kGroupRows && g * kGroupRows + r < m.rows; ++r) {
+          float w = 0.0f;
+          if (m.dtype == DType::Q8_0 || m.dtype == DType::Q6_K) {
+            const uint8_t v = blk[s.header + 32 * (j / 4) + 4 * r + j % 4];
+            if (m.dtype == DType::Q8_0) w = half(blk + 2 * r) * static_cast<float>(static_cast<int8_t>(v));
+            else w = half(blk + 2 * r) * static_cast<float>(static_cast<int8_t>(blk[(j < 16 ? 16 : 24) + r]) * (v - 32));
+          } else {
+            const uint8_t v = blk[s.header + 32 * ((j % 16) / 4) + 4 * r + j % 4];
+            const int32_t q = j < 16 ? (v & 0x0F) : (v >> 4);
+            if (m.dtype == DType::Q4_0) w = half(blk + 2 * r) * static_cast<float>(q - 8);
+            else if (m.dtype == DType::Q4_1) w = std::fma(half(blk + 2 * r), static_cast<float>(q), half(blk + 16 + 2 * r));
+            else w = std::fma(f32_at(blk + 4 * r), static_cast<float>(q), f32_at(blk + 32 + 4 * r));
+          }
+          float& out = y[i * ldy + g * kGroupRows + r];
+          out = std::fma(w, xc, out);
+        }
+      }
 }
 
 PackedKernel portable_packed_kernel(DType t) {
@@ -323,6 +425,9 @@ void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n,
   }
   const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(4096 / std::max<size_t>(group_bytes, 1)));
   const size_t nparts = ws.size();
+  // Every kernel but the portable one implies AVX2; the two give the same bits.
+  const auto post = kernel == host_kernels::Int8Kernel::kPortable ? &host_kernels::add_outliers_portable
+                                                                    : &host_kernels::add_outliers_avx2;
   pool.parallel_for(total, grain, [&](int64_t g0, int64_t g1) {
     for (size_t k = 0; k < nparts && g0 < g1; ++k) {
       const Part& p = parts[k];
@@ -330,6 +435,7 @@ void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n,
       if (g0 >= end) continue;
       const int64_t e = std::min(g1, end);
       p.k(*p.w, xq, p.y, p.w->rows, g0 - p.first, e - p.first);
+      post(*p.w, xq, p.y, p.w->rows, g0 - p.first, e - p.first);  // while the groups are in cache
       g0 = e;
     }
   });

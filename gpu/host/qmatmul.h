@@ -8,6 +8,7 @@
 // is the same sequence of operations in every kernel and tile:
 //     acc = 0; for each block b in order:  acc = fma(float(isum_b), fl(dw_b * dx_b), acc)
 //                                           [Q4_1: acc = fma(mw_b, sx_b, acc)]
+//     then for each of the row's outliers c in order: acc = fma(w_c, x_c, acc)
 // so a verify forward of K+1 tokens gives the logits of K+1 decode steps bit for bit, and the
 // AVX2 and portable kernels agree bit for bit too.
 #pragma once
@@ -63,13 +64,23 @@ std::shared_ptr<uint8_t> packed_storage(size_t bytes, WeightArena* arena);
 
 // Activation rows quantized per 32-value block: d = max|x| / 127, q = round-to-nearest-even(x / d)
 // (as x * (1 / d)) clamped to +-127, isum = sum of q, sx = d * isum (Q4_1's min term uses it).
+// Each row's kOutliers largest |x| (ties to the lower column) are outliers: their blocks are
+// quantized as if they were 0 (so one large value does not coarsen the other 31), and their exact
+// values are kept for qmatmul to add back, times the dequantized weights of their columns.
 struct QuantizedRows {
+  static constexpr int kOutliers = 2;
   int64_t n = 0, cols = 0, blocks = 0;
   std::vector<int8_t> q;   // [n, cols]
   std::vector<float> d;    // [n, blocks]
   std::vector<int32_t> isum;
   std::vector<int32_t> isum_lo;  // the sum of the block's first 16 q (Q6_K's lower sub-block)
   std::vector<float> sx;
+  std::vector<int32_t> outlier_col;  // [n, kOutliers], largest |x| first
+  std::vector<float> outlier_x;      // their values
+  // The distinct outlier columns of the call in order of first appearance, and each outlier's
+  // index among them, so that a column's weights are dequantized once for every row that has it.
+  std::vector<int32_t> outlier_distinct;
+  std::vector<int32_t> outlier_slot;  // [n, kOutliers]
   // Filled for the AVX2 kernel only (host_kernels::broadcast_rows_avx2): per row and block, the
   // eight 4-byte groups of q each repeated to 32 bytes, then d and sx each repeated to 8 floats,
   // so that its vpmaddubsw and float multiplies take them as memory operands instead of a
@@ -121,6 +132,12 @@ PackedKernel amx_packed_kernel(DType t);
 // L1 from one group of weight rows to the next (past that they came from L2 and measured slower
 // than broadcasts: 576 columns up to 5 rows, 1536 columns never).
 bool wide_rows_pay(int64_t n, int64_t cols);
+// The outliers' terms: y[i, r] = fma(w[r, c], x_c, y[i, r]) for each of row i's outliers in order,
+// for the weight rows of groups [g0, g1), with w[r, c] dequantized from the packed block as
+// fma(d, q, m) (Q4_1, Q4_K), d * (q - 8) (Q4_0), d * q (Q8_0) or d * (s * (q - 32)) (Q6_K), in
+// f32. qmatmul runs it after the kernel on the same groups. The AVX2 variant gives the same bits.
+void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1);
+void add_outliers_avx2(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1);
 // Fills x.wide from x.q, x.d and x.sx (see QuantizedRows::wide); AVX2.
 void broadcast_rows_avx2(QuantizedRows& x);
 // The AVX2 activation quantizer (the same values as quantize_rows, faster).

@@ -15,6 +15,111 @@ PackedKernel avx2_packed_kernel(DType t) {
   }
 }
 
+namespace {
+
+// One group's weights of one outlier column (8 rows), dequantized as add_outliers_portable does.
+// `q` is the 32-bit lane word holding the column's quant for each row, `blk` the group-block.
+template <DType T>
+inline __m256 column_weights(const uint8_t* blk, __m256i word, __m128i shift, bool high_sub_block) {
+  if constexpr (T == DType::Q8_0) {
+    return _mm256_mul_ps(scales8(blk), _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_sll_epi32(word, shift), 24)));
+  } else if constexpr (T == DType::Q6_K) {
+    const __m256i q = _mm256_and_si256(_mm256_srl_epi32(word, shift), _mm256_set1_epi32(0xFF));
+    const __m256i s = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + (high_sub_block ? 24 : 16))));
+    return _mm256_mul_ps(scales8(blk), _mm256_cvtepi32_ps(_mm256_mullo_epi32(s, _mm256_sub_epi32(q, _mm256_set1_epi32(32)))));
+  } else {
+    const __m256 q = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srl_epi32(word, shift), _mm256_set1_epi32(0x0F)));
+    if constexpr (T == DType::Q4_0) return _mm256_mul_ps(scales8(blk), _mm256_sub_ps(q, _mm256_set1_ps(8.0f)));
+    else if constexpr (T == DType::Q4_1) return _mm256_fmadd_ps(scales8(blk), q, scales8(blk + 16));
+    else
+      return _mm256_fmadd_ps(_mm256_loadu_ps(reinterpret_cast<const float*>(blk)), q,
+                             _mm256_loadu_ps(reinterpret_cast<const float*>(blk + 32)));
+  }
+}
+
+// Where a column's quant sits in a group-block: the block's offset in a group, the lane word's
+// offset in the block, the shift that brings the quant to the word's low bits (Q8_0: to the top,
+// for the sign), and whether it is in the block's upper 16 columns.
+template <DType T>
+struct ColumnPlace {
+  size_t blk_off = 0, word_off = 0;
+  __m128i shift = _mm_setzero_si128();
+  bool high = false;
+  ColumnPlace() = default;
+  ColumnPlace(const PackedMatrix& m, int64_t c) {
+    constexpr bool kBytes = T == DType::Q8_0 || T == DType::Q6_K;  // else nibbles
+    constexpr size_t kHeader = T == DType::Q4_1 ? 32 : T == DType::Q4_K ? 64 : T == DType::Q6_K ? 32 : 16;
+    const int64_t j = c % 32;
+    blk_off = static_cast<size_t>(c / 32) * m.block_bytes;
+    word_off = kHeader + 32 * static_cast<size_t>(kBytes ? j / 4 : (j % 16) / 4);
+    const int bit = static_cast<int>(8 * (j % 4)) + (!kBytes && j >= 16 ? 4 : 0);
+    shift = _mm_cvtsi32_si128(T == DType::Q8_0 ? 24 - bit : bit);
+    high = j >= 16;
+  }
+  __m256 weights(const uint8_t* group) const {
+    const uint8_t* blk = group + blk_off;
+    return column_weights<T>(blk, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + word_off)), shift, high);
+  }
+};
+
+// Row i's terms for group g, added to y in order, with the outliers' weights from `weight(k)`.
+template <typename WeightOf>
+inline void add_row_terms(const QuantizedRows& x, int64_t i, float* yr, int64_t valid, WeightOf weight) {
+  constexpr int kOut = QuantizedRows::kOutliers;
+  alignas(32) float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (valid < 8)
+    for (int64_t r = 0; r < valid; ++r) part[r] = yr[r];
+  __m256 acc = valid == 8 ? _mm256_loadu_ps(yr) : _mm256_load_ps(part);
+  for (int k = 0; k < kOut; ++k)
+    acc = _mm256_fmadd_ps(weight(k), _mm256_set1_ps(x.outlier_x[static_cast<size_t>(i * kOut + k)]), acc);
+  store_rows(yr, acc, valid);
+}
+
+// Rows that share no outlier column (one row, or random activations): row by row, each row's
+// columns placed once. Rows that share them (hidden states' massive channels): group by group,
+// each distinct column's weights dequantized once for all the rows.
+template <DType T>
+void add_outliers_t(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  constexpr int kOut = QuantizedRows::kOutliers;
+  constexpr size_t kMaxDistinct = 16;
+  const size_t distinct = x.outlier_distinct.size();
+  const int64_t full = g1 < m.rows / 8 ? g1 : m.rows / 8;  // groups of 8 real rows
+  if (distinct == static_cast<size_t>(x.n * kOut) || distinct > kMaxDistinct) {
+    for (int64_t i = 0; i < x.n; ++i) {
+      ColumnPlace<T> place[kOut];
+      for (int k = 0; k < kOut; ++k) place[k] = ColumnPlace<T>(m, x.outlier_col[static_cast<size_t>(i * kOut + k)]);
+      for (int64_t g = g0; g < g1; ++g) {
+        const uint8_t* gp = m.group(g);
+        add_row_terms(x, i, y + i * ldy + g * 8, g < full ? 8 : m.rows - g * 8, [&](int k) { return place[k].weights(gp); });
+      }
+    }
+    return;
+  }
+  ColumnPlace<T> place[kMaxDistinct];
+  for (size_t d = 0; d < distinct; ++d) place[d] = ColumnPlace<T>(m, x.outlier_distinct[d]);
+  __m256 w[kMaxDistinct];
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* gp = m.group(g);
+    for (size_t d = 0; d < distinct; ++d) w[d] = place[d].weights(gp);
+    for (int64_t i = 0; i < x.n; ++i)
+      add_row_terms(x, i, y + i * ldy + g * 8, g < full ? 8 : m.rows - g * 8,
+                    [&](int k) { return w[x.outlier_slot[static_cast<size_t>(i * kOut + k)]]; });
+  }
+}
+
+}  // namespace
+
+void add_outliers_avx2(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  switch (m.dtype) {
+    case DType::Q4_0: return add_outliers_t<DType::Q4_0>(m, x, y, ldy, g0, g1);
+    case DType::Q4_1: return add_outliers_t<DType::Q4_1>(m, x, y, ldy, g0, g1);
+    case DType::Q8_0: return add_outliers_t<DType::Q8_0>(m, x, y, ldy, g0, g1);
+    case DType::Q4_K: return add_outliers_t<DType::Q4_K>(m, x, y, ldy, g0, g1);
+    case DType::Q6_K: return add_outliers_t<DType::Q6_K>(m, x, y, ldy, g0, g1);
+    default: return;
+  }
+}
+
 void broadcast_rows_avx2(QuantizedRows& x) {
   const size_t need = static_cast<size_t>(x.n * x.blocks) * QuantizedRows::kWideBlock + 32;
   if (x.wide.size() < need) x.wide.resize(need);

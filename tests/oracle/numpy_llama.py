@@ -66,17 +66,29 @@ def bf16_roundtrip(x: np.ndarray) -> np.ndarray:
     return u.astype(np.uint32).view(np.float32)
 
 
+Q8_OUTLIERS = 2  # QuantizedRows::kOutliers
+
+
 def q8_roundtrip(x: np.ndarray) -> np.ndarray:
     """x as Specula's int8 path sees it (gpu/host/qmatmul.h), in float32 as the kernels compute:
-    per block of 32 values d = max|x| / 127, q = round-half-even(x * (1 / d)) clamped to +-127,
-    and the product uses d * q."""
+    each row's Q8_OUTLIERS largest |x| (ties to the lower column) are set aside and kept exact;
+    the rest, with those as 0, per block of 32 values d = max|x| / 127, q = round-half-even(x *
+    (1 / d)) clamped to +-127, and the product uses d * q."""
     x32 = np.asarray(x, dtype=np.float32)
-    b = x32.reshape(*x32.shape[:-1], x32.shape[-1] // 32, 32)
+    flat = x32.reshape(-1, x32.shape[-1])
+    # A stable sort of -|x| puts ties in column order.
+    top = np.argsort(-np.abs(flat), axis=-1, kind="stable")[:, :Q8_OUTLIERS]
+    rows = np.arange(flat.shape[0])[:, None]
+    aside = flat.copy()
+    aside[rows, top] = 0
+    b = aside.reshape(*x32.shape[:-1], x32.shape[-1] // 32, 32)
     d = (np.abs(b).max(axis=-1, keepdims=True) / np.float32(127)).astype(np.float32)
     with np.errstate(divide="ignore"):
         inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
     q = np.clip(np.rint(b * inv), -127, 127).astype(np.float32)
-    return (q.astype(np.float64) * d.astype(np.float64)).reshape(x32.shape)
+    out = (q.astype(np.float64) * d.astype(np.float64)).reshape(-1, x32.shape[-1])
+    out[rows, top] = flat[rows, top]
+    return out.reshape(x32.shape)
 
 
 class KVCache:

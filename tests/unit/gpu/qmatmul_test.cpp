@@ -78,13 +78,26 @@ std::vector<float> run(const PackedMatrix& m, const std::vector<float>& x, int64
 
 bool bit_equal(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
-TEST(Int8Activations, EachBlockIsQuantizedAsDefinedAndTheAvx2QuantizerAgreesExactly) {
-  const int64_t n = 3, cols = 96;
-  auto x = random_x(n, cols, 1);
-  for (int j = 32; j < 64; ++j) x[j] = 0.0f;  // an all-zero block: d = 0, q = 0
-  x[70] = 1e-30f;                              // a tiny block value among others
-  QuantizedRows q;
-  quantize_rows(x.data(), n, cols, q);
+// The row's QuantizedRows::kOutliers largest |x|, ties to the lower column, by a plain sort.
+std::vector<int64_t> largest_columns(const float* xr, int64_t cols) {
+  std::vector<int64_t> c(static_cast<size_t>(cols));
+  for (int64_t j = 0; j < cols; ++j) c[j] = j;
+  std::stable_sort(c.begin(), c.end(), [&](int64_t a, int64_t b) { return std::fabs(xr[a]) > std::fabs(xr[b]); });
+  c.resize(QuantizedRows::kOutliers);
+  return c;
+}
+
+// The blocks of x with each row's outliers set to 0, quantized as the header defines.
+void expect_quantized_as_defined(const std::vector<float>& x0, int64_t n, int64_t cols, const QuantizedRows& q) {
+  std::vector<float> x = x0;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto top = largest_columns(x0.data() + i * cols, cols);
+    for (int k = 0; k < QuantizedRows::kOutliers; ++k) {
+      EXPECT_EQ(q.outlier_col[i * QuantizedRows::kOutliers + k], top[k]) << "row " << i;
+      EXPECT_TRUE(bit_equal(q.outlier_x[i * QuantizedRows::kOutliers + k], x0[i * cols + top[k]]));
+      x[i * cols + top[k]] = 0.0f;
+    }
+  }
   for (int64_t b = 0; b < n * cols / 32; ++b) {
     float amax = 0;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
@@ -101,6 +114,80 @@ TEST(Int8Activations, EachBlockIsQuantizedAsDefinedAndTheAvx2QuantizerAgreesExac
     EXPECT_EQ(q.isum[b], sum);
     EXPECT_EQ(q.isum_lo[b], sum_lo);
     EXPECT_TRUE(bit_equal(q.sx[b], d * static_cast<float>(sum)));
+  }
+}
+
+TEST(Int8Activations, EachBlockIsQuantizedAsDefinedWithTheRowsTwoLargestValuesSetAside) {
+  const int64_t n = 3, cols = 96;
+  auto x = random_x(n, cols, 1);
+  for (int j = 32; j < 64; ++j) x[j] = 0.0f;  // an all-zero block: d = 0, q = 0
+  x[70] = 1e-30f;                              // a tiny block value among others
+  x[cols + 5] = 1000.0f;                       // row 1: both outliers in one block
+  x[cols + 9] = -900.0f;
+  x[2 * cols + 40] = 500.0f;                   // row 2: a tie, the lower column first
+  x[2 * cols + 80] = -500.0f;
+  QuantizedRows q;
+  quantize_rows(x.data(), n, cols, q);
+  expect_quantized_as_defined(x, n, cols, q);
+  EXPECT_EQ(q.outlier_col[2], 5);
+  EXPECT_EQ(q.outlier_col[3], 9);
+  EXPECT_EQ(q.outlier_col[4], 40);
+  EXPECT_EQ(q.outlier_col[5], 80);
+  // Ties everywhere (an all-equal row) and a row of zeros: still the lowest columns, in order.
+  std::vector<float> flat(2 * cols, 0.25f);
+  for (int64_t j = cols; j < 2 * cols; ++j) flat[j] = 0.0f;
+  quantize_rows(flat.data(), 2, cols, q);
+  expect_quantized_as_defined(flat, 2, cols, q);
+  EXPECT_EQ(q.outlier_col[0], 0);
+  EXPECT_EQ(q.outlier_col[1], 1);
+  EXPECT_EQ(q.outlier_col[2], 0);
+  EXPECT_EQ(q.outlier_col[3], 1);
+}
+
+// One large value per row takes its block's scale: set aside, the other 31 keep their precision,
+// so the product is far closer to the f32 one than with the value inside the block.
+TEST(Int8Activations, SettingTheOutliersAsideKeepsTheirBlocksPrecision) {
+  const int64_t cols = 576, rows = 64;
+  const Stored w = random_stored(DType::Q4_1, rows, cols, 5);
+  ThreadPool pool(1);
+  auto m = pack_matrix(w.view, pool);
+  auto x = random_x(1, cols, 6);
+  for (auto& v : x) v = std::clamp(v, -3.0f, 3.0f);
+  x[100] = 400.0f;  // one massive activation, as hidden states have
+  std::vector<float> ref(rows);
+  matmul_reference(w.view, x.data(), 1, ref.data());
+  const auto y = run(*m, x, 1, 1, int8_kernels().back());
+  // The same values with the outlier inside its block: the block's other values round to 0
+  // (400 / 127 = 3.1 > 2 * 3), so their terms are lost.
+  QuantizedRows q;
+  quantize_rows(x.data(), 1, cols, q);
+  std::vector<float> row(cols);
+  double err_aside = 0, err_inside = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(DType::Q4_1, w.view.row(r), row.data(), cols);
+    double inside = 0;
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      float amax = 0;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+      const float d = amax / 127.0f;
+      for (int j = 0; j < 32; ++j) inside += static_cast<double>(row[b * 32 + j]) * d * std::nearbyint(x[b * 32 + j] / d);
+    }
+    err_aside += std::fabs(y[r] - ref[r]);
+    err_inside += std::fabs(inside - ref[r]);
+  }
+  EXPECT_LT(err_aside, err_inside / 4) << "set aside " << err_aside / rows << ", inside " << err_inside / rows << " per row";
+}
+
+// The outliers' terms: the reference dequantizer's weight of each outlier column times its value.
+void add_outliers(const TensorView& w, const QuantizedRows& q, std::vector<double>& y) {
+  std::vector<float> row(static_cast<size_t>(w.cols()));
+  for (int64_t r = 0; r < w.rows(); ++r) {
+    dequantize_row(w.dtype, w.row(r), row.data(), w.cols());
+    for (int64_t i = 0; i < q.n; ++i)
+      for (int k = 0; k < QuantizedRows::kOutliers; ++k) {
+        const size_t o = static_cast<size_t>(i * QuantizedRows::kOutliers + k);
+        y[i * w.rows() + r] += static_cast<double>(row[q.outlier_col[o]]) * q.outlier_x[o];
+      }
   }
 }
 
@@ -122,6 +209,7 @@ std::vector<double> emulate(const TensorView& w, const QuantizedRows& q) {
         y[i * rows + r] = acc;
       }
     }
+    add_outliers(w, q, y);
     return y;
   }
   for (int64_t r = 0; r < rows; ++r)
@@ -149,6 +237,7 @@ std::vector<double> emulate(const TensorView& w, const QuantizedRows& q) {
       }
       y[i * rows + r] = acc;
     }
+  add_outliers(w, q, y);
   return y;
 }
 
