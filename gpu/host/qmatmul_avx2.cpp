@@ -18,7 +18,7 @@ PackedKernel avx2_packed_kernel(DType t) {
 namespace {
 
 // One group's weights of one outlier column (8 rows), dequantized as add_outliers_portable does.
-// `q` is the 32-bit lane word holding the column's quant for each row, `blk` the group-block.
+// `word` is the 32-bit lane word holding the column's quant for each row, `blk` the group-block.
 template <DType T>
 inline __m256 column_weights(const uint8_t* blk, __m256i word, __m128i shift, bool high_sub_block) {
   if constexpr (T == DType::Q8_0) {

@@ -342,16 +342,25 @@ TEST(Int8Kernels, EveryVectorKernelTheCpuHasAgreesWithThePortableKernelBitForBit
       const Stored w = random_stored(t, rows, 768, 50 + static_cast<uint32_t>(t));
       ThreadPool pool(1);
       auto m = pack_matrix(w.view, pool);
-      for (int64_t n : {1, 2, 3, 5, 7, 13, 16, 23, 40}) {  // 2 and 3 rows: wide activations on AVX2
-        const auto x = random_x(n, 768, 60);
-        const auto want = run(*m, x, n, 2, Int8Kernel::kPortable);
-        for (size_t k = 1; k < kernels.size(); ++k) {
-          const auto got = run(*m, x, n, 2, kernels[k]);
-          for (size_t j = 0; j < got.size(); ++j)
-            ASSERT_TRUE(bit_equal(got[j], want[j])) << dtype_name(t) << " " << host_kernels::int8_kernel_name(kernels[k]) << " rows "
-                                                    << rows << " n " << n << " at " << j << ": " << got[j] << " vs " << want[j];
+      for (int64_t n : {1, 2, 3, 5, 7, 13, 16, 23, 40})  // 2 and 3 rows: wide activations on AVX2
+        for (bool massive : {false, true}) {
+          // Random rows have outliers of their own (the pass goes row by row); rows with massive
+          // channels share them (column by column, once for all rows), some rows with a third.
+          auto x = random_x(n, 768, 60);
+          if (massive)
+            for (int64_t i = 0; i < n; ++i) {
+              x[i * 768 + 100] = 300.0f;
+              x[i * 768 + (i % 3 ? 700 : 20 + i)] = -250.0f;
+            }
+          const auto want = run(*m, x, n, 2, Int8Kernel::kPortable);
+          for (size_t k = 1; k < kernels.size(); ++k) {
+            const auto got = run(*m, x, n, 2, kernels[k]);
+            for (size_t j = 0; j < got.size(); ++j)
+              ASSERT_TRUE(bit_equal(got[j], want[j])) << dtype_name(t) << " " << host_kernels::int8_kernel_name(kernels[k]) << " rows "
+                                                      << rows << " n " << n << (massive ? " massive" : "") << " at " << j << ": "
+                                                      << got[j] << " vs " << want[j];
+          }
         }
-      }
     }
   std::string ran;
   for (Int8Kernel k : kernels) ran += std::string(" ") + host_kernels::int8_kernel_name(k);
