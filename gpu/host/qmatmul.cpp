@@ -272,6 +272,7 @@ void take_outliers(const float* x, QuantizedRows& out, QuantizeFn quantize) {
       const size_t o = static_cast<size_t>(i * kOut + k);
       out.outlier_col[o] = static_cast<int32_t>(col[k]);
       out.outlier_x[o] = xr[col[k]];
+      if (out.outlier_distinct.size() > QuantizedRows::kMaxShared) continue;  // row by row: no slots
       const auto it = std::find(out.outlier_distinct.begin(), out.outlier_distinct.end(), static_cast<int32_t>(col[k]));
       out.outlier_slot[o] = static_cast<int32_t>(it - out.outlier_distinct.begin());
       if (it == out.outlier_distinct.end()) out.outlier_distinct.push_back(static_cast<int32_t>(col[k]));
@@ -313,6 +314,8 @@ namespace host_kernels {
 bool wide_rows_pay(int64_t n, int64_t cols) {
   return n >= 2 && static_cast<size_t>(n * (cols / kBlock)) * QuantizedRows::kWideBlock <= 30 * 1024;
 }
+
+size_t packed_header_bytes(DType t) { return pack_shape(t).header; }
 
 void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
   constexpr int kOut = QuantizedRows::kOutliers;

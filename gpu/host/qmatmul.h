@@ -79,6 +79,9 @@ struct QuantizedRows {
   std::vector<float> outlier_x;      // their values
   // The distinct outlier columns of the call in order of first appearance, and each outlier's
   // index among them, so that a column's weights are dequantized once for every row that has it.
+  // Only kept up to kMaxShared columns: past that (the list stops at kMaxShared + 1) the pass
+  // goes row by row and the slots are not read.
+  static constexpr size_t kMaxShared = 16;
   std::vector<int32_t> outlier_distinct;
   std::vector<int32_t> outlier_slot;  // [n, kOutliers]
   // Filled for the AVX2 kernel only (host_kernels::broadcast_rows_avx2): per row and block, the
@@ -136,6 +139,8 @@ bool wide_rows_pay(int64_t n, int64_t cols);
 // for the weight rows of groups [g0, g1), with w[r, c] dequantized from the packed block as
 // fma(d, q, m) (Q4_1, Q4_K), d * (q - 8) (Q4_0), d * q (Q8_0) or d * (s * (q - 32)) (Q6_K), in
 // f32. qmatmul runs it after the kernel on the same groups. The AVX2 variant gives the same bits.
+// Bytes of a packed group-block before its quants (scales and mins; see PackedMatrix).
+size_t packed_header_bytes(DType t);
 void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1);
 void add_outliers_avx2(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1);
 // Fills x.wide from x.q, x.d and x.sx (see QuantizedRows::wide); AVX2.

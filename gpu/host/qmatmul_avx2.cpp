@@ -48,10 +48,9 @@ struct ColumnPlace {
   ColumnPlace() = default;
   ColumnPlace(const PackedMatrix& m, int64_t c) {
     constexpr bool kBytes = T == DType::Q8_0 || T == DType::Q6_K;  // else nibbles
-    constexpr size_t kHeader = T == DType::Q4_1 ? 32 : T == DType::Q4_K ? 64 : T == DType::Q6_K ? 32 : 16;
     const int64_t j = c % 32;
     blk_off = static_cast<size_t>(c / 32) * m.block_bytes;
-    word_off = kHeader + 32 * static_cast<size_t>(kBytes ? j / 4 : (j % 16) / 4);
+    word_off = packed_header_bytes(T) + 32 * static_cast<size_t>(kBytes ? j / 4 : (j % 16) / 4);
     const int bit = static_cast<int>(8 * (j % 4)) + (!kBytes && j >= 16 ? 4 : 0);
     shift = _mm_cvtsi32_si128(T == DType::Q8_0 ? 24 - bit : bit);
     high = j >= 16;
@@ -81,7 +80,7 @@ inline void add_row_terms(const QuantizedRows& x, int64_t i, float* yr, int64_t 
 template <DType T>
 void add_outliers_t(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
   constexpr int kOut = QuantizedRows::kOutliers;
-  constexpr size_t kMaxDistinct = 16;
+  constexpr size_t kMaxDistinct = QuantizedRows::kMaxShared;
   const size_t distinct = x.outlier_distinct.size();
   const int64_t full = g1 < m.rows / 8 ? g1 : m.rows / 8;  // groups of 8 real rows
   if (distinct == static_cast<size_t>(x.n * kOut) || distinct > kMaxDistinct) {
