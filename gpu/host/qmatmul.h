@@ -68,7 +68,10 @@ std::shared_ptr<uint8_t> packed_storage(size_t bytes, WeightArena* arena);
 // quantized as if they were 0 (so one large value does not coarsen the other 31), and their exact
 // values are kept for qmatmul to add back, times the dequantized weights of their columns.
 struct QuantizedRows {
-  static constexpr int kOutliers = 2;
+  // Three: over the prompt set's 14,412 teacher-forced positions the KL divergence from the f32
+  // path is 0.00098 nats with two, 0.00080 with three, 0.00080 with four (docs/kernels.md,
+  // "A third value set aside").
+  static constexpr int kOutliers = 3;
   int64_t n = 0, cols = 0, blocks = 0;
   std::vector<int8_t> q;   // [n, cols]
   std::vector<float> d;    // [n, blocks]

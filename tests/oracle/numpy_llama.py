@@ -66,7 +66,7 @@ def bf16_roundtrip(x: np.ndarray) -> np.ndarray:
     return u.astype(np.uint32).view(np.float32)
 
 
-Q8_OUTLIERS = 2  # QuantizedRows::kOutliers
+Q8_OUTLIERS = 3  # QuantizedRows::kOutliers
 
 
 def q8_roundtrip(x: np.ndarray) -> np.ndarray:

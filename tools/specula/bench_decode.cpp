@@ -11,6 +11,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "gpu/host/bandwidth.h"
 #include "gpu/host/host_device.h"
@@ -243,6 +244,11 @@ nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& fil
   // own top-1 minus its logit of the fast path's): near-ties that any rounding moves, or not.
   const double margins[] = {0.01, 0.03, 0.1, 0.3};
   int64_t within[4] = {0, 0, 0, 0}, clear_positions = 0, clear_same = 0;
+  // Every prompt opens with the chat template's same tokens, so a position there is the same
+  // context in every prompt and one flip counts once per prompt: also count each distinct
+  // context (the tokens up to the position) once.
+  std::set<std::vector<int32_t>> contexts_seen;
+  int64_t distinct_positions = 0, distinct_same = 0;
   for (const BenchPrompt& p : prompts) {
     std::vector<int32_t> text = p.tokens;
     GenerateRequest greedy;
@@ -263,11 +269,15 @@ nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& fil
       b->kv().free_sequence(s);
     }
     nlohmann::json line = {{"tokens", text}, {"fast_top1", nlohmann::json::array()}, {"reference_top1", nlohmann::json::array()},
-                           {"reference_top2_gap", nlohmann::json::array()}};
+                           {"reference_top2_gap", nlohmann::json::array()}, {"kl_divergence", nlohmann::json::array()}};
     for (size_t i = 0; i + 1 < text.size(); ++i) {
       const std::span<const float> rf(lf.data() + i * vocab, static_cast<size_t>(vocab)), rr(lr.data() + i * vocab, static_cast<size_t>(vocab));
       const int32_t tf = argmax(rf), tr = argmax(rr);
       same_top1 += tf == tr;
+      if (contexts_seen.emplace(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(i + 1)).second) {
+        ++distinct_positions;
+        distinct_same += tf == tr;
+      }
       // The reference's gap between its best and second-best logits.
       float second = -INFINITY;
       for (int64_t v = 0; v < vocab; ++v)
@@ -286,6 +296,7 @@ nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& fil
       const LogSoftmax log_fast(rf), log_ref(rr);
       const double kl = kl_divergence(rr, log_ref, rf, log_fast);
       kl_sum += kl;
+      if (out.is_open()) line["kl_divergence"].push_back(kl);
       kl_max = std::max(kl_max, kl);
       nll_fast -= log_fast(rf[static_cast<size_t>(text[i + 1])]);
       nll_ref -= log_ref(rr[static_cast<size_t>(text[i + 1])]);
@@ -298,6 +309,9 @@ nlohmann::json agreement(PathBench& fast, PathBench& ref, const LoadedModel& fil
           {"positions", positions},
           {"top1_agreement", static_cast<double>(same_top1) / positions},
           {"top1_disagreements", positions - same_top1},
+          {"distinct_contexts", distinct_positions},
+          {"top1_agreement_over_distinct_contexts", static_cast<double>(distinct_same) / distinct_positions},
+          {"top1_disagreements_over_distinct_contexts", distinct_positions - distinct_same},
           {"disagreements_within_reference_logit_gap", {{"0.01", within[0]}, {"0.03", within[1]}, {"0.1", within[2]}, {"0.3", within[3]}}},
           {"top1_agreement_where_reference_top2_gap_at_least_0.1", clear_positions ? static_cast<double>(clear_same) / clear_positions : 1.0},
           {"positions_where_reference_top2_gap_at_least_0.1", clear_positions},

@@ -117,7 +117,9 @@ void expect_quantized_as_defined(const std::vector<float>& x0, int64_t n, int64_
   }
 }
 
-TEST(Int8Activations, EachBlockIsQuantizedAsDefinedWithTheRowsTwoLargestValuesSetAside) {
+TEST(Int8Activations, EachBlockIsQuantizedAsDefinedWithTheRowsLargestValuesSetAside) {
+  constexpr int kOut = QuantizedRows::kOutliers;
+  static_assert(kOut >= 2, "the cases below set two values aside in one row");
   const int64_t n = 3, cols = 96;
   auto x = random_x(n, cols, 1);
   for (int j = 32; j < 64; ++j) x[j] = 0.0f;  // an all-zero block: d = 0, q = 0
@@ -129,19 +131,17 @@ TEST(Int8Activations, EachBlockIsQuantizedAsDefinedWithTheRowsTwoLargestValuesSe
   QuantizedRows q;
   quantize_rows(x.data(), n, cols, q);
   expect_quantized_as_defined(x, n, cols, q);
-  EXPECT_EQ(q.outlier_col[2], 5);
-  EXPECT_EQ(q.outlier_col[3], 9);
-  EXPECT_EQ(q.outlier_col[4], 40);
-  EXPECT_EQ(q.outlier_col[5], 80);
+  EXPECT_EQ(q.outlier_col[kOut], 5);
+  EXPECT_EQ(q.outlier_col[kOut + 1], 9);
+  EXPECT_EQ(q.outlier_col[2 * kOut], 40);
+  EXPECT_EQ(q.outlier_col[2 * kOut + 1], 80);
   // Ties everywhere (an all-equal row) and a row of zeros: still the lowest columns, in order.
   std::vector<float> flat(2 * cols, 0.25f);
   for (int64_t j = cols; j < 2 * cols; ++j) flat[j] = 0.0f;
   quantize_rows(flat.data(), 2, cols, q);
   expect_quantized_as_defined(flat, 2, cols, q);
-  EXPECT_EQ(q.outlier_col[0], 0);
-  EXPECT_EQ(q.outlier_col[1], 1);
-  EXPECT_EQ(q.outlier_col[2], 0);
-  EXPECT_EQ(q.outlier_col[3], 1);
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < kOut; ++k) EXPECT_EQ(q.outlier_col[i * kOut + k], k) << "row " << i;
 }
 
 // One large value per row takes its block's scale: set aside, the other 31 keep their precision,
