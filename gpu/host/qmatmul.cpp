@@ -3,6 +3,7 @@
 #include "gpu/host/qmatmul.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -221,43 +222,71 @@ void quantize_block(const float* xb, int8_t* q, float& d_out, int32_t& isum, int
   sx = d * static_cast<float>(sum);
 }
 
-using QuantizeFn = void (*)(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, int32_t* isum, int32_t* isum_lo,
-                           float* sx);
+using QuantizeFn = void (*)(const float* x, int64_t n, int64_t cols, const int32_t* skip, int8_t* q, float* d, int32_t* isum,
+                           int32_t* isum_lo, float* sx);
+using AmaxFn = void (*)(const float* x, int64_t blocks, float* amax);
 
-void quantize_rows_portable(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, int32_t* isum, int32_t* isum_lo,
-                            float* sx) {
-  for (int64_t bi = 0; bi < n * (cols / kBlock); ++bi)
-    quantize_block(x + bi * kBlock, q + bi * kBlock, d[bi], isum[bi], isum_lo[bi], sx[bi]);
+void quantize_rows_portable(const float* x, int64_t n, int64_t cols, const int32_t* skip, int8_t* q, float* d, int32_t* isum,
+                            int32_t* isum_lo, float* sx) {
+  constexpr int kOut = QuantizedRows::kOutliers;
+  const int64_t nb = cols / kBlock;
+  for (int64_t bi = 0; bi < n * nb; ++bi) {
+    const float* xb = x + bi * kBlock;
+    float zeroed[kBlock];
+    if (skip != nullptr) {
+      const int32_t* sk = skip + (bi / nb) * kOut;
+      const int64_t first = (bi % nb) * kBlock;
+      for (int k = 0; k < kOut; ++k)
+        if (sk[k] >= first && sk[k] < first + kBlock) {
+          if (xb != zeroed) std::memcpy(zeroed, xb, sizeof(zeroed));
+          zeroed[sk[k] - first] = 0.0f;
+          xb = zeroed;
+        }
+    }
+    quantize_block(xb, q + bi * kBlock, d[bi], isum[bi], isum_lo[bi], sx[bi]);
+  }
 }
 
-// Each row's kOutliers largest |x| (ties to the lower column), and their blocks quantized again
-// with them as 0 (by `quantize`, the quantizer that did the rest). Every one of them lies in a
-// block whose scale is at least the kOutliers-th largest block scale (d is max|x| / 127, rounded:
-// monotone), so only those blocks are searched.
-void take_outliers(const float* x, QuantizedRows& out, QuantizeFn quantize) {
+void block_amax_portable(const float* x, int64_t blocks, float* amax) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    float m = 0.0f;
+    for (int64_t j = 0; j < kBlock; ++j) m = std::max(m, std::fabs(x[b * kBlock + j]));  // NaN ignored
+    amax[b] = m;
+  }
+}
+
+// Rows [i0, i1): each row's kOutliers largest |x| (ties to the lower column). Every one of them
+// lies in a block whose largest |x| is at least the kOutliers-th largest block maximum (those
+// maxima are values of the row), so only those blocks are searched, and in them only the values
+// above the third largest so far at the block's start (a superset of the values the in-order
+// insertion takes, so the same result).
+void find_outliers(const float* x, QuantizedRows& out, AmaxFn block_amax, int64_t i0, int64_t i1) {
   constexpr int kOut = QuantizedRows::kOutliers;
-  const int64_t n = out.n, cols = out.cols, nb = out.blocks;
-  out.outlier_col.resize(static_cast<size_t>(n * kOut));
-  out.outlier_x.resize(out.outlier_col.size());
-  out.outlier_slot.resize(out.outlier_col.size());
-  out.outlier_distinct.clear();
-  for (int64_t i = 0; i < n; ++i) {
+  const int64_t cols = out.cols, nb = out.blocks;
+  thread_local std::vector<float> amax;
+  if (amax.size() < static_cast<size_t>(nb)) amax.resize(static_cast<size_t>(nb));
+  for (int64_t i = i0; i < i1; ++i) {
     const float* xr = x + i * cols;
-    const float* d = out.d.data() + i * nb;
-    float top_d[kOut];
-    for (float& t : top_d) t = -1.0f;
+    block_amax(xr, nb, amax.data());
+    float top[kOut];
+    for (float& t : top) t = -1.0f;
     for (int64_t b = 0; b < nb; ++b) {
-      float v = d[b];
+      float v = amax[b];
       for (int k = 0; k < kOut; ++k)
-        if (v > top_d[k]) std::swap(v, top_d[k]);
+        if (v > top[k]) std::swap(v, top[k]);
     }
-    const float bar = top_d[kOut - 1];
+    const float bar = top[kOut - 1];
     int64_t col[kOut];
     float mag[kOut];
     for (int k = 0; k < kOut; ++k) col[k] = -1, mag[k] = -1.0f;
     for (int64_t b = 0; b < nb; ++b) {
-      if (!(d[b] >= bar)) continue;
-      for (int64_t c = b * kBlock; c < (b + 1) * kBlock; ++c) {
+      if (!(amax[b] >= bar)) continue;
+      const float* xb = xr + b * kBlock;
+      const float floor = mag[kOut - 1];
+      uint32_t above = 0;  // a branch-free pass the compiler vectorises
+      for (int j = 0; j < kBlock; ++j) above |= static_cast<uint32_t>(std::fabs(xb[j]) > floor) << j;
+      for (; above != 0; above &= above - 1) {
+        const int64_t c = b * kBlock + std::countr_zero(above);
         const float a = std::fabs(xr[c]);
         if (!(a > mag[kOut - 1])) continue;
         int k = kOut - 1;  // strictly larger moves ahead: ties keep the lower column first
@@ -272,29 +301,33 @@ void take_outliers(const float* x, QuantizedRows& out, QuantizeFn quantize) {
       const size_t o = static_cast<size_t>(i * kOut + k);
       out.outlier_col[o] = static_cast<int32_t>(col[k]);
       out.outlier_x[o] = xr[col[k]];
-      if (out.outlier_distinct.size() > QuantizedRows::kMaxShared) continue;  // row by row: no slots
-      const auto it = std::find(out.outlier_distinct.begin(), out.outlier_distinct.end(), static_cast<int32_t>(col[k]));
-      out.outlier_slot[o] = static_cast<int32_t>(it - out.outlier_distinct.begin());
-      if (it == out.outlier_distinct.end()) out.outlier_distinct.push_back(static_cast<int32_t>(col[k]));
     }
-    for (int k = 0; k < kOut; ++k) {
-      const int64_t b = col[k] / kBlock;
-      bool done = false;
-      for (int e = 0; e < k; ++e) done |= col[e] / kBlock == b;
-      if (done) continue;
-      float xb[kBlock];
-      std::memcpy(xb, xr + b * kBlock, sizeof(xb));
-      for (int e = 0; e < kOut; ++e)
-        if (col[e] / kBlock == b) xb[col[e] % kBlock] = 0.0f;
-      const size_t bi = static_cast<size_t>(i * nb + b);
-      quantize(xb, 1, kBlock, out.q.data() + i * cols + b * kBlock, &out.d[bi], &out.isum[bi], &out.isum_lo[bi], &out.sx[bi]);
+  }
+}
+
+// Calls of at least this many rows quantize on every thread of the pool.
+constexpr int64_t kParallelQuantizeRows = 16;
+
+// The shared columns' slots (QuantizedRows::outlier_distinct), in order of first appearance.
+void assign_slots(QuantizedRows& out) {
+  out.outlier_distinct.clear();
+  for (size_t o = 0; o < out.outlier_col.size(); ++o) {
+    const int32_t c = out.outlier_col[o];
+    const auto it = std::find(out.outlier_distinct.begin(), out.outlier_distinct.end(), c);
+    if (it != out.outlier_distinct.end()) {
+      out.outlier_slot[o] = static_cast<int32_t>(it - out.outlier_distinct.begin());
+    } else if (out.outlier_distinct.size() < QuantizedRows::kMaxShared) {
+      out.outlier_slot[o] = static_cast<int32_t>(out.outlier_distinct.size());
+      out.outlier_distinct.push_back(c);
+    } else {
+      out.outlier_slot[o] = -1;  // the slots are taken: the pass dequantizes this one for its row alone
     }
   }
 }
 
 }  // namespace
 
-void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out) {
+void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out, ThreadPool* pool) {
   out.n = n;
   out.cols = cols;
   out.blocks = cols / kBlock;
@@ -303,10 +336,27 @@ void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out) 
   out.isum.resize(out.d.size());
   out.isum_lo.resize(out.d.size());
   out.sx.resize(out.d.size());
+  out.outlier_col.resize(static_cast<size_t>(n * QuantizedRows::kOutliers));
+  out.outlier_x.resize(out.outlier_col.size());
+  out.outlier_slot.resize(out.outlier_col.size());
   out.wide_ready = false;
-  const QuantizeFn quantize = host_kernels::cpu_has_avx2_fma() ? &host_kernels::quantize_rows_avx2 : &quantize_rows_portable;
-  quantize(x, n, cols, out.q.data(), out.d.data(), out.isum.data(), out.isum_lo.data(), out.sx.data());
-  take_outliers(x, out, quantize);
+  const bool avx2 = host_kernels::cpu_has_avx2_fma();
+  const QuantizeFn quantize = host_kernels::cpu_has_avx512() ? &host_kernels::quantize_rows_avx512
+                              : avx2                          ? &host_kernels::quantize_rows_avx2
+                                                              : &quantize_rows_portable;
+  const AmaxFn block_amax = avx2 ? &host_kernels::block_amax_avx2 : &block_amax_portable;
+  const int64_t nb = out.blocks;
+  auto rows = [&](int64_t i0, int64_t i1) {
+    find_outliers(x, out, block_amax, i0, i1);
+    const size_t b0 = static_cast<size_t>(i0 * nb);
+    quantize(x + i0 * cols, i1 - i0, cols, out.outlier_col.data() + i0 * QuantizedRows::kOutliers, out.q.data() + i0 * cols,
+             out.d.data() + b0, out.isum.data() + b0, out.isum_lo.data() + b0, out.sx.data() + b0);
+  };
+  // Rows are independent: a prefill's many rows are split across the pool (about a microsecond
+  // of fork and join, against ~0.3 us a row of 576 values).
+  if (pool != nullptr && pool->threads() > 1 && n >= kParallelQuantizeRows) pool->parallel_for(n, 4, rows);
+  else rows(0, n);
+  assign_slots(out);
 }
 
 namespace host_kernels {
@@ -316,6 +366,18 @@ bool wide_rows_pay(int64_t n, int64_t cols) {
 }
 
 size_t packed_header_bytes(DType t) { return pack_shape(t).header; }
+
+ColumnLocation column_location(const PackedMatrix& m, int64_t c) {
+  const bool bytes = m.dtype == DType::Q8_0 || m.dtype == DType::Q6_K;  // else nibbles
+  const int64_t j = c % kBlock;
+  ColumnLocation at;
+  at.blk_off = static_cast<size_t>(c / kBlock) * m.block_bytes;
+  at.word_off = packed_header_bytes(m.dtype) + 32 * static_cast<size_t>(bytes ? j / 4 : (j % 16) / 4);
+  const int bit = static_cast<int>(8 * (j % 4)) + (!bytes && j >= 16 ? 4 : 0);
+  at.shift = m.dtype == DType::Q8_0 ? 24 - bit : bit;
+  at.high = j >= 16;
+  return at;
+}
 
 void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
   constexpr int kOut = QuantizedRows::kOutliers;
@@ -411,7 +473,7 @@ void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n,
   // Reused across calls: a decode step quantizes about a hundred activation rows.
   // (Workers see the caller's through `xq`: a lambda names a thread_local of its own thread.)
   thread_local QuantizedRows qx;
-  quantize_rows(x, n, cols, qx);
+  quantize_rows(x, n, cols, qx, &pool);
   if (kernel == host_kernels::Int8Kernel::kAvx2 && host_kernels::wide_rows_pay(n, cols)) host_kernels::broadcast_rows_avx2(qx);
   const QuantizedRows& xq = qx;
 
@@ -428,9 +490,12 @@ void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n,
   }
   const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(4096 / std::max<size_t>(group_bytes, 1)));
   const size_t nparts = ws.size();
-  // Every kernel but the portable one implies AVX2; the two give the same bits.
-  const auto post = kernel == host_kernels::Int8Kernel::kPortable ? &host_kernels::add_outliers_portable
-                                                                    : &host_kernels::add_outliers_avx2;
+  // The outliers' terms: the AVX-512 VNNI kernels add them in their tiles; for the others a pass
+  // after the kernel (every kernel but the portable one implies AVX2). All give the same bits.
+  using host_kernels::Int8Kernel;
+  const auto post = kernel == Int8Kernel::kAvx512Vnni ? nullptr
+                    : kernel == Int8Kernel::kPortable ? &host_kernels::add_outliers_portable
+                                                      : &host_kernels::add_outliers_avx2;
   pool.parallel_for(total, grain, [&](int64_t g0, int64_t g1) {
     for (size_t k = 0; k < nparts && g0 < g1; ++k) {
       const Part& p = parts[k];
@@ -438,7 +503,7 @@ void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n,
       if (g0 >= end) continue;
       const int64_t e = std::min(g1, end);
       p.k(*p.w, xq, p.y, p.w->rows, g0 - p.first, e - p.first);
-      post(*p.w, xq, p.y, p.w->rows, g0 - p.first, e - p.first);  // while the groups are in cache
+      if (post != nullptr) post(*p.w, xq, p.y, p.w->rows, g0 - p.first, e - p.first);  // while the groups are in cache
       g0 = e;
     }
   });

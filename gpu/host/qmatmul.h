@@ -80,10 +80,11 @@ struct QuantizedRows {
   std::vector<float> sx;
   std::vector<int32_t> outlier_col;  // [n, kOutliers], largest |x| first
   std::vector<float> outlier_x;      // their values
-  // The distinct outlier columns of the call in order of first appearance, and each outlier's
-  // index among them, so that a column's weights are dequantized once for every row that has it.
-  // Only kept up to kMaxShared columns: past that (the list stops at kMaxShared + 1) the pass
-  // goes row by row and the slots are not read.
+  // The first kMaxShared distinct outlier columns of the call in order of first appearance, and
+  // each outlier's index among them (-1 for a column that found the slots taken), so that a
+  // column's weights are dequantized once for every row that has it; the others are dequantized
+  // for their own row. A prefill's rows share the hidden state's massive channels and take the
+  // first slots; their other outliers are mostly their own.
   static constexpr size_t kMaxShared = 16;
   std::vector<int32_t> outlier_distinct;
   std::vector<int32_t> outlier_slot;  // [n, kOutliers]
@@ -100,7 +101,8 @@ struct QuantizedRows {
   }
   const int8_t* qrow(int64_t i) const { return q.data() + i * cols; }
 };
-void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out);
+// With a pool, a call of many rows (a prefill's) splits them across its threads; the same values.
+void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out, ThreadPool* pool = nullptr);
 
 namespace host_kernels {
 
@@ -144,13 +146,30 @@ bool wide_rows_pay(int64_t n, int64_t cols);
 // f32. qmatmul runs it after the kernel on the same groups. The AVX2 variant gives the same bits.
 // Bytes of a packed group-block before its quants (scales and mins; see PackedMatrix).
 size_t packed_header_bytes(DType t);
+// Where column c's quant sits in a group-block of m (the vector passes' view of it): the block's
+// offset in a group, the 32-bit lane word's offset in the block, the right shift that brings the
+// quant to the word's low bits (Q8_0: the left shift that brings it to the top, for the sign),
+// and whether it is in the block's upper 16 columns.
+struct ColumnLocation {
+  size_t blk_off = 0, word_off = 0;
+  int shift = 0;
+  bool high = false;
+};
+ColumnLocation column_location(const PackedMatrix& m, int64_t c);
 void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1);
 void add_outliers_avx2(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1);
 // Fills x.wide from x.q, x.d and x.sx (see QuantizedRows::wide); AVX2.
 void broadcast_rows_avx2(QuantizedRows& x);
-// The AVX2 activation quantizer (the same values as quantize_rows, faster).
-void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, int32_t* isum, int32_t* isum_lo,
-                        float* sx);
+// The AVX2 activation quantizer (the same values as quantize_rows' portable one, faster): n rows
+// of 32-value blocks; with `skip` ([n, kOutliers] columns, or nullptr), those values of each row
+// are quantized as 0.
+void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, const int32_t* skip, int8_t* q, float* d, int32_t* isum,
+                        int32_t* isum_lo, float* sx);
+// The same on AVX-512 F/BW/VL (quantize_avx512.cpp); call only where cpu_has_avx512().
+void quantize_rows_avx512(const float* x, int64_t n, int64_t cols, const int32_t* skip, int8_t* q, float* d, int32_t* isum,
+                          int32_t* isum_lo, float* sx);
+// amax[b] = the largest |x| of 32-value block b (NaNs ignored); AVX2.
+void block_amax_avx2(const float* x, int64_t blocks, float* amax);
 
 }  // namespace host_kernels
 

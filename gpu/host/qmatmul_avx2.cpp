@@ -37,27 +37,16 @@ inline __m256 column_weights(const uint8_t* blk, __m256i word, __m128i shift, bo
   }
 }
 
-// Where a column's quant sits in a group-block: the block's offset in a group, the lane word's
-// offset in the block, the shift that brings the quant to the word's low bits (Q8_0: to the top,
-// for the sign), and whether it is in the block's upper 16 columns.
+// An outlier column's place in a group-block (column_location) and its 8 rows' weights.
 template <DType T>
 struct ColumnPlace {
-  size_t blk_off = 0, word_off = 0;
-  __m128i shift = _mm_setzero_si128();
-  bool high = false;
+  ColumnLocation at;
+  __m128i shift = _mm_setzero_si128();  // at.shift for the vector shifts
   ColumnPlace() = default;
-  ColumnPlace(const PackedMatrix& m, int64_t c) {
-    constexpr bool kBytes = T == DType::Q8_0 || T == DType::Q6_K;  // else nibbles
-    const int64_t j = c % 32;
-    blk_off = static_cast<size_t>(c / 32) * m.block_bytes;
-    word_off = packed_header_bytes(T) + 32 * static_cast<size_t>(kBytes ? j / 4 : (j % 16) / 4);
-    const int bit = static_cast<int>(8 * (j % 4)) + (!kBytes && j >= 16 ? 4 : 0);
-    shift = _mm_cvtsi32_si128(T == DType::Q8_0 ? 24 - bit : bit);
-    high = j >= 16;
-  }
+  ColumnPlace(const PackedMatrix& m, int64_t c) : at(column_location(m, c)), shift(_mm_cvtsi32_si128(at.shift)) {}
   __m256 weights(const uint8_t* group) const {
-    const uint8_t* blk = group + blk_off;
-    return column_weights<T>(blk, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + word_off)), shift, high);
+    const uint8_t* blk = group + at.blk_off;
+    return column_weights<T>(blk, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + at.word_off)), shift, at.high);
   }
 };
 
@@ -74,35 +63,30 @@ inline void add_row_terms(const QuantizedRows& x, int64_t i, float* yr, int64_t 
   store_rows(yr, acc, valid);
 }
 
-// Rows that share no outlier column (one row, or random activations): row by row, each row's
-// columns placed once. Rows that share them (hidden states' massive channels): group by group,
-// each distinct column's weights dequantized once for all the rows.
+// Group by group: the call's shared columns (QuantizedRows::outlier_distinct) are dequantized
+// once for all the rows that have them, a row's other columns for that row alone.
 template <DType T>
 void add_outliers_t(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
   constexpr int kOut = QuantizedRows::kOutliers;
-  constexpr size_t kMaxDistinct = QuantizedRows::kMaxShared;
-  const size_t distinct = x.outlier_distinct.size();
+  const size_t shared = x.outlier_distinct.size();
+  const size_t outliers = static_cast<size_t>(x.n * kOut);
   const int64_t full = g1 < m.rows / 8 ? g1 : m.rows / 8;  // groups of 8 real rows
-  if (distinct == static_cast<size_t>(x.n * kOut) || distinct > kMaxDistinct) {
-    for (int64_t i = 0; i < x.n; ++i) {
-      ColumnPlace<T> place[kOut];
-      for (int k = 0; k < kOut; ++k) place[k] = ColumnPlace<T>(m, x.outlier_col[static_cast<size_t>(i * kOut + k)]);
-      for (int64_t g = g0; g < g1; ++g) {
-        const uint8_t* gp = m.group(g);
-        add_row_terms(x, i, y + i * ldy + g * 8, g < full ? 8 : m.rows - g * 8, [&](int k) { return place[k].weights(gp); });
-      }
-    }
-    return;
-  }
-  ColumnPlace<T> place[kMaxDistinct];
-  for (size_t d = 0; d < distinct; ++d) place[d] = ColumnPlace<T>(m, x.outlier_distinct[d]);
-  __m256 w[kMaxDistinct];
+  ColumnPlace<T> place[QuantizedRows::kMaxShared];
+  for (size_t d = 0; d < shared; ++d) place[d] = ColumnPlace<T>(m, x.outlier_distinct[d]);
+  thread_local std::vector<ColumnPlace<T>> own;  // by outlier, for those without a slot
+  if (own.size() < outliers) own.resize(outliers);
+  for (size_t o = 0; o < outliers; ++o)
+    if (x.outlier_slot[o] < 0) own[o] = ColumnPlace<T>(m, x.outlier_col[o]);
+  __m256 w[QuantizedRows::kMaxShared];
   for (int64_t g = g0; g < g1; ++g) {
     const uint8_t* gp = m.group(g);
-    for (size_t d = 0; d < distinct; ++d) w[d] = place[d].weights(gp);
+    for (size_t d = 0; d < shared; ++d) w[d] = place[d].weights(gp);
     for (int64_t i = 0; i < x.n; ++i)
-      add_row_terms(x, i, y + i * ldy + g * 8, g < full ? 8 : m.rows - g * 8,
-                    [&](int k) { return w[x.outlier_slot[static_cast<size_t>(i * kOut + k)]]; });
+      add_row_terms(x, i, y + i * ldy + g * 8, g < full ? 8 : m.rows - g * 8, [&](int k) {
+        const size_t o = static_cast<size_t>(i * kOut + k);
+        const int32_t slot = x.outlier_slot[o];
+        return slot >= 0 ? w[slot] : own[o].weights(gp);
+      });
   }
 }
 
@@ -134,13 +118,37 @@ void broadcast_rows_avx2(QuantizedRows& x) {
   x.wide_ready = true;
 }
 
-void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, int32_t* isum, int32_t* isum_lo,
-                        float* sx) {
-  const int64_t blocks = n * (cols / 32);
+void block_amax_avx2(const float* x, int64_t blocks, float* amax) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256 mx = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) mx = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 32 * b + 8 * k)), mx);  // NaN: mx
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    amax[b] = _mm_cvtss_f32(m4);
+  }
+}
+
+void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, const int32_t* skip, int8_t* q, float* d, int32_t* isum,
+                        int32_t* isum_lo, float* sx) {
+  constexpr int kOut = QuantizedRows::kOutliers;
+  const int64_t nb = cols / 32, blocks = n * nb;
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 lim = _mm256_set1_ps(127.0f), nlim = _mm256_set1_ps(-127.0f);
   for (int64_t bi = 0; bi < blocks; ++bi) {
     const float* xb = x + bi * 32;
+    alignas(32) float zeroed[32];
+    if (skip != nullptr) {
+      const int32_t* sk = skip + (bi / nb) * kOut;
+      const int64_t first = (bi % nb) * 32;
+      for (int k = 0; k < kOut; ++k)
+        if (sk[k] >= first && sk[k] < first + 32) {
+          if (xb != zeroed) std::memcpy(zeroed, xb, sizeof(zeroed));
+          zeroed[sk[k] - first] = 0.0f;
+          xb = zeroed;
+        }
+    }
     __m256 v[4];
     __m256 mx = _mm256_setzero_ps();
     for (int k = 0; k < 4; ++k) {

@@ -18,19 +18,93 @@ namespace specula::host_kernels {
 
 namespace {
 
+// An outlier column's place in a group-block (column_location) and its weights in 16 rows.
+template <DType T>
+struct ColumnAt {
+  ColumnLocation at;
+  __m128i shift = _mm_setzero_si128();  // at.shift for the vector shifts
+  ColumnAt() = default;
+  ColumnAt(const PackedMatrix& m, int64_t c) : at(column_location(m, c)), shift(_mm_cvtsi32_si128(at.shift)) {}
+  // The column's weights in the 16 rows of groups g and g + 1, from their blocks (pa, pb) and
+  // the blocks' scales dw and mins mw (Q4_1, Q4_K), dequantized as add_outliers_portable does,
+  // lane by lane (so the same bits).
+  __m512 in_block(const uint8_t* pa, const uint8_t* pb, __m512 dw, __m512 mw) const {
+    const __m512i word = load_pair(pa + at.word_off, pb + at.word_off);
+    if constexpr (T == DType::Q8_0) {
+      return _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_sll_epi32(word, shift), 24)));
+    } else if constexpr (T == DType::Q6_K) {
+      const __m512i q = _mm512_and_si512(_mm512_srl_epi32(word, shift), _mm512_set1_epi32(0xFF));
+      const __m512i s = FormatQ6K::scales_i32(pa + (at.high ? 24 : 16), pb + (at.high ? 24 : 16));
+      return _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_mullo_epi32(s, _mm512_sub_epi32(q, _mm512_set1_epi32(32)))));
+    } else {
+      const __m512 q = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srl_epi32(word, shift), _mm512_set1_epi32(0x0F)));
+      if constexpr (T == DType::Q4_0) return _mm512_mul_ps(dw, _mm512_sub_ps(q, _mm512_set1_ps(8.0f)));
+      else return _mm512_fmadd_ps(dw, q, mw);
+    }
+  }
+};
+
 // Activation rows per pass over a group pair's blocks, at most: accumulators, the eight weight
 // vectors and the temporaries fit the 32 registers. 9 measured as fast per row as 6 and 8 and
 // takes a verify round of K = 8 in one pass.
 constexpr int kTile = 9;
 
+// The passes over a pair's blocks for n rows: as few as tiles of at most kTile rows allow, their
+// sizes within one of each other (a pass re-unpacks every weight block: 7 rows as 6 + 1 cost a
+// second unpack for one row); pass p of `passes` starting at row i0 has this many rows.
+inline int64_t pass_count(int64_t n) { return (n + kTile - 1) / kTile; }
+inline int64_t pass_rows(int64_t n, int64_t passes, int64_t p, int64_t i0) { return (n - i0) / (passes - p); }
+
+// One pass's outlier columns, for adding the outliers' terms inside the tile: the distinct
+// columns of its rows in column order (so by block), and for each of its rows and outliers the
+// column's index among them. The tile dequantizes a column's weights while its block is in
+// hand (the block's scales already loaded), and after the last block adds each row's terms in
+// order, as add_outliers_portable does after the kernel: the same bits.
+template <DType T>
+struct PassOutliers {
+  static constexpr int kOut = QuantizedRows::kOutliers;
+  int count = 0;
+  int64_t block[kTile * kOut];
+  ColumnAt<T> at[kTile * kOut];
+  uint8_t index[kTile * kOut];  // [row - first, k]
+  void plan(const PackedMatrix& m, const QuantizedRows& x, int64_t first, int64_t rows) {
+    int32_t cols[kTile * kOut];
+    count = 0;
+    for (int64_t o = first * kOut; o < (first + rows) * kOut; ++o) {
+      const int32_t c = x.outlier_col[static_cast<size_t>(o)];
+      int e = 0;
+      while (e < count && cols[e] < c) ++e;
+      if (e < count && cols[e] == c) continue;
+      for (int f = count; f > e; --f) cols[f] = cols[f - 1];
+      cols[e] = c;
+      ++count;
+    }
+    for (int e = 0; e < count; ++e) {
+      block[e] = cols[e] / 32;
+      at[e] = ColumnAt<T>(m, cols[e]);
+    }
+    for (int64_t o = first * kOut; o < (first + rows) * kOut; ++o) {
+      const int32_t c = x.outlier_col[static_cast<size_t>(o)];
+      int e = 0;
+      while (cols[e] != c) ++e;
+      index[o - first * kOut] = static_cast<uint8_t>(e);
+    }
+  }
+};
+
 // Groups g (at a) and g + 1 (at b; b == a for a lone last group) against activation rows
-// [i0, i0 + N): per block the weights are loaded once, then per row the arithmetic of qmatmul.h.
-// `valid` output rows are written (16 for a full pair).
+// [i0, i0 + N): per block the weights are loaded once, then per row the arithmetic of qmatmul.h;
+// the outlier columns' weights as their blocks pass; then each row's outlier terms. `valid`
+// output rows are written (16 for a full pair).
 template <class F, int N>
 inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, const uint8_t* a, const uint8_t* b, float* y,
-                 int64_t ldy, int64_t valid) {
+                 int64_t ldy, int64_t valid, const PassOutliers<F::kType>& out) {
+  constexpr int kOut = QuantizedRows::kOutliers;
   __m512 acc[N];
   for (int i = 0; i < N; ++i) acc[i] = _mm512_setzero_ps();
+  __m512 wo[N * kOut];
+  int next = 0;
+  int64_t next_block = out.count > 0 ? out.block[0] : -1;
   const int64_t nb = m.blocks, cols = m.cols;
   for (int64_t blk = 0; blk < nb; ++blk) {
     const size_t off = static_cast<size_t>(blk) * m.block_bytes;
@@ -48,30 +122,36 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, cons
       const __m512i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + blk * 32, x.isum[xi], x.isum_lo[xi]);
       acc[i] = accumulate_block<F>(acc[i], s32, dw, pa, pb, x, xi);
     }
+    while (next_block == blk) {
+      wo[next] = out.at[next].in_block(pa, pb, dw, F::min(pa, pb));
+      ++next;
+      next_block = next < out.count ? out.block[next] : -1;
+    }
   }
+  for (int i = 0; i < N; ++i)
+    for (int k = 0; k < kOut; ++k)
+      acc[i] = _mm512_fmadd_ps(wo[out.index[i * kOut + k]], _mm512_set1_ps(x.outlier_x[static_cast<size_t>((i0 + i) * kOut + k)]),
+                               acc[i]);
   const __mmask16 keep = valid >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << valid) - 1);
   for (int i = 0; i < N; ++i) _mm512_mask_storeu_ps(y + (i0 + i) * ldy, keep, acc[i]);
 }
 
 template <class F>
 void rows_of_pair(const PackedMatrix& m, const QuantizedRows& x, const uint8_t* a, const uint8_t* b, float* y, int64_t ldy,
-                  int64_t valid) {
-  // As few passes over the pair's blocks as tiles of at most kTile rows allow, their sizes within
-  // one of each other (a pass re-unpacks every weight block: 7 rows as 6 + 1 cost a second
-  // unpack for one row).
-  const int64_t passes = (x.n + kTile - 1) / kTile;
+                  int64_t valid, int64_t passes, const PassOutliers<F::kType>* plans) {
   for (int64_t p = 0, i0 = 0; p < passes; ++p) {
-    const int64_t rows = (x.n - i0) / (passes - p);
+    const int64_t rows = pass_rows(x.n, passes, p, i0);
+    const PassOutliers<F::kType>& out = plans[p];
     switch (rows) {
-      case 1: tile<F, 1>(m, x, i0, a, b, y, ldy, valid); break;
-      case 2: tile<F, 2>(m, x, i0, a, b, y, ldy, valid); break;
-      case 3: tile<F, 3>(m, x, i0, a, b, y, ldy, valid); break;
-      case 4: tile<F, 4>(m, x, i0, a, b, y, ldy, valid); break;
-      case 5: tile<F, 5>(m, x, i0, a, b, y, ldy, valid); break;
-      case 6: tile<F, 6>(m, x, i0, a, b, y, ldy, valid); break;
-      case 7: tile<F, 7>(m, x, i0, a, b, y, ldy, valid); break;
-      case 8: tile<F, 8>(m, x, i0, a, b, y, ldy, valid); break;
-      case 9: tile<F, 9>(m, x, i0, a, b, y, ldy, valid); break;
+      case 1: tile<F, 1>(m, x, i0, a, b, y, ldy, valid, out); break;
+      case 2: tile<F, 2>(m, x, i0, a, b, y, ldy, valid, out); break;
+      case 3: tile<F, 3>(m, x, i0, a, b, y, ldy, valid, out); break;
+      case 4: tile<F, 4>(m, x, i0, a, b, y, ldy, valid, out); break;
+      case 5: tile<F, 5>(m, x, i0, a, b, y, ldy, valid, out); break;
+      case 6: tile<F, 6>(m, x, i0, a, b, y, ldy, valid, out); break;
+      case 7: tile<F, 7>(m, x, i0, a, b, y, ldy, valid, out); break;
+      case 8: tile<F, 8>(m, x, i0, a, b, y, ldy, valid, out); break;
+      case 9: tile<F, 9>(m, x, i0, a, b, y, ldy, valid, out); break;
       default: break;
     }
     i0 += rows;
@@ -80,8 +160,16 @@ void rows_of_pair(const PackedMatrix& m, const QuantizedRows& x, const uint8_t* 
 
 template <class F>
 void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  const int64_t passes = pass_count(x.n);
+  thread_local std::vector<PassOutliers<F::kType>> plans;
+  if (plans.size() < static_cast<size_t>(passes)) plans.resize(static_cast<size_t>(passes));
+  for (int64_t p = 0, i0 = 0; p < passes; ++p) {
+    const int64_t rows = pass_rows(x.n, passes, p, i0);
+    plans[static_cast<size_t>(p)].plan(m, x, i0, rows);
+    i0 += rows;
+  }
   for_group_pairs(m, y, g0, g1, [&](const uint8_t* a, const uint8_t* b, float* yp, int64_t valid) {
-    rows_of_pair<F>(m, x, a, b, yp, ldy, valid);
+    rows_of_pair<F>(m, x, a, b, yp, ldy, valid, passes, plans.data());
   });
 }
 

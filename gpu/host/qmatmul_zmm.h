@@ -71,6 +71,7 @@ inline __m512 scales16_f32(const uint8_t* a, const uint8_t* b) {
 // scales and mins (64 header bytes).
 template <bool kMin, bool kF32 = false>
 struct FormatQ4 {
+  static constexpr DType kType = kF32 ? DType::Q4_K : kMin ? DType::Q4_1 : DType::Q4_0;
   static constexpr bool kHasMin = kMin;
   static constexpr int kPrefetchLines = 3;  // 144, 160 or 192 bytes per group-block
   static constexpr int kHeader = kF32 ? 64 : kMin ? 32 : 16;
@@ -93,6 +94,7 @@ struct FormatQ4 {
 
 // Q8_0: 16 bytes of scales, then 8 x 32 signed quant bytes, used as w + 128.
 struct FormatQ8 {
+  static constexpr DType kType = DType::Q8_0;
   static constexpr bool kHasMin = false;
   static constexpr int kPrefetchLines = 5;  // 272 bytes per group-block
   static __m512 scale(const uint8_t* a, const uint8_t* b) { return scales16(a, b); }
@@ -111,6 +113,7 @@ struct FormatQ8 {
 // Q6_K: fp16 d, the two sub-blocks' int8 scales, then 8 x 32 bytes of 6-bit quants (qmatmul.h):
 // isum = s_lo * (dot_lo - 32 sum_lo x) + s_hi * (dot_hi - 32 sum_hi x), exact in int32.
 struct FormatQ6K {
+  static constexpr DType kType = DType::Q6_K;
   static constexpr bool kHasMin = false;
   static constexpr int kPrefetchLines = 5;  // 288 bytes per group-block
   static __m512 scale(const uint8_t* a, const uint8_t* b) { return scales16(a, b); }

@@ -144,6 +144,52 @@ TEST(Int8Activations, EachBlockIsQuantizedAsDefinedWithTheRowsLargestValuesSetAs
     for (int k = 0; k < kOut; ++k) EXPECT_EQ(q.outlier_col[i * kOut + k], k) << "row " << i;
 }
 
+// A prefill's many rows (quantized on both threads), rows wider than the AVX-512 quantizer's
+// 16 blocks at a time, and every vector quantizer the CPU has called directly on the same rows:
+// all as defined, bit for bit. The shared-column slots: each slot names its outlier's column, and
+// an outlier goes without one only when all are taken by other columns.
+TEST(Int8Activations, EveryQuantizerAndAPooledCallQuantizeAsDefinedAndSlotTheSharedColumns) {
+  ThreadPool pool(2);
+  for (int64_t cols : {576, 1536})
+    for (int64_t n : {1, 5, 40}) {
+      auto x = random_x(n, cols, 70 + static_cast<uint32_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        x[i * cols + 100] = 300.0f;  // a massive channel every row shares, and one most rows share
+        if (i % 4) x[i * cols + 500] = -250.0f;
+      }
+      QuantizedRows q;
+      quantize_rows(x.data(), n, cols, q, &pool);
+      expect_quantized_as_defined(x, n, cols, q);
+      for (size_t o = 0; o < q.outlier_col.size(); ++o) {
+        const int32_t slot = q.outlier_slot[o];
+        if (slot >= 0) {
+          ASSERT_LT(static_cast<size_t>(slot), q.outlier_distinct.size());
+          EXPECT_EQ(q.outlier_distinct[static_cast<size_t>(slot)], q.outlier_col[o]);
+        } else {
+          EXPECT_EQ(q.outlier_distinct.size(), QuantizedRows::kMaxShared);
+          EXPECT_EQ(std::find(q.outlier_distinct.begin(), q.outlier_distinct.end(), q.outlier_col[o]), q.outlier_distinct.end());
+        }
+      }
+      EXPECT_EQ(q.outlier_slot[0], 0);  // column 100, first seen in row 0
+      using Quantizer = void (*)(const float*, int64_t, int64_t, const int32_t*, int8_t*, float*, int32_t*, int32_t*, float*);
+      std::vector<std::pair<const char*, Quantizer>> quantizers;
+      if (host_kernels::cpu_has_avx2_fma()) quantizers.emplace_back("avx2", &host_kernels::quantize_rows_avx2);
+      if (host_kernels::cpu_has_avx512()) quantizers.emplace_back("avx512", &host_kernels::quantize_rows_avx512);
+      for (const auto& [name, quantize] : quantizers) {
+        QuantizedRows r = q;
+        std::fill(r.q.begin(), r.q.end(), int8_t{99});
+        quantize(x.data(), n, cols, q.outlier_col.data(), r.q.data(), r.d.data(), r.isum.data(), r.isum_lo.data(), r.sx.data());
+        EXPECT_EQ(r.q, q.q) << name << " cols " << cols << " n " << n;
+        for (size_t b = 0; b < q.d.size(); ++b) {
+          ASSERT_TRUE(bit_equal(r.d[b], q.d[b]) && bit_equal(r.sx[b], q.sx[b])) << name << " block " << b;
+          ASSERT_EQ(r.isum[b], q.isum[b]) << name << " block " << b;
+          ASSERT_EQ(r.isum_lo[b], q.isum_lo[b]) << name << " block " << b;
+        }
+      }
+      if (n == 40) EXPECT_EQ(q.outlier_distinct.size(), QuantizedRows::kMaxShared);  // more columns than slots
+    }
+}
+
 // One large value per row takes its block's scale: set aside, the other 31 keep their precision,
 // so the product is far closer to the f32 one than with the value inside the block.
 TEST(Int8Activations, SettingTheOutliersAsideKeepsTheirBlocksPrecision) {
