@@ -490,12 +490,13 @@ void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n,
   }
   const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(4096 / std::max<size_t>(group_bytes, 1)));
   const size_t nparts = ws.size();
-  // The outliers' terms: the AVX-512 VNNI kernels add them in their tiles; for the others a pass
-  // after the kernel (every kernel but the portable one implies AVX2). All give the same bits.
+  // The outliers' terms: the 512-bit kernels add them themselves (VNNI in its tiles, AMX by the
+  // AVX2 pass after its tiles); for the others a pass after the kernel (every kernel but the
+  // portable one implies AVX2). All give the same bits.
   using host_kernels::Int8Kernel;
-  const auto post = kernel == Int8Kernel::kAvx512Vnni ? nullptr
-                    : kernel == Int8Kernel::kPortable ? &host_kernels::add_outliers_portable
-                                                      : &host_kernels::add_outliers_avx2;
+  const auto post = kernel == Int8Kernel::kAvx512Vnni || kernel == Int8Kernel::kAmx ? nullptr
+                    : kernel == Int8Kernel::kPortable                               ? &host_kernels::add_outliers_portable
+                                                                                    : &host_kernels::add_outliers_avx2;
   pool.parallel_for(total, grain, [&](int64_t g0, int64_t g1) {
     for (size_t k = 0; k < nparts && g0 < g1; ++k) {
       const Part& p = parts[k];

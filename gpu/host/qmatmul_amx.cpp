@@ -162,6 +162,8 @@ void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy
   for_group_pairs(m, y, g0, g1, [&](const uint8_t* a, const uint8_t* b, float* yp, int64_t valid) {
     rows(m, x, a, b, yp, ldy, valid);
   });
+  // The set-aside values' terms, which the VNNI kernel above adds in its tiles: the AVX2 pass.
+  add_outliers_avx2(m, x, y, ldy, g0, g1);
 }
 
 }  // namespace
