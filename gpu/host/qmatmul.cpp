@@ -12,6 +12,10 @@
 
 #include "gpu/host/quant.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace specula {
 
 namespace {
@@ -283,8 +287,14 @@ void find_outliers(const float* x, QuantizedRows& out, AmaxFn block_amax, int64_
       if (!(amax[b] >= bar)) continue;
       const float* xb = xr + b * kBlock;
       const float floor = mag[kOut - 1];
-      uint32_t above = 0;  // a branch-free pass the compiler vectorises
+      uint32_t above = 0;
+#if defined(__SSE2__)
+      const __m128 bar4 = _mm_set1_ps(floor), sign = _mm_set1_ps(-0.0f);
+      for (int j = 0; j < kBlock; j += 4)  // NaN compares false, as below
+        above |= static_cast<uint32_t>(_mm_movemask_ps(_mm_cmpgt_ps(_mm_andnot_ps(sign, _mm_loadu_ps(xb + j)), bar4))) << j;
+#else
       for (int j = 0; j < kBlock; ++j) above |= static_cast<uint32_t>(std::fabs(xb[j]) > floor) << j;
+#endif
       for (; above != 0; above &= above - 1) {
         const int64_t c = b * kBlock + std::countr_zero(above);
         const float a = std::fabs(xr[c]);
