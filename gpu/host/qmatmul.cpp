@@ -235,18 +235,9 @@ void quantize_rows_portable(const float* x, int64_t n, int64_t cols, const int32
   constexpr int kOut = QuantizedRows::kOutliers;
   const int64_t nb = cols / kBlock;
   for (int64_t bi = 0; bi < n * nb; ++bi) {
-    const float* xb = x + bi * kBlock;
     float zeroed[kBlock];
-    if (skip != nullptr) {
-      const int32_t* sk = skip + (bi / nb) * kOut;
-      const int64_t first = (bi % nb) * kBlock;
-      for (int k = 0; k < kOut; ++k)
-        if (sk[k] >= first && sk[k] < first + kBlock) {
-          if (xb != zeroed) std::memcpy(zeroed, xb, sizeof(zeroed));
-          zeroed[sk[k] - first] = 0.0f;
-          xb = zeroed;
-        }
-    }
+    const float* xb = x + bi * kBlock;
+    if (skip != nullptr) xb = block_with_values_set_aside(xb, bi % nb, skip + (bi / nb) * kOut, zeroed);
     quantize_block(xb, q + bi * kBlock, d[bi], isum[bi], isum_lo[bi], sx[bi]);
   }
 }

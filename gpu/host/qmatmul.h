@@ -14,6 +14,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <vector>
@@ -103,6 +104,20 @@ struct QuantizedRows {
 };
 // With a pool, a call of many rows (a prefill's) splits them across its threads; the same values.
 void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out, ThreadPool* pool = nullptr);
+
+// Block b of a row (xb, its 32 values) as the quantizers read it: xb itself, or where some of the
+// row's kOutliers set-aside columns (skip_row) fall in it, a copy in `zeroed` with those values 0.
+// `static`: every file that calls it, the ISA-specific ones included, compiles its own copy.
+static inline const float* block_with_values_set_aside(const float* xb, int64_t b, const int32_t* skip_row, float* zeroed) {
+  const float* out = xb;
+  for (int k = 0; k < QuantizedRows::kOutliers; ++k)
+    if (skip_row[k] / 32 == b) {
+      if (out != zeroed) std::memcpy(zeroed, xb, 32 * sizeof(float));
+      zeroed[skip_row[k] % 32] = 0.0f;
+      out = zeroed;
+    }
+  return out;
+}
 
 namespace host_kernels {
 

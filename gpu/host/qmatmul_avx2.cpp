@@ -137,18 +137,9 @@ void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, const int32_t* 
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 lim = _mm256_set1_ps(127.0f), nlim = _mm256_set1_ps(-127.0f);
   for (int64_t bi = 0; bi < blocks; ++bi) {
-    const float* xb = x + bi * 32;
     alignas(32) float zeroed[32];
-    if (skip != nullptr) {
-      const int32_t* sk = skip + (bi / nb) * kOut;
-      const int64_t first = (bi % nb) * 32;
-      for (int k = 0; k < kOut; ++k)
-        if (sk[k] >= first && sk[k] < first + 32) {
-          if (xb != zeroed) std::memcpy(zeroed, xb, sizeof(zeroed));
-          zeroed[sk[k] - first] = 0.0f;
-          xb = zeroed;
-        }
-    }
+    const float* xb = x + bi * 32;
+    if (skip != nullptr) xb = block_with_values_set_aside(xb, bi % nb, skip + (bi / nb) * kOut, zeroed);
     __m256 v[4];
     __m256 mx = _mm256_setzero_ps();
     for (int k = 0; k < 4; ++k) {

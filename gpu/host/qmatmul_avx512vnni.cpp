@@ -64,8 +64,7 @@ template <DType T>
 struct PassOutliers {
   static constexpr int kOut = QuantizedRows::kOutliers;
   int count = 0;
-  int64_t block[kTile * kOut];
-  ColumnAt<T> at[kTile * kOut];
+  ColumnAt<T> column[kTile * kOut];
   uint8_t index[kTile * kOut];  // [row - first, k]
   void plan(const PackedMatrix& m, const QuantizedRows& x, int64_t first, int64_t rows) {
     int32_t cols[kTile * kOut];
@@ -79,10 +78,7 @@ struct PassOutliers {
       cols[e] = c;
       ++count;
     }
-    for (int e = 0; e < count; ++e) {
-      block[e] = cols[e] / 32;
-      at[e] = ColumnAt<T>(m, cols[e]);
-    }
+    for (int e = 0; e < count; ++e) column[e] = ColumnAt<T>(m, cols[e]);
     for (int64_t o = first * kOut; o < (first + rows) * kOut; ++o) {
       const int32_t c = x.outlier_col[static_cast<size_t>(o)];
       int e = 0;
@@ -103,8 +99,7 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, cons
   __m512 acc[N];
   for (int i = 0; i < N; ++i) acc[i] = _mm512_setzero_ps();
   __m512 wo[N * kOut];
-  int next = 0;
-  int64_t next_block = out.count > 0 ? out.block[0] : -1;
+  int next = 0;  // out.column[next] is the next column to dequantize, in block order
   const int64_t nb = m.blocks, cols = m.cols;
   for (int64_t blk = 0; blk < nb; ++blk) {
     const size_t off = static_cast<size_t>(blk) * m.block_bytes;
@@ -122,11 +117,8 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, cons
       const __m512i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + blk * 32, x.isum[xi], x.isum_lo[xi]);
       acc[i] = accumulate_block<F>(acc[i], s32, dw, pa, pb, x, xi);
     }
-    while (next_block == blk) {
-      wo[next] = out.at[next].in_block(pa, pb, dw, F::min(pa, pb));
-      ++next;
-      next_block = next < out.count ? out.block[next] : -1;
-    }
+    for (; next < out.count && out.column[next].at.blk_off == off; ++next)
+      wo[next] = out.column[next].in_block(pa, pb, dw, F::min(pa, pb));
   }
   for (int i = 0; i < N; ++i)
     for (int k = 0; k < kOut; ++k)

@@ -186,7 +186,9 @@ TEST(Int8Activations, EveryQuantizerAndAPooledCallQuantizeAsDefinedAndSlotTheSha
           ASSERT_EQ(r.isum_lo[b], q.isum_lo[b]) << name << " block " << b;
         }
       }
-      if (n == 40) EXPECT_EQ(q.outlier_distinct.size(), QuantizedRows::kMaxShared);  // more columns than slots
+      if (n == 40) {
+        EXPECT_EQ(q.outlier_distinct.size(), QuantizedRows::kMaxShared);  // more columns than slots
+      }
     }
 }
 
