@@ -255,21 +255,25 @@ void block_amax_portable(const float* x, int64_t blocks, float* amax) {
 // maxima are values of the row), so only those blocks are searched, and in them only the values
 // above the third largest so far at the block's start (a superset of the values the in-order
 // insertion takes, so the same result).
-void find_outliers(const float* x, QuantizedRows& out, AmaxFn block_amax, int64_t i0, int64_t i1) {
+// amax_rows: the rows' block maxima ([i1 - i0, blocks], block_amax's).
+void find_outliers(const float* x, QuantizedRows& out, const float* amax_rows, int64_t i0, int64_t i1) {
   constexpr int kOut = QuantizedRows::kOutliers;
   const int64_t cols = out.cols, nb = out.blocks;
-  thread_local std::vector<float> amax;
-  if (amax.size() < static_cast<size_t>(nb)) amax.resize(static_cast<size_t>(nb));
   for (int64_t i = i0; i < i1; ++i) {
     const float* xr = x + i * cols;
-    block_amax(xr, nb, amax.data());
-    float top[kOut];
+    const float* amax = amax_rows + (i - i0) * nb;
+    float top[kOut];  // the kOut largest block maxima, largest first (min/max, no branches)
     for (float& t : top) t = -1.0f;
     for (int64_t b = 0; b < nb; ++b) {
       float v = amax[b];
-      for (int k = 0; k < kOut; ++k)
-        if (v > top[k]) std::swap(v, top[k]);
+      for (int k = 0; k < kOut; ++k) {
+        const float hi = std::max(top[k], v);
+        v = std::min(top[k], v);
+        top[k] = hi;
+      }
     }
+    // At least kOut values of the row (the top block maxima, in distinct blocks) reach `bar`,
+    // so a value below it is never among the kOut largest.
     const float bar = top[kOut - 1];
     int64_t col[kOut];
     float mag[kOut];
@@ -277,14 +281,20 @@ void find_outliers(const float* x, QuantizedRows& out, AmaxFn block_amax, int64_
     for (int64_t b = 0; b < nb; ++b) {
       if (!(amax[b] >= bar)) continue;
       const float* xb = xr + b * kBlock;
+      // The values that may enter: above the kOut-th largest so far and at least `bar` (whichever
+      // is higher decides: floor >= bar makes the first imply the second, floor < bar the reverse).
       const float floor = mag[kOut - 1];
+      const bool strict = floor >= bar;
+      const float cut = strict ? floor : bar;
       uint32_t above = 0;
 #if defined(__SSE2__)
-      const __m128 bar4 = _mm_set1_ps(floor), sign = _mm_set1_ps(-0.0f);
-      for (int j = 0; j < kBlock; j += 4)  // NaN compares false, as below
-        above |= static_cast<uint32_t>(_mm_movemask_ps(_mm_cmpgt_ps(_mm_andnot_ps(sign, _mm_loadu_ps(xb + j)), bar4))) << j;
+      const __m128 cut4 = _mm_set1_ps(cut), sign = _mm_set1_ps(-0.0f);
+      for (int j = 0; j < kBlock; j += 4) {  // NaN compares false, as below
+        const __m128 a = _mm_andnot_ps(sign, _mm_loadu_ps(xb + j));
+        above |= static_cast<uint32_t>(_mm_movemask_ps(strict ? _mm_cmpgt_ps(a, cut4) : _mm_cmpge_ps(a, cut4))) << j;
+      }
 #else
-      for (int j = 0; j < kBlock; ++j) above |= static_cast<uint32_t>(std::fabs(xb[j]) > floor) << j;
+      for (int j = 0; j < kBlock; ++j) above |= static_cast<uint32_t>(strict ? std::fabs(xb[j]) > cut : std::fabs(xb[j]) >= cut) << j;
 #endif
       for (; above != 0; above &= above - 1) {
         const int64_t c = b * kBlock + std::countr_zero(above);
@@ -342,16 +352,23 @@ void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out, 
   out.outlier_slot.resize(out.outlier_col.size());
   out.wide_ready = false;
   const bool avx2 = host_kernels::cpu_has_avx2_fma();
-  const QuantizeFn quantize = host_kernels::cpu_has_avx512() ? &host_kernels::quantize_rows_avx512
-                              : avx2                          ? &host_kernels::quantize_rows_avx2
-                                                              : &quantize_rows_portable;
+  const bool avx512 = host_kernels::cpu_has_avx512();
+  const QuantizeFn quantize = avx2 ? &host_kernels::quantize_rows_avx2 : &quantize_rows_portable;
   const AmaxFn block_amax = avx2 ? &host_kernels::block_amax_avx2 : &block_amax_portable;
   const int64_t nb = out.blocks;
   auto rows = [&](int64_t i0, int64_t i1) {
-    find_outliers(x, out, block_amax, i0, i1);
+    thread_local std::vector<float> amax;
+    if (amax.size() < static_cast<size_t>((i1 - i0) * nb)) amax.resize(static_cast<size_t>((i1 - i0) * nb));
+    block_amax(x + i0 * cols, (i1 - i0) * nb, amax.data());
+    find_outliers(x, out, amax.data(), i0, i1);
     const size_t b0 = static_cast<size_t>(i0 * nb);
-    quantize(x + i0 * cols, i1 - i0, cols, out.outlier_col.data() + i0 * QuantizedRows::kOutliers, out.q.data() + i0 * cols,
-             out.d.data() + b0, out.isum.data() + b0, out.isum_lo.data() + b0, out.sx.data() + b0);
+    const int32_t* skip = out.outlier_col.data() + i0 * QuantizedRows::kOutliers;
+    if (avx512)  // the block maxima again, but where values were set aside
+      host_kernels::quantize_rows_avx512(x + i0 * cols, i1 - i0, cols, skip, amax.data(), out.q.data() + i0 * cols, out.d.data() + b0,
+                                         out.isum.data() + b0, out.isum_lo.data() + b0, out.sx.data() + b0);
+    else
+      quantize(x + i0 * cols, i1 - i0, cols, skip, out.q.data() + i0 * cols, out.d.data() + b0, out.isum.data() + b0,
+               out.isum_lo.data() + b0, out.sx.data() + b0);
   };
   // Rows are independent: a prefill's many rows are split across the pool (about a microsecond
   // of fork and join, against ~0.3 us a row of 576 values).

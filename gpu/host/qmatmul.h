@@ -180,9 +180,11 @@ void broadcast_rows_avx2(QuantizedRows& x);
 // are quantized as 0.
 void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, const int32_t* skip, int8_t* q, float* d, int32_t* isum,
                         int32_t* isum_lo, float* sx);
-// The same on AVX-512 F/BW/VL (quantize_avx512.cpp); call only where cpu_has_avx512().
-void quantize_rows_avx512(const float* x, int64_t n, int64_t cols, const int32_t* skip, int8_t* q, float* d, int32_t* isum,
-                          int32_t* isum_lo, float* sx);
+// The same on AVX-512 F/BW/VL (quantize_avx512.cpp); call only where cpu_has_avx512(). With
+// `amax` ([n, cols / 32], each block's largest |x| with no value set aside, as block_amax gives
+// it), it recomputes only the maxima of the blocks that hold set-aside values.
+void quantize_rows_avx512(const float* x, int64_t n, int64_t cols, const int32_t* skip, const float* amax, int8_t* q, float* d,
+                          int32_t* isum, int32_t* isum_lo, float* sx);
 // amax[b] = the largest |x| of 32-value block b (NaNs ignored); AVX2.
 void block_amax_avx2(const float* x, int64_t blocks, float* amax);
 
