@@ -226,8 +226,9 @@ void quantize_block(const float* xb, int8_t* q, float& d_out, int32_t& isum, int
   sx = d * static_cast<float>(sum);
 }
 
-using QuantizeFn = void (*)(const float* x, int64_t n, int64_t cols, const int32_t* skip, int8_t* q, float* d, int32_t* isum,
-                           int32_t* isum_lo, float* sx);
+// The vector quantizers' shape (quantize_rows_avx2, quantize_rows_avx512): they take the block maxima.
+using QuantizeFn = void (*)(const float* x, int64_t n, int64_t cols, const int32_t* skip, const float* amax, int8_t* q, float* d,
+                           int32_t* isum, int32_t* isum_lo, float* sx);
 using AmaxFn = void (*)(const float* x, int64_t blocks, float* amax);
 
 void quantize_rows_portable(const float* x, int64_t n, int64_t cols, const int32_t* skip, int8_t* q, float* d, int32_t* isum,
@@ -352,8 +353,9 @@ void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out, 
   out.outlier_slot.resize(out.outlier_col.size());
   out.wide_ready = false;
   const bool avx2 = host_kernels::cpu_has_avx2_fma();
-  const bool avx512 = host_kernels::cpu_has_avx512();
-  const QuantizeFn quantize = avx2 ? &host_kernels::quantize_rows_avx2 : &quantize_rows_portable;
+  const QuantizeFn quantize = host_kernels::cpu_has_avx512() ? &host_kernels::quantize_rows_avx512
+                              : avx2                          ? &host_kernels::quantize_rows_avx2
+                                                              : nullptr;
   const AmaxFn block_amax = avx2 ? &host_kernels::block_amax_avx2 : &block_amax_portable;
   const int64_t nb = out.blocks;
   auto rows = [&](int64_t i0, int64_t i1) {
@@ -363,12 +365,12 @@ void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out, 
     find_outliers(x, out, amax.data(), i0, i1);
     const size_t b0 = static_cast<size_t>(i0 * nb);
     const int32_t* skip = out.outlier_col.data() + i0 * QuantizedRows::kOutliers;
-    if (avx512)  // the block maxima again, but where values were set aside
-      host_kernels::quantize_rows_avx512(x + i0 * cols, i1 - i0, cols, skip, amax.data(), out.q.data() + i0 * cols, out.d.data() + b0,
-                                         out.isum.data() + b0, out.isum_lo.data() + b0, out.sx.data() + b0);
-    else
-      quantize(x + i0 * cols, i1 - i0, cols, skip, out.q.data() + i0 * cols, out.d.data() + b0, out.isum.data() + b0,
+    if (quantize != nullptr)  // the block maxima again, but where values were set aside
+      quantize(x + i0 * cols, i1 - i0, cols, skip, amax.data(), out.q.data() + i0 * cols, out.d.data() + b0, out.isum.data() + b0,
                out.isum_lo.data() + b0, out.sx.data() + b0);
+    else
+      quantize_rows_portable(x + i0 * cols, i1 - i0, cols, skip, out.q.data() + i0 * cols, out.d.data() + b0, out.isum.data() + b0,
+                             out.isum_lo.data() + b0, out.sx.data() + b0);
   };
   // Rows are independent: a prefill's many rows are split across the pool (about a microsecond
   // of fork and join, against ~0.3 us a row of 576 values).

@@ -130,54 +130,107 @@ void block_amax_avx2(const float* x, int64_t blocks, float* amax) {
   }
 }
 
-void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, const int32_t* skip, int8_t* q, float* d, int32_t* isum,
-                        int32_t* isum_lo, float* sx) {
-  constexpr int kOut = QuantizedRows::kOutliers;
-  const int64_t nb = cols / 32, blocks = n * nb;
+namespace {
+
+// The largest |x| of a block (NaNs ignored: vmaxps returns its second operand where either is NaN).
+inline float block_max_avx2(const float* xb) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 mx = _mm256_setzero_ps();
+  for (int k = 0; k < 4; ++k) mx = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * k)), mx);
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  return _mm_cvtss_f32(m4);
+}
+
+// A block's 32 q in order, from x * inv: without kClamp the products are converted unclamped (a
+// finite block's |x| / d is at most 127 and a bit, which rounds to 127 in the current rounding
+// mode, nearest-even as nearbyint's); a NaN, infinite or out-of-range product converts to
+// INT32_MIN and packs to -128, which no clamped value gives: `wrapped` tells the caller to redo
+// the block clamped (a NaN product then gives -127, as the portable clamp's max does).
+template <bool kClamp>
+inline __m256i quantize_block_avx2(const float* xb, __m256 vid, bool* wrapped) {
   const __m256 lim = _mm256_set1_ps(127.0f), nlim = _mm256_set1_ps(-127.0f);
-  for (int64_t bi = 0; bi < blocks; ++bi) {
-    alignas(32) float zeroed[32];
-    const float* xb = x + bi * 32;
-    if (skip != nullptr) xb = block_with_values_set_aside(xb, bi % nb, skip + (bi / nb) * kOut, zeroed);
-    __m256 v[4];
-    __m256 mx = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) {
-      v[k] = _mm256_loadu_ps(xb + 8 * k);
-      mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[k]));
+  __m256i qi[4];
+  for (int k = 0; k < 4; ++k) {
+    __m256 r = _mm256_mul_ps(_mm256_loadu_ps(xb + 8 * k), vid);
+    if constexpr (kClamp) r = _mm256_min_ps(_mm256_max_ps(r, nlim), lim);
+    qi[k] = _mm256_cvtps_epi32(r);
+  }
+  // int32 x 32 -> int8 x 32 in order: packs interleave 128-bit lanes, the permute undoes it.
+  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+  if constexpr (!kClamp) *wrapped = _mm256_movemask_epi8(_mm256_cmpeq_epi8(p, _mm256_set1_epi8(-128))) != 0;
+  return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+}  // namespace
+
+// Eight blocks at a time: their d and 1 / d by one vector division each (the same IEEE values as
+// scalar ones), their q sums from the packed bytes (vpmaddubsw and vpmaddwd against ones, then
+// a tree of vphaddd over the eight blocks) instead of two horizontal sums per block.
+void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, const int32_t* skip, const float* amax, int8_t* q, float* d,
+                        int32_t* isum, int32_t* isum_lo, float* sx) {
+  constexpr int kOut = QuantizedRows::kOutliers;
+  const int64_t nb = cols / 32;
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xr = x + i * cols;
+    const int32_t* skip_row = skip != nullptr ? skip + i * kOut : nullptr;
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+      const int64_t count = nb - b0 < 8 ? nb - b0 : 8;
+      alignas(32) float zeroed[8][32];
+      const float* blk[8];
+      // The maxima: a full batch's given ones straight from `amax` (no store of eight floats to
+      // reload as a vector, which does not forward), then each block computed here put in its lane.
+      const bool loaded = amax != nullptr && count == 8;
+      __m256 mx = loaded ? _mm256_loadu_ps(amax + i * nb + b0) : _mm256_setzero_ps();
+      for (int64_t t = 0; t < count; ++t) {
+        const float* xb = xr + 32 * (b0 + t);
+        blk[t] = skip_row != nullptr ? block_with_values_set_aside(xb, b0 + t, skip_row, zeroed[t]) : xb;
+        if (loaded && blk[t] == xb) continue;
+        const float m = amax != nullptr && blk[t] == xb ? amax[i * nb + b0 + t] : block_max_avx2(blk[t]);
+        mx = _mm256_blendv_ps(mx, _mm256_set1_ps(m), _mm256_castsi256_ps(_mm256_cmpeq_epi32(lane, _mm256_set1_epi32(static_cast<int>(t)))));
+      }
+      const __m256 dv = _mm256_div_ps(mx, _mm256_set1_ps(127.0f));
+      const __m256 nonzero = _mm256_cmp_ps(dv, _mm256_setzero_ps(), _CMP_NEQ_OQ);
+      alignas(32) float inv[8];
+      _mm256_store_ps(inv, _mm256_and_ps(nonzero, _mm256_div_ps(_mm256_set1_ps(1.0f), dv)));
+      __m256i s[8];  // per block, sums of four q: lanes 0-3 its first 16, 4-7 its last 16
+      for (int64_t t = 0; t < 8; ++t) {
+        if (t >= count) {
+          s[t] = _mm256_setzero_si256();
+          continue;
+        }
+        const __m256 vid = _mm256_set1_ps(inv[t]);
+        bool wrapped = false;
+        __m256i p = quantize_block_avx2<false>(blk[t], vid, &wrapped);
+        if (wrapped) p = quantize_block_avx2<true>(blk[t], vid, nullptr);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + (i * nb + b0 + t) * 32), p);
+        s[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, p), ones16);
+      }
+      // Low 128 bits: blocks 4k..4k+3's first-16 sums; high: their last-16 sums.
+      const __m256i s0 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+      const __m256i s1 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
+      const __m256i lo = _mm256_permute2x128_si256(s0, s1, 0x20), hi = _mm256_permute2x128_si256(s0, s1, 0x31);
+      const __m256i sum = _mm256_add_epi32(lo, hi);
+      const int64_t bi = i * nb + b0;
+      const __m256 sxv = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(sum));
+      if (count == 8) {
+        _mm256_storeu_ps(d + bi, dv);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(isum_lo + bi), lo);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(isum + bi), sum);
+        _mm256_storeu_ps(sx + bi, sxv);
+      } else {  // the row's last blocks (vmaskmov stores are slow on AMD)
+        alignas(32) float dt[8], st[8];
+        alignas(32) int32_t lt[8], ut[8];
+        _mm256_store_ps(dt, dv);
+        _mm256_store_ps(st, sxv);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(lt), lo);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(ut), sum);
+        for (int64_t t = 0; t < count; ++t) d[bi + t] = dt[t], sx[bi + t] = st[t], isum_lo[bi + t] = lt[t], isum[bi + t] = ut[t];
+      }
     }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-    const float dv = amax / 127.0f;
-    const float id = dv != 0.0f ? 1.0f / dv : 0.0f;
-    const __m256 vid = _mm256_set1_ps(id);
-    __m256i s = _mm256_setzero_si256();
-    __m256i qi[4];
-    for (int k = 0; k < 4; ++k) {
-      __m256 r = _mm256_round_ps(_mm256_mul_ps(v[k], vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      r = _mm256_min_ps(_mm256_max_ps(r, nlim), lim);
-      qi[k] = _mm256_cvtps_epi32(r);
-      s = _mm256_add_epi32(s, qi[k]);
-    }
-    // int32 x 32 -> int8 x 32 in order: packs interleave 128-bit lanes, the permute undoes it.
-    const __m256i p01 = _mm256_packs_epi32(qi[0], qi[1]);
-    const __m256i p23 = _mm256_packs_epi32(qi[2], qi[3]);
-    __m256i p = _mm256_packs_epi16(p01, p23);
-    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + bi * 32), p);
-    const auto hsum = [](__m256i v) {
-      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-      return _mm_cvtsi128_si32(s4);
-    };
-    const int32_t sum = hsum(s);
-    isum_lo[bi] = hsum(_mm256_add_epi32(qi[0], qi[1]));
-    d[bi] = dv;
-    isum[bi] = sum;
-    sx[bi] = dv * static_cast<float>(sum);
   }
 }
 

@@ -146,7 +146,7 @@ TEST(Int8Activations, EachBlockIsQuantizedAsDefinedWithTheRowsLargestValuesSetAs
 
 // A prefill's many rows (quantized on both threads), rows wider than the AVX-512 quantizer's
 // 16 blocks at a time, a block whose scale's inverse overflows, and every vector quantizer the
-// CPU has called directly on the same rows (the AVX-512 one with and without the block maxima):
+// CPU has called directly on the same rows (with and without the block maxima):
 // all as defined, bit for bit. The shared-column slots: each slot names its outlier's column, and
 // an outlier goes without one only when all are taken by other columns.
 TEST(Int8Activations, EveryQuantizerAndAPooledCallQuantizeAsDefinedAndSlotTheSharedColumns) {
@@ -159,7 +159,7 @@ TEST(Int8Activations, EveryQuantizerAndAPooledCallQuantizeAsDefinedAndSlotTheSha
         if (i % 4) x[i * cols + 500] = -250.0f;
       }
       // A block of denormals whose 1 / d overflows: every x / d is infinite and rounds to +-127
-      // (the AVX-512 quantizer's unclamped conversion wraps there and redoes the block clamped).
+      // (the vector quantizers' unclamped conversion wraps there and each redoes the block clamped).
       for (int64_t j = 160; j < 192; ++j) x[(n - 1) * cols + j] = (j % 3 ? 1e-41f : -1e-41f);
       QuantizedRows q;
       quantize_rows(x.data(), n, cols, q, &pool);
@@ -175,32 +175,28 @@ TEST(Int8Activations, EveryQuantizerAndAPooledCallQuantizeAsDefinedAndSlotTheSha
         }
       }
       EXPECT_EQ(q.outlier_slot[0], 0);  // column 100, first seen in row 0
-      using Quantizer = void (*)(const float*, int64_t, int64_t, const int32_t*, int8_t*, float*, int32_t*, int32_t*, float*);
+      using Quantizer = void (*)(const float*, int64_t, int64_t, const int32_t*, const float*, int8_t*, float*, int32_t*, int32_t*,
+                                 float*);
       std::vector<std::pair<const char*, Quantizer>> quantizers;
       if (host_kernels::cpu_has_avx2_fma()) quantizers.emplace_back("avx2", &host_kernels::quantize_rows_avx2);
-      if (host_kernels::cpu_has_avx512()) {
-        quantizers.emplace_back("avx512", [](const float* x, int64_t n, int64_t cols, const int32_t* skip, int8_t* q, float* d,
-                                             int32_t* isum, int32_t* isum_lo, float* sx) {
-          host_kernels::quantize_rows_avx512(x, n, cols, skip, nullptr, q, d, isum, isum_lo, sx);
-        });
-        quantizers.emplace_back("avx512 given the block maxima", [](const float* x, int64_t n, int64_t cols, const int32_t* skip,
-                                                                     int8_t* q, float* d, int32_t* isum, int32_t* isum_lo, float* sx) {
-          std::vector<float> amax(static_cast<size_t>(n * cols / 32), 0.0f);
-          for (int64_t j = 0; j < n * cols; ++j) amax[j / 32] = std::max(amax[j / 32], std::fabs(x[j]));
-          host_kernels::quantize_rows_avx512(x, n, cols, skip, amax.data(), q, d, isum, isum_lo, sx);
-        });
-      }
-      for (const auto& [name, quantize] : quantizers) {
-        QuantizedRows r = q;
-        std::fill(r.q.begin(), r.q.end(), int8_t{99});
-        quantize(x.data(), n, cols, q.outlier_col.data(), r.q.data(), r.d.data(), r.isum.data(), r.isum_lo.data(), r.sx.data());
-        EXPECT_EQ(r.q, q.q) << name << " cols " << cols << " n " << n;
-        for (size_t b = 0; b < q.d.size(); ++b) {
-          ASSERT_TRUE(bit_equal(r.d[b], q.d[b]) && bit_equal(r.sx[b], q.sx[b])) << name << " block " << b;
-          ASSERT_EQ(r.isum[b], q.isum[b]) << name << " block " << b;
-          ASSERT_EQ(r.isum_lo[b], q.isum_lo[b]) << name << " block " << b;
+      if (host_kernels::cpu_has_avx512()) quantizers.emplace_back("avx512", &host_kernels::quantize_rows_avx512);
+      // Each block's largest |x| with nothing set aside, as quantize_rows hands them to the quantizers.
+      std::vector<float> amax(static_cast<size_t>(n * cols / 32), 0.0f);
+      for (int64_t j = 0; j < n * cols; ++j) amax[j / 32] = std::max(amax[j / 32], std::fabs(x[j]));
+      for (const auto& [name, quantize] : quantizers)
+        for (const float* maxima : {static_cast<const float*>(nullptr), static_cast<const float*>(amax.data())}) {
+          QuantizedRows r = q;
+          std::fill(r.q.begin(), r.q.end(), int8_t{99});
+          quantize(x.data(), n, cols, q.outlier_col.data(), maxima, r.q.data(), r.d.data(), r.isum.data(), r.isum_lo.data(),
+                   r.sx.data());
+          const char* given = maxima != nullptr ? " given the block maxima" : "";
+          EXPECT_EQ(r.q, q.q) << name << given << " cols " << cols << " n " << n;
+          for (size_t b = 0; b < q.d.size(); ++b) {
+            ASSERT_TRUE(bit_equal(r.d[b], q.d[b]) && bit_equal(r.sx[b], q.sx[b])) << name << given << " block " << b;
+            ASSERT_EQ(r.isum[b], q.isum[b]) << name << given << " block " << b;
+            ASSERT_EQ(r.isum_lo[b], q.isum_lo[b]) << name << given << " block " << b;
+          }
         }
-      }
       if (n == 40) {
         EXPECT_EQ(q.outlier_distinct.size(), QuantizedRows::kMaxShared);  // more columns than slots
       }
