@@ -254,8 +254,8 @@ void block_amax_portable(const float* x, int64_t blocks, float* amax) {
 // Rows [i0, i1): each row's kOutliers largest |x| (ties to the lower column). Every one of them
 // lies in a block whose largest |x| is at least the kOutliers-th largest block maximum (those
 // maxima are values of the row), so only those blocks are searched, and in them only the values
-// above the third largest so far at the block's start (a superset of the values the in-order
-// insertion takes, so the same result).
+// above the third largest so far at the block's start and at least that block maximum (a
+// superset of the values the in-order insertion takes, so the same result).
 // amax_rows: the rows' block maxima ([i1 - i0, blocks], block_amax's).
 void find_outliers(const float* x, QuantizedRows& out, const float* amax_rows, int64_t i0, int64_t i1) {
   constexpr int kOut = QuantizedRows::kOutliers;
@@ -373,7 +373,7 @@ void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out, 
                              out.isum_lo.data() + b0, out.sx.data() + b0);
   };
   // Rows are independent: a prefill's many rows are split across the pool (about a microsecond
-  // of fork and join, against ~0.3 us a row of 576 values).
+  // of fork and join, against ~0.17 us a row of 576 values).
   if (pool != nullptr && pool->threads() > 1 && n >= kParallelQuantizeRows) pool->parallel_for(n, 4, rows);
   else rows(0, n);
   assign_slots(out);
