@@ -2,6 +2,8 @@
 // kernels are in qmatmul_avx2.cpp (the only file of the path built with AVX2).
 #include "gpu/host/qmatmul.h"
 
+#include <atomic>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -352,6 +354,8 @@ void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out, 
   out.outlier_x.resize(out.outlier_col.size());
   out.outlier_slot.resize(out.outlier_col.size());
   out.wide_ready = false;
+  static std::atomic<uint64_t> generations{0};
+  out.generation = generations.fetch_add(1, std::memory_order_relaxed) + 1;
   const bool avx2 = host_kernels::cpu_has_avx2_fma();
   const QuantizeFn quantize = host_kernels::cpu_has_avx512() ? &host_kernels::quantize_rows_avx512
                               : avx2                          ? &host_kernels::quantize_rows_avx2

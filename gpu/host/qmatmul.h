@@ -74,6 +74,9 @@ struct QuantizedRows {
   // "A third value set aside").
   static constexpr int kOutliers = 3;
   int64_t n = 0, cols = 0, blocks = 0;
+  // Set by quantize_rows, a different number for every call in the process, so that a kernel can
+  // keep what it derives from these rows (the VNNI tiles' outlier plans) for the call's chunks.
+  uint64_t generation = 0;
   std::vector<int8_t> q;   // [n, cols]
   std::vector<float> d;    // [n, blocks]
   std::vector<int32_t> isum;

@@ -153,12 +153,20 @@ void rows_of_pair(const PackedMatrix& m, const QuantizedRows& x, const uint8_t* 
 template <class F>
 void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
   const int64_t passes = pass_count(x.n);
+  // The plans depend on the matrix and the rows alone, so a thread that runs several chunks of a
+  // call (qmatmul cuts each into ~4 a thread) makes them once.
   thread_local std::vector<PassOutliers<F::kType>> plans;
-  if (plans.size() < static_cast<size_t>(passes)) plans.resize(static_cast<size_t>(passes));
-  for (int64_t p = 0, i0 = 0; p < passes; ++p) {
-    const int64_t rows = pass_rows(x.n, passes, p, i0);
-    plans[static_cast<size_t>(p)].plan(m, x, i0, rows);
-    i0 += rows;
+  thread_local const PackedMatrix* planned_for = nullptr;
+  thread_local uint64_t planned_generation = 0;
+  if (planned_for != &m || planned_generation != x.generation || x.generation == 0) {
+    if (plans.size() < static_cast<size_t>(passes)) plans.resize(static_cast<size_t>(passes));
+    for (int64_t p = 0, i0 = 0; p < passes; ++p) {
+      const int64_t rows = pass_rows(x.n, passes, p, i0);
+      plans[static_cast<size_t>(p)].plan(m, x, i0, rows);
+      i0 += rows;
+    }
+    planned_for = &m;
+    planned_generation = x.generation;
   }
   for_group_pairs(m, y, g0, g1, [&](const uint8_t* a, const uint8_t* b, float* yp, int64_t valid) {
     rows_of_pair<F>(m, x, a, b, yp, ldy, valid, passes, plans.data());
