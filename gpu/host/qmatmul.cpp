@@ -2,9 +2,8 @@
 // kernels are in qmatmul_avx2.cpp (the only file of the path built with AVX2).
 #include "gpu/host/qmatmul.h"
 
-#include <atomic>
-
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdlib>

@@ -180,9 +180,9 @@ void add_outliers_avx2(const PackedMatrix& m, const QuantizedRows& x, float* y, 
 void broadcast_rows_avx2(QuantizedRows& x);
 // The AVX2 activation quantizer (the same values as quantize_rows' portable one, faster): n rows
 // of 32-value blocks; with `skip` ([n, kOutliers] columns, or nullptr), those values of each row
-// are quantized as 0. With `amax` ([n, cols / 32], each block's largest |x| with no value set
-// aside, as block_amax gives it), only the blocks that hold set-aside values have their maxima
-// computed again; with nullptr, every block's.
+// are quantized as 0. `amax` ([n, cols / 32]) is each block's largest |x| with no value set
+// aside, as block_amax gives it; only the blocks that hold set-aside values have theirs computed
+// again.
 void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, const int32_t* skip, const float* amax, int8_t* q, float* d,
                         int32_t* isum, int32_t* isum_lo, float* sx);
 // The same on AVX-512 F/BW/VL (quantize_avx512.cpp); call only where cpu_has_avx512().

@@ -118,18 +118,6 @@ void broadcast_rows_avx2(QuantizedRows& x) {
   x.wide_ready = true;
 }
 
-void block_amax_avx2(const float* x, int64_t blocks, float* amax) {
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  for (int64_t b = 0; b < blocks; ++b) {
-    __m256 mx = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) mx = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 32 * b + 8 * k)), mx);  // NaN: mx
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    amax[b] = _mm_cvtss_f32(m4);
-  }
-}
-
 namespace {
 
 // The largest |x| of a block (NaNs ignored: vmaxps returns its second operand where either is NaN).
@@ -165,6 +153,10 @@ inline __m256i quantize_block_avx2(const float* xb, __m256 vid, bool* wrapped) {
 
 }  // namespace
 
+void block_amax_avx2(const float* x, int64_t blocks, float* amax) {
+  for (int64_t b = 0; b < blocks; ++b) amax[b] = block_max_avx2(x + 32 * b);
+}
+
 // Eight blocks at a time: their d and 1 / d by one vector division each (the same IEEE values as
 // scalar ones), their q sums from the packed bytes (vpmaddubsw and vpmaddwd against ones, then
 // a tree of vphaddd over the eight blocks) instead of two horizontal sums per block.
@@ -182,14 +174,15 @@ void quantize_rows_avx2(const float* x, int64_t n, int64_t cols, const int32_t* 
       alignas(32) float zeroed[8][32];
       const float* blk[8];
       // The maxima: a full batch's given ones straight from `amax` (no store of eight floats to
-      // reload as a vector, which does not forward), then each block computed here put in its lane.
-      const bool loaded = amax != nullptr && count == 8;
+      // reload as a vector, which does not forward), then each other one put in its lane: given,
+      // or computed here for a block with values set aside.
+      const bool loaded = count == 8;
       __m256 mx = loaded ? _mm256_loadu_ps(amax + i * nb + b0) : _mm256_setzero_ps();
       for (int64_t t = 0; t < count; ++t) {
         const float* xb = xr + 32 * (b0 + t);
         blk[t] = skip_row != nullptr ? block_with_values_set_aside(xb, b0 + t, skip_row, zeroed[t]) : xb;
         if (loaded && blk[t] == xb) continue;
-        const float m = amax != nullptr && blk[t] == xb ? amax[i * nb + b0 + t] : block_max_avx2(blk[t]);
+        const float m = blk[t] == xb ? amax[i * nb + b0 + t] : block_max_avx2(blk[t]);
         mx = _mm256_blendv_ps(mx, _mm256_set1_ps(m), _mm256_castsi256_ps(_mm256_cmpeq_epi32(lane, _mm256_set1_epi32(static_cast<int>(t)))));
       }
       const __m256 dv = _mm256_div_ps(mx, _mm256_set1_ps(127.0f));

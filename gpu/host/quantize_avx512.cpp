@@ -5,8 +5,7 @@
 //
 // It works on sixteen blocks at a time and keeps every per-block quantity in a vector lane:
 // - the blocks' maxima are the ones the outlier search computed (quantize_rows passes them), but
-//   for the few blocks that hold set-aside values; without them (a direct call), sixteen blocks'
-//   maxima come out of one transposed reduction;
+//   for the few blocks that hold set-aside values;
 // - d and 1 / d are one vector division each;
 // - the products are converted unclamped (pack_blocks says why that is exact), and two blocks'
 //   q are packed to 64 bytes with saturating packs and one dword permute;
@@ -26,39 +25,12 @@ namespace specula::host_kernels {
 
 namespace {
 
-// The largest lane of each of 16 vectors of non-negative values, lane b of the result for the
-// vector of block b. The reduction leaves lane 4j + i with the vector in slot 4i + j, so the
-// caller puts block b in slot slot_of(b) and the lanes come out in block order.
-constexpr int slot_of(int b) { return 4 * (b % 4) + b / 4; }
-
-inline __m512 max_of_each(const __m512 (&m)[16]) {
-  __m512 s[8], t[4], u[2];
-  for (int k = 0; k < 8; ++k)  // quads 0-1: vector 2k's 8 partial maxima, quads 2-3: 2k+1's
-    s[k] = _mm512_max_ps(_mm512_shuffle_f32x4(m[2 * k], m[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_f32x4(m[2 * k], m[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  for (int k = 0; k < 4; ++k)  // quad j: vector 4k + j's 4 partial maxima
-    t[k] = _mm512_max_ps(_mm512_shuffle_f32x4(s[2 * k], s[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(s[2 * k], s[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-  for (int k = 0; k < 2; ++k)  // quad j, lanes 0-1: vector 8k + j's 2 partial maxima; lanes 2-3: 8k + 4 + j's
-    u[k] = _mm512_max_ps(_mm512_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  // quad j, lane i: vector 4i + j
-  return _mm512_max_ps(_mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
 // |x| of a block's two halves, the lanes whose bit in `keep` is clear read as 0, folded to one vector.
-// NaNs are ignored (vmaxps returns its second operand where either is NaN), as the portable one does.
+// NaNs are ignored (vmaxps returns its second operand where either is NaN), as block_amax does.
 inline __m512 block_abs_max(const float* xb, uint32_t keep) {
   const __m512 v0 = _mm512_maskz_loadu_ps(static_cast<__mmask16>(keep), xb);
   const __m512 v1 = _mm512_maskz_loadu_ps(static_cast<__mmask16>(keep >> 16), xb + 16);
   return _mm512_max_ps(_mm512_abs_ps(v1), _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps()));
-}
-
-// Lane b: the largest |x| of block b0 + b of the row xr (b < count; 0 past it).
-inline __m512 block_maxima(const float* xr, int64_t b0, int64_t count, const uint32_t* keep) {
-  __m512 m[16];
-  for (int b = 0; b < 16; ++b) m[slot_of(b)] = b < count ? block_abs_max(xr + 32 * (b0 + b), keep[b]) : _mm512_setzero_ps();
-  return max_of_each(m);
 }
 
 // Sixteen blocks' q as packed (block pair m in pairs[m], before the permute to block order:
@@ -143,17 +115,13 @@ void quantize_rows_avx512(const float* x, int64_t n, int64_t cols, const int32_t
         const int64_t c = skip[i * kOut + k], t = c / 32 - b0;
         if (t >= 0 && t < 16) keep[t] &= ~(1u << (c % 32));
       }
-      __m512 mx;
-      if (amax == nullptr) {
-        mx = block_maxima(xr, b0, count, keep);
-      } else {  // the given maxima, but for the blocks with values set aside
-        mx = _mm512_maskz_loadu_ps(in, amax + i * nb + b0);
-        for (int k = 0; skip != nullptr && k < kOut; ++k) {
-          const int64_t t = skip[i * kOut + k] / 32 - b0;
-          if (t >= 0 && t < count)  // (a block with two of them is done twice, the same)
-            mx = _mm512_mask_mov_ps(mx, static_cast<__mmask16>(1u << t),
-                                    _mm512_set1_ps(_mm512_reduce_max_ps(block_abs_max(xr + 32 * (b0 + t), keep[t]))));
-        }
+      // The given maxima, but for the blocks with values set aside.
+      __m512 mx = _mm512_maskz_loadu_ps(in, amax + i * nb + b0);
+      for (int k = 0; skip != nullptr && k < kOut; ++k) {
+        const int64_t t = skip[i * kOut + k] / 32 - b0;
+        if (t >= 0 && t < count)  // (a block with two of them is done twice, the same)
+          mx = _mm512_mask_mov_ps(mx, static_cast<__mmask16>(1u << t),
+                                  _mm512_set1_ps(_mm512_reduce_max_ps(block_abs_max(xr + 32 * (b0 + t), keep[t]))));
       }
       const __m512 dv = _mm512_div_ps(mx, _mm512_set1_ps(127.0f));
       const __mmask16 nonzero = _mm512_cmp_ps_mask(dv, _mm512_setzero_ps(), _CMP_NEQ_OQ);
