@@ -221,7 +221,7 @@ void LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int
   // The output head only on the rows whose logits are wanted: prefill pays for one row.
   ops_.gather_rows(x, H, out_rows, hidden_.get());
   ops_.rmsnorm(hidden_.get(), output_norm_, cfg_.rms_eps, n_out, H, xn);
-  ops_.matmul(xn, output_, n_out, logits_rows_.get());
+  ops_.matmul_logits(xn, output_, n_out, logits_rows_.get());
 }
 
 void LlamaModel::copy_features(const float* final_rows, const float* layer_rows, int64_t rows, int64_t stride,

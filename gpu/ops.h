@@ -70,6 +70,10 @@ class Ops {
   virtual void rmsnorm(const float* x, const Weight& w, float eps, int64_t n, int64_t dim, float* out) = 0;
   // y[n, W.rows] = x[n, W.cols] * W^T
   virtual void matmul(const float* x, const Weight& w, int64_t n, float* y) = 0;
+  // The output head's product: as matmul, where a device may spend more arithmetic on precision
+  // (the host's int8 path computes each row's top logits again with f32 activations:
+  // qmatmul_logits, gpu/host/qmatmul.h).
+  virtual void matmul_logits(const float* x, const Weight& w, int64_t n, float* y) { matmul(x, w, n, y); }
   // ys[k][n, ws[k].rows] = x[n, cols] * ws[k]^T for every k: the matmuls of one input (q/k/v,
   // gate/up) in one call, so a device can prepare x once and run them in one parallel region.
   virtual void matmul_many(const float* x, std::span<const Weight* const> ws, int64_t n, std::span<float* const> ys) {

@@ -8,8 +8,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "gpu/host/quant.h"
 
@@ -531,6 +533,60 @@ void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n,
       g0 = e;
     }
   });
+}
+
+float stored_row_dot(const TensorView& w, int64_t o, const float* x, float* buf) {
+  const int64_t cols = w.cols();
+  dequantize_row(w.dtype, w.row(o), buf, cols);
+  float acc[16] = {};
+  for (int64_t j = 0; j < cols; ++j) acc[j % 16] += buf[j] * x[j];
+  float s = 0.0f;
+  for (float a : acc) s += a;
+  return s;
+}
+
+namespace {
+
+// One row of logits y[R] from activations x: the outputs within kLogitMargin of the largest
+// (NaNs are never the largest nor within it), at most kLogitCap of them, computed again in f32.
+void refine_top_logits(const TensorView& w, const float* x, float* y, int64_t R) {
+  float top[16];
+  for (float& t : top) t = -std::numeric_limits<float>::infinity();
+  int64_t o = 0;
+  for (; o + 16 <= R; o += 16)
+    for (int l = 0; l < 16; ++l) top[l] = y[o + l] > top[l] ? y[o + l] : top[l];
+  for (; o < R; ++o) top[0] = y[o] > top[0] ? y[o] : top[0];
+  float largest = top[0];
+  for (float t : top) largest = t > largest ? t : largest;
+  const float floor = largest - kLogitMargin;
+  thread_local std::vector<int64_t> near;
+  thread_local std::vector<float> buf;
+  near.clear();
+  for (o = 0; o < R; ++o)
+    if (y[o] >= floor) near.push_back(o);
+  if (static_cast<int64_t>(near.size()) > kLogitCap) {
+    std::nth_element(near.begin(), near.begin() + kLogitCap, near.end(),
+                     [&](int64_t a, int64_t b) { return y[a] > y[b] || (y[a] == y[b] && a < b); });
+    near.resize(static_cast<size_t>(kLogitCap));
+  }
+  buf.resize(static_cast<size_t>(w.cols()));
+  for (int64_t c : near) y[c] = stored_row_dot(w, c, x, buf.data());
+}
+
+}  // namespace
+
+void qmatmul_logits(const PackedMatrix& m, const TensorView& stored, const float* x, int64_t n, float* y, ThreadPool& pool,
+                    host_kernels::Int8Kernel kernel) {
+  if (stored.rows() != m.rows || stored.cols() != m.cols || stored.dtype != m.dtype)
+    throw std::invalid_argument("qmatmul_logits: the stored matrix is not the packed one");
+  const PackedMatrix* w = &m;
+  qmatmul({&w, 1}, x, n, {&y, 1}, pool, kernel);
+  const int64_t R = m.rows, C = m.cols;
+  auto rows = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) refine_top_logits(stored, x + i * C, y + i * R, R);
+  };
+  if (n > 1 && pool.threads() > 1) pool.parallel_for(n, 1, rows);
+  else rows(0, n);
 }
 
 }  // namespace specula

@@ -198,4 +198,19 @@ void block_amax_avx2(const float* x, int64_t blocks, float* amax);
 void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n, std::span<float* const> ys,
              ThreadPool& pool, host_kernels::Int8Kernel kernel);
 
+// The output head (HostOps::matmul_logits): y[n, m.rows] = x * W^T by qmatmul, then in each row
+// the outputs within kLogitMargin of the row's largest (at most kLogitCap of them: the largest,
+// ties to the lower index) are computed again with f32 activations, stored_row_dot over the
+// stored row `stored` (the same matrix as stored in the file). Those are the logits that decide
+// the argmax and hold nearly all of the probability; the int8 rounding of x no longer moves them
+// (docs/kernels.md, "The output head's top logits in f32"). Row i's result depends on x's row i
+// alone, as qmatmul's.
+inline constexpr float kLogitMargin = 4.0f;
+inline constexpr int64_t kLogitCap = 64;
+void qmatmul_logits(const PackedMatrix& m, const TensorView& stored, const float* x, int64_t n, float* y, ThreadPool& pool,
+                    host_kernels::Int8Kernel kernel);
+// sum_j w[o][j] * x[j] over stored row o dequantized to f32 (into buf, w.cols() floats): 16
+// partial sums over j mod 16, added in lane order.
+float stored_row_dot(const TensorView& w, int64_t o, const float* x, float* buf);
+
 }  // namespace specula

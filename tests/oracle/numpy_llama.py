@@ -91,6 +91,20 @@ def q8_roundtrip(x: np.ndarray) -> np.ndarray:
     return out.reshape(x32.shape)
 
 
+LOGIT_MARGIN, LOGIT_CAP = 4.0, 64  # kLogitMargin, kLogitCap (gpu/host/qmatmul.h)
+
+
+def top_logits_again(y: np.ndarray, x: np.ndarray, w: np.ndarray) -> None:
+    """In place, as the int8 path's output head (qmatmul_logits): in each row of y the logits within
+    LOGIT_MARGIN of its largest (at most LOGIT_CAP: the largest, ties to the lower index) become
+    the products of the unrounded activations x."""
+    for i in range(y.shape[0]):
+        near = np.flatnonzero(y[i] >= y[i].max() - LOGIT_MARGIN)
+        if len(near) > LOGIT_CAP:
+            near = near[np.lexsort((near, -y[i, near]))][:LOGIT_CAP]
+        y[i, near] = w[near] @ x[i]
+
+
 class KVCache:
     """Per layer: k, v of shape [kv_heads, length, head_dim] (post-RoPE keys)."""
 
@@ -135,12 +149,17 @@ class NumpyLlama:
         return KVCache(self.cfg, self.dtype)
 
     def _mm(self, x: np.ndarray, name: str) -> np.ndarray:
-        """x @ W[name]^T, x rounded first where the weight's input is quantized."""
+        """x @ W[name]^T, x rounded first where the weight's input is quantized (the output
+        head's logits near each row's largest then computed again unrounded: top_logits_again)."""
+        exact = x
         if name in self.quantized_inputs:
             x = q8_roundtrip(x).astype(self.dtype)
         if name in self.bf16_inputs:
             x = bf16_roundtrip(x).astype(self.dtype)
-        return x @ self.w[name].T
+        y = x @ self.w[name].T
+        if name == self.out_name and name in self.quantized_inputs:
+            top_logits_again(y, exact, self.w[name])
+        return y
 
     def _rmsnorm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.cfg.rms_eps) * w

@@ -78,6 +78,28 @@ std::vector<float> run(const PackedMatrix& m, const std::vector<float>& x, int64
 
 bool bit_equal(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
+// Each row of an n-row call (n = 1..16; rows first..first+n-1 of `all`, so that each sits at
+// another position than alone; one thread and two) bit-equal to the same row called alone.
+// call(x, n, threads) returns the [n, rows] outputs; `what` names the case.
+template <class Call>
+void expect_each_row_equal_to_its_one_row_call(const std::vector<float>& all, int64_t cols, int64_t rows, Call call,
+                                               const std::string& what) {
+  std::vector<std::vector<float>> single;
+  for (int64_t i = 0; i < 16; ++i)
+    single.push_back(call(std::vector<float>(all.begin() + i * cols, all.begin() + (i + 1) * cols), 1, 1));
+  for (int64_t n = 1; n <= 16; ++n)
+    for (int threads : {1, 2}) {
+      const int64_t first = (16 - n) / 2;
+      const std::vector<float> x(all.begin() + first * cols, all.begin() + (first + n) * cols);
+      const auto y = call(x, n, threads);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_TRUE(bit_equal(y[i * rows + r], single[first + i][r]))
+              << what << " n=" << n << " threads=" << threads << " row " << i << " out " << r << ": " << y[i * rows + r]
+              << " vs " << single[first + i][r];
+    }
+}
+
 // The row's QuantizedRows::kOutliers largest |x|, ties to the lower column, by a plain sort.
 std::vector<int64_t> largest_columns(const float* xr, int64_t cols) {
   std::vector<int64_t> c(static_cast<size_t>(cols));
@@ -341,24 +363,10 @@ TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrT
     ThreadPool pool(1);
     auto m = pack_matrix(w.view, pool);
     const auto all = random_x(16, cols, 40);
-    for (Int8Kernel isa : int8_kernels()) {
-      // The single-row results, each row alone.
-      std::vector<std::vector<float>> single;
-      for (int64_t i = 0; i < 16; ++i)
-        single.push_back(run(*m, std::vector<float>(all.begin() + i * cols, all.begin() + (i + 1) * cols), 1, 1, isa));
-      for (int64_t n = 1; n <= 16; ++n)
-        for (int threads : {1, 2}) {
-          // Rows first..first+n-1 of `all`, so each row sits at another position than alone.
-          const int64_t first = (16 - n) / 2;
-          const std::vector<float> x(all.begin() + first * cols, all.begin() + (first + n) * cols);
-          const auto y = run(*m, x, n, threads, isa);
-          for (int64_t i = 0; i < n; ++i)
-            for (int64_t r = 0; r < rows; ++r)
-              ASSERT_TRUE(bit_equal(y[i * rows + r], single[first + i][r]))
-                  << dtype_name(t) << " " << host_kernels::int8_kernel_name(isa) << " n=" << n << " threads=" << threads << " row " << i
-                  << " out " << r << ": " << y[i * rows + r] << " vs " << single[first + i][r];
-        }
-    }
+    for (Int8Kernel isa : int8_kernels())
+      expect_each_row_equal_to_its_one_row_call(
+          all, cols, rows, [&](const std::vector<float>& x, int64_t n, int threads) { return run(*m, x, n, threads, isa); },
+          std::string(dtype_name(t)) + " " + host_kernels::int8_kernel_name(isa));
   }
 }
 
@@ -495,6 +503,129 @@ TEST(Int8Kernels, TheFastPathStaysWithinTheActivationRoundingOfTheF32Reference) 
       }
     }
   }
+}
+
+std::vector<float> run_logits(const PackedMatrix& m, const TensorView& stored, const std::vector<float>& x, int64_t n,
+                              int threads, Int8Kernel isa) {
+  ThreadPool pool(threads);
+  std::vector<float> y(static_cast<size_t>(n * m.rows), std::nanf(""));
+  qmatmul_logits(m, stored, x.data(), n, y.data(), pool, isa);
+  return y;
+}
+
+// The output head's product: in each row the outputs within kLogitMargin of the row's largest
+// int8 product are the f32 product of the stored row (within f32 rounding of the exact sum, and
+// far closer to it than the int8 product was), the others stay the int8 products bit for bit.
+TEST(OutputHeadLogits, TheLogitsNearTheRowsLargestAreTheF32ProductsAndTheOthersTheInt8Ones) {
+  for (DType t : {DType::Q8_0, DType::Q4_1, DType::Q6_K}) {
+    const int64_t rows = 300, cols = t == DType::Q6_K ? 768 : 576, n = 4;
+    const Stored w = random_stored(t, rows, cols, 100 + static_cast<uint32_t>(t));
+    ThreadPool pool(1);
+    auto m = pack_matrix(w.view, pool);
+    auto x = random_x(n, cols, 101);
+    for (float& v : x) v *= t == DType::Q6_K ? 0.0008f : 0.1f;  // logits a few units apart, as a model's top ones are
+    std::vector<float> row(cols), buf(cols);
+    for (Int8Kernel isa : int8_kernels()) {
+      const auto plain = run(*m, x, n, 2, isa);
+      const auto y = run_logits(*m, w.view, x, n, 2, isa);
+      int64_t near = 0, closer = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float* p = plain.data() + i * rows;
+        const float largest = *std::max_element(p, p + rows);
+        std::vector<int64_t> taken;  // within the margin, the largest kLogitCap, ties to the lower index
+        for (int64_t o = 0; o < rows; ++o)
+          if (p[o] >= largest - kLogitMargin) taken.push_back(o);
+        std::stable_sort(taken.begin(), taken.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+        if (static_cast<int64_t>(taken.size()) > kLogitCap) taken.resize(static_cast<size_t>(kLogitCap));
+        for (int64_t o = 0; o < rows; ++o) {
+          const size_t at = static_cast<size_t>(i * rows + o);
+          if (std::find(taken.begin(), taken.end(), o) == taken.end()) {
+            ASSERT_TRUE(bit_equal(y[at], plain[at])) << dtype_name(t) << " row " << i << " out " << o;
+            continue;
+          }
+          ++near;
+          ASSERT_TRUE(bit_equal(y[at], stored_row_dot(w.view, o, x.data() + i * cols, buf.data()))) << dtype_name(t) << " row " << i << " out " << o;
+          dequantize_row(t, w.view.row(o), row.data(), cols);
+          double exact = 0, mag = 0;
+          for (int64_t j = 0; j < cols; ++j) {
+            exact += double(row[j]) * x[i * cols + j];
+            mag += std::fabs(double(row[j]) * x[i * cols + j]);
+          }
+          EXPECT_NEAR(y[at], exact, 1e-5 * mag) << dtype_name(t) << " row " << i << " out " << o;
+          closer += std::fabs(y[at] - exact) * 10 < std::fabs(plain[at] - exact);
+        }
+      }
+      // Several outputs a row are near the top, and the f32 ones are closer where computed.
+      EXPECT_GT(near, 2 * n) << dtype_name(t);
+      EXPECT_GT(closer, near / 2) << dtype_name(t);
+    }
+  }
+}
+
+TEST(OutputHeadLogits, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountOrThreads) {
+  for (DType t : {DType::Q8_0, DType::Q4_1}) {
+    const int64_t rows = 200, cols = 576;
+    const Stored w = random_stored(t, rows, cols, 110 + static_cast<uint32_t>(t));
+    ThreadPool pool(1);
+    auto m = pack_matrix(w.view, pool);
+    auto all = random_x(16, cols, 111);
+    for (float& v : all) v *= 0.1f;  // several logits a row within the margin
+    for (Int8Kernel isa : int8_kernels())
+      expect_each_row_equal_to_its_one_row_call(
+          all, cols, rows,
+          [&](const std::vector<float>& x, int64_t n, int threads) { return run_logits(*m, w.view, x, n, threads, isa); },
+          std::string(dtype_name(t)) + " " + host_kernels::int8_kernel_name(isa));
+  }
+}
+
+// A row whose outputs are all equal (every weight row the same) has all of them within the
+// margin: the first kLogitCap by index are computed again, no more.
+TEST(OutputHeadLogits, AtMostTheCapAreComputedAgainTheLargestFirstAndTiesToTheLowerIndex) {
+  const int64_t rows = 200, cols = 576;
+  Stored w = random_stored(DType::Q8_0, rows, cols, 120);
+  const size_t row_bytes = dtype_row_bytes(DType::Q8_0, cols);
+  for (int64_t r = 1; r < rows; ++r) std::memcpy(w.bytes.data() + r * row_bytes, w.bytes.data(), row_bytes);
+  ThreadPool pool(1);
+  auto m = pack_matrix(w.view, pool);
+  const auto x = random_x(1, cols, 121);
+  std::vector<float> buf(cols);
+  const float f32 = stored_row_dot(w.view, 0, x.data(), buf.data());
+  for (Int8Kernel isa : int8_kernels()) {
+    const auto plain = run(*m, x, 1, 1, isa);
+    ASSERT_FALSE(bit_equal(plain[0], f32)) << "the test needs the two products to differ";
+    const auto y = run_logits(*m, w.view, x, 1, 1, isa);
+    for (int64_t o = 0; o < rows; ++o)
+      ASSERT_TRUE(bit_equal(y[o], o < kLogitCap ? f32 : plain[o])) << host_kernels::int8_kernel_name(isa) << " out " << o;
+  }
+  // One output raised a little above the tied rest (one weight of the last row one step, the
+  // way that adds to its product): it is the largest, so it is taken first, then the first
+  // kLogitCap - 1 of the rest by index.
+  int64_t j = 0;
+  while (x[j] < 0.5f) ++j;
+  uint8_t* blk = reinterpret_cast<uint8_t*>(w.bytes.data()) + (rows - 1) * row_bytes + (j / 32) * 34;
+  uint16_t h;
+  std::memcpy(&h, blk, 2);
+  auto* q = reinterpret_cast<int8_t*>(blk + 2 + j % 32);
+  *q = static_cast<int8_t>(*q + (fp16_to_f32(h) > 0 ? (*q < 127 ? 1 : 0) : (*q > -128 ? -1 : 0)));
+  auto m2 = pack_matrix(w.view, pool);
+  const float raised = stored_row_dot(w.view, rows - 1, x.data(), buf.data());
+  for (Int8Kernel isa : int8_kernels()) {
+    const auto plain = run(*m2, x, 1, 1, isa);
+    ASSERT_GT(plain[rows - 1], plain[0]);
+    ASSERT_LT(plain[rows - 1], plain[0] + kLogitMargin);
+    const auto y = run_logits(*m2, w.view, x, 1, 1, isa);
+    ASSERT_TRUE(bit_equal(y[rows - 1], raised));
+    for (int64_t o = 0; o + 1 < rows; ++o)
+      ASSERT_TRUE(bit_equal(y[o], o < kLogitCap - 1 ? f32 : plain[o])) << host_kernels::int8_kernel_name(isa) << " out " << o;
+  }
+}
+
+TEST(OutputHeadLogits, AStoredMatrixOtherThanThePackedOneIsRefused) {
+  const Stored w = random_stored(DType::Q8_0, 16, 64, 130), other = random_stored(DType::Q8_0, 8, 64, 131);
+  ThreadPool pool(1);
+  auto m = pack_matrix(w.view, pool);
+  std::vector<float> x(64, 1.0f), y(16);
+  EXPECT_THROW(qmatmul_logits(*m, other.view, x.data(), 1, y.data(), pool, Int8Kernel::kPortable), std::invalid_argument);
 }
 
 TEST(HostPath, SpeculaSimdNamesAPathAndABadOrMissingOneIsOneClearError) {
