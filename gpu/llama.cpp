@@ -168,7 +168,7 @@ LlamaLayer upload_layer(Ops& ops, const LayerWeights& l) {
 
 void decoder_block(Ops& ops, const LlamaConfig& cfg, const LlamaLayer& L, std::span<const float> inv_freq, int layer,
                    std::span<const int32_t> positions, std::span<const SeqSlice> slices, KvCache& kv, float* x,
-                   int64_t rows, const BlockScratch& s) {
+                   int64_t rows, const BlockScratch& s, bool refine_down) {
   const int64_t H = cfg.hidden, hd = cfg.head_dim, I = cfg.intermediate;
   ops.rmsnorm(x, L.attn_norm, cfg.rms_eps, rows, H, s.xn);
   {
@@ -190,7 +190,8 @@ void decoder_block(Ops& ops, const LlamaConfig& cfg, const LlamaLayer& L, std::s
     ops.matmul_many(s.xn, w, rows, y);
   }
   ops.swiglu(s.gate, s.up, rows * I, s.gate);
-  ops.matmul(s.gate, L.w_down, rows, s.tmp);
+  if (refine_down) ops.matmul_refined(s.gate, L.w_down, rows, s.tmp);
+  else ops.matmul(s.gate, L.w_down, rows, s.tmp);
   ops.add(x, s.tmp, rows * H);
 }
 
@@ -205,8 +206,11 @@ void LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int
   const int64_t n_out = static_cast<int64_t>(out_rows.size());
   ops_.embed(embed_, tokens, x);
   for (int64_t li = 0; li < cfg_.layers; ++li) {
+    // The last layer's down projection in two int8 rows: its rounding reaches the logits with no
+    // layer after it (docs/kernels.md, "The last down projection in two int8 rows").
+    const bool last = li + 1 == cfg_.layers;
     if (!skip_layers || !(*skip_layers)[li])
-      decoder_block(ops_, cfg_, layers_[li], inv_freq_, static_cast<int>(li), positions, slices, kv, x, rows, scratch);
+      decoder_block(ops_, cfg_, layers_[li], inv_freq_, static_cast<int>(li), positions, slices, kv, x, rows, scratch, last);
     for (size_t c = 0; c < feature_layers_.size(); ++c) {
       if (feature_layers_[c] != li) continue;
       // The block's scratch is free until the next block: hidden_ holds the gathered rows.

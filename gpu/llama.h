@@ -35,9 +35,10 @@ struct BlockScratch {
 // One Llama decoder block over x [rows, cfg.hidden], in place: x += attention(norm(x)) with RoPE
 // at `positions`, this block's K/V stored in `kv` layer `layer` for `slices`; then
 // x += SwiGLU MLP(norm(x)). The target's layers and the draft head's one layer both run this.
+// refine_down: the down projection through Ops::matmul_refined (the target's last layer).
 void decoder_block(Ops& ops, const LlamaConfig& cfg, const LlamaLayer& L, std::span<const float> inv_freq, int layer,
                    std::span<const int32_t> positions, std::span<const SeqSlice> slices, KvCache& kv, float* x,
-                   int64_t rows, const BlockScratch& s);
+                   int64_t rows, const BlockScratch& s, bool refine_down = false);
 
 class LlamaModel {
  public:

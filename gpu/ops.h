@@ -74,6 +74,9 @@ class Ops {
   // (the host's int8 path computes each row's top logits again with f32 activations:
   // qmatmul_logits, gpu/host/qmatmul.h).
   virtual void matmul_logits(const float* x, const Weight& w, int64_t n, float* y) { matmul(x, w, n, y); }
+  // As matmul, where a device may spend more arithmetic on precision: the host's int8 path takes
+  // each activation row as two int8 rows (qmatmul_refined). The last layer's down projection.
+  virtual void matmul_refined(const float* x, const Weight& w, int64_t n, float* y) { matmul(x, w, n, y); }
   // ys[k][n, ws[k].rows] = x[n, cols] * ws[k]^T for every k: the matmuls of one input (q/k/v,
   // gate/up) in one call, so a device can prepare x once and run them in one parallel region.
   virtual void matmul_many(const float* x, std::span<const Weight* const> ws, int64_t n, std::span<float* const> ys) {

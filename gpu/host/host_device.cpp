@@ -170,6 +170,12 @@ void HostOps::matmul_logits(const float* x, const Weight& w, int64_t n, float* y
   else matmul(x, w, n, y);
 }
 
+void HostOps::matmul_refined(const float* x, const Weight& w, int64_t n, float* y) {
+  const PackedMatrix* m = static_cast<const PackedMatrix*>(w.device);
+  if (m != nullptr && qmatmul_supports(m->dtype)) qmatmul_refined(*m, x, n, y, pool_, int8_);
+  else matmul(x, w, n, y);
+}
+
 void HostOps::matmul_many(const float* x, std::span<const Weight* const> ws, int64_t n, std::span<float* const> ys) {
   const PackedMatrix* packed[8];
   bool all = ws.size() <= 8;

@@ -41,6 +41,7 @@ class HostOps : public Ops {  // not final: tests derive device doubles from it
   void rmsnorm(const float* x, const Weight& w, float eps, int64_t n, int64_t dim, float* out) override;
   void matmul(const float* x, const Weight& w, int64_t n, float* y) override;
   void matmul_logits(const float* x, const Weight& w, int64_t n, float* y) override;
+  void matmul_refined(const float* x, const Weight& w, int64_t n, float* y) override;
   void matmul_many(const float* x, std::span<const Weight* const> ws, int64_t n, std::span<float* const> ys) override;
   void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, std::span<const int32_t> positions,
             std::span<const float> inv_freq, RopeStyle style) override;

@@ -488,21 +488,14 @@ PackedKernel packed_kernel(Int8Kernel k, DType t) {
 
 }  // namespace host_kernels
 
-void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n, std::span<float* const> ys,
-             ThreadPool& pool, host_kernels::Int8Kernel kernel) {
-  if (ws.empty() || n <= 0) return;
-  if (ws.size() != ys.size()) throw std::invalid_argument("qmatmul: as many outputs as weights");
-  const int64_t cols = ws[0]->cols;
-  for (const PackedMatrix* w : ws)
-    if (w->cols != cols) throw std::invalid_argument("qmatmul: fused weights differ in width");
-  // Reused across calls: a decode step quantizes about a hundred activation rows.
-  // (Workers see the caller's through `xq`: a lambda names a thread_local of its own thread.)
-  thread_local QuantizedRows qx;
-  quantize_rows(x, n, cols, qx, &pool);
-  if (kernel == host_kernels::Int8Kernel::kAvx2 && host_kernels::wide_rows_pay(n, cols)) host_kernels::broadcast_rows_avx2(qx);
-  const QuantizedRows& xq = qx;
+namespace {
 
-  // One parallel region over every group of every matrix; a grain of ~4 KiB of weights.
+// The kernels over every group of every matrix in ws, in one parallel region (a grain of ~4 KiB
+// of weights), writing ys[k] ([xq.n, ws[k]->rows]). Where `fold` rows are asked for (one matrix,
+// qmatmul_refined), each chunk's outputs are then folded while in cache:
+// out[i] = ys[0][i] + ys[0][fold + i] for i < fold.
+void run_kernels(std::span<const PackedMatrix* const> ws, const QuantizedRows& xq, std::span<float* const> ys,
+                 ThreadPool& pool, host_kernels::Int8Kernel kernel, int64_t fold = 0, float* out = nullptr) {
   struct Part { const PackedMatrix* w; float* y; host_kernels::PackedKernel k; int64_t first; };
   Part parts[8];
   if (ws.size() > 8) throw std::invalid_argument("qmatmul: at most 8 fused weights");
@@ -530,9 +523,67 @@ void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n,
       const int64_t e = std::min(g1, end);
       p.k(*p.w, xq, p.y, p.w->rows, g0 - p.first, e - p.first);
       if (post != nullptr) post(*p.w, xq, p.y, p.w->rows, g0 - p.first, e - p.first);  // while the groups are in cache
+      if (fold > 0) {
+        const int64_t R = p.w->rows, o0 = 8 * (g0 - p.first), o1 = std::min(R, 8 * (e - p.first));
+        for (int64_t i = 0; i < fold; ++i)
+          for (int64_t o = o0; o < o1; ++o) out[i * R + o] = p.y[i * R + o] + p.y[(fold + i) * R + o];
+      }
       g0 = e;
     }
   });
+}
+
+}  // namespace
+
+void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n, std::span<float* const> ys,
+             ThreadPool& pool, host_kernels::Int8Kernel kernel) {
+  if (ws.empty() || n <= 0) return;
+  if (ws.size() != ys.size()) throw std::invalid_argument("qmatmul: as many outputs as weights");
+  const int64_t cols = ws[0]->cols;
+  for (const PackedMatrix* w : ws)
+    if (w->cols != cols) throw std::invalid_argument("qmatmul: fused weights differ in width");
+  // Reused across calls: a decode step quantizes about a hundred activation rows.
+  // (Workers see the caller's through `xq`: a lambda names a thread_local of its own thread.)
+  thread_local QuantizedRows qx;
+  quantize_rows(x, n, cols, qx, &pool);
+  if (kernel == host_kernels::Int8Kernel::kAvx2 && host_kernels::wide_rows_pay(n, cols)) host_kernels::broadcast_rows_avx2(qx);
+  run_kernels(ws, qx, ys, pool, kernel);
+}
+
+void residual_rows(const float* x, const QuantizedRows& first, float* r) {
+  constexpr int kOut = QuantizedRows::kOutliers;
+  const int64_t n = first.n, cols = first.cols, nb = first.blocks;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xr = x + i * cols;
+    const int8_t* qr = first.qrow(i);
+    float* rr = r + i * cols;
+    for (int64_t b = 0; b < nb; ++b) {
+      const float d = first.d[static_cast<size_t>(i * nb + b)];
+      for (int64_t j = b * kBlock; j < (b + 1) * kBlock; ++j) rr[j] = xr[j] - d * static_cast<float>(qr[j]);
+    }
+    for (int k = 0; k < kOut; ++k) rr[first.outlier_col[static_cast<size_t>(i * kOut + k)]] = 0.0f;
+  }
+}
+
+void qmatmul_refined(const PackedMatrix& w, const float* x, int64_t n, float* y, ThreadPool& pool,
+                     host_kernels::Int8Kernel kernel) {
+  if (n <= 0) return;
+  const int64_t cols = w.cols;
+  thread_local QuantizedRows first, both;
+  thread_local std::vector<float> rows, sums;
+  quantize_rows(x, n, cols, first, nullptr);
+  rows.resize(static_cast<size_t>(2 * n * cols));
+  std::copy(x, x + n * cols, rows.begin());
+  residual_rows(x, first, rows.data() + n * cols);
+  // Rows [0, n) quantize as `first` did (the quantizer works per row); rows [n, 2n) are the
+  // residuals. One call for both, so each weight block is unpacked once for all 2n rows.
+  quantize_rows(rows.data(), 2 * n, cols, both, &pool);
+  if (kernel == host_kernels::Int8Kernel::kAvx2 && host_kernels::wide_rows_pay(2 * n, cols))
+    host_kernels::broadcast_rows_avx2(both);
+  sums.resize(static_cast<size_t>(2 * n * w.rows));
+  const PackedMatrix* m = &w;
+  float* s = sums.data();
+  run_kernels({&m, 1}, both, {&s, 1}, pool, kernel, n, y);
 }
 
 float stored_row_dot(const TensorView& w, int64_t o, const float* x, float* buf) {

@@ -198,6 +198,19 @@ void block_amax_avx2(const float* x, int64_t blocks, float* amax);
 void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n, std::span<float* const> ys,
              ThreadPool& pool, host_kernels::Int8Kernel kernel);
 
+// r[n, cols]: what the int8 rounding of `first` (x quantized by quantize_rows) left of x:
+// x - d * q per value, 0 at the set-aside columns (they are exact).
+void residual_rows(const float* x, const QuantizedRows& first, float* r);
+
+// y[n, w.rows] = x[n, cols] * W^T with each activation row taken as two int8 rows: x's own
+// rounding and the rounding of its residual (residual_rows), whose products are added per output:
+// y = W q(x) + W q(x - q(x)). The rounding error falls from ~d/4 to ~d/1000 a value for twice the
+// integer work; the last layer's down projection takes it (HostOps::matmul_refined,
+// docs/kernels.md "The last down projection in two int8 rows"). Row i's result depends on x's
+// row i alone, as qmatmul's.
+void qmatmul_refined(const PackedMatrix& w, const float* x, int64_t n, float* y, ThreadPool& pool,
+                     host_kernels::Int8Kernel kernel);
+
 // The output head (HostOps::matmul_logits): y[n, m.rows] = x * W^T by qmatmul, then in each row
 // the outputs within kLogitMargin of the row's largest (at most kLogitCap of them: the largest,
 // ties to the lower index) are computed again with f32 activations, stored_row_dot over the

@@ -91,6 +91,14 @@ def q8_roundtrip(x: np.ndarray) -> np.ndarray:
     return out.reshape(x32.shape)
 
 
+def q8_refined(x: np.ndarray) -> np.ndarray:
+    """x as qmatmul_refined sees it (the last layer's down projection): x's int8 rounding plus
+    the int8 rounding of what that left (0 at the set-aside values)."""
+    x32 = np.asarray(x, dtype=np.float32)
+    first = q8_roundtrip(x32)
+    return first + q8_roundtrip((x32 - first.astype(np.float32)).astype(np.float32))
+
+
 LOGIT_MARGIN, LOGIT_CAP = 4.0, 64  # kLogitMargin, kLogitCap (gpu/host/qmatmul.h)
 
 
@@ -149,11 +157,13 @@ class NumpyLlama:
         return KVCache(self.cfg, self.dtype)
 
     def _mm(self, x: np.ndarray, name: str) -> np.ndarray:
-        """x @ W[name]^T, x rounded first where the weight's input is quantized (the output
-        head's logits near each row's largest then computed again unrounded: top_logits_again)."""
+        """x @ W[name]^T, x rounded first where the weight's input is quantized (the last layer's
+        down projection as two int8 rows, q8_refined; the output head's logits near each row's
+        largest then computed again unrounded, top_logits_again)."""
         exact = x
         if name in self.quantized_inputs:
-            x = q8_roundtrip(x).astype(self.dtype)
+            refined = name == f"model.layers.{self.cfg.layers - 1}.mlp.down_proj.weight"
+            x = (q8_refined(x) if refined else q8_roundtrip(x)).astype(self.dtype)
         if name in self.bf16_inputs:
             x = bf16_roundtrip(x).astype(self.dtype)
         y = x @ self.w[name].T

@@ -198,8 +198,9 @@ def test_specula_chat_prompts_encode_like_the_reference_tokenizer(default_model,
 
 
 # The int8 path (SPECULA_SIMD unset) against NumPy emulating its roundings: q8_roundtrip on the
-# input of every Q4_0/Q4_1/Q8_0 matrix (the output head's logits near each row's largest computed
-# again unrounded, top_logits_again), and K/V rounded to float16 in the cache. Rounding is
+# input of every Q4_0/Q4_1/Q8_0 matrix (the last layer's down projection as two int8 rows,
+# q8_refined; the output head's logits near each row's largest computed again unrounded,
+# top_logits_again), and K/V rounded to float16 in the cache. Rounding is
 # discontinuous: where a value lies within float32 noise of a rounding boundary, two computations
 # that differ in the last bits (Specula's and NumPy's summation orders) round one step apart, and
 # these tiny random models amplify such a flip to 1e-3..0.1 in the logits, for that position and

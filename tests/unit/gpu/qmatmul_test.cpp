@@ -477,9 +477,19 @@ TEST(Int8Kernels, AFusedCallEqualsSeparateCallsBitForBit) {
   }
 }
 
+std::vector<float> run_refined(const PackedMatrix& m, const std::vector<float>& x, int64_t n, int threads, Int8Kernel isa) {
+  ThreadPool pool(threads);
+  std::vector<float> y(static_cast<size_t>(n * m.rows), std::nanf(""));
+  qmatmul_refined(m, x.data(), n, y.data(), pool, isa);
+  return y;
+}
+
 // The fast path's error against f32 activations is the activation rounding: per block at most
 // d_x / 2 per value, so |y_fast - y_f32| <= sum_b (d_xb / 2) * sum_j |w_j| (plus f32 rounding).
-TEST(Int8Kernels, TheFastPathStaysWithinTheActivationRoundingOfTheF32Reference) {
+// The refined product's (qmatmul_refined) is its residual's rounding: the same bound with the
+// residual's scales, d_r <= d_x / 254, which the plain product breaks at most outputs (so the
+// bound tells them apart); its worst error is under a twentieth of the plain one's.
+TEST(Int8Kernels, TheFastPathStaysWithinTheActivationRoundingOfTheF32ReferenceAndTheRefinedOneWithinItsResiduals) {
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
     const int64_t rows = 24, cols = (t == DType::Q4_K || t == DType::Q6_K) ? 768 : 576, n = 3;
     const Stored w = random_stored(t, rows, cols, 80 + static_cast<uint32_t>(t));
@@ -491,15 +501,81 @@ TEST(Int8Kernels, TheFastPathStaysWithinTheActivationRoundingOfTheF32Reference) 
     std::vector<float> ref(n * rows), row(cols);
     matmul_reference(w.view, x.data(), n, ref.data());
     const auto y = run(*m, x, n, 2, int8_kernels().back());
+    QuantizedRows qr;
+    std::vector<float> res(x.size());
+    residual_rows(x.data(), q, res.data());
+    quantize_rows(res.data(), n, cols, qr);
+    const auto refined = run_refined(*m, x, n, 2, int8_kernels().back());
+    double worst = 0, worst_refined = 0;
+    int plain_outside = 0;
     for (int64_t r = 0; r < rows; ++r) {
       dequantize_row(t, w.view.row(r), row.data(), cols);
       for (int64_t i = 0; i < n; ++i) {
-        double bound = 0, mag = 0;
+        double bound = 0, bound_refined = 0, mag = 0;
         for (int64_t j = 0; j < cols; ++j) {
           bound += q.d[i * (cols / 32) + j / 32] / 2 * std::fabs(row[j]);
+          bound_refined += qr.d[i * (cols / 32) + j / 32] / 2 * std::fabs(row[j]);
           mag += std::fabs(row[j] * x[i * cols + j]);
         }
-        EXPECT_LE(std::fabs(y[i * rows + r] - ref[i * rows + r]), bound * 1.001 + 1e-5 * mag) << dtype_name(t) << " " << i << "," << r;
+        const size_t at = static_cast<size_t>(i * rows + r);
+        EXPECT_LE(std::fabs(y[at] - ref[at]), bound * 1.001 + 1e-5 * mag) << dtype_name(t) << " " << i << "," << r;
+        EXPECT_LE(std::fabs(refined[at] - ref[at]), bound_refined * 1.001 + 1e-5 * mag) << dtype_name(t) << " " << i << "," << r;
+        plain_outside += std::fabs(y[at] - ref[at]) > bound_refined * 1.001 + 1e-5 * mag;
+        worst = std::max(worst, std::fabs(double(y[at]) - ref[at]));
+        worst_refined = std::max(worst_refined, std::fabs(double(refined[at]) - ref[at]));
+      }
+    }
+    EXPECT_GT(plain_outside, rows * n / 2) << dtype_name(t);
+    EXPECT_LT(worst_refined, worst / 20) << dtype_name(t);
+  }
+}
+
+// qmatmul_refined (the last layer's down projection) is, bit for bit, the product of the rows
+// plus the product of their residuals, each an ordinary int8 call; so it inherits the kernels'
+// agreement with one another. Every type and kernel, at row counts that fit one pass of the
+// 512-bit tiles and that take two (2n > 9); and each row against its own 1-row call.
+TEST(RefinedInt8Products, EqualTheProductOfTheRowsPlusTheProductOfTheirResidualsBitForBit) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    const int64_t rows = 50, cols = (t == DType::Q4_K || t == DType::Q6_K) ? 768 : 576;
+    const Stored w = random_stored(t, rows, cols, 90 + static_cast<uint32_t>(t));
+    ThreadPool pool(1);
+    auto m = pack_matrix(w.view, pool);
+    const auto all = random_x(16, cols, 91);
+    for (Int8Kernel isa : int8_kernels()) {
+      for (int64_t n : {1, 2, 5, 9, 16}) {
+        const std::vector<float> x(all.begin(), all.begin() + n * cols);
+        QuantizedRows first;
+        quantize_rows(x.data(), n, cols, first);
+        std::vector<float> r(x.size());
+        residual_rows(x.data(), first, r.data());
+        const auto yx = run(*m, x, n, 2, isa), yr = run(*m, r, n, 2, isa), y = run_refined(*m, x, n, 2, isa);
+        for (size_t j = 0; j < y.size(); ++j)
+          ASSERT_TRUE(bit_equal(y[j], yx[j] + yr[j])) << dtype_name(t) << " " << host_kernels::int8_kernel_name(isa) << " n=" << n;
+      }
+      expect_each_row_equal_to_its_one_row_call(
+          all, cols, rows, [&](const std::vector<float>& x, int64_t n, int threads) { return run_refined(*m, x, n, threads, isa); },
+          std::string("refined ") + dtype_name(t) + " " + host_kernels::int8_kernel_name(isa));
+    }
+  }
+}
+
+TEST(RefinedInt8Products, TheResidualIsWhatTheRoundingLeftAndZeroAtTheSetAsideValues) {
+  const int64_t n = 3, cols = 576;
+  const auto x = random_x(n, cols, 92);
+  QuantizedRows q;
+  quantize_rows(x.data(), n, cols, q);
+  std::vector<float> r(x.size());
+  residual_rows(x.data(), q, r.data());
+  for (int64_t i = 0; i < n; ++i) {
+    const auto aside = largest_columns(x.data() + i * cols, cols);
+    for (int64_t j = 0; j < cols; ++j) {
+      const size_t at = static_cast<size_t>(i * cols + j);
+      const float d = q.d[static_cast<size_t>(i * (cols / 32) + j / 32)];
+      if (std::find(aside.begin(), aside.end(), j) != aside.end()) {
+        EXPECT_EQ(r[at], 0.0f) << i << "," << j;
+      } else {
+        EXPECT_EQ(r[at], x[at] - d * static_cast<float>(q.q[at])) << i << "," << j;
+        EXPECT_LE(std::fabs(r[at]), d / 2 * 1.0001f) << i << "," << j;  // rounded to nearest
       }
     }
   }
