@@ -164,15 +164,24 @@ void HostOps::matmul(const float* x, const Weight& w, int64_t n, float* y) {
   specula::matmul(w.view, x, n, y, pool_, path_.isa);
 }
 
+namespace {
+
+// w's matrix as repacked for the int8 path; nullptr where it runs elsewhere (the reference path,
+// the 16-bit path, a type without an int8 kernel).
+const PackedMatrix* int8_matrix(const Weight& w) {
+  const auto* m = static_cast<const PackedMatrix*>(w.device);
+  return m != nullptr && qmatmul_supports(m->dtype) ? m : nullptr;
+}
+
+}  // namespace
+
 void HostOps::matmul_logits(const float* x, const Weight& w, int64_t n, float* y) {
-  const PackedMatrix* m = static_cast<const PackedMatrix*>(w.device);
-  if (m != nullptr && qmatmul_supports(m->dtype)) qmatmul_logits(*m, w.view, x, n, y, pool_, int8_);
+  if (const PackedMatrix* m = int8_matrix(w)) qmatmul_logits(*m, w.view, x, n, y, pool_, int8_);
   else matmul(x, w, n, y);
 }
 
 void HostOps::matmul_refined(const float* x, const Weight& w, int64_t n, float* y) {
-  const PackedMatrix* m = static_cast<const PackedMatrix*>(w.device);
-  if (m != nullptr && qmatmul_supports(m->dtype)) qmatmul_refined(*m, x, n, y, pool_, int8_);
+  if (const PackedMatrix* m = int8_matrix(w)) qmatmul_refined(*m, x, n, y, pool_, int8_);
   else matmul(x, w, n, y);
 }
 
