@@ -176,6 +176,11 @@ struct ColumnLocation {
 ColumnLocation column_location(const PackedMatrix& m, int64_t c);
 void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1);
 void add_outliers_avx2(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1);
+// The output head's scans (qmatmul_logits), AVX2, the scalar loops' results: the largest of
+// y[0..n) with NaNs skipped (-inf if there is none), and the indices o with y[o] >= floor in
+// increasing order, written to idx (room for n), their count returned.
+float logits_max_avx2(const float* y, int64_t n);
+int64_t logits_at_least_avx2(const float* y, int64_t n, float floor, int64_t* idx);
 // Fills x.wide from x.q, x.d and x.sx (see QuantizedRows::wide); AVX2.
 void broadcast_rows_avx2(QuantizedRows& x);
 // The AVX2 activation quantizer (the same values as quantize_rows' portable one, faster): n rows

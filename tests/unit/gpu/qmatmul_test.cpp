@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -693,6 +694,44 @@ TEST(OutputHeadLogits, AtMostTheCapAreComputedAgainTheLargestFirstAndTiesToTheLo
     ASSERT_TRUE(bit_equal(y[rows - 1], raised));
     for (int64_t o = 0; o + 1 < rows; ++o)
       ASSERT_TRUE(bit_equal(y[o], o < kLogitCap - 1 ? f32 : plain[o])) << host_kernels::int8_kernel_name(isa) << " out " << o;
+  }
+}
+
+// The head's vector scans against the scalar loops they replace: the largest with NaNs skipped,
+// then every index at or above the floor, in order; lengths around the 8- and 32-value steps,
+// NaNs and infinities anywhere, values exactly at the floor, rows with no number at all.
+TEST(OutputHeadLogits, TheVectorScansFindTheScalarLoopsLargestAndIndicesWithNaNsInfinitiesAndTiesAtTheFloor) {
+  if (!host_kernels::cpu_has_avx2_fma()) GTEST_SKIP() << "this CPU has no AVX2 path";
+  const float nan = std::nanf(""), inf = std::numeric_limits<float>::infinity();
+  std::mt19937 rng(140);
+  std::uniform_real_distribution<float> u(-10.0f, 10.0f);
+  for (int64_t n : {0, 1, 7, 8, 9, 31, 32, 33, 63, 100, 300, 1000}) {
+    for (int kind = 0; kind < 6; ++kind) {
+      std::vector<float> y(static_cast<size_t>(n));
+      for (float& v : y) v = std::round(u(rng) * 4) / 4;  // quarters: many values exactly at the floor
+      for (int64_t o = 0; o < n; ++o) {
+        if (kind == 1 && o % 5 == 2) y[o] = nan;
+        if (kind == 2 && o % 11 == 3) y[o] = o % 2 ? -inf : nan;
+        if (kind == 3) y[o] = nan;                          // no number: the largest is -inf
+        if (kind == 4 && o == n - 1) y[o] = 50.0f;          // the largest in the scalar tail
+      }
+      if (kind == 5 && n > 0) {  // a lone largest, then NaNs in its lane one and four vectors on
+        const int64_t p = n / 3;
+        y[p] = 50.0f;
+        for (int64_t o : {p + 8, p + 32, p + 40})
+          if (o < n) y[o] = nan;
+      }
+      float largest = -inf;
+      for (float v : y) largest = v > largest ? v : largest;
+      ASSERT_TRUE(bit_equal(host_kernels::logits_max_avx2(y.data(), n), largest)) << "n " << n << " kind " << kind;
+      for (float floor : {largest - kLogitMargin, largest, -inf, 0.0f}) {
+        std::vector<int64_t> want, got(static_cast<size_t>(n) + 1);
+        for (int64_t o = 0; o < n; ++o)
+          if (y[o] >= floor) want.push_back(o);
+        got.resize(static_cast<size_t>(host_kernels::logits_at_least_avx2(y.data(), n, floor, got.data())));
+        ASSERT_EQ(got, want) << "n " << n << " kind " << kind << " floor " << floor;
+      }
+    }
   }
 }
 
