@@ -154,7 +154,7 @@ template <class F>
 void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
   const int64_t passes = pass_count(x.n);
   // The plans depend on the matrix and the rows alone, so a thread that runs several chunks of a
-  // call (qmatmul cuts each into ~4 a thread) makes them once.
+  // call (the caller, when the worker is late) makes them once.
   thread_local std::vector<PassOutliers<F::kType>> plans;
   thread_local const PackedMatrix* planned_for = nullptr;
   thread_local uint64_t planned_generation = 0;

@@ -37,8 +37,12 @@ constexpr auto kWorkerSpin = std::chrono::microseconds(100);
 // How long the caller spins for the last chunks before it sleeps (a running worker finishes a
 // chunk in microseconds; a preempted one may take a scheduler tick).
 constexpr auto kCallerSpin = std::chrono::microseconds(50);
-// Chunks per thread: more balances better when a thread is slow; fewer costs fewer atomics.
-constexpr int64_t kChunksPerThread = 4;
+// Chunks per thread. More would balance better when a thread is slow, but one each measured
+// fastest on the default model (Zen 4, 2 threads; docs/kernels.md, "One chunk a thread"): a
+// forward of 1-16 tokens 3-6% shorter than with 4, 2% with 2, 4-10% longer with 8 or 16. Each
+// thread then streams one contiguous range of a matrix's weights instead of jumping between
+// chunks, and claims once. The caller still takes every chunk a late worker has not claimed.
+constexpr int64_t kChunksPerThread = 1;
 
 thread_local bool t_inside_pool_job = false;
 
