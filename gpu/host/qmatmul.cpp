@@ -598,37 +598,51 @@ float stored_row_dot(const TensorView& w, int64_t o, const float* x, float* buf)
 
 namespace {
 
+// The scans' scalar reference (the portable path), with logits_avx2.cpp's signatures: the largest
+// of y[0..n) with NaNs skipped, in 16 lanes so that the compiler can vectorize it; the indices
+// o with y[o] >= floor, in order.
+float logits_max(const float* y, int64_t n) {
+  float top[16];
+  for (float& t : top) t = -std::numeric_limits<float>::infinity();
+  int64_t o = 0;
+  for (; o + 16 <= n; o += 16)
+    for (int l = 0; l < 16; ++l) top[l] = y[o + l] > top[l] ? y[o + l] : top[l];
+  for (; o < n; ++o) top[0] = y[o] > top[0] ? y[o] : top[0];
+  float largest = top[0];
+  for (float t : top) largest = t > largest ? t : largest;
+  return largest;
+}
+
+int64_t logits_at_least(const float* y, int64_t n, float floor, int64_t* idx) {
+  int64_t count = 0;
+  for (int64_t o = 0; o < n; ++o)
+    if (y[o] >= floor) idx[count++] = o;
+  return count;
+}
+
+// The two scans of a row: the scalar ones or logits_avx2.cpp's, the same results.
+struct LogitScans {
+  float (*max)(const float*, int64_t);
+  int64_t (*at_least)(const float*, int64_t, float, int64_t*);
+};
+
 // One row of logits y[R] from activations x: the outputs within kLogitMargin of the largest
 // (NaNs are never the largest nor within it), at most kLogitCap of them, computed again in f32.
-// With `avx2` the two scans over the row run logits_avx2.cpp's loops (the same results, ~5 us
-// a row of 49,152 against ~30 us).
-void refine_top_logits(const TensorView& w, const float* x, float* y, int64_t R, bool avx2) {
+void refine_top_logits(const TensorView& w, const float* x, float* y, int64_t R, const LogitScans& scans) {
   thread_local std::vector<int64_t> near;
   thread_local std::vector<float> buf;
   if (static_cast<int64_t>(near.size()) < R) near.resize(static_cast<size_t>(R));
-  int64_t count = 0;
-  if (avx2) {
-    count = host_kernels::logits_at_least_avx2(y, R, host_kernels::logits_max_avx2(y, R) - kLogitMargin, near.data());
-  } else {
-    float top[16];
-    for (float& t : top) t = -std::numeric_limits<float>::infinity();
-    int64_t o = 0;
-    for (; o + 16 <= R; o += 16)
-      for (int l = 0; l < 16; ++l) top[l] = y[o + l] > top[l] ? y[o + l] : top[l];
-    for (; o < R; ++o) top[0] = y[o] > top[0] ? y[o] : top[0];
-    float largest = top[0];
-    for (float t : top) largest = t > largest ? t : largest;
-    const float floor = largest - kLogitMargin;
-    for (o = 0; o < R; ++o)
-      if (y[o] >= floor) near[static_cast<size_t>(count++)] = o;
-  }
+  int64_t count = scans.at_least(y, R, scans.max(y, R) - kLogitMargin, near.data());
   if (count > kLogitCap) {
     std::nth_element(near.begin(), near.begin() + kLogitCap, near.begin() + count,
                      [&](int64_t a, int64_t b) { return y[a] > y[b] || (y[a] == y[b] && a < b); });
     count = kLogitCap;
   }
   buf.resize(static_cast<size_t>(w.cols()));
-  for (int64_t k = 0; k < count; ++k) y[near[static_cast<size_t>(k)]] = stored_row_dot(w, near[static_cast<size_t>(k)], x, buf.data());
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t o = near[static_cast<size_t>(k)];
+    y[o] = stored_row_dot(w, o, x, buf.data());
+  }
 }
 
 }  // namespace
@@ -641,9 +655,11 @@ void qmatmul_logits(const PackedMatrix& m, const TensorView& stored, const float
   qmatmul({&w, 1}, x, n, {&y, 1}, pool, kernel);
   const int64_t R = m.rows, C = m.cols;
   // The scans' vector loops give the scalar ones' results; the portable kernel keeps to scalar code.
-  const bool avx2 = kernel != host_kernels::Int8Kernel::kPortable && host_kernels::cpu_has_avx2_fma();
+  const LogitScans scans = kernel != host_kernels::Int8Kernel::kPortable && host_kernels::cpu_has_avx2_fma()
+                               ? LogitScans{&host_kernels::logits_max_avx2, &host_kernels::logits_at_least_avx2}
+                               : LogitScans{&logits_max, &logits_at_least};
   auto rows = [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) refine_top_logits(stored, x + i * C, y + i * R, R, avx2);
+    for (int64_t i = i0; i < i1; ++i) refine_top_logits(stored, x + i * C, y + i * R, R, scans);
   };
   if (n > 1 && pool.threads() > 1) pool.parallel_for(n, 1, rows);
   else rows(0, n);
