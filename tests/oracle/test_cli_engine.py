@@ -184,6 +184,36 @@ def test_the_loop_benchmark_runs_every_combination_of_listed_draft_lengths_in_on
         assert bad.stdout == "", (extra, bad.stdout)
 
 
+def test_the_loop_benchmark_repeats_each_prompt_and_reports_each_pass_and_the_least_time(specula_bin, default_model):
+    """`bench spec --repeat 2`: each prompt's configurations run twice (the second time in reverse
+    order, target-only last), with the same text each time; each run reports a speedup per pass
+    and one from each prompt's fastest run, which is at least the mean's tokens/s. --repeat outside
+    1..100 and the engine's options without --concurrency are one clear error each."""
+    base = [str(specula_bin), "bench", "spec", "--model", str(default_model), "--drafts", "ngram;eagle", "--max-tokens", "24",
+            "--prompts", str(SHARED_DIR / "data" / "prompts" / "chat.jsonl"), "--limit", "2", "--spec-k", "3"]
+    p = subprocess.run(base + ["--repeat", "2"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["repeats"] == 2
+    once = json.loads(subprocess.run(base, capture_output=True, text=True, timeout=600, check=True).stdout)
+    assert once["repeats"] == 1
+    for r, r1 in zip(out["runs"], once["runs"]):
+        assert r["draft"] == r1["draft"] and r["tokens"] == 2 * r1["tokens"], (r, r1)
+        assert len(r["speedup_by_repeat"]) == 2 and len(r1["speedup_by_repeat"]) == 1
+        assert r["least_time_tokens_per_second"] >= r["tokens_per_second"], r
+        if r["draft"] == "none":
+            assert r["speedup_by_repeat"] == [1.0, 1.0] and r["least_time_speedup"] == 1.0
+        else:
+            assert r["text_matches_target"] is True, r
+            assert (r["drafted"], r["accepted"], r["rounds"]) == (2 * r1["drafted"], 2 * r1["accepted"], 2 * r1["rounds"])
+            assert r["least_time_speedup"] > 0 and all(x > 0 for x in r["speedup_by_repeat"]), r
+    for extra, says in ((["--repeat", "0"], "--repeat must be 1..100, got 0"),
+                        (["--requests", "4"], "--requests is for the engine's bench spec"),
+                        (["--pipeline-always"], "--pipeline-always is for the engine's bench spec")):
+        bad = subprocess.run(base + extra, capture_output=True, text=True, timeout=300)
+        assert bad.returncode == 2 and says in bad.stderr and bad.stdout == "", (extra, bad.stderr)
+
+
 def test_a_greedy_confidence_threshold_changes_greedy_drafts_only_in_the_loop_and_the_engine(specula_bin, default_model):
     """--draft-confidence-greedy P: greedy requests draft under P instead of --draft-confidence's
     threshold, sampled ones as before. In the loop (`bench spec`, both settings in one run) a strict

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -62,7 +63,7 @@ const char* kUsage =
     "                          [--spec-k K] [--adaptive] [--spec-k-min K] [--spec-k-max K] [--draft-entropy NATS]\n"
     "                          [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                          [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
-    "                          [--spec-sampling exact|coupled|both] [--threads N] [--device D] [--ctx N]\n"
+    "                          [--spec-sampling exact|coupled|both] [--repeat R] [--threads N] [--device D] [--ctx N]\n"
     "  Runs a prompt set (JSON lines with \"messages\" and an optional \"max_tokens\"; default\n"
     "  ../shared/data/prompts/chat.jsonl) target-only and with each drafter, prompt by prompt so that\n"
     "  changes in machine load hit every configuration alike, and prints JSON per configuration:\n"
@@ -78,6 +79,10 @@ const char* kUsage =
     "  llama-bench runs its lists).\n"
     "  Temperature defaults to 0 (greedy); sampled runs verify both exact and coupled unless\n"
     "  --spec-sampling names one. Greedy and coupled runs also report whether the text matched.\n"
+    "  --repeat R (default 1): each prompt's configurations run R times, every other time in\n"
+    "  reverse order; the same seeds give the same text each time. Besides the totals over all\n"
+    "  repeats, each run reports speedup_by_repeat and least_time_speedup: every configuration\n"
+    "  timed by each prompt's fastest repeat, for a machine whose load comes and goes.\n"
     "\n"
     "usage: specula bench spec --concurrency 1,4,16,64 [--pipeline on|off|both] [--drafts \"none;ngram\"]\n"
     "                          [--load-adaptive on|off|both] [--requests N] [--repeat R] [--trace PREFIX]\n"
@@ -139,6 +144,12 @@ struct SpecTotals {
   int64_t tokens = 0, decode_tokens = 0, mismatched_prompts = 0;
   std::optional<int64_t> lookup_rounds;  // prompt lookup in front of another drafter: the rounds lookup drafted
   double wall = 0, decode = 0;
+  // --repeat: wall time and tokens of each pass over the prompts, and of each prompt's fastest
+  // run summed over the prompts (least time: what an undisturbed machine gives).
+  std::vector<double> wall_by_repeat;
+  std::vector<int64_t> tokens_by_repeat;
+  double least_wall = 0, prompt_least_wall = 0;
+  int64_t least_tokens = 0, prompt_least_tokens = 0;
   SpeculativeStats spec;
   void add(const SpeculativeStats& st) {
     spec.rounds += st.rounds;
@@ -190,6 +201,9 @@ int bench_spec(const Args& a) {
   else if (which == "both") modes = {SpecSampling::Exact, SpecSampling::Coupled};
   else throw UsageError("--spec-sampling must be exact, coupled or both, got '" + which + "'");
 
+  const int64_t repeat = a.integer("repeat", 1);
+  if (repeat < 1 || repeat > 100) throw UsageError("--repeat must be 1..100, got " + std::to_string(repeat));
+
   Session s = open_session(a);
   const std::vector<BenchPrompt> prompts =
       read_prompts(a.str("prompts", "../shared/data/prompts/chat.jsonl"), s.loaded, a.integer("limit", 0), a.integer("max-tokens", 0));
@@ -230,39 +244,60 @@ int bench_spec(const Args& a) {
     GenerateRequest w{prompts[0].tokens, 8, base, {}};
     generate(*s.model, *s.kv, seq, w, [](int32_t) { return true; });
   }
+  for (SpecTotals& r : runs) {
+    r.wall_by_repeat.assign(static_cast<size_t>(repeat), 0.0);
+    r.tokens_by_repeat.assign(static_cast<size_t>(repeat), 0);
+  }
+  std::vector<std::vector<int32_t>> ids(runs.size());
   for (size_t pi = 0; pi < prompts.size(); ++pi) {
     GenerateRequest req{prompts[pi].tokens, prompts[pi].max_tokens, base, stop_ids};
     req.sampling.seed = base.seed + pi;
-    std::vector<int32_t> reference;
-    for (SpecTotals& r : runs) {
-      std::vector<int32_t> ids;
-      s.kv->truncate_to(seq, 0);
-      const auto t0 = Clock::now();
-      if (!r.drafter) {
-        const GenerateStats st = generate(*s.model, *s.kv, seq, req, [&](int32_t t) { ids.push_back(t); return true; });
-        r.wall += seconds_since(t0);
-        r.decode += st.decode_seconds;
-        r.decode_tokens += st.generated - 1;  // generate()'s first token comes with the prefill
-        reference = ids;
-      } else {
-        SpeculativeRequest sreq;
-        static_cast<GenerateRequest&>(sreq) = req;
-        sreq.draft = r.length;
-        sreq.mode = r.sampling;
-        const auto* lookup_first = dynamic_cast<const LookupFirstDrafter*>(r.drafter);
-        const int64_t lookup_before = lookup_first ? lookup_first->lookup_rounds() : 0;
-        const SpeculativeStats st = speculative_generate(*s.model, *s.kv, seq, *r.drafter, sreq, [&](int32_t t, TokenOrigin) {
-          ids.push_back(t);
-          return true;
-        });
-        r.wall += seconds_since(t0);
-        r.decode += st.decode_seconds;
-        r.decode_tokens += st.generated;
-        r.add(st);
-        if (lookup_first) r.lookup_rounds = r.lookup_rounds.value_or(0) + lookup_first->lookup_rounds() - lookup_before;
-        if (ids != reference) ++r.mismatched_prompts;
+    for (SpecTotals& r : runs) r.prompt_least_wall = std::numeric_limits<double>::infinity();
+    for (int64_t rep = 0; rep < repeat; ++rep) {
+      // Odd repeats take the configurations in reverse order, so that none always runs first.
+      for (size_t o = 0; o < runs.size(); ++o) {
+        const size_t ri = rep % 2 ? runs.size() - 1 - o : o;
+        SpecTotals& r = runs[ri];
+        ids[ri].clear();
+        s.kv->truncate_to(seq, 0);
+        const auto t0 = Clock::now();
+        if (!r.drafter) {
+          const GenerateStats st = generate(*s.model, *s.kv, seq, req, [&](int32_t t) { ids[ri].push_back(t); return true; });
+          r.decode += st.decode_seconds;
+          r.decode_tokens += st.generated - 1;  // generate()'s first token comes with the prefill
+        } else {
+          SpeculativeRequest sreq;
+          static_cast<GenerateRequest&>(sreq) = req;
+          sreq.draft = r.length;
+          sreq.mode = r.sampling;
+          const auto* lookup_first = dynamic_cast<const LookupFirstDrafter*>(r.drafter);
+          const int64_t lookup_before = lookup_first ? lookup_first->lookup_rounds() : 0;
+          const SpeculativeStats st = speculative_generate(*s.model, *s.kv, seq, *r.drafter, sreq, [&](int32_t t, TokenOrigin) {
+            ids[ri].push_back(t);
+            return true;
+          });
+          r.decode += st.decode_seconds;
+          r.decode_tokens += st.generated;
+          r.add(st);
+          if (lookup_first) r.lookup_rounds = r.lookup_rounds.value_or(0) + lookup_first->lookup_rounds() - lookup_before;
+        }
+        const double wall = seconds_since(t0);
+        const auto n = static_cast<int64_t>(ids[ri].size());
+        r.wall += wall;
+        r.tokens += n;
+        r.wall_by_repeat[static_cast<size_t>(rep)] += wall;
+        r.tokens_by_repeat[static_cast<size_t>(rep)] += n;
+        if (wall < r.prompt_least_wall) {
+          r.prompt_least_wall = wall;
+          r.prompt_least_tokens = n;
+        }
       }
-      r.tokens += static_cast<int64_t>(ids.size());
+      for (size_t ri = 1; ri < runs.size(); ++ri)
+        if (ids[ri] != ids[0]) ++runs[ri].mismatched_prompts;
+    }
+    for (SpecTotals& r : runs) {
+      r.least_wall += r.prompt_least_wall;
+      r.least_tokens += r.prompt_least_tokens;
     }
     std::fprintf(stderr, "[bench spec] prompt %zu/%zu (%s) done\n", pi + 1, prompts.size(), prompts[pi].id.c_str());
   }
@@ -280,6 +315,12 @@ int bench_spec(const Args& a) {
     j["tokens_per_second"] = r.tokens / r.wall;
     j["decode_tokens_per_second"] = r.decode_tokens / r.decode;
     j["speedup"] = (r.tokens / r.wall) / target_tps;
+    nlohmann::json by_repeat = nlohmann::json::array();
+    for (size_t k = 0; k < r.wall_by_repeat.size(); ++k)
+      by_repeat.push_back((r.tokens_by_repeat[k] / r.wall_by_repeat[k]) / (target.tokens_by_repeat[k] / target.wall_by_repeat[k]));
+    j["speedup_by_repeat"] = by_repeat;
+    j["least_time_tokens_per_second"] = r.least_tokens / r.least_wall;
+    j["least_time_speedup"] = (r.least_tokens / r.least_wall) / (target.least_tokens / target.least_wall);
     if (!r.drafter) {
       j["ms_per_token"] = 1e3 * t_token;
       out.push_back(j);
@@ -317,6 +358,7 @@ int bench_spec(const Args& a) {
   j["device"] = s.ops->name();
   j["threads"] = a.integer("threads", 2);
   j["prompts"] = prompts.size();
+  j["repeats"] = repeat;
   j["prompt_file"] = a.str("prompts", "../shared/data/prompts/chat.jsonl");
   j["sampling"] = {{"temperature", base.temperature}, {"top_k", base.top_k}, {"top_p", base.top_p}, {"seed", base.seed}};
   if (lengths.size() == 1) j.update(draft_length_json(lengths[0]));  // with a grid, each run names its own
@@ -350,7 +392,12 @@ int cmd_bench(int argc, char** argv) {
           throw UsageError(std::string("--") + name + " takes one value with --concurrency (lists are for the loop's bench spec)");
       return bench_spec_engine(a);
     }
-    if (what == "spec") return bench_spec(a);
+    if (what == "spec") {
+      for (const char* name : {"requests", "trace", "load-adaptive", "draft-threads", "pipeline-always"})
+        if (a.has(name))
+          throw UsageError(std::string("--") + name + " is for the engine's bench spec (with --concurrency or --pipeline)");
+      return bench_spec(a);
+    }
     throw UsageError("unknown benchmark '" + what + "' (expected: decode or spec)");
   }
   std::fputs(kUsage, argc >= 2 ? stdout : stderr);
