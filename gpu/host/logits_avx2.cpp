@@ -2,8 +2,9 @@
 // cpu_has_avx2_fma()). qmatmul_logits looks for the logits within kLogitMargin of each row's
 // largest: two passes over the vocabulary (49,152 floats for SmolLM2), which the scalar loops
 // took ~30-60 us a row for, a few percent of a one-token step. The results are exactly those of
-// the scalar loops (logits_max and logits_at_least in qmatmul.cpp, the portable path's): a maximum does not depend on the order it is taken in, NaNs are skipped as
-// `y > top ? y : top` skips them, and the indices come out in increasing order.
+// the scalar loops (logits_max and logits_at_least in qmatmul.cpp, the portable path's): a
+// maximum does not depend on the order it is taken in, NaNs are skipped as `y > top ? y : top`
+// skips them, and the indices come out in increasing order.
 #include <immintrin.h>
 
 #include "gpu/host/qmatmul.h"

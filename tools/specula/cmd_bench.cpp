@@ -134,6 +134,17 @@ std::vector<BenchPrompt> read_prompts(const std::string& path, const LoadedModel
 
 namespace {
 
+// Tokens written in some wall-clock seconds.
+struct Timed {
+  int64_t tokens = 0;
+  double seconds = 0;
+  double tokens_per_second() const { return tokens / seconds; }
+  void add(const Timed& t) {
+    tokens += t.tokens;
+    seconds += t.seconds;
+  }
+};
+
 // One configuration's sums over the prompt set.
 struct SpecTotals {
   std::string draft;          // "none" for target-only
@@ -141,16 +152,19 @@ struct SpecTotals {
   SpecSampling sampling = SpecSampling::Exact;
   Drafter* drafter = nullptr;
   DraftLengthConfig length;
-  int64_t tokens = 0, decode_tokens = 0, mismatched_prompts = 0;
+  int64_t decode_tokens = 0, mismatched_prompts = 0;
   std::optional<int64_t> lookup_rounds;  // prompt lookup in front of another drafter: the rounds lookup drafted
-  double wall = 0, decode = 0;
-  // --repeat: wall time and tokens of each pass over the prompts, and of each prompt's fastest
-  // run summed over the prompts (least time: what an undisturbed machine gives).
-  std::vector<double> wall_by_repeat;
-  std::vector<int64_t> tokens_by_repeat;
-  double least_wall = 0, prompt_least_wall = 0;
-  int64_t least_tokens = 0, prompt_least_tokens = 0;
+  double decode = 0;
+  // Each pass over the prompts (--repeat), and each prompt's fastest run summed over the prompts
+  // (least time: what an undisturbed machine gives).
+  std::vector<Timed> passes;
+  Timed least;
   SpeculativeStats spec;
+  Timed all() const {
+    Timed t;
+    for (const Timed& p : passes) t.add(p);
+    return t;
+  }
   void add(const SpeculativeStats& st) {
     spec.rounds += st.rounds;
     spec.drafted += st.drafted;
@@ -244,15 +258,12 @@ int bench_spec(const Args& a) {
     GenerateRequest w{prompts[0].tokens, 8, base, {}};
     generate(*s.model, *s.kv, seq, w, [](int32_t) { return true; });
   }
-  for (SpecTotals& r : runs) {
-    r.wall_by_repeat.assign(static_cast<size_t>(repeat), 0.0);
-    r.tokens_by_repeat.assign(static_cast<size_t>(repeat), 0);
-  }
+  for (SpecTotals& r : runs) r.passes.assign(static_cast<size_t>(repeat), Timed{});
   std::vector<std::vector<int32_t>> ids(runs.size());
   for (size_t pi = 0; pi < prompts.size(); ++pi) {
     GenerateRequest req{prompts[pi].tokens, prompts[pi].max_tokens, base, stop_ids};
     req.sampling.seed = base.seed + pi;
-    for (SpecTotals& r : runs) r.prompt_least_wall = std::numeric_limits<double>::infinity();
+    std::vector<Timed> fastest(runs.size(), Timed{0, std::numeric_limits<double>::infinity()});
     for (int64_t rep = 0; rep < repeat; ++rep) {
       // Odd repeats take the configurations in reverse order, so that none always runs first.
       for (size_t o = 0; o < runs.size(); ++o) {
@@ -281,46 +292,37 @@ int bench_spec(const Args& a) {
           r.add(st);
           if (lookup_first) r.lookup_rounds = r.lookup_rounds.value_or(0) + lookup_first->lookup_rounds() - lookup_before;
         }
-        const double wall = seconds_since(t0);
-        const auto n = static_cast<int64_t>(ids[ri].size());
-        r.wall += wall;
-        r.tokens += n;
-        r.wall_by_repeat[static_cast<size_t>(rep)] += wall;
-        r.tokens_by_repeat[static_cast<size_t>(rep)] += n;
-        if (wall < r.prompt_least_wall) {
-          r.prompt_least_wall = wall;
-          r.prompt_least_tokens = n;
-        }
+        const Timed run{static_cast<int64_t>(ids[ri].size()), seconds_since(t0)};
+        r.passes[static_cast<size_t>(rep)].add(run);
+        if (run.seconds < fastest[ri].seconds) fastest[ri] = run;
       }
       for (size_t ri = 1; ri < runs.size(); ++ri)
         if (ids[ri] != ids[0]) ++runs[ri].mismatched_prompts;
     }
-    for (SpecTotals& r : runs) {
-      r.least_wall += r.prompt_least_wall;
-      r.least_tokens += r.prompt_least_tokens;
-    }
+    for (size_t ri = 0; ri < runs.size(); ++ri) runs[ri].least.add(fastest[ri]);
     std::fprintf(stderr, "[bench spec] prompt %zu/%zu (%s) done\n", pi + 1, prompts.size(), prompts[pi].id.c_str());
   }
 
   const SpecTotals& target = runs[0];
-  const double target_tps = target.tokens / target.wall;
+  const double target_tps = target.all().tokens_per_second();
   const double t_token = target.decode / std::max<int64_t>(1, target.decode_tokens);  // one target decode step
   nlohmann::json out = nlohmann::json::array();
   for (const SpecTotals& r : runs) {
     nlohmann::json j;
     j["draft"] = r.draft;
     j["mode"] = r.mode;
-    j["tokens"] = r.tokens;
-    j["seconds"] = r.wall;
-    j["tokens_per_second"] = r.tokens / r.wall;
+    const Timed all = r.all();
+    j["tokens"] = all.tokens;
+    j["seconds"] = all.seconds;
+    j["tokens_per_second"] = all.tokens_per_second();
     j["decode_tokens_per_second"] = r.decode_tokens / r.decode;
-    j["speedup"] = (r.tokens / r.wall) / target_tps;
+    j["speedup"] = all.tokens_per_second() / target_tps;
     nlohmann::json by_repeat = nlohmann::json::array();
-    for (size_t k = 0; k < r.wall_by_repeat.size(); ++k)
-      by_repeat.push_back((r.tokens_by_repeat[k] / r.wall_by_repeat[k]) / (target.tokens_by_repeat[k] / target.wall_by_repeat[k]));
+    for (size_t k = 0; k < r.passes.size(); ++k)
+      by_repeat.push_back(r.passes[k].tokens_per_second() / target.passes[k].tokens_per_second());
     j["speedup_by_repeat"] = by_repeat;
-    j["least_time_tokens_per_second"] = r.least_tokens / r.least_wall;
-    j["least_time_speedup"] = (r.least_tokens / r.least_wall) / (target.least_tokens / target.least_wall);
+    j["least_time_tokens_per_second"] = r.least.tokens_per_second();
+    j["least_time_speedup"] = r.least.tokens_per_second() / target.least.tokens_per_second();
     if (!r.drafter) {
       j["ms_per_token"] = 1e3 * t_token;
       out.push_back(j);
@@ -393,9 +395,12 @@ int cmd_bench(int argc, char** argv) {
       return bench_spec_engine(a);
     }
     if (what == "spec") {
-      for (const char* name : {"requests", "trace", "load-adaptive", "draft-threads", "pipeline-always"})
-        if (a.has(name))
-          throw UsageError(std::string("--") + name + " is for the engine's bench spec (with --concurrency or --pipeline)");
+      // The engine's options (but --repeat, which the loop takes too) are refused, not ignored.
+      std::string engine_only = a.flag("pipeline-always") ? "pipeline-always" : "";
+      for (const std::string& name : kEngineBenchOptions)
+        if (name != "repeat" && a.has(name)) engine_only = name;
+      if (!engine_only.empty())
+        throw UsageError("--" + engine_only + " is for the engine's bench spec (with --concurrency or --pipeline)");
       return bench_spec(a);
     }
     throw UsageError("unknown benchmark '" + what + "' (expected: decode or spec)");
