@@ -1,6 +1,7 @@
 // The element types Specula has kernels for, with their block geometry (ggml-common.h).
 #include "model/tensor.h"
 
+#include <cstring>
 #include <string>
 
 #include "model/utf8.h"
@@ -22,6 +23,7 @@ constexpr Entry kTypes[] = {
     {DType::Q8_0, {"Q8_0", 32, 34}},    // d + 32 int8
     {DType::Q4_0, {"Q4_0", 32, 18}},    // d + 16 bytes of nibbles
     {DType::Q4_1, {"Q4_1", 32, 20}},    // d, m + 16 bytes of nibbles
+    {DType::Q5_0, {"Q5_0", 32, 22}},    // d, 4 bytes of fifth bits + 16 bytes of nibbles
     {DType::Q4_K, {"Q4_K", 256, 144}},  // d, dmin, 12 bytes of 6-bit scales, 128 bytes of nibbles
     {DType::Q6_K, {"Q6_K", 256, 210}},  // 128 low nibbles, 64 high bits, 16 int8 scales, d
 };
@@ -52,6 +54,43 @@ size_t dtype_row_bytes(DType t, int64_t cols) {
     throw ModelError(std::string("a row of ") + std::to_string(cols) + " values is not a whole number of " + info.name +
                      " blocks (" + std::to_string(info.block_elems) + " values each)");
   return static_cast<size_t>(cols / info.block_elems) * static_cast<size_t>(info.block_bytes);
+}
+
+bool dtype_has_kernels(DType t) { return t != DType::Q5_0; }
+
+namespace {
+
+// One Q5_0 block (ggml's block_q5_0: fp16 d, qh as a little-endian u32, 16 bytes of nibbles) as
+// a Q8_0 block (fp16 d, 32 int8). Value j < 16 is the low nibble of qs[j] with bit j of qh above
+// it, value j + 16 the high nibble with bit j + 16; each minus 16.
+void q5_0_to_q8_0(const std::byte* in, std::byte* out) {
+  std::memcpy(out, in, 2);
+  uint32_t qh;
+  std::memcpy(&qh, in + 2, 4);
+  const auto* qs = reinterpret_cast<const uint8_t*>(in + 6);
+  auto* q = reinterpret_cast<int8_t*>(out + 2);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = static_cast<int8_t>(((qs[j] & 0x0f) | (((qh >> j) & 1u) << 4)) - 16);
+    q[j + 16] = static_cast<int8_t>(((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16);
+  }
+}
+
+}  // namespace
+
+TensorView kernel_view(const TensorView& tv, std::vector<std::shared_ptr<const void>>& storage) {
+  if (dtype_has_kernels(tv.dtype)) return tv;
+  const DTypeInfo& from = dtype_info(tv.dtype);
+  const DTypeInfo& to = dtype_info(DType::Q8_0);
+  const size_t blocks = tv.nbytes / static_cast<size_t>(from.block_bytes);
+  auto owned = std::make_shared<std::vector<std::byte>>(blocks * static_cast<size_t>(to.block_bytes));
+  for (size_t b = 0; b < blocks; ++b)
+    q5_0_to_q8_0(tv.data + b * static_cast<size_t>(from.block_bytes), owned->data() + b * static_cast<size_t>(to.block_bytes));
+  TensorView out = tv;
+  out.dtype = DType::Q8_0;
+  out.data = owned->data();
+  out.nbytes = owned->size();
+  storage.push_back(std::move(owned));
+  return out;
 }
 
 std::string printable(std::string_view s) {

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -28,6 +29,7 @@ enum class DType : uint32_t {
   F16 = 1,
   Q4_0 = 2,
   Q4_1 = 3,
+  Q5_0 = 6,  // a file type only: converted to Q8_0 at load (kernel_view), no kernel reads it
   Q8_0 = 8,
   Q4_K = 12,
   Q6_K = 14,
@@ -40,7 +42,7 @@ struct DTypeInfo {
   int64_t block_bytes;  // bytes per block
 };
 
-// Throws ModelError for a type id Specula has no kernel for, naming it.
+// Throws ModelError for a type id Specula cannot load, naming it.
 const DTypeInfo& dtype_info(DType t);
 bool dtype_supported(uint32_t gguf_type_id);
 const char* dtype_name(DType t);
@@ -66,5 +68,16 @@ struct TensorView {
   int64_t cols() const { return shape.empty() ? 0 : shape.back(); }
   const std::byte* row(int64_t r) const { return data + static_cast<size_t>(r) * dtype_row_bytes(dtype, cols()); }
 };
+
+// Whether the kernels read type t as stored. The one loadable type they do not, Q5_0, is what
+// llama.cpp writes for a Q4_K tensor whose rows are not whole 256-value super-blocks, so most of
+// a Q4_K_M file of a model 576 or 960 wide (SmolLM2-135M, -360M) is Q5_0.
+bool dtype_has_kernels(DType t);
+
+// `tv` as the kernels read it: `tv` itself when they read its type; else its values, exactly,
+// in a type they read, in memory appended to `storage` (which must outlive the view). Q5_0
+// becomes Q8_0: the same fp16 scale per 32 values, each 5-bit quant minus 16 as an int8, so
+// every value d * (q - 16) is the same float. 34 bytes a block instead of 22.
+TensorView kernel_view(const TensorView& tv, std::vector<std::shared_ptr<const void>>& storage);
 
 }  // namespace specula

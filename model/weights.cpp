@@ -81,7 +81,8 @@ class Assembler {
  public:
   Assembler(std::string source, Lookup lookup, ModelWeights& w) : source_(std::move(source)), lookup_(std::move(lookup)), w_(w) {}
 
-  TensorView require(const std::string& name, std::vector<int64_t> shape) const {
+  // The tensor as stored, checked for presence and shape.
+  TensorView find(const std::string& name, std::vector<int64_t> shape) const {
     const TensorView* tv = lookup_(name);
     if (!tv) fail("tensor '" + name + "' is missing (expected shape " + shape_str(shape) + ")");
     if (tv->shape != shape)
@@ -89,9 +90,15 @@ class Assembler {
     return *tv;
   }
 
+  // A matrix as the kernels read it: a file type they do not read (Q5_0) converted exactly, once,
+  // into memory the weights keep (kernel_view); the mapped file is not touched.
+  TensorView require(const std::string& name, std::vector<int64_t> shape) {
+    return kernel_view(find(name, std::move(shape)), w_.storage);
+  }
+
   // Norm weights are read by every kernel as F32; other float types are widened once here.
   TensorView require_norm(const std::string& name, int64_t n) {
-    TensorView tv = require(name, {n});
+    TensorView tv = find(name, {n});
     if (tv.dtype == DType::F32) return tv;
     if (tv.dtype != DType::F16 && tv.dtype != DType::BF16)
       fail("norm tensor '" + name + "' has type " + dtype_name(tv.dtype) + "; norms must be F32, F16 or BF16");

@@ -101,6 +101,23 @@ void dequantize_q4_1(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
+// Q5_0: 22 bytes = fp16 d, 32 fifth bits (a little-endian u32), 16 bytes of nibbles; value j
+// < 16 is the low nibble of qs[j] with bit j above it, j + 16 the high nibble with bit j + 16;
+// y = (q - 16) * d. (Loading converts it to Q8_0, model/tensor.h kernel_view; this is the
+// definition the conversion is tested against.)
+void dequantize_q5_0(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 22, y += 32) {
+    const float d = load_fp16(b);
+    const uint32_t qh = static_cast<uint32_t>(b[2]) | static_cast<uint32_t>(b[3]) << 8 | static_cast<uint32_t>(b[4]) << 16 |
+                        static_cast<uint32_t>(b[5]) << 24;
+    const uint8_t* qs = b + 6;
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>(static_cast<int>((qs[j] & 0x0f) | ((qh >> j) & 1u) << 4) - 16) * d;
+      y[j + 16] = static_cast<float>(static_cast<int>((qs[j] >> 4) | ((qh >> (j + 16)) & 1u) << 4) - 16) * d;
+    }
+  }
+}
+
 // Q8_0: 34 bytes = fp16 d, 32 int8; y = q * d.
 void dequantize_q8_0(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 34, y += 32) {
@@ -220,6 +237,7 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t cols) {
       return;
     case DType::Q4_0: return dequantize_q4_0(b, dst, nb);
     case DType::Q4_1: return dequantize_q4_1(b, dst, nb);
+    case DType::Q5_0: return dequantize_q5_0(b, dst, nb);
     case DType::Q8_0: return dequantize_q8_0(b, dst, nb);
     case DType::Q4_K: return dequantize_q4_K(b, dst, nb);
     case DType::Q6_K: return dequantize_q6_K(b, dst, nb);

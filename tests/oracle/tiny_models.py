@@ -97,6 +97,11 @@ VARIANTS: dict[str, TinySpec] = {s.name: s for s in [
     TinySpec("q4_0", seed=8, hf_dtype=None, gguf_types={"matrix": "Q4_0"}),
     # Like the default SmolLM2 file: tied, token_embd Q8_0, every other matrix Q4_1.
     TinySpec("q4_1_tied", seed=9, tied=True, hf_dtype=None, gguf_types={"matrix": "Q4_1", "embed": "Q8_0"}),
+    # What llama.cpp writes for a Q4_K_M of a model whose rows are not whole 256-value super-blocks
+    # (SmolLM2-135M, -360M): Q5_0 where Q4_K was asked, Q8_0 where Q6_K was. Loading converts Q5_0
+    # to Q8_0 (model/tensor.h, kernel_view).
+    TinySpec("q5_0", seed=11, tied=True, hf_dtype=None, gguf_types={"matrix": "Q5_0", "embed": "Q8_0"},
+             gguf_overrides={"attn_v": "Q8_0", "ffn_down": "Q8_0"}),
     # K-quants need rows of 256 values: hidden 256, head_dim 64. Mix as in a Q4_K_M file.
     TinySpec("k_quants", seed=10, hidden=256, intermediate=512, head_dim=64, hf_dtype=None,
              gguf_types={"matrix": "Q4_K", "embed": "Q4_K", "output": "Q6_K"},

@@ -146,6 +146,23 @@ TEST(Dequantize, Q4_1ScalesAndAddsTheMinimum) {
   for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], q[j] * 0.25f - 1.0f) << j;
 }
 
+// Q5_0: a fifth bit per value above its nibble (bit j of qh for value j), then minus 16. Packed
+// by hand as ggml's quantize_row_q5_0 does.
+TEST(Dequantize, Q5_0JoinsTheFifthBitAboveEachNibbleAndSubtractsSixteen) {
+  std::vector<uint8_t> b(22);
+  int q[32];
+  for (int j = 0; j < 32; ++j) q[j] = (j * 11 + 3) % 32;  // every value 0..31 once
+  put_u16(b, 0, 0xb800);  // d = -0.5
+  uint32_t qh = 0;
+  for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>(q[j] >> 4) << j;
+  for (int k = 0; k < 4; ++k) b[2 + k] = static_cast<uint8_t>(qh >> (8 * k));
+  for (int j = 0; j < 16; ++j) b[6 + j] = static_cast<uint8_t>((q[j] & 15) | (q[j + 16] & 15) << 4);
+  float y[32];
+  dequantize_row(DType::Q5_0, b.data(), y, 32);
+  EXPECT_EQ(y[0], -0.5f * (3 - 16));
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], -0.5f * (q[j] - 16)) << j;
+}
+
 TEST(Dequantize, Q8_0ScalesSignedBytes) {
   std::vector<uint8_t> b(34);
   put_u16(b, 0, 0x4000);  // d = 2
@@ -209,6 +226,39 @@ TEST(Dequantize, Q6_KJoinsLowAndHighBitsAndAppliesSignedScales) {
   EXPECT_EQ(y[0], 0.25f * 1 * -32);
   EXPECT_EQ(y[1], 0.25f * 1 * 31);
   for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], 0.25f * scales[i / 16] * (q[i] - 32)) << i;
+}
+
+// Loading converts a Q5_0 matrix to Q8_0 (model/tensor.h, kernel_view): every value the same
+// float, in a new buffer the caller keeps; a type the kernels read is passed through as it is.
+TEST(KernelView, AQ5_0MatrixBecomesQ8_0WithEveryValueTheSame) {
+  const int64_t rows = 7, cols = 96;
+  std::vector<std::byte> bytes(static_cast<size_t>(rows * cols / 32 * 22));
+  std::mt19937 rng(5);
+  for (auto& x : bytes) x = std::byte(static_cast<uint8_t>(rng()));
+  for (size_t o = 0; o < bytes.size(); o += 22) {  // finite scales of either sign, some subnormal
+    const uint16_t d = static_cast<uint16_t>(rng() % 0x7bff) | static_cast<uint16_t>(rng() & 0x8000);
+    std::memcpy(&bytes[o], &d, 2);
+  }
+  const std::vector<std::byte> before = bytes;
+  const TensorView q5{"blk.0.attn_q.weight", DType::Q5_0, {rows, cols}, bytes.data(), bytes.size()};
+  std::vector<std::shared_ptr<const void>> storage;
+  const TensorView q8 = kernel_view(q5, storage);
+  ASSERT_EQ(q8.dtype, DType::Q8_0);
+  EXPECT_EQ(q8.name, q5.name);
+  EXPECT_EQ(q8.shape, q5.shape);
+  EXPECT_EQ(q8.nbytes, static_cast<size_t>(rows * cols / 32 * 34));
+  EXPECT_EQ(storage.size(), 1u);
+  EXPECT_EQ(bytes, before);  // the stored tensor (a mapped file, at load) is not written
+  std::vector<float> want(static_cast<size_t>(cols)), got(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(DType::Q5_0, q5.row(r), want.data(), cols);
+    dequantize_row(DType::Q8_0, q8.row(r), got.data(), cols);
+    for (int64_t j = 0; j < cols; ++j)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[j]), std::bit_cast<uint32_t>(want[j])) << "row " << r << ", value " << j;
+  }
+  const TensorView same = kernel_view(q8, storage);
+  EXPECT_EQ(same.data, q8.data);
+  EXPECT_EQ(storage.size(), 1u);
 }
 
 }  // namespace

@@ -1,0 +1,95 @@
+"""A Q4_K_M file of a model, written as llama.cpp's quantizer lays one out, for benchmarks.
+
+llama.cpp's Q4_K_M asks Q4_K for most matrices and Q6_K for the output (or the tied token
+embedding) and for the attn_v and ffn_down of the layers `use_more_bits` picks (the first and last
+eighth, and every third between). K-quants need rows of whole 256-value super-blocks; where a
+tensor's rows are not (SmolLM2-135M: 576 wide), llama.cpp falls back to Q5_0 for Q4_K and Q8_0
+for Q6_K. So the Q4_K_M file of SmolLM2-135M is Q5_0 for q, k, o, gate, up and most v; Q8_0 for
+the embedding and a third of v; Q4_K and Q6_K for ffn_down (1,536 wide). This writes that mix
+from any GGUF of the model (every tensor dequantized to float32 and quantized again: from the
+default Q4_1 file the values are twice rounded, which leaves the speed and the file's layout as a
+downloaded Q4_K_M's, not its accuracy). Q5_0 and Q8_0 use the gguf package's quantizers, Q4_K and
+Q6_K the simple ones of tests/oracle/kquants.py (min/max scales, not llama.cpp's search).
+
+Tooling only (docs/benchmarks.md, "A Q4_K_M file"): build/venv/bin/python tools/compare/q4_k_m_of.py IN.gguf OUT.gguf
+"""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "oracle"))
+import gguf  # noqa: E402
+import kquants  # noqa: E402
+
+QK_K = 256
+FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}
+
+
+def use_more_bits(i: int, n: int) -> bool:
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def asked_type(name: str, n_layers: int, tied: bool) -> str:
+    if name == "output.weight" or (tied and name == "token_embd.weight"):
+        return "Q6_K"
+    parts = name.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[2] in ("attn_v", "ffn_down"):
+        return "Q6_K" if use_more_bits(int(parts[1]), n_layers) else "Q4_K"
+    return "Q4_K"
+
+
+def encode(w: np.ndarray, type_name: str) -> tuple[np.ndarray, gguf.GGMLQuantizationType]:
+    t = gguf.GGMLQuantizationType[type_name]
+    if type_name == "Q4_K":
+        return kquants.quantize_q4_k(w), t
+    if type_name == "Q6_K":
+        return kquants.quantize_q6_k(w), t
+    return gguf.quants.quantize(np.ascontiguousarray(w, dtype=np.float32), t), t
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print("usage: q4_k_m_of.py IN.gguf OUT.gguf", file=sys.stderr)
+        return 2
+    src, dst = pathlib.Path(argv[1]), pathlib.Path(argv[2])
+    r = gguf.GGUFReader(src)
+    arch = r.fields["general.architecture"].contents()
+    n_layers = int(r.fields[f"{arch}.block_count"].contents())
+    names = {t.name for t in r.tensors}
+    tied = "output.weight" not in names
+    w = gguf.GGUFWriter(dst, arch)
+    for name, field in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        if name == "general.file_type":
+            w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(name, field.contents(), vtype, sub_type=sub)
+    counts: dict[str, int] = {}
+    for t in r.tensors:
+        shape = tuple(int(d) for d in reversed(t.shape))  # [rows, cols]
+        values = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
+        if values.ndim == 1:  # norms stay float32
+            w.add_tensor(t.name, values)
+            counts["F32"] = counts.get("F32", 0) + 1
+            continue
+        want = asked_type(t.name, n_layers, tied)
+        kind = want if shape[1] % QK_K == 0 else FALLBACK[want]
+        data, qtype = encode(values, kind)
+        w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=qtype)
+        counts[kind] = counts.get(kind, 0) + 1
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"{dst}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
