@@ -1,4 +1,5 @@
-// The element types Specula has kernels for, with their block geometry (ggml-common.h).
+// The element types Specula loads, with their block geometry (ggml-common.h), and the exact
+// conversion of the one type no kernel reads (Q5_0) into one they do.
 #include "model/tensor.h"
 
 #include <cstring>
