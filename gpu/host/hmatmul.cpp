@@ -112,6 +112,7 @@ std::shared_ptr<PackedMatrix> pack_matrix16(const TensorView& w, ThreadPool& poo
     throw std::invalid_argument("16-bit path: weight '" + w.name + "' holds too few bytes");
   auto m = std::make_shared<PackedMatrix>();
   m->dtype = w.dtype;
+  m->stored = w.dtype;
   m->rows = w.rows();
   m->cols = w.cols();
   m->groups = (m->rows + kGroupRows - 1) / kGroupRows;

@@ -97,8 +97,8 @@ Weight HostOps::upload(const TensorView& t) {
   std::lock_guard<std::mutex> lock(packed_mutex_);
   auto& slot = packed_[t.data];
   std::shared_ptr<PackedMatrix> p = slot.lock();
-  if (!p || p->dtype != t.dtype || p->rows != t.rows() || p->cols != t.cols()) {
-    p = half ? pack_matrix16(t, pool_, &arena_) : pack_matrix(t, pool_, &arena_);
+  if (!p || p->stored != t.dtype || p->rows != t.rows() || p->cols != t.cols()) {
+    p = half ? pack_matrix16(t, pool_, &arena_) : pack_matrix(t, pool_, &arena_, host_kernels::packs_five_bit(int8_));
     slot = p;
   }
   w.device = p.get();
@@ -157,7 +157,7 @@ void HostOps::rmsnorm(const float* x, const Weight& w, float eps, int64_t n, int
 void HostOps::matmul(const float* x, const Weight& w, int64_t n, float* y) {
   if (w.device != nullptr) {
     const PackedMatrix* m = static_cast<const PackedMatrix*>(w.device);
-    if (qmatmul_supports(m->dtype)) qmatmul({&m, 1}, x, n, {&y, 1}, pool_, int8_);
+    if (qmatmul_supports(m->stored)) qmatmul({&m, 1}, x, n, {&y, 1}, pool_, int8_);
     else hmatmul({&m, 1}, x, n, {&y, 1}, pool_, path_.isa == host_kernels::Isa::kPortable);
     return;
   }
@@ -167,10 +167,11 @@ void HostOps::matmul(const float* x, const Weight& w, int64_t n, float* y) {
 namespace {
 
 // w's matrix as repacked for the int8 path; nullptr where it runs elsewhere (the reference path,
-// the 16-bit path, a type without an int8 kernel).
+// the 16-bit path, a type without an int8 kernel). By the stored type: a five-bit Q8_0 matrix is
+// packed as Q5_0 (pack_matrix).
 const PackedMatrix* int8_matrix(const Weight& w) {
   const auto* m = static_cast<const PackedMatrix*>(w.device);
-  return m != nullptr && qmatmul_supports(m->dtype) ? m : nullptr;
+  return m != nullptr && qmatmul_supports(m->stored) ? m : nullptr;
 }
 
 }  // namespace
@@ -191,14 +192,14 @@ void HostOps::matmul_many(const float* x, std::span<const Weight* const> ws, int
   for (size_t k = 0; all && k < ws.size(); ++k) {
     packed[k] = static_cast<const PackedMatrix*>(ws[k]->device);
     all = packed[k] != nullptr && packed[k]->cols == packed[0]->cols &&
-          qmatmul_supports(packed[k]->dtype) == qmatmul_supports(packed[0]->dtype) &&
-          (qmatmul_supports(packed[k]->dtype) || packed[k]->dtype == packed[0]->dtype);
+          qmatmul_supports(packed[k]->stored) == qmatmul_supports(packed[0]->stored) &&
+          (qmatmul_supports(packed[k]->stored) || packed[k]->dtype == packed[0]->dtype);
   }
   if (!all) {
     Ops::matmul_many(x, ws, n, ys);
     return;
   }
-  if (qmatmul_supports(packed[0]->dtype)) qmatmul({packed, ws.size()}, x, n, ys, pool_, int8_);
+  if (qmatmul_supports(packed[0]->stored)) qmatmul({packed, ws.size()}, x, n, ys, pool_, int8_);
   else hmatmul({packed, ws.size()}, x, n, ys, pool_, path_.isa == host_kernels::Isa::kPortable);
 }
 

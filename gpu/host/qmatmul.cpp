@@ -37,6 +37,7 @@ PackShape pack_shape(DType t) {
     case DType::Q4_0: return {16, 144};
     case DType::Q4_1: return {32, 160};
     case DType::Q8_0: return {16, 272};
+    case DType::Q5_0: return {16, 176};  // d[8] fp16 | 4 x 32 bytes of nibbles | 8 x 4 bytes of fifth bits
     case DType::Q4_K: return {64, 192};  // d[8] f32 | m[8] f32 | 4 x 32 bytes: Q4_1's layout with exact scales
     case DType::Q6_K: return {32, 288};  // d[8] fp16 | s_lo[8] | s_hi[8] | 8 x 32 bytes of q
     default: throw std::invalid_argument(std::string("int8 path: no packed layout for ") + dtype_name(t));
@@ -56,6 +57,43 @@ void pack_block(DType t, const uint8_t* const src[kGroupRows], uint8_t* dst) {
     const int64_t vectors = t == DType::Q8_0 ? 8 : 4;
     for (int64_t k = 0; k < vectors; ++k) std::memcpy(dst + s.header + 32 * k + 4 * r, qs + 4 * k, 4);
   }
+}
+
+// The fifth-bit words of a Q5_0 group-block start here (after d[8] and the nibbles).
+constexpr size_t kFiveBitsOff = 16 + 128;
+
+// One Q5_0 group-block from the 8 rows' stored Q8_0 blocks at src[r] (nullptr: padding), whose
+// quants q all lie in -16..15: u = q + 16, its low 4 bits as Q4_0's nibbles (byte k holds columns
+// k and k + 16), its fifth bit as bit 4r + i of word c for column 4c + i.
+void pack_block_q5(const uint8_t* const src[kGroupRows], uint8_t* dst) {
+  std::memset(dst, 0, 176);
+  uint32_t words[8] = {};
+  for (int64_t r = 0; r < kGroupRows; ++r) {
+    const uint8_t* b = src[r];
+    if (b == nullptr) continue;
+    std::memcpy(dst + 2 * r, b, 2);
+    uint8_t u[32];
+    for (int j = 0; j < 32; ++j) u[j] = static_cast<uint8_t>(static_cast<int8_t>(b[2 + j]) + 16);
+    for (int64_t k = 0; k < 4; ++k)
+      for (int64_t i = 0; i < 4; ++i)
+        dst[16 + 32 * k + 4 * r + i] = static_cast<uint8_t>((u[4 * k + i] & 15) | (u[16 + 4 * k + i] & 15) << 4);
+    for (int c = 0; c < 8; ++c)
+      for (int i = 0; i < 4; ++i) words[c] |= static_cast<uint32_t>(u[4 * c + i] >> 4) << (4 * r + i);
+  }
+  std::memcpy(dst + kFiveBitsOff, words, sizeof words);
+}
+
+// Whether every quant of a stored Q8_0 matrix lies in -16..15 (a Q5_0 file's do; a genuine Q8_0
+// matrix's block maximum is +-127).
+bool quants_fit_five_bits(const TensorView& w) {
+  const auto* p = reinterpret_cast<const uint8_t*>(w.data);
+  const size_t blocks = w.nbytes / 34;
+  for (size_t b = 0; b < blocks; ++b)
+    for (int j = 0; j < 32; ++j) {
+      const int q = static_cast<int8_t>(p[34 * b + 2 + j]);
+      if (q < -16 || q > 15) return false;
+    }
+  return true;
 }
 
 // One Q4_K group-block: sub-block j of the super-blocks at src[r] (nullptr: padding), as Q4_1
@@ -132,14 +170,19 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
               for (int64_t j = 0; j < 4; ++j)
                 sum += static_cast<int8_t>(qs[32 * c + 4 * r + j]) * static_cast<int32_t>(xb[4 * c + j]);
           } else {
+            uint32_t five[8] = {};
+            if constexpr (T == DType::Q5_0) std::memcpy(five, blk + kFiveBitsOff, sizeof five);
             for (int64_t k = 0; k < 4; ++k)
               for (int64_t j = 0; j < 4; ++j) {
                 const uint8_t v = qs[32 * k + 4 * r + j];
-                sum += (v & 0x0F) * static_cast<int32_t>(xb[4 * k + j]) + (v >> 4) * static_cast<int32_t>(xb[16 + 4 * k + j]);
+                const int32_t lo = (v & 0x0F) | static_cast<int32_t>((five[k] >> (4 * r + j)) & 1u) << 4;
+                const int32_t hi = (v >> 4) | static_cast<int32_t>((five[k + 4] >> (4 * r + j)) & 1u) << 4;
+                sum += lo * static_cast<int32_t>(xb[4 * k + j]) + hi * static_cast<int32_t>(xb[16 + 4 * k + j]);
               }
           }
           const size_t xi = static_cast<size_t>(i * x.blocks + b);
           if constexpr (T == DType::Q4_0) sum -= 8 * x.isum[xi];
+          if constexpr (T == DType::Q5_0) sum -= 16 * x.isum[xi];
           if constexpr (T == DType::Q4_K) {
             acc = std::fma(static_cast<float>(sum), f32_at(blk + 4 * r) * x.d[xi], acc);
             acc = std::fma(f32_at(blk + 32 + 4 * r), x.sx[xi], acc);
@@ -168,7 +211,7 @@ std::shared_ptr<uint8_t> packed_storage(size_t bytes, WeightArena* arena) {
   return std::shared_ptr<uint8_t>(p, &std::free);  // the packers write every byte
 }
 
-std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool, WeightArena* arena) {
+std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool, WeightArena* arena, bool five_bit) {
   if (!qmatmul_supports(w.dtype)) throw std::invalid_argument(std::string("int8 path: no packed layout for ") + dtype_name(w.dtype));
   if (w.shape.size() != 2 || w.cols() % kBlock != 0)
     throw std::invalid_argument("int8 path: weight '" + w.name + "' is not a matrix of whole 32-value blocks");
@@ -180,9 +223,11 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
   if (w.data == nullptr || w.nbytes < row_bytes * static_cast<size_t>(w.rows()))
     throw std::invalid_argument("int8 path: weight '" + w.name + "' holds too few bytes");
   auto m = std::make_shared<PackedMatrix>();
-  const PackShape s = pack_shape(w.dtype);
+  const DType layout = five_bit && w.dtype == DType::Q8_0 && quants_fit_five_bits(w) ? DType::Q5_0 : w.dtype;
+  const PackShape s = pack_shape(layout);
   const size_t stored = static_cast<size_t>(dtype_info(w.dtype).block_bytes);
-  m->dtype = w.dtype;
+  m->dtype = layout;
+  m->stored = w.dtype;
   m->rows = w.rows();
   m->cols = w.cols();
   m->groups = (m->rows + kGroupRows - 1) / kGroupRows;
@@ -203,6 +248,7 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
         uint8_t* dst = m->data.get() + m->group_bytes() * static_cast<size_t>(g) + s.packed * static_cast<size_t>(b);
         if (w.dtype == DType::Q4_K) pack_block_q4_k(src, static_cast<int>(b % 8), dst);
         else if (w.dtype == DType::Q6_K) pack_block_q6_k(src, static_cast<int>(b % 8), dst);
+        else if (layout == DType::Q5_0) pack_block_q5(src, dst);
         else pack_block(w.dtype, src, dst);
       }
   });
@@ -401,6 +447,8 @@ ColumnLocation column_location(const PackedMatrix& m, int64_t c) {
   const int bit = static_cast<int>(8 * (j % 4)) + (!bytes && j >= 16 ? 4 : 0);
   at.shift = m.dtype == DType::Q8_0 ? 24 - bit : bit;
   at.high = j >= 16;
+  at.five_off = kFiveBitsOff + 4 * static_cast<size_t>(j / 4);
+  at.five_bit = static_cast<int>(j % 4);
   return at;
 }
 
@@ -421,8 +469,13 @@ void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float*
             else w = half(blk + 2 * r) * static_cast<float>(static_cast<int8_t>(blk[(j < 16 ? 16 : 24) + r]) * (v - 32));
           } else {
             const uint8_t v = blk[s.header + 32 * ((j % 16) / 4) + 4 * r + j % 4];
-            const int32_t q = j < 16 ? (v & 0x0F) : (v >> 4);
-            if (m.dtype == DType::Q4_0) w = half(blk + 2 * r) * static_cast<float>(q - 8);
+            int32_t q = j < 16 ? (v & 0x0F) : (v >> 4);
+            if (m.dtype == DType::Q5_0) {
+              uint32_t word;
+              std::memcpy(&word, blk + kFiveBitsOff + 4 * (j / 4), 4);
+              q |= static_cast<int32_t>((word >> (4 * r + j % 4)) & 1u) << 4;
+              w = half(blk + 2 * r) * static_cast<float>(q - 16);  // the Q8_0 layout's d * q
+            } else if (m.dtype == DType::Q4_0) w = half(blk + 2 * r) * static_cast<float>(q - 8);
             else if (m.dtype == DType::Q4_1) w = std::fma(half(blk + 2 * r), static_cast<float>(q), half(blk + 16 + 2 * r));
             else w = std::fma(f32_at(blk + 4 * r), static_cast<float>(q), f32_at(blk + 32 + 4 * r));
           }
@@ -437,6 +490,7 @@ PackedKernel portable_packed_kernel(DType t) {
     case DType::Q4_0: return &portable_packed<DType::Q4_0>;
     case DType::Q4_1: return &portable_packed<DType::Q4_1>;
     case DType::Q8_0: return &portable_packed<DType::Q8_0>;
+    case DType::Q5_0: return &portable_packed<DType::Q5_0>;
     case DType::Q4_K: return &portable_packed<DType::Q4_K>;
     case DType::Q6_K: return &portable_packed<DType::Q6_K>;
     default: return nullptr;
@@ -484,6 +538,12 @@ PackedKernel packed_kernel(Int8Kernel k, DType t) {
   }
   if (f == nullptr) throw std::invalid_argument(std::string("int8 path: no kernel for ") + dtype_name(t));
   return f;
+}
+
+// The AVX2 vpmaddubsw tile sums its pairs in int16, which 5-bit weights could overflow
+// (docs/kernels.md, "Q5_0"); it and AVX-VNNI keep a five-bit matrix in the Q8_0 layout.
+bool packs_five_bit(Int8Kernel k) {
+  return k == Int8Kernel::kAvx512Vnni || k == Int8Kernel::kAmx || k == Int8Kernel::kPortable;
 }
 
 }  // namespace host_kernels
@@ -649,7 +709,7 @@ void refine_top_logits(const TensorView& w, const float* x, float* y, int64_t R,
 
 void qmatmul_logits(const PackedMatrix& m, const TensorView& stored, const float* x, int64_t n, float* y, ThreadPool& pool,
                     host_kernels::Int8Kernel kernel) {
-  if (stored.rows() != m.rows || stored.cols() != m.cols || stored.dtype != m.dtype)
+  if (stored.rows() != m.rows || stored.cols() != m.cols || stored.dtype != m.stored)
     throw std::invalid_argument("qmatmul_logits: the stored matrix is not the packed one");
   const PackedMatrix* w = &m;
   qmatmul({&w, 1}, x, n, {&y, 1}, pool, kernel);

@@ -36,6 +36,12 @@ bool qmatmul_supports(DType t);
 //   Q8_0: d[8] fp16 | 8 x 32 bytes of int8          (272 = 8 x 34)
 //   Q4_K: d[8] f32 | m[8] f32 | 4 x 32 bytes         (192; Q4_1's layout with d = d*sc, m = -dmin*m
 //         of each 32-value sub-block, exact in f32; nibbles in Q4_1's order)
+//   Q5_0: d[8] fp16 | 4 x 32 bytes of nibbles of u = q + 16 | 8 x 4 bytes of fifth bits (176 =
+//         8 x 22). Packed from a Q8_0 matrix whose quants q all lie in -16..15 (a Q5_0 file's,
+//         converted at load: model/tensor.h kernel_view), where the kernel reads it
+//         (pack_matrix's five_bit): Q4_0's nibble order, and fifth-bit word c's bit 4r + i is row
+//         r's column 4c + i, the byte it lands on in unpacked vector c. isum = sum u x - 16 sum x
+//         is the Q8_0 layout's sum, so the results are its bits too.
 //   Q6_K: d[8] fp16 | s_lo[8] i8 | s_hi[8] i8 | 8 x 32 bytes of the 6-bit quants q (0..63),
 //         as Q8_0's (288; s_lo scales columns 0..15 of the block, s_hi 16..31). Per row:
 //         isum = s_lo * (sum_lo q x - 32 sum_lo x) + s_hi * (sum_hi q x - 32 sum_hi x), exact in
@@ -45,7 +51,8 @@ bool qmatmul_supports(DType t);
 // Q8_0 vector c holds in lane r row r's quants of columns 4c..4c+3. So one 32-byte vector feeds
 // eight output rows at once, and a broadcast of 4 activation bytes is its other operand.
 struct PackedMatrix {
-  DType dtype = DType::F32;
+  DType dtype = DType::F32;   // the packed layout (Q5_0 for a five-bit Q8_0 matrix)
+  DType stored = DType::F32;  // the type it was packed from
   int64_t rows = 0, cols = 0;
   int64_t groups = 0;     // ceil(rows / 8)
   int64_t blocks = 0;     // cols / 32
@@ -59,7 +66,11 @@ struct PackedMatrix {
 // Repacks a stored [rows, cols] matrix of a supported type (the pool parallelises the copy).
 // Throws std::invalid_argument for other types or a shape that is not whole blocks.
 // With an arena, the packed bytes come from it (huge pages); without, from their own allocation.
-std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool, WeightArena* arena = nullptr);
+// five_bit: a Q8_0 matrix whose quants all lie in -16..15 is packed as Q5_0 (176 bytes a
+// group-block instead of 272; the same results), for a kernel that reads that layout
+// (packs_five_bit).
+std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool, WeightArena* arena = nullptr,
+                                          bool five_bit = false);
 // The storage of `bytes` packed bytes (64-byte aligned), from the arena where there is one.
 std::shared_ptr<uint8_t> packed_storage(size_t bytes, WeightArena* arena);
 
@@ -146,6 +157,8 @@ Int8Kernel int8_kernel_for(Isa isa, bool amx = true);
 // The kernel for a type; throws std::invalid_argument for a kernel this CPU lacks or a type
 // without a packed layout.
 PackedKernel packed_kernel(Int8Kernel k, DType t);
+// Whether kernel k reads the Q5_0 packed layout (AVX-512 VNNI, AMX through it, and portable).
+bool packs_five_bit(Int8Kernel k);
 
 PackedKernel portable_packed_kernel(DType t);
 // The SIMD variants (nullptr for a type without a packed layout); call only where the CPU has them.
@@ -172,6 +185,8 @@ struct ColumnLocation {
   size_t blk_off = 0, word_off = 0;
   int shift = 0;
   bool high = false;
+  size_t five_off = 0;  // Q5_0: the fifth-bit word's offset in the block; row r's bit is 4r + five_bit
+  int five_bit = 0;
 };
 ColumnLocation column_location(const PackedMatrix& m, int64_t c);
 void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1);

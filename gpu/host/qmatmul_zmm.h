@@ -97,6 +97,39 @@ struct FormatQ4 {
   static __m512i dot(const Weights& wt, const int8_t* xb, int32_t isum, int32_t) { return correct(dot8(wt.w, xb), isum); }
 };
 
+// Q5_0 (a five-bit Q8_0 matrix, qmatmul.h): Q4_0's nibbles of u = q + 16, then the fifth bits,
+// one 32-bit word per unpacked vector and group (bit 4r + i: row r's byte i in it), joined for the
+// pair into a 64-bit mask that adds 16 to those bytes. 16 * isum is taken out, as Q4_0 takes 8.
+struct FormatQ5 {
+  static constexpr DType kType = DType::Q5_0;
+  static constexpr bool kHasMin = false;
+  static constexpr int kPrefetchLines = 3;  // 176 bytes per group-block
+  static constexpr int kFiveBits = 16 + 128;
+  struct Weights {
+    __m512i w[8];
+  };
+  static __m512 scale(const uint8_t* a, const uint8_t* b) { return scales16(a, b); }
+  static __m512 min(const uint8_t*, const uint8_t*) { return _mm512_setzero_ps(); }
+  static void load(const uint8_t* a, const uint8_t* b, Weights& wt) {
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    for (int k = 0; k < 4; ++k) {
+      const __m512i v = load_pair(a + 16 + 32 * k, b + 16 + 32 * k);
+      wt.w[k] = _mm512_and_si512(v, low);
+      wt.w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+    }
+    for (int c = 0; c < 8; ++c) {
+      uint32_t lo, hi;
+      __builtin_memcpy(&lo, a + kFiveBits + 4 * c, 4);
+      __builtin_memcpy(&hi, b + kFiveBits + 4 * c, 4);
+      const __mmask64 five = _cvtu64_mask64(static_cast<uint64_t>(hi) << 32 | lo);
+      wt.w[c] = _mm512_mask_add_epi8(wt.w[c], five, wt.w[c], sixteen);
+    }
+  }
+  static __m512i correct(__m512i s, int32_t isum) { return _mm512_sub_epi32(s, _mm512_set1_epi32(16 * isum)); }
+  static __m512i dot(const Weights& wt, const int8_t* xb, int32_t isum, int32_t) { return correct(dot8(wt.w, xb), isum); }
+};
+
 // Q8_0: 16 bytes of scales, then 8 x 32 signed quant bytes, used as w + 128.
 struct FormatQ8 {
   static constexpr DType kType = DType::Q8_0;

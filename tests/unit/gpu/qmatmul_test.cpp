@@ -79,6 +79,15 @@ std::vector<float> run(const PackedMatrix& m, const std::vector<float>& x, int64
 
 bool bit_equal(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
+// n rows of 768 sharing two massive channels (column 100, and 700 or a column of their own), as a
+// hidden state's rows do: the kernels dequantize a shared column once for all the rows.
+void add_massive_channels(std::vector<float>& x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    x[i * 768 + 100] = 300.0f;
+    x[i * 768 + (i % 3 ? 700 : 20 + i)] = -250.0f;
+  }
+}
+
 // Each row of an n-row call (n = 1..16; rows first..first+n-1 of `all`, so that each sits at
 // another position than alone; one thread and two) bit-equal to the same row called alone.
 // call(x, n, threads) returns the [n, rows] outputs; `what` names the case.
@@ -413,11 +422,7 @@ TEST(Int8Kernels, EveryVectorKernelTheCpuHasAgreesWithThePortableKernelBitForBit
           // Random rows have outliers of their own (the pass goes row by row); rows with massive
           // channels share them (column by column, once for all rows), some rows with a third.
           auto x = random_x(n, 768, 60);
-          if (massive)
-            for (int64_t i = 0; i < n; ++i) {
-              x[i * 768 + 100] = 300.0f;
-              x[i * 768 + (i % 3 ? 700 : 20 + i)] = -250.0f;
-            }
+          if (massive) add_massive_channels(x, n);
           const auto want = run(*m, x, n, 2, Int8Kernel::kPortable);
           for (size_t k = 1; k < kernels.size(); ++k) {
             const auto got = run(*m, x, n, 2, kernels[k]);
@@ -431,6 +436,49 @@ TEST(Int8Kernels, EveryVectorKernelTheCpuHasAgreesWithThePortableKernelBitForBit
   std::string ran;
   for (Int8Kernel k : kernels) ran += std::string(" ") + host_kernels::int8_kernel_name(k);
   RecordProperty("kernels", ran);
+}
+
+// A Q8_0 matrix whose quants all lie in -16..15 (a Q5_0 file's, converted at load) is packed in
+// five bits where the kernel reads that layout (176 bytes a group-block against 272), and gives the
+// Q8_0 layout's results bit for bit: the extreme quants -16 and 15 included, rows with outliers of
+// their own and rows sharing massive channels, a lone last group, 1 to 40 rows, two threads.
+TEST(Int8Kernels, AFiveBitQ8_0MatrixPackedInFiveBitsGivesTheQ8_0LayoutsBits) {
+  for (int64_t rows : {50, 8}) {
+    Stored w = random_stored(DType::Q8_0, rows, 768, 71);
+    std::mt19937 rng(72);
+    std::uniform_int_distribution<int> q5(-16, 15);
+    for (size_t o = 0; o < w.bytes.size(); o += 34)
+      for (int j = 0; j < 32; ++j) w.bytes[o + 2 + j] = std::byte(static_cast<uint8_t>(static_cast<int8_t>(q5(rng))));
+    w.bytes[2] = std::byte(static_cast<uint8_t>(static_cast<int8_t>(-16)));
+    w.bytes[3] = std::byte(static_cast<uint8_t>(15));
+    ThreadPool pool(2);
+    auto m8 = pack_matrix(w.view, pool);
+    auto m5 = pack_matrix(w.view, pool, nullptr, true);
+    ASSERT_EQ(m8->dtype, DType::Q8_0);
+    ASSERT_EQ(m5->dtype, DType::Q5_0);
+    EXPECT_EQ(m5->stored, DType::Q8_0);
+    EXPECT_EQ(m5->block_bytes, 176u);
+    for (int64_t n : {1, 2, 3, 5, 9, 13, 16, 17, 40})
+      for (bool massive : {false, true}) {
+        auto x = random_x(n, 768, 73);
+        if (massive) add_massive_channels(x, n);
+        const auto want = run(*m8, x, n, 2, Int8Kernel::kPortable);
+        for (Int8Kernel k : int8_kernels()) {
+          if (!host_kernels::packs_five_bit(k)) continue;
+          const auto got = run(*m5, x, n, 2, k);
+          for (size_t j = 0; j < got.size(); ++j)
+            ASSERT_TRUE(bit_equal(got[j], want[j])) << host_kernels::int8_kernel_name(k) << " rows " << rows << " n " << n
+                                                    << (massive ? " massive" : "") << " at " << j << ": " << got[j] << " vs " << want[j];
+        }
+      }
+  }
+  // A genuine Q8_0 matrix (quants up to +-127) keeps its layout; the vpmaddubsw kernels never get five bits.
+  ThreadPool pool(1);
+  const Stored full = random_stored(DType::Q8_0, 16, 64, 74);
+  EXPECT_EQ(pack_matrix(full.view, pool, nullptr, true)->dtype, DType::Q8_0);
+  EXPECT_FALSE(host_kernels::packs_five_bit(Int8Kernel::kAvx2));
+  EXPECT_FALSE(host_kernels::packs_five_bit(Int8Kernel::kAvxVnni));
+  EXPECT_TRUE(host_kernels::packs_five_bit(Int8Kernel::kAvx512Vnni));
 }
 
 // Q8_0 quants at the ends of their range (-128 and 127) against activations at +-127: the
