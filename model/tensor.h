@@ -29,7 +29,7 @@ enum class DType : uint32_t {
   F16 = 1,
   Q4_0 = 2,
   Q4_1 = 3,
-  Q5_0 = 6,  // a file type only: converted to Q8_0 at load (kernel_view), no kernel reads it
+  Q5_0 = 6,  // stored, converted to Q8_0 at load (kernel_view); as a packed layout, qmatmul.h's five bits
   Q8_0 = 8,
   Q4_K = 12,
   Q6_K = 14,

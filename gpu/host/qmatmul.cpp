@@ -59,9 +59,6 @@ void pack_block(DType t, const uint8_t* const src[kGroupRows], uint8_t* dst) {
   }
 }
 
-// The fifth-bit words of a Q5_0 group-block start here (after d[8] and the nibbles).
-constexpr size_t kFiveBitsOff = 16 + 128;
-
 // One Q5_0 group-block from the 8 rows' stored Q8_0 blocks at src[r] (nullptr: padding), whose
 // quants q all lie in -16..15: u = q + 16, its low 4 bits as Q4_0's nibbles (byte k holds columns
 // k and k + 16), its fifth bit as bit 4r + i of word c for column 4c + i.
@@ -80,7 +77,7 @@ void pack_block_q5(const uint8_t* const src[kGroupRows], uint8_t* dst) {
     for (int c = 0; c < 8; ++c)
       for (int i = 0; i < 4; ++i) words[c] |= static_cast<uint32_t>(u[4 * c + i] >> 4) << (4 * r + i);
   }
-  std::memcpy(dst + kFiveBitsOff, words, sizeof words);
+  std::memcpy(dst + kFiveBitWords, words, sizeof words);
 }
 
 // Whether every quant of a stored Q8_0 matrix lies in -16..15 (a Q5_0 file's do; a genuine Q8_0
@@ -171,7 +168,7 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
                 sum += static_cast<int8_t>(qs[32 * c + 4 * r + j]) * static_cast<int32_t>(xb[4 * c + j]);
           } else {
             uint32_t five[8] = {};
-            if constexpr (T == DType::Q5_0) std::memcpy(five, blk + kFiveBitsOff, sizeof five);
+            if constexpr (T == DType::Q5_0) std::memcpy(five, blk + kFiveBitWords, sizeof five);
             for (int64_t k = 0; k < 4; ++k)
               for (int64_t j = 0; j < 4; ++j) {
                 const uint8_t v = qs[32 * k + 4 * r + j];
@@ -447,7 +444,7 @@ ColumnLocation column_location(const PackedMatrix& m, int64_t c) {
   const int bit = static_cast<int>(8 * (j % 4)) + (!bytes && j >= 16 ? 4 : 0);
   at.shift = m.dtype == DType::Q8_0 ? 24 - bit : bit;
   at.high = j >= 16;
-  at.five_off = kFiveBitsOff + 4 * static_cast<size_t>(j / 4);
+  at.five_off = kFiveBitWords + 4 * static_cast<size_t>(j / 4);
   at.five_bit = static_cast<int>(j % 4);
   return at;
 }
@@ -472,7 +469,7 @@ void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float*
             int32_t q = j < 16 ? (v & 0x0F) : (v >> 4);
             if (m.dtype == DType::Q5_0) {
               uint32_t word;
-              std::memcpy(&word, blk + kFiveBitsOff + 4 * (j / 4), 4);
+              std::memcpy(&word, blk + kFiveBitWords + 4 * (j / 4), 4);
               q |= static_cast<int32_t>((word >> (4 * r + j % 4)) & 1u) << 4;
               w = half(blk + 2 * r) * static_cast<float>(q - 16);  // the Q8_0 layout's d * q
             } else if (m.dtype == DType::Q4_0) w = half(blk + 2 * r) * static_cast<float>(q - 8);

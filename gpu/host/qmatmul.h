@@ -50,6 +50,10 @@ bool qmatmul_supports(DType t);
 // low nibbles are columns 4k..4k+3 and its high nibbles columns 16+4k..16+4k+3 of the block.
 // Q8_0 vector c holds in lane r row r's quants of columns 4c..4c+3. So one 32-byte vector feeds
 // eight output rows at once, and a broadcast of 4 activation bytes is its other operand.
+// The Q5_0 layout's fifth-bit words start this many bytes into a group-block (after d[8] and the
+// nibbles); word c is 4 bytes at 4c from there.
+inline constexpr size_t kFiveBitWords = 16 + 128;
+
 struct PackedMatrix {
   DType dtype = DType::F32;   // the packed layout (Q5_0 for a five-bit Q8_0 matrix)
   DType stored = DType::F32;  // the type it was packed from

@@ -104,7 +104,6 @@ struct FormatQ5 {
   static constexpr DType kType = DType::Q5_0;
   static constexpr bool kHasMin = false;
   static constexpr int kPrefetchLines = 3;  // 176 bytes per group-block
-  static constexpr int kFiveBits = 16 + 128;
   struct Weights {
     __m512i w[8];
   };
@@ -120,8 +119,8 @@ struct FormatQ5 {
     }
     for (int c = 0; c < 8; ++c) {
       uint32_t lo, hi;
-      __builtin_memcpy(&lo, a + kFiveBits + 4 * c, 4);
-      __builtin_memcpy(&hi, b + kFiveBits + 4 * c, 4);
+      __builtin_memcpy(&lo, a + kFiveBitWords + 4 * c, 4);
+      __builtin_memcpy(&hi, b + kFiveBitWords + 4 * c, 4);
       const __mmask64 five = _cvtu64_mask64(static_cast<uint64_t>(hi) << 32 | lo);
       wt.w[c] = _mm512_mask_add_epi8(wt.w[c], five, wt.w[c], sixteen);
     }
