@@ -25,7 +25,9 @@ constexpr Entry kTypes[] = {
     {DType::Q4_0, {"Q4_0", 32, 18}},    // d + 16 bytes of nibbles
     {DType::Q4_1, {"Q4_1", 32, 20}},    // d, m + 16 bytes of nibbles
     {DType::Q5_0, {"Q5_0", 32, 22}},    // d, 4 bytes of fifth bits + 16 bytes of nibbles
+    {DType::Q5_1, {"Q5_1", 32, 24}},    // d, m, 4 bytes of fifth bits + 16 bytes of nibbles
     {DType::Q4_K, {"Q4_K", 256, 144}},  // d, dmin, 12 bytes of 6-bit scales, 128 bytes of nibbles
+    {DType::Q5_K, {"Q5_K", 256, 176}},  // d, dmin, 12 bytes of 6-bit scales, 32 bytes of fifth bits, 128 of nibbles
     {DType::Q6_K, {"Q6_K", 256, 210}},  // 128 low nibbles, 64 high bits, 16 int8 scales, d
 };
 

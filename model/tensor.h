@@ -30,8 +30,10 @@ enum class DType : uint32_t {
   Q4_0 = 2,
   Q4_1 = 3,
   Q5_0 = 6,  // stored, converted to Q8_0 at load (kernel_view); as a packed layout, qmatmul.h's five bits
+  Q5_1 = 7,  // what llama.cpp writes for Q5_K in rows that are not whole super-blocks (a Q5_K_M file)
   Q8_0 = 8,
   Q4_K = 12,
+  Q5_K = 13,
   Q6_K = 14,
   BF16 = 30,
 };

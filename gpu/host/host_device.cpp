@@ -82,15 +82,19 @@ Weight HostOps::upload(const TensorView& t) {
   if (path_.reference || t.shape.size() != 2) return w;
   const bool half = hmatmul_supports(t.dtype, path_.isa == host_kernels::Isa::kPortable) && t.cols() % 2 == 0 &&
                     (path_.isa != host_kernels::Isa::kAvx2);
-  if (!half && (!qmatmul_supports(t.dtype) || t.cols() % 32 != 0)) {
+  if (!half && (!host_kernels::reads(int8_, t.dtype) || t.cols() % 32 != 0)) {
     // One line per type and process: which weights run on the f32 kernels.
     static std::mutex m;
     static std::map<DType, bool> said;
     std::lock_guard<std::mutex> lock(m);
     if (t.dtype != DType::F32 && !said[t.dtype]) {
       said[t.dtype] = true;
-      std::fprintf(stderr, "specula: no fast kernel for %s weights (first: %s); they use the f32 reference kernels\n",
-                   dtype_name(t.dtype), t.name.c_str());
+      if (qmatmul_supports(t.dtype) && t.cols() % 32 == 0)  // a five-bit type, a kernel that reads four or eight
+        std::fprintf(stderr, "specula: the %s int8 kernels do not read %s weights (first: %s); they use the f32 reference kernels\n",
+                     host_kernels::int8_kernel_name(int8_), dtype_name(t.dtype), t.name.c_str());
+      else
+        std::fprintf(stderr, "specula: no fast kernel for %s weights (first: %s); they use the f32 reference kernels\n",
+                     dtype_name(t.dtype), t.name.c_str());
     }
     return w;
   }

@@ -38,7 +38,9 @@ PackShape pack_shape(DType t) {
     case DType::Q4_1: return {32, 160};
     case DType::Q8_0: return {16, 272};
     case DType::Q5_0: return {16, 176};  // d[8] fp16 | 4 x 32 bytes of nibbles | 8 x 4 bytes of fifth bits
+    case DType::Q5_1: return {32, 192};  // d[8] fp16 | m[8] fp16 | 4 x 32 bytes of nibbles | 8 x 4 bytes of fifth bits
     case DType::Q4_K: return {64, 192};  // d[8] f32 | m[8] f32 | 4 x 32 bytes: Q4_1's layout with exact scales
+    case DType::Q5_K: return {64, 224};  // Q4_K's layout | 8 x 4 bytes of fifth bits
     case DType::Q6_K: return {32, 288};  // d[8] fp16 | s_lo[8] | s_hi[8] | 8 x 32 bytes of q
     default: throw std::invalid_argument(std::string("int8 path: no packed layout for ") + dtype_name(t));
   }
@@ -59,25 +61,51 @@ void pack_block(DType t, const uint8_t* const src[kGroupRows], uint8_t* dst) {
   }
 }
 
-// One Q5_0 group-block from the 8 rows' stored Q8_0 blocks at src[r] (nullptr: padding), whose
-// quants q all lie in -16..15: u = q + 16, its low 4 bits as Q4_0's nibbles (byte k holds columns
-// k and k + 16), its fifth bit as bit 4r + i of word c for column 4c + i.
-void pack_block_q5(const uint8_t* const src[kGroupRows], uint8_t* dst) {
-  std::memset(dst, 0, 176);
+// Row r's 32 five-bit quants u (0..31) of a group-block whose quants start at `quants`: the low 4
+// bits as Q4_0's nibbles (byte k holds columns k and k + 16), the fifth bit as bit 4r + i of word c
+// for column 4c + i (the words are stored after the nibbles by the caller).
+void put_five_bit_row(const uint8_t u[32], int64_t r, uint8_t* quants, uint32_t words[8]) {
+  for (int64_t k = 0; k < 4; ++k)
+    for (int64_t i = 0; i < 4; ++i)
+      quants[32 * k + 4 * r + i] = static_cast<uint8_t>((u[4 * k + i] & 15) | (u[16 + 4 * k + i] & 15) << 4);
+  for (int c = 0; c < 8; ++c)
+    for (int i = 0; i < 4; ++i) words[c] |= static_cast<uint32_t>(u[4 * c + i] >> 4) << (4 * r + i);
+}
+
+// One group-block of a five-bit layout (Q5_0, Q5_1, Q5_K) from the 8 rows' stored blocks at
+// src[r] (nullptr: padding): Q5_0 from a Q8_0 matrix whose quants q all lie in -16..15 (u = q +
+// 16); Q5_1 from its own blocks (fp16 d and m, u = nibble | bit j of qh << 4); Q5_K from
+// sub-block j of the super-blocks, with f32 scales as Q4_K has them (d' = d * sc, m' = -dmin * m).
+void pack_block_five_bit(DType t, const uint8_t* const src[kGroupRows], int j, uint8_t* dst) {
+  const PackShape s = pack_shape(t);
+  std::memset(dst, 0, s.packed);
   uint32_t words[8] = {};
   for (int64_t r = 0; r < kGroupRows; ++r) {
     const uint8_t* b = src[r];
     if (b == nullptr) continue;
-    std::memcpy(dst + 2 * r, b, 2);
     uint8_t u[32];
-    for (int j = 0; j < 32; ++j) u[j] = static_cast<uint8_t>(static_cast<int8_t>(b[2 + j]) + 16);
-    for (int64_t k = 0; k < 4; ++k)
-      for (int64_t i = 0; i < 4; ++i)
-        dst[16 + 32 * k + 4 * r + i] = static_cast<uint8_t>((u[4 * k + i] & 15) | (u[16 + 4 * k + i] & 15) << 4);
-    for (int c = 0; c < 8; ++c)
-      for (int i = 0; i < 4; ++i) words[c] |= static_cast<uint32_t>(u[4 * c + i] >> 4) << (4 * r + i);
+    if (t == DType::Q5_K) {
+      float d, m;
+      q5_k_subblock(b, j, &d, &m, u);
+      m = -m;
+      std::memcpy(dst + 4 * r, &d, 4);
+      std::memcpy(dst + 32 + 4 * r, &m, 4);
+    } else if (t == DType::Q5_1) {
+      std::memcpy(dst + 2 * r, b, 2);
+      std::memcpy(dst + 16 + 2 * r, b + 2, 2);
+      uint32_t qh;
+      std::memcpy(&qh, b + 4, 4);
+      for (int v = 0; v < 16; ++v) {
+        u[v] = static_cast<uint8_t>((b[8 + v] & 15) | ((qh >> v) & 1u) << 4);
+        u[v + 16] = static_cast<uint8_t>((b[8 + v] >> 4) | ((qh >> (v + 16)) & 1u) << 4);
+      }
+    } else {
+      std::memcpy(dst + 2 * r, b, 2);
+      for (int v = 0; v < 32; ++v) u[v] = static_cast<uint8_t>(static_cast<int8_t>(b[2 + v]) + 16);
+    }
+    put_five_bit_row(u, r, dst + s.header, words);
   }
-  std::memcpy(dst + kFiveBitWords, words, sizeof words);
+  std::memcpy(dst + s.header + kNibbleBytes, words, sizeof words);
 }
 
 // Whether every quant of a stored Q8_0 matrix lies in -16..15 (a Q5_0 file's do; a genuine Q8_0
@@ -168,7 +196,7 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
                 sum += static_cast<int8_t>(qs[32 * c + 4 * r + j]) * static_cast<int32_t>(xb[4 * c + j]);
           } else {
             uint32_t five[8] = {};
-            if constexpr (T == DType::Q5_0) std::memcpy(five, blk + kFiveBitWords, sizeof five);
+            if constexpr (is_five_bit(T)) std::memcpy(five, blk + s.header + kNibbleBytes, sizeof five);
             for (int64_t k = 0; k < 4; ++k)
               for (int64_t j = 0; j < 4; ++j) {
                 const uint8_t v = qs[32 * k + 4 * r + j];
@@ -180,13 +208,13 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
           const size_t xi = static_cast<size_t>(i * x.blocks + b);
           if constexpr (T == DType::Q4_0) sum -= 8 * x.isum[xi];
           if constexpr (T == DType::Q5_0) sum -= 16 * x.isum[xi];
-          if constexpr (T == DType::Q4_K) {
+          if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
             acc = std::fma(static_cast<float>(sum), f32_at(blk + 4 * r) * x.d[xi], acc);
             acc = std::fma(f32_at(blk + 32 + 4 * r), x.sx[xi], acc);
           } else {
             const float scale = half(blk + 2 * r) * x.d[xi];
             acc = std::fma(static_cast<float>(sum), scale, acc);
-            if constexpr (T == DType::Q4_1) acc = std::fma(half(blk + 16 + 2 * r), x.sx[xi], acc);
+            if constexpr (T == DType::Q4_1 || T == DType::Q5_1) acc = std::fma(half(blk + 16 + 2 * r), x.sx[xi], acc);
           }
         }
         y[i * ldy + g * kGroupRows + r] = acc;
@@ -198,7 +226,8 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
 }  // namespace
 
 bool qmatmul_supports(DType t) {
-  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K;
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K ||
+         t == DType::Q5_1 || t == DType::Q5_K;
 }
 
 std::shared_ptr<uint8_t> packed_storage(size_t bytes, WeightArena* arena) {
@@ -212,7 +241,7 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
   if (!qmatmul_supports(w.dtype)) throw std::invalid_argument(std::string("int8 path: no packed layout for ") + dtype_name(w.dtype));
   if (w.shape.size() != 2 || w.cols() % kBlock != 0)
     throw std::invalid_argument("int8 path: weight '" + w.name + "' is not a matrix of whole 32-value blocks");
-  const bool k_quant = w.dtype == DType::Q4_K || w.dtype == DType::Q6_K;
+  const bool k_quant = w.dtype == DType::Q4_K || w.dtype == DType::Q5_K || w.dtype == DType::Q6_K;
   if (k_quant && w.cols() % 256 != 0)
     throw std::invalid_argument("int8 path: " + std::string(dtype_name(w.dtype)) + " weight '" + w.name +
                                 "' is not a matrix of whole 256-value blocks");
@@ -245,7 +274,7 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
         uint8_t* dst = m->data.get() + m->group_bytes() * static_cast<size_t>(g) + s.packed * static_cast<size_t>(b);
         if (w.dtype == DType::Q4_K) pack_block_q4_k(src, static_cast<int>(b % 8), dst);
         else if (w.dtype == DType::Q6_K) pack_block_q6_k(src, static_cast<int>(b % 8), dst);
-        else if (layout == DType::Q5_0) pack_block_q5(src, dst);
+        else if (is_five_bit(layout)) pack_block_five_bit(layout, src, static_cast<int>(b % 8), dst);
         else pack_block(w.dtype, src, dst);
       }
   });
@@ -444,7 +473,7 @@ ColumnLocation column_location(const PackedMatrix& m, int64_t c) {
   const int bit = static_cast<int>(8 * (j % 4)) + (!bytes && j >= 16 ? 4 : 0);
   at.shift = m.dtype == DType::Q8_0 ? 24 - bit : bit;
   at.high = j >= 16;
-  at.five_off = kFiveBitWords + 4 * static_cast<size_t>(j / 4);
+  at.five_off = packed_header_bytes(m.dtype) + kNibbleBytes + 4 * static_cast<size_t>(j / 4);
   at.five_bit = static_cast<int>(j % 4);
   return at;
 }
@@ -467,13 +496,15 @@ void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float*
           } else {
             const uint8_t v = blk[s.header + 32 * ((j % 16) / 4) + 4 * r + j % 4];
             int32_t q = j < 16 ? (v & 0x0F) : (v >> 4);
-            if (m.dtype == DType::Q5_0) {
+            if (is_five_bit(m.dtype)) {
               uint32_t word;
-              std::memcpy(&word, blk + kFiveBitWords + 4 * (j / 4), 4);
+              std::memcpy(&word, blk + s.header + kNibbleBytes + 4 * (j / 4), 4);
               q |= static_cast<int32_t>((word >> (4 * r + j % 4)) & 1u) << 4;
-              w = half(blk + 2 * r) * static_cast<float>(q - 16);  // the Q8_0 layout's d * q
-            } else if (m.dtype == DType::Q4_0) w = half(blk + 2 * r) * static_cast<float>(q - 8);
-            else if (m.dtype == DType::Q4_1) w = std::fma(half(blk + 2 * r), static_cast<float>(q), half(blk + 16 + 2 * r));
+            }
+            if (m.dtype == DType::Q5_0) w = half(blk + 2 * r) * static_cast<float>(q - 16);  // the Q8_0 layout's d * q
+            else if (m.dtype == DType::Q4_0) w = half(blk + 2 * r) * static_cast<float>(q - 8);
+            else if (m.dtype == DType::Q4_1 || m.dtype == DType::Q5_1)
+              w = std::fma(half(blk + 2 * r), static_cast<float>(q), half(blk + 16 + 2 * r));
             else w = std::fma(f32_at(blk + 4 * r), static_cast<float>(q), f32_at(blk + 32 + 4 * r));
           }
           float& out = y[i * ldy + g * kGroupRows + r];
@@ -488,6 +519,8 @@ PackedKernel portable_packed_kernel(DType t) {
     case DType::Q4_1: return &portable_packed<DType::Q4_1>;
     case DType::Q8_0: return &portable_packed<DType::Q8_0>;
     case DType::Q5_0: return &portable_packed<DType::Q5_0>;
+    case DType::Q5_1: return &portable_packed<DType::Q5_1>;
+    case DType::Q5_K: return &portable_packed<DType::Q5_K>;
     case DType::Q4_K: return &portable_packed<DType::Q4_K>;
     case DType::Q6_K: return &portable_packed<DType::Q6_K>;
     default: return nullptr;
@@ -538,9 +571,14 @@ PackedKernel packed_kernel(Int8Kernel k, DType t) {
 }
 
 // The AVX2 vpmaddubsw tile sums its pairs in int16, which 5-bit weights could overflow
-// (docs/kernels.md, "Q5_0"); it and AVX-VNNI keep a five-bit matrix in the Q8_0 layout.
+// (docs/kernels.md, "Q5_0"); it and AVX-VNNI keep a five-bit Q8_0 matrix in the Q8_0 layout, and
+// run Q5_1 and Q5_K matrices on the f32 kernels.
 bool packs_five_bit(Int8Kernel k) {
   return k == Int8Kernel::kAvx512Vnni || k == Int8Kernel::kAmx || k == Int8Kernel::kPortable;
+}
+
+bool reads(Int8Kernel k, DType t) {
+  return qmatmul_supports(t) && (!is_five_bit(t) || packs_five_bit(k));
 }
 
 }  // namespace host_kernels

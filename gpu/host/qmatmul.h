@@ -26,8 +26,11 @@
 
 namespace specula {
 
-// Whether the int8 path has a kernel for weights of this type (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K).
+// Whether the int8 path has a packed layout for weights of this type (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K,
+// and Q5_1 and Q5_K, which only kernels that read five bits run: host_kernels::reads).
 bool qmatmul_supports(DType t);
+// The packed layouts with a plane of fifth bits (Q5_0 packed from a five-bit Q8_0 matrix, Q5_1, Q5_K).
+constexpr bool is_five_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K; }
 
 // A weight matrix repacked for the int8 path. Layout, per group of 8 rows (the last group padded
 // with zero rows), per 32-column block, `block_bytes` bytes:
@@ -42,6 +45,9 @@ bool qmatmul_supports(DType t);
 //         (pack_matrix's five_bit): Q4_0's nibble order, and fifth-bit word c's bit 4r + i is row
 //         r's column 4c + i, the byte it lands on in unpacked vector c. isum = sum u x - 16 sum x
 //         is the Q8_0 layout's sum, so the results are its bits too.
+//   Q5_1: Q4_1's header | 4 x 32 bytes of nibbles of u | 8 x 4 bytes of fifth bits (192 = 8 x 24),
+//         value d * u + m, u = 0..31 (fifth bits as Q5_0's).
+//   Q5_K: Q4_K's header (f32 d = d * sc, m = -dmin * m of each sub-block) | nibbles | fifth bits (224).
 //   Q6_K: d[8] fp16 | s_lo[8] i8 | s_hi[8] i8 | 8 x 32 bytes of the 6-bit quants q (0..63),
 //         as Q8_0's (288; s_lo scales columns 0..15 of the block, s_hi 16..31). Per row:
 //         isum = s_lo * (sum_lo q x - 32 sum_lo x) + s_hi * (sum_hi q x - 32 sum_hi x), exact in
@@ -50,9 +56,9 @@ bool qmatmul_supports(DType t);
 // low nibbles are columns 4k..4k+3 and its high nibbles columns 16+4k..16+4k+3 of the block.
 // Q8_0 vector c holds in lane r row r's quants of columns 4c..4c+3. So one 32-byte vector feeds
 // eight output rows at once, and a broadcast of 4 activation bytes is its other operand.
-// The Q5_0 layout's fifth-bit words start this many bytes into a group-block (after d[8] and the
+// The five-bit layouts' fifth-bit words start this many bytes after the header (after the
 // nibbles); word c is 4 bytes at 4c from there.
-inline constexpr size_t kFiveBitWords = 16 + 128;
+inline constexpr size_t kNibbleBytes = 128;
 
 struct PackedMatrix {
   DType dtype = DType::F32;   // the packed layout (Q5_0 for a five-bit Q8_0 matrix)
@@ -161,8 +167,10 @@ Int8Kernel int8_kernel_for(Isa isa, bool amx = true);
 // The kernel for a type; throws std::invalid_argument for a kernel this CPU lacks or a type
 // without a packed layout.
 PackedKernel packed_kernel(Int8Kernel k, DType t);
-// Whether kernel k reads the Q5_0 packed layout (AVX-512 VNNI, AMX through it, and portable).
+// Whether kernel k reads the five-bit packed layouts (AVX-512 VNNI, AMX through it, and portable).
 bool packs_five_bit(Int8Kernel k);
+// Whether kernel k runs weights stored as t (qmatmul_supports, and five bits where t needs them).
+bool reads(Int8Kernel k, DType t);
 
 PackedKernel portable_packed_kernel(DType t);
 // The SIMD variants (nullptr for a type without a packed layout); call only where the CPU has them.
@@ -177,7 +185,7 @@ PackedKernel amx_packed_kernel(DType t);
 bool wide_rows_pay(int64_t n, int64_t cols);
 // The outliers' terms: y[i, r] = fma(w[r, c], x_c, y[i, r]) for each of row i's outliers in order,
 // for the weight rows of groups [g0, g1), with w[r, c] dequantized from the packed block as
-// fma(d, q, m) (Q4_1, Q4_K), d * (q - 8) (Q4_0), d * q (Q8_0) or d * (s * (q - 32)) (Q6_K), in
+// fma(d, q, m) (Q4_1, Q4_K, Q5_1, Q5_K), d * (q - 8) (Q4_0), d * (q - 16) (Q5_0), d * q (Q8_0) or d * (s * (q - 32)) (Q6_K), in
 // f32. qmatmul runs it after the kernel on the same groups. The AVX2 variant gives the same bits.
 // Bytes of a packed group-block before its quants (scales and mins; see PackedMatrix).
 size_t packed_header_bytes(DType t);
@@ -189,7 +197,7 @@ struct ColumnLocation {
   size_t blk_off = 0, word_off = 0;
   int shift = 0;
   bool high = false;
-  size_t five_off = 0;  // Q5_0: the fifth-bit word's offset in the block; row r's bit is 4r + five_bit
+  size_t five_off = 0;  // five-bit layouts: the fifth-bit word's offset in the block; row r's bit is 4r + five_bit
   int five_bit = 0;
 };
 ColumnLocation column_location(const PackedMatrix& m, int64_t c);

@@ -36,7 +36,7 @@ struct ColumnAt {
       const __m512i q = _mm512_and_si512(_mm512_srl_epi32(word, shift), _mm512_set1_epi32(0xFF));
       const __m512i s = FormatQ6K::scales_i32(pa + (at.high ? 24 : 16), pb + (at.high ? 24 : 16));
       return _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_mullo_epi32(s, _mm512_sub_epi32(q, _mm512_set1_epi32(32)))));
-    } else if constexpr (T == DType::Q5_0) {
+    } else if constexpr (is_five_bit(T)) {
       // The nibble, and the fifth bit from the pair's words (lane r of a group: bit 4r + i).
       const __m512i nib = _mm512_and_si512(_mm512_srl_epi32(word, shift), _mm512_set1_epi32(0x0F));
       uint32_t lo, hi;
@@ -46,8 +46,11 @@ struct ColumnAt {
       const __m512i at_bit = _mm512_add_epi32(_mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28),
                                               _mm512_set1_epi32(at.five_bit));
       const __m512i fifth = _mm512_and_si512(_mm512_srlv_epi32(words, at_bit), _mm512_set1_epi32(1));
-      const __m512i q = _mm512_sub_epi32(_mm512_or_si512(nib, _mm512_slli_epi32(fifth, 4)), _mm512_set1_epi32(16));
-      return _mm512_mul_ps(dw, _mm512_cvtepi32_ps(q));  // the Q8_0 layout's d * q
+      const __m512i q = _mm512_or_si512(nib, _mm512_slli_epi32(fifth, 4));
+      if constexpr (T == DType::Q5_0)  // the Q8_0 layout's d * q
+        return _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_sub_epi32(q, _mm512_set1_epi32(16))));
+      else
+        return _mm512_fmadd_ps(dw, _mm512_cvtepi32_ps(q), mw);
     } else {
       const __m512 q = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srl_epi32(word, shift), _mm512_set1_epi32(0x0F)));
       if constexpr (T == DType::Q4_0) return _mm512_mul_ps(dw, _mm512_sub_ps(q, _mm512_set1_ps(8.0f)));
@@ -193,6 +196,8 @@ PackedKernel avx512vnni_packed_kernel(DType t) {
     case DType::Q4_1: return &kernel<FormatQ4<true>>;
     case DType::Q8_0: return &kernel<FormatQ8>;
     case DType::Q5_0: return &kernel<FormatQ5>;
+    case DType::Q5_1: return &kernel<FormatQ4<true, false, true>>;
+    case DType::Q5_K: return &kernel<FormatQ4<true, true, true>>;
     case DType::Q4_K: return &kernel<FormatQ4<true, true>>;
     case DType::Q6_K: return &kernel<FormatQ6K>;
     default: return nullptr;

@@ -74,12 +74,18 @@ inline __m512 scales16_f32(const uint8_t* a, const uint8_t* b) {
 // is the second FMA). Vector c < 4 is the low nibbles of packed vector c, c >= 4 the high ones,
 // matching activation bytes 4c..4c+3 (see qmatmul.h). kF32: Q4_K repacked as Q4_1 with f32
 // scales and mins (64 header bytes).
-template <bool kMin, bool kF32 = false>
+// kFive: the five-bit layouts (Q5_0 from Q4_0's, Q5_1 from Q4_1's, Q5_K from Q4_K's): after the
+// nibbles, one 32-bit word of fifth bits per unpacked vector and group (bit 4r + i: row r's byte
+// i in it), joined for the pair into a 64-bit mask that adds 16 to those bytes. Q5_0 takes 16 *
+// isum out where Q4_0 takes 8.
+template <bool kMin, bool kF32 = false, bool kFive = false>
 struct FormatQ4 {
-  static constexpr DType kType = kF32 ? DType::Q4_K : kMin ? DType::Q4_1 : DType::Q4_0;
+  static constexpr DType kType = kFive ? (kF32 ? DType::Q5_K : kMin ? DType::Q5_1 : DType::Q5_0)
+                                       : (kF32 ? DType::Q4_K : kMin ? DType::Q4_1 : DType::Q4_0);
   static constexpr bool kHasMin = kMin;
-  static constexpr int kPrefetchLines = 3;  // 144, 160 or 192 bytes per group-block
   static constexpr int kHeader = kF32 ? 64 : kMin ? 32 : 16;
+  static constexpr int kBytes = kHeader + static_cast<int>(kNibbleBytes) + (kFive ? 32 : 0);  // 144 .. 224
+  static constexpr int kPrefetchLines = (kBytes + 63) / 64;
   struct Weights {
     __m512i w[8];
   };
@@ -92,42 +98,24 @@ struct FormatQ4 {
       wt.w[k] = _mm512_and_si512(v, low);
       wt.w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
     }
-  }
-  static __m512i correct(__m512i s, int32_t isum) { return kMin ? s : _mm512_sub_epi32(s, _mm512_set1_epi32(8 * isum)); }
-  static __m512i dot(const Weights& wt, const int8_t* xb, int32_t isum, int32_t) { return correct(dot8(wt.w, xb), isum); }
-};
-
-// Q5_0 (a five-bit Q8_0 matrix, qmatmul.h): Q4_0's nibbles of u = q + 16, then the fifth bits,
-// one 32-bit word per unpacked vector and group (bit 4r + i: row r's byte i in it), joined for the
-// pair into a 64-bit mask that adds 16 to those bytes. 16 * isum is taken out, as Q4_0 takes 8.
-struct FormatQ5 {
-  static constexpr DType kType = DType::Q5_0;
-  static constexpr bool kHasMin = false;
-  static constexpr int kPrefetchLines = 3;  // 176 bytes per group-block
-  struct Weights {
-    __m512i w[8];
-  };
-  static __m512 scale(const uint8_t* a, const uint8_t* b) { return scales16(a, b); }
-  static __m512 min(const uint8_t*, const uint8_t*) { return _mm512_setzero_ps(); }
-  static void load(const uint8_t* a, const uint8_t* b, Weights& wt) {
-    const __m512i low = _mm512_set1_epi8(0x0F);
-    const __m512i sixteen = _mm512_set1_epi8(16);
-    for (int k = 0; k < 4; ++k) {
-      const __m512i v = load_pair(a + 16 + 32 * k, b + 16 + 32 * k);
-      wt.w[k] = _mm512_and_si512(v, low);
-      wt.w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-    }
-    for (int c = 0; c < 8; ++c) {
-      uint32_t lo, hi;
-      __builtin_memcpy(&lo, a + kFiveBitWords + 4 * c, 4);
-      __builtin_memcpy(&hi, b + kFiveBitWords + 4 * c, 4);
-      const __mmask64 five = _cvtu64_mask64(static_cast<uint64_t>(hi) << 32 | lo);
-      wt.w[c] = _mm512_mask_add_epi8(wt.w[c], five, wt.w[c], sixteen);
+    if constexpr (kFive) {
+      const __m512i sixteen = _mm512_set1_epi8(16);
+      for (int c = 0; c < 8; ++c) {
+        uint32_t lo, hi;
+        __builtin_memcpy(&lo, a + kHeader + kNibbleBytes + 4 * c, 4);
+        __builtin_memcpy(&hi, b + kHeader + kNibbleBytes + 4 * c, 4);
+        const __mmask64 five = _cvtu64_mask64(static_cast<uint64_t>(hi) << 32 | lo);
+        wt.w[c] = _mm512_mask_add_epi8(wt.w[c], five, wt.w[c], sixteen);
+      }
     }
   }
-  static __m512i correct(__m512i s, int32_t isum) { return _mm512_sub_epi32(s, _mm512_set1_epi32(16 * isum)); }
+  static __m512i correct(__m512i s, int32_t isum) {
+    return kMin ? s : _mm512_sub_epi32(s, _mm512_set1_epi32((kFive ? 16 : 8) * isum));
+  }
   static __m512i dot(const Weights& wt, const int8_t* xb, int32_t isum, int32_t) { return correct(dot8(wt.w, xb), isum); }
 };
+// Q5_0 (a five-bit Q8_0 matrix, qmatmul.h): Q4_0's nibbles of u = q + 16 and the fifth bits.
+using FormatQ5 = FormatQ4<false, false, true>;
 
 // Q8_0: 16 bytes of scales, then 8 x 32 signed quant bytes, used as w + 128.
 struct FormatQ8 {

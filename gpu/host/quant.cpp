@@ -1,5 +1,5 @@
 // Scalar reference dequantization of GGUF block types, written after ggml-quants.c
-// (dequantize_row_q4_0 / q4_1 / q8_0 / q4_K / q6_K). The fast matmul kernels are checked
+// (dequantize_row_q4_0 / q4_1 / q5_0 / q5_1 / q8_0 / q4_K / q5_K / q6_K). The fast matmul kernels are checked
 // against these, so they stay plain: one value at a time, no intrinsics.
 #include "gpu/host/quant.h"
 
@@ -118,6 +118,22 @@ void dequantize_q5_0(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
+// Q5_1: 24 bytes = fp16 d, fp16 m, 32 fifth bits (a little-endian u32), 16 bytes of nibbles;
+// the quant q (0..31) as Q5_0 joins it; y = q * d + m.
+void dequantize_q5_1(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 24, y += 32) {
+    const float d = load_fp16(b);
+    const float m = load_fp16(b + 2);
+    const uint32_t qh = static_cast<uint32_t>(b[4]) | static_cast<uint32_t>(b[5]) << 8 | static_cast<uint32_t>(b[6]) << 16 |
+                        static_cast<uint32_t>(b[7]) << 24;
+    const uint8_t* qs = b + 8;
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>((qs[j] & 0x0f) | ((qh >> j) & 1u) << 4) * d + m;
+      y[j + 16] = static_cast<float>((qs[j] >> 4) | ((qh >> (j + 16)) & 1u) << 4) * d + m;
+    }
+  }
+}
+
 // Q8_0: 34 bytes = fp16 d, 32 int8; y = q * d.
 void dequantize_q8_0(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 34, y += 32) {
@@ -220,6 +236,29 @@ void q4_k_subblock(const uint8_t* sb, int j, float* d, float* m, uint8_t q[32]) 
   for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>((qs[l] >> shift) & 0xF);
 }
 
+void q5_k_subblock(const uint8_t* sb, int j, float* d, float* m, uint8_t q[32]) {
+  uint8_t sc, mn;
+  get_scale_min_k4(j, sb + 4, &sc, &mn);
+  *d = load_fp16(sb) * sc;
+  *m = load_fp16(sb + 2) * mn;
+  const uint8_t* qh = sb + 16;
+  const uint8_t* qs = sb + 48 + 32 * (j / 2);
+  const int shift = 4 * (j % 2);
+  for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(((qs[l] >> shift) & 0xF) | ((qh[l] >> j) & 1) << 4);
+}
+
+// Q5_K: 176 bytes per 256 values = fp16 d, fp16 dmin, 12 bytes of scales/mins (as Q4_K), 32
+// bytes qh, 128 bytes of nibbles (as Q4_K's); y = d * sc * q - dmin * m, sub-block by sub-block.
+static void dequantize_q5_K(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 176)
+    for (int j = 0; j < 8; ++j, y += 32) {
+      float d, m;
+      uint8_t q[32];
+      q5_k_subblock(b, j, &d, &m, q);
+      for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q[l]) - m;
+    }
+}
+
 void dequantize_row(DType t, const void* src, float* dst, int64_t cols) {
   const auto* b = static_cast<const uint8_t*>(src);
   const int64_t block = dtype_info(t).block_elems;
@@ -238,8 +277,10 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t cols) {
     case DType::Q4_0: return dequantize_q4_0(b, dst, nb);
     case DType::Q4_1: return dequantize_q4_1(b, dst, nb);
     case DType::Q5_0: return dequantize_q5_0(b, dst, nb);
+    case DType::Q5_1: return dequantize_q5_1(b, dst, nb);
     case DType::Q8_0: return dequantize_q8_0(b, dst, nb);
     case DType::Q4_K: return dequantize_q4_K(b, dst, nb);
+    case DType::Q5_K: return dequantize_q5_K(b, dst, nb);
     case DType::Q6_K: return dequantize_q6_K(b, dst, nb);
   }
   throw ModelError(std::string("dequantize_row: no kernel for type ") + dtype_name(t));

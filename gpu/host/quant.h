@@ -15,6 +15,10 @@ uint16_t f32_to_bf16(float f);  // round to nearest even
 // d * q[l] - m, with d = super d * 6-bit scale and m = super dmin * 6-bit min (both exact in f32).
 void q4_k_subblock(const uint8_t* sb, int j, float* d, float* m, uint8_t q[32]);
 
+// Sub-block j of a Q5_K super-block `sb` (176 bytes), as q4_k_subblock: value l is d * q[l] - m,
+// q (0..31) the nibble with the fifth bit (bit j of qh[l]) above it.
+void q5_k_subblock(const uint8_t* sb, int j, float* d, float* m, uint8_t q[32]);
+
 // A Q6_K super-block `sb` (210 bytes) as 256 unsigned 6-bit quants q (0..63), 16 int8 scales
 // (value v uses sc[v / 16]) and d: value v is d * sc[v / 16] * (q[v] - 32).
 void q6_k_superblock(const uint8_t* sb, uint8_t q[256], int8_t sc[16], float* d);

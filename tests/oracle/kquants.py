@@ -1,9 +1,9 @@
-"""Simple Q4_K and Q6_K quantizers (the gguf package only dequantizes these types).
+"""Simple Q4_K, Q5_K and Q6_K quantizers (the gguf package only dequantizes these types).
 
 They only need to produce VALID blocks whose values approximate the input: the numerical
 reference always uses gguf.quants.dequantize of the stored bytes, never these codes, so the
 scale search is plain min/max rather than llama.cpp's optimised one. The block layouts follow
-ggml-quants.c (dequantize_row_q4_K / dequantize_row_q6_K); test_reference_self_checks.py
+ggml-quants.c (dequantize_row_q4_K / q5_K / q6_K); test_reference_self_checks.py
 round-trips them through gguf.quants.dequantize.
 """
 from __future__ import annotations
@@ -17,15 +17,22 @@ def _fp16(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float16)
 
 
-def quantize_q4_k(x: np.ndarray) -> np.ndarray:
-    """[rows, cols] float -> [rows, cols/256*144] uint8. Block: d f16, dmin f16, scales[12], qs[128];
-    value = d*sc[j]*q - dmin*m[j] for 8 sub-blocks j of 32 values, sc/m 6-bit, q 4-bit."""
-    rows, cols = x.shape
-    assert cols % QK_K == 0, f"Q4_K needs cols % 256 == 0, got {cols}"
+def _scales_mins_k4(sc: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Eight 6-bit scales and mins per super-block packed into 12 bytes (ggml's get_scale_min_k4)."""
+    scales = np.zeros((sc.shape[0], 12), np.uint8)
+    scales[:, 0:4] = (sc[:, 0:4] & 63) | ((sc[:, 4:8] >> 4) << 6)
+    scales[:, 4:8] = (m[:, 0:4] & 63) | ((m[:, 4:8] >> 4) << 6)
+    scales[:, 8:12] = (sc[:, 4:8] & 0xF) | ((m[:, 4:8] & 0xF) << 4)
+    return scales
+
+
+def _min_max_sub_blocks(x: np.ndarray, top: int):
+    """Q4_K / Q5_K's shared part: [rows, cols] -> 32-value sub-blocks of 8 per super-block with
+    value = d*sc[j]*q - dmin*m[j], q in 0..top. Returns (d, dmin, sc, m, q)."""
     b = x.astype(np.float32).reshape(-1, 8, 32)
     lo = np.minimum(b.min(axis=-1), 0.0)  # [nb, 8]; offsets are >= 0 as in ggml
     hi = b.max(axis=-1)
-    scale = (hi - lo) / 15.0
+    scale = (hi - lo) / float(top)
     offset = -lo
     d = _fp16(scale.max(axis=-1) / 63.0)  # [nb]
     dmin = _fp16(offset.max(axis=-1) / 63.0)
@@ -35,18 +42,41 @@ def quantize_q4_k(x: np.ndarray) -> np.ndarray:
     eff_scale = (d32 * sc)[..., None]
     eff_min = (dmin32 * m)[..., None]
     q = np.where(eff_scale > 0, np.rint((b + eff_min) / np.where(eff_scale > 0, eff_scale, 1)), 0)
-    q = np.clip(q, 0, 15).astype(np.uint8)  # [nb, 8, 32]
+    return d, dmin, sc, m, np.clip(q, 0, top).astype(np.uint8)  # q: [nb, 8, 32]
 
-    nb = b.shape[0]
-    scales = np.zeros((nb, 12), np.uint8)
-    scales[:, 0:4] = (sc[:, 0:4] & 63) | ((sc[:, 4:8] >> 4) << 6)
-    scales[:, 4:8] = (m[:, 0:4] & 63) | ((m[:, 4:8] >> 4) << 6)
-    scales[:, 8:12] = (sc[:, 4:8] & 0xF) | ((m[:, 4:8] & 0xF) << 4)
+
+def quantize_q4_k(x: np.ndarray) -> np.ndarray:
+    """[rows, cols] float -> [rows, cols/256*144] uint8. Block: d f16, dmin f16, scales[12], qs[128];
+    value = d*sc[j]*q - dmin*m[j] for 8 sub-blocks j of 32 values, sc/m 6-bit, q 4-bit."""
+    rows, cols = x.shape
+    assert cols % QK_K == 0, f"Q4_K needs cols % 256 == 0, got {cols}"
+    d, dmin, sc, m, q = _min_max_sub_blocks(x, 15)
+    nb = q.shape[0]
     # 64-value chunk j holds sub-block 2j in the low nibbles and 2j+1 in the high nibbles.
     qs = (q[:, 0::2, :] | (q[:, 1::2, :] << 4)).reshape(nb, 128)
-    blocks = np.concatenate([d.reshape(nb, 1).view(np.uint8), dmin.reshape(nb, 1).view(np.uint8), scales, qs], axis=1)
+    blocks = np.concatenate([d.reshape(nb, 1).view(np.uint8), dmin.reshape(nb, 1).view(np.uint8),
+                             _scales_mins_k4(sc, m), qs], axis=1)
     assert blocks.shape[1] == 144
     return blocks.reshape(rows, cols // QK_K * 144)
+
+
+def quantize_q5_k(x: np.ndarray) -> np.ndarray:
+    """[rows, cols] float -> [rows, cols/256*176] uint8. Block: d f16, dmin f16, scales[12], qh[32],
+    qs[128]; value = d*sc[j]*q - dmin*m[j] for 8 sub-blocks j of 32 values, q 5-bit: the nibble as
+    Q4_K stores it, the fifth bit of value l of sub-block j as bit j of qh[l]."""
+    rows, cols = x.shape
+    assert cols % QK_K == 0, f"Q5_K needs cols % 256 == 0, got {cols}"
+    d, dmin, sc, m, q = _min_max_sub_blocks(x, 31)
+    nb = q.shape[0]
+    low = q & 0xF
+    qs = (low[:, 0::2, :] | (low[:, 1::2, :] << 4)).reshape(nb, 128)
+    qh = np.zeros((nb, 32), np.uint8)
+    for j in range(8):
+        qh |= ((q[:, j, :] >> 4) & 1) << j
+    blocks = np.concatenate([d.reshape(nb, 1).view(np.uint8), dmin.reshape(nb, 1).view(np.uint8),
+                             _scales_mins_k4(sc, m), qh, qs], axis=1)
+    assert blocks.shape[1] == 176
+    return blocks.reshape(rows, cols // QK_K * 176)
 
 
 def quantize_q6_k(x: np.ndarray) -> np.ndarray:

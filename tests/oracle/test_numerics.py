@@ -118,23 +118,25 @@ def test_chunked_prefill_matches_numpy(name, chunk, tiny, specula_bin, work_dir)
     assert err < tolerance(ck), f"chunk {chunk}: max error {err:.3g}"
 
 
-def test_a_q4_k_m_file_in_llama_cpps_fallback_types_loads_and_matches_numpy(tiny, specula_bin, work_dir):
-    # tools/compare/q4_k_m_of.py lays a model out as llama.cpp's Q4_K_M (docs/benchmarks.md, "A
-    # Q4_K_M file"). The tiny model's rows (64 and 128 wide) are not whole 256-value super-blocks,
-    # so every Q4_K becomes Q5_0 and every Q6_K Q8_0: the tied embedding, and attn_v / ffn_down of
-    # the layers llama.cpp gives more bits (of 2 layers, the last). Specula loads the Q5_0 as Q8_0
-    # (exactly: the NumPy reference dequantizes the file's own Q5_0 bytes with the gguf package).
+@pytest.mark.parametrize("mix,fallback", [("Q4_K_M", "Q5_0"), ("Q5_K_M", "Q5_1")])
+def test_a_k_quant_mix_file_in_llama_cpps_fallback_types_loads_and_matches_numpy(mix, fallback, tiny, specula_bin, work_dir):
+    # tools/compare/q4_k_m_of.py lays a model out as llama.cpp's Q4_K_M or Q5_K_M (docs/benchmarks.md,
+    # "A Q4_K_M file", "A Q5_K_M file"). The tiny model's rows (64 and 128 wide) are not whole
+    # 256-value super-blocks, so every Q4_K becomes Q5_0, every Q5_K Q5_1 and every Q6_K Q8_0: the
+    # tied embedding, and attn_v / ffn_down of the layers llama.cpp gives more bits (of 2 layers,
+    # the last). Specula loads Q5_0 as Q8_0 (exactly) and Q5_1 as it is; the NumPy reference
+    # dequantizes the file's own bytes with the gguf package.
     import gguf
     src = tiny["gqa_tied"].gguf_path
-    out = pathlib.Path(work_dir) / "tiny.Q4_K_M.gguf"
+    out = pathlib.Path(work_dir) / f"tiny.{mix}.gguf"
     script = pathlib.Path(__file__).resolve().parents[2] / "tools" / "compare" / "q4_k_m_of.py"
-    run = subprocess.run([sys.executable, str(script), str(src), str(out)], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, str(script), "--mix", mix, str(src), str(out)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(out).tensors}
     assert types["token_embd.weight"] == "Q8_0"
-    assert types["blk.0.attn_q.weight"] == types["blk.0.ffn_gate.weight"] == types["blk.1.attn_output.weight"] == "Q5_0"
-    assert (types["blk.0.attn_v.weight"], types["blk.1.attn_v.weight"]) == ("Q5_0", "Q8_0")
-    assert (types["blk.0.ffn_down.weight"], types["blk.1.ffn_down.weight"]) == ("Q5_0", "Q8_0")
+    assert types["blk.0.attn_q.weight"] == types["blk.0.ffn_gate.weight"] == types["blk.1.attn_output.weight"] == fallback
+    assert (types["blk.0.attn_v.weight"], types["blk.1.attn_v.weight"]) == (fallback, "Q8_0")
+    assert (types["blk.0.ffn_down.weight"], types["blk.1.ffn_down.weight"]) == (fallback, "Q8_0")
     assert types["blk.0.attn_norm.weight"] == "F32"
     cfg = numpy_llama.LlamaConfig.from_hf(tiny_models.hf_config(tiny["gqa_tied"].spec))
     _, weights, _ = gguf_weights.load(out)
@@ -237,7 +239,7 @@ def test_specula_chat_prompts_encode_like_the_reference_tokenizer(default_model,
 # nearly every position; the control: the f32 reference path (no activation rounding) must agree
 # at no more than 10%.
 TOL_INT8 = 1e-3
-INT8_TYPES = {"Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K"}
+INT8_TYPES = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}
 INT8_SEQUENCES = [[int(t) for t in np.floor((tiny_models.uniform(0, f"int8-sequence-{i}", (6,)) + 1) / 2 * 320)]
                   for i in range(16)]
 

@@ -106,6 +106,11 @@ VARIANTS: dict[str, TinySpec] = {s.name: s for s in [
     TinySpec("k_quants", seed=10, hidden=256, intermediate=512, head_dim=64, hf_dtype=None,
              gguf_types={"matrix": "Q4_K", "embed": "Q4_K", "output": "Q6_K"},
              gguf_overrides={"attn_v": "Q6_K", "ffn_down": "Q6_K"}),
+    # The five-bit K-quant mix of a Q5_K_M file, with Q5_1 (what llama.cpp writes for Q5_K in rows
+    # that are not whole super-blocks) for the embedding, q and up.
+    TinySpec("q5_k_m", seed=12, hidden=256, intermediate=512, head_dim=64, hf_dtype=None,
+             gguf_types={"matrix": "Q5_K", "embed": "Q5_1", "output": "Q6_K"},
+             gguf_overrides={"attn_q": "Q5_1", "ffn_up": "Q5_1", "attn_v": "Q6_K"}),
 ]}
 
 HF_VARIANTS = [n for n, s in VARIANTS.items() if s.hf_dtype is not None]
@@ -342,6 +347,8 @@ def _encode(w: np.ndarray, type_name: str):
         return np.ascontiguousarray(w, dtype=np.float16), None
     if type_name == "Q4_K":
         return kquants.quantize_q4_k(w), t
+    if type_name == "Q5_K":
+        return kquants.quantize_q5_k(w), t
     if type_name == "Q6_K":
         return kquants.quantize_q6_k(w), t
     return gguf.quants.quantize(np.ascontiguousarray(w, dtype=np.float32), t), t

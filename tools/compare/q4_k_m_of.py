@@ -1,4 +1,5 @@
-"""A Q4_K_M file of a model, written as llama.cpp's quantizer lays one out, for benchmarks.
+"""A Q4_K_M (or, with --mix Q5_K_M, a Q5_K_M) file of a model, written as llama.cpp's quantizer
+lays one out, for benchmarks.
 
 llama.cpp's Q4_K_M asks Q4_K for most matrices and Q6_K for the output (or the tied token
 embedding) and for the attn_v and ffn_down of the layers `use_more_bits` picks (the first and last
@@ -11,7 +12,13 @@ default Q4_1 file the values are twice rounded, which leaves the speed and the f
 downloaded Q4_K_M's, not its accuracy). Q5_0 and Q8_0 use the gguf package's quantizers, Q4_K and
 Q6_K the simple ones of tests/oracle/kquants.py (min/max scales, not llama.cpp's search).
 
-Tooling only (docs/benchmarks.md, "A Q4_K_M file"): build/venv/bin/python tools/compare/q4_k_m_of.py IN.gguf OUT.gguf
+Q5_K_M asks Q5_K where Q4_K_M asks Q4_K (the same Q6_K tensors); where rows are not whole
+super-blocks llama.cpp falls back to Q5_1 for Q5_K. So the Q5_K_M file of SmolLM2-135M is Q5_1 for
+q, k, o, gate, up and most v, Q8_0 for the embedding and a third of v, Q5_K and Q6_K for ffn_down.
+Q5_1 uses the gguf package's quantizer, Q5_K kquants.py's.
+
+Tooling only (docs/benchmarks.md, "A Q4_K_M file", "A Q5_K_M file"):
+build/venv/bin/python tools/compare/q4_k_m_of.py [--mix Q5_K_M] IN.gguf OUT.gguf
 """
 from __future__ import annotations
 
@@ -25,35 +32,44 @@ import gguf  # noqa: E402
 import kquants  # noqa: E402
 
 QK_K = 256
-FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}
+FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 
 
 def use_more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
-def asked_type(name: str, n_layers: int, tied: bool) -> str:
+def asked_type(name: str, n_layers: int, tied: bool, base: str) -> str:
     if name == "output.weight" or (tied and name == "token_embd.weight"):
         return "Q6_K"
     parts = name.split(".")
     if len(parts) == 4 and parts[0] == "blk" and parts[2] in ("attn_v", "ffn_down"):
-        return "Q6_K" if use_more_bits(int(parts[1]), n_layers) else "Q4_K"
-    return "Q4_K"
+        return "Q6_K" if use_more_bits(int(parts[1]), n_layers) else base
+    return base
 
 
 def encode(w: np.ndarray, type_name: str) -> tuple[np.ndarray, gguf.GGMLQuantizationType]:
     t = gguf.GGMLQuantizationType[type_name]
     if type_name == "Q4_K":
         return kquants.quantize_q4_k(w), t
+    if type_name == "Q5_K":
+        return kquants.quantize_q5_k(w), t
     if type_name == "Q6_K":
         return kquants.quantize_q6_k(w), t
     return gguf.quants.quantize(np.ascontiguousarray(w, dtype=np.float32), t), t
 
 
+MIXES = {"Q4_K_M": ("Q4_K", gguf.LlamaFileType.MOSTLY_Q4_K_M), "Q5_K_M": ("Q5_K", gguf.LlamaFileType.MOSTLY_Q5_K_M)}
+
+
 def main(argv: list[str]) -> int:
+    mix = "Q4_K_M"
+    if len(argv) == 5 and argv[1] == "--mix" and argv[2] in MIXES:
+        mix, argv = argv[2], argv[:1] + argv[3:]
     if len(argv) != 3:
-        print("usage: q4_k_m_of.py IN.gguf OUT.gguf", file=sys.stderr)
+        print("usage: q4_k_m_of.py [--mix Q4_K_M|Q5_K_M] IN.gguf OUT.gguf", file=sys.stderr)
         return 2
+    base, file_type = MIXES[mix]
     src, dst = pathlib.Path(argv[1]), pathlib.Path(argv[2])
     r = gguf.GGUFReader(src)
     arch = r.fields["general.architecture"].contents()
@@ -65,7 +81,7 @@ def main(argv: list[str]) -> int:
         if name.startswith("GGUF.") or name == "general.architecture":
             continue
         if name == "general.file_type":
-            w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+            w.add_file_type(file_type)
             continue
         vtype = field.types[0]
         sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
@@ -78,7 +94,7 @@ def main(argv: list[str]) -> int:
             w.add_tensor(t.name, values)
             counts["F32"] = counts.get("F32", 0) + 1
             continue
-        want = asked_type(t.name, n_layers, tied)
+        want = asked_type(t.name, n_layers, tied, base)
         kind = want if shape[1] % QK_K == 0 else FALLBACK[want]
         data, qtype = encode(values, kind)
         w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=qtype)

@@ -41,7 +41,8 @@ Stored random_stored(DType t, int64_t rows, int64_t cols, uint32_t seed) {
   for (size_t o = 0; o < w.bytes.size(); o += bb) {
     const uint16_t d = f32_to_fp16(0.05f * val(rng)), m = f32_to_fp16(0.05f * val(rng));
     std::memcpy(w.bytes.data() + o, &d, 2);
-    if (t == DType::Q4_1 || t == DType::Q4_K) std::memcpy(w.bytes.data() + o + 2, &m, 2);  // Q4_K: dmin
+    if (t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K)
+      std::memcpy(w.bytes.data() + o + 2, &m, 2);  // Q4_K, Q5_K: dmin
     if (t == DType::Q6_K) std::memcpy(w.bytes.data() + o + 208, &d, 2);                     // Q6_K: d is last
   }
   w.view = TensorView{"w", t, {rows, cols}, w.bytes.data(), w.bytes.size()};
@@ -60,11 +61,16 @@ std::vector<float> random_x(int64_t n, int64_t cols, uint32_t seed) {
 
 using host_kernels::Int8Kernel;
 
-// Every int8 kernel this CPU can run, the portable one first.
-std::vector<Int8Kernel> int8_kernels() {
+// The stored types the int8 path packs, and whether a type's rows are whole 256-value super-blocks.
+constexpr DType kInt8Types[] = {DType::Q4_0, DType::Q4_1, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+bool k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+
+// Every int8 kernel this CPU can run, the portable one first; with a type, those that read it (the
+// five-bit types only where host_kernels::packs_five_bit).
+std::vector<Int8Kernel> int8_kernels(DType t = DType::Q8_0) {
   std::vector<Int8Kernel> v;
   for (Int8Kernel k : {Int8Kernel::kPortable, Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni, Int8Kernel::kAmx})
-    if (host_kernels::cpu_has_int8_kernel(k)) v.push_back(k);
+    if (host_kernels::cpu_has_int8_kernel(k) && host_kernels::reads(k, t)) v.push_back(k);
   return v;
 }
 
@@ -286,9 +292,9 @@ std::vector<double> emulate(const TensorView& w, const QuantizedRows& q) {
   const int64_t rows = w.rows(), cols = w.cols(), nb = cols / 32;
   const size_t bb = static_cast<size_t>(dtype_info(w.dtype).block_bytes);
   std::vector<double> y(static_cast<size_t>(q.n * rows));
-  if (w.dtype == DType::Q4_K || w.dtype == DType::Q6_K) {
-    // The reference dequantizer's values (Q4_K: d * sc * q - dmin * m; Q6_K: d * sc * (q - 32))
-    // against the int8 activations.
+  if (w.dtype == DType::Q4_K || w.dtype == DType::Q5_K || w.dtype == DType::Q6_K || w.dtype == DType::Q5_1) {
+    // The reference dequantizer's values (Q4_K, Q5_K: d * sc * q - dmin * m; Q6_K: d * sc * (q -
+    // 32); Q5_1: d * q + m) against the int8 activations.
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
       dequantize_row(w.dtype, w.row(r), row.data(), cols);
@@ -331,9 +337,9 @@ std::vector<double> emulate(const TensorView& w, const QuantizedRows& q) {
 }
 
 TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+  for (DType t : kInt8Types)
     for (int64_t rows : {8, 37}) {
-      const int64_t cols = (t == DType::Q4_K || t == DType::Q6_K) ? 768 : 576;
+      const int64_t cols = k_quant(t) ? 768 : 576;
       const Stored w = random_stored(t, rows, cols, 10 + static_cast<uint32_t>(t));
       ThreadPool pool(2);
       auto m = pack_matrix(w.view, pool);
@@ -342,7 +348,7 @@ TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
         QuantizedRows q;
         quantize_rows(x.data(), n, cols, q);
         const auto want = emulate(w.view, q);
-        for (Int8Kernel isa : int8_kernels()) {
+        for (Int8Kernel isa : int8_kernels(t)) {
           const auto y = run(*m, x, n, 2, isa);
           int bad = 0;
           for (int64_t i = 0; i < n; ++i)
@@ -366,14 +372,14 @@ TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
 // holding tile; every row must come out the same either way.
 TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrThreads) {
   for (const int64_t cols : {1536, 576})
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
-    if (cols % 256 != 0 && (t == DType::Q4_K || t == DType::Q6_K)) continue;  // K-quants: rows of whole super-blocks
+  for (DType t : kInt8Types) {
+    if (cols % 256 != 0 && k_quant(t)) continue;  // K-quants: rows of whole super-blocks
     const int64_t rows = 43;
     const Stored w = random_stored(t, rows, cols, 30 + static_cast<uint32_t>(t));
     ThreadPool pool(1);
     auto m = pack_matrix(w.view, pool);
     const auto all = random_x(16, cols, 40);
-    for (Int8Kernel isa : int8_kernels())
+    for (Int8Kernel isa : int8_kernels(t))
       expect_each_row_equal_to_its_one_row_call(
           all, cols, rows, [&](const std::vector<float>& x, int64_t n, int threads) { return run(*m, x, n, threads, isa); },
           std::string(dtype_name(t)) + " " + host_kernels::int8_kernel_name(isa));
@@ -384,14 +390,14 @@ TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrT
 // and the AMX kernel hands the call to AVX-512 VNNI: every row of a 17-, 31- or 40-row call still
 // equals its 1-row call.
 TEST(Int8Kernels, EachRowOfACallPastSixteenRowsIsBitEqualToTheOneRowCall) {
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : kInt8Types) {
     // 576 columns (the default model's width) where the type allows, else whole super-blocks.
-    const int64_t rows = 40, c = t == DType::Q4_K || t == DType::Q6_K ? 768 : 576;
+    const int64_t rows = 40, c = k_quant(t) ? 768 : 576;
     const Stored w = random_stored(t, rows, c, 70 + static_cast<uint32_t>(t));
     ThreadPool pool(1);
     auto m = pack_matrix(w.view, pool);
     const auto all = random_x(40, c, 80);
-    for (Int8Kernel isa : int8_kernels()) {
+    for (Int8Kernel isa : int8_kernels(t)) {
       std::vector<std::vector<float>> single;  // each row alone
       for (int64_t i = 0; i < 40; ++i)
         single.push_back(run(*m, std::vector<float>(all.begin() + i * c, all.begin() + (i + 1) * c), 1, 1, isa));
@@ -412,8 +418,9 @@ TEST(Int8Kernels, EachRowOfACallPastSixteenRowsIsBitEqualToTheOneRowCall) {
 TEST(Int8Kernels, EveryVectorKernelTheCpuHasAgreesWithThePortableKernelBitForBit) {
   const auto kernels = int8_kernels();
   if (kernels.size() == 1) GTEST_SKIP() << "this CPU has no AVX2+FMA+F16C: only the portable kernels run here";
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+  for (DType t : kInt8Types)
     for (int64_t rows : {50, 64, 8}) {
+      const auto kernels = int8_kernels(t);  // the five-bit types: the kernels that read them
       const Stored w = random_stored(t, rows, 768, 50 + static_cast<uint32_t>(t));
       ThreadPool pool(1);
       auto m = pack_matrix(w.view, pool);
@@ -539,8 +546,8 @@ std::vector<float> run_refined(const PackedMatrix& m, const std::vector<float>& 
 // residual's scales, d_r <= d_x / 254, which the plain product breaks at most outputs (so the
 // bound tells them apart); its worst error is under a twentieth of the plain one's.
 TEST(Int8Kernels, TheFastPathStaysWithinTheActivationRoundingOfTheF32ReferenceAndTheRefinedOneWithinItsResiduals) {
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
-    const int64_t rows = 24, cols = (t == DType::Q4_K || t == DType::Q6_K) ? 768 : 576, n = 3;
+  for (DType t : kInt8Types) {
+    const int64_t rows = 24, cols = k_quant(t) ? 768 : 576, n = 3;
     const Stored w = random_stored(t, rows, cols, 80 + static_cast<uint32_t>(t));
     ThreadPool pool(2);
     auto m = pack_matrix(w.view, pool);
@@ -549,12 +556,12 @@ TEST(Int8Kernels, TheFastPathStaysWithinTheActivationRoundingOfTheF32ReferenceAn
     quantize_rows(x.data(), n, cols, q);
     std::vector<float> ref(n * rows), row(cols);
     matmul_reference(w.view, x.data(), n, ref.data());
-    const auto y = run(*m, x, n, 2, int8_kernels().back());
+    const auto y = run(*m, x, n, 2, int8_kernels(t).back());
     QuantizedRows qr;
     std::vector<float> res(x.size());
     residual_rows(x.data(), q, res.data());
     quantize_rows(res.data(), n, cols, qr);
-    const auto refined = run_refined(*m, x, n, 2, int8_kernels().back());
+    const auto refined = run_refined(*m, x, n, 2, int8_kernels(t).back());
     double worst = 0, worst_refined = 0;
     int plain_outside = 0;
     for (int64_t r = 0; r < rows; ++r) {
@@ -584,13 +591,13 @@ TEST(Int8Kernels, TheFastPathStaysWithinTheActivationRoundingOfTheF32ReferenceAn
 // agreement with one another. Every type and kernel, at row counts that fit one pass of the
 // 512-bit tiles and that take two (2n > 9); and each row against its own 1-row call.
 TEST(RefinedInt8Products, EqualTheProductOfTheRowsPlusTheProductOfTheirResidualsBitForBit) {
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
-    const int64_t rows = 50, cols = (t == DType::Q4_K || t == DType::Q6_K) ? 768 : 576;
+  for (DType t : kInt8Types) {
+    const int64_t rows = 50, cols = k_quant(t) ? 768 : 576;
     const Stored w = random_stored(t, rows, cols, 90 + static_cast<uint32_t>(t));
     ThreadPool pool(1);
     auto m = pack_matrix(w.view, pool);
     const auto all = random_x(16, cols, 91);
-    for (Int8Kernel isa : int8_kernels()) {
+    for (Int8Kernel isa : int8_kernels(t)) {
       for (int64_t n : {1, 2, 5, 9, 16}) {
         const std::vector<float> x(all.begin(), all.begin() + n * cols);
         QuantizedRows first;
@@ -899,6 +906,44 @@ TEST(HostPath, AWeightTypeWithoutAFastKernelOnThePathRunsOnTheF32KernelsWithOneL
   fast.matmul(x.data(), a, 2, y.data());
   matmul_reference(w, x.data(), 2, ref.data());
   for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 1e-4 * (1 + std::fabs(ref[k])));
+}
+
+// Q5_1 and Q5_K (a Q5_K_M file) are packed with a plane of fifth bits that the AVX-512 VNNI,
+// AMX and portable kernels read; the AVX2 and AVX-VNNI tiles would overflow their int16 pairs, so
+// on the AVX2 path those weights run on the f32 kernels with one line naming the kernel and the
+// type. Either way the product is the stored matrix's.
+TEST(HostPath, FiveBitTypesRunOnTheInt8KernelsThatReadThemAndElseOnTheF32KernelsWithOneLine) {
+  for (DType t : {DType::Q5_1, DType::Q5_K}) {
+    const int64_t rows = 8, cols = 256;
+    const Stored w = random_stored(t, rows, cols, 93 + static_cast<uint32_t>(t));
+    const auto x = random_x(2, cols, 94);
+    std::vector<float> ref(2 * rows);
+    matmul_reference(w.view, x.data(), 2, ref.data());
+    std::vector<std::string> paths = {"portable"};
+    if (host_kernels::cpu_has_avx512_vnni()) paths.push_back("avx512-vnni");
+    for (const std::string& path : paths) {
+      HostOps ops(1, host_kernels::host_path_for(path.c_str()));
+      const Weight a = ops.upload(w.view);
+      EXPECT_NE(a.device, nullptr) << dtype_name(t) << " " << path;
+      EXPECT_EQ(ops.packed_bytes(), size_t{8} * (t == DType::Q5_1 ? 192 : 224)) << dtype_name(t) << " " << path;
+      std::vector<float> y(2 * rows);
+      ops.matmul(x.data(), a, 2, y.data());
+      for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 0.05 * (1 + std::fabs(ref[k]))) << dtype_name(t) << " " << path;
+    }
+    if (!host_kernels::cpu_has_avx2_fma()) continue;
+    HostOps avx2(1, host_kernels::host_path_for("avx2"));
+    testing::internal::CaptureStderr();
+    const Weight a = avx2.upload(w.view), b = avx2.upload(w.view);
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(a.device, nullptr);
+    EXPECT_EQ(b.device, nullptr);
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    const std::string kernel = host_kernels::int8_kernel_name(host_kernels::int8_kernel_for(Isa::kAvx2));
+    EXPECT_NE(err.find("the " + kernel + " int8 kernels do not read " + dtype_name(t) + " weights (first: w)"), std::string::npos) << err;
+    std::vector<float> y(2 * rows);
+    avx2.matmul(x.data(), a, 2, y.data());
+    for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 1e-4 * (1 + std::fabs(ref[k]))) << dtype_name(t);
+  }
 }
 
 }  // namespace

@@ -163,6 +163,23 @@ TEST(Dequantize, Q5_0JoinsTheFifthBitAboveEachNibbleAndSubtractsSixteen) {
   for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], -0.5f * (q[j] - 16)) << j;
 }
 
+// Q5_1: Q5_0's five-bit quants (no offset), times d plus the minimum m.
+TEST(Dequantize, Q5_1JoinsTheFifthBitAboveEachNibbleScalesAndAddsTheMinimum) {
+  std::vector<uint8_t> b(24);
+  int q[32];
+  for (int j = 0; j < 32; ++j) q[j] = (j * 13 + 5) % 32;  // every value 0..31 once
+  put_u16(b, 0, 0x3400);  // d = 0.25
+  put_u16(b, 2, 0xbc00);  // m = -1
+  uint32_t qh = 0;
+  for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>(q[j] >> 4) << j;
+  for (int k = 0; k < 4; ++k) b[4 + k] = static_cast<uint8_t>(qh >> (8 * k));
+  for (int j = 0; j < 16; ++j) b[8 + j] = static_cast<uint8_t>((q[j] & 15) | (q[j + 16] & 15) << 4);
+  float y[32];
+  dequantize_row(DType::Q5_1, b.data(), y, 32);
+  EXPECT_EQ(y[0], 0.25f * 5 - 1.0f);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], 0.25f * q[j] - 1.0f) << j;
+}
+
 TEST(Dequantize, Q8_0ScalesSignedBytes) {
   std::vector<uint8_t> b(34);
   put_u16(b, 0, 0x4000);  // d = 2
@@ -177,6 +194,15 @@ TEST(Dequantize, Q8_0ScalesSignedBytes) {
 
 // Q4_K: y = d * sc[s] * q - dmin * m[s] for sub-block s = i / 32; six-bit scales and mins
 // packed as ggml's quantize_row_q4_K does (the inverse of get_scale_min_k4).
+// Eight 6-bit scales and mins into a K-quant super-block's 12 bytes, as ggml packs them.
+void put_scales_mins_k4(const int sc[8], const int mn[8], uint8_t* scales) {
+  for (int j = 0; j < 4; ++j) {
+    scales[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    scales[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+    scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
+  }
+}
+
 TEST(Dequantize, Q4_KUnpacksSixBitScalesAndMinsPerSubBlock) {
   const int sc[8] = {1, 63, 17, 32, 5, 48, 33, 62};
   const int mn[8] = {0, 7, 63, 40, 16, 31, 2, 59};
@@ -185,12 +211,7 @@ TEST(Dequantize, Q4_KUnpacksSixBitScalesAndMinsPerSubBlock) {
   std::vector<uint8_t> b(144);
   put_u16(b, 0, 0x3800);  // d = 0.5
   put_u16(b, 2, 0x3400);  // dmin = 0.25
-  uint8_t* scales = &b[4];
-  for (int j = 0; j < 4; ++j) {
-    scales[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
-    scales[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
-    scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
-  }
+  put_scales_mins_k4(sc, mn, &b[4]);
   uint8_t* qs = &b[16];
   for (int c = 0; c < 4; ++c)  // 64 values per 32 bytes: low nibbles first, then high
     for (int l = 0; l < 32; ++l) qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
@@ -203,6 +224,29 @@ TEST(Dequantize, Q4_KUnpacksSixBitScalesAndMinsPerSubBlock) {
 }
 
 // Q6_K: y = d * scale[i / 16] * (q - 32), q six bits split into ql (low 4) and qh (high 2).
+// Q5_K: Q4_K's scales, mins and nibbles, and the fifth bit of value l of sub-block j in bit j of
+// qh[l]. Packed by hand as ggml's quantize_row_q5_K lays a block out.
+TEST(Dequantize, Q5_KJoinsTheFifthBitsAndUnpacksSixBitScalesAndMinsPerSubBlock) {
+  const int sc[8] = {2, 63, 17, 32, 5, 48, 33, 61};
+  const int mn[8] = {1, 7, 63, 40, 16, 31, 0, 59};
+  int q[256];
+  for (int i = 0; i < 256; ++i) q[i] = (i * 13 + i / 32) % 32;
+  std::vector<uint8_t> b(176);
+  put_u16(b, 0, 0x3800);  // d = 0.5
+  put_u16(b, 2, 0x3400);  // dmin = 0.25
+  put_scales_mins_k4(sc, mn, &b[4]);
+  uint8_t* qh = &b[16];
+  uint8_t* qs = &b[48];
+  for (int i = 0; i < 256; ++i) qh[i % 32] = static_cast<uint8_t>(qh[i % 32] | (q[i] >> 4) << (i / 32));
+  for (int c = 0; c < 4; ++c)  // 64 values per 32 bytes: low nibbles first, then high
+    for (int l = 0; l < 32; ++l) qs[32 * c + l] = static_cast<uint8_t>((q[64 * c + l] & 15) | (q[64 * c + 32 + l] & 15) << 4);
+  float y[256];
+  dequantize_row(DType::Q5_K, b.data(), y, 256);
+  EXPECT_EQ(y[0], 0.5f * 2 * q[0] - 0.25f * 1);
+  EXPECT_EQ(y[255], 0.5f * 61 * q[255] - 0.25f * 59);
+  for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], 0.5f * sc[i / 32] * q[i] - 0.25f * mn[i / 32]) << i;
+}
+
 TEST(Dequantize, Q6_KJoinsLowAndHighBitsAndAppliesSignedScales) {
   int q[256];
   for (int i = 0; i < 256; ++i) q[i] = (i * 37 + 5) % 64;
