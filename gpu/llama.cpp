@@ -40,11 +40,11 @@ KvCacheConfig LlamaModel::kv_config(int64_t max_tokens, int64_t block_tokens) co
 }
 
 int64_t LlamaModel::weight_bytes_per_token() const {
-  int64_t b = static_cast<int64_t>(output_.view.nbytes + output_norm_.view.nbytes);
+  int64_t b = static_cast<int64_t>(ops_.read_bytes(output_) + output_norm_.view.nbytes);
   b += static_cast<int64_t>(embed_.view.nbytes / std::max<int64_t>(1, embed_.rows()));  // one embedding row
   for (const LlamaLayer& l : layers_)
     for (const Weight* m : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
-      b += static_cast<int64_t>(m->view.nbytes);
+      b += static_cast<int64_t>(ops_.read_bytes(*m));
   return b;
 }
 

@@ -98,7 +98,8 @@ class LlamaModel {
   // the same token bit for bit (the same per-row norms).
   void last_hidden_all(std::vector<float>& out);
 
-  // Bytes of weights one decode step reads (every matrix, the output head, the norms).
+  // Bytes of weights one decode step reads (every matrix as the device keeps it, the output head,
+  // the norms, one embedding row).
   int64_t weight_bytes_per_token() const;
 
  private:

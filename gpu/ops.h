@@ -56,6 +56,9 @@ class Ops {
   // A hint before a model's uploads: they hold about `elements` values in all, so a device can
   // take one allocation for them (the CUDA device's weight arena). No-op on the host.
   virtual void reserve_weights(int64_t elements) {}
+  // Bytes of w a matrix product reads: the device's own copy where it keeps one in another layout
+  // (the host's repacked matrices), else the stored tensor's.
+  virtual size_t read_bytes(const Weight& w) const { return w.view.nbytes; }
   // Whether this device keeps K/V in fp16 (KvCacheConfig::f16); its kv_store and attention
   // handle the caches it asks for.
   virtual bool kv_f16() const { return false; }

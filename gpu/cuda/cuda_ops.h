@@ -37,6 +37,10 @@ class CudaOps final : public Ops {
   // Matrices (2-D) become BF16 (GGUF types dequantized on the host, then rounded to nearest
   // even); vectors (norm weights) stay F32. A tensor already uploaded (a tied output head) is
   // shared, not copied twice.
+  // Matrices are kept as BF16 (upload); vectors as stored.
+  size_t read_bytes(const Weight& w) const override {
+    return w.view.shape.size() < 2 ? w.view.nbytes : static_cast<size_t>(w.rows() * w.cols()) * 2;
+  }
   Weight upload(const TensorView& t) override;
   void reserve_weights(int64_t elements) override;
 

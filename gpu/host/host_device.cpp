@@ -116,6 +116,10 @@ Weight HostOps::upload_table(const TensorView& t) {
   return w;
 }
 
+size_t HostOps::read_bytes(const Weight& w) const {
+  return w.device != nullptr ? static_cast<const PackedMatrix*>(w.device)->bytes() : w.view.nbytes;
+}
+
 size_t HostOps::packed_bytes() const {
   std::lock_guard<std::mutex> lock(packed_mutex_);
   size_t b = 0;

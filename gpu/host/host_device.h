@@ -36,6 +36,7 @@ class HostOps : public Ops {  // not final: tests derive device doubles from it
   bool kv_k_transposed(int64_t head_dim, int64_t block_tokens) const override;
   // Bytes of repacked weights held (for the benchmark's memory report).
   size_t packed_bytes() const;
+  size_t read_bytes(const Weight& w) const override;
 
   void embed(const Weight& table, std::span<const int32_t> tokens, float* out) override;
   void rmsnorm(const float* x, const Weight& w, float eps, int64_t n, int64_t dim, float* out) override;

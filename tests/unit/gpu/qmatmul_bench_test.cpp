@@ -38,9 +38,10 @@ std::vector<std::byte> random_blocks(DType t, int64_t rows, int64_t cols, std::m
 TEST(QmatmulBench, DISABLED_CacheResidentKernelsPerRowCount) {
   using host_kernels::Int8Kernel;
   for (Int8Kernel kernel : {Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni, Int8Kernel::kAmx})
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
-    if (!host_kernels::cpu_has_int8_kernel(kernel)) continue;
-    const int64_t rows = 576, cols = (t == DType::Q4_K || t == DType::Q6_K) ? 768 : 576;  // K-quants: rows of 256
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    if (!host_kernels::cpu_has_int8_kernel(kernel) || !host_kernels::reads(kernel, t)) continue;
+    const bool k_quant = t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+    const int64_t rows = 576, cols = k_quant ? 768 : 576;  // K-quants: rows of 256
     std::mt19937 rng(1);
     const std::vector<std::byte> bytes = random_blocks(t, rows, cols, rng);
     const TensorView view{"w", t, {rows, cols}, bytes.data(), bytes.size()};

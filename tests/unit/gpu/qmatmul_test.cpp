@@ -875,6 +875,9 @@ TEST(HostPath, TheInt8PathRepacksMatricesOnceAndTheReferencePathUsesTheFileInPla
   EXPECT_EQ(r.device, nullptr);
   EXPECT_EQ(fast.packed_bytes(), size_t{16 * 2 * 20});
   EXPECT_EQ(ref.packed_bytes(), size_t{0});
+  // What a product reads (bench decode's roofline counts it): the packed copy, or the file's bytes.
+  EXPECT_EQ(fast.read_bytes(a), fast.packed_bytes());
+  EXPECT_EQ(ref.read_bytes(r), w.view.nbytes);
   // Both give a product; they agree within the activation rounding.
   const auto x = random_x(2, 64, 91);
   std::vector<float> ya(32), yr(32);
