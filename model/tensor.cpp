@@ -1,5 +1,5 @@
 // The element types Specula loads, with their block geometry (ggml-common.h), and the exact
-// conversion of the one type no kernel reads (Q5_0) into one they do.
+// conversion of the types no kernel reads (Q5_0, IQ4_NL, Q3_K) into ones they do.
 #include "model/tensor.h"
 
 #include <cstring>
@@ -26,6 +26,8 @@ constexpr Entry kTypes[] = {
     {DType::Q4_1, {"Q4_1", 32, 20}},    // d, m + 16 bytes of nibbles
     {DType::Q5_0, {"Q5_0", 32, 22}},    // d, 4 bytes of fifth bits + 16 bytes of nibbles
     {DType::Q5_1, {"Q5_1", 32, 24}},    // d, m, 4 bytes of fifth bits + 16 bytes of nibbles
+    {DType::IQ4_NL, {"IQ4_NL", 32, 18}},  // d + 16 bytes of nibbles indexing 16 non-linear levels
+    {DType::Q3_K, {"Q3_K", 256, 110}},  // 32 bytes of high bits, 64 of 2-bit pairs, 12 of 6-bit scales, d
     {DType::Q4_K, {"Q4_K", 256, 144}},  // d, dmin, 12 bytes of 6-bit scales, 128 bytes of nibbles
     {DType::Q5_K, {"Q5_K", 256, 176}},  // d, dmin, 12 bytes of 6-bit scales, 32 bytes of fifth bits, 128 of nibbles
     {DType::Q6_K, {"Q6_K", 256, 210}},  // 128 low nibbles, 64 high bits, 16 int8 scales, d
@@ -59,7 +61,7 @@ size_t dtype_row_bytes(DType t, int64_t cols) {
   return static_cast<size_t>(cols / info.block_elems) * static_cast<size_t>(info.block_bytes);
 }
 
-bool dtype_has_kernels(DType t) { return t != DType::Q5_0; }
+bool dtype_has_kernels(DType t) { return t != DType::Q5_0 && t != DType::IQ4_NL && t != DType::Q3_K; }
 
 namespace {
 
@@ -78,18 +80,67 @@ void q5_0_to_q8_0(const std::byte* in, std::byte* out) {
   }
 }
 
+// One IQ4_NL block (fp16 d, 16 bytes of indices: value j < 16 the low nibble of qs[j], j + 16 the
+// high one) as a Q8_0 block: the same d, each level as the int8.
+void iq4_nl_to_q8_0(const std::byte* in, std::byte* out) {
+  std::memcpy(out, in, 2);
+  const auto* qs = reinterpret_cast<const uint8_t*>(in + 2);
+  auto* q = reinterpret_cast<int8_t*>(out + 2);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = kIq4NlLevels[qs[j] & 0x0f];
+    q[j + 16] = kIq4NlLevels[qs[j] >> 4];
+  }
+}
+
+// One Q3_K super-block (ggml's block_q3_K: hmask[32], qs[64], scales[12], fp16 d) as a Q6_K one
+// (ql[128], qh[64], int8 scales[16], fp16 d). Q3_K's value v is d * (s - 32) * (q - 4): q's two low
+// bits are bits 2 ((v % 128) / 32) of qs[32 (v / 128) + v % 32], its third bit is bit v / 32 of
+// hmask[v % 32]; the 6-bit s of sub-block j = v / 16 has its low four bits in scales[j % 8] (the
+// high nibble for j >= 8) and its top two at bit 2 (j / 4) of scales[8 + j % 4]. Q6_K's value is
+// d * sc * (q6 - 32) with the same sub-blocks: sc = s - 32, q6 = q + 28, stored as
+// q6_k_superblock (gpu/host/quant.h) reads them.
+void q3_k_to_q6_k(const std::byte* in, std::byte* out) {
+  const auto* hmask = reinterpret_cast<const uint8_t*>(in);
+  const uint8_t* qs = hmask + 32;
+  const uint8_t* scales = hmask + 96;
+  uint8_t q6[256];
+  for (int v = 0; v < 256; ++v) {
+    const int low = (qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3;
+    const int high = (hmask[v % 32] >> (v / 32)) & 1;
+    q6[v] = static_cast<uint8_t>((low | high << 2) + 28);
+  }
+  auto* o = reinterpret_cast<uint8_t*>(out);
+  for (int n = 0; n < 2; ++n) {  // each 128 values: 64 bytes of low nibbles, 32 of high bit pairs
+    const uint8_t* y = q6 + 128 * n;
+    for (int l = 0; l < 32; ++l) {
+      o[64 * n + l] = static_cast<uint8_t>((y[l] & 15) | (y[l + 64] & 15) << 4);
+      o[64 * n + l + 32] = static_cast<uint8_t>((y[l + 32] & 15) | (y[l + 96] & 15) << 4);
+      o[128 + 32 * n + l] = static_cast<uint8_t>(y[l] >> 4 | (y[l + 32] >> 4) << 2 | (y[l + 64] >> 4) << 4 | (y[l + 96] >> 4) << 6);
+    }
+  }
+  for (int j = 0; j < 16; ++j) {
+    const int low = (j < 8 ? scales[j] : scales[j - 8] >> 4) & 15;
+    const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+    o[192 + j] = static_cast<uint8_t>(static_cast<int8_t>((low | high << 4) - 32));
+  }
+  std::memcpy(o + 208, hmask + 108, 2);
+}
+
 }  // namespace
 
 TensorView kernel_view(const TensorView& tv, std::vector<std::shared_ptr<const void>>& storage) {
   if (dtype_has_kernels(tv.dtype)) return tv;
+  const DType target = tv.dtype == DType::Q3_K ? DType::Q6_K : DType::Q8_0;
+  void (*convert)(const std::byte*, std::byte*) =
+      tv.dtype == DType::Q3_K ? &q3_k_to_q6_k : tv.dtype == DType::IQ4_NL ? &iq4_nl_to_q8_0 : &q5_0_to_q8_0;
   const DTypeInfo& from = dtype_info(tv.dtype);
-  const DTypeInfo& to = dtype_info(DType::Q8_0);
+  const DTypeInfo& to = dtype_info(target);
   const size_t blocks = tv.nbytes / static_cast<size_t>(from.block_bytes);
   auto owned = std::make_shared<std::vector<std::byte>>(blocks * static_cast<size_t>(to.block_bytes));
   for (size_t b = 0; b < blocks; ++b)
-    q5_0_to_q8_0(tv.data + b * static_cast<size_t>(from.block_bytes), owned->data() + b * static_cast<size_t>(to.block_bytes));
+    convert(tv.data + b * static_cast<size_t>(from.block_bytes), owned->data() + b * static_cast<size_t>(to.block_bytes));
   TensorView out = tv;
-  out.dtype = DType::Q8_0;
+  out.dtype = target;
   out.data = owned->data();
   out.nbytes = owned->size();
   storage.push_back(std::move(owned));

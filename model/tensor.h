@@ -32,11 +32,16 @@ enum class DType : uint32_t {
   Q5_0 = 6,  // stored, converted to Q8_0 at load (kernel_view); as a packed layout, qmatmul.h's five bits
   Q5_1 = 7,  // what llama.cpp writes for Q5_K in rows that are not whole super-blocks (a Q5_K_M file)
   Q8_0 = 8,
+  Q3_K = 11,  // stored, converted to Q6_K at load (kernel_view)
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
+  IQ4_NL = 20,  // stored, converted to Q8_0 at load (kernel_view); llama.cpp's fallback for Q2_K / Q3_K
   BF16 = 30,
 };
+
+// IQ4_NL's sixteen levels (ggml's kvalues_iq4nl): value j of a block is d * level[index j].
+inline constexpr int8_t kIq4NlLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 struct DTypeInfo {
   const char* name;
@@ -71,15 +76,19 @@ struct TensorView {
   const std::byte* row(int64_t r) const { return data + static_cast<size_t>(r) * dtype_row_bytes(dtype, cols()); }
 };
 
-// Whether the kernels read type t as stored. The one loadable type they do not, Q5_0, is what
-// llama.cpp writes for a Q4_K tensor whose rows are not whole 256-value super-blocks, so most of
-// a Q4_K_M file of a model 576 or 960 wide (SmolLM2-135M, -360M) is Q5_0.
+// Whether the kernels read type t as stored. The loadable types they do not are what llama.cpp
+// writes where a K-quant's rows are not whole 256-value super-blocks (a model 576 or 960 wide,
+// SmolLM2-135M and -360M): Q5_0 for Q4_K (most of a Q4_K_M file), IQ4_NL for Q2_K and Q3_K (most
+// of a Q2_K or Q3_K file); and Q3_K itself (the ffn_down of those files).
 bool dtype_has_kernels(DType t);
 
 // `tv` as the kernels read it: `tv` itself when they read its type; else its values, exactly,
 // in a type they read, in memory appended to `storage` (which must outlive the view). Q5_0
 // becomes Q8_0: the same fp16 scale per 32 values, each 5-bit quant minus 16 as an int8, so
-// every value d * (q - 16) is the same float. 34 bytes a block instead of 22.
+// every value d * (q - 16) is the same float (34 bytes a block instead of 22). IQ4_NL becomes
+// Q8_0: the same scale, each 4-bit index as its int8 level (34 bytes instead of 18). Q3_K becomes
+// Q6_K: the same fp16 d, each 16-value sub-block's 6-bit scale s as the int8 s - 32, each 3-bit
+// quant q as q + 28 (so q6 - 32 = q - 4): 210 bytes a super-block instead of 110.
 TensorView kernel_view(const TensorView& tv, std::vector<std::shared_ptr<const void>>& storage);
 
 }  // namespace specula

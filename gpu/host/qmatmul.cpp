@@ -38,6 +38,7 @@ PackShape pack_shape(DType t) {
     case DType::Q4_1: return {32, 160};
     case DType::Q8_0: return {16, 272};
     case DType::Q5_0: return {16, 176};  // d[8] fp16 | 4 x 32 bytes of nibbles | 8 x 4 bytes of fifth bits
+    case DType::IQ4_NL: return {16, 144};  // d[8] fp16 | 4 x 32 bytes of nibbles: indices of the levels
     case DType::Q5_1: return {32, 192};  // d[8] fp16 | m[8] fp16 | 4 x 32 bytes of nibbles | 8 x 4 bytes of fifth bits
     case DType::Q4_K: return {64, 192};  // d[8] f32 | m[8] f32 | 4 x 32 bytes: Q4_1's layout with exact scales
     case DType::Q5_K: return {64, 224};  // Q4_K's layout | 8 x 4 bytes of fifth bits
@@ -108,17 +109,47 @@ void pack_block_five_bit(DType t, const uint8_t* const src[kGroupRows], int j, u
   std::memcpy(dst + s.header + kNibbleBytes, words, sizeof words);
 }
 
-// Whether every quant of a stored Q8_0 matrix lies in -16..15 (a Q5_0 file's do; a genuine Q8_0
-// matrix's block maximum is +-127).
-bool quants_fit_five_bits(const TensorView& w) {
+// Whether every quant of a stored Q8_0 matrix is one of `allowed` (indexed by the quant's byte).
+bool quants_all_in(const TensorView& w, const bool (&allowed)[256]) {
   const auto* p = reinterpret_cast<const uint8_t*>(w.data);
   const size_t blocks = w.nbytes / 34;
+  bool all = true;
   for (size_t b = 0; b < blocks; ++b)
-    for (int j = 0; j < 32; ++j) {
-      const int q = static_cast<int8_t>(p[34 * b + 2 + j]);
-      if (q < -16 || q > 15) return false;
-    }
-  return true;
+    for (int j = 0; j < 32; ++j) all &= allowed[p[34 * b + 2 + j]];
+  return all;
+}
+
+// The narrow layout a stored Q8_0 matrix fits, exactly: Q5_0 where every quant lies in -16..15 (a
+// Q5_0 file's, converted at load), IQ4_NL where every quant is one of its sixteen levels (an
+// IQ4_NL file's), else Q8_0 (a genuine Q8_0 matrix's block maximum is +-127 and its quants take
+// every value between).
+DType narrow_layout(const TensorView& w) {
+  static const auto tables = [] {
+    struct { bool five[256] = {}, levels[256] = {}; } t;
+    for (int q = -16; q <= 15; ++q) t.five[static_cast<uint8_t>(static_cast<int8_t>(q))] = true;
+    for (int8_t v : kIq4NlLevels) t.levels[static_cast<uint8_t>(v)] = true;
+    return t;
+  }();
+  if (quants_all_in(w, tables.five)) return DType::Q5_0;
+  if (quants_all_in(w, tables.levels)) return DType::IQ4_NL;
+  return DType::Q8_0;
+}
+
+// One IQ4_NL group-block from the 8 rows' stored Q8_0 blocks at src[r] (nullptr: padding) whose
+// quants are all IQ4_NL levels: each quant as its level's index, in Q4_0's nibble order.
+void pack_block_iq4_nl(const uint8_t* const src[kGroupRows], uint8_t* dst) {
+  std::memset(dst, 0, 144);
+  for (int64_t r = 0; r < kGroupRows; ++r) {
+    const uint8_t* b = src[r];
+    if (b == nullptr) continue;
+    std::memcpy(dst + 2 * r, b, 2);
+    uint8_t idx[32];
+    for (int j = 0; j < 32; ++j)
+      for (uint8_t k = 0; k < 16; ++k)
+        if (kIq4NlLevels[k] == static_cast<int8_t>(b[2 + j])) idx[j] = k;
+    for (int64_t k = 0; k < 4; ++k)
+      for (int64_t i = 0; i < 4; ++i) dst[16 + 32 * k + 4 * r + i] = static_cast<uint8_t>(idx[4 * k + i] | idx[16 + 4 * k + i] << 4);
+  }
 }
 
 // One Q4_K group-block: sub-block j of the super-blocks at src[r] (nullptr: padding), as Q4_1
@@ -194,6 +225,12 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
             for (int64_t c = 0; c < 8; ++c)
               for (int64_t j = 0; j < 4; ++j)
                 sum += static_cast<int8_t>(qs[32 * c + 4 * r + j]) * static_cast<int32_t>(xb[4 * c + j]);
+          } else if constexpr (T == DType::IQ4_NL) {
+            for (int64_t k = 0; k < 4; ++k)
+              for (int64_t j = 0; j < 4; ++j) {
+                const uint8_t v = qs[32 * k + 4 * r + j];
+                sum += kIq4NlLevels[v & 0x0F] * static_cast<int32_t>(xb[4 * k + j]) + kIq4NlLevels[v >> 4] * static_cast<int32_t>(xb[16 + 4 * k + j]);
+              }
           } else {
             uint32_t five[8] = {};
             if constexpr (is_five_bit(T)) std::memcpy(five, blk + s.header + kNibbleBytes, sizeof five);
@@ -237,7 +274,7 @@ std::shared_ptr<uint8_t> packed_storage(size_t bytes, WeightArena* arena) {
   return std::shared_ptr<uint8_t>(p, &std::free);  // the packers write every byte
 }
 
-std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool, WeightArena* arena, bool five_bit) {
+std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool, WeightArena* arena, bool narrow) {
   if (!qmatmul_supports(w.dtype)) throw std::invalid_argument(std::string("int8 path: no packed layout for ") + dtype_name(w.dtype));
   if (w.shape.size() != 2 || w.cols() % kBlock != 0)
     throw std::invalid_argument("int8 path: weight '" + w.name + "' is not a matrix of whole 32-value blocks");
@@ -249,7 +286,7 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
   if (w.data == nullptr || w.nbytes < row_bytes * static_cast<size_t>(w.rows()))
     throw std::invalid_argument("int8 path: weight '" + w.name + "' holds too few bytes");
   auto m = std::make_shared<PackedMatrix>();
-  const DType layout = five_bit && w.dtype == DType::Q8_0 && quants_fit_five_bits(w) ? DType::Q5_0 : w.dtype;
+  const DType layout = narrow && w.dtype == DType::Q8_0 ? narrow_layout(w) : w.dtype;
   const PackShape s = pack_shape(layout);
   const size_t stored = static_cast<size_t>(dtype_info(w.dtype).block_bytes);
   m->dtype = layout;
@@ -275,6 +312,7 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
         if (w.dtype == DType::Q4_K) pack_block_q4_k(src, static_cast<int>(b % 8), dst);
         else if (w.dtype == DType::Q6_K) pack_block_q6_k(src, static_cast<int>(b % 8), dst);
         else if (is_five_bit(layout)) pack_block_five_bit(layout, src, static_cast<int>(b % 8), dst);
+        else if (layout == DType::IQ4_NL) pack_block_iq4_nl(src, dst);
         else pack_block(w.dtype, src, dst);
       }
   });
@@ -502,6 +540,7 @@ void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float*
               q |= static_cast<int32_t>((word >> (4 * r + j % 4)) & 1u) << 4;
             }
             if (m.dtype == DType::Q5_0) w = half(blk + 2 * r) * static_cast<float>(q - 16);  // the Q8_0 layout's d * q
+            else if (m.dtype == DType::IQ4_NL) w = half(blk + 2 * r) * static_cast<float>(kIq4NlLevels[q]);  // and here
             else if (m.dtype == DType::Q4_0) w = half(blk + 2 * r) * static_cast<float>(q - 8);
             else if (m.dtype == DType::Q4_1 || m.dtype == DType::Q5_1)
               w = std::fma(half(blk + 2 * r), static_cast<float>(q), half(blk + 16 + 2 * r));
@@ -519,6 +558,7 @@ PackedKernel portable_packed_kernel(DType t) {
     case DType::Q4_1: return &portable_packed<DType::Q4_1>;
     case DType::Q8_0: return &portable_packed<DType::Q8_0>;
     case DType::Q5_0: return &portable_packed<DType::Q5_0>;
+    case DType::IQ4_NL: return &portable_packed<DType::IQ4_NL>;
     case DType::Q5_1: return &portable_packed<DType::Q5_1>;
     case DType::Q5_K: return &portable_packed<DType::Q5_K>;
     case DType::Q4_K: return &portable_packed<DType::Q4_K>;
@@ -571,8 +611,8 @@ PackedKernel packed_kernel(Int8Kernel k, DType t) {
 }
 
 // The AVX2 vpmaddubsw tile sums its pairs in int16, which 5-bit weights could overflow
-// (docs/kernels.md, "Q5_0"); it and AVX-VNNI keep a five-bit Q8_0 matrix in the Q8_0 layout, and
-// run Q5_1 and Q5_K matrices on the f32 kernels.
+// (docs/kernels.md, "Q5_0"); it and AVX-VNNI keep a five-bit or IQ4_NL-level Q8_0 matrix in the
+// Q8_0 layout, and run Q5_1 and Q5_K matrices on the f32 kernels.
 bool packs_five_bit(Int8Kernel k) {
   return k == Int8Kernel::kAvx512Vnni || k == Int8Kernel::kAmx || k == Int8Kernel::kPortable;
 }

@@ -45,6 +45,10 @@ constexpr bool is_five_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_
 //         (pack_matrix's five_bit): Q4_0's nibble order, and fifth-bit word c's bit 4r + i is row
 //         r's column 4c + i, the byte it lands on in unpacked vector c. isum = sum u x - 16 sum x
 //         is the Q8_0 layout's sum, so the results are its bits too.
+//   IQ4_NL: d[8] fp16 | 4 x 32 bytes of nibbles, each the index of a quant among the sixteen
+//         IQ4_NL levels (kIq4NlLevels; 144 = 8 x 18), Q4_0's order. Packed from a Q8_0 matrix whose
+//         quants are all levels (an IQ4_NL file's, converted at load) where the kernel reads it;
+//         the integer sums are the Q8_0 layout's, so are the results.
 //   Q5_1: Q4_1's header | 4 x 32 bytes of nibbles of u | 8 x 4 bytes of fifth bits (192 = 8 x 24),
 //         value d * u + m, u = 0..31 (fifth bits as Q5_0's).
 //   Q5_K: Q4_K's header (f32 d = d * sc, m = -dmin * m of each sub-block) | nibbles | fifth bits (224).
@@ -61,7 +65,7 @@ constexpr bool is_five_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_
 inline constexpr size_t kNibbleBytes = 128;
 
 struct PackedMatrix {
-  DType dtype = DType::F32;   // the packed layout (Q5_0 for a five-bit Q8_0 matrix)
+  DType dtype = DType::F32;   // the packed layout (Q5_0 or IQ4_NL for a narrow Q8_0 matrix)
   DType stored = DType::F32;  // the type it was packed from
   int64_t rows = 0, cols = 0;
   int64_t groups = 0;     // ceil(rows / 8)
@@ -76,11 +80,11 @@ struct PackedMatrix {
 // Repacks a stored [rows, cols] matrix of a supported type (the pool parallelises the copy).
 // Throws std::invalid_argument for other types or a shape that is not whole blocks.
 // With an arena, the packed bytes come from it (huge pages); without, from their own allocation.
-// five_bit: a Q8_0 matrix whose quants all lie in -16..15 is packed as Q5_0 (176 bytes a
-// group-block instead of 272; the same results), for a kernel that reads that layout
-// (packs_five_bit).
+// narrow: a Q8_0 matrix whose quants all lie in -16..15 is packed as Q5_0 (176 bytes a
+// group-block instead of 272), one whose quants are all IQ4_NL levels as IQ4_NL (144); the same
+// results, for a kernel that reads those layouts (packs_five_bit).
 std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool, WeightArena* arena = nullptr,
-                                          bool five_bit = false);
+                                          bool narrow = false);
 // The storage of `bytes` packed bytes (64-byte aligned), from the arena where there is one.
 std::shared_ptr<uint8_t> packed_storage(size_t bytes, WeightArena* arena);
 
@@ -167,7 +171,8 @@ Int8Kernel int8_kernel_for(Isa isa, bool amx = true);
 // The kernel for a type; throws std::invalid_argument for a kernel this CPU lacks or a type
 // without a packed layout.
 PackedKernel packed_kernel(Int8Kernel k, DType t);
-// Whether kernel k reads the five-bit packed layouts (AVX-512 VNNI, AMX through it, and portable).
+// Whether kernel k reads the five-bit and IQ4_NL packed layouts (AVX-512 VNNI, AMX through it, and
+// portable).
 bool packs_five_bit(Int8Kernel k);
 // Whether kernel k runs weights stored as t (qmatmul_supports, and five bits where t needs them).
 bool reads(Int8Kernel k, DType t);
@@ -185,7 +190,8 @@ PackedKernel amx_packed_kernel(DType t);
 bool wide_rows_pay(int64_t n, int64_t cols);
 // The outliers' terms: y[i, r] = fma(w[r, c], x_c, y[i, r]) for each of row i's outliers in order,
 // for the weight rows of groups [g0, g1), with w[r, c] dequantized from the packed block as
-// fma(d, q, m) (Q4_1, Q4_K, Q5_1, Q5_K), d * (q - 8) (Q4_0), d * (q - 16) (Q5_0), d * q (Q8_0) or d * (s * (q - 32)) (Q6_K), in
+// fma(d, q, m) (Q4_1, Q4_K, Q5_1, Q5_K), d * (q - 8) (Q4_0), d * (q - 16) (Q5_0), d * level[q]
+// (IQ4_NL), d * q (Q8_0) or d * (s * (q - 32)) (Q6_K), in
 // f32. qmatmul runs it after the kernel on the same groups. The AVX2 variant gives the same bits.
 // Bytes of a packed group-block before its quants (scales and mins; see PackedMatrix).
 size_t packed_header_bytes(DType t);

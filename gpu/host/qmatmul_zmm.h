@@ -117,6 +117,40 @@ struct FormatQ4 {
 // Q5_0 (a five-bit Q8_0 matrix, qmatmul.h): Q4_0's nibbles of u = q + 16 and the fifth bits.
 using FormatQ5 = FormatQ4<false, false, true>;
 
+// IQ4_NL (a Q8_0 matrix of IQ4_NL levels, qmatmul.h): Q4_0's nibbles, each the index of a level;
+// one vpshufb per vector looks the level + 128 up (an unsigned byte, as Q8_0's w ^ 0x80), and
+// 128 * isum is taken out as Q8_0 takes it.
+struct FormatIQ4NL {
+  static constexpr DType kType = DType::IQ4_NL;
+  static constexpr bool kHasMin = false;
+  static constexpr int kPrefetchLines = 3;  // 144 bytes per group-block
+  struct Weights {
+    __m512i w[8];
+  };
+  static __m512 scale(const uint8_t* a, const uint8_t* b) { return scales16(a, b); }
+  static __m512 min(const uint8_t*, const uint8_t*) { return _mm512_setzero_ps(); }
+  // The sixteen levels + 128, broadcast to every 128-bit lane (vpshufb looks up within a lane).
+  struct Levels {
+    alignas(16) uint8_t u[16];
+  };
+  static constexpr Levels kLevels = [] {
+    Levels l{};
+    for (int i = 0; i < 16; ++i) l.u[i] = static_cast<uint8_t>(kIq4NlLevels[i] + 128);
+    return l;
+  }();
+  static void load(const uint8_t* a, const uint8_t* b, Weights& wt) {
+    const __m512i levels = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kLevels.u)));
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    for (int k = 0; k < 4; ++k) {
+      const __m512i v = load_pair(a + 16 + 32 * k, b + 16 + 32 * k);
+      wt.w[k] = _mm512_shuffle_epi8(levels, _mm512_and_si512(v, low));
+      wt.w[k + 4] = _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+    }
+  }
+  static __m512i correct(__m512i s, int32_t isum) { return _mm512_sub_epi32(s, _mm512_set1_epi32(128 * isum)); }
+  static __m512i dot(const Weights& wt, const int8_t* xb, int32_t isum, int32_t) { return correct(dot8(wt.w, xb), isum); }
+};
+
 // Q8_0: 16 bytes of scales, then 8 x 32 signed quant bytes, used as w + 128.
 struct FormatQ8 {
   static constexpr DType kType = DType::Q8_0;

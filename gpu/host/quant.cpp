@@ -134,6 +134,18 @@ void dequantize_q5_1(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
+// IQ4_NL: 18 bytes = fp16 d, 16 bytes of 4-bit indices into 16 levels (value j < 16 the low
+// nibble of qs[j], j + 16 the high one); y = d * level.
+void dequantize_iq4_nl(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 18, y += 32) {
+    const float d = load_fp16(b);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * static_cast<float>(kIq4NlLevels[b[2 + j] & 0x0f]);
+      y[j + 16] = d * static_cast<float>(kIq4NlLevels[b[2 + j] >> 4]);
+    }
+  }
+}
+
 // Q8_0: 34 bytes = fp16 d, 32 int8; y = q * d.
 void dequantize_q8_0(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 34, y += 32) {
@@ -176,6 +188,29 @@ void dequantize_q4_K(const uint8_t* b, float* y, int64_t nb) {
       for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
       q += 32;
       is += 2;
+    }
+  }
+}
+
+// Q3_K: 110 bytes per 256 values = hmask[32], qs[64], 12 bytes of 6-bit scales, fp16 d. In each
+// 128 values, 32 bytes of qs hold four 2-bit planes (values 32s + l at bits 2s of byte l); the
+// third bit of value v is bit v / 32 of hmask[v % 32]; the scale of each 16 values has its low
+// four bits in the 8 first scale bytes (low nibbles for sub-blocks 0..7, high for 8..15) and its
+// top two in the last 4 (sub-block j at bit 2 (j / 4) of byte 8 + j % 4). y = d * (s - 32) * (q - 4).
+void dequantize_q3_K(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 110, y += 256) {
+    const uint8_t* hmask = b;
+    const uint8_t* qs = b + 32;
+    const uint8_t* sc = b + 96;
+    const float d = load_fp16(b + 108);
+    for (int j = 0; j < 16; ++j) {
+      const int s = (((j < 8 ? sc[j] : sc[j - 8] >> 4) & 15) | ((sc[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
+      const float dl = d * static_cast<float>(s);
+      for (int k = 0; k < 16; ++k) {
+        const int v = 16 * j + k;
+        const int q = ((qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3) | ((hmask[v % 32] >> (v / 32)) & 1) << 2;
+        y[v] = dl * static_cast<float>(q - 4);
+      }
     }
   }
 }
@@ -279,6 +314,8 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t cols) {
     case DType::Q5_0: return dequantize_q5_0(b, dst, nb);
     case DType::Q5_1: return dequantize_q5_1(b, dst, nb);
     case DType::Q8_0: return dequantize_q8_0(b, dst, nb);
+    case DType::IQ4_NL: return dequantize_iq4_nl(b, dst, nb);
+    case DType::Q3_K: return dequantize_q3_K(b, dst, nb);
     case DType::Q4_K: return dequantize_q4_K(b, dst, nb);
     case DType::Q5_K: return dequantize_q5_K(b, dst, nb);
     case DType::Q6_K: return dequantize_q6_K(b, dst, nb);

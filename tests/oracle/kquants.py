@@ -1,9 +1,9 @@
-"""Simple Q4_K, Q5_K and Q6_K quantizers (the gguf package only dequantizes these types).
+"""Simple IQ4_NL, Q3_K, Q4_K, Q5_K and Q6_K quantizers (the gguf package only dequantizes these types).
 
 They only need to produce VALID blocks whose values approximate the input: the numerical
 reference always uses gguf.quants.dequantize of the stored bytes, never these codes, so the
 scale search is plain min/max rather than llama.cpp's optimised one. The block layouts follow
-ggml-quants.c (dequantize_row_q4_K / q5_K / q6_K); test_reference_self_checks.py
+ggml-quants.c (dequantize_row_q3_K / q4_K / q5_K / q6_K); test_reference_self_checks.py
 round-trips them through gguf.quants.dequantize.
 """
 from __future__ import annotations
@@ -15,6 +15,61 @@ QK_K = 256
 
 def _fp16(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float16)
+
+
+IQ4_NL_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
+
+
+def quantize_iq4_nl(x: np.ndarray) -> np.ndarray:
+    """[rows, cols] float -> [rows, cols/32*18] uint8. Block: d f16, qs[16]; value j = d*level[index],
+    index j < 16 the low nibble of qs[j], j + 16 the high one. d puts the block's largest |x| on
+    level -127 (its sign chosen so), each value on the nearest level."""
+    rows, cols = x.shape
+    assert cols % 32 == 0, f"IQ4_NL needs cols % 32 == 0, got {cols}"
+    b = x.astype(np.float32).reshape(-1, 32)
+    nb = b.shape[0]
+    big = b[np.arange(nb), np.abs(b).argmax(axis=1)]
+    d = _fp16(big / -127.0)
+    d32 = d.astype(np.float32)[:, None]
+    scaled = np.where(d32 != 0, b / np.where(d32 != 0, d32, 1), 0)
+    idx = np.abs(scaled[..., None] - IQ4_NL_LEVELS).argmin(axis=-1).astype(np.uint8)  # [nb, 32]
+    qs = idx[:, :16] | (idx[:, 16:] << 4)
+    blocks = np.concatenate([d.reshape(nb, 1).view(np.uint8), qs], axis=1)
+    return blocks.reshape(rows, cols // 32 * 18)
+
+
+def quantize_q3_k(x: np.ndarray) -> np.ndarray:
+    """[rows, cols] float -> [rows, cols/256*110] uint8. Block: hmask[32], qs[64], scales[12], d f16;
+    value = d*(s[j]-32)*(q-4) for 16 sub-blocks j of 16 values, s 6-bit, q 3-bit: the low two bits
+    of value 128h + 32p + l at bits 2p of qs[32h + l], the third at bit v // 32 of hmask[v % 32];
+    s's low four bits in scales[j % 8] (high nibble for j >= 8), its top two at bits 2 (j // 4) of
+    scales[8 + j % 4]."""
+    rows, cols = x.shape
+    assert cols % QK_K == 0, f"Q3_K needs cols % 256 == 0, got {cols}"
+    b = x.astype(np.float32).reshape(-1, 16, 16)
+    nb = b.shape[0]
+    sub = np.maximum(b.max(axis=-1) / 3.0, -b.min(axis=-1) / 4.0)  # q - 4 in -4..3, never clipped
+    d = _fp16(sub.max(axis=-1) / 31.0)
+    d32 = d.astype(np.float32)[:, None]
+    sc = np.where(d32 > 0, np.clip(np.rint(sub / np.where(d32 > 0, d32, 1)), 0, 31), 0).astype(np.int32)
+    eff = (d32 * sc)[..., None]
+    q = np.where(eff > 0, np.rint(b / np.where(eff > 0, eff, 1)), 0)
+    q = (np.clip(q, -4, 3) + 4).astype(np.uint8).reshape(nb, 256)
+    hmask = np.zeros((nb, 32), np.uint8)
+    for k in range(8):
+        hmask |= ((q[:, 32 * k:32 * k + 32] >> 2) & 1) << k
+    qs = np.zeros((nb, 64), np.uint8)
+    for h in range(2):
+        for p in range(4):
+            qs[:, 32 * h:32 * h + 32] |= (q[:, 128 * h + 32 * p:128 * h + 32 * p + 32] & 3) << (2 * p)
+    s6 = (sc + 32).astype(np.uint8)
+    scales = np.zeros((nb, 12), np.uint8)
+    scales[:, 0:8] = (s6[:, 0:8] & 15) | ((s6[:, 8:16] & 15) << 4)
+    for j in range(16):
+        scales[:, 8 + j % 4] |= ((s6[:, j] >> 4) & 3) << (2 * (j // 4))
+    blocks = np.concatenate([hmask, qs, scales, d.reshape(nb, 1).view(np.uint8)], axis=1)
+    assert blocks.shape[1] == 110
+    return blocks.reshape(rows, cols // QK_K * 110)
 
 
 def _scales_mins_k4(sc: np.ndarray, m: np.ndarray) -> np.ndarray:

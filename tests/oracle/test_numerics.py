@@ -118,14 +118,24 @@ def test_chunked_prefill_matches_numpy(name, chunk, tiny, specula_bin, work_dir)
     assert err < tolerance(ck), f"chunk {chunk}: max error {err:.3g}"
 
 
-@pytest.mark.parametrize("mix,fallback", [("Q4_K_M", "Q5_0"), ("Q5_K_M", "Q5_1")])
-def test_a_k_quant_mix_file_in_llama_cpps_fallback_types_loads_and_matches_numpy(mix, fallback, tiny, specula_bin, work_dir):
-    # tools/compare/q4_k_m_of.py lays a model out as llama.cpp's Q4_K_M or Q5_K_M (docs/benchmarks.md,
-    # "A Q4_K_M file", "A Q5_K_M file"). The tiny model's rows (64 and 128 wide) are not whole
-    # 256-value super-blocks, so every Q4_K becomes Q5_0, every Q5_K Q5_1 and every Q6_K Q8_0: the
-    # tied embedding, and attn_v / ffn_down of the layers llama.cpp gives more bits (of 2 layers,
-    # the last). Specula loads Q5_0 as Q8_0 (exactly) and Q5_1 as it is; the NumPy reference
-    # dequantizes the file's own bytes with the gguf package.
+# The tiny model's rows (64 and 128 wide) are never whole 256-value super-blocks, so every K-quant
+# llama.cpp asks falls back: Q4_K to Q5_0, Q5_K to Q5_1, Q2_K and Q3_K to IQ4_NL, Q6_K to Q8_0 (the
+# tied embedding; attn_v / ffn_down of the layers Q4_K_M and Q5_K_M give more bits: of 2 layers,
+# the last). Per mix: the types of q, gate, attn_output, v and ffn_down of layers 0 and 1.
+K_QUANT_MIXES = {
+    "Q4_K_M": ("Q5_0", "Q5_0", "Q5_0", ("Q5_0", "Q8_0"), ("Q5_0", "Q8_0")),
+    "Q5_K_M": ("Q5_1", "Q5_1", "Q5_1", ("Q5_1", "Q8_0"), ("Q5_1", "Q8_0")),
+    "Q3_K_M": ("IQ4_NL", "IQ4_NL", "Q5_0", ("Q5_1", "Q5_1"), ("Q5_0", "Q5_0")),
+    "Q2_K": ("IQ4_NL", "IQ4_NL", "IQ4_NL", ("IQ4_NL", "IQ4_NL"), ("IQ4_NL", "IQ4_NL")),
+}
+
+
+@pytest.mark.parametrize("mix", list(K_QUANT_MIXES))
+def test_a_k_quant_mix_file_in_llama_cpps_fallback_types_loads_and_matches_numpy(mix, tiny, specula_bin, work_dir):
+    # tools/compare/q4_k_m_of.py lays a model out as llama.cpp's quantizer would (docs/benchmarks.md,
+    # "A Q4_K_M file", "A Q5_K_M file", "Q3_K_M and Q2_K files"). Specula loads Q5_0 and IQ4_NL as Q8_0
+    # (exactly) and Q5_1 as it is; the NumPy reference dequantizes the file's own bytes with the
+    # gguf package.
     import gguf
     src = tiny["gqa_tied"].gguf_path
     out = pathlib.Path(work_dir) / f"tiny.{mix}.gguf"
@@ -133,10 +143,11 @@ def test_a_k_quant_mix_file_in_llama_cpps_fallback_types_loads_and_matches_numpy
     run = subprocess.run([sys.executable, str(script), "--mix", mix, str(src), str(out)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(out).tensors}
+    q, gate, attn_output, v, down = K_QUANT_MIXES[mix]
     assert types["token_embd.weight"] == "Q8_0"
-    assert types["blk.0.attn_q.weight"] == types["blk.0.ffn_gate.weight"] == types["blk.1.attn_output.weight"] == fallback
-    assert (types["blk.0.attn_v.weight"], types["blk.1.attn_v.weight"]) == (fallback, "Q8_0")
-    assert (types["blk.0.ffn_down.weight"], types["blk.1.ffn_down.weight"]) == (fallback, "Q8_0")
+    assert (types["blk.0.attn_q.weight"], types["blk.1.ffn_gate.weight"], types["blk.1.attn_output.weight"]) == (q, gate, attn_output)
+    assert (types["blk.0.attn_v.weight"], types["blk.1.attn_v.weight"]) == v
+    assert (types["blk.0.ffn_down.weight"], types["blk.1.ffn_down.weight"]) == down
     assert types["blk.0.attn_norm.weight"] == "F32"
     cfg = numpy_llama.LlamaConfig.from_hf(tiny_models.hf_config(tiny["gqa_tied"].spec))
     _, weights, _ = gguf_weights.load(out)
@@ -239,7 +250,7 @@ def test_specula_chat_prompts_encode_like_the_reference_tokenizer(default_model,
 # nearly every position; the control: the f32 reference path (no activation rounding) must agree
 # at no more than 10%.
 TOL_INT8 = 1e-3
-INT8_TYPES = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}
+INT8_TYPES = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
 INT8_SEQUENCES = [[int(t) for t in np.floor((tiny_models.uniform(0, f"int8-sequence-{i}", (6,)) + 1) / 2 * 320)]
                   for i in range(16)]
 

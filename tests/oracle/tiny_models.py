@@ -111,6 +111,12 @@ VARIANTS: dict[str, TinySpec] = {s.name: s for s in [
     TinySpec("q5_k_m", seed=12, hidden=256, intermediate=512, head_dim=64, hf_dtype=None,
              gguf_types={"matrix": "Q5_K", "embed": "Q5_1", "output": "Q6_K"},
              gguf_overrides={"attn_q": "Q5_1", "ffn_up": "Q5_1", "attn_v": "Q6_K"}),
+    # A Q3_K file's types: Q3_K, and IQ4_NL (llama.cpp's fallback for Q2_K and Q3_K in rows that are
+    # not whole super-blocks) for the embedding, q and up. Loading converts them exactly to Q6_K and
+    # Q8_0 (model/tensor.h, kernel_view).
+    TinySpec("q3_k", seed=13, hidden=256, intermediate=512, head_dim=64, hf_dtype=None,
+             gguf_types={"matrix": "Q3_K", "embed": "IQ4_NL", "output": "Q6_K"},
+             gguf_overrides={"attn_q": "IQ4_NL", "ffn_up": "IQ4_NL"}),
 ]}
 
 HF_VARIANTS = [n for n, s in VARIANTS.items() if s.hf_dtype is not None]
@@ -345,6 +351,10 @@ def _encode(w: np.ndarray, type_name: str):
         return np.ascontiguousarray(w, dtype=np.float32), None
     if type_name == "F16":
         return np.ascontiguousarray(w, dtype=np.float16), None
+    if type_name == "IQ4_NL":
+        return kquants.quantize_iq4_nl(w), t
+    if type_name == "Q3_K":
+        return kquants.quantize_q3_k(w), t
     if type_name == "Q4_K":
         return kquants.quantize_q4_k(w), t
     if type_name == "Q5_K":

@@ -1,5 +1,5 @@
-"""A Q4_K_M (or, with --mix Q5_K_M, a Q5_K_M) file of a model, written as llama.cpp's quantizer
-lays one out, for benchmarks.
+"""A Q4_K_M (or, with --mix, a Q5_K_M, Q3_K_M or Q2_K) file of a model, written as llama.cpp's
+quantizer lays one out, for benchmarks.
 
 llama.cpp's Q4_K_M asks Q4_K for most matrices and Q6_K for the output (or the tied token
 embedding) and for the attn_v and ffn_down of the layers `use_more_bits` picks (the first and last
@@ -17,8 +17,16 @@ super-blocks llama.cpp falls back to Q5_1 for Q5_K. So the Q5_K_M file of SmolLM
 q, k, o, gate, up and most v, Q8_0 for the embedding and a third of v, Q5_K and Q6_K for ffn_down.
 Q5_1 uses the gguf package's quantizer, Q5_K kquants.py's.
 
+Q3_K_M asks Q3_K, but Q5_K for the first two attn_v and the first sixteenth of ffn_down, Q4_K for
+the other attn_v, ffn_down and every attn_output; Q2_K asks Q2_K, but Q3_K for attn_v (Q4_K where
+4 or more query heads share a kv head), ffn_down and attn_output (llama.cpp's llama_tensor_get_type).
+Q2_K and Q3_K fall back to IQ4_NL. So the Q3_K_M file of SmolLM2-135M is IQ4_NL for q, k, gate and
+up, Q5_1 / Q5_0 for v, Q5_0 for attn_output, Q5_K / Q4_K for ffn_down; its Q2_K file is IQ4_NL
+but for Q3_K ffn_down (and the Q8_0 embedding in both). IQ4_NL and Q3_K use kquants.py's quantizers;
+a Q2_K tensor (rows of whole super-blocks) would need one, and is refused.
+
 Tooling only (docs/benchmarks.md, "A Q4_K_M file", "A Q5_K_M file"):
-build/venv/bin/python tools/compare/q4_k_m_of.py [--mix Q5_K_M] IN.gguf OUT.gguf
+build/venv/bin/python tools/compare/q4_k_m_of.py [--mix Q5_K_M|Q3_K_M|Q2_K] IN.gguf OUT.gguf
 """
 from __future__ import annotations
 
@@ -32,20 +40,32 @@ import gguf  # noqa: E402
 import kquants  # noqa: E402
 
 QK_K = 256
-FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+FALLBACK = {"Q2_K": "IQ4_NL", "Q3_K": "IQ4_NL", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 
 
 def use_more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
-def asked_type(name: str, n_layers: int, tied: bool, base: str) -> str:
+def asked_type(name: str, n_layers: int, tied: bool, mix: str, n_gqa: int) -> str:
+    base = MIXES[mix][0]
     if name == "output.weight" or (tied and name == "token_embd.weight"):
         return "Q6_K"
     parts = name.split(".")
-    if len(parts) == 4 and parts[0] == "blk" and parts[2] in ("attn_v", "ffn_down"):
-        return "Q6_K" if use_more_bits(int(parts[1]), n_layers) else base
-    return base
+    if len(parts) != 4 or parts[0] != "blk":
+        return base
+    layer, kind = int(parts[1]), parts[2]
+    if mix in ("Q4_K_M", "Q5_K_M"):
+        return "Q6_K" if kind in ("attn_v", "ffn_down") and use_more_bits(layer, n_layers) else base
+    if mix == "Q3_K_M":
+        if kind == "attn_v":
+            return "Q5_K" if layer < 2 else "Q4_K"
+        if kind == "ffn_down":
+            return "Q5_K" if layer < n_layers // 16 else "Q4_K"
+        return "Q4_K" if kind == "attn_output" else base
+    if kind == "attn_v":  # Q2_K
+        return "Q4_K" if n_gqa >= 4 else "Q3_K"
+    return "Q3_K" if kind in ("ffn_down", "attn_output") else base
 
 
 def encode(w: np.ndarray, type_name: str) -> tuple[np.ndarray, gguf.GGMLQuantizationType]:
@@ -54,12 +74,19 @@ def encode(w: np.ndarray, type_name: str) -> tuple[np.ndarray, gguf.GGMLQuantiza
         return kquants.quantize_q4_k(w), t
     if type_name == "Q5_K":
         return kquants.quantize_q5_k(w), t
+    if type_name == "Q3_K":
+        return kquants.quantize_q3_k(w), t
+    if type_name == "IQ4_NL":
+        return kquants.quantize_iq4_nl(w), t
+    if type_name == "Q2_K":
+        raise SystemExit("q4_k_m_of.py: no Q2_K quantizer here (a Q2_K tensor of whole super-blocks)")
     if type_name == "Q6_K":
         return kquants.quantize_q6_k(w), t
     return gguf.quants.quantize(np.ascontiguousarray(w, dtype=np.float32), t), t
 
 
-MIXES = {"Q4_K_M": ("Q4_K", gguf.LlamaFileType.MOSTLY_Q4_K_M), "Q5_K_M": ("Q5_K", gguf.LlamaFileType.MOSTLY_Q5_K_M)}
+MIXES = {"Q4_K_M": ("Q4_K", gguf.LlamaFileType.MOSTLY_Q4_K_M), "Q5_K_M": ("Q5_K", gguf.LlamaFileType.MOSTLY_Q5_K_M),
+         "Q3_K_M": ("Q3_K", gguf.LlamaFileType.MOSTLY_Q3_K_M), "Q2_K": ("Q2_K", gguf.LlamaFileType.MOSTLY_Q2_K)}
 
 
 def main(argv: list[str]) -> int:
@@ -67,13 +94,14 @@ def main(argv: list[str]) -> int:
     if len(argv) == 5 and argv[1] == "--mix" and argv[2] in MIXES:
         mix, argv = argv[2], argv[:1] + argv[3:]
     if len(argv) != 3:
-        print("usage: q4_k_m_of.py [--mix Q4_K_M|Q5_K_M] IN.gguf OUT.gguf", file=sys.stderr)
+        print("usage: q4_k_m_of.py [--mix Q4_K_M|Q5_K_M|Q3_K_M|Q2_K] IN.gguf OUT.gguf", file=sys.stderr)
         return 2
-    base, file_type = MIXES[mix]
+    file_type = MIXES[mix][1]
     src, dst = pathlib.Path(argv[1]), pathlib.Path(argv[2])
     r = gguf.GGUFReader(src)
     arch = r.fields["general.architecture"].contents()
     n_layers = int(r.fields[f"{arch}.block_count"].contents())
+    heads, kv_heads = (int(r.fields[f"{arch}.attention.{k}"].contents()) for k in ("head_count", "head_count_kv"))
     names = {t.name for t in r.tensors}
     tied = "output.weight" not in names
     w = gguf.GGUFWriter(dst, arch)
@@ -94,7 +122,7 @@ def main(argv: list[str]) -> int:
             w.add_tensor(t.name, values)
             counts["F32"] = counts.get("F32", 0) + 1
             continue
-        want = asked_type(t.name, n_layers, tied, base)
+        want = asked_type(t.name, n_layers, tied, mix, heads // kv_heads)
         kind = want if shape[1] % QK_K == 0 else FALLBACK[want]
         data, qtype = encode(values, kind)
         w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=qtype)

@@ -446,39 +446,50 @@ TEST(Int8Kernels, EveryVectorKernelTheCpuHasAgreesWithThePortableKernelBitForBit
 }
 
 // A Q8_0 matrix whose quants all lie in -16..15 (a Q5_0 file's, converted at load) is packed in
-// five bits where the kernel reads that layout (176 bytes a group-block against 272), and gives the
-// Q8_0 layout's results bit for bit: the extreme quants -16 and 15 included, rows with outliers of
+// five bits where the kernel reads that layout (176 bytes a group-block against 272), one whose
+// quants are all IQ4_NL levels (an IQ4_NL file's) as the levels' 4-bit indices (144 bytes); both
+// give the Q8_0 layout's results bit for bit: the extreme quants included, rows with outliers of
 // their own and rows sharing massive channels, a lone last group, 1 to 40 rows, two threads.
-TEST(Int8Kernels, AFiveBitQ8_0MatrixPackedInFiveBitsGivesTheQ8_0LayoutsBits) {
-  for (int64_t rows : {50, 8}) {
-    Stored w = random_stored(DType::Q8_0, rows, 768, 71);
-    std::mt19937 rng(72);
-    std::uniform_int_distribution<int> q5(-16, 15);
-    for (size_t o = 0; o < w.bytes.size(); o += 34)
-      for (int j = 0; j < 32; ++j) w.bytes[o + 2 + j] = std::byte(static_cast<uint8_t>(static_cast<int8_t>(q5(rng))));
-    w.bytes[2] = std::byte(static_cast<uint8_t>(static_cast<int8_t>(-16)));
-    w.bytes[3] = std::byte(static_cast<uint8_t>(15));
-    ThreadPool pool(2);
-    auto m8 = pack_matrix(w.view, pool);
-    auto m5 = pack_matrix(w.view, pool, nullptr, true);
-    ASSERT_EQ(m8->dtype, DType::Q8_0);
-    ASSERT_EQ(m5->dtype, DType::Q5_0);
-    EXPECT_EQ(m5->stored, DType::Q8_0);
-    EXPECT_EQ(m5->block_bytes, 176u);
-    for (int64_t n : {1, 2, 3, 5, 9, 13, 16, 17, 40})
-      for (bool massive : {false, true}) {
-        auto x = random_x(n, 768, 73);
-        if (massive) add_massive_channels(x, n);
-        const auto want = run(*m8, x, n, 2, Int8Kernel::kPortable);
-        for (Int8Kernel k : int8_kernels()) {
-          if (!host_kernels::packs_five_bit(k)) continue;
-          const auto got = run(*m5, x, n, 2, k);
-          for (size_t j = 0; j < got.size(); ++j)
-            ASSERT_TRUE(bit_equal(got[j], want[j])) << host_kernels::int8_kernel_name(k) << " rows " << rows << " n " << n
-                                                    << (massive ? " massive" : "") << " at " << j << ": " << got[j] << " vs " << want[j];
+TEST(Int8Kernels, ANarrowQ8_0MatrixPackedInFiveBitsOrIQ4_NLIndicesGivesTheQ8_0LayoutsBits) {
+  struct Case {
+    DType layout;
+    size_t block_bytes;
+    std::vector<int8_t> quants;  // the values its quants take
+  };
+  std::vector<int8_t> five;
+  for (int q = -16; q <= 15; ++q) five.push_back(static_cast<int8_t>(q));
+  const std::vector<int8_t> levels(std::begin(kIq4NlLevels), std::end(kIq4NlLevels));
+  for (const Case& c : {Case{DType::Q5_0, 176, five}, Case{DType::IQ4_NL, 144, levels}})
+    for (int64_t rows : {50, 8}) {
+      Stored w = random_stored(DType::Q8_0, rows, 768, 71);
+      std::mt19937 rng(72);
+      std::uniform_int_distribution<size_t> pick(0, c.quants.size() - 1);
+      for (size_t o = 0; o < w.bytes.size(); o += 34)
+        for (int j = 0; j < 32; ++j) w.bytes[o + 2 + j] = std::byte(static_cast<uint8_t>(c.quants[pick(rng)]));
+      w.bytes[2] = std::byte(static_cast<uint8_t>(c.quants.front()));
+      w.bytes[3] = std::byte(static_cast<uint8_t>(c.quants.back()));
+      ThreadPool pool(2);
+      auto m8 = pack_matrix(w.view, pool);
+      auto narrow = pack_matrix(w.view, pool, nullptr, true);
+      ASSERT_EQ(m8->dtype, DType::Q8_0);
+      ASSERT_EQ(narrow->dtype, c.layout);
+      EXPECT_EQ(narrow->stored, DType::Q8_0);
+      EXPECT_EQ(narrow->block_bytes, c.block_bytes);
+      for (int64_t n : {1, 2, 3, 5, 9, 13, 16, 17, 40})
+        for (bool massive : {false, true}) {
+          auto x = random_x(n, 768, 73);
+          if (massive) add_massive_channels(x, n);
+          const auto want = run(*m8, x, n, 2, Int8Kernel::kPortable);
+          for (Int8Kernel k : int8_kernels()) {
+            if (!host_kernels::packs_five_bit(k)) continue;
+            const auto got = run(*narrow, x, n, 2, k);
+            for (size_t j = 0; j < got.size(); ++j)
+              ASSERT_TRUE(bit_equal(got[j], want[j])) << dtype_name(c.layout) << " " << host_kernels::int8_kernel_name(k) << " rows "
+                                                      << rows << " n " << n << (massive ? " massive" : "") << " at " << j << ": "
+                                                      << got[j] << " vs " << want[j];
+          }
         }
-      }
-  }
+    }
   // A genuine Q8_0 matrix (quants up to +-127) keeps its layout; the vpmaddubsw kernels never get five bits.
   ThreadPool pool(1);
   const Stored full = random_stored(DType::Q8_0, 16, 64, 74);
@@ -488,8 +499,6 @@ TEST(Int8Kernels, AFiveBitQ8_0MatrixPackedInFiveBitsGivesTheQ8_0LayoutsBits) {
   EXPECT_TRUE(host_kernels::packs_five_bit(Int8Kernel::kAvx512Vnni));
 }
 
-// Q8_0 quants at the ends of their range (-128 and 127) against activations at +-127: the
-// 512-bit and AVX-VNNI kernels offset the weights by 128, the AVX2 one moves their sign.
 TEST(Int8Kernels, Q8WeightsAtTheEndsOfTheirRangeGiveTheExactIntegerSumOnEveryKernel) {
   const int64_t rows = 16, cols = 64;
   Stored w = random_stored(DType::Q8_0, rows, cols, 55);

@@ -180,6 +180,20 @@ TEST(Dequantize, Q5_1JoinsTheFifthBitAboveEachNibbleScalesAndAddsTheMinimum) {
   for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], 0.25f * q[j] - 1.0f) << j;
 }
 
+// IQ4_NL: each nibble indexes ggml's sixteen non-linear levels, times d.
+TEST(Dequantize, IQ4_NLLooksEachNibbleUpInTheSixteenLevelsAndScales) {
+  const int levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  std::vector<uint8_t> b(18);
+  int q[32];
+  for (int j = 0; j < 32; ++j) q[j] = (j * 7 + 3) % 16;
+  put_u16(b, 0, 0x3400);  // d = 0.25
+  for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<uint8_t>(q[j] | q[j + 16] << 4);
+  float y[32];
+  dequantize_row(DType::IQ4_NL, b.data(), y, 32);
+  EXPECT_EQ(y[0], 0.25f * -65);  // index 3
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], 0.25f * levels[q[j]]) << j;
+}
+
 TEST(Dequantize, Q8_0ScalesSignedBytes) {
   std::vector<uint8_t> b(34);
   put_u16(b, 0, 0x4000);  // d = 2
@@ -247,6 +261,29 @@ TEST(Dequantize, Q5_KJoinsTheFifthBitsAndUnpacksSixBitScalesAndMinsPerSubBlock) 
   for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], 0.5f * sc[i / 32] * q[i] - 0.25f * mn[i / 32]) << i;
 }
 
+// Q3_K: per 128 values four 2-bit planes of 32 bytes, a third bit per value in hmask (bit v / 32
+// of byte v % 32, set meaning no -4), sixteen 6-bit scales minus 32, d last. Packed by hand as
+// ggml's quantize_row_q3_K lays a block out.
+TEST(Dequantize, Q3_KJoinsTheThirdBitAndAppliesSixBitScalesMinusThirtyTwo) {
+  int q[256], s[16];
+  for (int v = 0; v < 256; ++v) q[v] = (v * 5 + v / 16) % 8;  // q - 4 is the value's multiple
+  for (int j = 0; j < 16; ++j) s[j] = (j * 23 + 1) % 64;    // every scale 0..63 reachable
+  std::vector<uint8_t> b(110);
+  for (int v = 0; v < 256; ++v) {
+    b[32 + 32 * (v / 128) + v % 32] = static_cast<uint8_t>(b[32 + 32 * (v / 128) + v % 32] | (q[v] & 3) << (2 * ((v % 128) / 32)));
+    b[v % 32] = static_cast<uint8_t>(b[v % 32] | (q[v] >> 2) << (v / 32));
+  }
+  for (int j = 0; j < 16; ++j) {
+    b[96 + j % 8] = static_cast<uint8_t>(b[96 + j % 8] | (s[j] & 15) << (j < 8 ? 0 : 4));
+    b[104 + j % 4] = static_cast<uint8_t>(b[104 + j % 4] | (s[j] >> 4) << (2 * (j / 4)));
+  }
+  put_u16(b, 108, 0x3800);  // d = 0.5
+  float y[256];
+  dequantize_row(DType::Q3_K, b.data(), y, 256);
+  EXPECT_EQ(y[0], 0.5f * (1 - 32) * (0 - 4));
+  for (int v = 0; v < 256; ++v) EXPECT_EQ(y[v], 0.5f * (s[v / 16] - 32) * (q[v] - 4)) << v;
+}
+
 TEST(Dequantize, Q6_KJoinsLowAndHighBitsAndAppliesSignedScales) {
   int q[256];
   for (int i = 0; i < 256; ++i) q[i] = (i * 37 + 5) % 64;
@@ -272,37 +309,46 @@ TEST(Dequantize, Q6_KJoinsLowAndHighBitsAndAppliesSignedScales) {
   for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], 0.25f * scales[i / 16] * (q[i] - 32)) << i;
 }
 
-// Loading converts a Q5_0 matrix to Q8_0 (model/tensor.h, kernel_view): every value the same
-// float, in a new buffer the caller keeps; a type the kernels read is passed through as it is.
-TEST(KernelView, AQ5_0MatrixBecomesQ8_0WithEveryValueTheSame) {
-  const int64_t rows = 7, cols = 96;
-  std::vector<std::byte> bytes(static_cast<size_t>(rows * cols / 32 * 22));
-  std::mt19937 rng(5);
-  for (auto& x : bytes) x = std::byte(static_cast<uint8_t>(rng()));
-  for (size_t o = 0; o < bytes.size(); o += 22) {  // finite scales of either sign, some subnormal
-    const uint16_t d = static_cast<uint16_t>(rng() % 0x7bff) | static_cast<uint16_t>(rng() & 0x8000);
-    std::memcpy(&bytes[o], &d, 2);
+// Loading converts the types no kernel reads (model/tensor.h, kernel_view): Q5_0 and IQ4_NL to
+// Q8_0, Q3_K to Q6_K, every value the same float, in a new buffer the caller keeps; a type the
+// kernels read is passed through as it is.
+TEST(KernelView, EachTypeNoKernelReadsBecomesOneTheyReadWithEveryValueTheSame) {
+  struct Case {
+    DType from, to;
+    size_t d_offset;  // where the block's fp16 scale sits
+  };
+  for (const Case c : {Case{DType::Q5_0, DType::Q8_0, 0}, Case{DType::IQ4_NL, DType::Q8_0, 0}, Case{DType::Q3_K, DType::Q6_K, 108}}) {
+    SCOPED_TRACE(dtype_name(c.from));
+    const int64_t rows = 7, cols = 512;
+    const size_t from_bytes = static_cast<size_t>(dtype_info(c.from).block_bytes);
+    std::vector<std::byte> bytes(dtype_row_bytes(c.from, cols) * rows);
+    std::mt19937 rng(5);
+    for (auto& x : bytes) x = std::byte(static_cast<uint8_t>(rng()));
+    for (size_t o = 0; o < bytes.size(); o += from_bytes) {  // finite scales of either sign, some subnormal
+      const uint16_t d = static_cast<uint16_t>(rng() % 0x7bff) | static_cast<uint16_t>(rng() & 0x8000);
+      std::memcpy(&bytes[o + c.d_offset], &d, 2);
+    }
+    const std::vector<std::byte> before = bytes;
+    const TensorView stored{"blk.0.attn_q.weight", c.from, {rows, cols}, bytes.data(), bytes.size()};
+    std::vector<std::shared_ptr<const void>> storage;
+    const TensorView read = kernel_view(stored, storage);
+    ASSERT_EQ(read.dtype, c.to);
+    EXPECT_EQ(read.name, stored.name);
+    EXPECT_EQ(read.shape, stored.shape);
+    EXPECT_EQ(read.nbytes, dtype_row_bytes(c.to, cols) * rows);
+    EXPECT_EQ(storage.size(), 1u);
+    EXPECT_EQ(bytes, before);  // the stored tensor (a mapped file, at load) is not written
+    std::vector<float> want(static_cast<size_t>(cols)), got(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(c.from, stored.row(r), want.data(), cols);
+      dequantize_row(c.to, read.row(r), got.data(), cols);
+      for (int64_t j = 0; j < cols; ++j)
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[j]), std::bit_cast<uint32_t>(want[j])) << "row " << r << ", value " << j;
+    }
+    const TensorView same = kernel_view(read, storage);
+    EXPECT_EQ(same.data, read.data);
+    EXPECT_EQ(storage.size(), 1u);
   }
-  const std::vector<std::byte> before = bytes;
-  const TensorView q5{"blk.0.attn_q.weight", DType::Q5_0, {rows, cols}, bytes.data(), bytes.size()};
-  std::vector<std::shared_ptr<const void>> storage;
-  const TensorView q8 = kernel_view(q5, storage);
-  ASSERT_EQ(q8.dtype, DType::Q8_0);
-  EXPECT_EQ(q8.name, q5.name);
-  EXPECT_EQ(q8.shape, q5.shape);
-  EXPECT_EQ(q8.nbytes, static_cast<size_t>(rows * cols / 32 * 34));
-  EXPECT_EQ(storage.size(), 1u);
-  EXPECT_EQ(bytes, before);  // the stored tensor (a mapped file, at load) is not written
-  std::vector<float> want(static_cast<size_t>(cols)), got(static_cast<size_t>(cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    dequantize_row(DType::Q5_0, q5.row(r), want.data(), cols);
-    dequantize_row(DType::Q8_0, q8.row(r), got.data(), cols);
-    for (int64_t j = 0; j < cols; ++j)
-      ASSERT_EQ(std::bit_cast<uint32_t>(got[j]), std::bit_cast<uint32_t>(want[j])) << "row " << r << ", value " << j;
-  }
-  const TensorView same = kernel_view(q8, storage);
-  EXPECT_EQ(same.data, q8.data);
-  EXPECT_EQ(storage.size(), 1u);
 }
 
 }  // namespace
