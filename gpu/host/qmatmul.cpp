@@ -3,6 +3,7 @@
 #include "gpu/host/qmatmul.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -113,10 +114,12 @@ void pack_block_five_bit(DType t, const uint8_t* const src[kGroupRows], int j, u
 bool quants_all_in(const TensorView& w, const bool (&allowed)[256]) {
   const auto* p = reinterpret_cast<const uint8_t*>(w.data);
   const size_t blocks = w.nbytes / 34;
-  bool all = true;
-  for (size_t b = 0; b < blocks; ++b)
+  for (size_t b = 0; b < blocks; ++b) {
+    bool all = true;
     for (int j = 0; j < 32; ++j) all &= allowed[p[34 * b + 2 + j]];
-  return all;
+    if (!all) return false;
+  }
+  return true;
 }
 
 // The narrow layout a stored Q8_0 matrix fits, exactly: Q5_0 where every quant lies in -16..15 (a
@@ -143,10 +146,13 @@ void pack_block_iq4_nl(const uint8_t* const src[kGroupRows], uint8_t* dst) {
     const uint8_t* b = src[r];
     if (b == nullptr) continue;
     std::memcpy(dst + 2 * r, b, 2);
+    static const auto index_of = [] {
+      std::array<uint8_t, 256> t{};
+      for (uint8_t k = 0; k < 16; ++k) t[static_cast<uint8_t>(kIq4NlLevels[k])] = k;
+      return t;
+    }();
     uint8_t idx[32];
-    for (int j = 0; j < 32; ++j)
-      for (uint8_t k = 0; k < 16; ++k)
-        if (kIq4NlLevels[k] == static_cast<int8_t>(b[2 + j])) idx[j] = k;
+    for (int j = 0; j < 32; ++j) idx[j] = index_of[b[2 + j]];
     for (int64_t k = 0; k < 4; ++k)
       for (int64_t i = 0; i < 4; ++i) dst[16 + 32 * k + 4 * r + i] = static_cast<uint8_t>(idx[4 * k + i] | idx[16 + 4 * k + i] << 4);
   }
