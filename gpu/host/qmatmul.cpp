@@ -616,12 +616,11 @@ PackedKernel packed_kernel(Int8Kernel k, DType t) {
   return f;
 }
 
-// The AVX2 vpmaddubsw tile sums its pairs in int16, which 5-bit weights could overflow
-// (docs/kernels.md, "Q5_0"); it and AVX-VNNI keep a five-bit or IQ4_NL-level Q8_0 matrix in the
-// Q8_0 layout, and run Q5_1 and Q5_K matrices on the f32 kernels.
-bool packs_five_bit(Int8Kernel k) {
-  return k == Int8Kernel::kAvx512Vnni || k == Int8Kernel::kAmx || k == Int8Kernel::kPortable;
-}
+// The AVX2 vpmaddubsw tiles read them with their int16 sums widened every four products (five
+// bits) or every pair (IQ4_NL, signed levels); the AVX-VNNI kernel has no five-bit or IQ4_NL format
+// yet (no CPU with it was at hand to test one), so it keeps a five-bit or IQ4_NL-level Q8_0 matrix
+// in the Q8_0 layout and runs Q5_1 and Q5_K matrices on the f32 kernels.
+bool packs_five_bit(Int8Kernel k) { return k != Int8Kernel::kAvxVnni; }
 
 bool reads(Int8Kernel k, DType t) {
   return qmatmul_supports(t) && (!is_five_bit(t) || packs_five_bit(k));

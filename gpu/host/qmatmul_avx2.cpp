@@ -2,6 +2,8 @@
 // the vpmaddubsw variant of the 256-bit kernels (qmatmul_ymm.h) and the activation quantizer.
 #include "gpu/host/qmatmul_ymm.h"
 
+#include <array>
+
 namespace specula::host_kernels {
 
 PackedKernel avx2_packed_kernel(DType t) {
@@ -11,16 +13,34 @@ PackedKernel avx2_packed_kernel(DType t) {
     case DType::Q8_0: return &stream_kernel<StreamQ8>;
     case DType::Q4_K: return &stream_kernel<StreamQ4<true, true>>;
     case DType::Q6_K: return &kernel<FormatQ6K>;
+    case DType::Q5_0: return &stream_kernel<StreamQ4<false, false, true>>;
+    case DType::Q5_1: return &stream_kernel<StreamQ4<true, false, true>>;
+    case DType::Q5_K: return &stream_kernel<StreamQ4<true, true, true>>;
+    case DType::IQ4_NL: return &stream_kernel<StreamIQ4NL>;
     default: return nullptr;
   }
 }
 
 namespace {
 
+// The IQ4_NL levels as int32, for the outlier columns' gather.
+const int32_t* iq4_nl_levels_i32() {
+  static const auto levels = [] {
+    std::array<int32_t, 16> l{};
+    for (int i = 0; i < 16; ++i) l[static_cast<size_t>(i)] = kIq4NlLevels[i];
+    return l;
+  }();
+  return levels.data();
+}
+
 // One group's weights of one outlier column (8 rows), dequantized as add_outliers_portable does.
-// `word` is the 32-bit lane word holding the column's quant for each row, `blk` the group-block.
+// `word` is the 32-bit lane word holding the column's quant for each row, `blk` the group-block,
+// `at` the column's place in it.
 template <DType T>
-inline __m256 column_weights(const uint8_t* blk, __m256i word, __m128i shift, bool high_sub_block) {
+inline __m256 column_weights(const uint8_t* blk, __m256i word, __m128i shift, const ColumnLocation& at) {
+  const bool high_sub_block = at.high;
+  const size_t five_off = at.five_off;
+  const int five_bit = at.five_bit;
   if constexpr (T == DType::Q8_0) {
     return _mm256_mul_ps(scales8(blk), _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_sll_epi32(word, shift), 24)));
   } else if constexpr (T == DType::Q6_K) {
@@ -28,9 +48,19 @@ inline __m256 column_weights(const uint8_t* blk, __m256i word, __m128i shift, bo
     const __m256i s = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + (high_sub_block ? 24 : 16))));
     return _mm256_mul_ps(scales8(blk), _mm256_cvtepi32_ps(_mm256_mullo_epi32(s, _mm256_sub_epi32(q, _mm256_set1_epi32(32)))));
   } else {
-    const __m256 q = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srl_epi32(word, shift), _mm256_set1_epi32(0x0F)));
+    __m256i qi = _mm256_and_si256(_mm256_srl_epi32(word, shift), _mm256_set1_epi32(0x0F));
+    if constexpr (T == DType::IQ4_NL) {  // the nibble's level
+      return _mm256_mul_ps(scales8(blk), _mm256_cvtepi32_ps(_mm256_i32gather_epi32(iq4_nl_levels_i32(), qi, 4)));
+    } else if constexpr (is_five_bit(T)) {  // the fifth bit from the column's word (lane r: bit 4r + i)
+      int32_t w5;
+      std::memcpy(&w5, blk + five_off, 4);
+      const __m256i at_bit = _mm256_add_epi32(_mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), _mm256_set1_epi32(five_bit));
+      qi = _mm256_or_si256(qi, _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w5), at_bit), _mm256_set1_epi32(1)), 4));
+    }
+    const __m256 q = _mm256_cvtepi32_ps(qi);
     if constexpr (T == DType::Q4_0) return _mm256_mul_ps(scales8(blk), _mm256_sub_ps(q, _mm256_set1_ps(8.0f)));
-    else if constexpr (T == DType::Q4_1) return _mm256_fmadd_ps(scales8(blk), q, scales8(blk + 16));
+    else if constexpr (T == DType::Q5_0) return _mm256_mul_ps(scales8(blk), _mm256_sub_ps(q, _mm256_set1_ps(16.0f)));
+    else if constexpr (T == DType::Q4_1 || T == DType::Q5_1) return _mm256_fmadd_ps(scales8(blk), q, scales8(blk + 16));
     else
       return _mm256_fmadd_ps(_mm256_loadu_ps(reinterpret_cast<const float*>(blk)), q,
                              _mm256_loadu_ps(reinterpret_cast<const float*>(blk + 32)));
@@ -46,7 +76,7 @@ struct ColumnPlace {
   ColumnPlace(const PackedMatrix& m, int64_t c) : at(column_location(m, c)), shift(_mm_cvtsi32_si128(at.shift)) {}
   __m256 weights(const uint8_t* group) const {
     const uint8_t* blk = group + at.blk_off;
-    return column_weights<T>(blk, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + at.word_off)), shift, at.high);
+    return column_weights<T>(blk, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + at.word_off)), shift, at);
   }
 };
 
@@ -99,6 +129,10 @@ void add_outliers_avx2(const PackedMatrix& m, const QuantizedRows& x, float* y, 
     case DType::Q8_0: return add_outliers_t<DType::Q8_0>(m, x, y, ldy, g0, g1);
     case DType::Q4_K: return add_outliers_t<DType::Q4_K>(m, x, y, ldy, g0, g1);
     case DType::Q6_K: return add_outliers_t<DType::Q6_K>(m, x, y, ldy, g0, g1);
+    case DType::Q5_0: return add_outliers_t<DType::Q5_0>(m, x, y, ldy, g0, g1);
+    case DType::Q5_1: return add_outliers_t<DType::Q5_1>(m, x, y, ldy, g0, g1);
+    case DType::Q5_K: return add_outliers_t<DType::Q5_K>(m, x, y, ldy, g0, g1);
+    case DType::IQ4_NL: return add_outliers_t<DType::IQ4_NL>(m, x, y, ldy, g0, g1);
     default: return;
   }
 }

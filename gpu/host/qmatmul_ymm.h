@@ -85,12 +85,38 @@ inline __m256i dot8(const __m256i* w, const int8_t* xb) {
   for (int c = 1; c < 8; ++c) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[c], bcast4(xb + 4 * c)));
   return _mm256_madd_epi16(s16, ones);
 }
+// The same for 5-bit weights (0..31): four vpmaddubsw at a time in int16 (at most 4 x 2 x 31 x 127
+// = 31496), each four to int32.
+inline __m256i dot8_five(const __m256i* w, const int8_t* xb) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i s[2];
+  for (int h = 0; h < 2; ++h) {
+    __m256i s16 = _mm256_maddubs_epi16(w[4 * h], bcast4(xb + 16 * h));
+    for (int c = 1; c < 4; ++c) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[4 * h + c], bcast4(xb + 16 * h + 4 * c)));
+    s[h] = _mm256_madd_epi16(s16, ones);
+  }
+  return _mm256_add_epi32(s[0], s[1]);
+}
 #endif
+
+// 16 in each byte j of a vector whose bit j is set in the 32-bit word at p (a five-bit layout's
+// word for one unpacked vector: bit 4r + i is row r's byte i), 0 elsewhere.
+inline __m256i fifth_bits(const uint8_t* p) {
+  int32_t word;
+  std::memcpy(&word, p, 4);
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  const __m256i bytes = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(word), spread), bit);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(bytes, bit), _mm256_set1_epi8(16));
+}
 
 // Q4_0 (kMin = false: q - 8, so isum * 8 is subtracted) and Q4_1 (kMin = true: the min term is
 // the second FMA): header 16 or 32 bytes of fp16 scales, then 4 x 32 nibble bytes. kF32: Q4_K
-// repacked as Q4_1 with f32 scales and mins (64 header bytes).
-template <bool kMin, bool kF32 = false>
+// repacked as Q4_1 with f32 scales and mins (64 header bytes). kFive: the five-bit layouts (Q5_0,
+// Q5_1, Q5_K; qmatmul.h): 16 added to the bytes whose fifth bit is set, Q5_0 taking 16 * isum out;
+// the maddubs variant sums them four products at a time (dot8_five).
+template <bool kMin, bool kF32 = false, bool kFive = false>
 struct FormatQ4 {
   static constexpr bool kHasMin = kMin;
   static constexpr int kHeader = kF32 ? 64 : kMin ? 32 : 16;
@@ -108,7 +134,7 @@ struct FormatQ4 {
     prefetch(blk);
     if constexpr (kF32) prefetch(blk + 128);
 #else
-    prefetch_lines<kHeader + 128>(blk);
+    prefetch_lines<kHeader + 128 + (kFive ? 32 : 0)>(blk);
 #endif
   }
   static void load(const uint8_t* blk, Weights& wt) {
@@ -118,10 +144,16 @@ struct FormatQ4 {
       wt.w[k] = _mm256_and_si256(v, low);
       wt.w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
     }
+    if constexpr (kFive)
+      for (int c = 0; c < 8; ++c) wt.w[c] = _mm256_add_epi8(wt.w[c], fifth_bits(blk + kHeader + kNibbleBytes + 4 * c));
   }
   static __m256i dot(const Weights& wt, const int8_t* xb, int32_t isum, int32_t) {
+#ifdef SPECULA_YMM_VNNI
     const __m256i s32 = dot8(wt.w, xb);
-    return kMin ? s32 : _mm256_sub_epi32(s32, _mm256_set1_epi32(8 * isum));
+#else
+    const __m256i s32 = kFive ? dot8_five(wt.w, xb) : dot8(wt.w, xb);
+#endif
+    return kMin ? s32 : _mm256_sub_epi32(s32, _mm256_set1_epi32((kFive ? 16 : 8) * isum));
   }
 };
 
@@ -171,6 +203,47 @@ struct FormatQ8 {
   }
 #endif
 };
+
+#ifndef SPECULA_YMM_VNNI
+// IQ4_NL (a Q8_0 matrix of IQ4_NL levels, qmatmul.h): Q4_0's nibbles, each the index of a level;
+// vpshufb looks up the level and its absolute value, and the products go as FormatQ8's (the sign
+// moved onto the activation, each pair widened to int32 at once: level + 128 would overflow a
+// vpmaddubsw pair).
+struct FormatIQ4NL {
+  static constexpr bool kHasMin = false;
+  static __m256 scale(const uint8_t* blk) { return scales8(blk); }
+  static __m256 min(const uint8_t*) { return _mm256_setzero_ps(); }
+  static void prefetch_block(const uint8_t* blk) { prefetch_lines<144>(blk); }
+  struct Weights {
+    __m256i w[8], aw[8];  // the levels and their absolute values
+  };
+  static __m256i table(bool absolute) {
+    alignas(16) int8_t t[16];
+    for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(absolute && kIq4NlLevels[i] < 0 ? -kIq4NlLevels[i] : kIq4NlLevels[i]);
+    return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+  }
+  // The nibble vector of columns 4c..4c+3 (c < 4: low nibbles of packed vector c, else high of c - 4).
+  static __m256i index(const uint8_t* blk, int c) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (c % 4)));
+    return _mm256_and_si256(c < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+  }
+  static void load(const uint8_t* blk, Weights& wt) {
+    const __m256i levels = table(false), magnitudes = table(true);
+    for (int c = 0; c < 8; ++c) {
+      const __m256i i = index(blk, c);
+      wt.w[c] = _mm256_shuffle_epi8(levels, i);
+      wt.aw[c] = _mm256_shuffle_epi8(magnitudes, i);
+    }
+  }
+  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t, int32_t) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(wt.aw[0], _mm256_sign_epi8(bcast4(xb), wt.w[0])), ones);
+    for (int c = 1; c < 8; ++c)
+      s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(_mm256_maddubs_epi16(wt.aw[c], _mm256_sign_epi8(bcast4(xb + 4 * c), wt.w[c])), ones));
+    return s32;
+  }
+};
+#endif
 
 #ifdef SPECULA_YMM_VNNI
 // Four vpdpbusd (columns 4c..4c+3 for c < 4 of w) in two chains.
@@ -299,27 +372,59 @@ inline void stream_tile(const PackedMatrix& m, const X& rows, int64_t g, float* 
 }
 
 // Nibble formats (Q4_0, Q4_1, Q4_K as Q4_1): s[i] is row i's int16 sum of the block's sixteen
-// maddubs pairs (at most 8 x 2 x 15 x 127 = 30480 in magnitude at every step).
-template <bool kMin, bool kF32 = false>
-struct StreamQ4 : FormatQ4<kMin, kF32> {
-  using Base = FormatQ4<kMin, kF32>;
+// maddubs pairs (at most 8 x 2 x 15 x 127 = 30480 in magnitude at every step). kFive (Q5_0, Q5_1,
+// Q5_K): the fifth bits added to the unpacked bytes, and s[i] is an int32 sum, each packed
+// vector's two pairs (at most 2 x 2 x 31 x 127 = 15748) widened to it.
+template <bool kMin, bool kF32 = false, bool kFive = false>
+struct StreamQ4 : FormatQ4<kMin, kF32, kFive> {
+  using Base = FormatQ4<kMin, kF32, kFive>;
   static constexpr bool kWide = true;
   template <int N, class X>
   static void accumulate(const uint8_t* blk, const X& rows, int64_t b, __m256i (&s)[N]) {
     const __m256i low = _mm256_set1_epi8(0x0F);
     for (int k = 0; k < 4; ++k) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + Base::kHeader + 32 * k));
-      const __m256i lo = _mm256_and_si256(v, low);
-      for (int i = 0; i < N; ++i) s[i] = _mm256_add_epi16(s[i], _mm256_maddubs_epi16(lo, rows.q(i, b, k)));
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-      for (int i = 0; i < N; ++i) s[i] = _mm256_add_epi16(s[i], _mm256_maddubs_epi16(hi, rows.q(i, b, k + 4)));
+      __m256i lo = _mm256_and_si256(v, low);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      if constexpr (kFive) {
+        const uint8_t* words = blk + Base::kHeader + kNibbleBytes;
+        lo = _mm256_add_epi8(lo, fifth_bits(words + 4 * k));
+        hi = _mm256_add_epi8(hi, fifth_bits(words + 4 * (k + 4)));
+        const __m256i ones = _mm256_set1_epi16(1);
+        for (int i = 0; i < N; ++i)
+          s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, rows.q(i, b, k)),
+                                                                           _mm256_maddubs_epi16(hi, rows.q(i, b, k + 4))),
+                                                          ones));
+      } else {
+        for (int i = 0; i < N; ++i) s[i] = _mm256_add_epi16(s[i], _mm256_maddubs_epi16(lo, rows.q(i, b, k)));
+        for (int i = 0; i < N; ++i) s[i] = _mm256_add_epi16(s[i], _mm256_maddubs_epi16(hi, rows.q(i, b, k + 4)));
+      }
       for (int i = 0; i < N; ++i) in_register(s[i]);
     }
   }
-  static __m256i finish(__m256i s16, int32_t isum) {
-    const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
-    return kMin ? s32 : _mm256_sub_epi32(s32, _mm256_set1_epi32(8 * isum));
+  static __m256i finish(__m256i s, int32_t isum) {
+    const __m256i s32 = kFive ? s : _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+    return kMin ? s32 : _mm256_sub_epi32(s32, _mm256_set1_epi32((kFive ? 16 : 8) * isum));
   }
+};
+
+// IQ4_NL: s[i] is row i's int32 sum; the levels and the sign trick per vector as FormatIQ4NL.
+struct StreamIQ4NL : FormatIQ4NL {
+  static constexpr bool kWide = false;
+  template <int N, class X>
+  static void accumulate(const uint8_t* blk, const X& rows, int64_t b, __m256i (&s)[N]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i levels = table(false), magnitudes = table(true);
+    for (int c = 0; c < 8; ++c) {
+      const __m256i idx = index(blk, c);
+      const __m256i w = _mm256_shuffle_epi8(levels, idx);
+      const __m256i aw = _mm256_shuffle_epi8(magnitudes, idx);
+      for (int i = 0; i < N; ++i)
+        s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(rows.q(i, b, c), w)), ones));
+      for (int i = 0; i < N; ++i) in_register(s[i]);
+    }
+  }
+  static __m256i finish(__m256i s32, int32_t) { return s32; }
 };
 
 // Q8_0: s[i] is row i's int32 sum; the sign trick per vector as FormatQ8.

@@ -490,11 +490,12 @@ TEST(Int8Kernels, ANarrowQ8_0MatrixPackedInFiveBitsOrIQ4_NLIndicesGivesTheQ8_0La
           }
         }
     }
-  // A genuine Q8_0 matrix (quants up to +-127) keeps its layout; the vpmaddubsw kernels never get five bits.
+  // A genuine Q8_0 matrix (quants up to +-127) keeps its layout; the AVX-VNNI kernel reads neither
+  // narrow layout.
   ThreadPool pool(1);
   const Stored full = random_stored(DType::Q8_0, 16, 64, 74);
   EXPECT_EQ(pack_matrix(full.view, pool, nullptr, true)->dtype, DType::Q8_0);
-  EXPECT_FALSE(host_kernels::packs_five_bit(Int8Kernel::kAvx2));
+  EXPECT_TRUE(host_kernels::packs_five_bit(Int8Kernel::kAvx2));
   EXPECT_FALSE(host_kernels::packs_five_bit(Int8Kernel::kAvxVnni));
   EXPECT_TRUE(host_kernels::packs_five_bit(Int8Kernel::kAvx512Vnni));
 }
@@ -920,10 +921,10 @@ TEST(HostPath, AWeightTypeWithoutAFastKernelOnThePathRunsOnTheF32KernelsWithOneL
   for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 1e-4 * (1 + std::fabs(ref[k])));
 }
 
-// Q5_1 and Q5_K (a Q5_K_M file) are packed with a plane of fifth bits that the AVX-512 VNNI,
-// AMX and portable kernels read; the AVX2 and AVX-VNNI tiles would overflow their int16 pairs, so
-// on the AVX2 path those weights run on the f32 kernels with one line naming the kernel and the
-// type. Either way the product is the stored matrix's.
+// Q5_1 and Q5_K (a Q5_K_M file) are packed with a plane of fifth bits that the AVX-512 VNNI, AMX,
+// AVX2 and portable kernels read; the AVX-VNNI kernel has no five-bit format, so on a path that
+// runs it those weights run on the f32 kernels with one line naming the kernel and the type.
+// Either way the product is the stored matrix's.
 TEST(HostPath, FiveBitTypesRunOnTheInt8KernelsThatReadThemAndElseOnTheF32KernelsWithOneLine) {
   for (DType t : {DType::Q5_1, DType::Q5_K}) {
     const int64_t rows = 8, cols = 256;
@@ -932,29 +933,34 @@ TEST(HostPath, FiveBitTypesRunOnTheInt8KernelsThatReadThemAndElseOnTheF32Kernels
     std::vector<float> ref(2 * rows);
     matmul_reference(w.view, x.data(), 2, ref.data());
     std::vector<std::string> paths = {"portable"};
+    if (host_kernels::cpu_has_avx2_fma()) paths.push_back("avx2");
     if (host_kernels::cpu_has_avx512_vnni()) paths.push_back("avx512-vnni");
     for (const std::string& path : paths) {
-      HostOps ops(1, host_kernels::host_path_for(path.c_str()));
-      const Weight a = ops.upload(w.view);
-      EXPECT_NE(a.device, nullptr) << dtype_name(t) << " " << path;
-      EXPECT_EQ(ops.packed_bytes(), size_t{8} * (t == DType::Q5_1 ? 192 : 224)) << dtype_name(t) << " " << path;
+      SCOPED_TRACE(std::string(dtype_name(t)) + " " + path);
+      const host_kernels::HostPath hp = host_kernels::host_path_for(path.c_str());
+      const Int8Kernel kernel = host_kernels::int8_kernel_for(hp.isa);
+      HostOps ops(1, hp);
+      testing::internal::CaptureStderr();
+      const Weight a = ops.upload(w.view), b = ops.upload(w.view);
+      const std::string err = testing::internal::GetCapturedStderr();
       std::vector<float> y(2 * rows);
       ops.matmul(x.data(), a, 2, y.data());
-      for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 0.05 * (1 + std::fabs(ref[k]))) << dtype_name(t) << " " << path;
+      if (host_kernels::reads(kernel, t)) {
+        EXPECT_NE(a.device, nullptr);
+        EXPECT_EQ(a.device, b.device);
+        EXPECT_EQ(ops.packed_bytes(), size_t{8} * (t == DType::Q5_1 ? 192 : 224));
+        EXPECT_EQ(err, "");
+        for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 0.05 * (1 + std::fabs(ref[k])));
+      } else {
+        EXPECT_EQ(a.device, nullptr);
+        EXPECT_EQ(b.device, nullptr);
+        EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+        const std::string want = std::string("the ") + host_kernels::int8_kernel_name(kernel) + " int8 kernels do not read " + dtype_name(t) +
+                                 " weights (first: w)";
+        EXPECT_NE(err.find(want), std::string::npos) << err;
+        for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 1e-4 * (1 + std::fabs(ref[k])));
+      }
     }
-    if (!host_kernels::cpu_has_avx2_fma()) continue;
-    HostOps avx2(1, host_kernels::host_path_for("avx2"));
-    testing::internal::CaptureStderr();
-    const Weight a = avx2.upload(w.view), b = avx2.upload(w.view);
-    const std::string err = testing::internal::GetCapturedStderr();
-    EXPECT_EQ(a.device, nullptr);
-    EXPECT_EQ(b.device, nullptr);
-    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
-    const std::string kernel = host_kernels::int8_kernel_name(host_kernels::int8_kernel_for(Isa::kAvx2));
-    EXPECT_NE(err.find("the " + kernel + " int8 kernels do not read " + dtype_name(t) + " weights (first: w)"), std::string::npos) << err;
-    std::vector<float> y(2 * rows);
-    avx2.matmul(x.data(), a, 2, y.data());
-    for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 1e-4 * (1 + std::fabs(ref[k]))) << dtype_name(t);
   }
 }
 
