@@ -99,6 +99,18 @@ inline __m256i dot8_five(const __m256i* w, const int8_t* xb) {
 }
 #endif
 
+#ifndef SPECULA_YMM_VNNI
+// Signed weights w (|w| <= 128) against 4-byte activation broadcasts: vpsignb moves each weight's
+// sign onto the activation, vpmaddubsw multiplies by |w|, and every pair widens to int32 at once.
+inline __m256i sign_dot8(const __m256i* w, const __m256i* aw, const int8_t* xb) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[0], _mm256_sign_epi8(bcast4(xb), w[0])), ones);
+  for (int c = 1; c < 8; ++c)
+    s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(_mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(bcast4(xb + 4 * c), w[c])), ones));
+  return s32;
+}
+#endif
+
 // 16 in each byte j of a vector whose bit j is set in the 32-bit word at p (a five-bit layout's
 // word for one unpacked vector: bit 4r + i is row r's byte i), 0 elsewhere.
 inline __m256i fifth_bits(const uint8_t* p) {
@@ -184,7 +196,7 @@ struct FormatQ8 {
   }
 #else
   // vpsignb moves each weight's sign onto the activation, and every product pair (up to
-  // 2 x 128 x 127) widens to int32 at once.
+  // 2 x 128 x 127) widens to int32 at once (sign_dot8).
   struct Weights {
     __m256i w[8], aw[8];  // the quants and their absolute values
   };
@@ -194,13 +206,7 @@ struct FormatQ8 {
       wt.aw[c] = _mm256_abs_epi8(wt.w[c]);
     }
   }
-  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t, int32_t) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(wt.aw[0], _mm256_sign_epi8(bcast4(xb), wt.w[0])), ones);
-    for (int c = 1; c < 8; ++c)
-      s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(_mm256_maddubs_epi16(wt.aw[c], _mm256_sign_epi8(bcast4(xb + 4 * c), wt.w[c])), ones));
-    return s32;
-  }
+  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t, int32_t) { return sign_dot8(wt.w, wt.aw, xb); }
 #endif
 };
 
@@ -217,10 +223,15 @@ struct FormatIQ4NL {
   struct Weights {
     __m256i w[8], aw[8];  // the levels and their absolute values
   };
+  struct Table {
+    alignas(16) int8_t v[16];
+  };
+  static constexpr Table kTables[2] = {{{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}},
+                                       {{127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38, 53, 69, 89, 113}}};
+  static_assert(kTables[0].v[0] == kIq4NlLevels[0] && kTables[0].v[7] == kIq4NlLevels[7] && kTables[0].v[15] == kIq4NlLevels[15]);
+  // The levels (or their magnitudes) in both 128-bit lanes (vpshufb looks up within a lane).
   static __m256i table(bool absolute) {
-    alignas(16) int8_t t[16];
-    for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(absolute && kIq4NlLevels[i] < 0 ? -kIq4NlLevels[i] : kIq4NlLevels[i]);
-    return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+    return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kTables[absolute ? 1 : 0].v)));
   }
   // The nibble vector of columns 4c..4c+3 (c < 4: low nibbles of packed vector c, else high of c - 4).
   static __m256i index(const uint8_t* blk, int c) {
@@ -235,13 +246,7 @@ struct FormatIQ4NL {
       wt.aw[c] = _mm256_shuffle_epi8(magnitudes, i);
     }
   }
-  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t, int32_t) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(wt.aw[0], _mm256_sign_epi8(bcast4(xb), wt.w[0])), ones);
-    for (int c = 1; c < 8; ++c)
-      s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(_mm256_maddubs_epi16(wt.aw[c], _mm256_sign_epi8(bcast4(xb + 4 * c), wt.w[c])), ones));
-    return s32;
-  }
+  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t, int32_t) { return sign_dot8(wt.w, wt.aw, xb); }
 };
 #endif
 
