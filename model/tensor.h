@@ -36,7 +36,7 @@ enum class DType : uint32_t {
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
-  IQ4_NL = 20,  // stored, converted to Q8_0 at load (kernel_view); llama.cpp's fallback for Q2_K / Q3_K
+  IQ4_NL = 20,  // stored, converted to Q8_0 at load (kernel_view); as a packed layout, qmatmul.h's indices
   BF16 = 30,
 };
 

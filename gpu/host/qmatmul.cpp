@@ -141,16 +141,16 @@ DType narrow_layout(const TensorView& w) {
 // One IQ4_NL group-block from the 8 rows' stored Q8_0 blocks at src[r] (nullptr: padding) whose
 // quants are all IQ4_NL levels: each quant as its level's index, in Q4_0's nibble order.
 void pack_block_iq4_nl(const uint8_t* const src[kGroupRows], uint8_t* dst) {
+  static const auto index_of = [] {  // a level's byte -> its index
+    std::array<uint8_t, 256> t{};
+    for (uint8_t k = 0; k < 16; ++k) t[static_cast<uint8_t>(kIq4NlLevels[k])] = k;
+    return t;
+  }();
   std::memset(dst, 0, 144);
   for (int64_t r = 0; r < kGroupRows; ++r) {
     const uint8_t* b = src[r];
     if (b == nullptr) continue;
     std::memcpy(dst + 2 * r, b, 2);
-    static const auto index_of = [] {
-      std::array<uint8_t, 256> t{};
-      for (uint8_t k = 0; k < 16; ++k) t[static_cast<uint8_t>(kIq4NlLevels[k])] = k;
-      return t;
-    }();
     uint8_t idx[32];
     for (int j = 0; j < 32; ++j) idx[j] = index_of[b[2 + j]];
     for (int64_t k = 0; k < 4; ++k)
@@ -546,7 +546,7 @@ void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float*
               q |= static_cast<int32_t>((word >> (4 * r + j % 4)) & 1u) << 4;
             }
             if (m.dtype == DType::Q5_0) w = half(blk + 2 * r) * static_cast<float>(q - 16);  // the Q8_0 layout's d * q
-            else if (m.dtype == DType::IQ4_NL) w = half(blk + 2 * r) * static_cast<float>(kIq4NlLevels[q]);  // and here
+            else if (m.dtype == DType::IQ4_NL) w = half(blk + 2 * r) * static_cast<float>(kIq4NlLevels[q]);  // the same
             else if (m.dtype == DType::Q4_0) w = half(blk + 2 * r) * static_cast<float>(q - 8);
             else if (m.dtype == DType::Q4_1 || m.dtype == DType::Q5_1)
               w = std::fma(half(blk + 2 * r), static_cast<float>(q), half(blk + 16 + 2 * r));

@@ -17,6 +17,8 @@ cmake -S "$SRC/tests/package" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Relea
 cmake --build "$WORK/build" > "$WORK/build.log" || { cat "$WORK/build.log" >&2; exit 1; }
 out=$("$WORK/build/engine_example" "$MODEL" ngram "Say hello.")
 echo "$out"
-echo "$out" | grep -Eq '^\[(stop|length): [0-9]+ tokens in [0-9]+ rounds' || { echo "no streamed reply" >&2; exit 1; }
-echo "$out" | grep -q '^blocking: ' && echo "$out" | tail -1 | grep -Eq '\[(stop|length)\]$' ||
+# Here-strings, not `echo "$out" | grep -q`: grep -q exits at its first match, and with pipefail the
+# echo still writing the lines after it (bash's stdout is line-buffered) would fail with SIGPIPE.
+grep -Eq '^\[(stop|length): [0-9]+ tokens in [0-9]+ rounds' <<< "$out" || { echo "no streamed reply" >&2; exit 1; }
+grep -q '^blocking: ' <<< "$out" && tail -1 <<< "$out" | grep -Eq '\[(stop|length)\]$' ||
   { echo "no blocking reply" >&2; exit 1; }
