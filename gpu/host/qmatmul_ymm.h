@@ -226,12 +226,21 @@ struct FormatIQ4NL {
   struct Table {
     alignas(16) int8_t v[16];
   };
-  static constexpr Table kTables[2] = {{{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}},
-                                       {{127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38, 53, 69, 89, 113}}};
-  static_assert(kTables[0].v[0] == kIq4NlLevels[0] && kTables[0].v[7] == kIq4NlLevels[7] && kTables[0].v[15] == kIq4NlLevels[15]);
+  // kTables[0]: the levels; kTables[1]: their magnitudes.
+  struct Tables {
+    Table t[2];
+  };
+  static constexpr Tables kTables = [] {
+    Tables ts{};
+    for (int i = 0; i < 16; ++i) {
+      ts.t[0].v[i] = kIq4NlLevels[i];
+      ts.t[1].v[i] = static_cast<int8_t>(kIq4NlLevels[i] < 0 ? -kIq4NlLevels[i] : kIq4NlLevels[i]);
+    }
+    return ts;
+  }();
   // The levels (or their magnitudes) in both 128-bit lanes (vpshufb looks up within a lane).
   static __m256i table(bool absolute) {
-    return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kTables[absolute ? 1 : 0].v)));
+    return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kTables.t[absolute ? 1 : 0].v)));
   }
   // The nibble vector of columns 4c..4c+3 (c < 4: low nibbles of packed vector c, else high of c - 4).
   static __m256i index(const uint8_t* blk, int c) {
