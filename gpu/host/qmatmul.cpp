@@ -93,14 +93,10 @@ void pack_block_five_bit(DType t, const uint8_t* const src[kGroupRows], int j, u
       std::memcpy(dst + 4 * r, &d, 4);
       std::memcpy(dst + 32 + 4 * r, &m, 4);
     } else if (t == DType::Q5_1) {
-      std::memcpy(dst + 2 * r, b, 2);
+      float d, m;
+      q5_1_block(b, &d, &m, u);
+      std::memcpy(dst + 2 * r, b, 2);  // d and m as stored (fp16)
       std::memcpy(dst + 16 + 2 * r, b + 2, 2);
-      uint32_t qh;
-      std::memcpy(&qh, b + 4, 4);
-      for (int v = 0; v < 16; ++v) {
-        u[v] = static_cast<uint8_t>((b[8 + v] & 15) | ((qh >> v) & 1u) << 4);
-        u[v + 16] = static_cast<uint8_t>((b[8 + v] >> 4) | ((qh >> (v + 16)) & 1u) << 4);
-      }
     } else {
       std::memcpy(dst + 2 * r, b, 2);
       for (int v = 0; v < 32; ++v) u[v] = static_cast<uint8_t>(static_cast<int8_t>(b[2 + v]) + 16);

@@ -122,15 +122,10 @@ void dequantize_q5_0(const uint8_t* b, float* y, int64_t nb) {
 // the quant q (0..31) as Q5_0 joins it; y = q * d + m.
 void dequantize_q5_1(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 24, y += 32) {
-    const float d = load_fp16(b);
-    const float m = load_fp16(b + 2);
-    const uint32_t qh = static_cast<uint32_t>(b[4]) | static_cast<uint32_t>(b[5]) << 8 | static_cast<uint32_t>(b[6]) << 16 |
-                        static_cast<uint32_t>(b[7]) << 24;
-    const uint8_t* qs = b + 8;
-    for (int j = 0; j < 16; ++j) {
-      y[j] = static_cast<float>((qs[j] & 0x0f) | ((qh >> j) & 1u) << 4) * d + m;
-      y[j + 16] = static_cast<float>((qs[j] >> 4) | ((qh >> (j + 16)) & 1u) << 4) * d + m;
-    }
+    float d, m;
+    uint8_t q[32];
+    q5_1_block(b, &d, &m, q);
+    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(q[j]) * d + m;
   }
 }
 
@@ -269,6 +264,18 @@ void q4_k_subblock(const uint8_t* sb, int j, float* d, float* m, uint8_t q[32]) 
   const uint8_t* qs = sb + 16 + 32 * (j / 2);
   const int shift = 4 * (j % 2);
   for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>((qs[l] >> shift) & 0xF);
+}
+
+void q5_1_block(const uint8_t* b, float* d, float* m, uint8_t q[32]) {
+  *d = load_fp16(b);
+  *m = load_fp16(b + 2);
+  const uint32_t qh = static_cast<uint32_t>(b[4]) | static_cast<uint32_t>(b[5]) << 8 | static_cast<uint32_t>(b[6]) << 16 |
+                      static_cast<uint32_t>(b[7]) << 24;
+  const uint8_t* qs = b + 8;
+  for (int j = 0; j < 16; ++j) {
+    q[j] = static_cast<uint8_t>((qs[j] & 0x0f) | ((qh >> j) & 1u) << 4);
+    q[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | ((qh >> (j + 16)) & 1u) << 4);
+  }
 }
 
 void q5_k_subblock(const uint8_t* sb, int j, float* d, float* m, uint8_t q[32]) {

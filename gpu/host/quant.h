@@ -15,6 +15,10 @@ uint16_t f32_to_bf16(float f);  // round to nearest even
 // d * q[l] - m, with d = super d * 6-bit scale and m = super dmin * 6-bit min (both exact in f32).
 void q4_k_subblock(const uint8_t* sb, int j, float* d, float* m, uint8_t q[32]);
 
+// A Q5_1 block `b` (24 bytes) as its fp16 d and m (exact in f32) and 32 five-bit quants q (0..31,
+// the nibble with bit j of qh above it): value j is q[j] * d + m.
+void q5_1_block(const uint8_t* b, float* d, float* m, uint8_t q[32]);
+
 // Sub-block j of a Q5_K super-block `sb` (176 bytes), as q4_k_subblock: value l is d * q[l] - m,
 // q (0..31) the nibble with the fifth bit (bit j of qh[l]) above it.
 void q5_k_subblock(const uint8_t* sb, int j, float* d, float* m, uint8_t q[32]);

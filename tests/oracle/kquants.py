@@ -159,3 +159,25 @@ def quantize_q6_k(x: np.ndarray) -> np.ndarray:
         [ql.reshape(nb, 128), qh.reshape(nb, 64), sc.view(np.uint8), d.reshape(nb, 1).view(np.uint8)], axis=1)
     assert blocks.shape[1] == 210
     return blocks.reshape(rows, cols // QK_K * 210)
+
+
+_QUANTIZERS = {"IQ4_NL": quantize_iq4_nl, "Q3_K": quantize_q3_k, "Q4_K": quantize_q4_k, "Q5_K": quantize_q5_k,
+               "Q6_K": quantize_q6_k}
+
+
+def encode(w: np.ndarray, type_name: str):
+    """(array to write, raw_dtype) for GGUFWriter.add_tensor: F32 and F16 as arrays (raw_dtype None),
+    the types above by this module's quantizers, the others by the gguf package's. Raises
+    ValueError for a type neither has a quantizer for (Q2_K)."""
+    import gguf
+    if type_name == "F32":
+        return np.ascontiguousarray(w, dtype=np.float32), None
+    if type_name == "F16":
+        return np.ascontiguousarray(w, dtype=np.float16), None
+    t = gguf.GGMLQuantizationType[type_name]
+    if type_name in _QUANTIZERS:
+        return _QUANTIZERS[type_name](w), t
+    try:
+        return gguf.quants.quantize(np.ascontiguousarray(w, dtype=np.float32), t), t
+    except NotImplementedError:
+        raise ValueError(f"no {type_name} quantizer (neither kquants.py nor the gguf package has one)") from None

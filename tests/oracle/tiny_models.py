@@ -343,27 +343,6 @@ def gguf_type_of(s: TinySpec, gname: str) -> str:
     return s.gguf_overrides.get(short, s.gguf_types.get(role, s.gguf_types["matrix"]))
 
 
-def _encode(w: np.ndarray, type_name: str):
-    """(array to write, raw_dtype) for GGUFWriter.add_tensor."""
-    import gguf
-    t = gguf.GGMLQuantizationType[type_name]
-    if type_name == "F32":
-        return np.ascontiguousarray(w, dtype=np.float32), None
-    if type_name == "F16":
-        return np.ascontiguousarray(w, dtype=np.float16), None
-    if type_name == "IQ4_NL":
-        return kquants.quantize_iq4_nl(w), t
-    if type_name == "Q3_K":
-        return kquants.quantize_q3_k(w), t
-    if type_name == "Q4_K":
-        return kquants.quantize_q4_k(w), t
-    if type_name == "Q5_K":
-        return kquants.quantize_q5_k(w), t
-    if type_name == "Q6_K":
-        return kquants.quantize_q6_k(w), t
-    return gguf.quants.quantize(np.ascontiguousarray(w, dtype=np.float32), t), t
-
-
 def write_gguf(s: TinySpec, weights: dict[str, np.ndarray], path: pathlib.Path, *,
                permute: bool = True, scaling_keys: bool = True) -> pathlib.Path:
     """permute=False writes q/k in HF row order (a broken converter: negative controls);
@@ -408,7 +387,7 @@ def write_gguf(s: TinySpec, weights: dict[str, np.ndarray], path: pathlib.Path, 
             arr = permute_qk(arr, s.heads)
         elif "self_attn.k_proj" in name and permute:
             arr = permute_qk(arr, s.kv_heads)
-        data, raw = _encode(arr, gguf_type_of(s, gname))
+        data, raw = kquants.encode(arr, gguf_type_of(s, gname))
         w.add_tensor(gname, data, raw_dtype=raw)
     if s.llama3_scaling is not None:
         w.add_tensor("rope_freqs.weight", converter_rope_freqs(s))

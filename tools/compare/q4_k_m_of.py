@@ -23,7 +23,7 @@ the other attn_v, ffn_down and every attn_output; Q2_K asks Q2_K, but Q3_K for a
 Q2_K and Q3_K fall back to IQ4_NL. So the Q3_K_M file of SmolLM2-135M is IQ4_NL for q, k, gate and
 up, Q5_1 / Q5_0 for v, Q5_0 for attn_output, Q5_K / Q4_K for ffn_down; its Q2_K file is IQ4_NL
 but for Q3_K ffn_down (and the Q8_0 embedding in both). IQ4_NL and Q3_K use kquants.py's quantizers;
-a Q2_K tensor (rows of whole super-blocks) would need one, and is refused.
+a Q2_K tensor (rows of whole super-blocks) would need one, and is refused with one line.
 
 Tooling only (docs/benchmarks.md, "A Q4_K_M file", "A Q5_K_M file"):
 build/venv/bin/python tools/compare/q4_k_m_of.py [--mix Q5_K_M|Q3_K_M|Q2_K] IN.gguf OUT.gguf
@@ -68,23 +68,6 @@ def asked_type(name: str, n_layers: int, tied: bool, mix: str, n_gqa: int) -> st
     return "Q3_K" if kind in ("ffn_down", "attn_output") else base
 
 
-def encode(w: np.ndarray, type_name: str) -> tuple[np.ndarray, gguf.GGMLQuantizationType]:
-    t = gguf.GGMLQuantizationType[type_name]
-    if type_name == "Q4_K":
-        return kquants.quantize_q4_k(w), t
-    if type_name == "Q5_K":
-        return kquants.quantize_q5_k(w), t
-    if type_name == "Q3_K":
-        return kquants.quantize_q3_k(w), t
-    if type_name == "IQ4_NL":
-        return kquants.quantize_iq4_nl(w), t
-    if type_name == "Q2_K":
-        raise SystemExit("q4_k_m_of.py: no Q2_K quantizer here (a Q2_K tensor of whole super-blocks)")
-    if type_name == "Q6_K":
-        return kquants.quantize_q6_k(w), t
-    return gguf.quants.quantize(np.ascontiguousarray(w, dtype=np.float32), t), t
-
-
 MIXES = {"Q4_K_M": ("Q4_K", gguf.LlamaFileType.MOSTLY_Q4_K_M), "Q5_K_M": ("Q5_K", gguf.LlamaFileType.MOSTLY_Q5_K_M),
          "Q3_K_M": ("Q3_K", gguf.LlamaFileType.MOSTLY_Q3_K_M), "Q2_K": ("Q2_K", gguf.LlamaFileType.MOSTLY_Q2_K)}
 
@@ -124,7 +107,11 @@ def main(argv: list[str]) -> int:
             continue
         want = asked_type(t.name, n_layers, tied, mix, heads // kv_heads)
         kind = want if shape[1] % QK_K == 0 else FALLBACK[want]
-        data, qtype = encode(values, kind)
+        try:
+            data, qtype = kquants.encode(values, kind)
+        except ValueError as e:  # a Q2_K tensor of whole super-blocks
+            print(f"q4_k_m_of.py: {t.name}: {e}", file=sys.stderr)
+            return 1
         w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=qtype)
         counts[kind] = counts.get(kind, 0) + 1
     w.write_header_to_file()
