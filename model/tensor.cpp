@@ -3,6 +3,7 @@
 #include "model/tensor.h"
 
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "model/utf8.h"
@@ -27,6 +28,7 @@ constexpr Entry kTypes[] = {
     {DType::Q5_0, {"Q5_0", 32, 22}},    // d, 4 bytes of fifth bits + 16 bytes of nibbles
     {DType::Q5_1, {"Q5_1", 32, 24}},    // d, m, 4 bytes of fifth bits + 16 bytes of nibbles
     {DType::IQ4_NL, {"IQ4_NL", 32, 18}},  // d + 16 bytes of nibbles indexing 16 non-linear levels
+    {DType::IQ4_XS, {"IQ4_XS", 256, 136}},  // d, 2 + 4 bytes of 6-bit scales, 128 bytes of IQ4_NL's nibbles
     {DType::Q3_K, {"Q3_K", 256, 110}},  // 32 bytes of high bits, 64 of 2-bit pairs, 12 of 6-bit scales, d
     {DType::Q4_K, {"Q4_K", 256, 144}},  // d, dmin, 12 bytes of 6-bit scales, 128 bytes of nibbles
     {DType::Q5_K, {"Q5_K", 256, 176}},  // d, dmin, 12 bytes of 6-bit scales, 32 bytes of fifth bits, 128 of nibbles
@@ -128,17 +130,32 @@ void q3_k_to_q6_k(const std::byte* in, std::byte* out) {
 
 }  // namespace
 
+DType kernel_dtype(DType t) {
+  switch (t) {
+    case DType::Q5_0: case DType::IQ4_NL: return DType::Q8_0;
+    case DType::Q3_K: return DType::Q6_K;
+    default: return t;
+  }
+}
+
+void convert_block(DType from, const std::byte* in, std::byte* out) {
+  switch (from) {
+    case DType::Q5_0: return q5_0_to_q8_0(in, out);
+    case DType::IQ4_NL: return iq4_nl_to_q8_0(in, out);
+    case DType::Q3_K: return q3_k_to_q6_k(in, out);
+    default: throw std::invalid_argument(std::string("convert_block: the kernels read ") + dtype_name(from) + " as stored");
+  }
+}
+
 TensorView kernel_view(const TensorView& tv, std::vector<std::shared_ptr<const void>>& storage) {
   if (dtype_has_kernels(tv.dtype)) return tv;
-  const DType target = tv.dtype == DType::Q3_K ? DType::Q6_K : DType::Q8_0;
-  void (*convert)(const std::byte*, std::byte*) =
-      tv.dtype == DType::Q3_K ? &q3_k_to_q6_k : tv.dtype == DType::IQ4_NL ? &iq4_nl_to_q8_0 : &q5_0_to_q8_0;
+  const DType target = kernel_dtype(tv.dtype);
   const DTypeInfo& from = dtype_info(tv.dtype);
   const DTypeInfo& to = dtype_info(target);
   const size_t blocks = tv.nbytes / static_cast<size_t>(from.block_bytes);
   auto owned = std::make_shared<std::vector<std::byte>>(blocks * static_cast<size_t>(to.block_bytes));
   for (size_t b = 0; b < blocks; ++b)
-    convert(tv.data + b * static_cast<size_t>(from.block_bytes), owned->data() + b * static_cast<size_t>(to.block_bytes));
+    convert_block(tv.dtype, tv.data + b * static_cast<size_t>(from.block_bytes), owned->data() + b * static_cast<size_t>(to.block_bytes));
   TensorView out = tv;
   out.dtype = target;
   out.data = owned->data();

@@ -29,14 +29,15 @@ enum class DType : uint32_t {
   F16 = 1,
   Q4_0 = 2,
   Q4_1 = 3,
-  Q5_0 = 6,  // stored, converted to Q8_0 at load (kernel_view); as a packed layout, qmatmul.h's five bits
+  Q5_0 = 6,  // read as Q8_0 (kernel_dtype); as a packed layout, qmatmul.h's five bits
   Q5_1 = 7,  // what llama.cpp writes for Q5_K in rows that are not whole super-blocks (a Q5_K_M file)
   Q8_0 = 8,
-  Q3_K = 11,  // stored, converted to Q6_K at load (kernel_view)
+  Q3_K = 11,  // read as Q6_K (kernel_dtype)
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
-  IQ4_NL = 20,  // stored, converted to Q8_0 at load (kernel_view); as a packed layout, qmatmul.h's indices
+  IQ4_NL = 20,  // read as Q8_0 (kernel_dtype); as a packed layout, qmatmul.h's indices
+  IQ4_XS = 23,  // IQ4_NL's levels in 256-value super-blocks with a 6-bit scale per 32 values
   BF16 = 30,
 };
 
@@ -79,16 +80,24 @@ struct TensorView {
 // Whether the kernels read type t as stored. The loadable types they do not are what llama.cpp
 // writes where a K-quant's rows are not whole 256-value super-blocks (a model 576 or 960 wide,
 // SmolLM2-135M and -360M): Q5_0 for Q4_K (most of a Q4_K_M file), IQ4_NL for Q2_K and Q3_K (most
-// of a Q2_K or Q3_K file); and Q3_K itself (the ffn_down of those files).
+// of a Q2_K or Q3_K file); and Q3_K itself (the ffn_down of those files). Loading keeps them as
+// stored (views into the mapped file); each device reads them through their exact conversion:
+// the host's int8 packer a block at a time (gpu/host/qmatmul.h), its f32 kernels a converted
+// copy of the device's own (kernel_view), the CUDA upload through dequantize_row.
 bool dtype_has_kernels(DType t);
+// The type t is read as: Q8_0 for Q5_0 and IQ4_NL, Q6_K for Q3_K, t itself for the others.
+DType kernel_dtype(DType t);
+// One stored block of a type no kernel reads (`in`, dtype_info(from).block_bytes) as one block of
+// kernel_dtype(from) (`out`), every value the same float. Q5_0 becomes Q8_0: the same fp16 scale
+// per 32 values, each 5-bit quant minus 16 as an int8, so every value d * (q - 16) is the same
+// float (34 bytes a block instead of 22). IQ4_NL becomes Q8_0: the same scale, each 4-bit index as
+// its int8 level (34 bytes instead of 18). Q3_K becomes Q6_K: the same fp16 d, each 16-value
+// sub-block's 6-bit scale s as the int8 s - 32, each 3-bit quant q as q + 28 (so q6 - 32 = q - 4):
+// 210 bytes a super-block instead of 110.
+void convert_block(DType from, const std::byte* in, std::byte* out);
 
-// `tv` as the kernels read it: `tv` itself when they read its type; else its values, exactly,
-// in a type they read, in memory appended to `storage` (which must outlive the view). Q5_0
-// becomes Q8_0: the same fp16 scale per 32 values, each 5-bit quant minus 16 as an int8, so
-// every value d * (q - 16) is the same float (34 bytes a block instead of 22). IQ4_NL becomes
-// Q8_0: the same scale, each 4-bit index as its int8 level (34 bytes instead of 18). Q3_K becomes
-// Q6_K: the same fp16 d, each 16-value sub-block's 6-bit scale s as the int8 s - 32, each 3-bit
-// quant q as q + 28 (so q6 - 32 = q - 4): 210 bytes a super-block instead of 110.
+// `tv` as the kernels read it: `tv` itself when they read its type; else every block converted
+// (convert_block) into memory appended to `storage` (which must outlive the view).
 TensorView kernel_view(const TensorView& tv, std::vector<std::shared_ptr<const void>>& storage);
 
 }  // namespace specula

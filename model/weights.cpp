@@ -90,11 +90,10 @@ class Assembler {
     return *tv;
   }
 
-  // A matrix as the kernels read it: a file type they do not read (Q5_0) converted exactly, once,
-  // into memory the weights keep (kernel_view); the mapped file is not touched.
-  TensorView require(const std::string& name, std::vector<int64_t> shape) {
-    return kernel_view(find(name, std::move(shape)), w_.storage);
-  }
+  // A matrix as stored: a type no kernel reads (Q5_0, IQ4_NL, Q3_K) too, which each device reads
+  // through its exact conversion (model/tensor.h, dtype_has_kernels), so no converted copy is
+  // kept here beside the device's own.
+  TensorView require(const std::string& name, std::vector<int64_t> shape) { return find(name, std::move(shape)); }
 
   // Norm weights are read by every kernel as F32; other float types are widened once here.
   TensorView require_norm(const std::string& name, int64_t n) {

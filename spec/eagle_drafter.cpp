@@ -26,9 +26,8 @@ float dot16(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// The tensor as the kernels read it (kernel_view: a Q5_0 matrix converted into `storage`).
-TensorView need(const GgufFile& f, const std::string& name, std::vector<int64_t> shape,
-                std::vector<std::shared_ptr<const void>>& storage) {
+// The tensor as stored (a type no kernel reads is converted by the device: model/tensor.h).
+TensorView need(const GgufFile& f, const std::string& name, std::vector<int64_t> shape) {
   const TensorView* t = f.tensor(name);
   if (t == nullptr) throw ModelError(f.path() + ": the draft head has no tensor '" + name + "'");
   if (t->shape != shape) {
@@ -39,7 +38,7 @@ TensorView need(const GgufFile& f, const std::string& name, std::vector<int64_t>
   }
   if (shape.size() == 1 && t->dtype != DType::F32)
     throw ModelError(f.path() + ": tensor '" + name + "' is " + dtype_name(t->dtype) + ", expected F32");
-  return kernel_view(*t, storage);
+  return *t;
 }
 
 }  // namespace
@@ -105,22 +104,22 @@ std::shared_ptr<const EagleHead> load_eagle_head(const std::string& path, const 
   }
 
   const int64_t H = c.hidden, I = c.intermediate, q = c.heads * c.head_dim, kvw = c.kv_heads * c.head_dim;
-  h->fc = need(*f, "fc.weight", {H, 2 * H}, h->storage);
+  h->fc = need(*f, "fc.weight", {H, 2 * H});
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     LayerWeights& lw = h->layers.emplace_back();
-    lw.attn_norm = need(*f, b + "attn_norm.weight", {H}, h->storage);
-    lw.wq = need(*f, b + "attn_q.weight", {q, H}, h->storage);
-    lw.wk = need(*f, b + "attn_k.weight", {kvw, H}, h->storage);
-    lw.wv = need(*f, b + "attn_v.weight", {kvw, H}, h->storage);
-    lw.wo = need(*f, b + "attn_output.weight", {H, q}, h->storage);
-    lw.ffn_norm = need(*f, b + "ffn_norm.weight", {H}, h->storage);
-    lw.w_gate = need(*f, b + "ffn_gate.weight", {I, H}, h->storage);
-    lw.w_up = need(*f, b + "ffn_up.weight", {I, H}, h->storage);
-    lw.w_down = need(*f, b + "ffn_down.weight", {H, I}, h->storage);
+    lw.attn_norm = need(*f, b + "attn_norm.weight", {H});
+    lw.wq = need(*f, b + "attn_q.weight", {q, H});
+    lw.wk = need(*f, b + "attn_k.weight", {kvw, H});
+    lw.wv = need(*f, b + "attn_v.weight", {kvw, H});
+    lw.wo = need(*f, b + "attn_output.weight", {H, q});
+    lw.ffn_norm = need(*f, b + "ffn_norm.weight", {H});
+    lw.w_gate = need(*f, b + "ffn_gate.weight", {I, H});
+    lw.w_up = need(*f, b + "ffn_up.weight", {I, H});
+    lw.w_down = need(*f, b + "ffn_down.weight", {H, I});
   }
-  h->out_norm = need(*f, "output_norm.weight", {H}, h->storage);
-  h->out = need(*f, "output.weight", {h->n_vocab, H}, h->storage);
+  h->out_norm = need(*f, "output_norm.weight", {H});
+  h->out = need(*f, "output.weight", {h->n_vocab, H});
   if (f->has("draft.feature_layers")) {
     for (int64_t l : f->get_int_array("draft.feature_layers")) {
       if (l < 0 || l >= tc.layers)
@@ -128,7 +127,7 @@ std::shared_ptr<const EagleHead> load_eagle_head(const std::string& path, const 
                             std::to_string(tc.layers) + " layers");
       h->feature_layers.push_back(static_cast<int>(l));
     }
-    h->fuse = need(*f, "fuse.weight", {H, h->feature_width()}, h->storage);
+    h->fuse = need(*f, "fuse.weight", {H, h->feature_width()});
   }
   return h;
 }

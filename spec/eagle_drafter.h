@@ -33,7 +33,6 @@ inline constexpr int64_t kEagleMaxLayers = 4;
 // A head file, checked against a target and ready to upload.
 struct EagleHead {
   std::shared_ptr<const GgufFile> file;  // keeps the mapped tensors alive
-  std::vector<std::shared_ptr<const void>> storage;  // and the converted ones (kernel_view)
   LlamaConfig config;                    // the layers' geometry and count, RoPE and norm eps
   int64_t n_vocab = 0;                   // N, the reduced vocabulary
   std::vector<int32_t> token_map;        // [N] reduced id -> target token id

@@ -78,11 +78,23 @@ void HostOps::copy_to_device(const float* src, float* dst, size_t n) { std::memc
 
 Weight HostOps::upload(const TensorView& t) {
   Weight w;
-  w.view = t;  // the reference path computes straight from the mapped file
-  if (path_.reference || t.shape.size() != 2) return w;
-  const bool half = hmatmul_supports(t.dtype, path_.isa == host_kernels::Isa::kPortable) && t.cols() % 2 == 0 &&
-                    (path_.isa != host_kernels::Isa::kAvx2);
-  if (!half && (!host_kernels::reads(int8_, t.dtype) || t.cols() % 32 != 0)) {
+  w.view = t;  // the stored tensor: the mapped file
+  if (t.shape.size() != 2) return w;
+  if (!path_.reference) {
+    const bool half = hmatmul_supports(t.dtype, path_.isa == host_kernels::Isa::kPortable) && t.cols() % 2 == 0 &&
+                      (path_.isa != host_kernels::Isa::kAvx2);
+    if (half || (host_kernels::reads(int8_, t.dtype) && t.cols() % 32 == 0)) {
+      std::lock_guard<std::mutex> lock(packed_mutex_);
+      auto& slot = packed_[t.data];
+      std::shared_ptr<PackedMatrix> p = slot.lock();
+      if (!p || p->stored != t.dtype || p->rows != t.rows() || p->cols != t.cols()) {
+        p = half ? pack_matrix16(t, pool_, &arena_) : pack_matrix(t, pool_, &arena_, host_kernels::packs_five_bit(int8_));
+        slot = p;
+      }
+      w.device = p.get();
+      w.owner = p;
+      return w;
+    }
     // One line per type and process: which weights run on the f32 kernels.
     static std::mutex m;
     static std::map<DType, bool> said;
@@ -96,17 +108,14 @@ Weight HostOps::upload(const TensorView& t) {
         std::fprintf(stderr, "specula: no fast kernel for %s weights (first: %s); they use the f32 reference kernels\n",
                      dtype_name(t.dtype), t.name.c_str());
     }
-    return w;
   }
+  // The f32 kernels read the stored tensor, or a type they do not read (Q5_0, IQ4_NL, Q3_K) as its
+  // exact conversion (kernel_view), made once per tensor and kept by the device.
+  if (dtype_has_kernels(t.dtype)) return w;
   std::lock_guard<std::mutex> lock(packed_mutex_);
-  auto& slot = packed_[t.data];
-  std::shared_ptr<PackedMatrix> p = slot.lock();
-  if (!p || p->stored != t.dtype || p->rows != t.rows() || p->cols != t.cols()) {
-    p = half ? pack_matrix16(t, pool_, &arena_) : pack_matrix(t, pool_, &arena_, host_kernels::packs_five_bit(int8_));
-    slot = p;
-  }
-  w.device = p.get();
-  w.owner = p;
+  auto& view = converted_[t.data];
+  if (view.empty()) view = kernel_view(t, converted_storage_);
+  w.view = view;
   return w;
 }
 

@@ -25,10 +25,11 @@ class HostOps : public Ops {  // not final: tests derive device doubles from it
   void release(float* p) override;
   void copy_to_host(const float* src, float* dst, size_t n) override;
   void copy_to_device(const float* src, float* dst, size_t n) override;
-  // On the int8 path, Q4_0/Q4_1/Q8_0/Q4_K matrices are repacked (gpu/host/qmatmul.h) into memory of
-  // the device's own, once per tensor, and so are F16/BF16 matrices where the CPU has their
-  // AVX-512 kernels (gpu/host/hmatmul.h); the mapped file is left as it is. Other types, and
-  // every weight on the reference path, are used in place.
+  // On the int8 path, the quantized matrices are repacked (gpu/host/qmatmul.h) into memory of the
+  // device's own, once per tensor, and so are F16/BF16 matrices where the CPU has their AVX-512
+  // kernels (gpu/host/hmatmul.h); the mapped file is left as it is. Other types, and every weight
+  // on the reference path, are used in place, but for the types the f32 kernels do not read
+  // (Q5_0, IQ4_NL, Q3_K), read as their exact conversion (model/tensor.h kernel_view) kept here.
   Weight upload(const TensorView& t) override;
   Weight upload_table(const TensorView& t) override;
   // The int8 path keeps K/V in fp16; the reference path in f32.
@@ -62,6 +63,8 @@ class HostOps : public Ops {  // not final: tests derive device doubles from it
   mutable std::mutex packed_mutex_;
   std::map<const void*, std::weak_ptr<PackedMatrix>> packed_;  // by stored data, shared by uploads
   WeightArena arena_;  // the packed matrices' memory (huge pages), under packed_mutex_
+  std::map<const void*, TensorView> converted_;  // by stored data: the f32 kernels' views, under packed_mutex_
+  std::vector<std::shared_ptr<const void>> converted_storage_;  // their bytes
   std::mutex mapped_mutex_;
   std::map<void*, size_t> mapped_;  // mmap'd allocations and their sizes
 };

@@ -40,6 +40,7 @@ PackShape pack_shape(DType t) {
     case DType::Q8_0: return {16, 272};
     case DType::Q5_0: return {16, 176};  // d[8] fp16 | 4 x 32 bytes of nibbles | 8 x 4 bytes of fifth bits
     case DType::IQ4_NL: return {16, 144};  // d[8] fp16 | 4 x 32 bytes of nibbles: indices of the levels
+    case DType::IQ4_XS: return {32, 160};  // d[8] f32 | IQ4_NL's nibbles
     case DType::Q5_1: return {32, 192};  // d[8] fp16 | m[8] fp16 | 4 x 32 bytes of nibbles | 8 x 4 bytes of fifth bits
     case DType::Q4_K: return {64, 192};  // d[8] f32 | m[8] f32 | 4 x 32 bytes: Q4_1's layout with exact scales
     case DType::Q5_K: return {64, 224};  // Q4_K's layout | 8 x 4 bytes of fifth bits
@@ -74,10 +75,11 @@ void put_five_bit_row(const uint8_t u[32], int64_t r, uint8_t* quants, uint32_t 
     for (int i = 0; i < 4; ++i) words[c] |= static_cast<uint32_t>(u[4 * c + i] >> 4) << (4 * r + i);
 }
 
-// One group-block of a five-bit layout (Q5_0, Q5_1, Q5_K) from the 8 rows' stored blocks at
-// src[r] (nullptr: padding): Q5_0 from a Q8_0 matrix whose quants q all lie in -16..15 (u = q +
-// 16); Q5_1 from its own blocks (fp16 d and m, u = nibble | bit j of qh << 4); Q5_K from
-// sub-block j of the super-blocks, with f32 scales as Q4_K has them (d' = d * sc, m' = -dmin * m).
+// One group-block of a five-bit layout (Q5_0, Q5_1, Q5_K) from the 8 rows' blocks at src[r]
+// (nullptr: padding): Q5_0 from Q8_0 blocks whose quants q all lie in -16..15 (a Q5_0 matrix's,
+// converted: convert_block; u = q + 16); Q5_1 from its own blocks (fp16 d and m, u = nibble | bit
+// j of qh << 4); Q5_K from sub-block j of the super-blocks, with f32 scales as Q4_K has them
+// (d' = d * sc, m' = -dmin * m).
 void pack_block_five_bit(DType t, const uint8_t* const src[kGroupRows], int j, uint8_t* dst) {
   const PackShape s = pack_shape(t);
   std::memset(dst, 0, s.packed);
@@ -106,36 +108,9 @@ void pack_block_five_bit(DType t, const uint8_t* const src[kGroupRows], int j, u
   std::memcpy(dst + s.header + kNibbleBytes, words, sizeof words);
 }
 
-// Whether every quant of a stored Q8_0 matrix is one of `allowed` (indexed by the quant's byte).
-bool quants_all_in(const TensorView& w, const bool (&allowed)[256]) {
-  const auto* p = reinterpret_cast<const uint8_t*>(w.data);
-  const size_t blocks = w.nbytes / 34;
-  for (size_t b = 0; b < blocks; ++b) {
-    bool all = true;
-    for (int j = 0; j < 32; ++j) all &= allowed[p[34 * b + 2 + j]];
-    if (!all) return false;
-  }
-  return true;
-}
-
-// The narrow layout a stored Q8_0 matrix fits, exactly: Q5_0 where every quant lies in -16..15 (a
-// Q5_0 file's, converted at load), IQ4_NL where every quant is one of its sixteen levels (an
-// IQ4_NL file's), else Q8_0 (a genuine Q8_0 matrix's block maximum is +-127 and its quants take
-// every value between).
-DType narrow_layout(const TensorView& w) {
-  static const auto tables = [] {
-    struct { bool five[256] = {}, levels[256] = {}; } t;
-    for (int q = -16; q <= 15; ++q) t.five[static_cast<uint8_t>(static_cast<int8_t>(q))] = true;
-    for (int8_t v : kIq4NlLevels) t.levels[static_cast<uint8_t>(v)] = true;
-    return t;
-  }();
-  if (quants_all_in(w, tables.five)) return DType::Q5_0;
-  if (quants_all_in(w, tables.levels)) return DType::IQ4_NL;
-  return DType::Q8_0;
-}
-
-// One IQ4_NL group-block from the 8 rows' stored Q8_0 blocks at src[r] (nullptr: padding) whose
-// quants are all IQ4_NL levels: each quant as its level's index, in Q4_0's nibble order.
+// One IQ4_NL group-block from the 8 rows' Q8_0 blocks at src[r] (nullptr: padding) whose quants
+// are all IQ4_NL levels (an IQ4_NL matrix's, converted: convert_block): each quant as its level's
+// index, in Q4_0's nibble order.
 void pack_block_iq4_nl(const uint8_t* const src[kGroupRows], uint8_t* dst) {
   static const auto index_of = [] {  // a level's byte -> its index
     std::array<uint8_t, 256> t{};
@@ -151,6 +126,20 @@ void pack_block_iq4_nl(const uint8_t* const src[kGroupRows], uint8_t* dst) {
     for (int j = 0; j < 32; ++j) idx[j] = index_of[b[2 + j]];
     for (int64_t k = 0; k < 4; ++k)
       for (int64_t i = 0; i < 4; ++i) dst[16 + 32 * k + 4 * r + i] = static_cast<uint8_t>(idx[4 * k + i] | idx[16 + 4 * k + i] << 4);
+  }
+}
+
+// One IQ4_XS group-block: sub-block j of the super-blocks at src[r] (nullptr: padding), as IQ4_NL's
+// layout with f32 scales d * (ls - 32) (exact): the sub-block's 16 stored bytes are already IQ4_NL's
+// (byte k holds indices k and k + 16).
+void pack_block_iq4_xs(const uint8_t* const src[kGroupRows], int j, uint8_t* dst) {
+  std::memset(dst, 0, 160);
+  for (int64_t r = 0; r < kGroupRows; ++r) {
+    const uint8_t* b = src[r];
+    if (b == nullptr) continue;
+    const float d = iq4_xs_subblock_scale(b, j);
+    std::memcpy(dst + 4 * r, &d, 4);
+    for (int64_t k = 0; k < 4; ++k) std::memcpy(dst + 32 + 32 * k + 4 * r, b + 8 + 16 * j + 4 * k, 4);
   }
 }
 
@@ -227,7 +216,7 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
             for (int64_t c = 0; c < 8; ++c)
               for (int64_t j = 0; j < 4; ++j)
                 sum += static_cast<int8_t>(qs[32 * c + 4 * r + j]) * static_cast<int32_t>(xb[4 * c + j]);
-          } else if constexpr (T == DType::IQ4_NL) {
+          } else if constexpr (T == DType::IQ4_NL || T == DType::IQ4_XS) {
             for (int64_t k = 0; k < 4; ++k)
               for (int64_t j = 0; j < 4; ++j) {
                 const uint8_t v = qs[32 * k + 4 * r + j];
@@ -250,6 +239,8 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
           if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
             acc = std::fma(static_cast<float>(sum), f32_at(blk + 4 * r) * x.d[xi], acc);
             acc = std::fma(f32_at(blk + 32 + 4 * r), x.sx[xi], acc);
+          } else if constexpr (T == DType::IQ4_XS) {
+            acc = std::fma(static_cast<float>(sum), f32_at(blk + 4 * r) * x.d[xi], acc);
           } else {
             const float scale = half(blk + 2 * r) * x.d[xi];
             acc = std::fma(static_cast<float>(sum), scale, acc);
@@ -265,8 +256,12 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
 }  // namespace
 
 bool qmatmul_supports(DType t) {
-  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K ||
-         t == DType::Q5_1 || t == DType::Q5_K;
+  switch (kernel_dtype(t)) {
+    case DType::Q4_0: case DType::Q4_1: case DType::Q8_0: case DType::Q4_K: case DType::Q6_K: case DType::Q5_1: case DType::Q5_K:
+    case DType::IQ4_XS:
+      return true;
+    default: return false;
+  }
 }
 
 std::shared_ptr<uint8_t> packed_storage(size_t bytes, WeightArena* arena) {
@@ -280,7 +275,11 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
   if (!qmatmul_supports(w.dtype)) throw std::invalid_argument(std::string("int8 path: no packed layout for ") + dtype_name(w.dtype));
   if (w.shape.size() != 2 || w.cols() % kBlock != 0)
     throw std::invalid_argument("int8 path: weight '" + w.name + "' is not a matrix of whole 32-value blocks");
-  const bool k_quant = w.dtype == DType::Q4_K || w.dtype == DType::Q5_K || w.dtype == DType::Q6_K;
+  // A type no packer reads as stored (Q5_0, IQ4_NL, Q3_K) is read through its exact conversion,
+  // the 8 rows' blocks at a time (convert_block), so no converted copy of the matrix is made.
+  const DType read_as = kernel_dtype(w.dtype);
+  const bool converted = read_as != w.dtype;
+  const bool k_quant = read_as == DType::Q4_K || read_as == DType::Q5_K || read_as == DType::Q6_K || read_as == DType::IQ4_XS;
   if (k_quant && w.cols() % 256 != 0)
     throw std::invalid_argument("int8 path: " + std::string(dtype_name(w.dtype)) + " weight '" + w.name +
                                 "' is not a matrix of whole 256-value blocks");
@@ -288,9 +287,10 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
   if (w.data == nullptr || w.nbytes < row_bytes * static_cast<size_t>(w.rows()))
     throw std::invalid_argument("int8 path: weight '" + w.name + "' holds too few bytes");
   auto m = std::make_shared<PackedMatrix>();
-  const DType layout = narrow && w.dtype == DType::Q8_0 ? narrow_layout(w) : w.dtype;
+  const DType layout = narrow && (w.dtype == DType::Q5_0 || w.dtype == DType::IQ4_NL) ? w.dtype : read_as;
   const PackShape s = pack_shape(layout);
   const size_t stored = static_cast<size_t>(dtype_info(w.dtype).block_bytes);
+  const size_t read_bytes = static_cast<size_t>(dtype_info(read_as).block_bytes);
   m->dtype = layout;
   m->stored = w.dtype;
   m->rows = w.rows();
@@ -301,6 +301,7 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
   m->data = packed_storage(m->bytes(), arena);
   const auto* base = reinterpret_cast<const uint8_t*>(w.data);
   pool.parallel_for(m->groups, 16, [&](int64_t g0, int64_t g1) {
+    std::vector<uint8_t> conv(converted ? kGroupRows * read_bytes : 0);
     for (int64_t g = g0; g < g1; ++g)
       for (int64_t b = 0; b < m->blocks; ++b) {
         const uint8_t* src[kGroupRows];
@@ -309,13 +310,20 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
         for (int64_t r = 0; r < kGroupRows; ++r) {
           const int64_t row = g * kGroupRows + r;
           src[r] = row < m->rows ? base + static_cast<size_t>(row) * row_bytes + static_cast<size_t>(stored_block) * stored : nullptr;
+          if (converted && src[r] != nullptr) {
+            uint8_t* c = conv.data() + static_cast<size_t>(r) * read_bytes;
+            if (!k_quant || b % 8 == 0)  // a super-block is converted once, at its first sub-block
+              convert_block(w.dtype, reinterpret_cast<const std::byte*>(src[r]), reinterpret_cast<std::byte*>(c));
+            src[r] = c;
+          }
         }
         uint8_t* dst = m->data.get() + m->group_bytes() * static_cast<size_t>(g) + s.packed * static_cast<size_t>(b);
-        if (w.dtype == DType::Q4_K) pack_block_q4_k(src, static_cast<int>(b % 8), dst);
-        else if (w.dtype == DType::Q6_K) pack_block_q6_k(src, static_cast<int>(b % 8), dst);
+        if (read_as == DType::Q4_K) pack_block_q4_k(src, static_cast<int>(b % 8), dst);
+        else if (read_as == DType::Q6_K) pack_block_q6_k(src, static_cast<int>(b % 8), dst);
+        else if (read_as == DType::IQ4_XS) pack_block_iq4_xs(src, static_cast<int>(b % 8), dst);
         else if (is_five_bit(layout)) pack_block_five_bit(layout, src, static_cast<int>(b % 8), dst);
         else if (layout == DType::IQ4_NL) pack_block_iq4_nl(src, dst);
-        else pack_block(w.dtype, src, dst);
+        else pack_block(read_as, src, dst);
       }
   });
   return m;
@@ -543,6 +551,7 @@ void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float*
             }
             if (m.dtype == DType::Q5_0) w = half(blk + 2 * r) * static_cast<float>(q - 16);  // the Q8_0 layout's d * q
             else if (m.dtype == DType::IQ4_NL) w = half(blk + 2 * r) * static_cast<float>(kIq4NlLevels[q]);  // the same
+            else if (m.dtype == DType::IQ4_XS) w = f32_at(blk + 4 * r) * static_cast<float>(kIq4NlLevels[q]);
             else if (m.dtype == DType::Q4_0) w = half(blk + 2 * r) * static_cast<float>(q - 8);
             else if (m.dtype == DType::Q4_1 || m.dtype == DType::Q5_1)
               w = std::fma(half(blk + 2 * r), static_cast<float>(q), half(blk + 16 + 2 * r));
@@ -561,6 +570,7 @@ PackedKernel portable_packed_kernel(DType t) {
     case DType::Q8_0: return &portable_packed<DType::Q8_0>;
     case DType::Q5_0: return &portable_packed<DType::Q5_0>;
     case DType::IQ4_NL: return &portable_packed<DType::IQ4_NL>;
+    case DType::IQ4_XS: return &portable_packed<DType::IQ4_XS>;
     case DType::Q5_1: return &portable_packed<DType::Q5_1>;
     case DType::Q5_K: return &portable_packed<DType::Q5_K>;
     case DType::Q4_K: return &portable_packed<DType::Q4_K>;
@@ -613,13 +623,13 @@ PackedKernel packed_kernel(Int8Kernel k, DType t) {
 }
 
 // The AVX2 vpmaddubsw tiles read them with their int16 sums widened every four products (five
-// bits) or every pair (IQ4_NL, signed levels); the AVX-VNNI kernel has no five-bit or IQ4_NL format
-// yet (no CPU with it was at hand to test one), so it keeps a five-bit or IQ4_NL-level Q8_0 matrix
-// in the Q8_0 layout and runs Q5_1 and Q5_K matrices on the f32 kernels.
+// bits) or every pair (IQ4_NL and IQ4_XS, signed levels); the AVX-VNNI kernel has no five-bit or
+// IQ4_NL format yet (no CPU with it was at hand to test one), so it reads Q5_0 and IQ4_NL matrices
+// in the Q8_0 layout (their conversion) and runs Q5_1, Q5_K and IQ4_XS matrices on the f32 kernels.
 bool packs_five_bit(Int8Kernel k) { return k != Int8Kernel::kAvxVnni; }
 
 bool reads(Int8Kernel k, DType t) {
-  return qmatmul_supports(t) && (!is_five_bit(t) || packs_five_bit(k));
+  return qmatmul_supports(t) && ((t != DType::Q5_1 && t != DType::Q5_K && t != DType::IQ4_XS) || packs_five_bit(k));
 }
 
 }  // namespace host_kernels

@@ -26,10 +26,11 @@
 
 namespace specula {
 
-// Whether the int8 path has a packed layout for weights of this type (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K,
-// and Q5_1 and Q5_K, which only kernels that read five bits run: host_kernels::reads).
+// Whether the int8 path has a packed layout for weights of this type (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K;
+// Q5_0, IQ4_NL and Q3_K through their exact conversion, model/tensor.h kernel_dtype; and Q5_1 and
+// Q5_K, which only kernels that read five bits run: host_kernels::reads).
 bool qmatmul_supports(DType t);
-// The packed layouts with a plane of fifth bits (Q5_0 packed from a five-bit Q8_0 matrix, Q5_1, Q5_K).
+// The packed layouts with a plane of fifth bits (Q5_0, Q5_1, Q5_K).
 constexpr bool is_five_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K; }
 
 // A weight matrix repacked for the int8 path. Layout, per group of 8 rows (the last group padded
@@ -40,15 +41,13 @@ constexpr bool is_five_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_
 //   Q4_K: d[8] f32 | m[8] f32 | 4 x 32 bytes         (192; Q4_1's layout with d = d*sc, m = -dmin*m
 //         of each 32-value sub-block, exact in f32; nibbles in Q4_1's order)
 //   Q5_0: d[8] fp16 | 4 x 32 bytes of nibbles of u = q + 16 | 8 x 4 bytes of fifth bits (176 =
-//         8 x 22). Packed from a Q8_0 matrix whose quants q all lie in -16..15 (a Q5_0 file's,
-//         converted at load: model/tensor.h kernel_view), where the kernel reads it
-//         (pack_matrix's five_bit): Q4_0's nibble order, and fifth-bit word c's bit 4r + i is row
+//         8 x 22). Packed from a Q5_0 matrix (through its Q8_0 blocks: convert_block, quants q in
+//         -16..15) where the kernel reads it (pack_matrix's narrow): Q4_0's nibble order, and fifth-bit word c's bit 4r + i is row
 //         r's column 4c + i, the byte it lands on in unpacked vector c. isum = sum u x - 16 sum x
 //         is the Q8_0 layout's sum, so the results are its bits too.
 //   IQ4_NL: d[8] fp16 | 4 x 32 bytes of nibbles, each the index of a quant among the sixteen
-//         IQ4_NL levels (kIq4NlLevels; 144 = 8 x 18), Q4_0's order. Packed from a Q8_0 matrix whose
-//         quants are all levels (an IQ4_NL file's, converted at load) where the kernel reads it;
-//         the integer sums are the Q8_0 layout's, so are the results.
+//         IQ4_NL levels (kIq4NlLevels; 144 = 8 x 18), Q4_0's order. Packed from an IQ4_NL matrix
+//         where the kernel reads it (pack_matrix's narrow; else as its Q8_0 conversion); the integer sums are the Q8_0 layout's, so are the results.
 //   Q5_1: Q4_1's header | 4 x 32 bytes of nibbles of u | 8 x 4 bytes of fifth bits (192 = 8 x 24),
 //         value d * u + m, u = 0..31 (fifth bits as Q5_0's).
 //   Q5_K: Q4_K's header (f32 d = d * sc, m = -dmin * m of each sub-block) | nibbles | fifth bits (224).
@@ -65,8 +64,8 @@ constexpr bool is_five_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_
 inline constexpr size_t kNibbleBytes = 128;
 
 struct PackedMatrix {
-  DType dtype = DType::F32;   // the packed layout (Q5_0 or IQ4_NL for a narrow Q8_0 matrix)
-  DType stored = DType::F32;  // the type it was packed from
+  DType dtype = DType::F32;   // the packed layout (Q8_0 for a Q5_0 or IQ4_NL matrix unless narrow, Q6_K for Q3_K)
+  DType stored = DType::F32;  // the type it was packed from (the file's)
   int64_t rows = 0, cols = 0;
   int64_t groups = 0;     // ceil(rows / 8)
   int64_t blocks = 0;     // cols / 32
@@ -80,9 +79,11 @@ struct PackedMatrix {
 // Repacks a stored [rows, cols] matrix of a supported type (the pool parallelises the copy).
 // Throws std::invalid_argument for other types or a shape that is not whole blocks.
 // With an arena, the packed bytes come from it (huge pages); without, from their own allocation.
-// narrow: a Q8_0 matrix whose quants all lie in -16..15 is packed as Q5_0 (176 bytes a
-// group-block instead of 272), one whose quants are all IQ4_NL levels as IQ4_NL (144); the same
-// results, for a kernel that reads those layouts (packs_five_bit).
+// A Q5_0, IQ4_NL or Q3_K matrix is read a group-block at a time through its exact conversion
+// (convert_block) into Q8_0 or Q6_K blocks, and packed as those (no converted copy is kept).
+// narrow: a Q5_0 matrix is packed as Q5_0 (176 bytes a group-block instead of Q8_0's 272), an
+// IQ4_NL one as IQ4_NL (144); the same results, for a kernel that reads those layouts
+// (packs_five_bit).
 std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool, WeightArena* arena = nullptr,
                                           bool narrow = false);
 // The storage of `bytes` packed bytes (64-byte aligned), from the arena where there is one.

@@ -16,7 +16,8 @@ PackedKernel avx2_packed_kernel(DType t) {
     case DType::Q5_0: return &stream_kernel<StreamQ4<false, false, true>>;
     case DType::Q5_1: return &stream_kernel<StreamQ4<true, false, true>>;
     case DType::Q5_K: return &stream_kernel<StreamQ4<true, true, true>>;
-    case DType::IQ4_NL: return &stream_kernel<StreamIQ4NL>;
+    case DType::IQ4_NL: return &stream_kernel<StreamIQ4NL<>>;
+    case DType::IQ4_XS: return &stream_kernel<StreamIQ4NL<true>>;
     default: return nullptr;
   }
 }
@@ -51,6 +52,9 @@ inline __m256 column_weights(const uint8_t* blk, __m256i word, __m128i shift, co
     __m256i qi = _mm256_and_si256(_mm256_srl_epi32(word, shift), _mm256_set1_epi32(0x0F));
     if constexpr (T == DType::IQ4_NL) {  // the nibble's level
       return _mm256_mul_ps(scales8(blk), _mm256_cvtepi32_ps(_mm256_i32gather_epi32(iq4_nl_levels_i32(), qi, 4)));
+    } else if constexpr (T == DType::IQ4_XS) {  // the same, f32 scales
+      return _mm256_mul_ps(_mm256_loadu_ps(reinterpret_cast<const float*>(blk)),
+                           _mm256_cvtepi32_ps(_mm256_i32gather_epi32(iq4_nl_levels_i32(), qi, 4)));
     } else if constexpr (is_five_bit(T)) {  // the fifth bit from the column's word (lane r: bit 4r + i)
       int32_t w5;
       std::memcpy(&w5, blk + five_off, 4);
@@ -133,6 +137,7 @@ void add_outliers_avx2(const PackedMatrix& m, const QuantizedRows& x, float* y, 
     case DType::Q5_1: return add_outliers_t<DType::Q5_1>(m, x, y, ldy, g0, g1);
     case DType::Q5_K: return add_outliers_t<DType::Q5_K>(m, x, y, ldy, g0, g1);
     case DType::IQ4_NL: return add_outliers_t<DType::IQ4_NL>(m, x, y, ldy, g0, g1);
+    case DType::IQ4_XS: return add_outliers_t<DType::IQ4_XS>(m, x, y, ldy, g0, g1);
     default: return;
   }
 }

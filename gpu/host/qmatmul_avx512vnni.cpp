@@ -36,7 +36,7 @@ struct ColumnAt {
       const __m512i q = _mm512_and_si512(_mm512_srl_epi32(word, shift), _mm512_set1_epi32(0xFF));
       const __m512i s = FormatQ6K::scales_i32(pa + (at.high ? 24 : 16), pb + (at.high ? 24 : 16));
       return _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_mullo_epi32(s, _mm512_sub_epi32(q, _mm512_set1_epi32(32)))));
-    } else if constexpr (T == DType::IQ4_NL) {
+    } else if constexpr (T == DType::IQ4_NL || T == DType::IQ4_XS) {
       // The nibble, then its level (a 16-entry table: one vpermd).
       const __m512i nib = _mm512_and_si512(_mm512_srl_epi32(word, shift), _mm512_set1_epi32(0x0F));
       const __m512i levels = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlLevels)));
@@ -201,7 +201,8 @@ PackedKernel avx512vnni_packed_kernel(DType t) {
     case DType::Q4_1: return &kernel<FormatQ4<true>>;
     case DType::Q8_0: return &kernel<FormatQ8>;
     case DType::Q5_0: return &kernel<FormatQ5>;
-    case DType::IQ4_NL: return &kernel<FormatIQ4NL>;
+    case DType::IQ4_NL: return &kernel<FormatIQ4NL<>>;
+    case DType::IQ4_XS: return &kernel<FormatIQ4NL<true>>;
     case DType::Q5_1: return &kernel<FormatQ4<true, false, true>>;
     case DType::Q5_K: return &kernel<FormatQ4<true, true, true>>;
     case DType::Q4_K: return &kernel<FormatQ4<true, true>>;

@@ -211,15 +211,19 @@ struct FormatQ8 {
 };
 
 #ifndef SPECULA_YMM_VNNI
-// IQ4_NL (a Q8_0 matrix of IQ4_NL levels, qmatmul.h): Q4_0's nibbles, each the index of a level;
-// vpshufb looks up the level and its absolute value, and the products go as FormatQ8's (the sign
-// moved onto the activation, each pair widened to int32 at once: level + 128 would overflow a
-// vpmaddubsw pair).
+// IQ4_NL (qmatmul.h): Q4_0's nibbles, each the index of a level; vpshufb looks up the level and
+// its absolute value, and the products go as FormatQ8's (the sign moved onto the activation, each
+// pair widened to int32 at once: level + 128 would overflow a vpmaddubsw pair). kF32: IQ4_XS, the
+// same nibbles after f32 scales (32 header bytes).
+template <bool kF32 = false>
 struct FormatIQ4NL {
   static constexpr bool kHasMin = false;
-  static __m256 scale(const uint8_t* blk) { return scales8(blk); }
+  static constexpr int kHeader = kF32 ? 32 : 16;
+  static __m256 scale(const uint8_t* blk) {
+    return kF32 ? _mm256_loadu_ps(reinterpret_cast<const float*>(blk)) : scales8(blk);
+  }
   static __m256 min(const uint8_t*) { return _mm256_setzero_ps(); }
-  static void prefetch_block(const uint8_t* blk) { prefetch_lines<144>(blk); }
+  static void prefetch_block(const uint8_t* blk) { prefetch_lines<kHeader + 128>(blk); }
   struct Weights {
     __m256i w[8], aw[8];  // the levels and their absolute values
   };
@@ -244,7 +248,7 @@ struct FormatIQ4NL {
   }
   // The nibble vector of columns 4c..4c+3 (c < 4: low nibbles of packed vector c, else high of c - 4).
   static __m256i index(const uint8_t* blk, int c) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (c % 4)));
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kHeader + 32 * (c % 4)));
     return _mm256_and_si256(c < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
   }
   static void load(const uint8_t* blk, Weights& wt) {
@@ -422,15 +426,18 @@ struct StreamQ4 : FormatQ4<kMin, kF32, kFive> {
   }
 };
 
-// IQ4_NL: s[i] is row i's int32 sum; the levels and the sign trick per vector as FormatIQ4NL.
-struct StreamIQ4NL : FormatIQ4NL {
+// IQ4_NL (IQ4_XS: kF32): s[i] is row i's int32 sum; the levels and the sign trick per vector as
+// FormatIQ4NL.
+template <bool kF32 = false>
+struct StreamIQ4NL : FormatIQ4NL<kF32> {
+  using Base = FormatIQ4NL<kF32>;
   static constexpr bool kWide = false;
   template <int N, class X>
   static void accumulate(const uint8_t* blk, const X& rows, int64_t b, __m256i (&s)[N]) {
     const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i levels = table(false), magnitudes = table(true);
+    const __m256i levels = Base::table(false), magnitudes = Base::table(true);
     for (int c = 0; c < 8; ++c) {
-      const __m256i idx = index(blk, c);
+      const __m256i idx = Base::index(blk, c);
       const __m256i w = _mm256_shuffle_epi8(levels, idx);
       const __m256i aw = _mm256_shuffle_epi8(magnitudes, idx);
       for (int i = 0; i < N; ++i)

@@ -117,17 +117,19 @@ struct FormatQ4 {
 // Q5_0 (a five-bit Q8_0 matrix, qmatmul.h): Q4_0's nibbles of u = q + 16 and the fifth bits.
 using FormatQ5 = FormatQ4<false, false, true>;
 
-// IQ4_NL (a Q8_0 matrix of IQ4_NL levels, qmatmul.h): Q4_0's nibbles, each the index of a level;
-// one vpshufb per vector looks the level + 128 up (an unsigned byte, as Q8_0's w ^ 0x80), and
-// 128 * isum is taken out as Q8_0 takes it.
+// IQ4_NL (qmatmul.h): Q4_0's nibbles, each the index of a level; one vpshufb per vector looks the
+// level + 128 up (an unsigned byte, as Q8_0's w ^ 0x80), and 128 * isum is taken out as Q8_0 takes
+// it. kF32: IQ4_XS, the same nibbles after f32 scales (32 header bytes).
+template <bool kF32 = false>
 struct FormatIQ4NL {
-  static constexpr DType kType = DType::IQ4_NL;
+  static constexpr DType kType = kF32 ? DType::IQ4_XS : DType::IQ4_NL;
   static constexpr bool kHasMin = false;
-  static constexpr int kPrefetchLines = 3;  // 144 bytes per group-block
+  static constexpr int kHeader = kF32 ? 32 : 16;
+  static constexpr int kPrefetchLines = 3;  // 144 or 160 bytes per group-block
   struct Weights {
     __m512i w[8];
   };
-  static __m512 scale(const uint8_t* a, const uint8_t* b) { return scales16(a, b); }
+  static __m512 scale(const uint8_t* a, const uint8_t* b) { return kF32 ? scales16_f32(a, b) : scales16(a, b); }
   static __m512 min(const uint8_t*, const uint8_t*) { return _mm512_setzero_ps(); }
   // The sixteen levels + 128, broadcast to every 128-bit lane (vpshufb looks up within a lane).
   struct Levels {
@@ -142,7 +144,7 @@ struct FormatIQ4NL {
     const __m512i levels = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kLevels.u)));
     const __m512i low = _mm512_set1_epi8(0x0F);
     for (int k = 0; k < 4; ++k) {
-      const __m512i v = load_pair(a + 16 + 32 * k, b + 16 + 32 * k);
+      const __m512i v = load_pair(a + kHeader + 32 * k, b + kHeader + 32 * k);
       wt.w[k] = _mm512_shuffle_epi8(levels, _mm512_and_si512(v, low));
       wt.w[k + 4] = _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
     }

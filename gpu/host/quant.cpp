@@ -141,6 +141,20 @@ void dequantize_iq4_nl(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
+// IQ4_XS: 136 bytes a super-block, eight 32-value sub-blocks each IQ4_NL's with a scale of its own
+// (iq4_xs_subblock_scale).
+void dequantize_iq4_xs(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 136)
+    for (int j = 0; j < 8; ++j, y += 32) {
+      const float d = iq4_xs_subblock_scale(b, j);
+      const uint8_t* qs = b + 8 + 16 * j;
+      for (int l = 0; l < 16; ++l) {
+        y[l] = d * static_cast<float>(kIq4NlLevels[qs[l] & 0x0f]);
+        y[l + 16] = d * static_cast<float>(kIq4NlLevels[qs[l] >> 4]);
+      }
+    }
+}
+
 // Q8_0: 34 bytes = fp16 d, 32 int8; y = q * d.
 void dequantize_q8_0(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 34, y += 32) {
@@ -266,6 +280,12 @@ void q4_k_subblock(const uint8_t* sb, int j, float* d, float* m, uint8_t q[32]) 
   for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>((qs[l] >> shift) & 0xF);
 }
 
+float iq4_xs_subblock_scale(const uint8_t* sb, int j) {
+  const int high = (sb[2] | sb[3] << 8) >> (2 * j) & 3;
+  const int low = sb[4 + j / 2] >> (4 * (j % 2)) & 15;
+  return load_fp16(sb) * static_cast<float>((low | high << 4) - 32);
+}
+
 void q5_1_block(const uint8_t* b, float* d, float* m, uint8_t q[32]) {
   *d = load_fp16(b);
   *m = load_fp16(b + 2);
@@ -322,6 +342,7 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t cols) {
     case DType::Q5_1: return dequantize_q5_1(b, dst, nb);
     case DType::Q8_0: return dequantize_q8_0(b, dst, nb);
     case DType::IQ4_NL: return dequantize_iq4_nl(b, dst, nb);
+    case DType::IQ4_XS: return dequantize_iq4_xs(b, dst, nb);
     case DType::Q3_K: return dequantize_q3_K(b, dst, nb);
     case DType::Q4_K: return dequantize_q4_K(b, dst, nb);
     case DType::Q5_K: return dequantize_q5_K(b, dst, nb);

@@ -23,6 +23,12 @@ void q5_1_block(const uint8_t* b, float* d, float* m, uint8_t q[32]);
 // q (0..31) the nibble with the fifth bit (bit j of qh[l]) above it.
 void q5_k_subblock(const uint8_t* sb, int j, float* d, float* m, uint8_t q[32]);
 
+// Sub-block j (0..7, 32 values) of an IQ4_XS super-block `sb` (136 bytes: fp16 d, the 6-bit
+// scales' high bit pairs as a little-endian u16 and their low nibbles in 4 bytes, then 8 x 16 bytes
+// of IQ4_NL's nibbles): its scale d * (ls - 32), exact in f32. Its nibbles are the 16 bytes at
+// sb + 8 + 16 j, in IQ4_NL's order: value l of the sub-block is scale * level[index l].
+float iq4_xs_subblock_scale(const uint8_t* sb, int j);
+
 // A Q6_K super-block `sb` (210 bytes) as 256 unsigned 6-bit quants q (0..63), 16 int8 scales
 // (value v uses sc[v / 16]) and d: value v is d * sc[v / 16] * (q[v] - 32).
 void q6_k_superblock(const uint8_t* sb, uint8_t q[256], int8_t sc[16], float* d);

@@ -1,4 +1,4 @@
-"""Simple IQ4_NL, Q3_K, Q4_K, Q5_K and Q6_K quantizers (the gguf package only dequantizes these types).
+"""Simple IQ4_NL, IQ4_XS, Q3_K, Q4_K, Q5_K and Q6_K quantizers (the gguf package only dequantizes these types).
 
 They only need to produce VALID blocks whose values approximate the input: the numerical
 reference always uses gguf.quants.dequantize of the stored bytes, never these codes, so the
@@ -36,6 +36,36 @@ def quantize_iq4_nl(x: np.ndarray) -> np.ndarray:
     qs = idx[:, :16] | (idx[:, 16:] << 4)
     blocks = np.concatenate([d.reshape(nb, 1).view(np.uint8), qs], axis=1)
     return blocks.reshape(rows, cols // 32 * 18)
+
+
+def quantize_iq4_xs(x: np.ndarray) -> np.ndarray:
+    """[rows, cols] float -> [rows, cols/256*136] uint8. Block: d f16, scales_h u16, scales_l[4],
+    qs[128]; sub-block j (32 values) is IQ4_NL's with scale d*(ls_j-32), ls_j 6-bit: its low nibble
+    in scales_l[j // 2] (the high one for odd j), its top two bits at bit 2j of scales_h; its
+    indices in qs[16j:16j+16] as IQ4_NL's. Each sub-block's wanted scale puts its largest |x| on
+    level -127 (as quantize_iq4_nl); d is the largest |wanted| / 31, each ls the nearest."""
+    rows, cols = x.shape
+    assert cols % QK_K == 0, f"IQ4_XS needs cols % 256 == 0, got {cols}"
+    b = x.astype(np.float32).reshape(-1, 8, 32)
+    nb = b.shape[0]
+    big = np.take_along_axis(b, np.abs(b).argmax(axis=-1)[..., None], axis=-1)[..., 0]  # [nb, 8]
+    want = big / -127.0
+    d = _fp16(np.abs(want).max(axis=-1) / 31.0)  # [nb]
+    d32 = d.astype(np.float32)[:, None]
+    s = np.where(d32 != 0, np.clip(np.rint(want / np.where(d32 != 0, d32, 1)), -32, 31), 0).astype(np.int32)
+    eff = (d32 * s)[..., None]  # [nb, 8, 1]
+    scaled = np.where(eff != 0, b / np.where(eff != 0, eff, 1), 0)
+    idx = np.abs(scaled[..., None] - IQ4_NL_LEVELS).argmin(axis=-1).astype(np.uint8)  # [nb, 8, 32]
+    ls = (s + 32).astype(np.uint16)  # [nb, 8]
+    scales_h = np.zeros(nb, np.uint16)
+    for j in range(8):
+        scales_h |= (ls[:, j] >> 4) << (2 * j)
+    low = (ls & 15).astype(np.uint8)
+    scales_l = low[:, 0::2] | (low[:, 1::2] << 4)  # [nb, 4]
+    qs = (idx[..., :16] | (idx[..., 16:] << 4)).reshape(nb, 128)
+    blocks = np.concatenate([d.reshape(nb, 1).view(np.uint8), scales_h.reshape(nb, 1).view(np.uint8), scales_l, qs], axis=1)
+    assert blocks.shape[1] == 136
+    return blocks.reshape(rows, cols // QK_K * 136)
 
 
 def quantize_q3_k(x: np.ndarray) -> np.ndarray:
@@ -161,7 +191,7 @@ def quantize_q6_k(x: np.ndarray) -> np.ndarray:
     return blocks.reshape(rows, cols // QK_K * 210)
 
 
-_QUANTIZERS = {"IQ4_NL": quantize_iq4_nl, "Q3_K": quantize_q3_k, "Q4_K": quantize_q4_k, "Q5_K": quantize_q5_k,
+_QUANTIZERS = {"IQ4_NL": quantize_iq4_nl, "IQ4_XS": quantize_iq4_xs, "Q3_K": quantize_q3_k, "Q4_K": quantize_q4_k, "Q5_K": quantize_q5_k,
                "Q6_K": quantize_q6_k}
 
 

@@ -119,7 +119,7 @@ def test_chunked_prefill_matches_numpy(name, chunk, tiny, specula_bin, work_dir)
 
 
 # The tiny model's rows (64 and 128 wide) are never whole 256-value super-blocks, so every K-quant
-# llama.cpp asks falls back: Q4_K to Q5_0, Q5_K to Q5_1, Q2_K and Q3_K to IQ4_NL, Q6_K to Q8_0 (the
+# llama.cpp asks falls back: Q4_K to Q5_0, Q5_K to Q5_1, Q2_K, Q3_K and IQ4_XS to IQ4_NL, Q6_K to Q8_0 (the
 # tied embedding; attn_v / ffn_down of the layers Q4_K_M and Q5_K_M give more bits: of 2 layers,
 # the last). Per mix: the types of q, gate, attn_output, v and ffn_down of layers 0 and 1.
 K_QUANT_MIXES = {
@@ -127,6 +127,7 @@ K_QUANT_MIXES = {
     "Q5_K_M": ("Q5_1", "Q5_1", "Q5_1", ("Q5_1", "Q8_0"), ("Q5_1", "Q8_0")),
     "Q3_K_M": ("IQ4_NL", "IQ4_NL", "Q5_0", ("Q5_1", "Q5_1"), ("Q5_0", "Q5_0")),
     "Q2_K": ("IQ4_NL", "IQ4_NL", "IQ4_NL", ("IQ4_NL", "IQ4_NL"), ("IQ4_NL", "IQ4_NL")),
+    "IQ4_XS": ("IQ4_NL", "IQ4_NL", "IQ4_NL", ("IQ4_NL", "IQ4_NL"), ("IQ4_NL", "IQ4_NL")),
 }
 
 
@@ -250,7 +251,7 @@ def test_specula_chat_prompts_encode_like_the_reference_tokenizer(default_model,
 # nearly every position; the control: the f32 reference path (no activation rounding) must agree
 # at no more than 10%.
 TOL_INT8 = 1e-3
-INT8_TYPES = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
+INT8_TYPES = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "IQ4_XS", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
 INT8_SEQUENCES = [[int(t) for t in np.floor((tiny_models.uniform(0, f"int8-sequence-{i}", (6,)) + 1) / 2 * 320)]
                   for i in range(16)]
 

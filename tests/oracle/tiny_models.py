@@ -117,6 +117,11 @@ VARIANTS: dict[str, TinySpec] = {s.name: s for s in [
     TinySpec("q3_k", seed=13, hidden=256, intermediate=512, head_dim=64, hf_dtype=None,
              gguf_types={"matrix": "Q3_K", "embed": "IQ4_NL", "output": "Q6_K"},
              gguf_overrides={"attn_q": "IQ4_NL", "ffn_up": "IQ4_NL"}),
+    # An IQ4_XS file's types: IQ4_XS, and IQ4_NL (llama.cpp's fallback for IQ4_XS in rows that are
+    # not whole super-blocks) for the embedding, q and up.
+    TinySpec("iq4_xs", seed=14, hidden=256, intermediate=512, head_dim=64, hf_dtype=None,
+             gguf_types={"matrix": "IQ4_XS", "embed": "IQ4_NL", "output": "Q6_K"},
+             gguf_overrides={"attn_q": "IQ4_NL", "ffn_up": "IQ4_NL"}),
 ]}
 
 HF_VARIANTS = [n for n, s in VARIANTS.items() if s.hf_dtype is not None]

@@ -1,4 +1,4 @@
-"""A Q4_K_M (or, with --mix, a Q5_K_M, Q3_K_M or Q2_K) file of a model, written as llama.cpp's
+"""A Q4_K_M (or, with --mix, a Q5_K_M, Q3_K_M, Q2_K or IQ4_XS) file of a model, written as llama.cpp's
 quantizer lays one out, for benchmarks.
 
 llama.cpp's Q4_K_M asks Q4_K for most matrices and Q6_K for the output (or the tied token
@@ -25,8 +25,14 @@ up, Q5_1 / Q5_0 for v, Q5_0 for attn_output, Q5_K / Q4_K for ffn_down; its Q2_K 
 but for Q3_K ffn_down (and the Q8_0 embedding in both). IQ4_NL and Q3_K use kquants.py's quantizers;
 a Q2_K tensor (rows of whole super-blocks) would need one, and is refused with one line.
 
+IQ4_XS asks IQ4_XS, but Q5_K for the ffn_down of the first eighth of the layers (llama.cpp does so
+without an importance matrix; none is used here) and for attn_v where 4 or more query heads share a
+kv head; it falls back to IQ4_NL. So the IQ4_XS file of SmolLM2-135M is IQ4_NL for every 576-wide
+matrix, IQ4_XS for ffn_down but the first three layers' Q5_K, and the Q8_0 embedding. IQ4_XS uses
+kquants.py's quantizer.
+
 Tooling only (docs/benchmarks.md, "A Q4_K_M file", "A Q5_K_M file"):
-build/venv/bin/python tools/compare/q4_k_m_of.py [--mix Q5_K_M|Q3_K_M|Q2_K] IN.gguf OUT.gguf
+build/venv/bin/python tools/compare/q4_k_m_of.py [--mix Q5_K_M|Q3_K_M|Q2_K|IQ4_XS] IN.gguf OUT.gguf
 """
 from __future__ import annotations
 
@@ -40,7 +46,7 @@ import gguf  # noqa: E402
 import kquants  # noqa: E402
 
 QK_K = 256
-FALLBACK = {"Q2_K": "IQ4_NL", "Q3_K": "IQ4_NL", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+FALLBACK = {"Q2_K": "IQ4_NL", "Q3_K": "IQ4_NL", "IQ4_XS": "IQ4_NL", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 
 
 def use_more_bits(i: int, n: int) -> bool:
@@ -55,6 +61,10 @@ def asked_type(name: str, n_layers: int, tied: bool, mix: str, n_gqa: int) -> st
     if len(parts) != 4 or parts[0] != "blk":
         return base
     layer, kind = int(parts[1]), parts[2]
+    if mix == "IQ4_XS":
+        if kind == "attn_v" and n_gqa >= 4 or kind == "ffn_down" and layer < n_layers // 8:
+            return "Q5_K"
+        return base
     if mix in ("Q4_K_M", "Q5_K_M"):
         return "Q6_K" if kind in ("attn_v", "ffn_down") and use_more_bits(layer, n_layers) else base
     if mix == "Q3_K_M":
@@ -69,7 +79,8 @@ def asked_type(name: str, n_layers: int, tied: bool, mix: str, n_gqa: int) -> st
 
 
 MIXES = {"Q4_K_M": ("Q4_K", gguf.LlamaFileType.MOSTLY_Q4_K_M), "Q5_K_M": ("Q5_K", gguf.LlamaFileType.MOSTLY_Q5_K_M),
-         "Q3_K_M": ("Q3_K", gguf.LlamaFileType.MOSTLY_Q3_K_M), "Q2_K": ("Q2_K", gguf.LlamaFileType.MOSTLY_Q2_K)}
+         "Q3_K_M": ("Q3_K", gguf.LlamaFileType.MOSTLY_Q3_K_M), "Q2_K": ("Q2_K", gguf.LlamaFileType.MOSTLY_Q2_K),
+         "IQ4_XS": ("IQ4_XS", gguf.LlamaFileType.MOSTLY_IQ4_XS)}
 
 
 def main(argv: list[str]) -> int:
@@ -77,7 +88,7 @@ def main(argv: list[str]) -> int:
     if len(argv) == 5 and argv[1] == "--mix" and argv[2] in MIXES:
         mix, argv = argv[2], argv[:1] + argv[3:]
     if len(argv) != 3:
-        print("usage: q4_k_m_of.py [--mix Q4_K_M|Q5_K_M|Q3_K_M|Q2_K] IN.gguf OUT.gguf", file=sys.stderr)
+        print("usage: q4_k_m_of.py [--mix Q4_K_M|Q5_K_M|Q3_K_M|Q2_K|IQ4_XS] IN.gguf OUT.gguf", file=sys.stderr)
         return 2
     file_type = MIXES[mix][1]
     src, dst = pathlib.Path(argv[1]), pathlib.Path(argv[2])

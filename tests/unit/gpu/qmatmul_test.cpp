@@ -11,6 +11,8 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gpu/host/host_device.h"
@@ -62,8 +64,8 @@ std::vector<float> random_x(int64_t n, int64_t cols, uint32_t seed) {
 using host_kernels::Int8Kernel;
 
 // The stored types the int8 path packs, and whether a type's rows are whole 256-value super-blocks.
-constexpr DType kInt8Types[] = {DType::Q4_0, DType::Q4_1, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
-bool k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+constexpr DType kInt8Types[] = {DType::Q4_0, DType::Q4_1, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
+bool k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::IQ4_XS; }
 
 // Every int8 kernel this CPU can run, the portable one first; with a type, those that read it (the
 // five-bit types only where host_kernels::packs_five_bit).
@@ -292,9 +294,10 @@ std::vector<double> emulate(const TensorView& w, const QuantizedRows& q) {
   const int64_t rows = w.rows(), cols = w.cols(), nb = cols / 32;
   const size_t bb = static_cast<size_t>(dtype_info(w.dtype).block_bytes);
   std::vector<double> y(static_cast<size_t>(q.n * rows));
-  if (w.dtype == DType::Q4_K || w.dtype == DType::Q5_K || w.dtype == DType::Q6_K || w.dtype == DType::Q5_1) {
+  if (w.dtype == DType::Q4_K || w.dtype == DType::Q5_K || w.dtype == DType::Q6_K || w.dtype == DType::Q5_1 ||
+      w.dtype == DType::IQ4_XS) {
     // The reference dequantizer's values (Q4_K, Q5_K: d * sc * q - dmin * m; Q6_K: d * sc * (q -
-    // 32); Q5_1: d * q + m) against the int8 activations.
+    // 32); Q5_1: d * q + m; IQ4_XS: d * (ls - 32) * level) against the int8 activations.
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
       dequantize_row(w.dtype, w.row(r), row.data(), cols);
@@ -445,36 +448,30 @@ TEST(Int8Kernels, EveryVectorKernelTheCpuHasAgreesWithThePortableKernelBitForBit
   RecordProperty("kernels", ran);
 }
 
-// A Q8_0 matrix whose quants all lie in -16..15 (a Q5_0 file's, converted at load) is packed in
-// five bits where the kernel reads that layout (176 bytes a group-block against 272), one whose
-// quants are all IQ4_NL levels (an IQ4_NL file's) as the levels' 4-bit indices (144 bytes); both
-// give the Q8_0 layout's results bit for bit: the extreme quants included, rows with outliers of
-// their own and rows sharing massive channels, a lone last group, 1 to 40 rows, two threads.
-TEST(Int8Kernels, ANarrowQ8_0MatrixPackedInFiveBitsOrIQ4_NLIndicesGivesTheQ8_0LayoutsBits) {
-  struct Case {
-    DType layout;
-    size_t block_bytes;
-    std::vector<int8_t> quants;  // the values its quants take
-  };
-  std::vector<int8_t> five;
-  for (int q = -16; q <= 15; ++q) five.push_back(static_cast<int8_t>(q));
-  const std::vector<int8_t> levels(std::begin(kIq4NlLevels), std::end(kIq4NlLevels));
-  for (const Case& c : {Case{DType::Q5_0, 176, five}, Case{DType::IQ4_NL, 144, levels}})
+// A stored Q5_0 or IQ4_NL matrix (a Q4_K_M or Q3_K_M file's) is packed straight from the file, a
+// group-block at a time through its exact Q8_0 conversion: without `narrow` into the very bytes
+// its converted copy packs to, with it in five bits (176 bytes a group-block against 272) or as
+// the levels' 4-bit indices (144), for the kernels that read those layouts. Both give the Q8_0
+// layout's results bit for bit: every quant value, rows with outliers of their own and rows
+// sharing massive channels, a lone last group, 1 to 40 rows, two threads.
+TEST(Int8Kernels, AQ5_0OrIQ4_NLMatrixPackedFromTheFileGivesItsQ8_0ConversionsBits) {
+  for (const auto& [t, narrow_bytes] : {std::pair{DType::Q5_0, size_t{176}}, std::pair{DType::IQ4_NL, size_t{144}}})
     for (int64_t rows : {50, 8}) {
-      Stored w = random_stored(DType::Q8_0, rows, 768, 71);
-      std::mt19937 rng(72);
-      std::uniform_int_distribution<size_t> pick(0, c.quants.size() - 1);
-      for (size_t o = 0; o < w.bytes.size(); o += 34)
-        for (int j = 0; j < 32; ++j) w.bytes[o + 2 + j] = std::byte(static_cast<uint8_t>(c.quants[pick(rng)]));
-      w.bytes[2] = std::byte(static_cast<uint8_t>(c.quants.front()));
-      w.bytes[3] = std::byte(static_cast<uint8_t>(c.quants.back()));
+      SCOPED_TRACE(std::string(dtype_name(t)) + " rows " + std::to_string(rows));
+      const Stored w = random_stored(t, rows, 768, 71);
+      std::vector<std::shared_ptr<const void>> storage;
+      const TensorView q8 = kernel_view(w.view, storage);
       ThreadPool pool(2);
-      auto m8 = pack_matrix(w.view, pool);
-      auto narrow = pack_matrix(w.view, pool, nullptr, true);
-      ASSERT_EQ(m8->dtype, DType::Q8_0);
-      ASSERT_EQ(narrow->dtype, c.layout);
-      EXPECT_EQ(narrow->stored, DType::Q8_0);
-      EXPECT_EQ(narrow->block_bytes, c.block_bytes);
+      const auto m8 = pack_matrix(q8, pool);
+      const auto wide = pack_matrix(w.view, pool);
+      const auto narrow = pack_matrix(w.view, pool, nullptr, true);
+      ASSERT_EQ(wide->dtype, DType::Q8_0);
+      EXPECT_EQ(wide->stored, t);
+      ASSERT_EQ(wide->bytes(), m8->bytes());
+      EXPECT_EQ(std::memcmp(wide->data.get(), m8->data.get(), m8->bytes()), 0);
+      ASSERT_EQ(narrow->dtype, t);
+      EXPECT_EQ(narrow->stored, t);
+      EXPECT_EQ(narrow->block_bytes, narrow_bytes);
       for (int64_t n : {1, 2, 3, 5, 9, 13, 16, 17, 40})
         for (bool massive : {false, true}) {
           auto x = random_x(n, 768, 73);
@@ -484,17 +481,25 @@ TEST(Int8Kernels, ANarrowQ8_0MatrixPackedInFiveBitsOrIQ4_NLIndicesGivesTheQ8_0La
             if (!host_kernels::packs_five_bit(k)) continue;
             const auto got = run(*narrow, x, n, 2, k);
             for (size_t j = 0; j < got.size(); ++j)
-              ASSERT_TRUE(bit_equal(got[j], want[j])) << dtype_name(c.layout) << " " << host_kernels::int8_kernel_name(k) << " rows "
-                                                      << rows << " n " << n << (massive ? " massive" : "") << " at " << j << ": "
-                                                      << got[j] << " vs " << want[j];
+              ASSERT_TRUE(bit_equal(got[j], want[j])) << host_kernels::int8_kernel_name(k) << " n " << n << (massive ? " massive" : "")
+                                                      << " at " << j << ": " << got[j] << " vs " << want[j];
           }
         }
     }
-  // A genuine Q8_0 matrix (quants up to +-127) keeps its layout; the AVX-VNNI kernel reads neither
-  // narrow layout.
-  ThreadPool pool(1);
-  const Stored full = random_stored(DType::Q8_0, 16, 64, 74);
-  EXPECT_EQ(pack_matrix(full.view, pool, nullptr, true)->dtype, DType::Q8_0);
+  // A Q3_K matrix (a Q2_K file's ffn_down) packs into the bytes of its Q6_K conversion.
+  Stored w = random_stored(DType::Q3_K, 20, 512, 75);
+  for (size_t o = 0; o < w.bytes.size(); o += 110) {
+    const uint16_t d = f32_to_fp16(0.01f);
+    std::memcpy(w.bytes.data() + o + 108, &d, 2);
+  }
+  std::vector<std::shared_ptr<const void>> storage;
+  ThreadPool pool(2);
+  const auto q6 = pack_matrix(kernel_view(w.view, storage), pool), q3 = pack_matrix(w.view, pool, nullptr, true);
+  EXPECT_EQ(q3->dtype, DType::Q6_K);
+  EXPECT_EQ(q3->stored, DType::Q3_K);
+  ASSERT_EQ(q3->bytes(), q6->bytes());
+  EXPECT_EQ(std::memcmp(q3->data.get(), q6->data.get(), q6->bytes()), 0);
+  // The AVX-VNNI kernel reads neither narrow layout.
   EXPECT_TRUE(host_kernels::packs_five_bit(Int8Kernel::kAvx2));
   EXPECT_FALSE(host_kernels::packs_five_bit(Int8Kernel::kAvxVnni));
   EXPECT_TRUE(host_kernels::packs_five_bit(Int8Kernel::kAvx512Vnni));
@@ -921,12 +926,12 @@ TEST(HostPath, AWeightTypeWithoutAFastKernelOnThePathRunsOnTheF32KernelsWithOneL
   for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 1e-4 * (1 + std::fabs(ref[k])));
 }
 
-// Q5_1 and Q5_K (a Q5_K_M file) are packed with a plane of fifth bits that the AVX-512 VNNI, AMX,
-// AVX2 and portable kernels read; the AVX-VNNI kernel has no five-bit format, so on a path that
-// runs it those weights run on the f32 kernels with one line naming the kernel and the type.
-// Either way the product is the stored matrix's.
-TEST(HostPath, FiveBitTypesRunOnTheInt8KernelsThatReadThemAndElseOnTheF32KernelsWithOneLine) {
-  for (DType t : {DType::Q5_1, DType::Q5_K}) {
+// Q5_1 and Q5_K (a Q5_K_M file) are packed with a plane of fifth bits, IQ4_XS as IQ4_NL's indices
+// with f32 scales, layouts that the AVX-512 VNNI, AMX, AVX2 and portable kernels read; the AVX-VNNI
+// kernel has neither, so on a path that runs it those weights run on the f32 kernels with one line
+// naming the kernel and the type. Either way the product is the stored matrix's.
+TEST(HostPath, FiveBitAndIQ4_XSTypesRunOnTheInt8KernelsThatReadThemAndElseOnTheF32KernelsWithOneLine) {
+  for (DType t : {DType::Q5_1, DType::Q5_K, DType::IQ4_XS}) {
     const int64_t rows = 8, cols = 256;
     const Stored w = random_stored(t, rows, cols, 93 + static_cast<uint32_t>(t));
     const auto x = random_x(2, cols, 94);
@@ -948,7 +953,7 @@ TEST(HostPath, FiveBitTypesRunOnTheInt8KernelsThatReadThemAndElseOnTheF32Kernels
       if (host_kernels::reads(kernel, t)) {
         EXPECT_NE(a.device, nullptr);
         EXPECT_EQ(a.device, b.device);
-        EXPECT_EQ(ops.packed_bytes(), size_t{8} * (t == DType::Q5_1 ? 192 : 224));
+        EXPECT_EQ(ops.packed_bytes(), size_t{8} * (t == DType::Q5_1 ? 192 : t == DType::Q5_K ? 224 : 160));
         EXPECT_EQ(err, "");
         for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 0.05 * (1 + std::fabs(ref[k])));
       } else {
@@ -960,6 +965,44 @@ TEST(HostPath, FiveBitTypesRunOnTheInt8KernelsThatReadThemAndElseOnTheF32Kernels
         EXPECT_NE(err.find(want), std::string::npos) << err;
         for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 1e-4 * (1 + std::fabs(ref[k])));
       }
+    }
+  }
+}
+
+// The types no kernel reads as stored (Q5_0, IQ4_NL, Q3_K) stay in the file: the int8 path packs
+// them from it (the view it keeps is the file's, the packed bytes are their conversion's); the
+// reference path keeps one converted copy of its own (kernel_view) and reads that. Each product is
+// the conversion's on the same path.
+TEST(HostPath, TypesNoKernelReadsAreReadFromTheFileByTheInt8PathAndAsAConvertedCopyByTheReference) {
+  for (DType t : {DType::Q5_0, DType::IQ4_NL, DType::Q3_K}) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t rows = 16, cols = 256;
+    Stored w = random_stored(t, rows, cols, 95);
+    if (t == DType::Q3_K)
+      for (size_t o = 0; o < w.bytes.size(); o += 110) {
+        const uint16_t d = f32_to_fp16(0.01f);
+        std::memcpy(w.bytes.data() + o + 108, &d, 2);
+      }
+    std::vector<std::shared_ptr<const void>> storage;
+    const TensorView conv = kernel_view(w.view, storage);
+    const auto x = random_x(3, cols, 96);
+    HostOps fast(1, host_kernels::host_path_for(nullptr)), ref(1, host_kernels::host_path_for("reference"));
+    HostOps fast_conv(1, host_kernels::host_path_for(nullptr)), ref_conv(1, host_kernels::host_path_for("reference"));
+    const Weight a = fast.upload(w.view), b = fast.upload(w.view), r = ref.upload(w.view), r2 = ref.upload(w.view);
+    EXPECT_NE(a.device, nullptr);
+    EXPECT_EQ(a.device, b.device);
+    EXPECT_EQ(a.view.data, w.view.data) << "the int8 path keeps the file's view";
+    EXPECT_EQ(a.view.dtype, t);
+    EXPECT_EQ(r.device, nullptr);
+    EXPECT_EQ(r.view.dtype, kernel_dtype(t));
+    EXPECT_EQ(r.view.data, r2.view.data) << "one converted copy per tensor";
+    EXPECT_NE(r.view.data, w.view.data);
+    EXPECT_EQ(ref.read_bytes(r), conv.nbytes);
+    std::vector<float> y(3 * rows), want(3 * rows);
+    for (const auto& [ops, own, other] : {std::tuple{&fast, a, &fast_conv}, std::tuple{&ref, r, &ref_conv}}) {
+      ops->matmul(x.data(), own, 3, y.data());
+      other->matmul(x.data(), other->upload(conv), 3, want.data());
+      for (size_t k = 0; k < y.size(); ++k) ASSERT_TRUE(bit_equal(y[k], want[k])) << k << ": " << y[k] << " vs " << want[k];
     }
   }
 }

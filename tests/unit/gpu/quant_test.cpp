@@ -194,6 +194,30 @@ TEST(Dequantize, IQ4_NLLooksEachNibbleUpInTheSixteenLevelsAndScales) {
   for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], 0.25f * levels[q[j]]) << j;
 }
 
+// IQ4_XS: eight IQ4_NL sub-blocks under one fp16 d, sub-block j scaled by d * (ls - 32), ls's low
+// nibble in byte 4 + j / 2 (the high one for odd j) and its top two bits at bit 2j of the u16 at 2.
+TEST(Dequantize, IQ4_XSScalesEachSubBlockOfLevelsByItsSixBitScale) {
+  const int levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  std::vector<uint8_t> b(136);
+  put_u16(b, 0, 0x3400);  // d = 0.25
+  const int ls[8] = {0, 63, 32, 33, 31, 17, 48, 5};
+  uint16_t high = 0;
+  for (int j = 0; j < 8; ++j) {
+    b[4 + j / 2] = static_cast<uint8_t>(b[4 + j / 2] | (ls[j] & 15) << (4 * (j % 2)));
+    high = static_cast<uint16_t>(high | (ls[j] >> 4) << (2 * j));
+  }
+  put_u16(b, 2, high);
+  int q[256];
+  for (int v = 0; v < 256; ++v) q[v] = (v * 5 + 1) % 16;
+  for (int j = 0; j < 8; ++j)
+    for (int l = 0; l < 16; ++l) b[8 + 16 * j + l] = static_cast<uint8_t>(q[32 * j + l] | q[32 * j + l + 16] << 4);
+  float y[256];
+  dequantize_row(DType::IQ4_XS, b.data(), y, 256);
+  EXPECT_EQ(y[0], 0.25f * -32 * -104);  // ls 0, index 1
+  EXPECT_EQ(y[32], 0.25f * 31 * -104);   // ls 63, index 1
+  for (int v = 0; v < 256; ++v) EXPECT_EQ(y[v], 0.25f * static_cast<float>(ls[v / 32] - 32) * levels[q[v]]) << v;
+}
+
 TEST(Dequantize, Q8_0ScalesSignedBytes) {
   std::vector<uint8_t> b(34);
   put_u16(b, 0, 0x4000);  // d = 2
