@@ -41,6 +41,7 @@ PackShape pack_shape(DType t) {
     case DType::Q5_0: return {16, 176};  // d[8] fp16 | 4 x 32 bytes of nibbles | 8 x 4 bytes of fifth bits
     case DType::IQ4_NL: return {16, 144};  // d[8] fp16 | 4 x 32 bytes of nibbles: indices of the levels
     case DType::IQ4_XS: return {32, 160};  // d[8] f32 | IQ4_NL's nibbles
+    case DType::Q3_K: return {32, 160};    // Q6_K's header | 4 x 32 bytes of nibbles of the 3-bit q
     case DType::Q5_1: return {32, 192};  // d[8] fp16 | m[8] fp16 | 4 x 32 bytes of nibbles | 8 x 4 bytes of fifth bits
     case DType::Q4_K: return {64, 192};  // d[8] f32 | m[8] f32 | 4 x 32 bytes: Q4_1's layout with exact scales
     case DType::Q5_K: return {64, 224};  // Q4_K's layout | 8 x 4 bytes of fifth bits
@@ -178,6 +179,20 @@ void pack_block_q6_k(const uint8_t* const src[kGroupRows], int jb, uint8_t* dst)
   }
 }
 
+// One Q3_K group-block from the 8 rows' Q6_K blocks at src[r] (a Q3_K matrix's, converted:
+// convert_block, q6 = q + 28): Q6_K's header (d, s_lo, s_hi) and the 3-bit q = q6 - 28 as nibbles in
+// Q4_0's order (byte k of row r in vector k holds columns 4k + i and 16 + 4k + i).
+void pack_block_q3_k(const uint8_t* const src[kGroupRows], int jb, uint8_t* dst) {
+  uint8_t q6[288];
+  pack_block_q6_k(src, jb, q6);
+  std::memcpy(dst, q6, 32);
+  for (int64_t k = 0; k < 4; ++k)
+    for (int64_t i = 0; i < 32; ++i) {  // lane byte i: row i / 4, column 4k + i % 4 (and 16 more)
+      const uint8_t lo = q6[32 + 32 * k + i], hi = q6[32 + 32 * (k + 4) + i];
+      dst[32 + 32 * k + i] = static_cast<uint8_t>((lo == 0 ? 0 : lo - 28) | (hi == 0 ? 0 : hi - 28) << 4);  // padding: 0
+    }
+}
+
 float half(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
@@ -212,6 +227,17 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
             const size_t xi = static_cast<size_t>(i * x.blocks + b);
             const int32_t xlo = x.isum_lo[xi], xhi = x.isum[xi] - xlo;
             sum = static_cast<int8_t>(blk[16 + r]) * (lo - 32 * xlo) + static_cast<int8_t>(blk[24 + r]) * (hi - 32 * xhi);
+          } else if constexpr (T == DType::Q3_K) {  // Q6_K's sums with q - 4 for q6 - 32
+            int32_t lo = 0, hi = 0;
+            for (int64_t k = 0; k < 4; ++k)
+              for (int64_t j = 0; j < 4; ++j) {
+                const uint8_t v = qs[32 * k + 4 * r + j];
+                lo += (v & 0x0F) * static_cast<int32_t>(xb[4 * k + j]);
+                hi += (v >> 4) * static_cast<int32_t>(xb[16 + 4 * k + j]);
+              }
+            const size_t xi = static_cast<size_t>(i * x.blocks + b);
+            const int32_t xlo = x.isum_lo[xi], xhi = x.isum[xi] - xlo;
+            sum = static_cast<int8_t>(blk[16 + r]) * (lo - 4 * xlo) + static_cast<int8_t>(blk[24 + r]) * (hi - 4 * xhi);
           } else if constexpr (T == DType::Q8_0) {
             for (int64_t c = 0; c < 8; ++c)
               for (int64_t j = 0; j < 4; ++j)
@@ -287,7 +313,7 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
   if (w.data == nullptr || w.nbytes < row_bytes * static_cast<size_t>(w.rows()))
     throw std::invalid_argument("int8 path: weight '" + w.name + "' holds too few bytes");
   auto m = std::make_shared<PackedMatrix>();
-  const DType layout = narrow && (w.dtype == DType::Q5_0 || w.dtype == DType::IQ4_NL) ? w.dtype : read_as;
+  const DType layout = narrow && (w.dtype == DType::Q5_0 || w.dtype == DType::IQ4_NL || w.dtype == DType::Q3_K) ? w.dtype : read_as;
   const PackShape s = pack_shape(layout);
   const size_t stored = static_cast<size_t>(dtype_info(w.dtype).block_bytes);
   const size_t read_bytes = static_cast<size_t>(dtype_info(read_as).block_bytes);
@@ -319,6 +345,7 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
         }
         uint8_t* dst = m->data.get() + m->group_bytes() * static_cast<size_t>(g) + s.packed * static_cast<size_t>(b);
         if (read_as == DType::Q4_K) pack_block_q4_k(src, static_cast<int>(b % 8), dst);
+        else if (layout == DType::Q3_K) pack_block_q3_k(src, static_cast<int>(b % 8), dst);
         else if (read_as == DType::Q6_K) pack_block_q6_k(src, static_cast<int>(b % 8), dst);
         else if (read_as == DType::IQ4_XS) pack_block_iq4_xs(src, static_cast<int>(b % 8), dst);
         else if (is_five_bit(layout)) pack_block_five_bit(layout, src, static_cast<int>(b % 8), dst);
@@ -552,6 +579,8 @@ void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float*
             if (m.dtype == DType::Q5_0) w = half(blk + 2 * r) * static_cast<float>(q - 16);  // the Q8_0 layout's d * q
             else if (m.dtype == DType::IQ4_NL) w = half(blk + 2 * r) * static_cast<float>(kIq4NlLevels[q]);  // the same
             else if (m.dtype == DType::IQ4_XS) w = f32_at(blk + 4 * r) * static_cast<float>(kIq4NlLevels[q]);
+            else if (m.dtype == DType::Q3_K)  // the Q6_K layout's d * (s * (q6 - 32))
+              w = half(blk + 2 * r) * static_cast<float>(static_cast<int8_t>(blk[(j < 16 ? 16 : 24) + r]) * (q - 4));
             else if (m.dtype == DType::Q4_0) w = half(blk + 2 * r) * static_cast<float>(q - 8);
             else if (m.dtype == DType::Q4_1 || m.dtype == DType::Q5_1)
               w = std::fma(half(blk + 2 * r), static_cast<float>(q), half(blk + 16 + 2 * r));
@@ -571,6 +600,7 @@ PackedKernel portable_packed_kernel(DType t) {
     case DType::Q5_0: return &portable_packed<DType::Q5_0>;
     case DType::IQ4_NL: return &portable_packed<DType::IQ4_NL>;
     case DType::IQ4_XS: return &portable_packed<DType::IQ4_XS>;
+    case DType::Q3_K: return &portable_packed<DType::Q3_K>;
     case DType::Q5_1: return &portable_packed<DType::Q5_1>;
     case DType::Q5_K: return &portable_packed<DType::Q5_K>;
     case DType::Q4_K: return &portable_packed<DType::Q4_K>;

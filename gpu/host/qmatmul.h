@@ -51,6 +51,12 @@ constexpr bool is_five_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_
 //   Q5_1: Q4_1's header | 4 x 32 bytes of nibbles of u | 8 x 4 bytes of fifth bits (192 = 8 x 24),
 //         value d * u + m, u = 0..31 (fifth bits as Q5_0's).
 //   Q5_K: Q4_K's header (f32 d = d * sc, m = -dmin * m of each sub-block) | nibbles | fifth bits (224).
+//   IQ4_XS: d[8] f32 | IQ4_NL's nibbles (160; 1.18x the file's 8 x 136 / 8): each 32-value
+//         sub-block's scale d * (ls - 32), exact in f32.
+//   Q3_K: Q6_K's header | 4 x 32 bytes of nibbles of the 3-bit q (0..7), Q4_0's order (160,
+//         against its Q6_K conversion's 288 and the file's 110). Packed from a Q3_K matrix where
+//         the kernel reads it (pack_matrix's narrow; else as its Q6_K conversion): isum as Q6_K's
+//         with 4 for 32 (q6 - 32 = q - 4), so the Q6_K layout's results.
 //   Q6_K: d[8] fp16 | s_lo[8] i8 | s_hi[8] i8 | 8 x 32 bytes of the 6-bit quants q (0..63),
 //         as Q8_0's (288; s_lo scales columns 0..15 of the block, s_hi 16..31). Per row:
 //         isum = s_lo * (sum_lo q x - 32 sum_lo x) + s_hi * (sum_hi q x - 32 sum_hi x), exact in
@@ -82,8 +88,8 @@ struct PackedMatrix {
 // A Q5_0, IQ4_NL or Q3_K matrix is read a group-block at a time through its exact conversion
 // (convert_block) into Q8_0 or Q6_K blocks, and packed as those (no converted copy is kept).
 // narrow: a Q5_0 matrix is packed as Q5_0 (176 bytes a group-block instead of Q8_0's 272), an
-// IQ4_NL one as IQ4_NL (144); the same results, for a kernel that reads those layouts
-// (packs_five_bit).
+// IQ4_NL one as IQ4_NL (144), a Q3_K one as Q3_K (160 instead of Q6_K's 288); the same results,
+// for a kernel that reads those layouts (packs_five_bit).
 std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool, WeightArena* arena = nullptr,
                                           bool narrow = false);
 // The storage of `bytes` packed bytes (64-byte aligned), from the arena where there is one.
@@ -172,8 +178,8 @@ Int8Kernel int8_kernel_for(Isa isa, bool amx = true);
 // The kernel for a type; throws std::invalid_argument for a kernel this CPU lacks or a type
 // without a packed layout.
 PackedKernel packed_kernel(Int8Kernel k, DType t);
-// Whether kernel k reads the five-bit and IQ4_NL packed layouts (AVX-512 VNNI, AMX through it, and
-// portable).
+// Whether kernel k reads the five-bit, IQ4_NL, IQ4_XS and Q3_K packed layouts (AVX-512 VNNI, AMX
+// through it, AVX2 and portable: all but AVX-VNNI).
 bool packs_five_bit(Int8Kernel k);
 // Whether kernel k runs weights stored as t (qmatmul_supports, and five bits where t needs them).
 bool reads(Int8Kernel k, DType t);

@@ -184,6 +184,7 @@ PackedKernel amx_packed_kernel(DType t) {
     case DType::Q5_0:  // the AVX-512 VNNI kernel at every row count (it adds the outliers in its tiles)
     case DType::IQ4_NL:
     case DType::IQ4_XS:
+    case DType::Q3_K:
     case DType::Q5_1:
     case DType::Q5_K:
     case DType::Q6_K: return avx512vnni_packed_kernel(t);

@@ -32,10 +32,11 @@ struct ColumnAt {
     const __m512i word = load_pair(pa + at.word_off, pb + at.word_off);
     if constexpr (T == DType::Q8_0) {
       return _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_sll_epi32(word, shift), 24)));
-    } else if constexpr (T == DType::Q6_K) {
-      const __m512i q = _mm512_and_si512(_mm512_srl_epi32(word, shift), _mm512_set1_epi32(0xFF));
-      const __m512i s = FormatQ6K::scales_i32(pa + (at.high ? 24 : 16), pb + (at.high ? 24 : 16));
-      return _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_mullo_epi32(s, _mm512_sub_epi32(q, _mm512_set1_epi32(32)))));
+    } else if constexpr (T == DType::Q6_K || T == DType::Q3_K) {  // Q3_K: the nibble, q - 4 for q6 - 32
+      constexpr bool kNibbles = T == DType::Q3_K;
+      const __m512i q = _mm512_and_si512(_mm512_srl_epi32(word, shift), _mm512_set1_epi32(kNibbles ? 0x0F : 0xFF));
+      const __m512i s = FormatQ6K<>::scales_i32(pa + (at.high ? 24 : 16), pb + (at.high ? 24 : 16));
+      return _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_mullo_epi32(s, _mm512_sub_epi32(q, _mm512_set1_epi32(kNibbles ? 4 : 32)))));
     } else if constexpr (T == DType::IQ4_NL || T == DType::IQ4_XS) {
       // The nibble, then its level (a 16-entry table: one vpermd).
       const __m512i nib = _mm512_and_si512(_mm512_srl_epi32(word, shift), _mm512_set1_epi32(0x0F));
@@ -206,7 +207,8 @@ PackedKernel avx512vnni_packed_kernel(DType t) {
     case DType::Q5_1: return &kernel<FormatQ4<true, false, true>>;
     case DType::Q5_K: return &kernel<FormatQ4<true, true, true>>;
     case DType::Q4_K: return &kernel<FormatQ4<true, true>>;
-    case DType::Q6_K: return &kernel<FormatQ6K>;
+    case DType::Q6_K: return &kernel<FormatQ6K<>>;
+    case DType::Q3_K: return &kernel<FormatQ6K<true>>;
     default: return nullptr;
   }
 }

@@ -12,7 +12,7 @@ PackedKernel avxvnni_packed_kernel(DType t) {
     case DType::Q4_1: return &kernel<FormatQ4<true>>;
     case DType::Q8_0: return &kernel<FormatQ8>;
     case DType::Q4_K: return &kernel<FormatQ4<true, true>>;
-    case DType::Q6_K: return &kernel<FormatQ6K>;
+    case DType::Q6_K: return &kernel<FormatQ6K<>>;
     default: return nullptr;
   }
 }

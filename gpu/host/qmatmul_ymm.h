@@ -282,8 +282,12 @@ inline __m256i dot4(const __m256i* w, const int8_t* xb) {
 
 // Q6_K: fp16 d, the two sub-blocks' int8 scales, then 8 x 32 bytes of 6-bit quants (qmatmul.h):
 // isum = s_lo * (dot_lo - 32 sum_lo x) + s_hi * (dot_hi - 32 sum_hi x), exact in int32.
+// kNibbles: Q3_K, the same header, then Q4_0's nibbles of the 3-bit q, with 4 for 32 (the Q6_K
+// layout's integer sums, q6 - 32 = q - 4).
+template <bool kNibbles = false>
 struct FormatQ6K {
   static constexpr bool kHasMin = false;
+  static constexpr int32_t kOffset = kNibbles ? 4 : 32;
   static __m256 scale(const uint8_t* blk) { return scales8(blk); }
   static __m256 min(const uint8_t*) { return _mm256_setzero_ps(); }
   struct Weights {
@@ -295,17 +299,26 @@ struct FormatQ6K {
     prefetch(blk + 128);
     prefetch(blk + 256);
 #else
-    prefetch_lines<288>(blk);
+    prefetch_lines<kNibbles ? 160 : 288>(blk);
 #endif
   }
   static void load(const uint8_t* blk, Weights& wt) {
-    for (int c = 0; c < 8; ++c) wt.w[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 32 * c));
+    if constexpr (kNibbles) {
+      const __m256i low = _mm256_set1_epi8(0x0F);
+      for (int k = 0; k < 4; ++k) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 32 * k));
+        wt.w[k] = _mm256_and_si256(v, low);
+        wt.w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      }
+    } else {
+      for (int c = 0; c < 8; ++c) wt.w[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 32 * c));
+    }
     wt.s_lo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 16)));
     wt.s_hi = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 24)));
   }
   static __m256i dot(const Weights& wt, const int8_t* xb, int32_t isum, int32_t isum_lo) {
-    const __m256i lo = _mm256_sub_epi32(dot4(wt.w, xb), _mm256_set1_epi32(32 * isum_lo));
-    const __m256i hi = _mm256_sub_epi32(dot4(wt.w + 4, xb + 16), _mm256_set1_epi32(32 * (isum - isum_lo)));
+    const __m256i lo = _mm256_sub_epi32(dot4(wt.w, xb), _mm256_set1_epi32(kOffset * isum_lo));
+    const __m256i hi = _mm256_sub_epi32(dot4(wt.w + 4, xb + 16), _mm256_set1_epi32(kOffset * (isum - isum_lo)));
     return _mm256_add_epi32(_mm256_mullo_epi32(lo, wt.s_lo), _mm256_mullo_epi32(hi, wt.s_hi));
   }
 };

@@ -173,10 +173,14 @@ struct FormatQ8 {
 
 // Q6_K: fp16 d, the two sub-blocks' int8 scales, then 8 x 32 bytes of 6-bit quants (qmatmul.h):
 // isum = s_lo * (dot_lo - 32 sum_lo x) + s_hi * (dot_hi - 32 sum_hi x), exact in int32.
+// kNibbles: Q3_K, the same header, then Q4_0's nibbles of the 3-bit q (unpacked as FormatQ4 does),
+// with 4 for 32: the Q6_K layout's integer sums (q6 - 32 = q - 4), so its bits.
+template <bool kNibbles = false>
 struct FormatQ6K {
-  static constexpr DType kType = DType::Q6_K;
+  static constexpr DType kType = kNibbles ? DType::Q3_K : DType::Q6_K;
   static constexpr bool kHasMin = false;
-  static constexpr int kPrefetchLines = 5;  // 288 bytes per group-block
+  static constexpr int kPrefetchLines = kNibbles ? 3 : 5;  // 160 or 288 bytes per group-block
+  static constexpr int32_t kOffset = kNibbles ? 4 : 32;
   static __m512 scale(const uint8_t* a, const uint8_t* b) { return scales16(a, b); }
   static __m512 min(const uint8_t*, const uint8_t*) { return _mm512_setzero_ps(); }
   struct Weights {
@@ -188,7 +192,16 @@ struct FormatQ6K {
     return _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(lo, hi));
   }
   static void load(const uint8_t* a, const uint8_t* b, Weights& wt) {
-    for (int c = 0; c < 8; ++c) wt.w[c] = load_pair(a + 32 + 32 * c, b + 32 + 32 * c);
+    if constexpr (kNibbles) {
+      const __m512i low = _mm512_set1_epi8(0x0F);
+      for (int k = 0; k < 4; ++k) {
+        const __m512i v = load_pair(a + 32 + 32 * k, b + 32 + 32 * k);
+        wt.w[k] = _mm512_and_si512(v, low);
+        wt.w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      }
+    } else {
+      for (int c = 0; c < 8; ++c) wt.w[c] = load_pair(a + 32 + 32 * c, b + 32 + 32 * c);
+    }
     wt.s_lo = scales_i32(a + 16, b + 16);
     wt.s_hi = scales_i32(a + 24, b + 24);
   }
@@ -201,8 +214,8 @@ struct FormatQ6K {
     lo1 = dpbusd_bcast(lo1, wt.w[3], xb + 12);
     hi = dpbusd_bcast(hi, wt.w[6], xb + 24);
     hi1 = dpbusd_bcast(hi1, wt.w[7], xb + 28);
-    lo = _mm512_sub_epi32(_mm512_add_epi32(lo, lo1), _mm512_set1_epi32(32 * isum_lo));
-    hi = _mm512_sub_epi32(_mm512_add_epi32(hi, hi1), _mm512_set1_epi32(32 * (isum - isum_lo)));
+    lo = _mm512_sub_epi32(_mm512_add_epi32(lo, lo1), _mm512_set1_epi32(kOffset * isum_lo));
+    hi = _mm512_sub_epi32(_mm512_add_epi32(hi, hi1), _mm512_set1_epi32(kOffset * (isum - isum_lo)));
     return _mm512_add_epi32(_mm512_mullo_epi32(lo, wt.s_lo), _mm512_mullo_epi32(hi, wt.s_hi));
   }
 };

@@ -448,35 +448,46 @@ TEST(Int8Kernels, EveryVectorKernelTheCpuHasAgreesWithThePortableKernelBitForBit
   RecordProperty("kernels", ran);
 }
 
-// A stored Q5_0 or IQ4_NL matrix (a Q4_K_M or Q3_K_M file's) is packed straight from the file, a
-// group-block at a time through its exact Q8_0 conversion: without `narrow` into the very bytes
-// its converted copy packs to, with it in five bits (176 bytes a group-block against 272) or as
-// the levels' 4-bit indices (144), for the kernels that read those layouts. Both give the Q8_0
-// layout's results bit for bit: every quant value, rows with outliers of their own and rows
-// sharing massive channels, a lone last group, 1 to 40 rows, two threads.
-TEST(Int8Kernels, AQ5_0OrIQ4_NLMatrixPackedFromTheFileGivesItsQ8_0ConversionsBits) {
-  for (const auto& [t, narrow_bytes] : {std::pair{DType::Q5_0, size_t{176}}, std::pair{DType::IQ4_NL, size_t{144}}})
+// A stored Q5_0, IQ4_NL or Q3_K matrix (a Q4_K_M, Q3_K_M or Q2_K file's) is packed straight from
+// the file, a group-block at a time through its exact Q8_0 or Q6_K conversion: without `narrow` into
+// the very bytes its converted copy packs to, with it in five bits (176 bytes a group-block against
+// Q8_0's 272), as the levels' 4-bit indices (144) or as 3-bit nibbles under Q6_K's header (160
+// against 288), for the kernels that read those layouts. Each gives its conversion's results bit
+// for bit: every quant value, rows with outliers of their own and rows sharing massive channels, a
+// lone last group, 1 to 40 rows, two threads.
+TEST(Int8Kernels, AQ5_0IQ4_NLOrQ3_KMatrixPackedFromTheFileGivesItsConversionsBits) {
+  struct Case {
+    DType t;
+    size_t narrow_bytes;
+    int64_t cols;
+  };
+  for (const Case c : {Case{DType::Q5_0, 176, 768}, Case{DType::IQ4_NL, 144, 768}, Case{DType::Q3_K, 160, 768}})
     for (int64_t rows : {50, 8}) {
-      SCOPED_TRACE(std::string(dtype_name(t)) + " rows " + std::to_string(rows));
-      const Stored w = random_stored(t, rows, 768, 71);
+      SCOPED_TRACE(std::string(dtype_name(c.t)) + " rows " + std::to_string(rows));
+      Stored w = random_stored(c.t, rows, c.cols, 71);
+      if (c.t == DType::Q3_K)  // d is last
+        for (size_t o = 0; o < w.bytes.size(); o += 110) {
+          const uint16_t d = f32_to_fp16(0.002f * static_cast<float>(o % 7 + 1));
+          std::memcpy(w.bytes.data() + o + 108, &d, 2);
+        }
       std::vector<std::shared_ptr<const void>> storage;
-      const TensorView q8 = kernel_view(w.view, storage);
+      const TensorView conv = kernel_view(w.view, storage);
       ThreadPool pool(2);
-      const auto m8 = pack_matrix(q8, pool);
+      const auto mc = pack_matrix(conv, pool);
       const auto wide = pack_matrix(w.view, pool);
       const auto narrow = pack_matrix(w.view, pool, nullptr, true);
-      ASSERT_EQ(wide->dtype, DType::Q8_0);
-      EXPECT_EQ(wide->stored, t);
-      ASSERT_EQ(wide->bytes(), m8->bytes());
-      EXPECT_EQ(std::memcmp(wide->data.get(), m8->data.get(), m8->bytes()), 0);
-      ASSERT_EQ(narrow->dtype, t);
-      EXPECT_EQ(narrow->stored, t);
-      EXPECT_EQ(narrow->block_bytes, narrow_bytes);
+      ASSERT_EQ(wide->dtype, kernel_dtype(c.t));
+      EXPECT_EQ(wide->stored, c.t);
+      ASSERT_EQ(wide->bytes(), mc->bytes());
+      EXPECT_EQ(std::memcmp(wide->data.get(), mc->data.get(), mc->bytes()), 0);
+      ASSERT_EQ(narrow->dtype, c.t);
+      EXPECT_EQ(narrow->stored, c.t);
+      EXPECT_EQ(narrow->block_bytes, c.narrow_bytes);
       for (int64_t n : {1, 2, 3, 5, 9, 13, 16, 17, 40})
         for (bool massive : {false, true}) {
-          auto x = random_x(n, 768, 73);
+          auto x = random_x(n, c.cols, 73);
           if (massive) add_massive_channels(x, n);
-          const auto want = run(*m8, x, n, 2, Int8Kernel::kPortable);
+          const auto want = run(*mc, x, n, 2, Int8Kernel::kPortable);
           for (Int8Kernel k : int8_kernels()) {
             if (!host_kernels::packs_five_bit(k)) continue;
             const auto got = run(*narrow, x, n, 2, k);
@@ -486,20 +497,7 @@ TEST(Int8Kernels, AQ5_0OrIQ4_NLMatrixPackedFromTheFileGivesItsQ8_0ConversionsBit
           }
         }
     }
-  // A Q3_K matrix (a Q2_K file's ffn_down) packs into the bytes of its Q6_K conversion.
-  Stored w = random_stored(DType::Q3_K, 20, 512, 75);
-  for (size_t o = 0; o < w.bytes.size(); o += 110) {
-    const uint16_t d = f32_to_fp16(0.01f);
-    std::memcpy(w.bytes.data() + o + 108, &d, 2);
-  }
-  std::vector<std::shared_ptr<const void>> storage;
-  ThreadPool pool(2);
-  const auto q6 = pack_matrix(kernel_view(w.view, storage), pool), q3 = pack_matrix(w.view, pool, nullptr, true);
-  EXPECT_EQ(q3->dtype, DType::Q6_K);
-  EXPECT_EQ(q3->stored, DType::Q3_K);
-  ASSERT_EQ(q3->bytes(), q6->bytes());
-  EXPECT_EQ(std::memcmp(q3->data.get(), q6->data.get(), q6->bytes()), 0);
-  // The AVX-VNNI kernel reads neither narrow layout.
+  // The AVX-VNNI kernel reads none of the narrow layouts.
   EXPECT_TRUE(host_kernels::packs_five_bit(Int8Kernel::kAvx2));
   EXPECT_FALSE(host_kernels::packs_five_bit(Int8Kernel::kAvxVnni));
   EXPECT_TRUE(host_kernels::packs_five_bit(Int8Kernel::kAvx512Vnni));
