@@ -19,7 +19,14 @@ LlamaModel::LlamaModel(const ModelWeights& w, Ops& ops) : ops_(ops), cfg_(w.conf
   embed_ = ops.upload_table(w.embed);
   output_norm_ = ops.upload(w.output_norm);
   output_ = ops.upload(w.output);
-  for (const LayerWeights& l : w.layers) layers_.push_back(upload_layer(ops, l));
+  for (const LayerWeights& l : w.layers) {
+    // A layer's matrices are read only through the device from here on, so their stored bytes may
+    // go as each layer is uploaded (the process never holds all the weights twice); the output
+    // head's may not (its top logits are computed again from stored rows, and a tied head is the
+    // embedding table).
+    const LlamaLayer& L = layers_.emplace_back(upload_layer(ops, l));
+    for (const Weight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) ops.release_stored(*m);
+  }
   inv_freq_ = rope_inv_freq(cfg_);
   const char* graphs = std::getenv("SPECULA_CUDA_GRAPHS");
   recorded_steps_ = graphs && std::strcmp(graphs, "1") == 0;

@@ -53,6 +53,10 @@ class Ops {
   // A table read by row (the token embedding), never multiplied: a device that repacks matmul
   // weights (the host's int8 path) keeps it as stored.
   virtual Weight upload_table(const TensorView& t) { return upload(t); }
+  // The caller reads w only through the device (no stored row of it again): a device that keeps a
+  // copy of its own may let the stored bytes go (the host drops a packed matrix's pages of the
+  // mapped file, so the process does not hold the weights twice). No-op by default.
+  virtual void release_stored(const Weight& w) {}
   // A hint before a model's uploads: they hold about `elements` values in all, so a device can
   // take one allocation for them (the CUDA device's weight arena). No-op on the host.
   virtual void reserve_weights(int64_t elements) {}

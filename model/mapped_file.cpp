@@ -7,13 +7,26 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "model/tensor.h"
 
 namespace specula {
 
 namespace {
+
+// The live mappings (start -> size), for release_mapped_pages.
+std::mutex& mappings_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<const std::byte*, size_t>& mappings() {
+  static std::map<const std::byte*, size_t> m;
+  return m;
+}
 
 [[noreturn]] void fail(const std::string& path, const char* what, int err) {
   throw ModelError("cannot " + std::string(what) + " '" + path + "': " + std::strerror(err));
@@ -44,10 +57,32 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   ::close(fd);  // the mapping keeps its own reference to the file
   if (p == MAP_FAILED) fail(path, "mmap", err);
   data_ = static_cast<const std::byte*>(p);
+  std::lock_guard<std::mutex> lock(mappings_mutex());
+  mappings()[data_] = size_;
 }
 
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+  if (!data_) return;
+  {
+    std::lock_guard<std::mutex> lock(mappings_mutex());
+    mappings().erase(data_);
+  }
+  ::munmap(const_cast<std::byte*>(data_), size_);
+}
+
+size_t release_mapped_pages(const void* p, size_t n) {
+  const auto* begin = static_cast<const std::byte*>(p);
+  std::lock_guard<std::mutex> lock(mappings_mutex());
+  auto it = mappings().upper_bound(begin);
+  if (it == mappings().begin()) return 0;
+  --it;  // the last mapping starting at or before p
+  if (begin + n > it->first + it->second) return 0;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(begin) + n) / page * page;
+  if (hi <= lo) return 0;
+  if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0) return 0;
+  return hi - lo;
 }
 
 }  // namespace specula

@@ -23,4 +23,11 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Drops this process's pages of the whole pages inside [p, p + n) where that range lies in a live
+// MappedFile (madvise MADV_DONTNEED): the page cache keeps them, the file is untouched, and a later
+// read faults them back in with the same bytes. For a tensor read once, to be repacked into memory
+// of the device's own, so that the process does not hold both copies. Memory that is not a mapped
+// file is left alone (there MADV_DONTNEED would zero it). Returns the bytes released.
+size_t release_mapped_pages(const void* p, size_t n);
+
 }  // namespace specula

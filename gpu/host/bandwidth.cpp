@@ -81,7 +81,9 @@ std::vector<std::byte> random_matrix(DType t, int64_t rows, int64_t cols, std::m
       case DType::F32: { const float f = val(rng); std::memcpy(data.data() + o, &f, 4); break; }
       case DType::F16: put16(o, f32_to_fp16(val(rng))); break;
       case DType::BF16: put16(o, f32_to_bf16(val(rng))); break;
-      case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: case DType::IQ4_NL: put16(o, f32_to_fp16(0.01f + 0.01f * val(rng))); break;
+      case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: case DType::IQ4_NL: case DType::IQ4_XS:
+        put16(o, f32_to_fp16(0.01f + 0.01f * val(rng)));
+        break;
       case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K:
         put16(o, f32_to_fp16(0.01f + 0.01f * val(rng)));
         put16(o + 2, f32_to_fp16(0.01f * val(rng)));

@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 
 #include "gpu/host/attention.h"
+#include "model/mapped_file.h"
 #include "gpu/host/hmatmul.h"
 #include "gpu/host/matmul.h"
 #include "gpu/host/quant.h"
@@ -123,6 +124,10 @@ Weight HostOps::upload_table(const TensorView& t) {
   Weight w;
   w.view = t;
   return w;
+}
+
+void HostOps::release_stored(const Weight& w) {
+  if (w.device != nullptr) release_mapped_pages(w.view.data, w.view.nbytes);
 }
 
 size_t HostOps::read_bytes(const Weight& w) const {

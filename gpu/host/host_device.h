@@ -31,6 +31,9 @@ class HostOps : public Ops {  // not final: tests derive device doubles from it
   // on the reference path, are used in place, but for the types the f32 kernels do not read
   // (Q5_0, IQ4_NL, Q3_K), read as their exact conversion (model/tensor.h kernel_view) kept here.
   Weight upload(const TensorView& t) override;
+  // A packed matrix's mapped pages are dropped from this process (release_mapped_pages: the page
+  // cache keeps them, a later read faults them back in); a matrix used in place keeps them.
+  void release_stored(const Weight& w) override;
   Weight upload_table(const TensorView& t) override;
   // The int8 path keeps K/V in fp16; the reference path in f32.
   bool kv_f16() const override;

@@ -38,7 +38,9 @@ Weight random_weight(DType t, int64_t rows, int64_t cols, uint32_t seed) {
       case DType::F32: { const float f = val(rng); std::memcpy(w.bytes.data() + o, &f, 4); break; }
       case DType::F16: put16(o, f32_to_fp16(val(rng))); break;
       case DType::BF16: put16(o, f32_to_bf16(val(rng))); break;
-      case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: case DType::IQ4_NL: put16(o, f32_to_fp16(0.1f * val(rng))); break;
+      case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: case DType::IQ4_NL: case DType::IQ4_XS:
+        put16(o, f32_to_fp16(0.1f * val(rng)));
+        break;
       case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K:
         put16(o, f32_to_fp16(0.1f * val(rng)));
         put16(o + 2, f32_to_fp16(0.1f * val(rng)));
@@ -87,7 +89,7 @@ void expect_matches_reference(const TensorView& w, const std::vector<float>& x, 
 }
 
 const DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                           DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+                           DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
 const int64_t kRowCounts[] = {1, 2, 3, 5, 6, 8, 9, 17};
 
 bool have_avx2() { return host_kernels::cpu_has_avx2_fma(); }

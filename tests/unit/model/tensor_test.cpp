@@ -2,6 +2,12 @@
 #include "model/tensor.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include "model/mapped_file.h"
 #include "model_file_writer.h"
@@ -87,6 +93,41 @@ TEST(MappedFile, MapsTheWholeFileReadOnly) {
   EXPECT_EQ(m.size(), 5u);
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(m.data()), m.size()), "hello");
   EXPECT_EQ(m.path(), dir.file("f"));
+}
+
+// Resident pages of this process, from /proc/self/statm.
+long resident_pages() {
+  std::ifstream f("/proc/self/statm");
+  long size = 0, resident = 0;
+  f >> size >> resident;
+  return resident;
+}
+
+// A packed tensor's pages are dropped from the process (the host device does it after repacking):
+// the whole pages inside the range go, the bytes read the same afterwards (faulted back from the
+// page cache), and memory that is not a mapped file is never touched (MADV_DONTNEED would zero it).
+TEST(MappedFile, ReleasingATensorsPagesDropsThemFromTheProcessAndTheyReadTheSameAfter) {
+  test::TempDir dir;
+  const size_t n = size_t{16} << 20;
+  std::string text(n, '\0');
+  for (size_t i = 0; i < n; ++i) text[i] = static_cast<char>('a' + i * 7 % 26);
+  test::write_text(dir.file("f"), text);
+  MappedFile m(dir.file("f"));
+  long sum = 0;
+  for (size_t i = 0; i < n; i += 512) sum += static_cast<long>(m.data()[i]);  // fault every page in
+  const long before = resident_pages();
+  const size_t off = 1000;  // not page-aligned: the partial first and last pages stay
+  const size_t released = release_mapped_pages(m.data() + off, n - 2 * off);
+  const long page = sysconf(_SC_PAGESIZE);
+  EXPECT_EQ(released, n - 2 * static_cast<size_t>(page));
+  EXPECT_LT(resident_pages(), before - static_cast<long>(n / 2) / page) << "the pages stayed resident";
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(m.data()), n), text);
+  EXPECT_GT(sum, 0);
+  // Outside a mapping, or running past its end: nothing is released, nothing changes.
+  std::vector<char> heap(n, 'x');
+  EXPECT_EQ(release_mapped_pages(heap.data(), heap.size()), 0u);
+  EXPECT_EQ(std::count(heap.begin(), heap.end(), 'x'), static_cast<long>(n));
+  EXPECT_EQ(release_mapped_pages(m.data() + n - 4096, 2 * 4096), 0u);
 }
 
 TEST(MappedFile, NamesThePathAndTheSystemErrorWhenMissing) {
