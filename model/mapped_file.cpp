@@ -76,10 +76,11 @@ size_t release_mapped_pages(const void* p, size_t n) {
   auto it = mappings().upper_bound(begin);
   if (it == mappings().begin()) return 0;
   --it;  // the last mapping starting at or before p
-  if (begin + n > it->first + it->second) return 0;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(begin), first = reinterpret_cast<uintptr_t>(it->first);
+  if (start - first > it->second || n > it->second - (start - first)) return 0;  // not inside it
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t lo = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
-  const uintptr_t hi = (reinterpret_cast<uintptr_t>(begin) + n) / page * page;
+  const uintptr_t lo = (start + page - 1) / page * page;
+  const uintptr_t hi = (start + n) / page * page;
   if (hi <= lo) return 0;
   if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0) return 0;
   return hi - lo;

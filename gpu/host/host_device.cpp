@@ -14,11 +14,11 @@
 #include <sys/mman.h>
 
 #include "gpu/host/attention.h"
-#include "model/mapped_file.h"
 #include "gpu/host/hmatmul.h"
 #include "gpu/host/matmul.h"
 #include "gpu/host/quant.h"
 #include "gpu/kv_cache.h"
+#include "model/mapped_file.h"
 
 namespace specula {
 
