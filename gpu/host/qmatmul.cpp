@@ -3,7 +3,6 @@
 #include "gpu/host/qmatmul.h"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -50,7 +49,9 @@ PackShape pack_shape(DType t) {
   }
 }
 
-// One group-block: the 8 rows' stored blocks at src[r] (nullptr for a padding row) into dst.
+// One group-block: the 8 rows' stored blocks at src[r] (nullptr for a padding row) into dst. An
+// IQ4_NL block is Q4_0's (fp16 d, 16 bytes of nibbles in the same order), its nibbles indices of
+// levels instead of q + 8, so it packs as Q4_0 does.
 void pack_block(DType t, const uint8_t* const src[kGroupRows], uint8_t* dst) {
   const PackShape s = pack_shape(t);
   std::memset(dst, 0, s.packed);
@@ -107,27 +108,6 @@ void pack_block_five_bit(DType t, const uint8_t* const src[kGroupRows], int j, u
     put_five_bit_row(u, r, dst + s.header, words);
   }
   std::memcpy(dst + s.header + kNibbleBytes, words, sizeof words);
-}
-
-// One IQ4_NL group-block from the 8 rows' Q8_0 blocks at src[r] (nullptr: padding) whose quants
-// are all IQ4_NL levels (an IQ4_NL matrix's, converted: convert_block): each quant as its level's
-// index, in Q4_0's nibble order.
-void pack_block_iq4_nl(const uint8_t* const src[kGroupRows], uint8_t* dst) {
-  static const auto index_of = [] {  // a level's byte -> its index
-    std::array<uint8_t, 256> t{};
-    for (uint8_t k = 0; k < 16; ++k) t[static_cast<uint8_t>(kIq4NlLevels[k])] = k;
-    return t;
-  }();
-  std::memset(dst, 0, 144);
-  for (int64_t r = 0; r < kGroupRows; ++r) {
-    const uint8_t* b = src[r];
-    if (b == nullptr) continue;
-    std::memcpy(dst + 2 * r, b, 2);
-    uint8_t idx[32];
-    for (int j = 0; j < 32; ++j) idx[j] = index_of[b[2 + j]];
-    for (int64_t k = 0; k < 4; ++k)
-      for (int64_t i = 0; i < 4; ++i) dst[16 + 32 * k + 4 * r + i] = static_cast<uint8_t>(idx[4 * k + i] | idx[16 + 4 * k + i] << 4);
-  }
 }
 
 // One IQ4_XS group-block: sub-block j of the super-blocks at src[r] (nullptr: padding), as IQ4_NL's
@@ -302,9 +282,9 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
   if (w.shape.size() != 2 || w.cols() % kBlock != 0)
     throw std::invalid_argument("int8 path: weight '" + w.name + "' is not a matrix of whole 32-value blocks");
   // A type no packer reads as stored (Q5_0, IQ4_NL, Q3_K) is read through its exact conversion,
-  // the 8 rows' blocks at a time (convert_block), so no converted copy of the matrix is made.
+  // the 8 rows' blocks at a time (convert_block), so no converted copy of the matrix is made; but
+  // IQ4_NL in its own layout packs straight from its blocks.
   const DType read_as = kernel_dtype(w.dtype);
-  const bool converted = read_as != w.dtype;
   const bool k_quant = read_as == DType::Q4_K || read_as == DType::Q5_K || read_as == DType::Q6_K || read_as == DType::IQ4_XS;
   if (k_quant && w.cols() % 256 != 0)
     throw std::invalid_argument("int8 path: " + std::string(dtype_name(w.dtype)) + " weight '" + w.name +
@@ -314,6 +294,7 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
     throw std::invalid_argument("int8 path: weight '" + w.name + "' holds too few bytes");
   auto m = std::make_shared<PackedMatrix>();
   const DType layout = narrow && (w.dtype == DType::Q5_0 || w.dtype == DType::IQ4_NL || w.dtype == DType::Q3_K) ? w.dtype : read_as;
+  const bool converted = read_as != w.dtype && layout != DType::IQ4_NL;
   const PackShape s = pack_shape(layout);
   const size_t stored = static_cast<size_t>(dtype_info(w.dtype).block_bytes);
   const size_t read_bytes = static_cast<size_t>(dtype_info(read_as).block_bytes);
@@ -349,8 +330,7 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
         else if (read_as == DType::Q6_K) pack_block_q6_k(src, static_cast<int>(b % 8), dst);
         else if (read_as == DType::IQ4_XS) pack_block_iq4_xs(src, static_cast<int>(b % 8), dst);
         else if (is_five_bit(layout)) pack_block_five_bit(layout, src, static_cast<int>(b % 8), dst);
-        else if (layout == DType::IQ4_NL) pack_block_iq4_nl(src, dst);
-        else pack_block(read_as, src, dst);
+        else pack_block(layout, src, dst);
       }
   });
   return m;

@@ -46,8 +46,8 @@ constexpr bool is_five_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_
 //         r's column 4c + i, the byte it lands on in unpacked vector c. isum = sum u x - 16 sum x
 //         is the Q8_0 layout's sum, so the results are its bits too.
 //   IQ4_NL: d[8] fp16 | 4 x 32 bytes of nibbles, each the index of a quant among the sixteen
-//         IQ4_NL levels (kIq4NlLevels; 144 = 8 x 18), Q4_0's order. Packed from an IQ4_NL matrix
-//         where the kernel reads it (pack_matrix's narrow; else as its Q8_0 conversion); the integer sums are the Q8_0 layout's, so are the results.
+//         IQ4_NL levels (kIq4NlLevels; 144 = 8 x 18), Q4_0's order: an IQ4_NL matrix's blocks packed
+//         as Q4_0's where the kernel reads it (pack_matrix's narrow; else as its Q8_0 conversion); the integer sums are the Q8_0 layout's, so are the results.
 //   Q5_1: Q4_1's header | 4 x 32 bytes of nibbles of u | 8 x 4 bytes of fifth bits (192 = 8 x 24),
 //         value d * u + m, u = 0..31 (fifth bits as Q5_0's).
 //   Q5_K: Q4_K's header (f32 d = d * sc, m = -dmin * m of each sub-block) | nibbles | fifth bits (224).

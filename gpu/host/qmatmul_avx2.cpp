@@ -52,11 +52,9 @@ inline __m256 column_weights(const uint8_t* blk, __m256i word, __m128i shift, co
     return _mm256_mul_ps(scales8(blk), _mm256_cvtepi32_ps(_mm256_mullo_epi32(s, _mm256_sub_epi32(q, _mm256_set1_epi32(kNibbles ? 4 : 32)))));
   } else {
     __m256i qi = _mm256_and_si256(_mm256_srl_epi32(word, shift), _mm256_set1_epi32(0x0F));
-    if constexpr (T == DType::IQ4_NL) {  // the nibble's level
-      return _mm256_mul_ps(scales8(blk), _mm256_cvtepi32_ps(_mm256_i32gather_epi32(iq4_nl_levels_i32(), qi, 4)));
-    } else if constexpr (T == DType::IQ4_XS) {  // the same, f32 scales
-      return _mm256_mul_ps(_mm256_loadu_ps(reinterpret_cast<const float*>(blk)),
-                           _mm256_cvtepi32_ps(_mm256_i32gather_epi32(iq4_nl_levels_i32(), qi, 4)));
+    if constexpr (T == DType::IQ4_NL || T == DType::IQ4_XS) {  // the nibble's level; IQ4_XS's scales are f32
+      const __m256 d = T == DType::IQ4_XS ? _mm256_loadu_ps(reinterpret_cast<const float*>(blk)) : scales8(blk);
+      return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_i32gather_epi32(iq4_nl_levels_i32(), qi, 4)));
     } else if constexpr (is_five_bit(T)) {  // the fifth bit from the column's word (lane r: bit 4r + i)
       int32_t w5;
       std::memcpy(&w5, blk + five_off, 4);

@@ -129,30 +129,25 @@ void dequantize_q5_1(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
-// IQ4_NL: 18 bytes = fp16 d, 16 bytes of 4-bit indices into 16 levels (value j < 16 the low
-// nibble of qs[j], j + 16 the high one); y = d * level.
-void dequantize_iq4_nl(const uint8_t* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, b += 18, y += 32) {
-    const float d = load_fp16(b);
-    for (int j = 0; j < 16; ++j) {
-      y[j] = d * static_cast<float>(kIq4NlLevels[b[2 + j] & 0x0f]);
-      y[j + 16] = d * static_cast<float>(kIq4NlLevels[b[2 + j] >> 4]);
-    }
+// 32 values d * level from 16 bytes of 4-bit indices into IQ4_NL's 16 levels (value j < 16 the low
+// nibble of qs[j], j + 16 the high one).
+void iq4_values(const uint8_t* qs, float d, float* y) {
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(kIq4NlLevels[qs[j] & 0x0f]);
+    y[j + 16] = d * static_cast<float>(kIq4NlLevels[qs[j] >> 4]);
   }
+}
+
+// IQ4_NL: 18 bytes = fp16 d, 16 bytes of indices.
+void dequantize_iq4_nl(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 18, y += 32) iq4_values(b + 2, load_fp16(b), y);
 }
 
 // IQ4_XS: 136 bytes a super-block, eight 32-value sub-blocks each IQ4_NL's with a scale of its own
 // (iq4_xs_subblock_scale).
 void dequantize_iq4_xs(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 136)
-    for (int j = 0; j < 8; ++j, y += 32) {
-      const float d = iq4_xs_subblock_scale(b, j);
-      const uint8_t* qs = b + 8 + 16 * j;
-      for (int l = 0; l < 16; ++l) {
-        y[l] = d * static_cast<float>(kIq4NlLevels[qs[l] & 0x0f]);
-        y[l + 16] = d * static_cast<float>(kIq4NlLevels[qs[l] >> 4]);
-      }
-    }
+    for (int j = 0; j < 8; ++j, y += 32) iq4_values(b + 8 + 16 * j, iq4_xs_subblock_scale(b, j), y);
 }
 
 // Q8_0: 34 bytes = fp16 d, 32 int8; y = q * d.

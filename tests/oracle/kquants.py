@@ -20,6 +20,15 @@ def _fp16(x: np.ndarray) -> np.ndarray:
 IQ4_NL_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
 
 
+def _iq4_nl_nibbles(b: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """[..., 32] values and [..., 1] scales -> [..., 16] bytes: each value's nearest level of
+    value / scale (index 0 where the scale is 0), value j < 16 in the low nibble of byte j, j + 16
+    in the high one."""
+    scaled = np.where(scale != 0, b / np.where(scale != 0, scale, 1), 0)
+    idx = np.abs(scaled[..., None] - IQ4_NL_LEVELS).argmin(axis=-1).astype(np.uint8)
+    return idx[..., :16] | (idx[..., 16:] << 4)
+
+
 def quantize_iq4_nl(x: np.ndarray) -> np.ndarray:
     """[rows, cols] float -> [rows, cols/32*18] uint8. Block: d f16, qs[16]; value j = d*level[index],
     index j < 16 the low nibble of qs[j], j + 16 the high one. d puts the block's largest |x| on
@@ -30,10 +39,7 @@ def quantize_iq4_nl(x: np.ndarray) -> np.ndarray:
     nb = b.shape[0]
     big = b[np.arange(nb), np.abs(b).argmax(axis=1)]
     d = _fp16(big / -127.0)
-    d32 = d.astype(np.float32)[:, None]
-    scaled = np.where(d32 != 0, b / np.where(d32 != 0, d32, 1), 0)
-    idx = np.abs(scaled[..., None] - IQ4_NL_LEVELS).argmin(axis=-1).astype(np.uint8)  # [nb, 32]
-    qs = idx[:, :16] | (idx[:, 16:] << 4)
+    qs = _iq4_nl_nibbles(b, d.astype(np.float32)[:, None])
     blocks = np.concatenate([d.reshape(nb, 1).view(np.uint8), qs], axis=1)
     return blocks.reshape(rows, cols // 32 * 18)
 
@@ -53,16 +59,13 @@ def quantize_iq4_xs(x: np.ndarray) -> np.ndarray:
     d = _fp16(np.abs(want).max(axis=-1) / 31.0)  # [nb]
     d32 = d.astype(np.float32)[:, None]
     s = np.where(d32 != 0, np.clip(np.rint(want / np.where(d32 != 0, d32, 1)), -32, 31), 0).astype(np.int32)
-    eff = (d32 * s)[..., None]  # [nb, 8, 1]
-    scaled = np.where(eff != 0, b / np.where(eff != 0, eff, 1), 0)
-    idx = np.abs(scaled[..., None] - IQ4_NL_LEVELS).argmin(axis=-1).astype(np.uint8)  # [nb, 8, 32]
+    qs = _iq4_nl_nibbles(b, (d32 * s)[..., None]).reshape(nb, 128)
     ls = (s + 32).astype(np.uint16)  # [nb, 8]
     scales_h = np.zeros(nb, np.uint16)
     for j in range(8):
         scales_h |= (ls[:, j] >> 4) << (2 * j)
     low = (ls & 15).astype(np.uint8)
     scales_l = low[:, 0::2] | (low[:, 1::2] << 4)  # [nb, 4]
-    qs = (idx[..., :16] | (idx[..., 16:] << 4)).reshape(nb, 128)
     blocks = np.concatenate([d.reshape(nb, 1).view(np.uint8), scales_h.reshape(nb, 1).view(np.uint8), scales_l, qs], axis=1)
     assert blocks.shape[1] == 136
     return blocks.reshape(rows, cols // QK_K * 136)
