@@ -29,6 +29,7 @@ constexpr Entry kTypes[] = {
     {DType::Q5_1, {"Q5_1", 32, 24}},    // d, m, 4 bytes of fifth bits + 16 bytes of nibbles
     {DType::IQ4_NL, {"IQ4_NL", 32, 18}},  // d + 16 bytes of nibbles indexing 16 non-linear levels
     {DType::IQ4_XS, {"IQ4_XS", 256, 136}},  // d, 2 + 4 bytes of 6-bit scales, 128 bytes of IQ4_NL's nibbles
+    {DType::Q2_K, {"Q2_K", 256, 84}},   // 16 bytes of 4-bit scale and min pairs, 64 of 2-bit quants, d, dmin
     {DType::Q3_K, {"Q3_K", 256, 110}},  // 32 bytes of high bits, 64 of 2-bit pairs, 12 of 6-bit scales, d
     {DType::Q4_K, {"Q4_K", 256, 144}},  // d, dmin, 12 bytes of 6-bit scales, 128 bytes of nibbles
     {DType::Q5_K, {"Q5_K", 256, 176}},  // d, dmin, 12 bytes of 6-bit scales, 32 bytes of fifth bits, 128 of nibbles

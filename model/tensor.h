@@ -32,6 +32,7 @@ enum class DType : uint32_t {
   Q5_0 = 6,  // read as Q8_0 (kernel_dtype); as a packed layout, qmatmul.h's five bits
   Q5_1 = 7,  // what llama.cpp writes for Q5_K in rows that are not whole super-blocks (a Q5_K_M file)
   Q8_0 = 8,
+  Q2_K = 10,  // 16-value sub-blocks of 2-bit quants, each with a 4-bit scale and min
   Q3_K = 11,  // read as Q6_K (kernel_dtype)
   Q4_K = 12,
   Q5_K = 13,

@@ -88,6 +88,10 @@ std::vector<std::byte> random_matrix(DType t, int64_t rows, int64_t cols, std::m
         put16(o, f32_to_fp16(0.01f + 0.01f * val(rng)));
         put16(o + 2, f32_to_fp16(0.01f * val(rng)));
         break;
+      case DType::Q2_K:
+        put16(o + 80, f32_to_fp16(0.01f + 0.01f * val(rng)));
+        put16(o + 82, f32_to_fp16(0.01f * val(rng)));
+        break;
       case DType::Q3_K: put16(o + 108, f32_to_fp16(0.01f + 0.01f * val(rng))); break;
       case DType::Q6_K: put16(o + 208, f32_to_fp16(0.01f + 0.01f * val(rng))); break;
     }

@@ -41,6 +41,7 @@ PackShape pack_shape(DType t) {
     case DType::IQ4_NL: return {16, 144};  // d[8] fp16 | 4 x 32 bytes of nibbles: indices of the levels
     case DType::IQ4_XS: return {32, 160};  // d[8] f32 | IQ4_NL's nibbles
     case DType::Q3_K: return {32, 160};    // Q6_K's header | 4 x 32 bytes of nibbles of the 3-bit q
+    case DType::Q2_K: return {48, 112};    // d[8] | -dmin[8] fp16 | sc | m << 4 [8] x 2 | 2 x 32 bytes of 2-bit q
     case DType::Q5_1: return {32, 192};  // d[8] fp16 | m[8] fp16 | 4 x 32 bytes of nibbles | 8 x 4 bytes of fifth bits
     case DType::Q4_K: return {64, 192};  // d[8] f32 | m[8] f32 | 4 x 32 bytes: Q4_1's layout with exact scales
     case DType::Q5_K: return {64, 224};  // Q4_K's layout | 8 x 4 bytes of fifth bits
@@ -173,6 +174,31 @@ void pack_block_q3_k(const uint8_t* const src[kGroupRows], int jb, uint8_t* dst)
     }
 }
 
+// One Q2_K group-block: block jb (0..7) of the super-blocks at src[r] (nullptr: padding), i.e. their
+// sub-blocks 2 jb (columns 0..15) and 2 jb + 1 (16..31). The header is the file's d, its dmin with
+// the sign flipped (exact), and the two sub-blocks' scale | min << 4 bytes as stored; the 2-bit q of
+// column j (the file's bits 2 (jb % 4) of qs[32 (jb / 4) + j]) goes to bits 2 ((j % 16) / 4) of row
+// r's byte j % 4 in vector j / 16, so that unpacked vector c = 4 (j / 16) + (j % 16) / 4 holds
+// columns 4c..4c+3 as every layout's vector c does.
+void pack_block_q2_k(const uint8_t* const src[kGroupRows], int jb, uint8_t* dst) {
+  std::memset(dst, 0, 112);
+  for (int64_t r = 0; r < kGroupRows; ++r) {
+    const uint8_t* b = src[r];
+    if (b == nullptr) continue;
+    std::memcpy(dst + 2 * r, b + 80, 2);
+    uint16_t nd;
+    std::memcpy(&nd, b + 82, 2);
+    nd ^= 0x8000u;
+    std::memcpy(dst + 16 + 2 * r, &nd, 2);
+    dst[32 + r] = b[2 * jb];
+    dst[40 + r] = b[2 * jb + 1];
+    for (int j = 0; j < 32; ++j) {
+      const int q = (b[16 + 32 * (jb / 4) + j] >> (2 * (jb % 4))) & 3;
+      dst[48 + 32 * (j / 16) + 4 * r + j % 4] |= static_cast<uint8_t>(q << (2 * ((j % 16) / 4)));
+    }
+  }
+}
+
 float half(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
@@ -218,6 +244,12 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
             const size_t xi = static_cast<size_t>(i * x.blocks + b);
             const int32_t xlo = x.isum_lo[xi], xhi = x.isum[xi] - xlo;
             sum = static_cast<int8_t>(blk[16 + r]) * (lo - 4 * xlo) + static_cast<int8_t>(blk[24 + r]) * (hi - 4 * xhi);
+          } else if constexpr (T == DType::Q2_K) {  // sum (sc q) x over both sub-blocks; the mins below
+            for (int64_t c = 0; c < 8; ++c)
+              for (int64_t j = 0; j < 4; ++j) {
+                const int32_t q = (qs[32 * (c / 4) + 4 * r + j] >> (2 * (c % 4))) & 3;
+                sum += (blk[(c < 4 ? 32 : 40) + r] & 15) * q * static_cast<int32_t>(xb[4 * c + j]);
+              }
           } else if constexpr (T == DType::Q8_0) {
             for (int64_t c = 0; c < 8; ++c)
               for (int64_t j = 0; j < 4; ++j)
@@ -247,6 +279,10 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
             acc = std::fma(f32_at(blk + 32 + 4 * r), x.sx[xi], acc);
           } else if constexpr (T == DType::IQ4_XS) {
             acc = std::fma(static_cast<float>(sum), f32_at(blk + 4 * r) * x.d[xi], acc);
+          } else if constexpr (T == DType::Q2_K) {  // -dmin (m_lo sum_lo x + m_hi sum_hi x), exact in int32
+            const int32_t xlo = x.isum_lo[xi], mins = (blk[32 + r] >> 4) * xlo + (blk[40 + r] >> 4) * (x.isum[xi] - xlo);
+            acc = std::fma(static_cast<float>(sum), half(blk + 2 * r) * x.d[xi], acc);
+            acc = std::fma(static_cast<float>(mins), half(blk + 16 + 2 * r) * x.d[xi], acc);
           } else {
             const float scale = half(blk + 2 * r) * x.d[xi];
             acc = std::fma(static_cast<float>(sum), scale, acc);
@@ -264,7 +300,7 @@ void portable_packed(const PackedMatrix& m, const QuantizedRows& x, float* y, in
 bool qmatmul_supports(DType t) {
   switch (kernel_dtype(t)) {
     case DType::Q4_0: case DType::Q4_1: case DType::Q8_0: case DType::Q4_K: case DType::Q6_K: case DType::Q5_1: case DType::Q5_K:
-    case DType::IQ4_XS:
+    case DType::IQ4_XS: case DType::Q2_K:
       return true;
     default: return false;
   }
@@ -285,7 +321,8 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
   // the 8 rows' blocks at a time (convert_block), so no converted copy of the matrix is made; but
   // IQ4_NL in its own layout packs straight from its blocks.
   const DType read_as = kernel_dtype(w.dtype);
-  const bool k_quant = read_as == DType::Q4_K || read_as == DType::Q5_K || read_as == DType::Q6_K || read_as == DType::IQ4_XS;
+  const bool k_quant = read_as == DType::Q4_K || read_as == DType::Q5_K || read_as == DType::Q6_K || read_as == DType::IQ4_XS ||
+                       read_as == DType::Q2_K;
   if (k_quant && w.cols() % 256 != 0)
     throw std::invalid_argument("int8 path: " + std::string(dtype_name(w.dtype)) + " weight '" + w.name +
                                 "' is not a matrix of whole 256-value blocks");
@@ -329,6 +366,7 @@ std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool,
         else if (layout == DType::Q3_K) pack_block_q3_k(src, static_cast<int>(b % 8), dst);
         else if (read_as == DType::Q6_K) pack_block_q6_k(src, static_cast<int>(b % 8), dst);
         else if (read_as == DType::IQ4_XS) pack_block_iq4_xs(src, static_cast<int>(b % 8), dst);
+        else if (read_as == DType::Q2_K) pack_block_q2_k(src, static_cast<int>(b % 8), dst);
         else if (is_five_bit(layout)) pack_block_five_bit(layout, src, static_cast<int>(b % 8), dst);
         else pack_block(layout, src, dst);
       }
@@ -520,10 +558,16 @@ bool wide_rows_pay(int64_t n, int64_t cols) {
 size_t packed_header_bytes(DType t) { return pack_shape(t).header; }
 
 ColumnLocation column_location(const PackedMatrix& m, int64_t c) {
-  const bool bytes = m.dtype == DType::Q8_0 || m.dtype == DType::Q6_K;  // else nibbles
+  const bool bytes = m.dtype == DType::Q8_0 || m.dtype == DType::Q6_K;  // else nibbles (or Q2_K's pairs)
   const int64_t j = c % kBlock;
   ColumnLocation at;
   at.blk_off = static_cast<size_t>(c / kBlock) * m.block_bytes;
+  if (m.dtype == DType::Q2_K) {
+    at.word_off = packed_header_bytes(m.dtype) + 32 * static_cast<size_t>(j / 16);
+    at.shift = static_cast<int>(8 * (j % 4) + 2 * ((j % 16) / 4));
+    at.high = j >= 16;
+    return at;
+  }
   at.word_off = packed_header_bytes(m.dtype) + 32 * static_cast<size_t>(bytes ? j / 4 : (j % 16) / 4);
   const int bit = static_cast<int>(8 * (j % 4)) + (!bytes && j >= 16 ? 4 : 0);
   at.shift = m.dtype == DType::Q8_0 ? 24 - bit : bit;
@@ -544,7 +588,11 @@ void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float*
         const uint8_t* blk = m.group(g) + static_cast<size_t>(c / kBlock) * m.block_bytes;
         for (int64_t r = 0; r < kGroupRows && g * kGroupRows + r < m.rows; ++r) {
           float w = 0.0f;
-          if (m.dtype == DType::Q8_0 || m.dtype == DType::Q6_K) {
+          if (m.dtype == DType::Q2_K) {  // d * (sc q) - dmin * m, rounded once
+            const int32_t q = (blk[s.header + 32 * (j / 16) + 4 * r + j % 4] >> (2 * ((j % 16) / 4))) & 3;
+            const uint8_t sm = blk[(j < 16 ? 32 : 40) + r];
+            w = std::fma(half(blk + 2 * r), static_cast<float>((sm & 15) * q), half(blk + 16 + 2 * r) * static_cast<float>(sm >> 4));
+          } else if (m.dtype == DType::Q8_0 || m.dtype == DType::Q6_K) {
             const uint8_t v = blk[s.header + 32 * (j / 4) + 4 * r + j % 4];
             if (m.dtype == DType::Q8_0) w = half(blk + 2 * r) * static_cast<float>(static_cast<int8_t>(v));
             else w = half(blk + 2 * r) * static_cast<float>(static_cast<int8_t>(blk[(j < 16 ? 16 : 24) + r]) * (v - 32));
@@ -581,6 +629,7 @@ PackedKernel portable_packed_kernel(DType t) {
     case DType::IQ4_NL: return &portable_packed<DType::IQ4_NL>;
     case DType::IQ4_XS: return &portable_packed<DType::IQ4_XS>;
     case DType::Q3_K: return &portable_packed<DType::Q3_K>;
+    case DType::Q2_K: return &portable_packed<DType::Q2_K>;
     case DType::Q5_1: return &portable_packed<DType::Q5_1>;
     case DType::Q5_K: return &portable_packed<DType::Q5_K>;
     case DType::Q4_K: return &portable_packed<DType::Q4_K>;
@@ -633,13 +682,14 @@ PackedKernel packed_kernel(Int8Kernel k, DType t) {
 }
 
 // The AVX2 vpmaddubsw tiles read them with their int16 sums widened every four products (five
-// bits) or every pair (IQ4_NL and IQ4_XS, signed levels); the AVX-VNNI kernel has no five-bit or
-// IQ4_NL format yet (no CPU with it was at hand to test one), so it reads Q5_0 and IQ4_NL matrices
-// in the Q8_0 layout (their conversion) and runs Q5_1, Q5_K and IQ4_XS matrices on the f32 kernels.
+// bits) or every pair (IQ4_NL and IQ4_XS, signed levels; Q2_K, scaled); the AVX-VNNI kernel has no
+// five-bit, IQ4_NL or Q2_K format yet (no CPU with it was at hand to test one), so it reads Q5_0 and
+// IQ4_NL matrices in the Q8_0 layout (their conversion) and runs Q5_1, Q5_K, IQ4_XS and Q2_K
+// matrices on the f32 kernels.
 bool packs_five_bit(Int8Kernel k) { return k != Int8Kernel::kAvxVnni; }
 
 bool reads(Int8Kernel k, DType t) {
-  return qmatmul_supports(t) && ((t != DType::Q5_1 && t != DType::Q5_K && t != DType::IQ4_XS) || packs_five_bit(k));
+  return qmatmul_supports(t) && ((t != DType::Q5_1 && t != DType::Q5_K && t != DType::IQ4_XS && t != DType::Q2_K) || packs_five_bit(k));
 }
 
 }  // namespace host_kernels

@@ -8,6 +8,7 @@
 // is the same sequence of operations in every kernel and tile:
 //     acc = 0; for each block b in order:  acc = fma(float(isum_b), fl(dw_b * dx_b), acc)
 //                                           [Q4_1: acc = fma(mw_b, sx_b, acc)]
+//                                           [Q2_K: acc = fma(float(mins_b), fl(mw_b * dx_b), acc)]
 //     then for each of the row's outliers c in order: acc = fma(w_c, x_c, acc)
 // so a verify forward of K+1 tokens gives the logits of K+1 decode steps bit for bit, and the
 // AVX2 and portable kernels agree bit for bit too.
@@ -27,8 +28,8 @@
 namespace specula {
 
 // Whether the int8 path has a packed layout for weights of this type (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K;
-// Q5_0, IQ4_NL and Q3_K through their exact conversion, model/tensor.h kernel_dtype; and Q5_1 and
-// Q5_K, which only kernels that read five bits run: host_kernels::reads).
+// Q5_0, IQ4_NL and Q3_K through their exact conversion, model/tensor.h kernel_dtype; and Q5_1,
+// Q5_K, IQ4_XS and Q2_K, which only kernels that read those layouts run: host_kernels::reads).
 bool qmatmul_supports(DType t);
 // The packed layouts with a plane of fifth bits (Q5_0, Q5_1, Q5_K).
 constexpr bool is_five_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K; }
@@ -57,6 +58,12 @@ constexpr bool is_five_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_
 //         against its Q6_K conversion's 288 and the file's 110). Packed from a Q3_K matrix where
 //         the kernel reads it (pack_matrix's narrow; else as its Q6_K conversion): isum as Q6_K's
 //         with 4 for 32 (q6 - 32 = q - 4), so the Q6_K layout's results.
+//   Q2_K: d[8] fp16 | -dmin[8] fp16 | lo[8] | hi[8] | 2 x 32 bytes of the 2-bit quants q (112):
+//         lo and hi are the byte sc | m << 4 of the block's two 16-value sub-blocks as stored;
+//         vector h, row r's byte j, bits 2s hold column 16h + 4s + j (so unpacked vector 4h + s
+//         holds columns 4c..4c+3 as Q8_0's c does). Per row: isum = sum (sc q) x (exact), mins =
+//         m_lo sum_lo x + m_hi sum_hi x (exact), then acc = fma(float(isum), fl(d * dx), acc),
+//         acc = fma(float(mins), fl(-dmin * dx), acc).
 //   Q6_K: d[8] fp16 | s_lo[8] i8 | s_hi[8] i8 | 8 x 32 bytes of the 6-bit quants q (0..63),
 //         as Q8_0's (288; s_lo scales columns 0..15 of the block, s_hi 16..31). Per row:
 //         isum = s_lo * (sum_lo q x - 32 sum_lo x) + s_hi * (sum_hi q x - 32 sum_hi x), exact in
@@ -178,10 +185,10 @@ Int8Kernel int8_kernel_for(Isa isa, bool amx = true);
 // The kernel for a type; throws std::invalid_argument for a kernel this CPU lacks or a type
 // without a packed layout.
 PackedKernel packed_kernel(Int8Kernel k, DType t);
-// Whether kernel k reads the five-bit, IQ4_NL, IQ4_XS and Q3_K packed layouts (AVX-512 VNNI, AMX
+// Whether kernel k reads the five-bit, IQ4_NL, IQ4_XS, Q3_K and Q2_K packed layouts (AVX-512 VNNI, AMX
 // through it, AVX2 and portable: all but AVX-VNNI).
 bool packs_five_bit(Int8Kernel k);
-// Whether kernel k runs weights stored as t (qmatmul_supports, and five bits where t needs them).
+// Whether kernel k runs weights stored as t (qmatmul_supports, and the narrow layouts where t needs them).
 bool reads(Int8Kernel k, DType t);
 
 PackedKernel portable_packed_kernel(DType t);

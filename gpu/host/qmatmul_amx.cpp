@@ -185,6 +185,7 @@ PackedKernel amx_packed_kernel(DType t) {
     case DType::IQ4_NL:
     case DType::IQ4_XS:
     case DType::Q3_K:
+    case DType::Q2_K:
     case DType::Q5_1:
     case DType::Q5_K:
     case DType::Q6_K: return avx512vnni_packed_kernel(t);

@@ -14,6 +14,7 @@ PackedKernel avx2_packed_kernel(DType t) {
     case DType::Q4_K: return &stream_kernel<StreamQ4<true, true>>;
     case DType::Q6_K: return &kernel<FormatQ6K<>>;
     case DType::Q3_K: return &kernel<FormatQ6K<true>>;
+    case DType::Q2_K: return &kernel<FormatQ2K>;
     case DType::Q5_0: return &stream_kernel<StreamQ4<false, false, true>>;
     case DType::Q5_1: return &stream_kernel<StreamQ4<true, false, true>>;
     case DType::Q5_K: return &stream_kernel<StreamQ4<true, true, true>>;
@@ -45,6 +46,12 @@ inline __m256 column_weights(const uint8_t* blk, __m256i word, __m128i shift, co
   const int five_bit = at.five_bit;
   if constexpr (T == DType::Q8_0) {
     return _mm256_mul_ps(scales8(blk), _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_sll_epi32(word, shift), 24)));
+  } else if constexpr (T == DType::Q2_K) {  // fma(d, sc q, -dmin m)
+    const __m256i q = _mm256_and_si256(_mm256_srl_epi32(word, shift), _mm256_set1_epi32(3));
+    const __m256i sm = FormatQ2K::bytes_u32(blk + (high_sub_block ? 40 : 32));
+    const __m256i sc = _mm256_and_si256(sm, _mm256_set1_epi32(15));
+    return _mm256_fmadd_ps(scales8(blk), _mm256_cvtepi32_ps(_mm256_mullo_epi32(sc, q)),
+                           _mm256_mul_ps(scales8(blk + 16), _mm256_cvtepi32_ps(_mm256_srli_epi32(sm, 4))));
   } else if constexpr (T == DType::Q6_K || T == DType::Q3_K) {  // Q3_K: the nibble, q - 4 for q6 - 32
     constexpr bool kNibbles = T == DType::Q3_K;
     const __m256i q = _mm256_and_si256(_mm256_srl_epi32(word, shift), _mm256_set1_epi32(kNibbles ? 0x0F : 0xFF));
@@ -139,6 +146,7 @@ void add_outliers_avx2(const PackedMatrix& m, const QuantizedRows& x, float* y, 
     case DType::IQ4_NL: return add_outliers_t<DType::IQ4_NL>(m, x, y, ldy, g0, g1);
     case DType::IQ4_XS: return add_outliers_t<DType::IQ4_XS>(m, x, y, ldy, g0, g1);
     case DType::Q3_K: return add_outliers_t<DType::Q3_K>(m, x, y, ldy, g0, g1);
+    case DType::Q2_K: return add_outliers_t<DType::Q2_K>(m, x, y, ldy, g0, g1);
     default: return;
   }
 }

@@ -32,6 +32,11 @@ struct ColumnAt {
     const __m512i word = load_pair(pa + at.word_off, pb + at.word_off);
     if constexpr (T == DType::Q8_0) {
       return _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_sll_epi32(word, shift), 24)));
+    } else if constexpr (T == DType::Q2_K) {  // fma(d, sc q, -dmin m), as add_outliers_portable
+      const __m512i q = _mm512_and_si512(_mm512_srl_epi32(word, shift), _mm512_set1_epi32(3));
+      const __m512i sm = FormatQ2K::bytes_u32(pa + (at.high ? 40 : 32), pb + (at.high ? 40 : 32));
+      const __m512i sc = _mm512_and_si512(sm, _mm512_set1_epi32(15));
+      return _mm512_fmadd_ps(dw, _mm512_cvtepi32_ps(_mm512_mullo_epi32(sc, q)), _mm512_mul_ps(mw, _mm512_cvtepi32_ps(_mm512_srli_epi32(sm, 4))));
     } else if constexpr (T == DType::Q6_K || T == DType::Q3_K) {  // Q3_K: the nibble, q - 4 for q6 - 32
       constexpr bool kNibbles = T == DType::Q3_K;
       const __m512i q = _mm512_and_si512(_mm512_srl_epi32(word, shift), _mm512_set1_epi32(kNibbles ? 0x0F : 0xFF));
@@ -133,10 +138,19 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, cons
     const __m512 dw = F::scale(pa, pb);
     typename F::Weights wt;
     F::load(pa, pb, wt);
-    for (int i = 0; i < N; ++i) {
-      const size_t xi = static_cast<size_t>((i0 + i) * nb + blk);
-      const __m512i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + blk * 32, x.isum[xi], x.isum_lo[xi]);
-      acc[i] = accumulate_block<F>(acc[i], s32, dw, pa, pb, x, xi);
+    if constexpr (F::kType == DType::Q2_K) {
+      const __m512 mw = F::min(pa, pb);
+      for (int i = 0; i < N; ++i) {
+        const size_t xi = static_cast<size_t>((i0 + i) * nb + blk);
+        const __m512i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + blk * 32, x.isum[xi], x.isum_lo[xi]);
+        acc[i] = accumulate_block_q2_k(acc[i], s32, F::min_dot(wt, x.isum[xi], x.isum_lo[xi]), dw, mw, x.d[xi]);
+      }
+    } else {
+      for (int i = 0; i < N; ++i) {
+        const size_t xi = static_cast<size_t>((i0 + i) * nb + blk);
+        const __m512i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + blk * 32, x.isum[xi], x.isum_lo[xi]);
+        acc[i] = accumulate_block<F>(acc[i], s32, dw, pa, pb, x, xi);
+      }
     }
     for (; next < out.count && out.column[next].at.blk_off == off; ++next)
       wo[next] = out.column[next].in_block(pa, pb, dw, F::min(pa, pb));
@@ -209,6 +223,7 @@ PackedKernel avx512vnni_packed_kernel(DType t) {
     case DType::Q4_K: return &kernel<FormatQ4<true, true>>;
     case DType::Q6_K: return &kernel<FormatQ6K<>>;
     case DType::Q3_K: return &kernel<FormatQ6K<true>>;
+    case DType::Q2_K: return &kernel<FormatQ2K>;
     default: return nullptr;
   }
 }

@@ -220,6 +220,49 @@ struct FormatQ6K {
   }
 };
 
+// Q2_K (qmatmul.h): d and -dmin as fp16, each row's two sub-blocks' scale | min << 4 bytes, then
+// two vectors of 2-bit q. load unpacks vector c = 4h + s (bits 2s of vector h) and multiplies each
+// byte by its sub-block's scale in 16-bit lanes (sc q <= 45: no carry into the next byte), so dot
+// is Q8_0's eight products with no offset: sum (sc q) x over both sub-blocks. min_dot is the mins'
+// sum m_lo sum_lo x + m_hi sum_hi x, one vpdpwssd of the rows' (m_lo, m_hi) int16 pairs against the
+// activation block's two half sums (|sum| <= 16 * 127: int16). Both exact in int32; the tile then
+// does acc = fma(float(dot), fl(d * dx), acc), acc = fma(float(min_dot), fl(-dmin * dx), acc).
+struct FormatQ2K {
+  static constexpr DType kType = DType::Q2_K;
+  static constexpr bool kHasMin = false;  // its mins are per 16 values: the tile's own branch
+  static constexpr int kPrefetchLines = 2;  // 112 bytes per group-block
+  struct Weights {
+    __m512i w[8], mins;
+  };
+  static __m512 scale(const uint8_t* a, const uint8_t* b) { return scales16(a, b); }
+  static __m512 min(const uint8_t* a, const uint8_t* b) { return scales16(a + 16, b + 16); }
+  // The 8 bytes of each group at a and b, zero-extended to 16 int32 lanes.
+  static __m512i bytes_u32(const uint8_t* a, const uint8_t* b) {
+    const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a));
+    const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b));
+    return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(lo, hi));
+  }
+  static void load(const uint8_t* a, const uint8_t* b, Weights& wt) {
+    const __m512i lo = bytes_u32(a + 32, b + 32), hi = bytes_u32(a + 40, b + 40);
+    const __m512i fifteen = _mm512_set1_epi32(15);
+    const __m512i sc_lo = _mm512_and_si512(lo, fifteen), sc_hi = _mm512_and_si512(hi, fifteen);
+    const __m512i s16[2] = {_mm512_or_si512(sc_lo, _mm512_slli_epi32(sc_lo, 16)), _mm512_or_si512(sc_hi, _mm512_slli_epi32(sc_hi, 16))};
+    wt.mins = _mm512_or_si512(_mm512_srli_epi32(lo, 4), _mm512_slli_epi32(_mm512_srli_epi32(hi, 4), 16));
+    const __m512i three = _mm512_set1_epi8(3);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i v = load_pair(a + 48 + 32 * h, b + 48 + 32 * h);
+      wt.w[4 * h] = _mm512_mullo_epi16(_mm512_and_si512(v, three), s16[h]);
+      for (int s = 1; s < 4; ++s)
+        wt.w[4 * h + s] = _mm512_mullo_epi16(_mm512_and_si512(_mm512_srli_epi16(v, 2 * s), three), s16[h]);
+    }
+  }
+  static __m512i dot(const Weights& wt, const int8_t* xb, int32_t, int32_t) { return dot8(wt.w, xb); }
+  static __m512i min_dot(const Weights& wt, int32_t isum, int32_t isum_lo) {
+    const uint32_t halves = static_cast<uint16_t>(isum_lo) | static_cast<uint32_t>(static_cast<uint16_t>(isum - isum_lo)) << 16;
+    return _mm512_dpwssd_epi32(_mm512_setzero_si512(), wt.mins, _mm512_set1_epi32(static_cast<int>(halves)));
+  }
+};
+
 // The float work qmatmul.h fixes for one block of one activation row, given the block's exact
 // int32 sums s32 and the pair's weight scales dw (pa, pb: the block in groups g and g + 1):
 // acc = fma(float(isum), fl(dw * dx), acc) [+ fma(mw, sx, acc)]. Every kernel here runs this,
@@ -230,6 +273,13 @@ inline __m512 accumulate_block(__m512 acc, __m512i s32, __m512 dw, const uint8_t
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])), acc);
   if constexpr (F::kHasMin) acc = _mm512_fmadd_ps(F::min(pa, pb), _mm512_set1_ps(x.sx[xi]), acc);
   return acc;
+}
+
+// Q2_K's: the scale term as every type's, then its mins' term (FormatQ2K).
+inline __m512 accumulate_block_q2_k(__m512 acc, __m512i s32, __m512i mins32, __m512 dw, __m512 mw, float dx) {
+  const __m512 x = _mm512_set1_ps(dx);
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), _mm512_mul_ps(dw, x), acc);
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins32), _mm512_mul_ps(mw, x), acc);
 }
 
 // Groups [g0, g1) of m in pairs: rows(a, b, y + 8 g, valid) for group g at a and g + 1 at b, with

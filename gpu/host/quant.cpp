@@ -1,5 +1,5 @@
 // Scalar reference dequantization of GGUF block types, written after ggml-quants.c
-// (dequantize_row_q4_0 / q4_1 / q5_0 / q5_1 / q8_0 / q4_K / q5_K / q6_K). The fast matmul kernels are checked
+// (dequantize_row_q4_0 / q4_1 / q5_0 / q5_1 / q8_0 / q2_K / q3_K / q4_K / q5_K / q6_K). The fast matmul kernels are checked
 // against these, so they stay plain: one value at a time, no intrinsics.
 #include "gpu/host/quant.h"
 
@@ -196,6 +196,28 @@ void dequantize_q4_K(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
+// Q2_K: 84 bytes per 256 values = 16 bytes of scales (sub-block j of 16 values: scale in the low
+// nibble of byte j, min in the high one), qs[64], fp16 d, fp16 dmin. In each 128 values, 32 bytes
+// of qs hold four 2-bit planes (values 32s + l at bits 2s of byte l), as Q3_K's low bits;
+// y = d * sc * q - dmin * m.
+void dequantize_q2_K(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 84, y += 256) {
+    const uint8_t* sc = b;
+    const uint8_t* qs = b + 16;
+    const float d = load_fp16(b + 80);
+    const float min = load_fp16(b + 82);
+    for (int j = 0; j < 16; ++j) {
+      const float dl = d * static_cast<float>(sc[j] & 15);
+      const float ml = min * static_cast<float>(sc[j] >> 4);
+      for (int k = 0; k < 16; ++k) {
+        const int v = 16 * j + k;
+        const int q = (qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3;
+        y[v] = dl * static_cast<float>(q) - ml;
+      }
+    }
+  }
+}
+
 // Q3_K: 110 bytes per 256 values = hmask[32], qs[64], 12 bytes of 6-bit scales, fp16 d. In each
 // 128 values, 32 bytes of qs hold four 2-bit planes (values 32s + l at bits 2s of byte l); the
 // third bit of value v is bit v / 32 of hmask[v % 32]; the scale of each 16 values has its low
@@ -338,6 +360,7 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t cols) {
     case DType::Q8_0: return dequantize_q8_0(b, dst, nb);
     case DType::IQ4_NL: return dequantize_iq4_nl(b, dst, nb);
     case DType::IQ4_XS: return dequantize_iq4_xs(b, dst, nb);
+    case DType::Q2_K: return dequantize_q2_K(b, dst, nb);
     case DType::Q3_K: return dequantize_q3_K(b, dst, nb);
     case DType::Q4_K: return dequantize_q4_K(b, dst, nb);
     case DType::Q5_K: return dequantize_q5_K(b, dst, nb);

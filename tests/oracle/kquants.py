@@ -1,9 +1,9 @@
-"""Simple IQ4_NL, IQ4_XS, Q3_K, Q4_K, Q5_K and Q6_K quantizers (the gguf package only dequantizes these types).
+"""Simple IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K quantizers (the gguf package only dequantizes these types).
 
 They only need to produce VALID blocks whose values approximate the input: the numerical
 reference always uses gguf.quants.dequantize of the stored bytes, never these codes, so the
 scale search is plain min/max rather than llama.cpp's optimised one. The block layouts follow
-ggml-quants.c (dequantize_row_q3_K / q4_K / q5_K / q6_K); test_reference_self_checks.py
+ggml-quants.c (dequantize_row_q2_K / q3_K / q4_K / q5_K / q6_K); test_reference_self_checks.py
 round-trips them through gguf.quants.dequantize.
 """
 from __future__ import annotations
@@ -114,23 +114,42 @@ def _scales_mins_k4(sc: np.ndarray, m: np.ndarray) -> np.ndarray:
     return scales
 
 
-def _min_max_sub_blocks(x: np.ndarray, top: int):
-    """Q4_K / Q5_K's shared part: [rows, cols] -> 32-value sub-blocks of 8 per super-block with
-    value = d*sc[j]*q - dmin*m[j], q in 0..top. Returns (d, dmin, sc, m, q)."""
-    b = x.astype(np.float32).reshape(-1, 8, 32)
+def _min_max_sub_blocks(x: np.ndarray, top: int, size: int = 32, scale_top: int = 63):
+    """Q2_K / Q4_K / Q5_K's shared part: [rows, cols] -> sub-blocks of `size` values, 256 / size per
+    super-block, with value = d*sc[j]*q - dmin*m[j], q in 0..top, sc and m in 0..scale_top.
+    Returns (d, dmin, sc, m, q)."""
+    b = x.astype(np.float32).reshape(-1, QK_K // size, size)
     lo = np.minimum(b.min(axis=-1), 0.0)  # [nb, 8]; offsets are >= 0 as in ggml
     hi = b.max(axis=-1)
     scale = (hi - lo) / float(top)
     offset = -lo
-    d = _fp16(scale.max(axis=-1) / 63.0)  # [nb]
-    dmin = _fp16(offset.max(axis=-1) / 63.0)
+    d = _fp16(scale.max(axis=-1) / float(scale_top))  # [nb]
+    dmin = _fp16(offset.max(axis=-1) / float(scale_top))
     d32, dmin32 = d.astype(np.float32)[:, None], dmin.astype(np.float32)[:, None]
-    sc = np.where(d32 > 0, np.clip(np.rint(scale / np.where(d32 > 0, d32, 1)), 0, 63), 0).astype(np.uint8)
-    m = np.where(dmin32 > 0, np.clip(np.rint(offset / np.where(dmin32 > 0, dmin32, 1)), 0, 63), 0).astype(np.uint8)
+    sc = np.where(d32 > 0, np.clip(np.rint(scale / np.where(d32 > 0, d32, 1)), 0, scale_top), 0).astype(np.uint8)
+    m = np.where(dmin32 > 0, np.clip(np.rint(offset / np.where(dmin32 > 0, dmin32, 1)), 0, scale_top), 0).astype(np.uint8)
     eff_scale = (d32 * sc)[..., None]
     eff_min = (dmin32 * m)[..., None]
     q = np.where(eff_scale > 0, np.rint((b + eff_min) / np.where(eff_scale > 0, eff_scale, 1)), 0)
-    return d, dmin, sc, m, np.clip(q, 0, top).astype(np.uint8)  # q: [nb, 8, 32]
+    return d, dmin, sc, m, np.clip(q, 0, top).astype(np.uint8)  # q: [nb, 256 / size, size]
+
+
+def quantize_q2_k(x: np.ndarray) -> np.ndarray:
+    """[rows, cols] float -> [rows, cols/256*84] uint8. Block: scales[16], qs[64], d f16, dmin f16;
+    value = d*sc[j]*q - dmin*m[j] for 16 sub-blocks j of 16 values, sc (low nibble of scales[j])
+    and m (high nibble) 4-bit, q 2-bit: value 128h + 32p + l at bits 2p of qs[32h + l]."""
+    rows, cols = x.shape
+    assert cols % QK_K == 0, f"Q2_K needs cols % 256 == 0, got {cols}"
+    d, dmin, sc, m, q = _min_max_sub_blocks(x, 3, size=16, scale_top=15)
+    nb = q.shape[0]
+    q = q.reshape(nb, 256)
+    qs = np.zeros((nb, 64), np.uint8)
+    for h in range(2):
+        for p in range(4):
+            qs[:, 32 * h:32 * h + 32] |= q[:, 128 * h + 32 * p:128 * h + 32 * p + 32] << (2 * p)
+    blocks = np.concatenate([sc | (m << 4), qs, d.reshape(nb, 1).view(np.uint8), dmin.reshape(nb, 1).view(np.uint8)], axis=1)
+    assert blocks.shape[1] == 84
+    return blocks.reshape(rows, cols // QK_K * 84)
 
 
 def quantize_q4_k(x: np.ndarray) -> np.ndarray:
@@ -194,14 +213,14 @@ def quantize_q6_k(x: np.ndarray) -> np.ndarray:
     return blocks.reshape(rows, cols // QK_K * 210)
 
 
-_QUANTIZERS = {"IQ4_NL": quantize_iq4_nl, "IQ4_XS": quantize_iq4_xs, "Q3_K": quantize_q3_k, "Q4_K": quantize_q4_k, "Q5_K": quantize_q5_k,
+_QUANTIZERS = {"Q2_K": quantize_q2_k, "IQ4_NL": quantize_iq4_nl, "IQ4_XS": quantize_iq4_xs, "Q3_K": quantize_q3_k, "Q4_K": quantize_q4_k, "Q5_K": quantize_q5_k,
                "Q6_K": quantize_q6_k}
 
 
 def encode(w: np.ndarray, type_name: str):
     """(array to write, raw_dtype) for GGUFWriter.add_tensor: F32 and F16 as arrays (raw_dtype None),
     the types above by this module's quantizers, the others by the gguf package's. Raises
-    ValueError for a type neither has a quantizer for (Q2_K)."""
+    ValueError for a type neither has a quantizer for (the IQ2 and IQ3 types, say)."""
     import gguf
     if type_name == "F32":
         return np.ascontiguousarray(w, dtype=np.float32), None

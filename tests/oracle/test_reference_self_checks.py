@@ -47,21 +47,23 @@ def test_the_weight_generator_reproduces_pinned_values():
     assert sha == "b603b9b0a3482f3f2760736a7e47dff3a8d63e4a25d88d96fb68b534673bb8d3"
 
 
-@pytest.mark.parametrize("kind", ["IQ4_NL", "IQ4_XS", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("kind", ["IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
 def test_kquant_blocks_round_trip_through_gguf_dequantize(kind):
     import gguf
     x = tiny_models.uniform(11, "kquant-roundtrip", (6, 512)).astype(np.float32) * 3.0
     x[0] += 1.5  # a row with a non-zero mean exercises Q4_K's min offsets
-    q = {"IQ4_NL": kquants.quantize_iq4_nl, "IQ4_XS": kquants.quantize_iq4_xs, "Q3_K": kquants.quantize_q3_k, "Q4_K": kquants.quantize_q4_k, "Q5_K": kquants.quantize_q5_k,
+    q = {"IQ4_NL": kquants.quantize_iq4_nl, "IQ4_XS": kquants.quantize_iq4_xs, "Q2_K": kquants.quantize_q2_k, "Q3_K": kquants.quantize_q3_k, "Q4_K": kquants.quantize_q4_k, "Q5_K": kquants.quantize_q5_k,
          "Q6_K": kquants.quantize_q6_k}[kind](x)
     y = gguf.quants.dequantize(q, gguf.GGMLQuantizationType[kind])
     err = np.abs(y - x).max() / np.abs(x).max()
     # IQ4_NL: 16 levels 10-24 apart out of 127 (half a gap up to ~10%), IQ4_XS the same (its largest
-    # sub-block's scale is exact, the others' rounded in proportion to their smaller values); Q3_K: 8 levels per 16 values (half a step up to 1/6 of a sub-block's largest |x|); Q4_K: 16
+    # sub-block's scale is exact, the others' rounded in proportion to their smaller values); Q2_K: 4
+    # levels per 16 values (half a step up to 1/6 of a sub-block's range, 1/3 of max |x|; 0.22
+    # measured), and 4-bit scales and mins; Q3_K: 8 levels per 16 values (half a step up to 1/6 of a sub-block's largest |x|); Q4_K: 16
     # levels per sub-block (half a step ~3% of the range) plus 6-bit scale rounding; Q5_K: 32 levels
     # (~1.6%); Q6_K: 64 levels (~1%). A mis-packed nibble, bit or scale gives errors ~50-100% of the
     # range (a lost fifth bit: half of it; a lost third bit of Q3_K: 4 steps).
-    assert err < {"IQ4_NL": 0.1, "IQ4_XS": 0.1, "Q3_K": 0.2, "Q4_K": 0.08, "Q5_K": 0.04, "Q6_K": 0.03}[kind], f"{kind} round-trip error {err:.3f} of max |x|"
+    assert err < {"IQ4_NL": 0.1, "IQ4_XS": 0.1, "Q2_K": 0.34, "Q3_K": 0.2, "Q4_K": 0.08, "Q5_K": 0.04, "Q6_K": 0.03}[kind], f"{kind} round-trip error {err:.3f} of max |x|"
 
 
 def test_gguf_stores_q_and_k_rows_permuted_like_llama_cpp(tiny):
@@ -147,7 +149,10 @@ def test_gguf_reader_returns_the_generated_weights(tiny):
             if types[n] == "F32":
                 assert err == 0, f"{name} {n}"
             else:  # quantization error only; a layout mix-up would be O(max |w|)
-                assert err < 0.25 * float(np.abs(want).max()), f"{name} {n} ({types[n]}): {err}"
+                # Q2_K: half of a 2-bit step is up to a sixth of a 16-value sub-block's range, a third
+                # of max |w| (plus its 4-bit scale's rounding); the others' steps are finer.
+                bound = 0.4 if types[n] == "Q2_K" else 0.25
+                assert err < bound * float(np.abs(want).max()), f"{name} {n} ({types[n]}): {err}"
 
 
 def test_tiny_logits_are_in_a_useful_range(tiny):

@@ -117,6 +117,11 @@ VARIANTS: dict[str, TinySpec] = {s.name: s for s in [
     TinySpec("q3_k", seed=13, hidden=256, intermediate=512, head_dim=64, hf_dtype=None,
              gguf_types={"matrix": "Q3_K", "embed": "IQ4_NL", "output": "Q6_K"},
              gguf_overrides={"attn_q": "IQ4_NL", "ffn_up": "IQ4_NL"}),
+    # A Q2_K file's types: Q2_K, and Q3_K for attn_v, ffn_down and attn_output (llama.cpp's
+    # llama_tensor_get_type for its Q2_K mix).
+    TinySpec("q2_k", seed=15, hidden=256, intermediate=512, head_dim=64, hf_dtype=None,
+             gguf_types={"matrix": "Q2_K", "embed": "Q2_K", "output": "Q6_K"},
+             gguf_overrides={"attn_v": "Q3_K", "ffn_down": "Q3_K", "attn_output": "Q3_K"}),
     # An IQ4_XS file's types: IQ4_XS, and IQ4_NL (llama.cpp's fallback for IQ4_XS in rows that are
     # not whole super-blocks) for the embedding, q and up.
     TinySpec("iq4_xs", seed=14, hidden=256, intermediate=512, head_dim=64, hf_dtype=None,

@@ -22,8 +22,8 @@ the other attn_v, ffn_down and every attn_output; Q2_K asks Q2_K, but Q3_K for a
 4 or more query heads share a kv head), ffn_down and attn_output (llama.cpp's llama_tensor_get_type).
 Q2_K and Q3_K fall back to IQ4_NL. So the Q3_K_M file of SmolLM2-135M is IQ4_NL for q, k, gate and
 up, Q5_1 / Q5_0 for v, Q5_0 for attn_output, Q5_K / Q4_K for ffn_down; its Q2_K file is IQ4_NL
-but for Q3_K ffn_down (and the Q8_0 embedding in both). IQ4_NL and Q3_K use kquants.py's quantizers;
-a Q2_K tensor (rows of whole super-blocks) would need one, and is refused with one line.
+but for Q3_K ffn_down (and the Q8_0 embedding in both). IQ4_NL, Q2_K and Q3_K use kquants.py's
+quantizers (a Q2_K tensor appears only where rows are whole super-blocks, in models whose width is a multiple of 256).
 
 IQ4_XS asks IQ4_XS, but Q5_K for the ffn_down of the first eighth of the layers (llama.cpp does so
 without an importance matrix; none is used here) and for attn_v where 4 or more query heads share a
@@ -120,7 +120,7 @@ def main(argv: list[str]) -> int:
         kind = want if shape[1] % QK_K == 0 else FALLBACK[want]
         try:
             data, qtype = kquants.encode(values, kind)
-        except ValueError as e:  # a Q2_K tensor of whole super-blocks
+        except ValueError as e:  # a type no quantizer here writes
             print(f"q4_k_m_of.py: {t.name}: {e}", file=sys.stderr)
             return 1
         w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=qtype)

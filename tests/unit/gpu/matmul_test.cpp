@@ -45,6 +45,10 @@ Weight random_weight(DType t, int64_t rows, int64_t cols, uint32_t seed) {
         put16(o, f32_to_fp16(0.1f * val(rng)));
         put16(o + 2, f32_to_fp16(0.1f * val(rng)));
         break;
+      case DType::Q2_K:
+        put16(o + 80, f32_to_fp16(0.1f * val(rng)));
+        put16(o + 82, f32_to_fp16(0.1f * val(rng)));
+        break;
       case DType::Q3_K: put16(o + 108, f32_to_fp16(0.1f * val(rng))); break;
       case DType::Q6_K: put16(o + 208, f32_to_fp16(0.1f * val(rng))); break;
     }
@@ -89,7 +93,7 @@ void expect_matches_reference(const TensorView& w, const std::vector<float>& x, 
 }
 
 const DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                           DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
+                           DType::Q5_1, DType::Q2_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
 const int64_t kRowCounts[] = {1, 2, 3, 5, 6, 8, 9, 17};
 
 bool have_avx2() { return host_kernels::cpu_has_avx2_fma(); }

@@ -31,6 +31,8 @@ std::vector<std::byte> random_blocks(DType t, int64_t rows, int64_t cols, std::m
     bytes[o + 1] = std::byte(0x20);
     bytes[o + 2] = std::byte(0);
     bytes[o + 3] = std::byte(0x20);
+    if (t == DType::Q2_K)  // d and dmin are its last four bytes
+      for (size_t k = 80; k < 84; ++k) bytes[o + k] = bytes[o + k - 80];
   }
   return bytes;
 }
@@ -38,9 +40,9 @@ std::vector<std::byte> random_blocks(DType t, int64_t rows, int64_t cols, std::m
 TEST(QmatmulBench, DISABLED_CacheResidentKernelsPerRowCount) {
   using host_kernels::Int8Kernel;
   for (Int8Kernel kernel : {Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni, Int8Kernel::kAmx})
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     if (!host_kernels::cpu_has_int8_kernel(kernel) || !host_kernels::reads(kernel, t)) continue;
-    const bool k_quant = t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+    const bool k_quant = t == DType::Q2_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
     const int64_t rows = 576, cols = k_quant ? 768 : 576;  // K-quants: rows of 256
     std::mt19937 rng(1);
     const std::vector<std::byte> bytes = random_blocks(t, rows, cols, rng);

@@ -46,6 +46,10 @@ Stored random_stored(DType t, int64_t rows, int64_t cols, uint32_t seed) {
     if (t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K)
       std::memcpy(w.bytes.data() + o + 2, &m, 2);  // Q4_K, Q5_K: dmin
     if (t == DType::Q6_K) std::memcpy(w.bytes.data() + o + 208, &d, 2);                     // Q6_K: d is last
+    if (t == DType::Q2_K) {                                                                 // Q2_K: d, dmin last
+      std::memcpy(w.bytes.data() + o + 80, &d, 2);
+      std::memcpy(w.bytes.data() + o + 82, &m, 2);
+    }
   }
   w.view = TensorView{"w", t, {rows, cols}, w.bytes.data(), w.bytes.size()};
   return w;
@@ -64,8 +68,9 @@ std::vector<float> random_x(int64_t n, int64_t cols, uint32_t seed) {
 using host_kernels::Int8Kernel;
 
 // The stored types the int8 path packs, and whether a type's rows are whole 256-value super-blocks.
-constexpr DType kInt8Types[] = {DType::Q4_0, DType::Q4_1, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
-bool k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::IQ4_XS; }
+constexpr DType kInt8Types[] = {DType::Q4_0, DType::Q4_1, DType::Q5_1, DType::Q8_0, DType::Q4_K,
+                                DType::Q5_K, DType::Q6_K, DType::IQ4_XS, DType::Q2_K};
+bool k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::IQ4_XS || t == DType::Q2_K; }
 
 // Every int8 kernel this CPU can run, the portable one first; with a type, those that read it (the
 // five-bit types only where host_kernels::packs_five_bit).
@@ -295,8 +300,8 @@ std::vector<double> emulate(const TensorView& w, const QuantizedRows& q) {
   const size_t bb = static_cast<size_t>(dtype_info(w.dtype).block_bytes);
   std::vector<double> y(static_cast<size_t>(q.n * rows));
   if (w.dtype == DType::Q4_K || w.dtype == DType::Q5_K || w.dtype == DType::Q6_K || w.dtype == DType::Q5_1 ||
-      w.dtype == DType::IQ4_XS) {
-    // The reference dequantizer's values (Q4_K, Q5_K: d * sc * q - dmin * m; Q6_K: d * sc * (q -
+      w.dtype == DType::IQ4_XS || w.dtype == DType::Q2_K) {
+    // The reference dequantizer's values (Q2_K, Q4_K, Q5_K: d * sc * q - dmin * m; Q6_K: d * sc * (q -
     // 32); Q5_1: d * q + m; IQ4_XS: d * (ls - 32) * level) against the int8 activations.
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
@@ -927,9 +932,10 @@ TEST(HostPath, AWeightTypeWithoutAFastKernelOnThePathRunsOnTheF32KernelsWithOneL
 // Q5_1 and Q5_K (a Q5_K_M file) are packed with a plane of fifth bits, IQ4_XS as IQ4_NL's indices
 // with f32 scales, layouts that the AVX-512 VNNI, AMX, AVX2 and portable kernels read; the AVX-VNNI
 // kernel has neither, so on a path that runs it those weights run on the f32 kernels with one line
-// naming the kernel and the type. Either way the product is the stored matrix's.
-TEST(HostPath, FiveBitAndIQ4_XSTypesRunOnTheInt8KernelsThatReadThemAndElseOnTheF32KernelsWithOneLine) {
-  for (DType t : {DType::Q5_1, DType::Q5_K, DType::IQ4_XS}) {
+// naming the kernel and the type. Q2_K's 2-bit layout only the AVX-512 VNNI, AMX and portable
+// kernels read (AVX2 and AVX-VNNI: the line). Either way the product is the stored matrix's.
+TEST(HostPath, FiveBitIQ4_XSAndQ2_KTypesRunOnTheInt8KernelsThatReadThemAndElseOnTheF32KernelsWithOneLine) {
+  for (DType t : {DType::Q5_1, DType::Q5_K, DType::IQ4_XS, DType::Q2_K}) {
     const int64_t rows = 8, cols = 256;
     const Stored w = random_stored(t, rows, cols, 93 + static_cast<uint32_t>(t));
     const auto x = random_x(2, cols, 94);
@@ -951,7 +957,7 @@ TEST(HostPath, FiveBitAndIQ4_XSTypesRunOnTheInt8KernelsThatReadThemAndElseOnTheF
       if (host_kernels::reads(kernel, t)) {
         EXPECT_NE(a.device, nullptr);
         EXPECT_EQ(a.device, b.device);
-        EXPECT_EQ(ops.packed_bytes(), size_t{8} * (t == DType::Q5_1 ? 192 : t == DType::Q5_K ? 224 : 160));
+        EXPECT_EQ(ops.packed_bytes(), size_t{8} * (t == DType::Q5_1 ? 192 : t == DType::Q5_K ? 224 : t == DType::Q2_K ? 112 : 160));
         EXPECT_EQ(err, "");
         for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 0.05 * (1 + std::fabs(ref[k])));
       } else {

@@ -218,6 +218,27 @@ TEST(Dequantize, IQ4_XSScalesEachSubBlockOfLevelsByItsSixBitScale) {
   for (int v = 0; v < 256; ++v) EXPECT_EQ(y[v], 0.25f * static_cast<float>(ls[v / 32] - 32) * levels[q[v]]) << v;
 }
 
+// Q2_K: sixteen 16-value sub-blocks, sub-block j's 4-bit scale in the low nibble of byte j and its
+// 4-bit min in the high one; the 2-bit quants of values 128h + 32p + l at bits 2p of byte 16 + 32h + l;
+// fp16 d and dmin last. Value v is d * sc * q - dmin * m.
+TEST(Dequantize, Q2_KScalesAndOffsetsEachSixteenValuesByTheirFourBitScaleAndMin) {
+  std::vector<uint8_t> b(84);
+  put_u16(b, 80, 0x3400);  // d = 0.25
+  put_u16(b, 82, 0x3800);  // dmin = 0.5
+  const int sc[16] = {0, 15, 1, 7, 3, 9, 2, 11, 4, 13, 5, 6, 8, 10, 12, 14};
+  const int m[16] = {15, 0, 3, 1, 7, 2, 9, 4, 11, 5, 13, 6, 8, 10, 12, 14};
+  for (int j = 0; j < 16; ++j) b[j] = static_cast<uint8_t>(sc[j] | m[j] << 4);
+  int q[256];
+  for (int v = 0; v < 256; ++v) q[v] = (v * 7 + v / 64) % 4;
+  for (int v = 0; v < 256; ++v) b[16 + 32 * (v / 128) + v % 32] = static_cast<uint8_t>(b[16 + 32 * (v / 128) + v % 32] | q[v] << (2 * ((v % 128) / 32)));
+  float y[256];
+  dequantize_row(DType::Q2_K, b.data(), y, 256);
+  EXPECT_EQ(y[0], -7.5f);           // sc 0, m 15
+  EXPECT_EQ(y[17], 0.25f * 15 * q[17]);  // sc 15, m 0
+  for (int v = 0; v < 256; ++v)
+    EXPECT_EQ(y[v], 0.25f * static_cast<float>(sc[v / 16]) * static_cast<float>(q[v]) - 0.5f * static_cast<float>(m[v / 16])) << v;
+}
+
 TEST(Dequantize, Q8_0ScalesSignedBytes) {
   std::vector<uint8_t> b(34);
   put_u16(b, 0, 0x4000);  // d = 2

@@ -24,14 +24,15 @@ TEST(DType, DescribesTheBlockGeometryOfEachLoadableType) {
   // ggml-common.h: sizeof(block_q8_0) = 2 + 32, block_q4_0 = 2 + 16, block_q4_1 = 4 + 16,
   // block_q5_0 = 2 + 4 + 16, block_q5_1 = 4 + 4 + 16, block_q4_K = 4 + 12 + 128,
   // block_q5_K = 4 + 12 + 32 + 128, block_q6_K = 128 + 64 + 16 + 2, block_iq4_nl = 2 + 16,
-  // block_q3_K = 32 + 64 + 12 + 2, block_iq4_xs = 2 + 2 + 4 + 128.
+  // block_q3_K = 32 + 64 + 12 + 2, block_iq4_xs = 2 + 2 + 4 + 128, block_q2_K = 16 + 64 + 2 + 2.
   const Row rows[] = {{DType::F32, "F32", 1, 4},       {DType::F16, "F16", 1, 2},
                       {DType::BF16, "BF16", 1, 2},     {DType::Q8_0, "Q8_0", 32, 2 + 32},
                       {DType::Q4_0, "Q4_0", 32, 2 + 16}, {DType::Q4_1, "Q4_1", 32, 4 + 16},
                       {DType::Q5_0, "Q5_0", 32, 2 + 4 + 16}, {DType::Q5_1, "Q5_1", 32, 4 + 4 + 16},
                       {DType::Q5_K, "Q5_K", 256, 4 + 12 + 32 + 128}, {DType::IQ4_NL, "IQ4_NL", 32, 2 + 16},
                       {DType::Q3_K, "Q3_K", 256, 32 + 64 + 12 + 2}, {DType::IQ4_XS, "IQ4_XS", 256, 2 + 2 + 4 + 128},
-                      {DType::Q4_K, "Q4_K", 256, 4 + 12 + 128}, {DType::Q6_K, "Q6_K", 256, 128 + 64 + 16 + 2}};
+                      {DType::Q4_K, "Q4_K", 256, 4 + 12 + 128}, {DType::Q6_K, "Q6_K", 256, 128 + 64 + 16 + 2},
+                      {DType::Q2_K, "Q2_K", 256, 16 + 64 + 2 + 2}};
   for (const Row& r : rows) {
     SCOPED_TRACE(r.name);
     EXPECT_STREQ(dtype_info(r.t).name, r.name);
@@ -43,15 +44,15 @@ TEST(DType, DescribesTheBlockGeometryOfEachLoadableType) {
 }
 
 TEST(DType, RefusesTypeIdsItCannotLoad) {
-  for (uint32_t id : {4u, 9u, 10u, 15u, 21u, 22u, 28u, 29u, 31u, 1000u}) {
+  for (uint32_t id : {4u, 9u, 15u, 16u, 21u, 22u, 28u, 29u, 31u, 1000u}) {
     EXPECT_FALSE(dtype_supported(id)) << id;
     EXPECT_THROW(dtype_info(static_cast<DType>(id)), ModelError) << id;
   }
 }
 
 TEST(DType, KernelsReadEveryLoadableTypeButQ5_0IQ4_NLAndQ3_K) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_1, DType::Q4_K,
-                  DType::Q5_K, DType::Q6_K})
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_1, DType::Q2_K,
+                  DType::Q4_K, DType::Q5_K, DType::Q6_K})
     EXPECT_TRUE(dtype_has_kernels(t)) << dtype_name(t);
   for (DType t : {DType::Q5_0, DType::IQ4_NL, DType::Q3_K}) EXPECT_FALSE(dtype_has_kernels(t)) << dtype_name(t);
 }
