@@ -137,15 +137,16 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, cons
     }
     const __m512 dw = F::scale(pa, pb);
     typename F::Weights wt;
-    F::load(pa, pb, wt);
     if constexpr (F::kType == DType::Q2_K) {
+      F::template load<N>(pa, pb, wt);
       const __m512 mw = F::min(pa, pb);
       for (int i = 0; i < N; ++i) {
         const size_t xi = static_cast<size_t>((i0 + i) * nb + blk);
-        const __m512i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + blk * 32, x.isum[xi], x.isum_lo[xi]);
+        const __m512i s32 = F::template dot<N>(wt, x.q.data() + (i0 + i) * cols + blk * 32);
         acc[i] = accumulate_block_q2_k(acc[i], s32, F::min_dot(wt, x.isum[xi], x.isum_lo[xi]), dw, mw, x.d[xi]);
       }
     } else {
+      F::load(pa, pb, wt);
       for (int i = 0; i < N; ++i) {
         const size_t xi = static_cast<size_t>((i0 + i) * nb + blk);
         const __m512i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + blk * 32, x.isum[xi], x.isum_lo[xi]);

@@ -323,18 +323,21 @@ struct FormatQ6K {
   }
 };
 
-// Q2_K (qmatmul.h; the 512-bit FormatQ2K's arithmetic for one group): each byte of q times its
-// sub-block's scale in 16-bit lanes (sc q <= 45), so dot is sum (sc q) x with no offset; min_dot
-// is the mins' sum m_lo sum_lo x + m_hi sum_hi x (vpmaddwd of the rows' (m_lo, m_hi) int16 pairs
-// against the block's two half sums). The maddubs variant widens every two products (at most
-// 2 x 2 x 45 x 127 = 22860 in int16).
+// Q2_K (qmatmul.h; the 512-bit FormatQ2K's arithmetic for one group): a pass of more than
+// kPerRowScaleRows rows multiplies each byte of q by its sub-block's scale in 16-bit lanes
+// (sc q <= 45) at unpacking, a shorter one scales each half's sum per row; either way dot is
+// sum (sc q) x with no offset. min_dot is the mins' sum m_lo sum_lo x + m_hi sum_hi x (vpmaddwd of
+// the rows' (m_lo, m_hi) int16 pairs against the block's two half sums).
 struct FormatQ2K {
   static constexpr bool kHasMin = false;  // its mins are per 16 values: tile's min_dot branch
   static constexpr bool kSubMins = true;
+  // Passes of at most this many rows scale the two halves' sums per row (two vpmulld a row)
+  // instead of every quant byte at unpacking (eight vpmullw a pass): the same exact sums.
+  static constexpr int kPerRowScaleRows = 3;
   static __m256 scale(const uint8_t* blk) { return scales8(blk); }
   static __m256 min(const uint8_t* blk) { return scales8(blk + 16); }
   struct Weights {
-    __m256i w[8], mins;
+    __m256i w[8], mins, s_lo, s_hi;
   };
   static void prefetch_block(const uint8_t* blk) {
 #ifdef SPECULA_YMM_VNNI
@@ -345,33 +348,55 @@ struct FormatQ2K {
 #endif
   }
   static __m256i bytes_u32(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+  // For a pass of N rows: w[c] the quants (times their scale where N > kPerRowScaleRows).
+  template <int N>
   static void load(const uint8_t* blk, Weights& wt) {
     const __m256i lo = bytes_u32(blk + 32), hi = bytes_u32(blk + 40);
     const __m256i fifteen = _mm256_set1_epi32(15);
-    const __m256i sc_lo = _mm256_and_si256(lo, fifteen), sc_hi = _mm256_and_si256(hi, fifteen);
-    const __m256i s16[2] = {_mm256_or_si256(sc_lo, _mm256_slli_epi32(sc_lo, 16)), _mm256_or_si256(sc_hi, _mm256_slli_epi32(sc_hi, 16))};
+    wt.s_lo = _mm256_and_si256(lo, fifteen);
+    wt.s_hi = _mm256_and_si256(hi, fifteen);
     wt.mins = _mm256_or_si256(_mm256_srli_epi32(lo, 4), _mm256_slli_epi32(_mm256_srli_epi32(hi, 4), 16));
     const __m256i three = _mm256_set1_epi8(3);
     for (int h = 0; h < 2; ++h) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 48 + 32 * h));
-      wt.w[4 * h] = _mm256_mullo_epi16(_mm256_and_si256(v, three), s16[h]);
-      for (int k = 1; k < 4; ++k)
-        wt.w[4 * h + k] = _mm256_mullo_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 2 * k), three), s16[h]);
+      for (int k = 0; k < 4; ++k) wt.w[4 * h + k] = _mm256_and_si256(k == 0 ? v : _mm256_srli_epi16(v, 2 * k), three);
+    }
+    if constexpr (N > kPerRowScaleRows) {
+      const __m256i s16[2] = {_mm256_or_si256(wt.s_lo, _mm256_slli_epi32(wt.s_lo, 16)), _mm256_or_si256(wt.s_hi, _mm256_slli_epi32(wt.s_hi, 16))};
+      for (int c = 0; c < 8; ++c) wt.w[c] = _mm256_mullo_epi16(wt.w[c], s16[c / 4]);
     }
   }
-  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t, int32_t) {
+  // The scaled bytes (<= 45): the maddubs variant widens every two products (at most
+  // 2 x 2 x 45 x 127 = 22860 in int16). The plain quants (<= 3): each half's four in int16 (at most
+  // 4 x 2 x 3 x 127 = 3048), then scaled in int32.
+  template <int N>
+  static __m256i dot(const Weights& wt, const int8_t* xb) {
 #ifdef SPECULA_YMM_VNNI
-    return dot8(wt.w, xb);
+    if constexpr (N > kPerRowScaleRows) return dot8(wt.w, xb);
+    __m256i half[2];
+    for (int h = 0; h < 2; ++h) {
+      half[h] = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), wt.w[4 * h], bcast4(xb + 16 * h));
+      for (int k = 1; k < 4; ++k) half[h] = _mm256_dpbusd_avx_epi32(half[h], wt.w[4 * h + k], bcast4(xb + 16 * h + 4 * k));
+    }
 #else
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i s32 = _mm256_setzero_si256();
-    for (int c = 0; c < 8; c += 2) {
-      const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(wt.w[c], bcast4(xb + 4 * c)),
-                                           _mm256_maddubs_epi16(wt.w[c + 1], bcast4(xb + 4 * c + 4)));
-      s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(s16, ones));
+    if constexpr (N > kPerRowScaleRows) {
+      __m256i s32 = _mm256_setzero_si256();
+      for (int c = 0; c < 8; c += 2) {
+        const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(wt.w[c], bcast4(xb + 4 * c)),
+                                             _mm256_maddubs_epi16(wt.w[c + 1], bcast4(xb + 4 * c + 4)));
+        s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(s16, ones));
+      }
+      return s32;
     }
-    return s32;
+    __m256i half[2];
+    for (int h = 0; h < 2; ++h) {
+      __m256i s16 = _mm256_maddubs_epi16(wt.w[4 * h], bcast4(xb + 16 * h));
+      for (int k = 1; k < 4; ++k) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(wt.w[4 * h + k], bcast4(xb + 16 * h + 4 * k)));
+      half[h] = _mm256_madd_epi16(s16, ones);
+    }
 #endif
+    return _mm256_add_epi32(_mm256_mullo_epi32(half[0], wt.s_lo), _mm256_mullo_epi32(half[1], wt.s_hi));
   }
   static __m256i min_dot(const Weights& wt, int32_t isum, int32_t isum_lo) {
     const uint32_t halves = static_cast<uint16_t>(isum_lo) | static_cast<uint32_t>(static_cast<uint16_t>(isum - isum_lo)) << 16;
@@ -393,13 +418,18 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, cons
     F::prefetch_block(blk);
     const __m256 dw = F::scale(blk);
     typename F::Weights wt;
-    F::load(blk, wt);
+    constexpr bool kQ2K = requires { F::kSubMins; };
+    if constexpr (kQ2K) F::template load<N>(blk, wt);
+    else F::load(blk, wt);
     for (int i = 0; i < N; ++i) {
       const size_t xi = static_cast<size_t>((i0 + i) * nb + b);
-      const __m256i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + b * 32, x.isum[xi], x.isum_lo[xi]);
+      const int8_t* xb = x.q.data() + (i0 + i) * cols + b * 32;
+      __m256i s32;
+      if constexpr (kQ2K) s32 = F::template dot<N>(wt, xb);
+      else s32 = F::dot(wt, xb, x.isum[xi], x.isum_lo[xi]);
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(x.d[xi])), acc[i]);
       if constexpr (F::kHasMin) acc[i] = _mm256_fmadd_ps(F::min(blk), _mm256_set1_ps(x.sx[xi]), acc[i]);
-      if constexpr (requires { F::kSubMins; })  // Q2_K's mins: fma(float(min_dot), fl(-dmin * dx), acc)
+      if constexpr (kQ2K)  // Q2_K's mins: fma(float(min_dot), fl(-dmin * dx), acc)
         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(F::min_dot(wt, x.isum[xi], x.isum_lo[xi])),
                                  _mm256_mul_ps(F::min(blk), _mm256_set1_ps(x.d[xi])), acc[i]);
     }

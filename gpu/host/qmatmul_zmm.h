@@ -221,9 +221,10 @@ struct FormatQ6K {
 };
 
 // Q2_K (qmatmul.h): d and -dmin as fp16, each row's two sub-blocks' scale | min << 4 bytes, then
-// two vectors of 2-bit q. load unpacks vector c = 4h + s (bits 2s of vector h) and multiplies each
-// byte by its sub-block's scale in 16-bit lanes (sc q <= 45: no carry into the next byte), so dot
-// is Q8_0's eight products with no offset: sum (sc q) x over both sub-blocks. min_dot is the mins'
+// two vectors of 2-bit q. load unpacks vector c = 4h + s (bits 2s of vector h) and, for a pass of
+// more than kPerRowScaleRows rows, multiplies each byte by its sub-block's scale in 16-bit lanes
+// (sc q <= 45: no carry into the next byte), so dot is Q8_0's eight products with no offset; for
+// fewer, dot scales each half's sum instead. Either way sum (sc q) x over both sub-blocks. min_dot is the mins'
 // sum m_lo sum_lo x + m_hi sum_hi x, one vpdpwssd of the rows' (m_lo, m_hi) int16 pairs against the
 // activation block's two half sums (|sum| <= 16 * 127: int16). Both exact in int32; the tile then
 // does acc = fma(float(dot), fl(d * dx), acc), acc = fma(float(min_dot), fl(-dmin * dx), acc).
@@ -231,8 +232,11 @@ struct FormatQ2K {
   static constexpr DType kType = DType::Q2_K;
   static constexpr bool kHasMin = false;  // its mins are per 16 values: the tile's own branch
   static constexpr int kPrefetchLines = 2;  // 112 bytes per group-block
+  // Passes of at most this many rows scale the two halves' sums per row (two vpmulld a row)
+  // instead of every quant byte at unpacking (eight vpmullw a pass): the same exact sums.
+  static constexpr int kPerRowScaleRows = 3;
   struct Weights {
-    __m512i w[8], mins;
+    __m512i w[8], mins, s_lo, s_hi;
   };
   static __m512 scale(const uint8_t* a, const uint8_t* b) { return scales16(a, b); }
   static __m512 min(const uint8_t* a, const uint8_t* b) { return scales16(a + 16, b + 16); }
@@ -242,21 +246,38 @@ struct FormatQ2K {
     const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b));
     return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(lo, hi));
   }
+  // For a pass of N rows: w[c] the quants (times their scale where N > kPerRowScaleRows).
+  template <int N>
   static void load(const uint8_t* a, const uint8_t* b, Weights& wt) {
     const __m512i lo = bytes_u32(a + 32, b + 32), hi = bytes_u32(a + 40, b + 40);
     const __m512i fifteen = _mm512_set1_epi32(15);
-    const __m512i sc_lo = _mm512_and_si512(lo, fifteen), sc_hi = _mm512_and_si512(hi, fifteen);
-    const __m512i s16[2] = {_mm512_or_si512(sc_lo, _mm512_slli_epi32(sc_lo, 16)), _mm512_or_si512(sc_hi, _mm512_slli_epi32(sc_hi, 16))};
+    wt.s_lo = _mm512_and_si512(lo, fifteen);
+    wt.s_hi = _mm512_and_si512(hi, fifteen);
     wt.mins = _mm512_or_si512(_mm512_srli_epi32(lo, 4), _mm512_slli_epi32(_mm512_srli_epi32(hi, 4), 16));
     const __m512i three = _mm512_set1_epi8(3);
     for (int h = 0; h < 2; ++h) {
       const __m512i v = load_pair(a + 48 + 32 * h, b + 48 + 32 * h);
-      wt.w[4 * h] = _mm512_mullo_epi16(_mm512_and_si512(v, three), s16[h]);
-      for (int s = 1; s < 4; ++s)
-        wt.w[4 * h + s] = _mm512_mullo_epi16(_mm512_and_si512(_mm512_srli_epi16(v, 2 * s), three), s16[h]);
+      for (int s = 0; s < 4; ++s) wt.w[4 * h + s] = _mm512_and_si512(s == 0 ? v : _mm512_srli_epi16(v, 2 * s), three);
+    }
+    if constexpr (N > kPerRowScaleRows) {
+      const __m512i s16[2] = {_mm512_or_si512(wt.s_lo, _mm512_slli_epi32(wt.s_lo, 16)), _mm512_or_si512(wt.s_hi, _mm512_slli_epi32(wt.s_hi, 16))};
+      for (int c = 0; c < 8; ++c) wt.w[c] = _mm512_mullo_epi16(wt.w[c], s16[c / 4]);
     }
   }
-  static __m512i dot(const Weights& wt, const int8_t* xb, int32_t, int32_t) { return dot8(wt.w, xb); }
+  template <int N>
+  static __m512i dot(const Weights& wt, const int8_t* xb) {
+    if constexpr (N > kPerRowScaleRows) {
+      return dot8(wt.w, xb);
+    } else {
+      __m512i lo = dpbusd_bcast(_mm512_setzero_si512(), wt.w[0], xb);
+      __m512i hi = dpbusd_bcast(_mm512_setzero_si512(), wt.w[4], xb + 16);
+      for (int c = 1; c < 4; ++c) {
+        lo = dpbusd_bcast(lo, wt.w[c], xb + 4 * c);
+        hi = dpbusd_bcast(hi, wt.w[4 + c], xb + 16 + 4 * c);
+      }
+      return _mm512_add_epi32(_mm512_mullo_epi32(lo, wt.s_lo), _mm512_mullo_epi32(hi, wt.s_hi));
+    }
+  }
   static __m512i min_dot(const Weights& wt, int32_t isum, int32_t isum_lo) {
     const uint32_t halves = static_cast<uint16_t>(isum_lo) | static_cast<uint32_t>(static_cast<uint16_t>(isum - isum_lo)) << 16;
     return _mm512_dpwssd_epi32(_mm512_setzero_si512(), wt.mins, _mm512_set1_epi32(static_cast<int>(halves)));
