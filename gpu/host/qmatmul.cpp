@@ -177,9 +177,9 @@ void pack_block_q3_k(const uint8_t* const src[kGroupRows], int jb, uint8_t* dst)
 // One Q2_K group-block: block jb (0..7) of the super-blocks at src[r] (nullptr: padding), i.e. their
 // sub-blocks 2 jb (columns 0..15) and 2 jb + 1 (16..31). The header is the file's d, its dmin with
 // the sign flipped (exact), and the two sub-blocks' scale | min << 4 bytes as stored; the 2-bit q of
-// column j (the file's bits 2 (jb % 4) of qs[32 (jb / 4) + j]) goes to bits 2 ((j % 16) / 4) of row
-// r's byte j % 4 in vector j / 16, so that unpacked vector c = 4 (j / 16) + (j % 16) / 4 holds
-// columns 4c..4c+3 as every layout's vector c does.
+// column j (value 32 jb + j of the super-block) goes to bits 2 ((j % 16) / 4) of row r's byte j % 4
+// in vector j / 16, so that unpacked vector c = 4 (j / 16) + (j % 16) / 4 holds columns 4c..4c+3
+// as every layout's vector c does.
 void pack_block_q2_k(const uint8_t* const src[kGroupRows], int jb, uint8_t* dst) {
   std::memset(dst, 0, 112);
   for (int64_t r = 0; r < kGroupRows; ++r) {
@@ -193,7 +193,7 @@ void pack_block_q2_k(const uint8_t* const src[kGroupRows], int jb, uint8_t* dst)
     dst[32 + r] = b[2 * jb];
     dst[40 + r] = b[2 * jb + 1];
     for (int j = 0; j < 32; ++j) {
-      const int q = (b[16 + 32 * (jb / 4) + j] >> (2 * (jb % 4))) & 3;
+      const int q = two_bit_quant(b + 16, 32 * jb + j);
       dst[48 + 32 * (j / 16) + 4 * r + j % 4] |= static_cast<uint8_t>(q << (2 * ((j % 16) / 4)));
     }
   }

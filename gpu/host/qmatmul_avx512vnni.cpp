@@ -136,25 +136,21 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, cons
       prefetch(pb + 64 * l);
     }
     const __m512 dw = F::scale(pa, pb);
+    constexpr bool kQ2K = F::kType == DType::Q2_K;  // its own load and dot for the pass's rows, and its mins
     typename F::Weights wt;
-    if constexpr (F::kType == DType::Q2_K) {
-      F::template load<N>(pa, pb, wt);
-      const __m512 mw = F::min(pa, pb);
-      for (int i = 0; i < N; ++i) {
-        const size_t xi = static_cast<size_t>((i0 + i) * nb + blk);
-        const __m512i s32 = F::template dot<N>(wt, x.q.data() + (i0 + i) * cols + blk * 32);
-        acc[i] = accumulate_block_q2_k(acc[i], s32, F::min_dot(wt, x.isum[xi], x.isum_lo[xi]), dw, mw, x.d[xi]);
-      }
-    } else {
-      F::load(pa, pb, wt);
-      for (int i = 0; i < N; ++i) {
-        const size_t xi = static_cast<size_t>((i0 + i) * nb + blk);
-        const __m512i s32 = F::dot(wt, x.q.data() + (i0 + i) * cols + blk * 32, x.isum[xi], x.isum_lo[xi]);
-        acc[i] = accumulate_block<F>(acc[i], s32, dw, pa, pb, x, xi);
-      }
+    if constexpr (kQ2K) F::template load<N>(pa, pb, wt);
+    else F::load(pa, pb, wt);
+    const __m512 mw = F::min(pa, pb);  // the mins (Q2_K: -dmin) for Q2_K's term and the outlier columns
+    for (int i = 0; i < N; ++i) {
+      const size_t xi = static_cast<size_t>((i0 + i) * nb + blk);
+      const int8_t* xb = x.q.data() + (i0 + i) * cols + blk * 32;
+      if constexpr (kQ2K)
+        acc[i] = accumulate_block_q2_k(acc[i], F::template dot<N>(wt, xb), F::min_dot(wt, x.isum[xi], x.isum_lo[xi]), dw, mw, x.d[xi]);
+      else
+        acc[i] = accumulate_block<F>(acc[i], F::dot(wt, xb, x.isum[xi], x.isum_lo[xi]), dw, pa, pb, x, xi);
     }
     for (; next < out.count && out.column[next].at.blk_off == off; ++next)
-      wo[next] = out.column[next].in_block(pa, pb, dw, F::min(pa, pb));
+      wo[next] = out.column[next].in_block(pa, pb, dw, mw);
   }
   for (int i = 0; i < N; ++i)
     for (int k = 0; k < kOut; ++k)

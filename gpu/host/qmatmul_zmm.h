@@ -28,6 +28,11 @@ inline __m512i load_pair(const uint8_t* a, const uint8_t* b) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+// 8 bytes of group g (a) in the low half, 8 bytes of group g + 1 (b) in the high half.
+inline __m128i load8_pair(const uint8_t* a, const uint8_t* b) {
+  return _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a)), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
+}
+
 // The 8 fp16 scales of each group as 16 floats.
 inline __m512 scales16(const uint8_t* a, const uint8_t* b) {
   const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
@@ -186,11 +191,7 @@ struct FormatQ6K {
   struct Weights {
     __m512i w[8], s_lo, s_hi;
   };
-  static __m512i scales_i32(const uint8_t* a, const uint8_t* b) {
-    const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a));
-    const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b));
-    return _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(lo, hi));
-  }
+  static __m512i scales_i32(const uint8_t* a, const uint8_t* b) { return _mm512_cvtepi8_epi32(load8_pair(a, b)); }
   static void load(const uint8_t* a, const uint8_t* b, Weights& wt) {
     if constexpr (kNibbles) {
       const __m512i low = _mm512_set1_epi8(0x0F);
@@ -241,11 +242,7 @@ struct FormatQ2K {
   static __m512 scale(const uint8_t* a, const uint8_t* b) { return scales16(a, b); }
   static __m512 min(const uint8_t* a, const uint8_t* b) { return scales16(a + 16, b + 16); }
   // The 8 bytes of each group at a and b, zero-extended to 16 int32 lanes.
-  static __m512i bytes_u32(const uint8_t* a, const uint8_t* b) {
-    const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a));
-    const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b));
-    return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(lo, hi));
-  }
+  static __m512i bytes_u32(const uint8_t* a, const uint8_t* b) { return _mm512_cvtepu8_epi32(load8_pair(a, b)); }
   // For a pass of N rows: w[c] the quants (times their scale where N > kPerRowScaleRows).
   template <int N>
   static void load(const uint8_t* a, const uint8_t* b, Weights& wt) {

@@ -197,8 +197,7 @@ void dequantize_q4_K(const uint8_t* b, float* y, int64_t nb) {
 }
 
 // Q2_K: 84 bytes per 256 values = 16 bytes of scales (sub-block j of 16 values: scale in the low
-// nibble of byte j, min in the high one), qs[64], fp16 d, fp16 dmin. In each 128 values, 32 bytes
-// of qs hold four 2-bit planes (values 32s + l at bits 2s of byte l), as Q3_K's low bits;
+// nibble of byte j, min in the high one), qs[64] (two_bit_quant), fp16 d, fp16 dmin;
 // y = d * sc * q - dmin * m.
 void dequantize_q2_K(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 84, y += 256) {
@@ -209,18 +208,13 @@ void dequantize_q2_K(const uint8_t* b, float* y, int64_t nb) {
     for (int j = 0; j < 16; ++j) {
       const float dl = d * static_cast<float>(sc[j] & 15);
       const float ml = min * static_cast<float>(sc[j] >> 4);
-      for (int k = 0; k < 16; ++k) {
-        const int v = 16 * j + k;
-        const int q = (qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3;
-        y[v] = dl * static_cast<float>(q) - ml;
-      }
+      for (int v = 16 * j; v < 16 * j + 16; ++v) y[v] = dl * static_cast<float>(two_bit_quant(qs, v)) - ml;
     }
   }
 }
 
-// Q3_K: 110 bytes per 256 values = hmask[32], qs[64], 12 bytes of 6-bit scales, fp16 d. In each
-// 128 values, 32 bytes of qs hold four 2-bit planes (values 32s + l at bits 2s of byte l); the
-// third bit of value v is bit v / 32 of hmask[v % 32]; the scale of each 16 values has its low
+// Q3_K: 110 bytes per 256 values = hmask[32], qs[64], 12 bytes of 6-bit scales, fp16 d. qs holds
+// the low two bits (two_bit_quant); the third bit of value v is bit v / 32 of hmask[v % 32]; the scale of each 16 values has its low
 // four bits in the 8 first scale bytes (low nibbles for sub-blocks 0..7, high for 8..15) and its
 // top two in the last 4 (sub-block j at bit 2 (j / 4) of byte 8 + j % 4). y = d * (s - 32) * (q - 4).
 void dequantize_q3_K(const uint8_t* b, float* y, int64_t nb) {
@@ -234,7 +228,7 @@ void dequantize_q3_K(const uint8_t* b, float* y, int64_t nb) {
       const float dl = d * static_cast<float>(s);
       for (int k = 0; k < 16; ++k) {
         const int v = 16 * j + k;
-        const int q = ((qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3) | ((hmask[v % 32] >> (v / 32)) & 1) << 2;
+        const int q = two_bit_quant(qs, v) | ((hmask[v % 32] >> (v / 32)) & 1) << 2;
         y[v] = dl * static_cast<float>(q - 4);
       }
     }

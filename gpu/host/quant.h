@@ -29,6 +29,11 @@ void q5_k_subblock(const uint8_t* sb, int j, float* d, float* m, uint8_t q[32]);
 // sb + 8 + 16 j, in IQ4_NL's order: value l of the sub-block is scale * level[index l].
 float iq4_xs_subblock_scale(const uint8_t* sb, int j);
 
+// The 2-bit quant of value v (0..255) of a Q2_K super-block, or the low two bits of a Q3_K one's,
+// from their 64 bytes `qs`: in each 128 values, 32 bytes hold four 2-bit planes (value 32s + l at
+// bits 2s of byte l).
+inline int two_bit_quant(const uint8_t* qs, int v) { return (qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3; }
+
 // A Q6_K super-block `sb` (210 bytes) as 256 unsigned 6-bit quants q (0..63), 16 int8 scales
 // (value v uses sc[v / 16]) and d: value v is d * sc[v / 16] * (q[v] - 32).
 void q6_k_superblock(const uint8_t* sb, uint8_t q[256], int8_t sc[16], float* d);

@@ -6,7 +6,6 @@ gguf package's dequantization of the same bytes, and GGUF against safetensors of
 weights (which shows the q/k row permutation is handled). Then the real default model:
 greedy continuations of five chat prompts must equal NumPy's.
 """
-import os
 import pathlib
 import subprocess
 import sys
@@ -262,16 +261,22 @@ def test_int8_path_matches_numpy_emulating_its_roundings(name, tiny, specula_bin
     ck = tiny[name]
     cfg = numpy_llama.LlamaConfig.from_hf(tiny_models.hf_config(ck.spec))
     _, weights, types = gguf_weights.load(ck.gguf_path)
-    # A type the fast path's int8 kernel does not read (Q2_K but on AVX-512, say) runs on the f32
-    # kernels, with one line naming it: its matrices keep f32 inputs. The probe runs as the fast
-    # path does (SPECULA_SIMD as the environment has it).
-    probe = subprocess.run([str(specula_bin), "logits", "--model", str(ck.gguf_path), "--tokens", "1,2",
-                            "--out", str(pathlib.Path(work_dir) / "probe.npy")], capture_output=True, text=True)
-    assert probe.returncode == 0, probe.stderr
-    unread = {t for t in INT8_TYPES if f"int8 kernels do not read {t} weights" in probe.stderr}
+    # A type the fast path's int8 kernel does not read (Q2_K but on AVX-512, say) keeps f32 inputs.
+    said = _fast_path_stderr(specula_bin, ck, work_dir)
+    unread = {t for t in INT8_TYPES if f"int8 kernels do not read {t} weights" in said}
     quantized = {n for n, t in types.items() if t in INT8_TYPES - unread and weights[n].ndim == 2}
     emulation = numpy_llama.NumpyLlama(cfg, weights, dtype=np.float32, quantized_inputs=quantized, kv_f16=True)
     _assert_fast_path_agrees(emulation, ck, specula_bin, work_dir, "int8 path")
+
+
+def _fast_path_stderr(specula_bin, ck, work_dir) -> str:
+    """stderr of a short `specula logits` run as _assert_fast_path_agrees runs the fast path
+    (SPECULA_SIMD as the environment has it): one line for each weight type that runs on the f32
+    kernels there instead ("no fast kernel for ...", "... int8 kernels do not read ...")."""
+    probe = subprocess.run([str(specula_bin), "logits", "--model", str(ck.gguf_path), "--tokens", "1,2",
+                            "--out", str(pathlib.Path(work_dir) / "probe.npy")], capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr
+    return probe.stderr
 
 
 def _assert_fast_path_agrees(emulation, ck, specula_bin, work_dir, what):
@@ -299,12 +304,8 @@ def test_16bit_path_matches_numpy_emulating_its_roundings(name, tiny, specula_bi
     ck = tiny[name]
     cfg = numpy_llama.LlamaConfig.from_hf(tiny_models.hf_config(ck.spec))
     _, weights, types = gguf_weights.load(ck.gguf_path)
-    # Where this CPU has no kernel for the type, its matrices run on the f32 kernels and say so.
-    probe = subprocess.run([str(specula_bin), "logits", "--model", str(ck.gguf_path), "--tokens", "1,2",
-                            "--out", str(pathlib.Path(work_dir) / "probe.npy")],
-                           capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "SPECULA_SIMD"})
-    assert probe.returncode == 0, probe.stderr
-    fast = f"no fast kernel for {name.upper()} weights" not in probe.stderr
+    # Where the fast path has no kernel for the type, its matrices run on the f32 kernels.
+    fast = f"no fast kernel for {name.upper()} weights" not in _fast_path_stderr(specula_bin, ck, work_dir)
     rounded = {n for n, t in types.items() if t == "BF16" and weights[n].ndim == 2} if fast else set()
     emulation = numpy_llama.NumpyLlama(cfg, weights, dtype=np.float32, bf16_inputs=rounded, kv_f16=True)
     _assert_fast_path_agrees(emulation, ck, specula_bin, work_dir, "16-bit path")
