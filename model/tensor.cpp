@@ -34,6 +34,13 @@ constexpr Entry kTypes[] = {
     {DType::Q4_K, {"Q4_K", 256, 144}},  // d, dmin, 12 bytes of 6-bit scales, 128 bytes of nibbles
     {DType::Q5_K, {"Q5_K", 256, 176}},  // d, dmin, 12 bytes of 6-bit scales, 32 bytes of fifth bits, 128 of nibbles
     {DType::Q6_K, {"Q6_K", 256, 210}},  // 128 low nibbles, 64 high bits, 16 int8 scales, d
+    {DType::IQ2_XXS, {"IQ2_XXS", 256, 66}},  // d, 8 x (4 grid indices, 4 sign indices and a scale)
+    {DType::IQ2_XS, {"IQ2_XS", 256, 74}},    // d, 32 x (9-bit index, 7-bit sign index), 8 bytes of scales
+    {DType::IQ2_S, {"IQ2_S", 256, 82}},      // d, 32 index bytes, 32 sign bytes, 8 of index bits, 8 of scales
+    {DType::IQ3_XXS, {"IQ3_XXS", 256, 98}},  // d, 64 grid indices, 8 x (4 sign indices and a scale)
+    {DType::IQ3_S, {"IQ3_S", 256, 110}},     // d, 64 index bytes, 8 of index bits, 32 sign bytes, 4 of scales
+    {DType::IQ1_S, {"IQ1_S", 256, 50}},      // d, 32 index bytes, 8 x (index bits, scale, delta sign)
+    {DType::IQ1_M, {"IQ1_M", 256, 56}},      // 32 index bytes, 16 of index bits and delta signs, scales and d
 };
 
 const DTypeInfo* lookup(uint32_t id) {

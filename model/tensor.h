@@ -39,6 +39,15 @@ enum class DType : uint32_t {
   Q6_K = 14,
   IQ4_NL = 20,  // read as Q8_0 (kernel_dtype); as a packed layout, qmatmul.h's indices
   IQ4_XS = 23,  // IQ4_NL's levels in 256-value super-blocks with a 6-bit scale per 32 values
+  // The IQ1, IQ2 and IQ3 types: groups of 4 or 8 values indexing a fixed grid (gpu/host/iq_grids.h);
+  // no fast kernel reads them (the reference path's f32 kernels do, through dequantize_row).
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
+  IQ3_S = 21,
+  IQ2_S = 22,
+  IQ1_M = 29,
   BF16 = 30,
 };
 

@@ -84,12 +84,12 @@ Weight HostOps::upload(const TensorView& t) {
   if (!path_.reference) {
     const bool half = hmatmul_supports(t.dtype, path_.isa == host_kernels::Isa::kPortable) && t.cols() % 2 == 0 &&
                       (path_.isa != host_kernels::Isa::kAvx2);
-    if (half || (host_kernels::reads(int8_, t.dtype) && t.cols() % 32 == 0)) {
+    if (half || (qmatmul_supports(t.dtype) && t.cols() % 32 == 0)) {
       std::lock_guard<std::mutex> lock(packed_mutex_);
       auto& slot = packed_[t.data];
       std::shared_ptr<PackedMatrix> p = slot.lock();
       if (!p || p->stored != t.dtype || p->rows != t.rows() || p->cols != t.cols()) {
-        p = half ? pack_matrix16(t, pool_, &arena_) : pack_matrix(t, pool_, &arena_, host_kernels::packs_five_bit(int8_));
+        p = half ? pack_matrix16(t, pool_, &arena_) : pack_matrix(t, pool_, &arena_, /*narrow=*/true);
         slot = p;
       }
       w.device = p.get();
@@ -102,12 +102,8 @@ Weight HostOps::upload(const TensorView& t) {
     std::lock_guard<std::mutex> lock(m);
     if (t.dtype != DType::F32 && !said[t.dtype]) {
       said[t.dtype] = true;
-      if (qmatmul_supports(t.dtype) && t.cols() % 32 == 0)  // a five-bit type, a kernel that reads four or eight
-        std::fprintf(stderr, "specula: the %s int8 kernels do not read %s weights (first: %s); they use the f32 reference kernels\n",
-                     host_kernels::int8_kernel_name(int8_), dtype_name(t.dtype), t.name.c_str());
-      else
-        std::fprintf(stderr, "specula: no fast kernel for %s weights (first: %s); they use the f32 reference kernels\n",
-                     dtype_name(t.dtype), t.name.c_str());
+      std::fprintf(stderr, "specula: no fast kernel for %s weights (first: %s); they use the f32 reference kernels\n",
+                   dtype_name(t.dtype), t.name.c_str());
     }
   }
   // The f32 kernels read the stored tensor, or a type they do not read (Q5_0, IQ4_NL, Q3_K) as its

@@ -681,17 +681,6 @@ PackedKernel packed_kernel(Int8Kernel k, DType t) {
   return f;
 }
 
-// The AVX2 vpmaddubsw tiles read them with their int16 sums widened every four products (five
-// bits) or every pair (IQ4_NL and IQ4_XS, signed levels; Q2_K, scaled); the AVX-VNNI kernel has no
-// five-bit, IQ4_NL or Q2_K format yet (no CPU with it was at hand to test one), so it reads Q5_0 and
-// IQ4_NL matrices in the Q8_0 layout (their conversion) and runs Q5_1, Q5_K, IQ4_XS and Q2_K
-// matrices on the f32 kernels.
-bool packs_five_bit(Int8Kernel k) { return k != Int8Kernel::kAvxVnni; }
-
-bool reads(Int8Kernel k, DType t) {
-  return qmatmul_supports(t) && ((t != DType::Q5_1 && t != DType::Q5_K && t != DType::IQ4_XS && t != DType::Q2_K) || packs_five_bit(k));
-}
-
 }  // namespace host_kernels
 
 namespace {

@@ -28,8 +28,8 @@
 namespace specula {
 
 // Whether the int8 path has a packed layout for weights of this type (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K;
-// Q5_0, IQ4_NL and Q3_K through their exact conversion, model/tensor.h kernel_dtype; and Q5_1,
-// Q5_K, IQ4_XS and Q2_K, which only kernels that read those layouts run: host_kernels::reads).
+// Q5_1, Q5_K, IQ4_XS and Q2_K; Q5_0, IQ4_NL and Q3_K in layouts of their own or through their exact
+// conversion, model/tensor.h kernel_dtype). Every int8 kernel reads every layout.
 bool qmatmul_supports(DType t);
 // The packed layouts with a plane of fifth bits (Q5_0, Q5_1, Q5_K).
 constexpr bool is_five_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K; }
@@ -43,20 +43,20 @@ constexpr bool is_five_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_
 //         of each 32-value sub-block, exact in f32; nibbles in Q4_1's order)
 //   Q5_0: d[8] fp16 | 4 x 32 bytes of nibbles of u = q + 16 | 8 x 4 bytes of fifth bits (176 =
 //         8 x 22). Packed from a Q5_0 matrix (through its Q8_0 blocks: convert_block, quants q in
-//         -16..15) where the kernel reads it (pack_matrix's narrow): Q4_0's nibble order, and fifth-bit word c's bit 4r + i is row
+//         -16..15) (pack_matrix's narrow, as the device packs): Q4_0's nibble order, and fifth-bit word c's bit 4r + i is row
 //         r's column 4c + i, the byte it lands on in unpacked vector c. isum = sum u x - 16 sum x
 //         is the Q8_0 layout's sum, so the results are its bits too.
 //   IQ4_NL: d[8] fp16 | 4 x 32 bytes of nibbles, each the index of a quant among the sixteen
 //         IQ4_NL levels (kIq4NlLevels; 144 = 8 x 18), Q4_0's order: an IQ4_NL matrix's blocks packed
-//         as Q4_0's where the kernel reads it (pack_matrix's narrow; else as its Q8_0 conversion); the integer sums are the Q8_0 layout's, so are the results.
+//         as Q4_0's (pack_matrix's narrow; else as its Q8_0 conversion); the integer sums are the Q8_0 layout's, so are the results.
 //   Q5_1: Q4_1's header | 4 x 32 bytes of nibbles of u | 8 x 4 bytes of fifth bits (192 = 8 x 24),
 //         value d * u + m, u = 0..31 (fifth bits as Q5_0's).
 //   Q5_K: Q4_K's header (f32 d = d * sc, m = -dmin * m of each sub-block) | nibbles | fifth bits (224).
 //   IQ4_XS: d[8] f32 | IQ4_NL's nibbles (160; 1.18x the file's 8 x 136 / 8): each 32-value
 //         sub-block's scale d * (ls - 32), exact in f32.
 //   Q3_K: Q6_K's header | 4 x 32 bytes of nibbles of the 3-bit q (0..7), Q4_0's order (160,
-//         against its Q6_K conversion's 288 and the file's 110). Packed from a Q3_K matrix where
-//         the kernel reads it (pack_matrix's narrow; else as its Q6_K conversion): isum as Q6_K's
+//         against its Q6_K conversion's 288 and the file's 110). Packed from a Q3_K matrix
+//         (pack_matrix's narrow; else as its Q6_K conversion): isum as Q6_K's
 //         with 4 for 32 (q6 - 32 = q - 4), so the Q6_K layout's results.
 //   Q2_K: d[8] fp16 | -dmin[8] fp16 | lo[8] | hi[8] | 2 x 32 bytes of the 2-bit quants q (112):
 //         lo and hi are the byte sc | m << 4 of the block's two 16-value sub-blocks as stored;
@@ -95,8 +95,8 @@ struct PackedMatrix {
 // A Q5_0, IQ4_NL or Q3_K matrix is read a group-block at a time through its exact conversion
 // (convert_block) into Q8_0 or Q6_K blocks, and packed as those (no converted copy is kept).
 // narrow: a Q5_0 matrix is packed as Q5_0 (176 bytes a group-block instead of Q8_0's 272), an
-// IQ4_NL one as IQ4_NL (144), a Q3_K one as Q3_K (160 instead of Q6_K's 288); the same results,
-// for a kernel that reads those layouts (packs_five_bit).
+// IQ4_NL one as IQ4_NL (144), a Q3_K one as Q3_K (160 instead of Q6_K's 288); the same results.
+// The device packs narrow; the conversions' layouts are there for the tests that compare the two.
 std::shared_ptr<PackedMatrix> pack_matrix(const TensorView& w, ThreadPool& pool, WeightArena* arena = nullptr,
                                           bool narrow = false);
 // The storage of `bytes` packed bytes (64-byte aligned), from the arena where there is one.
@@ -185,11 +185,6 @@ Int8Kernel int8_kernel_for(Isa isa, bool amx = true);
 // The kernel for a type; throws std::invalid_argument for a kernel this CPU lacks or a type
 // without a packed layout.
 PackedKernel packed_kernel(Int8Kernel k, DType t);
-// Whether kernel k reads the five-bit, IQ4_NL, IQ4_XS, Q3_K and Q2_K packed layouts (AVX-512 VNNI, AMX
-// through it, AVX2 and portable: all but AVX-VNNI).
-bool packs_five_bit(Int8Kernel k);
-// Whether kernel k runs weights stored as t (qmatmul_supports, and the narrow layouts where t needs them).
-bool reads(Int8Kernel k, DType t);
 
 PackedKernel portable_packed_kernel(DType t);
 // The SIMD variants (nullptr for a type without a packed layout); call only where the CPU has them.
@@ -200,7 +195,8 @@ PackedKernel amx_packed_kernel(DType t);
 // Whether the AVX2 kernel's wide activations pay for n rows of `cols` columns: 2 or more rows
 // whose wide blocks (320 bytes per row and block) fit in 30 KiB, so that they stay in a 32 KiB
 // L1 from one group of weight rows to the next (past that they came from L2 and measured slower
-// than broadcasts: 576 columns up to 5 rows, 1536 columns never).
+// than broadcasts: 576 columns up to 5 rows, 1536 columns never). The AVX-VNNI kernel's streaming
+// tile reads broadcasts (measured faster at 5 rows of 576 on an Intel Xeon: 0.88-0.90x the time).
 bool wide_rows_pay(int64_t n, int64_t cols);
 // The outliers' terms: y[i, r] = fma(w[r, c], x_c, y[i, r]) for each of row i's outliers in order,
 // for the weight rows of groups [g0, g1), with w[r, c] dequantized from the packed block as

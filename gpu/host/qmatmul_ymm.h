@@ -31,12 +31,10 @@ namespace {
 // No standard-library function templates here (see matmul_blocks.h).
 
 constexpr int64_t kTile = 4;  // activation rows per pass over a group's blocks (from L1 after the first)
-#ifndef SPECULA_YMM_VNNI
 #ifndef SPECULA_STREAM_TILE
 #define SPECULA_STREAM_TILE 5
 #endif
-constexpr int kStreamTile = SPECULA_STREAM_TILE;  // the streaming tile's rows (maddubs variant)
-#endif
+constexpr int kStreamTile = SPECULA_STREAM_TILE;  // the streaming tile's rows
 
 inline __m256i bcast4(const int8_t* p) {
   int32_t v;
@@ -149,15 +147,20 @@ struct FormatQ4 {
     prefetch_lines<kHeader + 128 + (kFive ? 32 : 0)>(blk);
 #endif
   }
-  static void load(const uint8_t* blk, Weights& wt) {
+  // Packed vector k's two unpacked vectors: k (its low nibbles) and k + 4 (its high), with their
+  // fifth bits in the five-bit layouts.
+  static void unpack(const uint8_t* blk, int k, __m256i& lo, __m256i& hi) {
     const __m256i low = _mm256_set1_epi8(0x0F);
-    for (int k = 0; k < 4; ++k) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kHeader + 32 * k));
-      wt.w[k] = _mm256_and_si256(v, low);
-      wt.w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kHeader + 32 * k));
+    lo = _mm256_and_si256(v, low);
+    hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    if constexpr (kFive) {
+      lo = _mm256_add_epi8(lo, fifth_bits(blk + kHeader + kNibbleBytes + 4 * k));
+      hi = _mm256_add_epi8(hi, fifth_bits(blk + kHeader + kNibbleBytes + 4 * (k + 4)));
     }
-    if constexpr (kFive)
-      for (int c = 0; c < 8; ++c) wt.w[c] = _mm256_add_epi8(wt.w[c], fifth_bits(blk + kHeader + kNibbleBytes + 4 * c));
+  }
+  static void load(const uint8_t* blk, Weights& wt) {
+    for (int k = 0; k < 4; ++k) unpack(blk, k, wt.w[k], wt.w[k + 4]);
   }
   static __m256i dot(const Weights& wt, const int8_t* xb, int32_t isum, int32_t) {
 #ifdef SPECULA_YMM_VNNI
@@ -210,11 +213,11 @@ struct FormatQ8 {
 #endif
 };
 
-#ifndef SPECULA_YMM_VNNI
-// IQ4_NL (qmatmul.h): Q4_0's nibbles, each the index of a level; vpshufb looks up the level and
-// its absolute value, and the products go as FormatQ8's (the sign moved onto the activation, each
-// pair widened to int32 at once: level + 128 would overflow a vpmaddubsw pair). kF32: IQ4_XS, the
-// same nibbles after f32 scales (32 header bytes).
+// IQ4_NL (qmatmul.h): Q4_0's nibbles, each the index of a level, looked up by vpshufb; the
+// products go as FormatQ8's. maddubs: the level and its absolute value, the sign moved onto the
+// activation and each pair widened to int32 at once (level + 128 would overflow a vpmaddubsw pair).
+// VNNI: the level + 128 (its sign bit flipped) against the activation, 128 * isum taken back out.
+// kF32: IQ4_XS, the same nibbles after f32 scales (32 header bytes).
 template <bool kF32 = false>
 struct FormatIQ4NL {
   static constexpr bool kHasMin = false;
@@ -223,10 +226,6 @@ struct FormatIQ4NL {
     return kF32 ? _mm256_loadu_ps(reinterpret_cast<const float*>(blk)) : scales8(blk);
   }
   static __m256 min(const uint8_t*) { return _mm256_setzero_ps(); }
-  static void prefetch_block(const uint8_t* blk) { prefetch_lines<kHeader + 128>(blk); }
-  struct Weights {
-    __m256i w[8], aw[8];  // the levels and their absolute values
-  };
   struct Table {
     alignas(16) int8_t v[16];
   };
@@ -251,6 +250,26 @@ struct FormatIQ4NL {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kHeader + 32 * (c % 4)));
     return _mm256_and_si256(c < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
   }
+#ifdef SPECULA_YMM_VNNI
+  static void prefetch_block(const uint8_t* blk) {
+    prefetch(blk);
+    if constexpr (kF32) prefetch(blk + 128);
+  }
+  struct Weights {
+    __m256i w[8];  // the levels + 128, as unsigned bytes
+  };
+  static void load(const uint8_t* blk, Weights& wt) {
+    const __m256i biased = _mm256_xor_si256(table(false), _mm256_set1_epi8(static_cast<char>(0x80)));
+    for (int c = 0; c < 8; ++c) wt.w[c] = _mm256_shuffle_epi8(biased, index(blk, c));
+  }
+  static __m256i dot(const Weights& wt, const int8_t* xb, int32_t isum, int32_t) {
+    return _mm256_sub_epi32(dot8(wt.w, xb), _mm256_set1_epi32(128 * isum));
+  }
+#else
+  static void prefetch_block(const uint8_t* blk) { prefetch_lines<kHeader + 128>(blk); }
+  struct Weights {
+    __m256i w[8], aw[8];  // the levels and their absolute values
+  };
   static void load(const uint8_t* blk, Weights& wt) {
     const __m256i levels = table(false), magnitudes = table(true);
     for (int c = 0; c < 8; ++c) {
@@ -260,8 +279,8 @@ struct FormatIQ4NL {
     }
   }
   static __m256i dot(const Weights& wt, const int8_t* xb, int32_t, int32_t) { return sign_dot8(wt.w, wt.aw, xb); }
-};
 #endif
+};
 
 #ifdef SPECULA_YMM_VNNI
 // Four vpdpbusd (columns 4c..4c+3 for c < 4 of w) in two chains.
@@ -437,7 +456,6 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, cons
   for (int i = 0; i < N; ++i) store_rows(y + (i0 + i) * ldy, acc[i], valid);
 }
 
-#ifndef SPECULA_YMM_VNNI
 // An empty asm that claims to change v: GCC cannot move additions across it. Without it GCC
 // reassociates a row's chain of additions into a tree over all of a block's products and
 // spills them (32 live vectors for 4 rows); with it each row's sum stays one register.
@@ -491,25 +509,29 @@ inline void stream_tile(const PackedMatrix& m, const X& rows, int64_t g, float* 
   for (int i = 0; i < N; ++i) store_rows(y + g * 8 + (rows.i0 + i) * ldy, acc[i], valid);
 }
 
-// Nibble formats (Q4_0, Q4_1, Q4_K as Q4_1): s[i] is row i's int16 sum of the block's sixteen
-// maddubs pairs (at most 8 x 2 x 15 x 127 = 30480 in magnitude at every step). kFive (Q5_0, Q5_1,
-// Q5_K): the fifth bits added to the unpacked bytes, and s[i] is an int32 sum, each packed
+// Nibble formats (Q4_0, Q4_1, Q4_K as Q4_1; kFive: Q5_0, Q5_1, Q5_K with the fifth bits added to
+// the unpacked bytes). VNNI: s[i] is row i's int32 sum, one vpdpbusd a vector (exact, so the
+// order is free). maddubs: s[i] is row i's int16 sum of the block's sixteen pairs (at most
+// 8 x 2 x 15 x 127 = 30480 in magnitude at every step); with five bits an int32 sum, each packed
 // vector's two pairs (at most 2 x 2 x 31 x 127 = 15748) widened to it.
 template <bool kMin, bool kF32 = false, bool kFive = false>
 struct StreamQ4 : FormatQ4<kMin, kF32, kFive> {
   using Base = FormatQ4<kMin, kF32, kFive>;
+#ifdef SPECULA_YMM_VNNI
+  static constexpr bool kWide = false;  // broadcasts (wide_rows_pay)
+#else
   static constexpr bool kWide = true;
+#endif
   template <int N, class X>
   static void accumulate(const uint8_t* blk, const X& rows, int64_t b, __m256i (&s)[N]) {
-    const __m256i low = _mm256_set1_epi8(0x0F);
     for (int k = 0; k < 4; ++k) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + Base::kHeader + 32 * k));
-      __m256i lo = _mm256_and_si256(v, low);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      __m256i lo, hi;
+      Base::unpack(blk, k, lo, hi);
+#ifdef SPECULA_YMM_VNNI
+      for (int i = 0; i < N; ++i) s[i] = _mm256_dpbusd_avx_epi32(s[i], lo, rows.q(i, b, k));
+      for (int i = 0; i < N; ++i) s[i] = _mm256_dpbusd_avx_epi32(s[i], hi, rows.q(i, b, k + 4));
+#else
       if constexpr (kFive) {
-        const uint8_t* words = blk + Base::kHeader + kNibbleBytes;
-        lo = _mm256_add_epi8(lo, fifth_bits(words + 4 * k));
-        hi = _mm256_add_epi8(hi, fifth_bits(words + 4 * (k + 4)));
         const __m256i ones = _mm256_set1_epi16(1);
         for (int i = 0; i < N; ++i)
           s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, rows.q(i, b, k)),
@@ -520,14 +542,51 @@ struct StreamQ4 : FormatQ4<kMin, kF32, kFive> {
         for (int i = 0; i < N; ++i) s[i] = _mm256_add_epi16(s[i], _mm256_maddubs_epi16(hi, rows.q(i, b, k + 4)));
       }
       for (int i = 0; i < N; ++i) in_register(s[i]);
+#endif
     }
   }
   static __m256i finish(__m256i s, int32_t isum) {
+#ifdef SPECULA_YMM_VNNI
+    const __m256i s32 = s;
+#else
     const __m256i s32 = kFive ? s : _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+#endif
     return kMin ? s32 : _mm256_sub_epi32(s32, _mm256_set1_epi32((kFive ? 16 : 8) * isum));
   }
 };
 
+// IQ4_NL (IQ4_XS: kF32) and Q8_0: s[i] is row i's int32 sum. VNNI: IQ4_NL's levels + 128 and
+// Q8_0's quants + 128 against the activations, 128 * isum taken out in finish, as the holding
+// tile's formats do; maddubs: the sign trick per vector, as FormatIQ4NL and FormatQ8.
+#ifdef SPECULA_YMM_VNNI
+template <bool kF32 = false>
+struct StreamIQ4NL : FormatIQ4NL<kF32> {
+  using Base = FormatIQ4NL<kF32>;
+  static constexpr bool kWide = false;  // broadcasts (wide_rows_pay)
+  template <int N, class X>
+  static void accumulate(const uint8_t* blk, const X& rows, int64_t b, __m256i (&s)[N]) {
+    const __m256i biased = _mm256_xor_si256(Base::table(false), _mm256_set1_epi8(static_cast<char>(0x80)));
+    for (int c = 0; c < 8; ++c) {
+      const __m256i w = _mm256_shuffle_epi8(biased, Base::index(blk, c));
+      for (int i = 0; i < N; ++i) s[i] = _mm256_dpbusd_avx_epi32(s[i], w, rows.q(i, b, c));
+    }
+  }
+  static __m256i finish(__m256i s32, int32_t isum) { return _mm256_sub_epi32(s32, _mm256_set1_epi32(128 * isum)); }
+};
+
+struct StreamQ8 : FormatQ8 {
+  static constexpr bool kWide = false;  // broadcasts (wide_rows_pay)
+  template <int N, class X>
+  static void accumulate(const uint8_t* blk, const X& rows, int64_t b, __m256i (&s)[N]) {
+    const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+    for (int c = 0; c < 8; ++c) {
+      const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c)), bias);
+      for (int i = 0; i < N; ++i) s[i] = _mm256_dpbusd_avx_epi32(s[i], w, rows.q(i, b, c));
+    }
+  }
+  static __m256i finish(__m256i s32, int32_t isum) { return _mm256_sub_epi32(s32, _mm256_set1_epi32(128 * isum)); }
+};
+#else
 // IQ4_NL (IQ4_XS: kF32): s[i] is row i's int32 sum; the levels and the sign trick per vector as
 // FormatIQ4NL.
 template <bool kF32 = false>
@@ -586,7 +645,6 @@ void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy
   }
 }
 
-#ifndef SPECULA_YMM_VNNI
 // Groups [g0, g1) in tiles of up to kStreamTile rows, the activations wide where the call made
 // them so (QuantizedRows::wide_ready) and narrow otherwise.
 template <class F, class X>
@@ -604,17 +662,24 @@ void stream_groups(const PackedMatrix& m, const QuantizedRows& x, float* y, int6
     }
   }
 }
-// One row runs the holding tile above (measured faster alone: its eight vectors are loaded once
-// and nothing else competes for registers). The nibble formats take wide activations when the
-// call's fit the L1 beside the weights (wide_rows_pay); Q8_0's sign trick needs its activations in
-// a register anyway, and measured no faster wide.
+// Calls of up to kHoldRows rows run the holding tile above (measured faster there: its eight
+// vectors are loaded once and nothing else competes for registers). maddubs: one row. VNNI: up to
+// 4 rows, where its int32 chains need no widening and the holding tile's 4-row pass is one pass;
+// from 5 rows the streaming tile's 5-row passes take 0.75-0.95x the time of 4 + 1 (the
+// five-bit formats 0.7-0.85x; docs/kernels.md, "AVX-VNNI"). The maddubs nibble formats take wide
+// activations when the call's fit the L1 beside the weights (wide_rows_pay); its Q8_0 and IQ4_NL
+// sign trick needs the activations in a register anyway, and measured no faster wide.
+#ifdef SPECULA_YMM_VNNI
+constexpr int64_t kHoldRows = 4;
+#else
+constexpr int64_t kHoldRows = 1;
+#endif
 template <class F>
 void stream_kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
-  if (x.n == 1) kernel<F>(m, x, y, ldy, g0, g1);
+  if (x.n <= kHoldRows) kernel<F>(m, x, y, ldy, g0, g1);
   else if (F::kWide && x.wide_ready) stream_groups<F, WideRows>(m, x, y, ldy, g0, g1);
   else stream_groups<F, NarrowRows>(m, x, y, ldy, g0, g1);
 }
-#endif
 
 }  // namespace
 

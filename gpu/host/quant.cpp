@@ -3,6 +3,8 @@
 // against these, so they stay plain: one value at a time, no intrinsics.
 #include "gpu/host/quant.h"
 
+#include "gpu/host/iq_grids.h"
+
 #include <bit>
 #include <cassert>
 #include <cstring>
@@ -263,6 +265,140 @@ void dequantize_q6_K(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
+// The IQ1, IQ2 and IQ3 types (256-value super-blocks), as ggml's dequantize_row_iq* compute them:
+// groups of 8 (IQ2, IQ1) or 4 (IQ3) values take one entry of their type's grid (iq_grids.h), the
+// IQ2 and IQ3 types with a sign per value, each 16- or 32-value sub-block a scale of its own.
+// Every product is exact in f32 (an fp16 d times integers of at most 5 and 6 bits, or times 7/8
+// and 9/8 for IQ1's delta), so the order of the multiplies does not change a bit.
+
+// 8 values: db * grid[j], negated where bit j of `signs` is set.
+void signed_group(const uint8_t* grid, int width, uint8_t signs, int first_sign, float db, float* y) {
+  for (int j = 0; j < width; ++j)
+    y[j] = db * static_cast<float>(grid[j]) * ((signs >> (first_sign + j)) & 1 ? -1.0f : 1.0f);
+}
+
+uint32_t load_u32(const uint8_t* p) { return static_cast<uint32_t>(load_u16(p)) | static_cast<uint32_t>(load_u16(p + 2)) << 16; }
+
+// IQ2_XXS, 66 bytes: fp16 d, then per 32 values two u32: four grid indices (bytes), and four 7-bit
+// sign indices under a 4-bit scale s (bits 28..31): db = d (0.5 + s) / 4.
+void dequantize_iq2_xxs(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 66) {
+    const float d = load_fp16(b);
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint8_t* q = b + 2 + 8 * ib;
+      const uint32_t aux = load_u32(q + 4);
+      const float db = d * (0.5f + static_cast<float>(aux >> 28)) * 0.25f;
+      for (int l = 0; l < 4; ++l, y += 8) signed_group(iq::kIq2xxsGrid[q[l]], 8, iq::kIqSigns[(aux >> (7 * l)) & 127], 0, db, y);
+    }
+  }
+}
+
+// IQ2_XS, 74 bytes: fp16 d, 32 u16 (a 9-bit grid index under a 7-bit sign index), 8 bytes of
+// two 4-bit scales (one per 16 values).
+void dequantize_iq2_xs(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 74) {
+    const float d = load_fp16(b);
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint8_t sc = b[66 + ib];
+      for (int l = 0; l < 4; ++l, y += 8) {
+        const uint16_t q = load_u16(b + 2 + 2 * (4 * ib + l));
+        const float db = d * (0.5f + static_cast<float>(l < 2 ? sc & 15 : sc >> 4)) * 0.25f;
+        signed_group(iq::kIq2xsGrid[q & 511], 8, iq::kIqSigns[q >> 9], 0, db, y);
+      }
+    }
+  }
+}
+
+// IQ2_S, 82 bytes: fp16 d, 32 low bytes of 10-bit grid indices, 32 sign bytes, 8 bytes of the
+// indices' top two bits (per 32 values), 8 bytes of two 4-bit scales.
+void dequantize_iq2_s(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 82) {
+    const float d = load_fp16(b);
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint8_t sc = b[74 + ib], qh = b[66 + ib];
+      for (int l = 0; l < 4; ++l, y += 8) {
+        const int idx = b[2 + 4 * ib + l] | ((qh >> (2 * l)) & 3) << 8;
+        const float db = d * (0.5f + static_cast<float>(l < 2 ? sc & 15 : sc >> 4)) * 0.25f;
+        signed_group(iq::kIq2sGrid[idx], 8, b[34 + 4 * ib + l], 0, db, y);
+      }
+    }
+  }
+}
+
+// IQ3_XXS, 98 bytes: fp16 d, 64 grid indices (4 values each), then per 32 values a u32 of four
+// 7-bit sign indices under a 4-bit scale s: db = d (0.5 + s) / 2.
+void dequantize_iq3_xxs(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 98) {
+    const float d = load_fp16(b);
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint32_t aux = load_u32(b + 66 + 4 * ib);
+      const float db = d * (0.5f + static_cast<float>(aux >> 28)) * 0.5f;
+      for (int l = 0; l < 4; ++l, y += 8) {
+        const uint8_t signs = iq::kIqSigns[(aux >> (7 * l)) & 127];
+        signed_group(iq::kIq3xxsGrid[b[2 + 8 * ib + 2 * l]], 4, signs, 0, db, y);
+        signed_group(iq::kIq3xxsGrid[b[2 + 8 * ib + 2 * l + 1]], 4, signs, 4, db, y + 4);
+      }
+    }
+  }
+}
+
+// IQ3_S, 110 bytes: fp16 d, 64 low bytes of 9-bit grid indices, 8 bytes of their top bits, 32
+// sign bytes, 4 bytes of two 4-bit scales s (one per 32 values): db = d (1 + 2 s).
+void dequantize_iq3_s(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 110) {
+    const float d = load_fp16(b);
+    for (int ib = 0; ib < 8; ++ib) {
+      const int s = (b[106 + ib / 2] >> (4 * (ib % 2))) & 15;
+      const float db = d * static_cast<float>(1 + 2 * s);
+      const uint8_t qh = b[66 + ib];
+      for (int l = 0; l < 4; ++l, y += 8) {
+        const uint8_t signs = b[74 + 4 * ib + l];
+        for (int h = 0; h < 2; ++h) {
+          const int k = 2 * l + h;
+          signed_group(iq::kIq3sGrid[b[2 + 8 * ib + k] | ((qh >> k) & 1) << 8], 4, signs, 4 * h, db, y + 4 * h);
+        }
+      }
+    }
+  }
+}
+
+// 8 values of an IQ1 type: dl * (grid[j] + delta), grid values -1, 0 or 1.
+void iq1_group(int idx, float dl, float delta, float* y) {
+  for (int j = 0; j < 8; ++j) y[j] = dl * (static_cast<float>(iq::kIq1sGrid[idx][j]) + delta);
+}
+constexpr float kIq1Delta = 0.125f;
+
+// IQ1_S, 50 bytes: fp16 d, 32 low bytes of 11-bit grid indices, then per 32 values a u16: the
+// four indices' top 3 bits, a 3-bit scale s (bits 12..14, dl = d (2 s + 1)) and delta's sign (bit 15).
+void dequantize_iq1_s(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 50) {
+    const float d = load_fp16(b);
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint16_t qh = load_u16(b + 34 + 2 * ib);
+      const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7) + 1);
+      const float delta = qh & 0x8000 ? -kIq1Delta : kIq1Delta;
+      for (int l = 0; l < 4; ++l, y += 8) iq1_group(b[2 + 4 * ib + l] | ((qh >> (3 * l)) & 7) << 8, dl, delta, y);
+    }
+  }
+}
+
+// IQ1_M, 56 bytes: 32 low bytes of 11-bit grid indices, 16 bytes of two nibbles (per 8 values:
+// the index's top 3 bits and delta's sign), four u16 of four 3-bit scales (per 16 values) each,
+// the fp16 d in their top nibbles.
+void dequantize_iq1_m(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 56) {
+    uint16_t sc[4];
+    for (int k = 0; k < 4; ++k) sc[k] = load_u16(b + 48 + 2 * k);
+    const uint16_t dbits = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+    const float d = fp16_to_f32(dbits);
+    for (int g = 0; g < 32; ++g, y += 8) {  // group g: sub-block g / 4, scale g / 2
+      const int nib = (b[32 + g / 2] >> (4 * (g % 2))) & 15;
+      const int s = (sc[g / 8] >> (3 * ((g / 2) % 4))) & 7;
+      iq1_group(b[g] | (nib & 7) << 8, d * static_cast<float>(2 * s + 1), nib & 8 ? -kIq1Delta : kIq1Delta, y);
+    }
+  }
+}
+
 }  // namespace
 
 void q6_k_superblock(const uint8_t* sb, uint8_t q[256], int8_t sc[16], float* d) {
@@ -359,6 +495,13 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t cols) {
     case DType::Q4_K: return dequantize_q4_K(b, dst, nb);
     case DType::Q5_K: return dequantize_q5_K(b, dst, nb);
     case DType::Q6_K: return dequantize_q6_K(b, dst, nb);
+    case DType::IQ2_XXS: return dequantize_iq2_xxs(b, dst, nb);
+    case DType::IQ2_XS: return dequantize_iq2_xs(b, dst, nb);
+    case DType::IQ2_S: return dequantize_iq2_s(b, dst, nb);
+    case DType::IQ3_XXS: return dequantize_iq3_xxs(b, dst, nb);
+    case DType::IQ3_S: return dequantize_iq3_s(b, dst, nb);
+    case DType::IQ1_S: return dequantize_iq1_s(b, dst, nb);
+    case DType::IQ1_M: return dequantize_iq1_m(b, dst, nb);
   }
   throw ModelError(std::string("dequantize_row: no kernel for type ") + dtype_name(t));
 }

@@ -1,4 +1,5 @@
-"""Simple IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K quantizers (the gguf package only dequantizes these types).
+"""Simple IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K quantizers (the gguf package only dequantizes these types),
+and random blocks of the IQ1, IQ2 and IQ3 types at the input's scale (iq_random_blocks).
 
 They only need to produce VALID blocks whose values approximate the input: the numerical
 reference always uses gguf.quants.dequantize of the stored bytes, never these codes, so the
@@ -213,6 +214,39 @@ def quantize_q6_k(x: np.ndarray) -> np.ndarray:
     return blocks.reshape(rows, cols // QK_K * 210)
 
 
+# Roughly the mean |value| / d of a random block of each IQ1-IQ3 type (scale 0.5-15.5 times the
+# grid's mean magnitude), so that d = rms(x) / this gives values at the input's scale.
+_IQ_MAGNITUDE = {"IQ2_XXS": 50.0, "IQ2_XS": 50.0, "IQ2_S": 50.0, "IQ3_XXS": 120.0, "IQ3_S": 128.0, "IQ1_S": 6.0, "IQ1_M": 6.0}
+IQ_RANDOM_TYPES = frozenset(_IQ_MAGNITUDE)
+
+
+def iq_random_blocks(x: np.ndarray, type_name: str) -> np.ndarray:
+    """[rows, cols] float -> [rows, cols/256*size] uint8: blocks of an IQ1, IQ2 or IQ3 type with
+    random grid indices, signs and scales (from a generator seeded by x's bytes) and each block's
+    fp16 d set so that its values have about x's scale there. They do not approximate x (no
+    quantizer for these types here or in the gguf package); they are valid blocks, which is all the
+    numerical tests need, since their reference dequantizes the stored bytes with gguf's code."""
+    import zlib
+    import gguf
+    t = gguf.GGMLQuantizationType[type_name]
+    block, size = gguf.GGML_QUANT_SIZES[t]
+    rows, cols = x.shape
+    assert cols % block == 0, f"{type_name} needs cols % {block} == 0, got {cols}"
+    xb = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, block)
+    rng = np.random.default_rng(zlib.crc32(xb.tobytes()) ^ int(t))
+    out = rng.integers(0, 256, size=(xb.shape[0], size), dtype=np.uint8)
+    d = (np.sqrt((xb.astype(np.float64) ** 2).mean(axis=1)) / _IQ_MAGNITUDE[type_name] + 1e-8).astype(np.float16)
+    if type_name == "IQ1_M":  # d's four nibbles on top of the four scale words (bytes 48..55)
+        words = out[:, 48:56].copy().view(np.uint16)
+        bits = d.view(np.uint16)
+        for k in range(4):
+            words[:, k] = (words[:, k] & 0x0FFF) | (((bits >> (4 * k)) & 15) << 12)
+        out[:, 48:56] = words.view(np.uint8)
+    else:
+        out[:, 0:2] = d.reshape(-1, 1).view(np.uint8)
+    return out.reshape(rows, cols // block * size)
+
+
 _QUANTIZERS = {"Q2_K": quantize_q2_k, "IQ4_NL": quantize_iq4_nl, "IQ4_XS": quantize_iq4_xs, "Q3_K": quantize_q3_k, "Q4_K": quantize_q4_k, "Q5_K": quantize_q5_k,
                "Q6_K": quantize_q6_k}
 
@@ -229,6 +263,8 @@ def encode(w: np.ndarray, type_name: str):
     t = gguf.GGMLQuantizationType[type_name]
     if type_name in _QUANTIZERS:
         return _QUANTIZERS[type_name](w), t
+    if type_name in IQ_RANDOM_TYPES:
+        return iq_random_blocks(w, type_name), t
     try:
         return gguf.quants.quantize(np.ascontiguousarray(w, dtype=np.float32), t), t
     except NotImplementedError:

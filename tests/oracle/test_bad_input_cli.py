@@ -169,7 +169,7 @@ def make_bad(kind: str, good: pathlib.Path, d: pathlib.Path) -> tuple[pathlib.Pa
         return patched(good, d / "offset.gguf", pos, "<Q", 1 << 40), ["blk.0.ffn_up.weight", "past the end"]
     if kind == "unsupported_type":
         pos = info_field_pos(r, "blk.0.attn_q.weight", -2)
-        return patched(good, d / "iq2xxs.gguf", pos, "<I", 16), ["'blk.0.attn_q.weight'", "IQ2_XXS (16)"]
+        return patched(good, d / "tq1_0.gguf", pos, "<I", 34), ["'blk.0.attn_q.weight'", "TQ1_0 (34)"]
     if kind == "not_llama":
         return write_gguf(d / "qwen.gguf", arch="qwen2"), ["unsupported architecture 'qwen2'"]
     if kind == "missing_tensor":

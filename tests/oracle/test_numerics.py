@@ -261,10 +261,7 @@ def test_int8_path_matches_numpy_emulating_its_roundings(name, tiny, specula_bin
     ck = tiny[name]
     cfg = numpy_llama.LlamaConfig.from_hf(tiny_models.hf_config(ck.spec))
     _, weights, types = gguf_weights.load(ck.gguf_path)
-    # A type the fast path's int8 kernel does not read (Q2_K but on AVX-512, say) keeps f32 inputs.
-    said = _fast_path_stderr(specula_bin, ck, work_dir)
-    unread = {t for t in INT8_TYPES if f"int8 kernels do not read {t} weights" in said}
-    quantized = {n for n, t in types.items() if t in INT8_TYPES - unread and weights[n].ndim == 2}
+    quantized = {n for n, t in types.items() if t in INT8_TYPES and weights[n].ndim == 2}
     emulation = numpy_llama.NumpyLlama(cfg, weights, dtype=np.float32, quantized_inputs=quantized, kv_f16=True)
     _assert_fast_path_agrees(emulation, ck, specula_bin, work_dir, "int8 path")
 
@@ -272,7 +269,7 @@ def test_int8_path_matches_numpy_emulating_its_roundings(name, tiny, specula_bin
 def _fast_path_stderr(specula_bin, ck, work_dir) -> str:
     """stderr of a short `specula logits` run as _assert_fast_path_agrees runs the fast path
     (SPECULA_SIMD as the environment has it): one line for each weight type that runs on the f32
-    kernels there instead ("no fast kernel for ...", "... int8 kernels do not read ...")."""
+    kernels there instead ("no fast kernel for ...")."""
     probe = subprocess.run([str(specula_bin), "logits", "--model", str(ck.gguf_path), "--tokens", "1,2",
                             "--out", str(pathlib.Path(work_dir) / "probe.npy")], capture_output=True, text=True)
     assert probe.returncode == 0, probe.stderr

@@ -148,6 +148,9 @@ def test_gguf_reader_returns_the_generated_weights(tiny):
             err = float(np.abs(w[n] - want).max())
             if types[n] == "F32":
                 assert err == 0, f"{name} {n}"
+            elif types[n] in kquants.IQ_RANDOM_TYPES:  # random blocks at the weights' scale, not an approximation
+                ratio = float(np.sqrt((w[n] ** 2).mean() / (want ** 2).mean()))
+                assert np.isfinite(w[n]).all() and 0.25 < ratio < 4, f"{name} {n} ({types[n]}): RMS ratio {ratio}"
             else:  # quantization error only; a layout mix-up would be O(max |w|)
                 # Q2_K: half of a 2-bit step is up to a sixth of a 16-value sub-block's range, a third
                 # of max |w| (plus its 4-bit scale's rounding); the others' steps are finer.
@@ -178,3 +181,25 @@ def test_tiny_tokenizer_json_and_gguf_vocabulary_agree(tiny):
     assert ids[0] == tiny_tokenizer.BOS_ID and ids[-1] == tiny_tokenizer.EOS_ID
     assert len(ids) < len(text.encode()) - 10, "merges should shorten English text"
     assert tok.decode(ids, skip_special_tokens=False) == text
+
+
+def test_the_iq_grid_tables_are_what_the_generator_writes_from_the_gguf_package():
+    """gpu/host/iq_grids.h is generated (tools/gen/iq_grids.py) from gguf.quants, the code the
+    oracle dequantizes the IQ1-IQ3 types with: a hand edit or another package version shows here."""
+    import subprocess
+    from conftest import SOURCE_DIR
+    r = subprocess.run([sys.executable, str(SOURCE_DIR / "tools" / "gen" / "iq_grids.py"), "--check",
+                        str(SOURCE_DIR / "gpu" / "host" / "iq_grids.h")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("kind", ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"])
+def test_random_iq_blocks_hold_values_at_the_inputs_scale(kind):
+    """kquants.iq_random_blocks: valid blocks (gguf dequantizes them to finite values) whose RMS is
+    within 4x of the input's, so the tiny iq1_iq3 model's activations stay in range."""
+    import gguf
+    x = tiny_models.uniform(12, "iq-random", (4, 512)).astype(np.float32) * 0.05
+    y = gguf.quants.dequantize(kquants.iq_random_blocks(x, kind), gguf.GGMLQuantizationType[kind])
+    assert y.shape == x.shape and np.isfinite(y).all()
+    ratio = np.sqrt((y ** 2).mean()) / np.sqrt((x ** 2).mean())
+    assert 0.25 < ratio < 4, f"{kind}: RMS ratio {ratio:.2f}"

@@ -127,6 +127,12 @@ VARIANTS: dict[str, TinySpec] = {s.name: s for s in [
     TinySpec("iq4_xs", seed=14, hidden=256, intermediate=512, head_dim=64, hf_dtype=None,
              gguf_types={"matrix": "IQ4_XS", "embed": "IQ4_NL", "output": "Q6_K"},
              gguf_overrides={"attn_q": "IQ4_NL", "ffn_up": "IQ4_NL"}),
+    # The IQ1, IQ2 and IQ3 types (random blocks at the weights' scale: kquants.iq_random_blocks),
+    # one matrix kind each; no fast kernel reads them, so both paths run them on the f32 kernels.
+    TinySpec("iq1_iq3", seed=16, hidden=256, intermediate=512, head_dim=64, hf_dtype=None,
+             gguf_types={"matrix": "IQ2_XXS", "embed": "IQ2_XS", "output": "Q6_K"},
+             gguf_overrides={"attn_q": "IQ2_S", "attn_k": "IQ3_XXS", "attn_v": "IQ3_S", "ffn_up": "IQ1_S",
+                             "ffn_down": "IQ1_M"}),
 ]}
 
 HF_VARIANTS = [n for n, s in VARIANTS.items() if s.hf_dtype is not None]

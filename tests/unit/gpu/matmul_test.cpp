@@ -51,6 +51,18 @@ Weight random_weight(DType t, int64_t rows, int64_t cols, uint32_t seed) {
         break;
       case DType::Q3_K: put16(o + 108, f32_to_fp16(0.1f * val(rng))); break;
       case DType::Q6_K: put16(o + 208, f32_to_fp16(0.1f * val(rng))); break;
+      case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S: case DType::IQ1_S:
+        put16(o, f32_to_fp16(0.005f * val(rng)));
+        break;
+      case DType::IQ1_M: {  // d's four nibbles on top of the four scale words
+        const uint16_t d = f32_to_fp16(0.005f * val(rng));
+        for (int k = 0; k < 4; ++k) {
+          uint16_t word;
+          std::memcpy(&word, w.bytes.data() + o + 48 + 2 * k, 2);
+          put16(o + 48 + 2 * k, static_cast<uint16_t>((word & 0x0FFF) | ((d >> (4 * k)) & 15) << 12));
+        }
+        break;
+      }
     }
   }
   w.view = TensorView{"w", t, {rows, cols}, w.bytes.data(), w.bytes.size()};
@@ -93,7 +105,8 @@ void expect_matches_reference(const TensorView& w, const std::vector<float>& x, 
 }
 
 const DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                           DType::Q5_1, DType::Q2_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
+                           DType::Q5_1, DType::Q2_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS,
+                           DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S, DType::IQ1_M};
 const int64_t kRowCounts[] = {1, 2, 3, 5, 6, 8, 9, 17};
 
 bool have_avx2() { return host_kernels::cpu_has_avx2_fma(); }

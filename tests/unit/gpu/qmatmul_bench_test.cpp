@@ -33,6 +33,8 @@ std::vector<std::byte> random_blocks(DType t, int64_t rows, int64_t cols, std::m
     bytes[o + 3] = std::byte(0x20);
     if (t == DType::Q2_K)  // d and dmin are its last four bytes
       for (size_t k = 80; k < 84; ++k) bytes[o + k] = bytes[o + k - 80];
+    if (t == DType::Q3_K)  // d is its last two
+      for (size_t k = 108; k < 110; ++k) bytes[o + k] = bytes[o + k - 108];
   }
   return bytes;
 }
@@ -40,15 +42,17 @@ std::vector<std::byte> random_blocks(DType t, int64_t rows, int64_t cols, std::m
 TEST(QmatmulBench, DISABLED_CacheResidentKernelsPerRowCount) {
   using host_kernels::Int8Kernel;
   for (Int8Kernel kernel : {Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni, Int8Kernel::kAmx})
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
-    if (!host_kernels::cpu_has_int8_kernel(kernel) || !host_kernels::reads(kernel, t)) continue;
-    const bool k_quant = t == DType::Q2_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::IQ4_NL, DType::Q2_K, DType::Q3_K,
+                  DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
+    if (!host_kernels::cpu_has_int8_kernel(kernel)) continue;
+    const bool k_quant = t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ||
+                         t == DType::IQ4_XS;
     const int64_t rows = 576, cols = k_quant ? 768 : 576;  // K-quants: rows of 256
     std::mt19937 rng(1);
     const std::vector<std::byte> bytes = random_blocks(t, rows, cols, rng);
     const TensorView view{"w", t, {rows, cols}, bytes.data(), bytes.size()};
     ThreadPool pool(1);
-    auto m = pack_matrix(view, pool);
+    auto m = pack_matrix(view, pool, nullptr, /*narrow=*/true);  // as the device packs
     double t1 = 0;
     for (int64_t n : {1, 2, 3, 4, 5, 6, 8, 9, 12, 16}) {
       std::vector<float> x(n * cols), y(n * rows);

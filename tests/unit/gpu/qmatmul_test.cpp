@@ -72,12 +72,11 @@ constexpr DType kInt8Types[] = {DType::Q4_0, DType::Q4_1, DType::Q5_1, DType::Q8
                                 DType::Q5_K, DType::Q6_K, DType::IQ4_XS, DType::Q2_K};
 bool k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::IQ4_XS || t == DType::Q2_K; }
 
-// Every int8 kernel this CPU can run, the portable one first; with a type, those that read it (the
-// five-bit types only where host_kernels::packs_five_bit).
-std::vector<Int8Kernel> int8_kernels(DType t = DType::Q8_0) {
+// Every int8 kernel this CPU can run, the portable one first (each reads every packed layout).
+std::vector<Int8Kernel> int8_kernels() {
   std::vector<Int8Kernel> v;
   for (Int8Kernel k : {Int8Kernel::kPortable, Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni, Int8Kernel::kAmx})
-    if (host_kernels::cpu_has_int8_kernel(k) && host_kernels::reads(k, t)) v.push_back(k);
+    if (host_kernels::cpu_has_int8_kernel(k)) v.push_back(k);
   return v;
 }
 
@@ -356,7 +355,7 @@ TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
         QuantizedRows q;
         quantize_rows(x.data(), n, cols, q);
         const auto want = emulate(w.view, q);
-        for (Int8Kernel isa : int8_kernels(t)) {
+        for (Int8Kernel isa : int8_kernels()) {
           const auto y = run(*m, x, n, 2, isa);
           int bad = 0;
           for (int64_t i = 0; i < n; ++i)
@@ -377,7 +376,8 @@ TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
 
 // Two widths: at 576 columns (the default model's) the AVX2 kernel takes 2 to 5 rows from wide
 // activations (host_kernels::wide_rows_pay), at 1536 from broadcasts, and one row runs its
-// holding tile; every row must come out the same either way.
+// holding tile; the AVX-VNNI kernel holds up to 4 rows and streams 5 (wide at 576) and more.
+// Every row must come out the same either way.
 TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrThreads) {
   for (const int64_t cols : {1536, 576})
   for (DType t : kInt8Types) {
@@ -387,7 +387,7 @@ TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrT
     ThreadPool pool(1);
     auto m = pack_matrix(w.view, pool);
     const auto all = random_x(16, cols, 40);
-    for (Int8Kernel isa : int8_kernels(t))
+    for (Int8Kernel isa : int8_kernels())
       expect_each_row_equal_to_its_one_row_call(
           all, cols, rows, [&](const std::vector<float>& x, int64_t n, int threads) { return run(*m, x, n, threads, isa); },
           std::string(dtype_name(t)) + " " + host_kernels::int8_kernel_name(isa));
@@ -405,7 +405,7 @@ TEST(Int8Kernels, EachRowOfACallPastSixteenRowsIsBitEqualToTheOneRowCall) {
     ThreadPool pool(1);
     auto m = pack_matrix(w.view, pool);
     const auto all = random_x(40, c, 80);
-    for (Int8Kernel isa : int8_kernels(t)) {
+    for (Int8Kernel isa : int8_kernels()) {
       std::vector<std::vector<float>> single;  // each row alone
       for (int64_t i = 0; i < 40; ++i)
         single.push_back(run(*m, std::vector<float>(all.begin() + i * c, all.begin() + (i + 1) * c), 1, 1, isa));
@@ -428,7 +428,6 @@ TEST(Int8Kernels, EveryVectorKernelTheCpuHasAgreesWithThePortableKernelBitForBit
   if (kernels.size() == 1) GTEST_SKIP() << "this CPU has no AVX2+FMA+F16C: only the portable kernels run here";
   for (DType t : kInt8Types)
     for (int64_t rows : {50, 64, 8}) {
-      const auto kernels = int8_kernels(t);  // the five-bit types: the kernels that read them
       const Stored w = random_stored(t, rows, 768, 50 + static_cast<uint32_t>(t));
       ThreadPool pool(1);
       auto m = pack_matrix(w.view, pool);
@@ -457,7 +456,7 @@ TEST(Int8Kernels, EveryVectorKernelTheCpuHasAgreesWithThePortableKernelBitForBit
 // the file, a group-block at a time through its exact Q8_0 or Q6_K conversion: without `narrow` into
 // the very bytes its converted copy packs to, with it in five bits (176 bytes a group-block against
 // Q8_0's 272), as the levels' 4-bit indices (144) or as 3-bit nibbles under Q6_K's header (160
-// against 288), for the kernels that read those layouts. Each gives its conversion's results bit
+// against 288), which every kernel reads. Each gives its conversion's results bit
 // for bit: every quant value, rows with outliers of their own and rows sharing massive channels, a
 // lone last group, 1 to 40 rows, two threads.
 TEST(Int8Kernels, AQ5_0IQ4_NLOrQ3_KMatrixPackedFromTheFileGivesItsConversionsBits) {
@@ -494,7 +493,6 @@ TEST(Int8Kernels, AQ5_0IQ4_NLOrQ3_KMatrixPackedFromTheFileGivesItsConversionsBit
           if (massive) add_massive_channels(x, n);
           const auto want = run(*mc, x, n, 2, Int8Kernel::kPortable);
           for (Int8Kernel k : int8_kernels()) {
-            if (!host_kernels::packs_five_bit(k)) continue;
             const auto got = run(*narrow, x, n, 2, k);
             for (size_t j = 0; j < got.size(); ++j)
               ASSERT_TRUE(bit_equal(got[j], want[j])) << host_kernels::int8_kernel_name(k) << " n " << n << (massive ? " massive" : "")
@@ -502,10 +500,6 @@ TEST(Int8Kernels, AQ5_0IQ4_NLOrQ3_KMatrixPackedFromTheFileGivesItsConversionsBit
           }
         }
     }
-  // The AVX-VNNI kernel reads none of the narrow layouts.
-  EXPECT_TRUE(host_kernels::packs_five_bit(Int8Kernel::kAvx2));
-  EXPECT_FALSE(host_kernels::packs_five_bit(Int8Kernel::kAvxVnni));
-  EXPECT_TRUE(host_kernels::packs_five_bit(Int8Kernel::kAvx512Vnni));
 }
 
 TEST(Int8Kernels, Q8WeightsAtTheEndsOfTheirRangeGiveTheExactIntegerSumOnEveryKernel) {
@@ -574,12 +568,12 @@ TEST(Int8Kernels, TheFastPathStaysWithinTheActivationRoundingOfTheF32ReferenceAn
     quantize_rows(x.data(), n, cols, q);
     std::vector<float> ref(n * rows), row(cols);
     matmul_reference(w.view, x.data(), n, ref.data());
-    const auto y = run(*m, x, n, 2, int8_kernels(t).back());
+    const auto y = run(*m, x, n, 2, int8_kernels().back());
     QuantizedRows qr;
     std::vector<float> res(x.size());
     residual_rows(x.data(), q, res.data());
     quantize_rows(res.data(), n, cols, qr);
-    const auto refined = run_refined(*m, x, n, 2, int8_kernels(t).back());
+    const auto refined = run_refined(*m, x, n, 2, int8_kernels().back());
     double worst = 0, worst_refined = 0;
     int plain_outside = 0;
     for (int64_t r = 0; r < rows; ++r) {
@@ -615,7 +609,7 @@ TEST(RefinedInt8Products, EqualTheProductOfTheRowsPlusTheProductOfTheirResiduals
     ThreadPool pool(1);
     auto m = pack_matrix(w.view, pool);
     const auto all = random_x(16, cols, 91);
-    for (Int8Kernel isa : int8_kernels(t)) {
+    for (Int8Kernel isa : int8_kernels()) {
       for (int64_t n : {1, 2, 5, 9, 16}) {
         const std::vector<float> x(all.begin(), all.begin() + n * cols);
         QuantizedRows first;
@@ -930,11 +924,9 @@ TEST(HostPath, AWeightTypeWithoutAFastKernelOnThePathRunsOnTheF32KernelsWithOneL
 }
 
 // Q5_1 and Q5_K (a Q5_K_M file) are packed with a plane of fifth bits, IQ4_XS as IQ4_NL's indices
-// with f32 scales, layouts that the AVX-512 VNNI, AMX, AVX2 and portable kernels read; the AVX-VNNI
-// kernel has neither, so on a path that runs it those weights run on the f32 kernels with one line
-// naming the kernel and the type. Q2_K's 2-bit layout only the AVX-512 VNNI, AMX and portable
-// kernels read (AVX2 and AVX-VNNI: the line). Either way the product is the stored matrix's.
-TEST(HostPath, FiveBitIQ4_XSAndQ2_KTypesRunOnTheInt8KernelsThatReadThemAndElseOnTheF32KernelsWithOneLine) {
+// with f32 scales, Q2_K in its 2-bit layout: every path's int8 kernel reads them (the avx2 path
+// runs AVX-VNNI where the CPU has it), silently, and the product is the stored matrix's.
+TEST(HostPath, FiveBitIQ4_XSAndQ2_KTypesRunOnTheInt8KernelsOfEveryPath) {
   for (DType t : {DType::Q5_1, DType::Q5_K, DType::IQ4_XS, DType::Q2_K}) {
     const int64_t rows = 8, cols = 256;
     const Stored w = random_stored(t, rows, cols, 93 + static_cast<uint32_t>(t));
@@ -954,21 +946,11 @@ TEST(HostPath, FiveBitIQ4_XSAndQ2_KTypesRunOnTheInt8KernelsThatReadThemAndElseOn
       const std::string err = testing::internal::GetCapturedStderr();
       std::vector<float> y(2 * rows);
       ops.matmul(x.data(), a, 2, y.data());
-      if (host_kernels::reads(kernel, t)) {
-        EXPECT_NE(a.device, nullptr);
-        EXPECT_EQ(a.device, b.device);
-        EXPECT_EQ(ops.packed_bytes(), size_t{8} * (t == DType::Q5_1 ? 192 : t == DType::Q5_K ? 224 : t == DType::Q2_K ? 112 : 160));
-        EXPECT_EQ(err, "");
-        for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 0.05 * (1 + std::fabs(ref[k])));
-      } else {
-        EXPECT_EQ(a.device, nullptr);
-        EXPECT_EQ(b.device, nullptr);
-        EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
-        const std::string want = std::string("the ") + host_kernels::int8_kernel_name(kernel) + " int8 kernels do not read " + dtype_name(t) +
-                                 " weights (first: w)";
-        EXPECT_NE(err.find(want), std::string::npos) << err;
-        for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 1e-4 * (1 + std::fabs(ref[k])));
-      }
+      EXPECT_NE(a.device, nullptr) << host_kernels::int8_kernel_name(kernel);
+      EXPECT_EQ(a.device, b.device);
+      EXPECT_EQ(ops.packed_bytes(), size_t{8} * (t == DType::Q5_1 ? 192 : t == DType::Q5_K ? 224 : t == DType::Q2_K ? 112 : 160));
+      EXPECT_EQ(err, "");
+      for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 0.05 * (1 + std::fabs(ref[k])));
     }
   }
 }

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "gpu/host/iq_grids.h"
 #include "gpu/host/quant.h"
 
 namespace specula {
@@ -237,6 +238,56 @@ TEST(Dequantize, Q2_KScalesAndOffsetsEachSixteenValuesByTheirFourBitScaleAndMin)
   EXPECT_EQ(y[17], 0.25f * 15 * q[17]);  // sc 15, m 0
   for (int v = 0; v < 256; ++v)
     EXPECT_EQ(y[v], 0.25f * static_cast<float>(sc[v / 16]) * static_cast<float>(q[v]) - 0.5f * static_cast<float>(m[v / 16])) << v;
+}
+
+// IQ2_XXS: per 32 values, four grid indices (bytes), then a u32 of four 7-bit sign indices under
+// a 4-bit scale s: value = d (0.5 + s) / 4 * grid[index][j], negated where the sign pattern says.
+TEST(Dequantize, IQ2_XXSTakesEachGroupOfEightFromTheGridWithItsSignPatternAndTheSubBlockScale) {
+  std::vector<uint8_t> b(66);
+  put_u16(b, 0, 0x3800);  // d = 0.5
+  const uint8_t idx[4] = {1, 2, 255, 0};
+  const uint32_t sign[4] = {0, 1, 127, 5};
+  for (int ib = 0; ib < 8; ++ib) {
+    for (int l = 0; l < 4; ++l) b[2 + 8 * ib + l] = static_cast<uint8_t>(idx[l] + ib);
+    const uint32_t aux = sign[0] | sign[1] << 7 | sign[2] << 14 | sign[3] << 21 | static_cast<uint32_t>(ib + 3) << 28;
+    for (int k = 0; k < 4; ++k) b[2 + 8 * ib + 4 + k] = static_cast<uint8_t>(aux >> (8 * k));
+  }
+  float y[256];
+  dequantize_row(DType::IQ2_XXS, b.data(), y, 256);
+  EXPECT_EQ(y[0], 0.4375f * 43.0f);  // d (0.5 + 3) / 4, grid entry 1's first value 43, sign pattern 0
+  EXPECT_EQ(y[8], -0.4375f * static_cast<float>(iq::kIq2xxsGrid[2][0]));  // pattern 1 = 0x81: values 0 and 7 negative
+  EXPECT_EQ(y[15], -0.4375f * static_cast<float>(iq::kIq2xxsGrid[2][7]));
+  EXPECT_EQ(y[9], 0.4375f * static_cast<float>(iq::kIq2xxsGrid[2][1]));
+  for (int v = 0; v < 256; ++v) {
+    const int ib = v / 32, l = (v % 32) / 8, j = v % 8;
+    const float db = 0.5f * (0.5f + static_cast<float>(ib + 3)) * 0.25f;
+    const bool negative = (iq::kIqSigns[sign[l]] >> j) & 1;
+    EXPECT_EQ(y[v], db * static_cast<float>(iq::kIq2xxsGrid[(idx[l] + ib) % 256][j]) * (negative ? -1.0f : 1.0f)) << v;
+  }
+}
+
+// IQ1_M: no d of its own: fp16 d is the top nibbles of the four scale words (lowest nibble in word 0),
+// each word four 3-bit scales (one per 16 values), and per 8 values a nibble of three index bits
+// and delta's sign: value = d (2 s + 1) (grid[index][j] +- 1/8).
+TEST(Dequantize, IQ1_MGathersItsScaleFromFourNibblesAndOffsetsEachGroupByItsDelta) {
+  std::vector<uint8_t> b(56);
+  const uint16_t d = 0x3400;  // 0.25
+  for (int g = 0; g < 32; ++g) b[g] = static_cast<uint8_t>(7 * g + 3);
+  for (int i = 0; i < 16; ++i) b[32 + i] = static_cast<uint8_t>((i % 8) | (i % 3 == 0 ? 8 : 0) | ((7 - i % 8) | (i % 2 ? 8 : 0)) << 4);
+  for (int k = 0; k < 4; ++k) {
+    uint16_t w = static_cast<uint16_t>(((d >> (4 * k)) & 15) << 12);
+    for (int s = 0; s < 4; ++s) w = static_cast<uint16_t>(w | ((4 * k + s) % 8) << (3 * s));
+    put_u16(b, 48 + 2 * k, w);
+  }
+  float y[256];
+  dequantize_row(DType::IQ1_M, b.data(), y, 256);
+  for (int v = 0; v < 256; ++v) {
+    const int g = v / 8, scale = (g / 2) % 8;  // group g's scale is scale number g / 2
+    const int nib = g % 2 ? b[32 + g / 2] >> 4 : b[32 + g / 2] & 15;
+    const int index = b[g] | (nib & 7) << 8;
+    const float delta = nib & 8 ? -0.125f : 0.125f;
+    EXPECT_EQ(y[v], 0.25f * static_cast<float>(2 * scale + 1) * (static_cast<float>(iq::kIq1sGrid[index][v % 8]) + delta)) << v;
+  }
 }
 
 TEST(Dequantize, Q8_0ScalesSignedBytes) {

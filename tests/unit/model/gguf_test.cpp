@@ -365,10 +365,10 @@ TEST(GgufFile, RefusesTensorsWhoseDataOverlap) {
 
 TEST(GgufFile, NamesAnUnsupportedTensorTypeAndItsId) {
   GgufWriter w;
-  w.add_tensor("blk.0.attn_q.weight", uint32_t{16}, {1, 256}, Bytes(66));
+  w.add_tensor("blk.0.attn_q.weight", uint32_t{34}, {1, 256}, Bytes(54));
   TempDir dir;
   std::string path = write(dir, w.bytes());
-  expect_model_error([&] { GgufFile f(path); }, {"tensor 'blk.0.attn_q.weight' has type IQ2_XXS (16), which Specula cannot load"});
+  expect_model_error([&] { GgufFile f(path); }, {"tensor 'blk.0.attn_q.weight' has type TQ1_0 (34), which Specula cannot load"});
 }
 
 TEST(GgufFile, NamesATypeIdBeyondAnyKnownType) {

@@ -212,8 +212,8 @@ TEST(LoadModel, NamesATensorOfTheWrongShapeWithBothShapes) {
 TEST(LoadModel, NamesAnUnsupportedTensorType) {
   TempDir dir;
   GgufModel g;
-  g.types["blk.0.attn_q.weight"] = 16;
-  EXPECT_CONTAINS(load_error(g.write(dir)), "tensor 'blk.0.attn_q.weight' has type IQ2_XXS (16), which Specula cannot load");
+  g.types["blk.0.attn_q.weight"] = 34;
+  EXPECT_CONTAINS(load_error(g.write(dir)), "tensor 'blk.0.attn_q.weight' has type TQ1_0 (34), which Specula cannot load");
 }
 
 TEST(LoadModel, SaysATruncatedGgufIsTruncated) {
