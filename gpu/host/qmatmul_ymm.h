@@ -12,10 +12,11 @@
 //     signed, so vpsignb moves their sign to the activation and each product pair widens to int32.
 //   VNNI: eight vpdpbusd in two chains; Q8_0 weights are offset by 128 (w ^ 0x80) and
 //     128 * sum(x) is taken back out.
-// That holding tile serves every call of the VNNI variant and one-row calls of the maddubs one;
-// the maddubs variant runs 2 or more rows in the streaming tile further down (one weight vector
-// at a time through all the tile's rows, activations pre-broadcast in memory where they fit the
-// L1; docs/kernels.md, "An AVX2-only machine").
+// That holding tile serves one-row calls of the maddubs variant and calls of up to 4 rows of the
+// VNNI one (and every call for Q6_K, Q3_K and Q2_K); the others run the streaming tile further
+// down (one weight vector at a time through all the tile's rows; the maddubs variant's
+// activations pre-broadcast in memory where they fit the L1: docs/kernels.md, "An AVX2-only
+// machine" and "AVX-VNNI reads every layout").
 #pragma once
 #include <immintrin.h>
 
@@ -664,11 +665,11 @@ void stream_groups(const PackedMatrix& m, const QuantizedRows& x, float* y, int6
 }
 // Calls of up to kHoldRows rows run the holding tile above (measured faster there: its eight
 // vectors are loaded once and nothing else competes for registers). maddubs: one row. VNNI: up to
-// 4 rows, where its int32 chains need no widening and the holding tile's 4-row pass is one pass;
-// from 5 rows the streaming tile's 5-row passes take 0.75-0.95x the time of 4 + 1 (the
-// five-bit formats 0.7-0.85x; docs/kernels.md, "AVX-VNNI"). The maddubs nibble formats take wide
-// activations when the call's fit the L1 beside the weights (wide_rows_pay); its Q8_0 and IQ4_NL
-// sign trick needs the activations in a register anyway, and measured no faster wide.
+// 4 rows (one pass of its 4-row tile; the stream took 1.04-1.4x its time there); from 5 rows the
+// streaming tile's 5-row passes take 0.88-0.98x the time of 4 + 1 (the five-bit formats
+// 0.70-0.81x; docs/kernels.md, "AVX-VNNI reads every layout"). The maddubs nibble formats take
+// wide activations when the call's fit the L1 beside the weights (wide_rows_pay); its Q8_0 and
+// IQ4_NL sign trick needs the activations in a register anyway, and measured no faster wide.
 #ifdef SPECULA_YMM_VNNI
 constexpr int64_t kHoldRows = 4;
 #else
