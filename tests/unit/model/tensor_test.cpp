@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/mapped_file.h"
@@ -44,15 +45,28 @@ TEST(DType, DescribesTheBlockGeometryOfEachLoadableType) {
 }
 
 TEST(DType, RefusesTypeIdsItCannotLoad) {
-  for (uint32_t id : {4u, 9u, 15u, 16u, 21u, 22u, 28u, 29u, 31u, 1000u}) {
+  for (uint32_t id : {4u, 9u, 15u, 28u, 31u, 34u, 35u, 39u, 1000u}) {  // Q4_2, Q8_1, Q8_K, F64, Q4_0_4_4, TQ1_0, TQ2_0, MXFP4
     EXPECT_FALSE(dtype_supported(id)) << id;
     EXPECT_THROW(dtype_info(static_cast<DType>(id)), ModelError) << id;
   }
 }
 
+// The IQ1-IQ3 types, by GGUF id, with ggml's block sizes (256 values each).
+TEST(DType, LoadsTheIQ1ToIQ3TypesWithGgmlsBlockSizes) {
+  const std::pair<uint32_t, int64_t> want[] = {{16, 66}, {17, 74}, {18, 98}, {19, 50}, {21, 110}, {22, 82}, {29, 56}};
+  for (const auto& [id, bytes] : want) {
+    EXPECT_TRUE(dtype_supported(id)) << id;
+    EXPECT_EQ(dtype_info(static_cast<DType>(id)).block_elems, 256) << id;
+    EXPECT_EQ(dtype_info(static_cast<DType>(id)).block_bytes, bytes) << id;
+  }
+  EXPECT_STREQ(dtype_name(DType::IQ2_XXS), "IQ2_XXS");
+  EXPECT_STREQ(dtype_name(DType::IQ1_M), "IQ1_M");
+}
+
 TEST(DType, KernelsReadEveryLoadableTypeButQ5_0IQ4_NLAndQ3_K) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_1, DType::Q2_K,
-                  DType::Q4_K, DType::Q5_K, DType::Q6_K})
+                  DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS,
+                  DType::IQ3_S, DType::IQ1_S, DType::IQ1_M})
     EXPECT_TRUE(dtype_has_kernels(t)) << dtype_name(t);
   for (DType t : {DType::Q5_0, DType::IQ4_NL, DType::Q3_K}) EXPECT_FALSE(dtype_has_kernels(t)) << dtype_name(t);
 }
