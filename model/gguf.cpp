@@ -44,11 +44,6 @@ uint64_t min_value_bytes(uint32_t t) {
   }
 }
 
-std::string supported_list() {
-  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, "
-         "IQ2_S, IQ3_XXS, IQ3_S";
-}
-
 // Sequential little-endian reads over the mapping. `context` names what is being read so a
 // truncation error can say where it happened.
 class Reader {
@@ -277,7 +272,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
 
     if (!dtype_supported(type))
       corrupt(path_, "tensor '" + tv.name + "' has type " + ggml_type_name(type) + " (" + std::to_string(type) +
-                         "), which Specula cannot load (it loads " + supported_list() + ")");
+                         "), which Specula cannot load (it loads " + dtype_supported_names() + ")");
     tv.dtype = static_cast<DType>(type);
     int64_t numel = 1;
     for (int64_t d : ne)

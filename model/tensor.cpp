@@ -58,6 +58,12 @@ const DTypeInfo& dtype_info(DType t) {
 
 bool dtype_supported(uint32_t gguf_type_id) { return lookup(gguf_type_id) != nullptr; }
 
+std::string dtype_supported_names() {
+  std::string names;
+  for (const Entry& e : kTypes) names += (names.empty() ? "" : ", ") + std::string(e.info.name);
+  return names;
+}
+
 const char* dtype_name(DType t) {
   const DTypeInfo* info = lookup(static_cast<uint32_t>(t));
   return info ? info->name : "unknown";

@@ -63,6 +63,8 @@ struct DTypeInfo {
 // Throws ModelError for a type id Specula cannot load, naming it.
 const DTypeInfo& dtype_info(DType t);
 bool dtype_supported(uint32_t gguf_type_id);
+// The names of the types Specula loads, comma-separated ("F32, F16, BF16, Q8_0, ...").
+std::string dtype_supported_names();
 const char* dtype_name(DType t);
 // Bytes of one row of `cols` values; cols must be a multiple of the block size.
 size_t dtype_row_bytes(DType t, int64_t cols);

@@ -97,15 +97,9 @@ std::vector<std::byte> random_matrix(DType t, int64_t rows, int64_t cols, std::m
       case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S: case DType::IQ1_S:
         put16(o, f32_to_fp16(0.001f + 0.001f * val(rng)));
         break;
-      case DType::IQ1_M: {  // d's four nibbles on top of the four scale words
-        const uint16_t d = f32_to_fp16(0.001f + 0.001f * val(rng));
-        for (int k = 0; k < 4; ++k) {
-          uint16_t w;
-          std::memcpy(&w, data.data() + o + 48 + 2 * k, 2);
-          put16(o + 48 + 2 * k, static_cast<uint16_t>((w & 0x0FFF) | ((d >> (4 * k)) & 15) << 12));
-        }
+      case DType::IQ1_M:
+        set_iq1_m_d(reinterpret_cast<uint8_t*>(data.data() + o), f32_to_fp16(0.001f + 0.001f * val(rng)));
         break;
-      }
     }
   }
   return data;

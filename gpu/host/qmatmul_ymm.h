@@ -259,8 +259,10 @@ struct FormatIQ4NL {
   struct Weights {
     __m256i w[8];  // the levels + 128, as unsigned bytes
   };
+  // The levels + 128 (their sign bits flipped), for vpshufb to look up.
+  static __m256i biased_table() { return _mm256_xor_si256(table(false), _mm256_set1_epi8(static_cast<char>(0x80))); }
   static void load(const uint8_t* blk, Weights& wt) {
-    const __m256i biased = _mm256_xor_si256(table(false), _mm256_set1_epi8(static_cast<char>(0x80)));
+    const __m256i biased = biased_table();
     for (int c = 0; c < 8; ++c) wt.w[c] = _mm256_shuffle_epi8(biased, index(blk, c));
   }
   static __m256i dot(const Weights& wt, const int8_t* xb, int32_t isum, int32_t) {
@@ -566,7 +568,7 @@ struct StreamIQ4NL : FormatIQ4NL<kF32> {
   static constexpr bool kWide = false;  // broadcasts (wide_rows_pay)
   template <int N, class X>
   static void accumulate(const uint8_t* blk, const X& rows, int64_t b, __m256i (&s)[N]) {
-    const __m256i biased = _mm256_xor_si256(Base::table(false), _mm256_set1_epi8(static_cast<char>(0x80)));
+    const __m256i biased = Base::biased_table();
     for (int c = 0; c < 8; ++c) {
       const __m256i w = _mm256_shuffle_epi8(biased, Base::index(blk, c));
       for (int i = 0; i < N; ++i) s[i] = _mm256_dpbusd_avx_epi32(s[i], w, rows.q(i, b, c));

@@ -389,8 +389,7 @@ void dequantize_iq1_m(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 56) {
     uint16_t sc[4];
     for (int k = 0; k < 4; ++k) sc[k] = load_u16(b + 48 + 2 * k);
-    const uint16_t dbits = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
-    const float d = fp16_to_f32(dbits);
+    const float d = fp16_to_f32(iq1_m_d(b));
     for (int g = 0; g < 32; ++g, y += 8) {  // group g: sub-block g / 4, scale g / 2
       const int nib = (b[32 + g / 2] >> (4 * (g % 2))) & 15;
       const int s = (sc[g / 8] >> (3 * ((g / 2) % 4))) & 7;
@@ -466,6 +465,20 @@ static void dequantize_q5_K(const uint8_t* b, float* y, int64_t nb) {
       q5_k_subblock(b, j, &d, &m, q);
       for (int l = 0; l < 32; ++l) y[l] = d * static_cast<float>(q[l]) - m;
     }
+}
+
+uint16_t iq1_m_d(const uint8_t* sb) {
+  uint16_t d = 0;
+  for (int k = 0; k < 4; ++k) d = static_cast<uint16_t>(d | (load_u16(sb + 48 + 2 * k) >> 12) << (4 * k));
+  return d;
+}
+
+void set_iq1_m_d(uint8_t* sb, uint16_t d) {
+  for (int k = 0; k < 4; ++k) {
+    const uint16_t w = static_cast<uint16_t>((load_u16(sb + 48 + 2 * k) & 0x0FFF) | ((d >> (4 * k)) & 15) << 12);
+    sb[48 + 2 * k] = static_cast<uint8_t>(w);
+    sb[49 + 2 * k] = static_cast<uint8_t>(w >> 8);
+  }
 }
 
 void dequantize_row(DType t, const void* src, float* dst, int64_t cols) {

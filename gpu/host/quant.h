@@ -34,6 +34,11 @@ float iq4_xs_subblock_scale(const uint8_t* sb, int j);
 // bits 2s of byte l).
 inline int two_bit_quant(const uint8_t* qs, int v) { return (qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3; }
 
+// IQ1_M's fp16 d (its bits), kept in the top nibbles of its four little-endian scale words at
+// sb + 48 (the lowest nibble in the first word); set_iq1_m_d writes them, leaving the scales.
+uint16_t iq1_m_d(const uint8_t* sb);
+void set_iq1_m_d(uint8_t* sb, uint16_t d);
+
 // A Q6_K super-block `sb` (210 bytes) as 256 unsigned 6-bit quants q (0..63), 16 int8 scales
 // (value v uses sc[v / 16]) and d: value v is d * sc[v / 16] * (q[v] - 32).
 void q6_k_superblock(const uint8_t* sb, uint8_t q[256], int8_t sc[16], float* d);

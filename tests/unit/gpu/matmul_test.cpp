@@ -54,15 +54,7 @@ Weight random_weight(DType t, int64_t rows, int64_t cols, uint32_t seed) {
       case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S: case DType::IQ1_S:
         put16(o, f32_to_fp16(0.005f * val(rng)));
         break;
-      case DType::IQ1_M: {  // d's four nibbles on top of the four scale words
-        const uint16_t d = f32_to_fp16(0.005f * val(rng));
-        for (int k = 0; k < 4; ++k) {
-          uint16_t word;
-          std::memcpy(&word, w.bytes.data() + o + 48 + 2 * k, 2);
-          put16(o + 48 + 2 * k, static_cast<uint16_t>((word & 0x0FFF) | ((d >> (4 * k)) & 15) << 12));
-        }
-        break;
-      }
+      case DType::IQ1_M: set_iq1_m_d(reinterpret_cast<uint8_t*>(w.bytes.data() + o), f32_to_fp16(0.005f * val(rng))); break;
     }
   }
   w.view = TensorView{"w", t, {rows, cols}, w.bytes.data(), w.bytes.size()};
