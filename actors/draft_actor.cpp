@@ -72,7 +72,7 @@ boost::asio::awaitable<void> DraftActor::on(DraftRound& round) {
         dreq.max_tokens = item.k;
         dreq.min_tokens = std::min(r.draft.adaptive ? r.draft.k_min : 1, item.k);
         dreq.max_entropy = r.draft.max_entropy;
-        dreq.min_confidence = r.draft.min_confidence;
+        dreq.min_confidence = item.min_confidence;
         dreq.sampling = r.sampling;
         dreq.mode = r.mode;
         drafter->propose(dreq, out.draft);

@@ -107,6 +107,9 @@ struct DraftItem {
   // (Judged::hidden), for its drafter before it proposes.
   int64_t hidden_first = 0;
   std::vector<float> hidden;
+  // The confidence rule's threshold for this draft (DraftLength::confidence_threshold: the
+  // request's own, or with `--draft-confidence auto` the one its measurements set); 0 = off.
+  float min_confidence = 0;
 };
 
 // scheduler -> draft: draft every active sequence (continuous batching: the set may change

@@ -84,6 +84,8 @@ void Scheduler::on(DraftsReady& ready) {
     draft_time_ = draft_time_ * kDecay + ready.steady_seconds;
     draft_tokens_ = draft_tokens_ * kDecay + static_cast<double>(ready.steady_tokens);
   }
+  for (const Drafted& d : ready.items)
+    if (Active* a = find(d.request->id)) a->confidence = d.draft.confidence;
   std::optional<DraftRound> optimistic;
   if (ready.items.size() == 1 && active_.size() == 1)
     if (Active* a = find(ready.items.front().request->id)) optimistic = draft_optimistically(*a, ready.items.front());
@@ -148,6 +150,8 @@ void Scheduler::on(Verdict& verdict) {
       a->hidden.insert(a->hidden.end(), j.hidden.begin(), j.hidden.end());
     }
     a->length.observe(j.drafted, j.accepted, verdict.draft_seconds, verdict.verify_seconds);
+    a->length.observe_confidence(a->confidence, j.drafted, j.accepted);
+    a->confidence.clear();
     a->finished = a->finished || j.finished;
     a->busy = false;
     if (!j.continued || !a->spec || a->finished || a->cancelled || a->failed) {
@@ -307,7 +311,7 @@ std::vector<int> Scheduler::draft_lengths(const std::vector<Active*>& members,
 }
 
 DraftItem Scheduler::draft_item(Active& a, std::vector<int32_t> context, int k) {
-  DraftItem item{a.request, std::move(context), k, 0, {}};
+  DraftItem item{a.request, std::move(context), k, 0, {}, a.length.confidence_threshold()};
   if (k > 0) {
     item.hidden_first = a.hidden_first;
     item.hidden = std::move(a.hidden);

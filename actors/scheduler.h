@@ -76,6 +76,9 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
     // with its next draft item that drafts (k > 0), when its drafter exists or is made.
     int64_t hidden_first = 0;
     std::vector<float> hidden;
+    // The confidence row of its draft in the round in flight (DraftProposal::confidence), for
+    // its DraftLength's calibration when the verdict comes.
+    std::vector<float> confidence;
   };
   // A draft item for `a`; one that drafts takes its pending rows along (moved out of `a`).
   static DraftItem draft_item(Active& a, std::vector<int32_t> context, int k);

@@ -34,6 +34,11 @@ void DraftLengthConfig::validate() const {
   if (!std::isfinite(min_confidence_greedy) || min_confidence_greedy < 0 || min_confidence_greedy >= 1)
     throw std::invalid_argument("the greedy draft confidence threshold must be in [0, 1) (0 = the other's), got " +
                                 std::to_string(min_confidence_greedy));
+  if (confidence_warmup < 0 || confidence_warmup > 1000)
+    throw std::invalid_argument("the automatic draft confidence warm-up must be 0..1000 rounds, got " +
+                                std::to_string(confidence_warmup));
+  if (confidence_auto && min_confidence <= 0 && min_confidence_greedy <= 0)
+    throw std::invalid_argument("the automatic draft confidence threshold needs a threshold > 0 to start from");
 }
 
 double expected_tokens_per_round(double a, double k) {
@@ -63,7 +68,7 @@ double ForgettingLinearFit::intercept() const {
   return std::max(0.0, (sy_ - slope() * sx_) / w_);
 }
 
-DraftLength::DraftLength(const DraftLengthConfig& cfg) : cfg_(cfg), k_(cfg.k), verify_fit_(kDecay) {
+DraftLength::DraftLength(const DraftLengthConfig& cfg) : cfg_(cfg), k_(cfg.k), verify_fit_(kDecay), draft_fit_(kDecay) {
   cfg_.validate();
   if (cfg_.adaptive) k_ = cfg_.min_confidence > 0 ? cfg_.k_max : std::clamp(k_, cfg_.k_min, cfg_.k_max);
 }
@@ -75,8 +80,12 @@ void DraftLength::observe(int drafted, int accepted, double draft_seconds, doubl
   if (drafted > 0) {
     draft_time_ = draft_time_ * kDecay + draft_seconds;
     draft_tokens_ = draft_tokens_ * kDecay + drafted;
+    draft_fit_.observe(drafted, draft_seconds);
   }
   verify_fit_.observe(drafted, verify_seconds);
+  round_tokens_ = round_tokens_ * kDecay + accepted + 1;
+  round_seconds_ = round_seconds_ * kDecay + draft_seconds + verify_seconds;
+  ++rounds_;
   // With the confidence rule, the rule ends each draft where the draft's own confidence runs out,
   // which is per round what the i.i.d. model below can only average: K stays at k_max.
   if (!cfg_.adaptive || cfg_.min_confidence > 0) return;
@@ -90,6 +99,27 @@ void DraftLength::observe(int drafted, int accepted, double draft_seconds, doubl
     if (rate > best_rate * (1 + 1e-9)) { best_rate = rate; best = k; }
   }
   k_ = best;
+}
+
+float DraftLength::confidence_threshold() const {
+  const float given = cfg_.min_confidence;
+  if (!cfg_.confidence_auto || !cfg_.adaptive || given <= 0) return given;
+  if (rounds_ < std::max(1, cfg_.confidence_warmup) || round_seconds_ <= 0) return given;
+  const double rate = round_tokens_ / round_seconds_;
+  const double draft = draft_fit_.slope_known() ? draft_fit_.slope() : draft_seconds_per_token();
+  const double cost = draft + verify_slope();
+  const double t = rate * cost / confidence_calibration();
+  return static_cast<float>(std::clamp(t, kAutoConfidenceMin, kAutoConfidenceMax));
+}
+
+void DraftLength::observe_confidence(std::span<const float> products, int drafted, int accepted) {
+  if (drafted <= 0 || static_cast<int>(products.size()) != drafted) return;
+  cal_hit_ *= kDecay;
+  cal_pred_ *= kDecay;
+  for (int i = 1; i <= drafted; ++i) {
+    cal_pred_ += i == 1 ? 1.0 : static_cast<double>(products[static_cast<size_t>(i - 2)]);
+    if (accepted >= i) cal_hit_ += 1;
+  }
 }
 
 }  // namespace specula

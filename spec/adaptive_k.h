@@ -4,6 +4,7 @@
 // probability that all its tokens so far are right has fallen low (confidence, EAGLE-2's signal).
 #pragma once
 #include <cstdint>
+#include <span>
 
 namespace specula {
 
@@ -21,6 +22,13 @@ struct DraftLengthConfig {
   // The same threshold for greedy requests, where the draft's top probability is a calibrated
   // estimate of acceptance and a stricter one pays (docs/benchmarks.md); 0 = min_confidence.
   float min_confidence_greedy = 0;
+  // The confidence rule's threshold chosen each round from the request's own measurements
+  // (DraftLength::confidence_threshold), starting from min_confidence (or the greedy one) until
+  // they are in; off: the thresholds as given. Spelled `--draft-confidence auto`. Like K, it
+  // follows timing only with `adaptive`: with a fixed K the starting threshold holds, so the
+  // drafts stay a function of the request alone (docs/protocol.md, "The seed promise").
+  bool confidence_auto = false;
+  int confidence_warmup = 8;  // rounds a request drafts at the starting threshold first (0..1000)
 
   // The settings a request drafts with: min_confidence_greedy folded into min_confidence for a
   // greedy request, and cleared.
@@ -32,7 +40,8 @@ struct DraftLengthConfig {
   }
 
   // Throws std::invalid_argument naming the field: K, k_min, k_max outside 1..kMaxDraftTokens,
-  // k_min > k_max, a negative or non-finite entropy threshold, a confidence (either) outside [0, 1).
+  // k_min > k_max, a negative or non-finite entropy threshold, a confidence (either) outside [0, 1),
+  // confidence_auto without a threshold to start from.
   void validate() const;
 };
 
@@ -58,6 +67,12 @@ class ForgettingLinearFit {
   double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
 };
 
+// The starting threshold of `--draft-confidence auto`: the fixed rule's default for sampled
+// requests (docs/speculative.md, "The automatic confidence threshold").
+inline constexpr float kAutoConfidenceStart = 0.3f;
+// The range the measured threshold is held to.
+inline constexpr double kAutoConfidenceMin = 0.05, kAutoConfidenceMax = 0.95;
+
 // The per-request controller. Estimates, with exponential forgetting, (a) the per-token
 // acceptance a = accepted / judged (judged = accepted + rejections: drafts after the first
 // rejection were never judged), (b) draft seconds per drafted token, (c) verify seconds as
@@ -77,6 +92,25 @@ class DraftLength {
   double verify_intercept() const { return verify_fit_.intercept(); }
   double verify_slope() const { return verify_fit_.slope(); }
 
+  // The confidence rule's threshold for the next round. Fixed (or K fixed): min_confidence. With
+  // confidence_auto and adaptive, once confidence_warmup rounds (at least one) were seen, the
+  // threshold at which one more draft token pays for what it costs: token i adds A_i = P(t1..ti
+  // all accepted) tokens to a round and costs d1 + v1 seconds (the slopes of the draft and the
+  // verify time on the draft length, fitted with forgetting: one more depth of the draft and one
+  // more verify row; a round's first draft token also pays the drafter's catch-up. Until two
+  // lengths were seen, the draft's mean time per token and no verify slope), so it
+  // raises the round's tokens per second R = E[tokens] / E[seconds] while A_i > R (d1 + v1). A_i is
+  // estimated as r P_{i-1}, the product of the draft's probabilities of the tokens before it times
+  // the request's calibration r = sum 1[t1..ti accepted] / sum P_{i-1} over its drafted tokens
+  // (observe_confidence); so token i is drafted while P_{i-1} >= R (d1 + v1) / r, held to
+  // [kAutoConfidenceMin, kAutoConfidenceMax]. 0 when the rule is off.
+  float confidence_threshold() const;
+  // A judged proposal's confidence row (DraftProposal::confidence, one product per draft token)
+  // and how many of its tokens were accepted: the calibration's sums, with forgetting. A row
+  // whose length is not the proposal's (a drafter that does not run the rule) is not counted.
+  void observe_confidence(std::span<const float> products, int drafted, int accepted);
+  double confidence_calibration() const { return cal_hit_ / cal_pred_; }
+
  private:
   DraftLengthConfig cfg_;
   int k_;
@@ -84,6 +118,10 @@ class DraftLength {
   double accepted_ = 1, judged_ = 2;  // prior: a = 0.5 with the weight of two judgements
   double draft_time_ = 0, draft_tokens_ = 0;
   ForgettingLinearFit verify_fit_;  // verify time on k
+  ForgettingLinearFit draft_fit_;   // draft time on k, over the rounds that drafted
+  double round_tokens_ = 0, round_seconds_ = 0;  // tokens a round (accepted + 1) and its draft + verify time
+  int rounds_ = 0;
+  double cal_hit_ = 1, cal_pred_ = 1;  // prior: calibrated, with the weight of one token
 };
 
 }  // namespace specula

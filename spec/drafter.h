@@ -55,18 +55,24 @@ class Drafter {
 // draft token i never looks at token i itself: dropping a drawn token for its own probability
 // would make the proposal's distribution differ from the q the verifier is given (the chi-square
 // test catches that), while stopping on what was already drawn keeps every token a draw from q.
+// Each product taken goes to `products` as well, when given (the proposal's confidence row).
 class DraftConfidence {
  public:
-  explicit DraftConfidence(const DraftRequest& req) : threshold_(req.min_confidence), min_tokens_(req.min_tokens) {}
+  explicit DraftConfidence(const DraftRequest& req, std::vector<float>* products = nullptr)
+      : threshold_(req.min_confidence), min_tokens_(req.min_tokens), products_(products) {}
   bool on() const { return threshold_ > 0; }
   // The token just proposed had draft probability p.
-  void take(double p) { product_ *= p; }
+  void take(double p) {
+    product_ *= p;
+    if (products_) products_->push_back(static_cast<float>(product_));
+  }
   // Whether token i is drafted (the drafter need not compute it otherwise).
   bool may_reach(int64_t i) const { return !(on() && i >= min_tokens_ && product_ < threshold_); }
 
  private:
   double threshold_;
   int64_t min_tokens_;
+  std::vector<float>* products_;
   double product_ = 1;
 };
 

@@ -441,7 +441,7 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
     return;  // no target rows for this context
   }
 
-  DraftConfidence confidence(req);
+  DraftConfidence confidence(req, &out.confidence);
   for (int64_t i = 0; i < k; ++i) {
     // q over the target's vocabulary: the head's logits on its N tokens, -inf elsewhere (q = 0
     // there: never proposed, and the verifier's residual covers those tokens).

@@ -161,7 +161,7 @@ void ModelDrafter::propose(const DraftRequest& req, DraftProposal& out) {
   const int64_t k = std::min<int64_t>(req.max_tokens, max_positions() - n + 1);
   if (n == 0 || k <= 0) return;
   catch_up(req.context);
-  DraftConfidence confidence(req);
+  DraftConfidence confidence(req, &out.confidence);
   for (int64_t i = 0; i < k; ++i) {
     int32_t t = 0;
     if (!draft_from_logits(logits_, req, i, q_, logq_, t, confidence)) break;

@@ -103,7 +103,6 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
   DraftRequest dreq;
   dreq.min_tokens = lengths.adaptive ? lengths.k_min : 1;
   dreq.max_entropy = lengths.max_entropy;
-  dreq.min_confidence = lengths.min_confidence;
   dreq.sampling = req.sampling;
   dreq.mode = req.mode;
   DraftProposal draft;
@@ -126,6 +125,11 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
       dreq.context = context;
       dreq.position = position;
       dreq.max_tokens = static_cast<int>(k);
+      dreq.min_confidence = draft_length.confidence_threshold();
+      if (dreq.min_confidence > 0) {
+        st.confidence_threshold_sum += dreq.min_confidence;
+        ++st.confidence_rounds;
+      }
       drafter.propose(dreq, draft);
       assert(draft.k() <= k);
     }
@@ -158,6 +162,7 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
     ++st.rounds_by_draft[draft.k()];
     st.verify_seconds_by_draft[draft.k()] += verify_s;
     draft_length.observe(static_cast<int>(draft.k()), n, draft_s, verify_s);
+    draft_length.observe_confidence(draft.confidence, static_cast<int>(draft.k()), n);
 
     // Emit the round's tokens one at a time with generate()'s stop rules.
     for (int j = 0; j <= n; ++j) {

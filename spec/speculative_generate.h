@@ -41,6 +41,10 @@ struct SpeculativeStats : GenerateStats {
   // verify seconds, so a benchmark can price each round size as the loop ran it.
   std::vector<int64_t> rounds_by_draft = std::vector<int64_t>(kMaxDraftTokens + 1, 0);
   std::vector<double> verify_seconds_by_draft = std::vector<double>(kMaxDraftTokens + 1, 0);
+  // The confidence rule's thresholds over the rounds that drafted with it on (with
+  // `--draft-confidence auto` they change round by round): their sum and count.
+  double confidence_threshold_sum = 0;
+  int64_t confidence_rounds = 0;
 
   double acceptance_rate() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0; }
   // Per-token acceptance a of Theorem 3.8: accepted / judged (drafts after a rejection are never judged).
@@ -48,6 +52,7 @@ struct SpeculativeStats : GenerateStats {
   double mean_accepted_length() const { return rounds > 0 ? static_cast<double>(accepted) / rounds : 0; }
   double mean_draft_length() const { return rounds > 0 ? static_cast<double>(drafted) / rounds : 0; }
   double tokens_per_round() const { return rounds > 0 ? static_cast<double>(accepted + rounds) / rounds : 0; }
+  double mean_confidence_threshold() const { return confidence_rounds > 0 ? confidence_threshold_sum / confidence_rounds : 0; }
   // accepted_at[i] / drafted_at[i] for positions that were drafted.
   std::vector<double> per_position_acceptance() const;
   // Counts one round's judged drafts: k tokens at draft offsets offset.., the first n accepted

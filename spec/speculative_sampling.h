@@ -47,8 +47,16 @@ struct DraftProposal {
   std::vector<int32_t> tokens;  // [k] t1..tk, proposed after the last committed token; k may be 0
   std::vector<float> q;         // [k, vocab] row i: the distribution t_{i+1} was drawn from, after
                                 // the request's transform (one-hot for a deterministic drafter)
+  // [k] or empty: entry i is the product of the draft's probabilities of t1..t_{i+1}, the
+  // confidence rule's running product (DraftConfidence), where a drafter ran the rule; the
+  // automatic threshold calibrates itself on it (DraftLength::observe_confidence).
+  std::vector<float> confidence;
   int64_t k() const { return static_cast<int64_t>(tokens.size()); }
-  void clear() { tokens.clear(); q.clear(); }
+  void clear() {
+    tokens.clear();
+    q.clear();
+    confidence.clear();
+  }
 };
 
 // The verdict on one round.

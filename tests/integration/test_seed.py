@@ -1,6 +1,6 @@
 """The seed promise of docs/protocol.md ("The seed promise"), against a real server with the main
-job's settings (scripts/main_job.args: prompt lookup and the trained head, the confidence rule,
-the load-adaptive policy) and with the n-gram drafter: a seeded request gives the same text sent alone and among 16
+job's settings (scripts/main_job.args: prompt lookup and the trained head, the confidence rule
+with its automatic threshold, which a fixed K turns off, the load-adaptive policy) and with the n-gram drafter: a seeded request gives the same text sent alone and among 16
 concurrent others, in coupled mode (the default with a seed), in exact mode with a fixed K, and
 greedy."""
 import asyncio

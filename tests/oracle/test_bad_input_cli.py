@@ -249,8 +249,9 @@ def test_speculation_with_good_settings_runs_on_the_tiny_model(specula_bin, good
     (["--draft", "ngram:n=2,min=3+skip:0"], ["ngram min", "got 3"]),
     (["--draft", "ngram", "--spec-sampling", "maybe"], ["'exact' or 'coupled'", "maybe"]),
     (["--draft", "ngram", "--draft-confidence", "1.5"], ["--draft-confidence", "[0, 1)", "got 1.5"]),
+    (["--draft", "ngram", "--draft-confidence", "auto"], ["--draft-confidence auto", "give --adaptive"]),
 ], ids=["k0", "k17", "kmin_gt_kmax", "skip_all", "ngram_not_a_number", "ngram_zero", "lookup_before_lookup",
-    "lookup_min_above_n", "bad_sampling_mode", "confidence_above_one"])
+    "lookup_min_above_n", "bad_sampling_mode", "confidence_above_one", "confidence_auto_without_adaptive"])
 def test_a_bad_speculation_setting_is_one_line_on_stderr_and_a_nonzero_exit(specula_bin, good_gguf, flags, words):
     expect_one_line_error(speculate(specula_bin, good_gguf, *flags), words)
 

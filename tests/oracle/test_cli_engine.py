@@ -184,6 +184,23 @@ def test_the_loop_benchmark_runs_every_combination_of_listed_draft_lengths_in_on
         assert bad.stdout == "", (extra, bad.stdout)
 
 
+def test_the_loop_benchmark_runs_the_automatic_confidence_threshold_beside_a_fixed_one(specula_bin, default_model):
+    """`bench spec --adaptive --draft-confidence 0.3,auto`: the automatic run names itself and its
+    starting threshold, keeps the greedy text, and after its warm-up drafts at thresholds of its
+    own (their mean is not the start); the fixed run's mean threshold is its own."""
+    cmd = [str(specula_bin), "bench", "spec", "--model", str(default_model), "--drafts", "eagle", "--max-tokens", "64",
+           "--prompts", str(SHARED_DIR / "data" / "prompts" / "chat.jsonl"), "--limit", "2", "--adaptive",
+           "--spec-k-max", "4", "--draft-confidence", "0.3,auto"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    fixed, auto = [r for r in json.loads(p.stdout)["runs"] if r["draft"] != "none"]
+    assert fixed["draft_length"]["draft_confidence"] == 0.3 and fixed["mean_confidence_threshold"] == pytest.approx(0.3)
+    assert auto["draft_length"]["draft_confidence"] == "auto" and auto["draft_length"]["draft_confidence_start"] == 0.3
+    assert fixed["text_matches_target"] is True and auto["text_matches_target"] is True
+    assert 0.05 <= auto["mean_confidence_threshold"] <= 0.95
+    assert auto["mean_confidence_threshold"] != pytest.approx(0.3, abs=1e-4), auto
+
+
 def test_the_loop_benchmark_repeats_each_prompt_and_reports_each_pass_and_the_least_time(specula_bin, default_model):
     """`bench spec --repeat 2`: each prompt's configurations run twice (the second time in reverse
     order, target-only last), with the same text each time; each run reports a speedup per pass

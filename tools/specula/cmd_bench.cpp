@@ -176,6 +176,8 @@ struct SpecTotals {
     }
     spec.draft_seconds += st.draft_seconds;
     spec.verify_seconds += st.verify_seconds;
+    spec.confidence_threshold_sum += st.confidence_threshold_sum;
+    spec.confidence_rounds += st.confidence_rounds;
     for (size_t k = 0; k < spec.rounds_by_draft.size(); ++k) {
       spec.rounds_by_draft[k] += st.rounds_by_draft[k];
       spec.verify_seconds_by_draft[k] += st.verify_seconds_by_draft[k];

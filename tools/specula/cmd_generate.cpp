@@ -46,7 +46,9 @@ const char* kUsage =
     "  per round (1-16, default 4); --adaptive picks K per round in [--spec-k-min, --spec-k-max]\n"
     "  (1, 8) from the running acceptance; --draft-entropy ends a draft where its distribution's\n"
     "  entropy exceeds NATS, --draft-confidence where the product of its tokens' draft probabilities\n"
-    "  falls below P (--draft-confidence-greedy P: greedy requests' threshold, default the same).\n"
+    "  falls below P (--draft-confidence-greedy P: greedy requests' threshold, default the same;\n"
+    "  --draft-confidence auto: each request sets P every round from its measured acceptance and\n"
+    "  costs, starting at 0.3 or at the greedy P).\n"
     "  --spec-sampling coupled makes sampled output identical to target-only\n"
     "  output for the seed (exact, the default, accepts more). Acceptance statistics follow on\n"
     "  stderr (or under \"speculative\").\n"
@@ -111,10 +113,17 @@ DraftLengthConfig draft_length_from_args(const Args& a) {
   c.k_min = static_cast<int>(a.integer("spec-k-min", 1));
   c.k_max = static_cast<int>(a.integer("spec-k-max", std::max(8, c.k)));
   c.max_entropy = static_cast<float>(a.number("draft-entropy", 0));
-  c.min_confidence = static_cast<float>(a.number("draft-confidence", 0));
+  // `auto`: the threshold set per round from the request's measurements, starting at 0.3 (or at
+  // --draft-confidence-greedy for greedy requests).
+  c.confidence_auto = a.str("draft-confidence") == "auto";
+  if (c.confidence_auto && !c.adaptive)
+    throw UsageError("--draft-confidence auto sets the threshold each round from measured times, as --adaptive sets K: "
+                     "give --adaptive too (with a fixed K the drafts stay a function of the request alone)");
+  c.min_confidence = c.confidence_auto ? kAutoConfidenceStart : static_cast<float>(a.number("draft-confidence", 0));
   c.min_confidence_greedy = static_cast<float>(a.number("draft-confidence-greedy", 0));
   DraftLengthConfig lengths = c;  // K and its range alone, then the rules
   lengths.max_entropy = lengths.min_confidence = lengths.min_confidence_greedy = 0;
+  lengths.confidence_auto = false;
   try {
     lengths.validate();
   } catch (const std::invalid_argument& e) {

@@ -28,7 +28,12 @@ inline nlohmann::json draft_length_json(const DraftLengthConfig& d) {
   // The settings are floats: printed as the decimal they were given, not 0.30000001192...
   const auto given = [](float x) { return std::round(static_cast<double>(x) * 1e6) / 1e6; };
   j["draft_entropy"] = given(d.max_entropy);
-  j["draft_confidence"] = given(d.min_confidence);
+  if (d.confidence_auto) {
+    j["draft_confidence"] = "auto";
+    j["draft_confidence_start"] = given(d.min_confidence);
+  } else {
+    j["draft_confidence"] = given(d.min_confidence);
+  }
   if (d.min_confidence_greedy > 0) j["draft_confidence_greedy"] = given(d.min_confidence_greedy);
   return j;
 }
@@ -43,6 +48,7 @@ inline nlohmann::json spec_stats_json(const SpeculativeStats& st) {
   j["mean_accepted_length"] = st.mean_accepted_length();
   j["mean_draft_length"] = st.mean_draft_length();
   j["tokens_per_round"] = st.tokens_per_round();
+  if (st.confidence_rounds > 0) j["mean_confidence_threshold"] = st.mean_confidence_threshold();
   j["per_position_acceptance"] = st.per_position_acceptance();
   j["draft_seconds"] = st.draft_seconds;
   j["verify_seconds"] = st.verify_seconds;

@@ -279,6 +279,37 @@ TEST(Engine, GreedyOutputOfSixteenConcurrentRequestsWithTheLoadAdaptivePolicyEqu
   expect_greedy_equality(kNgramLoadAdaptive, 16);
 }
 
+// An engine of its own for `d` (no pipelining), each prompt's greedy text through it against the
+// sequential loop's; the requests' statistics summed.
+SpeculativeStats expect_greedy_text_alone(Shared* s, const Drafting& d) {
+  Engine e(EngineConfig{.target = default_model_path(), .drafter = d.spelling, .device = "host", .target_model = {},
+                        .draft_model = {}, .draft = d.k, .max_batch = 16, .kv_tokens = 16 * 128, .threads = 2,
+                        .io_threads = 1, .pipeline = false, .trace_path = "", .fault_hook = {}, .judge_rule = {}});
+  SpeculativeStats total;
+  for (int p = 0; p < kPrompts; ++p) {
+    TokenStream stream = e.start(s->request(p, 96));
+    const Collected c = collect(stream);
+    EXPECT_EQ(c.last.kind, StreamEvent::Kind::Done) << c.last.error;
+    EXPECT_EQ(c.tokens, s->reference(d, s->request(p, 96))) << "prompt " << p;
+    total.drafted += c.last.stats.drafted;
+    total.accepted += c.last.stats.accepted;
+    total.rounds += c.last.stats.rounds;
+  }
+  return total;
+}
+
+TEST(Engine, TheMainJobsDrafterWithTheAutomaticConfidenceThresholdKeepsTheGreedyText) {
+  // Prompt lookup in front of the head, the threshold set per round from each request's own
+  // measurements (scripts/main_job.args): the scheduler hands each draft item its request's
+  // threshold and feeds the proposal's products back to its calibration.
+  REQUIRE_SETUP(s);
+  const Drafting main_job{"ngram:n=3+eagle", {.k = 4, .adaptive = true, .k_min = 1, .k_max = 4, .min_confidence = 0.5f,
+                                              .confidence_auto = true}};
+  const SpeculativeStats st = expect_greedy_text_alone(s, main_job);
+  EXPECT_GT(st.accepted, 0);
+  EXPECT_LT(st.drafted, 4 * st.rounds) << "the rule never ended a draft early";
+}
+
 TEST(Engine, TheTrainedHeadDraftsAtBatchOneUnderTheLoadAdaptivePolicyAndKeepsTheGreedyText) {
   // The head's first drafting round also feeds it every prompt position (a prefill's worth of
   // work for one token); counted as the cost of a draft token it kept the load-adaptive policy at
@@ -286,20 +317,9 @@ TEST(Engine, TheTrainedHeadDraftsAtBatchOneUnderTheLoadAdaptivePolicyAndKeepsThe
   // verify row costs far less than a prefill's rows suggest. Alone, the head must draft.
   REQUIRE_SETUP(s);
   const Drafting head{"eagle", {.k = 4, .adaptive = true, .k_min = 1, .k_max = 6, .max_entropy = 2.0f}};
-  Engine e(EngineConfig{.target = default_model_path(), .drafter = head.spelling, .device = "host", .target_model = {},
-                        .draft_model = {}, .draft = head.k, .max_batch = 16, .kv_tokens = 16 * 128, .threads = 2,
-                        .io_threads = 1, .pipeline = false, .trace_path = "", .fault_hook = {}, .judge_rule = {}});
-  int64_t drafted = 0, accepted = 0;
-  for (int p = 0; p < kPrompts; ++p) {
-    TokenStream stream = e.start(s->request(p, 96));
-    const Collected c = collect(stream);
-    ASSERT_EQ(c.last.kind, StreamEvent::Kind::Done) << c.last.error;
-    EXPECT_EQ(c.tokens, s->reference(head, s->request(p, 96))) << "prompt " << p;
-    drafted += c.last.stats.drafted;
-    accepted += c.last.stats.accepted;
-  }
-  EXPECT_GE(drafted, 20) << "the policy kept the head from drafting";
-  EXPECT_GT(accepted, 0);
+  const SpeculativeStats st = expect_greedy_text_alone(s, head);
+  EXPECT_GE(st.drafted, 20) << "the policy kept the head from drafting";
+  EXPECT_GT(st.accepted, 0);
 }
 
 TEST(Engine, ARequestWithSpeculationOffDecodesOneTokenPerRoundAndEqualsTheSequentialLoop) {

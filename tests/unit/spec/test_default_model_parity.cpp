@@ -106,9 +106,13 @@ void expect_parity(const SamplingParams& base, SpecSampling mode, int max_tokens
                                      {default_model_path().string(), {.k = 4}},
                                      // Prompt lookup in front of the shipped head with adaptive K
                                      // and the entropy rule (the main job's until the seventeenth
-                                     // session), and with the confidence rule (scripts/main_job.args).
+                                     // session), with the confidence rule (the main job's until the
+                                     // forty-third), and with its automatic threshold (scripts/main_job.args).
                                      {"ngram:n=3+eagle", {.k = 3, .adaptive = true, .k_min = 1, .k_max = 6, .max_entropy = 2}},
-                                     {"ngram:n=3+eagle", {.k = 4, .adaptive = true, .k_min = 1, .k_max = 4, .min_confidence = 0.3f}}};
+                                     {"ngram:n=3+eagle", {.k = 4, .adaptive = true, .k_min = 1, .k_max = 4, .min_confidence = 0.3f}},
+                                     {"ngram:n=3+eagle",
+                                      {.k = 4, .adaptive = true, .k_min = 1, .k_max = 4, .min_confidence = 0.3f,
+                                       .min_confidence_greedy = 0.5f, .confidence_auto = true}}};
   for (const Draft& d : drafts) {
     std::unique_ptr<Drafter> drafter = make_drafter(d.spelling, m->files, *m->model, kCtx);
     SpeculativeStats total;

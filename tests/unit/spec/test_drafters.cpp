@@ -378,6 +378,78 @@ TEST(DraftLength, AnExpensiveDraftKeepsKShort) {
   EXPECT_LE(dl.next(), 3);
 }
 
+// --- the automatic confidence threshold --------------------------------------------------
+
+// Rounds that alternate one and two draft tokens with linear costs (a draft depth 0.1 ms, a
+// verify row 0.5 ms), one token accepted each, the draft's products 0.8 then 0.4: R ~ 4 tokens /
+// 8.2 ms, d1 + v1 = 0.6 ms, calibration r ~ (1 + 1) / (1 + 1.8) hits per unit of P_{i-1}.
+void run_alternating_rounds(DraftLength& dl, int rounds, double verify_row = 0.0005, double hit_share = 1.0) {
+  for (int r = 0; r < rounds; ++r) {
+    const int k = 1 + r % 2;
+    const std::vector<float> products = k == 1 ? std::vector<float>{0.8f} : std::vector<float>{0.8f, 0.4f};
+    const int accepted = (r / 2) % 4 < static_cast<int>(4 * hit_share) ? 1 : 0;
+    dl.observe(k, accepted, 0.0002 + 0.0001 * k, 0.003 + verify_row * k);
+    dl.observe_confidence(products, k, accepted);
+  }
+}
+
+TEST(DraftLength, TheAutomaticThresholdStartsWhereItWasToldThenPricesADraftTokenByWhatItCostsAndBrings) {
+  const DraftLengthConfig cfg{.k = 4, .adaptive = true, .k_min = 1, .k_max = 4, .min_confidence = 0.3f, .confidence_auto = true};
+  DraftLength dl(cfg);
+  EXPECT_FLOAT_EQ(dl.confidence_threshold(), 0.3f) << "no measurements yet: the starting threshold";
+  run_alternating_rounds(dl, cfg.confidence_warmup - 1);
+  EXPECT_FLOAT_EQ(dl.confidence_threshold(), 0.3f) << "still warming up";
+  run_alternating_rounds(dl, 80);
+  // R (d1 + v1) / r from the rounds' figures (the forgetting weighs the two kinds of round a few
+  // percent apart, hence the tolerance).
+  const double rate = 4 / (0.0003 + 0.0035 + 0.0004 + 0.004), cost = 0.0001 + 0.0005, r = 2 / 2.8;
+  EXPECT_NEAR(dl.confidence_threshold(), rate * cost / r, 0.05 * rate * cost / r);
+  EXPECT_NEAR(dl.confidence_calibration(), r, 0.05 * r);
+
+  // Dearer verify rows, or drafts accepted less often than their products say: a higher
+  // threshold (shorter drafts); rows that cost nothing: the floor; rows dearer than any draft
+  // token can repay: the ceiling.
+  DraftLength dear(cfg), doubted(cfg), free_rows(cfg), ruinous(cfg);
+  run_alternating_rounds(dear, 88, 0.002);
+  run_alternating_rounds(doubted, 88, 0.0005, 0.5);
+  run_alternating_rounds(free_rows, 88, 0.0);
+  run_alternating_rounds(ruinous, 88, 0.05);
+  EXPECT_GT(dear.confidence_threshold(), dl.confidence_threshold() * 1.5);
+  EXPECT_GT(doubted.confidence_threshold(), dl.confidence_threshold() * 1.3);
+  EXPECT_LT(free_rows.confidence_threshold(), dl.confidence_threshold() / 3);
+  EXPECT_FLOAT_EQ(ruinous.confidence_threshold(), static_cast<float>(kAutoConfidenceMax));
+
+  // Off, or with a fixed K (the seed promise's exact mode), the threshold is the one given
+  // whatever was measured.
+  DraftLengthConfig fixed = cfg, fixed_k = cfg;
+  fixed.confidence_auto = false;
+  fixed_k.adaptive = false;
+  DraftLength still(fixed), still_k(fixed_k);
+  run_alternating_rounds(still, 88);
+  run_alternating_rounds(still_k, 88);
+  EXPECT_FLOAT_EQ(still.confidence_threshold(), 0.3f);
+  EXPECT_FLOAT_EQ(still_k.confidence_threshold(), 0.3f);
+}
+
+TEST(DraftLength, TheCalibrationCountsOnlyProposalsThatCarryOneProductPerToken) {
+  DraftLength dl(DraftLengthConfig{.min_confidence = 0.3f, .confidence_auto = true});
+  dl.observe_confidence({}, 3, 0);                     // a drafter without the rule (prompt lookup)
+  const std::vector<float> two{0.5f, 0.25f};
+  dl.observe_confidence(two, 3, 0);                    // a row that is not the proposal's
+  EXPECT_DOUBLE_EQ(dl.confidence_calibration(), 1.0);  // the prior alone
+  dl.observe_confidence(two, 2, 0);                    // counted: P_0 = 1 and P_1 = 0.5, no hits
+  EXPECT_LT(dl.confidence_calibration(), 0.5);
+}
+
+TEST(DraftLengthConfig, AutomaticConfidenceNeedsAThresholdToStartFromAndAWarmUpInRange) {
+  test::expect_error<std::invalid_argument>([] { DraftLengthConfig{.confidence_auto = true}.validate(); },
+                                            {"automatic draft confidence", "start from"});
+  test::expect_error<std::invalid_argument>(
+      [] { DraftLengthConfig{.min_confidence = 0.3f, .confidence_auto = true, .confidence_warmup = -1}.validate(); },
+      {"warm-up", "0..1000", "got -1"});
+  DraftLengthConfig{.min_confidence_greedy = 0.5f, .confidence_auto = true}.validate();
+}
+
 // --- the entropy rule -------------------------------------------------------------------
 
 TEST(EntropyCutoff, AFlatDraftStopsAfterTheMinimumAndAPeakedOneRunsToK) {
@@ -453,6 +525,10 @@ TEST(ConfidenceRule, ADraftStopsAfterTheTokenThatTakesTheProductOfItsProbabiliti
       d.propose(r, cut);
       EXPECT_EQ(cut.k(), keep + 1) << "threshold " << r.min_confidence;
       EXPECT_TRUE(std::equal(cut.tokens.begin(), cut.tokens.end(), all.tokens.begin()));
+      // The proposal carries the rule's running products, one per token (the automatic
+      // threshold's calibration reads them).
+      ASSERT_EQ(static_cast<int64_t>(cut.confidence.size()), cut.k());
+      for (size_t i = 0; i < cut.confidence.size(); ++i) EXPECT_NEAR(cut.confidence[i], products[i], 1e-5 * products[i]);
       // Never below the minimum: with min_tokens above the cut, the draft runs to min_tokens.
       r.min_tokens = keep + 2;
       d.propose(r, cut);

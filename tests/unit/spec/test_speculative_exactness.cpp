@@ -154,13 +154,14 @@ using MakeDrafter = std::function<std::unique_ptr<Drafter>(TinyPair&)>;
 struct JointRun {
   test::ChiSquare chi;
   int64_t rounds = 0, drafted = 0, accepted = 0;
+  int64_t moved = 0;  // runs whose confidence threshold left its starting value (the automatic one)
 };
 
 // `n` speculative runs with seeds 0..n-1, each cut after its first 3 tokens, counted over the
 // 16^3 outcomes. Two threads, each with its own models and caches, take alternate seeds (the
 // counts do not depend on the split).
 JointRun speculative_joint(const MakeDrafter& make, const SamplingParams& sp, int k, int64_t n, float max_entropy = 0,
-                           float min_confidence = 0) {
+                           float min_confidence = 0, bool confidence_auto = false) {
   constexpr int kThreads = 2;
   std::vector<std::vector<int64_t>> counts(kThreads, std::vector<int64_t>(kVocab * kVocab * kVocab, 0));
   std::vector<JointRun> runs(kThreads);
@@ -174,6 +175,16 @@ JointRun speculative_joint(const MakeDrafter& make, const SamplingParams& sp, in
     req.draft.k = k;
     req.draft.max_entropy = max_entropy;
     req.draft.min_confidence = min_confidence;
+    // The automatic threshold without a warm-up, so that a 3-token run's later rounds draft at the
+    // thresholds its own first rounds measured (they depend on timing: any value must keep the
+    // output exact, as the rule never looks at the token it decides on).
+    req.draft.confidence_auto = confidence_auto;
+    req.draft.confidence_warmup = 0;
+    if (confidence_auto) {  // it follows timing only with adaptive K (at K_max with the rule on)
+      req.draft.adaptive = true;
+      req.draft.k_min = 1;
+      req.draft.k_max = k;
+    }
     std::vector<int32_t> out;
     for (int64_t s = tid; s < n; s += kThreads) {
       req.sampling.seed = static_cast<uint64_t>(s);
@@ -187,6 +198,7 @@ JointRun speculative_joint(const MakeDrafter& make, const SamplingParams& sp, in
       runs[tid].rounds += st.rounds;
       runs[tid].drafted += st.drafted;
       runs[tid].accepted += st.accepted;
+      if (st.confidence_rounds > 0 && st.mean_confidence_threshold() != static_cast<double>(min_confidence)) ++runs[tid].moved;
     }
   };
   std::vector<std::thread> threads;
@@ -200,6 +212,7 @@ JointRun speculative_joint(const MakeDrafter& make, const SamplingParams& sp, in
     total.rounds += runs[t].rounds;
     total.drafted += runs[t].drafted;
     total.accepted += runs[t].accepted;
+    total.moved += runs[t].moved;
   }
   TinyPair m;
   total.chi = test::chi_square_test(merged, target_joint(m, sp), n);
@@ -213,13 +226,14 @@ struct Case {
   SamplingParams sp;
   float max_entropy = 0;
   float min_confidence = 0;
+  bool confidence_auto = false;
 };
 
 class JointOfThreeTokens : public ::testing::TestWithParam<Case> {};
 
 TEST_P(JointOfThreeTokens, MatchesTargetOnlySampling) {
   const Case c = GetParam();
-  const JointRun r = speculative_joint(draft_model, c.sp, c.k, kJointRuns, c.max_entropy, c.min_confidence);
+  const JointRun r = speculative_joint(draft_model, c.sp, c.k, kJointRuns, c.max_entropy, c.min_confidence, c.confidence_auto);
   EXPECT_TRUE(r.chi.pass()) << r.chi.str();
   std::printf("[ stats    ] %s; %lld rounds, %lld drafted, %lld accepted\n", r.chi.str().c_str(),
               static_cast<long long>(r.rounds), static_cast<long long>(r.drafted), static_cast<long long>(r.accepted));
@@ -231,17 +245,20 @@ TEST_P(JointOfThreeTokens, MatchesTargetOnlySampling) {
     EXPECT_LT(r.drafted, r.rounds * c.k);
     EXPECT_GT(r.drafted, r.rounds);
   }
+  if (c.confidence_auto) EXPECT_GT(r.moved, kJointRuns / 10) << "the automatic threshold never left its start";
 }
 
 // Every K in {1, 3, 5} at both temperatures (1.0 and 0.7), and top-k / top-p with each K; one
-// cuts drafts at entropy 1.0 nats, one where the product of the tokens' q falls below 0.05.
+// cuts drafts at entropy 1.0 nats, one where the product of the tokens' q falls below 0.05, one
+// where it falls below the automatic threshold (starting at 0.3).
 INSTANTIATE_TEST_SUITE_P(KAndTransforms, JointOfThreeTokens,
                          ::testing::Values(Case{1, {1.0f, 0, 1.0f, 0}}, Case{1, {0.7f, 0, 1.0f, 0}},
                                            Case{3, {1.0f, 0, 1.0f, 0}}, Case{3, {0.7f, 0, 1.0f, 0}},
                                            Case{5, {1.0f, 0, 1.0f, 0}}, Case{5, {0.7f, 0, 1.0f, 0}},
                                            Case{1, {0.7f, 6, 0.9f, 0}},
                                            Case{3, {1.0f, 8, 0.9f, 0}}, Case{5, {0.7f, 8, 0.8f, 0}, 1.0f},
-                                           Case{5, {0.7f, 0, 1.0f, 0}, 0, 0.05f}),
+                                           Case{5, {0.7f, 0, 1.0f, 0}, 0, 0.05f},
+                                           Case{5, {0.7f, 0, 1.0f, 0}, 0, 0.3f, true}),
                          [](const auto& info) {
                            const Case& c = info.param;
                            std::string n = "K" + std::to_string(c.k) + "_T" + std::to_string(static_cast<int>(c.sp.temperature * 10));
@@ -249,6 +266,7 @@ INSTANTIATE_TEST_SUITE_P(KAndTransforms, JointOfThreeTokens,
                            if (c.sp.top_p < 1) n += "_topp" + std::to_string(static_cast<int>(c.sp.top_p * 100));
                            if (c.max_entropy > 0) n += "_entropy";
                            if (c.min_confidence > 0) n += "_confidence";
+                           if (c.confidence_auto) n += "_auto";
                            return n;
                          });
 
