@@ -141,6 +141,13 @@ void Scheduler::on(Verdict& verdict) {
   if (verdict.forward_tokens > 0) verify_cost_.observe_verify(verdict.forward_tokens, verdict.forward_seconds);
   // A prefill forward serves to learn the slope early, until the verify forwards show it.
   if (verdict.prefill_tokens > 0) verify_cost_.observe_prefill(verdict.prefill_tokens, verdict.prefill_seconds);
+  {
+    double tokens = 0;
+    for (const Judged& j : verdict.items) tokens += static_cast<double>(j.tokens.size());
+    constexpr double kDecay = VerifyCostModel::kDecay;
+    round_tokens_ = round_tokens_ * kDecay + tokens;
+    round_seconds_ = round_seconds_ * kDecay + verdict.draft_seconds + verdict.verify_seconds;
+  }
   for (const Judged& j : verdict.items) {
     Active* a = find(j.id);
     if (!a) continue;
@@ -239,7 +246,7 @@ void Scheduler::next_round() {
     queue_.pop_front();
     blocks_reserved_ += need;
     active_.push_back(Active{r, r->request.prompt, DraftLength(r->request.draft), need, false, false, false, false, {},
-                             0, 0, std::nullopt, 0, 0, {}});
+                             0, 0, std::nullopt, 0, 0, {}, {}});
   }
   std::vector<Active*> idle;
   for (Active& a : active_)
@@ -310,8 +317,11 @@ std::vector<int> Scheduler::draft_lengths(const std::vector<Active*>& members,
   return k;
 }
 
-DraftItem Scheduler::draft_item(Active& a, std::vector<int32_t> context, int k) {
-  DraftItem item{a.request, std::move(context), k, 0, {}, a.length.confidence_threshold()};
+DraftItem Scheduler::draft_item(Active& a, std::vector<int32_t> context, int k) const {
+  const float threshold = verify_cost_.known() && round_seconds_ > 0
+                              ? a.length.confidence_threshold(round_tokens_ / round_seconds_, verify_cost_.slope())
+                              : a.length.confidence_threshold();
+  DraftItem item{a.request, std::move(context), k, 0, {}, threshold};
   if (k > 0) {
     item.hidden_first = a.hidden_first;
     item.hidden = std::move(a.hidden);

@@ -80,8 +80,10 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
     // its DraftLength's calibration when the verdict comes.
     std::vector<float> confidence;
   };
-  // A draft item for `a`; one that drafts takes its pending rows along (moved out of `a`).
-  static DraftItem draft_item(Active& a, std::vector<int32_t> context, int k);
+  // A draft item for `a`; one that drafts takes its pending rows along (moved out of `a`). Its
+  // confidence threshold is priced by the batch's rounds once the verify cost model knows a row's
+  // cost (DraftLength::confidence_threshold), before that by the request's own.
+  DraftItem draft_item(Active& a, std::vector<int32_t> context, int k) const;
   // After this many rounds at K = 0 a request drafts one token if a draft accepted with
   // probability kProbeAcceptance would pay, so that its acceptance estimate (which only drafting
   // updates) can recover: a few bad rounds do not lock it out while drafting could pay.
@@ -118,6 +120,7 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   std::uint64_t round_ = 0;
   VerifyCostModel verify_cost_;    // the batched verify forward's seconds by rows
   double draft_time_ = 0, draft_tokens_ = 0;  // draft seconds and tokens, forgotten like verify_cost_
+  double round_tokens_ = 0, round_seconds_ = 0;  // tokens committed a round and its draft + verify seconds, the same
   std::atomic<int64_t> pending_{0};
   std::atomic<std::uint64_t> releases_sent_{0};
   std::optional<Mailbox<DraftMessage>::Sender> to_draft_;

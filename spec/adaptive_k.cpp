@@ -102,13 +102,14 @@ void DraftLength::observe(int drafted, int accepted, double draft_seconds, doubl
 }
 
 float DraftLength::confidence_threshold() const {
+  return confidence_threshold(round_seconds_ > 0 ? round_tokens_ / round_seconds_ : 0, verify_slope());
+}
+
+float DraftLength::confidence_threshold(double round_tokens_per_second, double verify_row_seconds) const {
   const float given = cfg_.min_confidence;
   if (!cfg_.confidence_auto || !cfg_.adaptive || given <= 0) return given;
-  if (rounds_ < std::max(1, cfg_.confidence_warmup) || round_seconds_ <= 0) return given;
-  const double rate = round_tokens_ / round_seconds_;
-  const double draft = draft_fit_.slope_known() ? draft_fit_.slope() : draft_seconds_per_token();
-  const double cost = draft + verify_slope();
-  const double t = rate * cost / confidence_calibration();
+  if (rounds_ < std::max(1, cfg_.confidence_warmup) || round_tokens_per_second <= 0) return given;
+  const double t = round_tokens_per_second * (draft_slope() + verify_row_seconds) / confidence_calibration();
   return static_cast<float>(std::clamp(t, kAutoConfidenceMin, kAutoConfidenceMax));
 }
 

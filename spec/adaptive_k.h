@@ -105,6 +105,12 @@ class DraftLength {
   // (observe_confidence); so token i is drafted while P_{i-1} >= R (d1 + v1) / r, held to
   // [kAutoConfidenceMin, kAutoConfidenceMax]. 0 when the rule is off.
   float confidence_threshold() const;
+  // The same with R and v1 as the caller measured them: the engine's scheduler prices a token by
+  // the batch's rounds (its tokens per second and the batched forward's cost of a row), which a
+  // request's own rounds understate B times over in a batch of B.
+  float confidence_threshold(double round_tokens_per_second, double verify_row_seconds) const;
+  // d1: the draft time's slope on the draft length, or its mean per token until two lengths were seen.
+  double draft_slope() const { return draft_fit_.slope_known() ? draft_fit_.slope() : draft_seconds_per_token(); }
   // A judged proposal's confidence row (DraftProposal::confidence, one product per draft token)
   // and how many of its tokens were accepted: the calibration's sums, with forgetting. A row
   // whose length is not the proposal's (a drafter that does not run the rule) is not counted.

@@ -405,6 +405,11 @@ TEST(DraftLength, TheAutomaticThresholdStartsWhereItWasToldThenPricesADraftToken
   const double rate = 4 / (0.0003 + 0.0035 + 0.0004 + 0.004), cost = 0.0001 + 0.0005, r = 2 / 2.8;
   EXPECT_NEAR(dl.confidence_threshold(), rate * cost / r, 0.05 * rate * cost / r);
   EXPECT_NEAR(dl.confidence_calibration(), r, 0.05 * r);
+  // The engine's scheduler prices a token by the batch's rounds: its R and its cost of a row
+  // replace the request's own (a batch of 2 whose row costs what one request's did: twice the rate).
+  EXPECT_NEAR(dl.confidence_threshold(2 * rate, 0.0005), 2 * rate * cost / r, 0.1 * rate * cost / r);
+  EXPECT_NEAR(dl.confidence_threshold(rate, 0.0), rate * 0.0001 / r, 0.05 * rate * 0.0001 / r);
+  EXPECT_FLOAT_EQ(dl.confidence_threshold(0.0, 0.0005), 0.3f) << "no rate measured: the start";
 
   // Dearer verify rows, or drafts accepted less often than their products say: a higher
   // threshold (shorter drafts); rows that cost nothing: the floor; rows dearer than any draft

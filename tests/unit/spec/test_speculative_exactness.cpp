@@ -245,7 +245,9 @@ TEST_P(JointOfThreeTokens, MatchesTargetOnlySampling) {
     EXPECT_LT(r.drafted, r.rounds * c.k);
     EXPECT_GT(r.drafted, r.rounds);
   }
-  if (c.confidence_auto) EXPECT_GT(r.moved, kJointRuns / 10) << "the automatic threshold never left its start";
+  if (c.confidence_auto) {
+    EXPECT_GT(r.moved, kJointRuns / 10) << "the automatic threshold never left its start";
+  }
 }
 
 // Every K in {1, 3, 5} at both temperatures (1.0 and 0.7), and top-k / top-p with each K; one
