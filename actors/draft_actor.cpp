@@ -51,7 +51,7 @@ boost::asio::awaitable<void> DraftActor::on(DraftRound& round) {
       hook_("draft", ids);
     }
     for (DraftItem& item : round.items) {
-      Drafted out{item.request, std::move(item.context), {}};
+      Drafted out{item.request, std::move(item.context), {}, false, item.min_confidence};
       item.context = out.context;  // kept for on_failure's ids only; cheap next to a forward
       // A drafter is made (and prefilled) on a request's first round that drafts, so a request
       // the load-adaptive policy keeps at K = 0 costs no draft work; one that drafted before keeps

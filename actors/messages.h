@@ -45,6 +45,7 @@ struct Drafted {
   // Batch-1 pipelining: an optimistic draft of the next round is in flight, so the sampler judges
   // its first token (a Continuation) against the last row instead of drawing the bonus token.
   bool continued = false;
+  float min_confidence = 0;      // the confidence rule's threshold it was drafted under (DraftItem's)
 };
 
 // draft -> scheduler: the round's drafts.
@@ -141,6 +142,7 @@ struct Scored {
   // Where the target's device judges rounds (Ops::judges_on_device, the CUDA device): the
   // verifier ran the acceptance step there and only this verdict crossed to the host.
   std::optional<RoundOutcome> verdict;
+  float min_confidence = 0;           // Drafted::min_confidence, for the request's statistics
 };
 
 // verifier -> sampler: the target's distributions for the round (TargetProbsReady and Judge in one).

@@ -174,7 +174,7 @@ void Scheduler::on(Verdict& verdict) {
     a->spec.reset();
     a->spec_round = 0;
     assert(spec.context.size() + 1 == a->context.size() && a->context.back() == spec.draft.tokens.front());
-    Drafted window{a->request, a->context, {}};
+    Drafted window{a->request, a->context, {}, false, 0.0f};
     const auto vocab = static_cast<std::ptrdiff_t>(spec.draft.q.size() / static_cast<size_t>(spec.draft.k()));
     window.draft.tokens.assign(spec.draft.tokens.begin() + 1, spec.draft.tokens.end());
     window.draft.q.assign(spec.draft.q.begin() + vocab, spec.draft.q.end());

@@ -126,12 +126,12 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
       dreq.position = position;
       dreq.max_tokens = static_cast<int>(k);
       dreq.min_confidence = draft_length.confidence_threshold();
-      if (dreq.min_confidence > 0) {
+      drafter.propose(dreq, draft);
+      assert(draft.k() <= k);
+      if (draft.k() > 0 && dreq.min_confidence > 0) {
         st.confidence_threshold_sum += dreq.min_confidence;
         ++st.confidence_rounds;
       }
-      drafter.propose(dreq, draft);
-      assert(draft.k() <= k);
     }
     const double draft_s = since(t0);
 

@@ -42,7 +42,8 @@ struct SpeculativeStats : GenerateStats {
   std::vector<int64_t> rounds_by_draft = std::vector<int64_t>(kMaxDraftTokens + 1, 0);
   std::vector<double> verify_seconds_by_draft = std::vector<double>(kMaxDraftTokens + 1, 0);
   // The confidence rule's thresholds over the rounds that drafted with it on (with
-  // `--draft-confidence auto` they change round by round): their sum and count.
+  // `--draft-confidence auto` they change round by round): their sum and count. The engine's
+  // sampler counts them too (Scored::min_confidence).
   double confidence_threshold_sum = 0;
   int64_t confidence_rounds = 0;
 

@@ -64,6 +64,10 @@ inline std::string spec_stats_line(const SpeculativeStats& st) {
                 100 * st.acceptance_rate(), st.alpha(), st.mean_accepted_length(), st.tokens_per_round(),
                 st.draft_seconds, st.verify_seconds);
   std::string s = buf;
+  if (st.confidence_rounds > 0) {  // the confidence rule's threshold, its mean where `auto` moved it
+    std::snprintf(buf, sizeof buf, "; confidence threshold %.2f", st.mean_confidence_threshold());
+    s += buf;
+  }
   const auto pos = st.per_position_acceptance();
   if (!pos.empty()) {
     s += "; per position";

@@ -294,6 +294,8 @@ SpeculativeStats expect_greedy_text_alone(Shared* s, const Drafting& d) {
     total.drafted += c.last.stats.drafted;
     total.accepted += c.last.stats.accepted;
     total.rounds += c.last.stats.rounds;
+    total.confidence_threshold_sum += c.last.stats.confidence_threshold_sum;
+    total.confidence_rounds += c.last.stats.confidence_rounds;
   }
   return total;
 }
@@ -308,6 +310,12 @@ TEST(Engine, TheMainJobsDrafterWithTheAutomaticConfidenceThresholdKeepsTheGreedy
   const SpeculativeStats st = expect_greedy_text_alone(s, main_job);
   EXPECT_GT(st.accepted, 0);
   EXPECT_LT(st.drafted, 4 * st.rounds) << "the rule never ended a draft early";
+  // The sampler's statistics carry the thresholds the rounds drafted under; after the warm-up
+  // they are the requests' own, not the start.
+  ASSERT_GT(st.confidence_rounds, 0);
+  EXPECT_GE(st.mean_confidence_threshold(), kAutoConfidenceMin);
+  EXPECT_LE(st.mean_confidence_threshold(), kAutoConfidenceMax);
+  EXPECT_NE(st.mean_confidence_threshold(), 0.5) << "the threshold never left its start";
 }
 
 TEST(Engine, TheTrainedHeadDraftsAtBatchOneUnderTheLoadAdaptivePolicyAndKeepsTheGreedyText) {
