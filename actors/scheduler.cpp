@@ -141,14 +141,11 @@ void Scheduler::on(Verdict& verdict) {
   if (verdict.forward_tokens > 0) verify_cost_.observe_verify(verdict.forward_tokens, verdict.forward_seconds);
   // A prefill forward serves to learn the slope early, until the verify forwards show it.
   if (verdict.prefill_tokens > 0) verify_cost_.observe_prefill(verdict.prefill_tokens, verdict.prefill_seconds);
-  {
-    double tokens = 0;
-    for (const Judged& j : verdict.items) tokens += static_cast<double>(j.tokens.size());
-    constexpr double kDecay = VerifyCostModel::kDecay;
-    round_tokens_ = round_tokens_ * kDecay + tokens;
-    round_seconds_ = round_seconds_ * kDecay + verdict.draft_seconds + verdict.verify_seconds;
-  }
+  // The batch's committed tokens and seconds, the automatic confidence threshold's R (draft_item).
+  round_tokens_ *= VerifyCostModel::kDecay;
+  round_seconds_ = round_seconds_ * VerifyCostModel::kDecay + verdict.draft_seconds + verdict.verify_seconds;
   for (const Judged& j : verdict.items) {
+    round_tokens_ += static_cast<double>(j.tokens.size());
     Active* a = find(j.id);
     if (!a) continue;
     a->context.insert(a->context.end(), j.tokens.begin(), j.tokens.end());

@@ -95,7 +95,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
   size_t row = 0;
   for (size_t i = 0; i < round.items.size(); ++i) {
     Drafted& d = round.items[i];
-    Scored s{d.request,  static_cast<int64_t>(d.context.size()), std::move(d.draft), {}, d.continued, {}, {}, std::nullopt,
+    Scored s{d.request, static_cast<int64_t>(d.context.size()), std::move(d.draft), {}, d.continued, {}, {}, std::nullopt,
              d.min_confidence};
     const size_t rows = windows[i].size();
     judge.forward_tokens += static_cast<int64_t>(rows);
