@@ -24,6 +24,7 @@ json GenerationStats::to_json() const {
               {"accepted", accepted},
               {"acceptance_rate", drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0},
               {"mean_accepted_length", rounds > 0 ? static_cast<double>(accepted) / rounds : 0.0},
+              {"mean_confidence_threshold", mean_confidence_threshold},
               {"ttft_ms", ttft_ms},
               {"elapsed_ms", elapsed_ms},
               {"tokens_per_second", decode_ms > 0 && completion_tokens > 1 ? (completion_tokens - 1) * 1000.0 / decode_ms
@@ -156,6 +157,7 @@ void Generation::on_end(const actors::StreamEvent& ev, GenerationUpdate& u) {
   stats_.rounds = ev.stats.rounds;
   stats_.drafted = ev.stats.drafted;
   stats_.accepted = ev.stats.accepted;
+  stats_.mean_confidence_threshold = ev.stats.mean_confidence_threshold();
   Metrics& m = st_.metrics;
   if (ev.kind == actors::StreamEvent::Kind::Error) {
     u.error = ev.error.empty() ? "the request failed" : ev.error;
@@ -171,6 +173,7 @@ void Generation::on_end(const actors::StreamEvent& ev, GenerationUpdate& u) {
   m.draft_tokens += static_cast<uint64_t>(stats_.drafted);
   m.accepted_tokens += static_cast<uint64_t>(stats_.accepted);
   if (stats_.drafted > 0) m.acceptance_rate.observe(static_cast<double>(stats_.accepted) / stats_.drafted);
+  if (ev.stats.confidence_rounds > 0) m.confidence_threshold.observe(stats_.mean_confidence_threshold);
   m.e2e.observe(stats_.elapsed_ms / 1000);
 }
 

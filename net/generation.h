@@ -40,6 +40,9 @@ struct GenerationStats {
   int64_t rounds = 0;
   int64_t drafted = 0;
   int64_t accepted = 0;
+  // The confidence rule's mean threshold over the rounds that drafted under it (with
+  // `--draft-confidence auto`, what the request's measurements set); 0 when the rule was off.
+  double mean_confidence_threshold = 0;
   double ttft_ms = 0;
   double elapsed_ms = 0;
   nlohmann::json to_json() const;  // the `stats` object of a WebSocket `done`

@@ -3,16 +3,18 @@
 
 #include "spec/round.h"
 
-#include <cstdio>
+#include <charconv>
 
 namespace specula::net {
 
 namespace {
 
+// The shortest text that reads back as x ("0.95", not "0.94999999999999996"): bucket bounds are
+// label values, which Prometheus and people match as written.
 std::string num(double x) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
-  return buf;
+  const std::to_chars_result r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
 }
 
 void header(std::string& out, const char* name, const char* type, const char* help) {
@@ -59,6 +61,7 @@ void Histogram::render(std::string& out, const std::string& name) const {
 Metrics::Metrics()
     : acceptance_rate({0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0}),
       accepted_length({0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16}),
+      confidence_threshold({0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95}),
       ttft({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
       inter_token({0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5}),
       e2e({0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}) {
@@ -81,6 +84,10 @@ std::string Metrics::render(int64_t kv_blocks_free, int64_t kv_blocks_total) con
   acceptance_rate.render(out, "specula_request_acceptance_rate");
   header(out, "specula_accepted_length", "histogram", "Per verify round: accepted draft tokens.");
   accepted_length.render(out, "specula_accepted_length");
+  header(out, "specula_request_confidence_threshold", "histogram",
+         "Per finished request that drafted under the confidence rule: its mean threshold (set per round "
+         "with --draft-confidence auto).");
+  confidence_threshold.render(out, "specula_request_confidence_threshold");
   header(out, "specula_time_to_first_token_seconds", "histogram", "Request received to first token sent.");
   ttft.render(out, "specula_time_to_first_token_seconds");
   header(out, "specula_inter_token_latency_seconds", "histogram",

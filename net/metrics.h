@@ -31,11 +31,12 @@ struct Metrics {
   uint64_t generation_tokens = 0;
   uint64_t draft_tokens = 0;
   uint64_t accepted_tokens = 0;
-  Histogram acceptance_rate;     // per request
-  Histogram accepted_length;     // per round
-  Histogram ttft;                // seconds
-  Histogram inter_token;         // seconds
-  Histogram e2e;                 // seconds
+  Histogram acceptance_rate;       // per request
+  Histogram accepted_length;       // per round
+  Histogram confidence_threshold;  // per request that drafted under the confidence rule: its mean threshold
+  Histogram ttft;                  // seconds
+  Histogram inter_token;           // seconds
+  Histogram e2e;                   // seconds
   int64_t running = 0;           // started and past their first token
   int64_t waiting = 0;           // started, no token yet
   int64_t websocket_connections = 0;

@@ -10,7 +10,7 @@ from conftest import collect, collect_all
 # A prompt that repeats itself, so the n-gram drafter finds matches and drafts get accepted.
 REPEAT = "one two three four five six seven eight nine ten " * 6
 STATS = {"prompt_tokens", "completion_tokens", "rounds", "drafted", "accepted", "acceptance_rate",
-         "mean_accepted_length", "ttft_ms", "elapsed_ms", "tokens_per_second"}
+         "mean_accepted_length", "mean_confidence_threshold", "ttft_ms", "elapsed_ms", "tokens_per_second"}
 
 
 def generate(gen_id, **fields):
@@ -35,6 +35,8 @@ def test_a_generation_streams_tokens_and_ends_with_done_and_stats(server):
             assert sum(ev["count"] for ev in tokens) == done["stats"]["completion_tokens"]
             assert done["stats"]["ttft_ms"] > 0 and done["stats"]["elapsed_ms"] >= done["stats"]["ttft_ms"]
             assert isinstance(done["seed"], int)
+            # This server drafts with prompt lookup alone: no confidence rule, so no threshold.
+            assert done["stats"]["mean_confidence_threshold"] == 0
     asyncio.run(main())
 
 

@@ -51,6 +51,9 @@ void print_summary(const Summary& s, const RunResult& run) {
   if (a.drafted > 0)
     std::printf("speculation: acceptance %.3f (%lld of %lld drafted), mean accepted length %.2f\n", a.acceptance_rate,
                 a.accepted, a.drafted, a.mean_accepted_length);
+  if (a.confidence_threshold.n > 0)
+    std::printf("confidence threshold per request: mean %.3f, p50 %.3f (%lld requests)\n", a.confidence_threshold.mean,
+                a.confidence_threshold.p50, static_cast<long long>(a.confidence_threshold.n));
   for (const auto& [kind, n] : s.errors)
     std::printf("errors %s: %d (e.g. %s)\n", kind.c_str(), n, s.error_examples.at(kind).c_str());
 }

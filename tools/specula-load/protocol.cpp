@@ -153,6 +153,7 @@ Outcome apply_ws_message(const std::string& text, const std::string& id, double 
     s.accepted = integer_or(stats, "accepted", -1);
     s.acceptance_rate = number_or(stats, "acceptance_rate", -1);
     s.mean_accepted_length = number_or(stats, "mean_accepted_length", -1);
+    s.mean_confidence_threshold = number_or(stats, "mean_confidence_threshold", -1);
     s.ttft_ms = number_or(stats, "ttft_ms", -1);
     s.elapsed_ms = number_or(stats, "elapsed_ms", -1);
     return Outcome::Done;
@@ -212,6 +213,8 @@ Outcome apply_sse_data(const std::string& payload, double now_s, RequestRecord& 
       r.server.accepted = integer_or(*s, "accepted", r.server.accepted);
       r.server.acceptance_rate = number_or(*s, "acceptance_rate", r.server.acceptance_rate);
       r.server.mean_accepted_length = number_or(*s, "mean_accepted_length", r.server.mean_accepted_length);
+      r.server.mean_confidence_threshold =
+          number_or(*s, "mean_confidence_threshold", r.server.mean_confidence_threshold);
     }
   }
   auto choices = c.find("choices");

@@ -15,6 +15,7 @@ struct ServerStats {
   long long accepted = -1;
   double acceptance_rate = -1;
   double mean_accepted_length = -1;
+  double mean_confidence_threshold = -1;  // 0: the server drafted without the confidence rule
   double ttft_ms = -1;
   double elapsed_ms = -1;
 };

@@ -90,6 +90,10 @@ std::string html_report(const LoadOptions& o, size_t prompt_count, const RunResu
     << row({"acceptance rate (accepted / drafted)", a.acceptance_rate >= 0 ? fmt(a.acceptance_rate, "%.3f") : "n/a"})
     << row({"mean accepted length (accepted / rounds)", a.mean_accepted_length >= 0 ? fmt(a.mean_accepted_length, "%.2f") : "n/a"})
     << row({"share of streamed tokens from the draft", a.draft_token_share >= 0 ? fmt(a.draft_token_share, "%.3f") : "n/a"})
+    << row({"confidence threshold, per request (mean / p50)",
+            a.confidence_threshold.n > 0
+                ? fmt(a.confidence_threshold.mean, "%.3f") + " / " + fmt(a.confidence_threshold.p50, "%.3f")
+                : "n/a (the rule was off)"})
     << "</table>\n";
 
   h << "<h2>Errors</h2>";

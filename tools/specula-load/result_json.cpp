@@ -50,7 +50,8 @@ json request_json(const RequestRecord& r) {
             {"accepted", or_null(r.server.accepted)},
             {"rounds", or_null(r.server.rounds)},
             {"acceptance_rate", or_null(r.server.acceptance_rate)},
-            {"mean_accepted_length", or_null(r.server.mean_accepted_length)}};
+            {"mean_accepted_length", or_null(r.server.mean_accepted_length)},
+            {"mean_confidence_threshold", or_null(r.server.mean_confidence_threshold)}};
   if (r.scheduled_s >= 0) j["scheduled_ms"] = r.scheduled_s * 1e3;
   if (!r.ok()) j["error"] = {{"kind", r.error_kind}, {"message", r.error_message}};
   return j;
@@ -90,7 +91,8 @@ json result_json(const LoadOptions& o, size_t prompt_count, const RunResult& run
                     {"acceptance_rate", or_null(a.acceptance_rate)},
                     {"mean_accepted_length", or_null(a.mean_accepted_length)},
                     {"draft_token_share", or_null(a.draft_token_share)},
-                    {"per_request_acceptance_rate", distribution_json(a.per_request_rate)}}},
+                    {"per_request_acceptance_rate", distribution_json(a.per_request_rate)},
+                    {"per_request_confidence_threshold", distribution_json(a.confidence_threshold)}}},
                   {"errors", s.failed},
                   {"errors_by_kind", errors}};
   if (o.rate > 0) summary["queue_ms"] = distribution_json(s.queue_ms);

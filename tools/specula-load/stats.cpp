@@ -77,7 +77,7 @@ TimeSeries time_series(const std::vector<RequestRecord>& records, double wall_s)
 
 Summary summarize(const std::vector<RequestRecord>& records) {
   Summary s;
-  std::vector<double> ttft, itl, e2e, tpot, queue, req_tps, acc_rates;
+  std::vector<double> ttft, itl, e2e, tpot, queue, req_tps, acc_rates, thresholds;
   double first = INFINITY, last = -INFINITY;
   long long streamed = 0, draft_flagged = 0;
   std::map<int, SessionSummary> sessions;
@@ -116,6 +116,7 @@ Summary summarize(const std::vector<RequestRecord>& records) {
       a.accepted += std::max(0LL, r.server.accepted);
       a.rounds += std::max(0LL, r.server.rounds);
       if (r.server.acceptance_rate >= 0) acc_rates.push_back(r.server.acceptance_rate);
+      if (r.server.mean_confidence_threshold > 0) thresholds.push_back(r.server.mean_confidence_threshold);
     }
 
     auto& ss = sessions[r.session];
@@ -144,6 +145,7 @@ Summary summarize(const std::vector<RequestRecord>& records) {
   if (a.rounds > 0) a.mean_accepted_length = static_cast<double>(a.accepted) / static_cast<double>(a.rounds);
   if (streamed > 0) a.draft_token_share = static_cast<double>(draft_flagged) / static_cast<double>(streamed);
   a.per_request_rate = describe(acc_rates);
+  a.confidence_threshold = describe(thresholds);
 
   std::vector<double> session_tps;
   for (auto& [id, ss] : sessions) {

@@ -65,6 +65,7 @@ struct Acceptance {
   double mean_accepted_length = -1;   // sum accepted / sum rounds
   double draft_token_share = -1;      // streamed tokens flagged draft / tokens streamed (WebSocket)
   Distribution per_request_rate;      // distribution of each request's acceptance_rate
+  Distribution confidence_threshold;  // each request's mean confidence threshold, where the rule was on
 };
 
 struct Summary {

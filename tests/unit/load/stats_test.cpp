@@ -105,6 +105,7 @@ TEST(Summarize, LatenciesCoverSuccessesAndErrorsAreCountedByKind) {
   rs[1].server.accepted = 3;
   rs[1].server.rounds = 2;
   rs[1].server.acceptance_rate = 0.5;
+  rs[1].server.mean_confidence_threshold = 0.45;
   rs[1].draft_tokens = 2;
   RequestRecord bad = request(1, 0.8, {}, {}, 0.9);
   bad.error_kind = "server:overloaded";
@@ -134,6 +135,9 @@ TEST(Summarize, LatenciesCoverSuccessesAndErrorsAreCountedByKind) {
   EXPECT_DOUBLE_EQ(s.acceptance.acceptance_rate, 0.5);
   EXPECT_DOUBLE_EQ(s.acceptance.mean_accepted_length, 1.5);
   EXPECT_DOUBLE_EQ(s.acceptance.draft_token_share, 2.0 / 7.0);
+  // Only the request that drafted under the confidence rule has a threshold.
+  EXPECT_EQ(s.acceptance.confidence_threshold.n, 1u);
+  EXPECT_DOUBLE_EQ(s.acceptance.confidence_threshold.mean, 0.45);
   ASSERT_EQ(s.sessions.size(), 2u);
   EXPECT_DOUBLE_EQ(s.sessions[0].tokens_per_s, 3 / 0.5);
   EXPECT_DOUBLE_EQ(s.sessions[1].tokens_per_s, 4 / 0.8);
@@ -144,6 +148,7 @@ TEST(Summarize, WithoutSpeculationStatsAcceptanceIsAbsentNotZero) {
   EXPECT_EQ(s.acceptance.requests_with_stats, 0);
   EXPECT_LT(s.acceptance.acceptance_rate, 0);
   EXPECT_LT(s.acceptance.mean_accepted_length, 0);
+  EXPECT_EQ(s.acceptance.confidence_threshold.n, 0u);
 }
 
 }  // namespace
