@@ -507,7 +507,7 @@ void assign_slots(QuantizedRows& out) {
 
 }  // namespace
 
-void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out, ThreadPool* pool) {
+void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out, ThreadPool* pool, bool avx512) {
   out.n = n;
   out.cols = cols;
   out.blocks = cols / kBlock;
@@ -523,7 +523,7 @@ void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out, 
   static std::atomic<uint64_t> generations{0};
   out.generation = generations.fetch_add(1, std::memory_order_relaxed) + 1;
   const bool avx2 = host_kernels::cpu_has_avx2_fma();
-  const QuantizeFn quantize = host_kernels::cpu_has_avx512() ? &host_kernels::quantize_rows_avx512
+  const QuantizeFn quantize = avx512 && host_kernels::cpu_has_avx512() ? &host_kernels::quantize_rows_avx512
                               : avx2                          ? &host_kernels::quantize_rows_avx2
                                                               : nullptr;
   const AmaxFn block_amax = avx2 ? &host_kernels::block_amax_avx2 : &block_amax_portable;
@@ -740,7 +740,7 @@ void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n,
   // Reused across calls: a decode step quantizes about a hundred activation rows.
   // (Workers see the caller's through `xq`: a lambda names a thread_local of its own thread.)
   thread_local QuantizedRows qx;
-  quantize_rows(x, n, cols, qx, &pool);
+  quantize_rows(x, n, cols, qx, &pool, host_kernels::is_512_bit(kernel));
   if (kernel == host_kernels::Int8Kernel::kAvx2 && host_kernels::wide_rows_pay(n, cols)) host_kernels::broadcast_rows_avx2(qx);
   run_kernels(ws, qx, ys, pool, kernel);
 }
@@ -766,13 +766,14 @@ void qmatmul_refined(const PackedMatrix& w, const float* x, int64_t n, float* y,
   const int64_t cols = w.cols;
   thread_local QuantizedRows first, both;
   thread_local std::vector<float> rows, sums;
-  quantize_rows(x, n, cols, first, nullptr);
+  const bool avx512 = host_kernels::is_512_bit(kernel);
+  quantize_rows(x, n, cols, first, nullptr, avx512);
   rows.resize(static_cast<size_t>(2 * n * cols));
   std::copy(x, x + n * cols, rows.begin());
   residual_rows(x, first, rows.data() + n * cols);
   // Rows [0, n) quantize as `first` did (the quantizer works per row); rows [n, 2n) are the
   // residuals. One call for both, so each weight block is unpacked once for all 2n rows.
-  quantize_rows(rows.data(), 2 * n, cols, both, &pool);
+  quantize_rows(rows.data(), 2 * n, cols, both, &pool, avx512);
   if (kernel == host_kernels::Int8Kernel::kAvx2 && host_kernels::wide_rows_pay(2 * n, cols))
     host_kernels::broadcast_rows_avx2(both);
   sums.resize(static_cast<size_t>(2 * n * w.rows));

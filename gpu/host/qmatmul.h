@@ -145,7 +145,10 @@ struct QuantizedRows {
   const int8_t* qrow(int64_t i) const { return q.data() + i * cols; }
 };
 // With a pool, a call of many rows (a prefill's) splits them across its threads; the same values.
-void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out, ThreadPool* pool = nullptr);
+// `avx512`: the 512-bit quantizer where the CPU has it (the same values as the others); false on
+// the 256-bit and portable paths, so that `SPECULA_SIMD=avx2` runs no AVX-512 instruction.
+void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out, ThreadPool* pool = nullptr,
+                   bool avx512 = true);
 
 // Block b of a row (xb, its 32 values) as the quantizers read it: xb itself, or where some of the
 // row's kOutliers set-aside columns (skip_row) fall in it, a copy in `zeroed` with those values 0.
@@ -177,6 +180,8 @@ enum class Int8Kernel {
   kAmx,         // AMX tile multiplies for calls of 13..16 rows, AVX-512 VNNI for the others (qmatmul_amx.cpp)
 };
 const char* int8_kernel_name(Int8Kernel k);  // "portable", "avx2", "avx-vnni", "avx512-vnni", "amx"
+// The kernels whose path runs 512-bit instructions (and so the 512-bit activation quantizer).
+inline bool is_512_bit(Int8Kernel k) { return k == Int8Kernel::kAvx512Vnni || k == Int8Kernel::kAmx; }
 bool cpu_has_int8_kernel(Int8Kernel k);
 // The kernel the int8 path runs for a host ISA on this CPU: the portable ISA runs the portable
 // kernel; AVX-512 runs AMX where the CPU has it and `amx` allows, else AVX-512 VNNI where the CPU
