@@ -154,10 +154,7 @@ void Sampler::on(Judge& judge) {
     ++st.rounds;
     st.draft_seconds += judge.draft_seconds;
     st.verify_seconds += judge.verify_seconds;
-    if (k > 0 && s.min_confidence > 0) {
-      st.confidence_threshold_sum += s.min_confidence;
-      ++st.confidence_rounds;
-    }
+    st.count_confidence(k, s.min_confidence);
     Judged j{s.request->id, k, 0, {}, false, false, 0, {}};
     if (!s.continued) {
       const RoundOutcome outcome = s.verdict ? std::move(*s.verdict) : apply_rule(s.draft, s.target_logits, *s.request, s.position, true);

@@ -77,13 +77,9 @@ void Scheduler::on(Cancel& cancel) {
 void Scheduler::on(DraftsReady& ready) {
   if (optimistic_.erase(ready.round)) return on_optimistic_draft(ready);
   TraceScope span(trace_, Trace::Scheduler, "drafts ready round " + std::to_string(ready.round));
-  constexpr double kDecay = VerifyCostModel::kDecay;
   // The cost per draft token from the sequences that drafted before (DraftsReady::steady_*);
   // forgotten only as new measurements come in.
-  if (ready.steady_tokens > 0) {
-    draft_time_ = draft_time_ * kDecay + ready.steady_seconds;
-    draft_tokens_ = draft_tokens_ * kDecay + static_cast<double>(ready.steady_tokens);
-  }
+  if (ready.steady_tokens > 0) draft_time_.observe(ready.steady_seconds, static_cast<double>(ready.steady_tokens));
   for (const Drafted& d : ready.items)
     if (Active* a = find(d.request->id)) a->confidence = d.draft.confidence;
   std::optional<DraftRound> optimistic;
@@ -141,11 +137,12 @@ void Scheduler::on(Verdict& verdict) {
   if (verdict.forward_tokens > 0) verify_cost_.observe_verify(verdict.forward_tokens, verdict.forward_seconds);
   // A prefill forward serves to learn the slope early, until the verify forwards show it.
   if (verdict.prefill_tokens > 0) verify_cost_.observe_prefill(verdict.prefill_tokens, verdict.prefill_seconds);
-  // The batch's committed tokens and seconds, the automatic confidence threshold's R (draft_item).
-  round_tokens_ *= VerifyCostModel::kDecay;
-  round_seconds_ = round_seconds_ * VerifyCostModel::kDecay + verdict.draft_seconds + verdict.verify_seconds;
+  // The batch's committed tokens per second of its rounds: the automatic confidence threshold's R
+  // (draft_item, which an optimistic draft below already calls).
+  size_t committed = 0;
+  for (const Judged& j : verdict.items) committed += j.tokens.size();
+  round_rate_.observe(static_cast<double>(committed), verdict.draft_seconds + verdict.verify_seconds);
   for (const Judged& j : verdict.items) {
-    round_tokens_ += static_cast<double>(j.tokens.size());
     Active* a = find(j.id);
     if (!a) continue;
     a->context.insert(a->context.end(), j.tokens.begin(), j.tokens.end());
@@ -287,7 +284,7 @@ std::vector<int> Scheduler::draft_lengths(const std::vector<Active*>& members,
     return k;
   }
   const RoundCosts costs{verify_cost_.intercept(), verify_cost_.slope(),
-                         draft_tokens_ > 0 ? draft_time_ / draft_tokens_ : 0.0};
+                         draft_time_.ratio()};
   k = choose_draft_lengths(policy, costs);
   // Probes: a request held at K = 0 for kProbeAfter rounds drafts one token if a good draft
   // (acceptance kProbeAcceptance) would pay in this round; under a compute-bound load none does.
@@ -315,8 +312,8 @@ std::vector<int> Scheduler::draft_lengths(const std::vector<Active*>& members,
 }
 
 DraftItem Scheduler::draft_item(Active& a, std::vector<int32_t> context, int k) const {
-  const float threshold = verify_cost_.known() && round_seconds_ > 0
-                              ? a.length.confidence_threshold(round_tokens_ / round_seconds_, verify_cost_.slope())
+  const float threshold = verify_cost_.known() && round_rate_.ratio() > 0
+                              ? a.length.confidence_threshold(round_rate_.ratio(), verify_cost_.slope())
                               : a.length.confidence_threshold();
   DraftItem item{a.request, std::move(context), k, 0, {}, threshold};
   if (k > 0) {

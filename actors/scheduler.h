@@ -119,8 +119,8 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   std::set<std::uint64_t> optimistic_;  // optimistic draft rounds in flight (current or stale)
   std::uint64_t round_ = 0;
   VerifyCostModel verify_cost_;    // the batched verify forward's seconds by rows
-  double draft_time_ = 0, draft_tokens_ = 0;  // draft seconds and tokens, forgotten like verify_cost_
-  double round_tokens_ = 0, round_seconds_ = 0;  // tokens committed a round and its draft + verify seconds, the same
+  ForgettingRatio draft_time_{VerifyCostModel::kDecay};  // draft seconds per draft token, forgotten like verify_cost_
+  ForgettingRatio round_rate_{VerifyCostModel::kDecay};  // a round's committed tokens per its draft + verify seconds
   std::atomic<int64_t> pending_{0};
   std::atomic<std::uint64_t> releases_sent_{0};
   std::optional<Mailbox<DraftMessage>::Sender> to_draft_;

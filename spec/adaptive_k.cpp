@@ -68,7 +68,8 @@ double ForgettingLinearFit::intercept() const {
   return std::max(0.0, (sy_ - slope() * sx_) / w_);
 }
 
-DraftLength::DraftLength(const DraftLengthConfig& cfg) : cfg_(cfg), k_(cfg.k), verify_fit_(kDecay), draft_fit_(kDecay) {
+DraftLength::DraftLength(const DraftLengthConfig& cfg)
+    : cfg_(cfg), k_(cfg.k), draft_time_(kDecay), verify_fit_(kDecay), draft_fit_(kDecay), round_rate_(kDecay) {
   cfg_.validate();
   if (cfg_.adaptive) k_ = cfg_.min_confidence > 0 ? cfg_.k_max : std::clamp(k_, cfg_.k_min, cfg_.k_max);
 }
@@ -78,13 +79,11 @@ void DraftLength::observe(int drafted, int accepted, double draft_seconds, doubl
   accepted_ = accepted_ * kDecay + accepted;
   judged_ = judged_ * kDecay + accepted + (accepted < drafted ? 1 : 0);
   if (drafted > 0) {
-    draft_time_ = draft_time_ * kDecay + draft_seconds;
-    draft_tokens_ = draft_tokens_ * kDecay + drafted;
+    draft_time_.observe(draft_seconds, drafted);
     draft_fit_.observe(drafted, draft_seconds);
   }
   verify_fit_.observe(drafted, verify_seconds);
-  round_tokens_ = round_tokens_ * kDecay + accepted + 1;
-  round_seconds_ = round_seconds_ * kDecay + draft_seconds + verify_seconds;
+  round_rate_.observe(accepted + 1, draft_seconds + verify_seconds);
   ++rounds_;
   // With the confidence rule, the rule ends each draft where the draft's own confidence runs out,
   // which is per round what the i.i.d. model below can only average: K stays at k_max.
@@ -102,7 +101,7 @@ void DraftLength::observe(int drafted, int accepted, double draft_seconds, doubl
 }
 
 float DraftLength::confidence_threshold() const {
-  return confidence_threshold(round_seconds_ > 0 ? round_tokens_ / round_seconds_ : 0, verify_slope());
+  return confidence_threshold(round_rate_.ratio(), verify_slope());
 }
 
 float DraftLength::confidence_threshold(double round_tokens_per_second, double verify_row_seconds) const {

@@ -67,6 +67,22 @@ class ForgettingLinearFit {
   double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
 };
 
+// num / den of two sums forgotten alike (seconds per draft token, tokens per second of rounds):
+// each observation first scales both by `decay`. Reads 0 until den is positive.
+class ForgettingRatio {
+ public:
+  explicit ForgettingRatio(double decay) : decay_(decay) {}
+  void observe(double num, double den) {
+    num_ = num_ * decay_ + num;
+    den_ = den_ * decay_ + den;
+  }
+  double ratio() const { return den_ > 0 ? num_ / den_ : 0; }
+
+ private:
+  double decay_;
+  double num_ = 0, den_ = 0;
+};
+
 // The starting threshold of `--draft-confidence auto`: the fixed rule's default for sampled
 // requests (docs/speculative.md, "The automatic confidence threshold").
 inline constexpr float kAutoConfidenceStart = 0.3f;
@@ -87,7 +103,7 @@ class DraftLength {
   void observe(int drafted, int accepted, double draft_seconds, double verify_seconds);
 
   double acceptance() const { return judged_ > 0 ? accepted_ / judged_ : 0.5; }
-  double draft_seconds_per_token() const { return draft_tokens_ > 0 ? draft_time_ / draft_tokens_ : 0; }
+  double draft_seconds_per_token() const { return draft_time_.ratio(); }
   // Verify time fit v0 + v1 * k (seconds); v1 is 0 until two different k were seen.
   double verify_intercept() const { return verify_fit_.intercept(); }
   double verify_slope() const { return verify_fit_.slope(); }
@@ -122,10 +138,10 @@ class DraftLength {
   int k_;
   // Sums with forgetting factor kDecay per round.
   double accepted_ = 1, judged_ = 2;  // prior: a = 0.5 with the weight of two judgements
-  double draft_time_ = 0, draft_tokens_ = 0;
+  ForgettingRatio draft_time_;      // draft seconds per drafted token, over the rounds that drafted
   ForgettingLinearFit verify_fit_;  // verify time on k
   ForgettingLinearFit draft_fit_;   // draft time on k, over the rounds that drafted
-  double round_tokens_ = 0, round_seconds_ = 0;  // tokens a round (accepted + 1) and its draft + verify time
+  ForgettingRatio round_rate_;      // tokens a round (accepted + 1) per its draft + verify seconds
   int rounds_ = 0;
   double cal_hit_ = 1, cal_pred_ = 1;  // prior: calibrated, with the weight of one token
 };

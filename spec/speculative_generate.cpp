@@ -128,10 +128,7 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
       dreq.min_confidence = draft_length.confidence_threshold();
       drafter.propose(dreq, draft);
       assert(draft.k() <= k);
-      if (draft.k() > 0 && dreq.min_confidence > 0) {
-        st.confidence_threshold_sum += dreq.min_confidence;
-        ++st.confidence_rounds;
-      }
+      st.count_confidence(draft.k(), dreq.min_confidence);
     }
     const double draft_s = since(t0);
 

@@ -59,6 +59,12 @@ struct SpeculativeStats : GenerateStats {
   // Counts one round's judged drafts: k tokens at draft offsets offset.., the first n accepted
   // (offset > 0 for the second half of a round the pipeline judged in two parts).
   void count_judged(int offset, int k, int n);
+  // Counts the threshold a round of k drafts was drafted under, if it drafted with the rule on.
+  void count_confidence(int64_t k, float threshold) {
+    if (k <= 0 || threshold <= 0) return;
+    confidence_threshold_sum += threshold;
+    ++confidence_rounds;
+  }
   // decode_seconds here run from the end of prefill to the last token: every token is decoded.
   double speculative_tokens_per_second() const { return decode_seconds > 0 ? generated / decode_seconds : 0; }
 };
