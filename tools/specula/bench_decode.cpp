@@ -26,6 +26,9 @@ namespace {
 
 using Clock = BenchClock;
 
+// Untimed decode steps between a prefill and the timed ones.
+constexpr int64_t kDecodeSettleTokens = 16;
+
 // Resident memory of this process, from /proc/self/statm (0 where there is none).
 double resident_mb() {
   std::ifstream f("/proc/self/statm");
@@ -85,13 +88,16 @@ class PathBench {
     std::vector<float> logits;
 
     // Decode at each context: prefill the context (timed: prefill tok/s at that length), then
-    // greedy decode; each run held to the read bandwidth measured right after it.
+    // greedy decode, timed after kDecodeSettleTokens untimed steps; each run held to the read
+    // bandwidth measured right after it. On a host whose L3 holds the weights the first steps
+    // after a prefill take up to ~1.8x a settled one, recovering over ~10-15 steps (docs/kernels.md,
+    // "What a forward costs depends on the forward before it").
     nlohmann::json contexts = nlohmann::json::array();
     for (int64_t ctx : o.contexts) {
       const std::vector<int32_t> prompt = text_tokens(tok, ctx);
       std::vector<double> prefill, decode, fraction, bandwidth;
       const double kv_bytes =
-          (ctx + o.decode_tokens / 2.0) * cfg.layers * 2.0 * cfg.kv_heads * cfg.head_dim * static_cast<double>(kv_->element_bytes());
+          (ctx + kDecodeSettleTokens + o.decode_tokens / 2.0) * cfg.layers * 2.0 * cfg.kv_heads * cfg.head_dim * static_cast<double>(kv_->element_bytes());
       for (int r = 0; r < o.repeat + 1; ++r) {  // run 0 warms caches and page-ins, not counted
         kv_->truncate_to(seq, 0);
         auto t0 = Clock::now();
@@ -99,12 +105,14 @@ class PathBench {
         model_->forward({&fs, 1}, *kv_, logits);
         const double tp = seconds_since(t0);
         int32_t t = argmax(logits);
-        t0 = Clock::now();
-        for (int64_t i = 0; i < o.decode_tokens; ++i) {
-          ForwardSeq step{seq, {&t, 1}, false};
-          model_->forward({&step, 1}, *kv_, logits);
+        const auto step = [&] {
+          ForwardSeq fs{seq, {&t, 1}, false};
+          model_->forward({&fs, 1}, *kv_, logits);
           t = argmax(logits);
-        }
+        };
+        for (int64_t i = 0; i < kDecodeSettleTokens; ++i) step();
+        t0 = Clock::now();
+        for (int64_t i = 0; i < o.decode_tokens; ++i) step();
         const double td = seconds_since(t0);
         if (r == 0) continue;
         prefill.push_back(ctx / tp);
@@ -127,8 +135,9 @@ class PathBench {
 
     // A forward over n tokens at a context, relative to one token. The row counts take turns
     // (every n once per pass, passes repeated) and each is timed over a burst of back-to-back
-    // forwards, as rounds run: so drift in the machine's speed and the wake-up of an idle pool
-    // weigh on every n alike (timing n = 1 first and alone made its forward ~1.4x a decode step).
+    // forwards after settling (below), as rounds run: so drift in the machine's speed and the
+    // wake-up of an idle pool weigh on every n alike (timing n = 1 first and alone made its
+    // forward ~1.4x a decode step).
     nlohmann::json verify = nlohmann::json::object();
     for (int64_t ctx : {o.contexts.front(), std::min<int64_t>(2048, o.contexts.back())}) {
       const std::vector<int32_t> prompt = text_tokens(tok, ctx + o.max_verify);
@@ -137,25 +146,44 @@ class PathBench {
       model_->forward({&pre, 1}, *kv_, logits);
       constexpr int kBurst = 4;
       std::vector<std::vector<double>> times(static_cast<size_t>(o.max_verify) + 1);
+      const auto forward = [&](int n) {
+        kv_->truncate_to(seq, ctx);
+        ForwardSeq fs{seq, {prompt.data() + ctx, static_cast<size_t>(n)}, true};
+        const auto t0 = Clock::now();
+        model_->forward({&fs, 1}, *kv_, logits);
+        return seconds_since(t0);
+      };
       const auto burst = [&](int n) {
+        // Settle first: untimed forwards of the same n, at least kSettleForwards of them and
+        // kSettleSeconds in all. A forward's time depends on what ran just before it: on a host
+        // whose L3 holds the weights, the first one-token forwards after a 16-token one take up to
+        // 1.45x a settled one, recovering over ~10 forwards (docs/kernels.md, "What a forward
+        // costs depends on the forward before it"), so an unsettled burst times the row count
+        // before it as much as its own.
+        constexpr int kSettleForwards = 4;
+        constexpr double kSettleSeconds = 0.1;
+        double settled = 0;
+        for (int f = 0; f < kSettleForwards || settled < kSettleSeconds; ++f) settled += forward(n);
         double total = 0;
-        for (int b = 0; b < kBurst; ++b) {
-          kv_->truncate_to(seq, ctx);
-          ForwardSeq fs{seq, {prompt.data() + ctx, static_cast<size_t>(n)}, true};
-          const auto t0 = Clock::now();
-          model_->forward({&fs, 1}, *kv_, logits);
-          total += seconds_since(t0);
-        }
+        for (int b = 0; b < kBurst; ++b) total += forward(n);
         return total / kBurst;
       };
-      burst(o.max_verify);  // warm-up, not counted
-      for (int r = 0; r < std::max(5, o.repeat * 3); ++r)
-        for (int n = 1; n <= o.max_verify; ++n) times[static_cast<size_t>(n)].push_back(burst(n));
+      // Each n > 1 is timed right after a burst of one token, and its cost is the median over the
+      // passes of the pair's ratio: the host's speed drifts over the seconds a pass takes.
+      std::vector<std::vector<double>> ratios(static_cast<size_t>(o.max_verify) + 1);
+      for (int r = 0; r < std::max(5, o.repeat * 3); ++r) {
+        if (o.max_verify == 1) times[1].push_back(burst(1));
+        for (int n = 2; n <= o.max_verify; ++n) {
+          const double one = burst(1), t = burst(n);
+          times[1].push_back(one);
+          times[static_cast<size_t>(n)].push_back(t);
+          ratios[static_cast<size_t>(n)].push_back(t / one);
+        }
+      }
       nlohmann::json rows = nlohmann::json::array();
-      const double t_one = median_of(times[1]);
       for (int n = 1; n <= o.max_verify; ++n) {
         const double t = median_of(times[static_cast<size_t>(n)]);
-        rows.push_back({{"tokens", n}, {"seconds", t}, {"cost_vs_one_token", t / t_one}});
+        rows.push_back({{"tokens", n}, {"seconds", t}, {"cost_vs_one_token", n == 1 ? 1.0 : median_of(ratios[static_cast<size_t>(n)])}});
       }
       verify[std::to_string(ctx)] = rows;
     }
@@ -164,7 +192,7 @@ class PathBench {
     // Sequences decoding together: each at 128 positions, one token each per batched forward.
     nlohmann::json batches = nlohmann::json::array();
     for (int b : o.batches) {
-      KvCache kv(*ops_, model_->kv_config(b * (128 + o.decode_tokens + 16)));
+      KvCache kv(*ops_, model_->kv_config(b * (128 + kDecodeSettleTokens + o.decode_tokens + 16)));
       std::vector<int> seqs;
       std::vector<int32_t> next(static_cast<size_t>(b));
       const std::vector<int32_t> prompt = text_tokens(tok, 128);
@@ -175,14 +203,16 @@ class PathBench {
         next[static_cast<size_t>(i)] = argmax(logits);
       }
       const int64_t steps = std::max<int64_t>(8, o.decode_tokens / 2);
-      const auto t0 = Clock::now();
-      for (int64_t s = 0; s < steps; ++s) {
+      const auto step = [&] {
         std::vector<ForwardSeq> batch;
         for (int i = 0; i < b; ++i) batch.push_back(ForwardSeq{seqs[static_cast<size_t>(i)], {&next[static_cast<size_t>(i)], 1}, false});
         model_->forward(batch, kv, logits);
         for (int i = 0; i < b; ++i)
           next[static_cast<size_t>(i)] = argmax({logits.data() + static_cast<size_t>(i) * cfg.vocab_size, static_cast<size_t>(cfg.vocab_size)});
-      }
+      };
+      for (int64_t s = 0; s < kDecodeSettleTokens; ++s) step();  // after the prefills, as decode above
+      const auto t0 = Clock::now();
+      for (int64_t s = 0; s < steps; ++s) step();
       const double t = seconds_since(t0);
       batches.push_back({{"sequences", b}, {"tokens_per_second_total", b * steps / t}});
     }
@@ -358,7 +388,7 @@ int bench_decode(const Args& a) {
     dev.device = device;
     dev.threads = static_cast<int>(a.integer("threads", 2));
     dev.host_path = p == "reference" ? "reference" : "";
-    auto b = std::make_unique<PathBench>(files, dev, std::max<int64_t>(o.contexts.back() + o.max_verify, 2048 + o.max_verify) + o.decode_tokens);
+    auto b = std::make_unique<PathBench>(files, dev, std::max<int64_t>(o.contexts.back() + o.max_verify, 2048 + o.max_verify) + kDecodeSettleTokens + o.decode_tokens);
     nlohmann::json r = b->run(*files.tokenizer, o);
     r["path"] = p;
     results.push_back(r);
