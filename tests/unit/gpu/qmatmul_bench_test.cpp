@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -163,6 +164,32 @@ TEST(QmatmulBench, DISABLED_StreamingFromDramAgainstCacheResident) {
   }
 }
 
+// SmolLM2-135M's seven matrices of one decoder block ([rows, cols]: q, k, v, o, gate, up, down).
+constexpr int64_t kSmolShapes[7][2] = {{576, 576}, {192, 576}, {192, 576}, {576, 576}, {1536, 576}, {1536, 576}, {576, 1536}};
+using SmolLayer = std::array<std::shared_ptr<PackedMatrix>, 7>;
+
+// The kernel the two step benchmarks below time: the 512-bit one where the CPU has it.
+host_kernels::Int8Kernel step_kernel() {
+  using host_kernels::Int8Kernel;
+  return host_kernels::cpu_has_int8_kernel(Int8Kernel::kAvx512Vnni) ? Int8Kernel::kAvx512Vnni : Int8Kernel::kAvx2;
+}
+
+// One block's products as the forward fuses them: q, k and v in one call, o, gate and up in one,
+// down; outputs into a, b, c (16 x 1536 floats each).
+void run_smol_layer(const SmolLayer& m, const float* x, int64_t n, float* a, float* b, float* c, ThreadPool& pool,
+                    host_kernels::Int8Kernel kernel) {
+  const PackedMatrix* qkv[3] = {m[0].get(), m[1].get(), m[2].get()};
+  float* yqkv[3] = {a, b, c};
+  qmatmul(qkv, x, n, yqkv, pool, kernel);
+  const PackedMatrix* o = m[3].get();
+  qmatmul({&o, 1}, x, n, {&a, 1}, pool, kernel);
+  const PackedMatrix* gu[2] = {m[4].get(), m[5].get()};
+  float* ygu[2] = {a, b};
+  qmatmul(gu, x, n, ygu, pool, kernel);
+  const PackedMatrix* d = m[6].get();
+  qmatmul({&d, 1}, x, n, {&c, 1}, pool, kernel);
+}
+
 // One SmolLM2-135M decode step's matrices on the int8 path, random values, in model order and
 // fused as the forward fuses them (q, k, v in one call; gate and up in one), then the 49152 x 576
 // Q8_0 output head: ~96 MB, past the L3, so every call streams its weights from DRAM. Time of
@@ -172,24 +199,20 @@ TEST(QmatmulBench, DISABLED_StreamingFromDramAgainstCacheResident) {
 // and each in its own allocation (4 KiB pages where THP is "madvise"); docs/kernels.md, "Huge
 // pages for the weights".
 TEST(QmatmulBench, DISABLED_SmolLM2StepMatricesByRowCount) {
-  using host_kernels::Int8Kernel;
-  const Int8Kernel kernel = host_kernels::cpu_has_int8_kernel(Int8Kernel::kAvx512Vnni) ? Int8Kernel::kAvx512Vnni : Int8Kernel::kAvx2;
+  const host_kernels::Int8Kernel kernel = step_kernel();
   std::mt19937 rng(1);
   ThreadPool pool(2);
   WeightArena arena;
-  struct Layer { std::shared_ptr<PackedMatrix> q, k, v, o, gate, up, down; };
-  struct Step { std::vector<Layer> layers; std::shared_ptr<PackedMatrix> head; };
+  struct Step { std::vector<SmolLayer> layers; std::shared_ptr<PackedMatrix> head; };
   Step steps[2];  // [0] the arena, [1] own allocations
-  const int64_t shapes[7][2] = {{576, 576}, {192, 576}, {192, 576}, {576, 576}, {1536, 576}, {1536, 576}, {576, 1536}};
   for (int l = 0; l < 30; ++l) {
     std::vector<std::vector<std::byte>> stored;
-    for (const auto& shape : shapes) stored.push_back(random_blocks(DType::Q4_1, shape[0], shape[1], rng));
+    for (const auto& shape : kSmolShapes) stored.push_back(random_blocks(DType::Q4_1, shape[0], shape[1], rng));
     for (int k = 0; k < 2; ++k) {
-      std::shared_ptr<PackedMatrix> m[7];
+      SmolLayer& m = steps[k].layers.emplace_back();
       for (int i = 0; i < 7; ++i)
-        m[i] = pack_matrix(TensorView{"w", DType::Q4_1, {shapes[i][0], shapes[i][1]}, stored[i].data(), stored[i].size()}, pool,
-                           k == 0 ? &arena : nullptr);
-      steps[k].layers.push_back({m[0], m[1], m[2], m[3], m[4], m[5], m[6]});
+        m[i] = pack_matrix(TensorView{"w", DType::Q4_1, {kSmolShapes[i][0], kSmolShapes[i][1]}, stored[i].data(), stored[i].size()},
+                           pool, k == 0 ? &arena : nullptr);
     }
   }
   {
@@ -201,20 +224,7 @@ TEST(QmatmulBench, DISABLED_SmolLM2StepMatricesByRowCount) {
   std::vector<float> x(nmax * 1536), a(nmax * 1536), b(nmax * 1536), c(nmax * 1536), logits(nmax * 49152);
   for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 300.0f;
   auto step = [&](const Step& s, int64_t n) {
-    for (const Layer& L : s.layers) {
-      const PackedMatrix* qkv[3] = {L.q.get(), L.k.get(), L.v.get()};
-      float* yqkv[3] = {a.data(), b.data(), c.data()};
-      qmatmul(qkv, x.data(), n, yqkv, pool, kernel);
-      const PackedMatrix* o = L.o.get();
-      float* yo = a.data();
-      qmatmul({&o, 1}, x.data(), n, {&yo, 1}, pool, kernel);
-      const PackedMatrix* gu[2] = {L.gate.get(), L.up.get()};
-      float* ygu[2] = {a.data(), b.data()};
-      qmatmul(gu, x.data(), n, ygu, pool, kernel);
-      const PackedMatrix* d = L.down.get();
-      float* yd = c.data();
-      qmatmul({&d, 1}, x.data(), n, {&yd, 1}, pool, kernel);
-    }
+    for (const SmolLayer& m : s.layers) run_smol_layer(m, x.data(), n, a.data(), b.data(), c.data(), pool, kernel);
     const PackedMatrix* h = s.head.get();
     float* yl = logits.data();
     qmatmul({&h, 1}, x.data(), n, {&yl, 1}, pool, kernel);
@@ -233,6 +243,52 @@ TEST(QmatmulBench, DISABLED_SmolLM2StepMatricesByRowCount) {
                 "\"arena_vs_own_allocations\":%.3f}\n",
                 host_kernels::int8_kernel_name(kernel), static_cast<long long>(ns[i]), best[0][i] * 1e3, best[0][i] / best[0][0],
                 best[1][i] * 1e3, best[0][i] / best[1][i]);
+}
+
+// Whether a verify round's extra rows wait on memory or on arithmetic: the 30 layers' matrices
+// of SmolLM2-135M (Q4_1, as above, 66 MB, no output head) at n rows, each layer's own
+// ("streamed": they come from the L3 or DRAM) against the first layer's seven matrices used 30
+// times (2.2 MB, "resident": split between two cores' L2). Each (n, layout) is timed after 30
+// untimed passes of its own (a pass's speed depends on the passes before it: docs/kernels.md,
+// "What a forward costs depends on the forward before it"), the median of 30, in three turns.
+// Where streamed equals resident, the rows cost arithmetic alone and no prefetch or cache hint
+// can lower them (docs/kernels.md, "Streamed against resident weights").
+TEST(QmatmulBench, DISABLED_StepMatricesStreamedAgainstResident) {
+  const host_kernels::Int8Kernel kernel = step_kernel();
+  std::mt19937 rng(1);
+  ThreadPool pool(2);
+  WeightArena arena;
+  std::vector<SmolLayer> layers(30);
+  for (SmolLayer& layer : layers)
+    for (int i = 0; i < 7; ++i) {
+      const std::vector<std::byte> stored = random_blocks(DType::Q4_1, kSmolShapes[i][0], kSmolShapes[i][1], rng);
+      layer[i] = pack_matrix(TensorView{"w", DType::Q4_1, {kSmolShapes[i][0], kSmolShapes[i][1]}, stored.data(), stored.size()}, pool,
+                             &arena);
+    }
+  std::vector<float> x(16 * 1536), a(16 * 1536), b(16 * 1536), c(16 * 1536);
+  for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 300.0f;
+  auto pass = [&](bool resident, int64_t n) {
+    for (size_t l = 0; l < layers.size(); ++l)
+      run_smol_layer(layers[resident ? 0 : l], x.data(), n, a.data(), b.data(), c.data(), pool, kernel);
+  };
+  const int64_t ns[] = {1, 2, 3, 5, 9};
+  for (int turn = 0; turn < 3; ++turn)
+    for (int64_t n : ns) {
+      double ms[2];
+      for (int resident = 0; resident < 2; ++resident) {
+        for (int k = 0; k < 30; ++k) pass(resident == 1, n);
+        std::vector<double> t;
+        for (int k = 0; k < 30; ++k) {
+          const auto t0 = std::chrono::steady_clock::now();
+          pass(resident == 1, n);
+          t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        }
+        std::nth_element(t.begin(), t.begin() + 15, t.end());
+        ms[resident] = t[15];
+      }
+      std::printf("{\"kernel\":\"%s\",\"turn\":%d,\"n\":%lld,\"streamed_ms\":%.3f,\"resident_ms\":%.3f,\"streamed_vs_resident\":%.3f}\n",
+                  host_kernels::int8_kernel_name(kernel), turn, static_cast<long long>(n), ms[0], ms[1], ms[0] / ms[1]);
+    }
 }
 
 // What one core's vector pipes do per nanosecond (disabled: a measurement, run as above), to
