@@ -96,8 +96,8 @@ class PathBench {
     for (int64_t ctx : o.contexts) {
       const std::vector<int32_t> prompt = text_tokens(tok, ctx);
       std::vector<double> prefill, decode, fraction, bandwidth;
-      const double kv_bytes =
-          (ctx + kDecodeSettleTokens + o.decode_tokens / 2.0) * cfg.layers * 2.0 * cfg.kv_heads * cfg.head_dim * static_cast<double>(kv_->element_bytes());
+      const double kv_bytes = (ctx + kDecodeSettleTokens + o.decode_tokens / 2.0) * cfg.layers * 2.0 * cfg.kv_heads * cfg.head_dim *
+                              static_cast<double>(kv_->element_bytes());
       for (int r = 0; r < o.repeat + 1; ++r) {  // run 0 warms caches and page-ins, not counted
         kv_->truncate_to(seq, 0);
         auto t0 = Clock::now();
@@ -388,7 +388,8 @@ int bench_decode(const Args& a) {
     dev.device = device;
     dev.threads = static_cast<int>(a.integer("threads", 2));
     dev.host_path = p == "reference" ? "reference" : "";
-    auto b = std::make_unique<PathBench>(files, dev, std::max<int64_t>(o.contexts.back() + o.max_verify, 2048 + o.max_verify) + kDecodeSettleTokens + o.decode_tokens);
+    const int64_t ctx_max = std::max<int64_t>(o.contexts.back() + o.max_verify, 2048 + o.max_verify) + kDecodeSettleTokens + o.decode_tokens;
+    auto b = std::make_unique<PathBench>(files, dev, ctx_max);
     nlohmann::json r = b->run(*files.tokenizer, o);
     r["path"] = p;
     results.push_back(r);

@@ -168,6 +168,21 @@ TEST(QmatmulBench, DISABLED_StreamingFromDramAgainstCacheResident) {
 constexpr int64_t kSmolShapes[7][2] = {{576, 576}, {192, 576}, {192, 576}, {576, 576}, {1536, 576}, {1536, 576}, {576, 1536}};
 using SmolLayer = std::array<std::shared_ptr<PackedMatrix>, 7>;
 
+// One block's matrices as stored (random Q4_1 blocks, one vector a matrix in kSmolShapes' order), and
+// packed into `arena` (nullptr: each matrix in its own allocation).
+std::vector<std::vector<std::byte>> random_smol_layer(std::mt19937& rng) {
+  std::vector<std::vector<std::byte>> stored;
+  for (const auto& shape : kSmolShapes) stored.push_back(random_blocks(DType::Q4_1, shape[0], shape[1], rng));
+  return stored;
+}
+SmolLayer pack_smol_layer(const std::vector<std::vector<std::byte>>& stored, ThreadPool& pool, WeightArena* arena) {
+  SmolLayer m;
+  for (int i = 0; i < 7; ++i)
+    m[i] = pack_matrix(TensorView{"w", DType::Q4_1, {kSmolShapes[i][0], kSmolShapes[i][1]}, stored[i].data(), stored[i].size()},
+                       pool, arena);
+  return m;
+}
+
 // The kernel the two step benchmarks below time: the 512-bit one where the CPU has it.
 host_kernels::Int8Kernel step_kernel() {
   using host_kernels::Int8Kernel;
@@ -206,14 +221,8 @@ TEST(QmatmulBench, DISABLED_SmolLM2StepMatricesByRowCount) {
   struct Step { std::vector<SmolLayer> layers; std::shared_ptr<PackedMatrix> head; };
   Step steps[2];  // [0] the arena, [1] own allocations
   for (int l = 0; l < 30; ++l) {
-    std::vector<std::vector<std::byte>> stored;
-    for (const auto& shape : kSmolShapes) stored.push_back(random_blocks(DType::Q4_1, shape[0], shape[1], rng));
-    for (int k = 0; k < 2; ++k) {
-      SmolLayer& m = steps[k].layers.emplace_back();
-      for (int i = 0; i < 7; ++i)
-        m[i] = pack_matrix(TensorView{"w", DType::Q4_1, {kSmolShapes[i][0], kSmolShapes[i][1]}, stored[i].data(), stored[i].size()},
-                           pool, k == 0 ? &arena : nullptr);
-    }
+    const std::vector<std::vector<std::byte>> stored = random_smol_layer(rng);
+    for (int k = 0; k < 2; ++k) steps[k].layers.push_back(pack_smol_layer(stored, pool, k == 0 ? &arena : nullptr));
   }
   {
     const std::vector<std::byte> stored = random_blocks(DType::Q8_0, 49152, 576, rng);
@@ -258,13 +267,8 @@ TEST(QmatmulBench, DISABLED_StepMatricesStreamedAgainstResident) {
   std::mt19937 rng(1);
   ThreadPool pool(2);
   WeightArena arena;
-  std::vector<SmolLayer> layers(30);
-  for (SmolLayer& layer : layers)
-    for (int i = 0; i < 7; ++i) {
-      const std::vector<std::byte> stored = random_blocks(DType::Q4_1, kSmolShapes[i][0], kSmolShapes[i][1], rng);
-      layer[i] = pack_matrix(TensorView{"w", DType::Q4_1, {kSmolShapes[i][0], kSmolShapes[i][1]}, stored.data(), stored.size()}, pool,
-                             &arena);
-    }
+  std::vector<SmolLayer> layers;
+  for (int l = 0; l < 30; ++l) layers.push_back(pack_smol_layer(random_smol_layer(rng), pool, &arena));
   std::vector<float> x(16 * 1536), a(16 * 1536), b(16 * 1536), c(16 * 1536);
   for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 300.0f;
   auto pass = [&](bool resident, int64_t n) {
