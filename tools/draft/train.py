@@ -115,7 +115,7 @@ def batch_at(w: dict, idx: np.ndarray) -> dict:
 # ---------------------------------------------------------------- loss and metrics
 
 def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weight: float = 0.0,
-             overlap_weight: float = 0.0, temperature: float = 0.8):
+             overlap_weight: float = 0.0, temperature: float = 0.8, argmax_weight: float = 0.0):
     import jax
     import jax.numpy as jnp
 
@@ -182,6 +182,13 @@ def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weig
             # Total variation at T beside the cross-entropy: 1 - overlap is what a sampled draft
             # loses to rejection; the cross-entropy alone spends the head's capacity on the tail too.
             loss = loss + overlap_weight * (1.0 - overlap_at_t(logits, b))
+        if argmax_weight > 0 and soft:
+            # Cross-entropy to the target's argmax (the top-k's first token, where the reduced
+            # vocabulary holds it) beside the soft labels: greedy acceptance's own objective, at a
+            # weight that leaves the soft q its overlap with p for sampled drafts.
+            logp0 = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1),
+                                        jnp.broadcast_to(b["soft_r"][None, ..., :1], logits.shape[:3] + (1,)), axis=-1)[..., 0]
+            loss = loss - argmax_weight * jnp.where(b["soft_p"][None, ..., 0] > 0, logp0, 0.0)
         m = depth_masks(b, "mask") * ok[None]
         per_depth = (loss * m).sum((1, 2)) / jnp.maximum(m.sum((1, 2)), 1.0)
         weights = jnp.asarray([decay ** j for j in range(depth)], jnp.float32)
@@ -272,6 +279,9 @@ def parse_args(argv):
     p.add_argument("--overlap-weight", type=float, default=0.0,
                    help="weight of 1 - sum min(p_T, q_T) over the top-k at --temperature, added to the soft cross-entropy "
                         "(what a sampled draft loses to rejection; 0: off)")
+    p.add_argument("--argmax-weight", type=float, default=0.0,
+                   help="weight of the cross-entropy to the target's argmax (where the reduced vocabulary holds it), "
+                        "added to the soft cross-entropy (greedy drafting's objective; 0: off)")
     p.add_argument("--temperature", type=float, default=0.8,
                    help="the sampling temperature of --overlap-weight and of the validation's overlap_at_t")
     p.add_argument("--labels", choices=["auto", "soft", "hard"], default="auto",
@@ -342,6 +352,8 @@ def main(argv=None) -> int:
         raise SystemExit("--labels soft: the data carries no top-k probabilities")
     if args.overlap_weight < 0 or (args.overlap_weight > 0 and not soft):
         raise SystemExit(f"--overlap-weight {args.overlap_weight}: needs soft labels (top-k p in the data) and a weight >= 0")
+    if args.argmax_weight < 0 or (args.argmax_weight > 0 and not soft):
+        raise SystemExit(f"--argmax-weight {args.argmax_weight}: needs soft labels (top-k p in the data) and a weight >= 0")
 
     rng = np.random.default_rng(args.seed)
     order = rng.permutation(len(seqs))
@@ -435,7 +447,8 @@ def main(argv=None) -> int:
         adamw = optax.multi_transform({"old": adamw, "new": scaled}, labels)
     opt = optax.chain(optax.clip_by_global_norm(1.0), adamw)
     opt_state = opt.init(params)
-    loss_fn, eval_fn = make_fns(cfg, args.depth, soft, args.decay, args.feature_weight, args.overlap_weight, args.temperature)
+    loss_fn, eval_fn = make_fns(cfg, args.depth, soft, args.decay, args.feature_weight, args.overlap_weight, args.temperature,
+                               args.argmax_weight)
     grad_fn = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
 
     @jax.jit
@@ -478,6 +491,7 @@ def main(argv=None) -> int:
         "train_tokens": train_tokens, "sequences": len(seqs), "vocab": len(token_map),
         "vocab_coverage": round(cov_val, 4), "depth": args.depth, "steps": args.steps, "labels": "soft" if soft else "hard",
         "feature_weight": args.feature_weight, "feature_layers": feature_layers, "overlap_weight": args.overlap_weight,
+        "argmax_weight": args.argmax_weight,
         "layers": layers,
         "seconds": round(time.time() - t0, 1),
     }
