@@ -346,7 +346,7 @@ def test_the_overlap_term_raises_the_heads_overlap_with_the_target_at_its_temper
 
 
 def test_the_argmax_term_raises_the_heads_agreement_with_the_targets_argmax(toy_run, tmp_path):
-    """train.py --argmax-weight W (docs/draft.md, "Soft labels with an argmax term"): the same
+    """train.py --argmax-weight W (docs/draft.md, "The ninth fine-tune"): the same
     steps from the toy head over the same windows, with the cross-entropy to the target's argmax
     beside the soft labels and without it (the control); with it the validation's top-1 agreement
     rises above the control's at every depth. The term without soft labels, or with a negative
