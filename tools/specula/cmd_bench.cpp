@@ -81,9 +81,9 @@ const char* kUsage =
     "  Temperature defaults to 0 (greedy); sampled runs verify both exact and coupled unless\n"
     "  --spec-sampling names one. Greedy and coupled runs also report whether the text matched.\n"
     "  --repeat R (default 1): each prompt's configurations run R times, every other time in\n"
-    "  reverse order, and each prompt starts one configuration further along the list than the\n"
-    "  one before (so each follows every other equally often); the same seeds give the same text\n"
-    "  each time. Besides the totals over all\n"
+    "  reverse order, and the order changes from prompt to prompt (a Williams design: each\n"
+    "  configuration follows every other equally often); the same seeds give the same text each\n"
+    "  time. Besides the totals over all\n"
     "  repeats, each run reports speedup_by_repeat and least_time_speedup: every configuration\n"
     "  timed by each prompt's fastest repeat, for a machine whose load comes and goes.\n"
     "\n"
@@ -270,11 +270,15 @@ int bench_spec(const Args& a) {
     req.sampling.seed = base.seed + pi;
     std::vector<Timed> fastest(runs.size(), Timed{0, std::numeric_limits<double>::infinity()});
     for (int64_t rep = 0; rep < repeat; ++rep) {
-      // Odd repeats take the configurations in reverse order, and each prompt starts one further
-      // along the list, so that none always runs first or always right after the same other one
+      // A Williams design: prompt pi takes the order 0, 1, n-1, 2, n-2, ... shifted by pi, and odd
+      // repeats take it reversed, so that none always runs first and each configuration follows
+      // every other equally often (once in n prompts for even n, twice in n prompts' two passes
+      // for odd n): whatever a run leaves to the next is spread over all of them
       // (docs/benchmarks.md, "The ninth fine-tune beside the eighth").
-      for (size_t o = 0; o < runs.size(); ++o) {
-        const size_t ri = ((rep % 2 ? runs.size() - 1 - o : o) + pi) % runs.size();
+      const size_t n = runs.size();
+      for (size_t o = 0; o < n; ++o) {
+        const size_t slot = rep % 2 ? n - 1 - o : o;
+        const size_t ri = ((slot == 0 ? 0 : slot % 2 ? (slot + 1) / 2 : n - slot / 2) + pi) % n;
         SpecTotals& r = runs[ri];
         ids[ri].clear();
         s.kv->truncate_to(seq, 0);
