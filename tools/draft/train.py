@@ -150,13 +150,20 @@ def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weig
         """x[..., N] (logits or probabilities over the reduced vocabulary) at the entry's top-k tokens."""
         return jnp.take_along_axis(x, jnp.broadcast_to(b["soft_r"], x.shape[:3] + b["soft_r"].shape[-1:]), axis=-1)
 
-    def per_entry_loss(logits, b):
+    def per_entry_loss(logits, b, argmax_weight=0.0):
         logp = jax.nn.log_softmax(logits, axis=-1)  # [K, B, L, N]
         if soft:
             p = b["soft_p"]
             z = p.sum(-1, keepdims=True)
             p = jnp.where(z > 0, p / jnp.maximum(z, 1e-30), 0.0)
-            return -(at_topk(logp, b) * p[None]).sum(-1), (z[..., 0] > 0)
+            at = at_topk(logp, b)
+            loss = -(at * p[None]).sum(-1)
+            if argmax_weight > 0:
+                # Cross-entropy to the target's argmax (the top-k's first token, where the reduced
+                # vocabulary holds it) beside the soft labels: greedy acceptance's own objective, at a
+                # weight that leaves the soft q its overlap with p for sampled drafts.
+                loss = loss - argmax_weight * jnp.where(b["soft_p"][None, ..., 0] > 0, at[..., 0], 0.0)
+            return loss, (z[..., 0] > 0)
         hard = b["hard"]
         picked = jnp.take_along_axis(logp, jnp.broadcast_to(jnp.maximum(hard, 0)[None, ..., None], logp.shape[:3] + (1,)), axis=-1)[..., 0]
         return -picked, hard >= 0
@@ -177,18 +184,11 @@ def make_fns(cfg: HeadConfig, depth: int, soft: bool, decay: float, feature_weig
 
     def loss_fn(params, embed, b):
         logits, g = forward_both(params, embed, b)
-        loss, ok = per_entry_loss(logits, b)
+        loss, ok = per_entry_loss(logits, b, argmax_weight)
         if overlap_weight > 0 and soft:
             # Total variation at T beside the cross-entropy: 1 - overlap is what a sampled draft
             # loses to rejection; the cross-entropy alone spends the head's capacity on the tail too.
             loss = loss + overlap_weight * (1.0 - overlap_at_t(logits, b))
-        if argmax_weight > 0 and soft:
-            # Cross-entropy to the target's argmax (the top-k's first token, where the reduced
-            # vocabulary holds it) beside the soft labels: greedy acceptance's own objective, at a
-            # weight that leaves the soft q its overlap with p for sampled drafts.
-            logp0 = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1),
-                                        jnp.broadcast_to(b["soft_r"][None, ..., :1], logits.shape[:3] + (1,)), axis=-1)[..., 0]
-            loss = loss - argmax_weight * jnp.where(b["soft_p"][None, ..., 0] > 0, logp0, 0.0)
         m = depth_masks(b, "mask") * ok[None]
         per_depth = (loss * m).sum((1, 2)) / jnp.maximum(m.sum((1, 2)), 1.0)
         weights = jnp.asarray([decay ** j for j in range(depth)], jnp.float32)

@@ -148,6 +148,17 @@ struct Timed {
   }
 };
 
+// Which of n configurations runs o-th for prompt pi on pass rep: a Williams design, the order
+// 0, 1, n-1, 2, n-2, ... shifted by pi, reversed on odd passes. None always runs first, and each
+// configuration follows every other equally often (once in n prompts for even n, twice in n
+// prompts' two passes for odd n), so whatever a run leaves to the next is spread over all of them
+// (docs/benchmarks.md, "The ninth fine-tune beside the eighth").
+size_t run_order(size_t o, size_t n, size_t pi, int64_t rep) {
+  const size_t slot = rep % 2 ? n - 1 - o : o;
+  const size_t base = slot == 0 ? 0 : slot % 2 ? (slot + 1) / 2 : n - slot / 2;
+  return (base + pi) % n;
+}
+
 // One configuration's sums over the prompt set.
 struct SpecTotals {
   std::string draft;          // "none" for target-only
@@ -270,15 +281,8 @@ int bench_spec(const Args& a) {
     req.sampling.seed = base.seed + pi;
     std::vector<Timed> fastest(runs.size(), Timed{0, std::numeric_limits<double>::infinity()});
     for (int64_t rep = 0; rep < repeat; ++rep) {
-      // A Williams design: prompt pi takes the order 0, 1, n-1, 2, n-2, ... shifted by pi, and odd
-      // repeats take it reversed, so that none always runs first and each configuration follows
-      // every other equally often (once in n prompts for even n, twice in n prompts' two passes
-      // for odd n): whatever a run leaves to the next is spread over all of them
-      // (docs/benchmarks.md, "The ninth fine-tune beside the eighth").
-      const size_t n = runs.size();
-      for (size_t o = 0; o < n; ++o) {
-        const size_t slot = rep % 2 ? n - 1 - o : o;
-        const size_t ri = ((slot == 0 ? 0 : slot % 2 ? (slot + 1) / 2 : n - slot / 2) + pi) % n;
+      for (size_t o = 0; o < runs.size(); ++o) {
+        const size_t ri = run_order(o, runs.size(), pi, rep);
         SpecTotals& r = runs[ri];
         ids[ri].clear();
         s.kv->truncate_to(seq, 0);
