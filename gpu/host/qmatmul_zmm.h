@@ -293,6 +293,15 @@ inline __m512 accumulate_block(__m512 acc, __m512i s32, __m512 dw, const uint8_t
   return acc;
 }
 
+// The same with the block's scalars in hand (the VNNI tile's block-major rows) and the mins mw
+// already loaded.
+template <class F>
+inline __m512 accumulate_block(__m512 acc, __m512i s32, __m512 dw, __m512 mw, float dx, float sx) {
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc);
+  if constexpr (F::kHasMin) acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx), acc);
+  return acc;
+}
+
 // Q2_K's: the scale term as every type's, then its mins' term (FormatQ2K).
 inline __m512 accumulate_block_q2_k(__m512 acc, __m512i s32, __m512i mins32, __m512 dw, __m512 mw, float dx) {
   const __m512 x = _mm512_set1_ps(dx);
