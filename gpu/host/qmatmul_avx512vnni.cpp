@@ -84,23 +84,24 @@ constexpr int kTile = 9;
 inline int64_t pass_count(int64_t n) { return (n + kTile - 1) / kTile; }
 inline int64_t pass_rows(int64_t n, int64_t passes, int64_t p, int64_t i0) { return (n - i0) / (passes - p); }
 
-// The activation rows block by block (row i of block b at q + (b * n + i) * 32, its scalars at
-// [b * n + i]), so that a tile reaches each of its rows at a fixed offset from one pointer a
+// The activation rows in the order the tiles read them: pass by pass (the passes of
+// pass_rows), and within a pass of N rows block by block, row i of block b at
+// (i0 * blocks + b * N + i) * 32 and its scalars at i0 * blocks + b * N + i. A pass then reads
+// one contiguous run of N * cols bytes and reaches its rows at fixed offsets from one pointer a
 // block: with the rows' own strides (the width known at run time) the compiler kept a pointer a
 // row, spilled them and reloaded one before each row's products; the default model's 9- and
 // 16-row forwards ran 5-7% longer on Zen 5 (docs/kernels.md, "Block-major activation rows").
 // The same values, so the same bits. One row is already in this order and is read in place.
-struct BlockMajor {
+struct PassMajor {
   const int8_t* q;
   const float *d, *sx;
   const int32_t *isum, *isum_lo;
-  int64_t n;
 };
 
 // Each thread keeps its own copy for the rows of the call in hand (x.generation), so that the
 // kernel needs nothing from its callers and the two threads of a call write nothing shared.
-inline BlockMajor block_major(const QuantizedRows& x) {
-  if (x.n == 1) return {x.q.data(), x.d.data(), x.sx.data(), x.isum.data(), x.isum_lo.data(), 1};
+inline PassMajor pass_major(const QuantizedRows& x) {
+  if (x.n == 1) return {x.q.data(), x.d.data(), x.sx.data(), x.isum.data(), x.isum_lo.data()};
   struct Copy {
     std::vector<int8_t> q;
     std::vector<float> d, sx;
@@ -116,18 +117,23 @@ inline BlockMajor block_major(const QuantizedRows& x) {
     c.sx.resize(scalars);
     c.isum.resize(scalars);
     c.isum_lo.resize(scalars);
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t b = 0; b < nb; ++b) {
-        const size_t from = static_cast<size_t>(i * nb + b), to = static_cast<size_t>(b * n + i);
-        std::memcpy(c.q.data() + to * 32, x.q.data() + from * 32, 32);
-        c.d[to] = x.d[from];
-        c.sx[to] = x.sx[from];
-        c.isum[to] = x.isum[from];
-        c.isum_lo[to] = x.isum_lo[from];
-      }
+    const int64_t passes = pass_count(n);
+    for (int64_t p = 0, i0 = 0; p < passes; ++p) {
+      const int64_t rows = pass_rows(n, passes, p, i0);
+      for (int64_t b = 0; b < nb; ++b)
+        for (int64_t i = 0; i < rows; ++i) {
+          const size_t from = static_cast<size_t>((i0 + i) * nb + b), to = static_cast<size_t>(i0 * nb + b * rows + i);
+          std::memcpy(c.q.data() + to * 32, x.q.data() + from * 32, 32);
+          c.d[to] = x.d[from];
+          c.sx[to] = x.sx[from];
+          c.isum[to] = x.isum[from];
+          c.isum_lo[to] = x.isum_lo[from];
+        }
+      i0 += rows;
+    }
     c.generation = x.generation;
   }
-  return {c.q.data(), c.d.data(), c.sx.data(), c.isum.data(), c.isum_lo.data(), n};
+  return {c.q.data(), c.d.data(), c.sx.data(), c.isum.data(), c.isum_lo.data()};
 }
 
 // One pass's outlier columns, for adding the outliers' terms inside the tile: the distinct
@@ -168,7 +174,7 @@ struct PassOutliers {
 // the outlier columns' weights as their blocks pass; then each row's outlier terms. `valid`
 // output rows are written (16 for a full pair).
 template <class F, int N>
-inline void tile(const PackedMatrix& m, const QuantizedRows& x, const BlockMajor& bm, int64_t i0, const uint8_t* a,
+inline void tile(const PackedMatrix& m, const QuantizedRows& x, const PassMajor& bm, int64_t i0, const uint8_t* a,
                  const uint8_t* b, float* y, int64_t ldy, int64_t valid, const PassOutliers<F::kType>& out) {
   constexpr int kOut = QuantizedRows::kOutliers;
   __m512 acc[N];
@@ -176,10 +182,9 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, const BlockMajor
   __m512 wo[N * kOut];
   int next = 0;  // out.column[next] is the next column to dequantize, in block order
   const int64_t nb = m.blocks;
-  const int8_t* xq = bm.q + i0 * 32;  // this pass's rows of block 0
-  const size_t xq_step = static_cast<size_t>(bm.n) * 32;
-  for (int64_t blk = 0; blk < nb; ++blk, xq += xq_step) {
-    const size_t xs = static_cast<size_t>(blk * bm.n + i0);  // row i's scalars at xs + i
+  const int8_t* xq = bm.q + i0 * nb * 32;  // this pass's rows of block 0
+  for (int64_t blk = 0; blk < nb; ++blk, xq += N * 32) {
+    const size_t xs = static_cast<size_t>(i0 * nb + blk * N);  // row i's scalars at xs + i
     const size_t off = static_cast<size_t>(blk) * m.block_bytes;
     const uint8_t* pa = a + off;
     const uint8_t* pb = b + off;
@@ -213,7 +218,7 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, const BlockMajor
 }
 
 template <class F>
-void rows_of_pair(const PackedMatrix& m, const QuantizedRows& x, const BlockMajor& bm, const uint8_t* a, const uint8_t* b,
+void rows_of_pair(const PackedMatrix& m, const QuantizedRows& x, const PassMajor& bm, const uint8_t* a, const uint8_t* b,
                   float* y, int64_t ldy, int64_t valid, int64_t passes, const PassOutliers<F::kType>* plans) {
   for (int64_t p = 0, i0 = 0; p < passes; ++p) {
     const int64_t rows = pass_rows(x.n, passes, p, i0);
@@ -252,7 +257,7 @@ void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy
     planned_for = &m;
     planned_generation = x.generation;
   }
-  const BlockMajor bm = block_major(x);
+  const PassMajor bm = pass_major(x);
   for_group_pairs(m, y, g0, g1, [&](const uint8_t* a, const uint8_t* b, float* yp, int64_t valid) {
     rows_of_pair<F>(m, x, bm, a, b, yp, ldy, valid, passes, plans.data());
   });
