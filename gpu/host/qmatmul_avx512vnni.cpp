@@ -174,7 +174,7 @@ struct PassOutliers {
 // the outlier columns' weights as their blocks pass; then each row's outlier terms. `valid`
 // output rows are written (16 for a full pair).
 template <class F, int N>
-inline void tile(const PackedMatrix& m, const QuantizedRows& x, const PassMajor& bm, int64_t i0, const uint8_t* a,
+inline void tile(const PackedMatrix& m, const QuantizedRows& x, const PassMajor& px, int64_t i0, const uint8_t* a,
                  const uint8_t* b, float* y, int64_t ldy, int64_t valid, const PassOutliers<F::kType>& out) {
   constexpr int kOut = QuantizedRows::kOutliers;
   __m512 acc[N];
@@ -182,7 +182,7 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, const PassMajor&
   __m512 wo[N * kOut];
   int next = 0;  // out.column[next] is the next column to dequantize, in block order
   const int64_t nb = m.blocks;
-  const int8_t* xq = bm.q + i0 * nb * 32;  // this pass's rows of block 0
+  const int8_t* xq = px.q + i0 * nb * 32;  // this pass's rows of block 0
   for (int64_t blk = 0; blk < nb; ++blk, xq += N * 32) {
     const size_t xs = static_cast<size_t>(i0 * nb + blk * N);  // row i's scalars at xs + i
     const size_t off = static_cast<size_t>(blk) * m.block_bytes;
@@ -202,9 +202,9 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, const PassMajor&
       const int8_t* xb = xq + 32 * i;
       const size_t xi = xs + static_cast<size_t>(i);
       if constexpr (kQ2K)
-        acc[i] = accumulate_block_q2_k(acc[i], F::template dot<N>(wt, xb), F::min_dot(wt, bm.isum[xi], bm.isum_lo[xi]), dw, mw, bm.d[xi]);
+        acc[i] = accumulate_block_q2_k(acc[i], F::template dot<N>(wt, xb), F::min_dot(wt, px.isum[xi], px.isum_lo[xi]), dw, mw, px.d[xi]);
       else
-        acc[i] = accumulate_block<F>(acc[i], F::dot(wt, xb, bm.isum[xi], bm.isum_lo[xi]), dw, mw, bm.d[xi], bm.sx[xi]);
+        acc[i] = accumulate_block<F>(acc[i], F::dot(wt, xb, px.isum[xi], px.isum_lo[xi]), dw, mw, px.d[xi], px.sx[xi]);
     }
     for (; next < out.count && out.column[next].at.blk_off == off; ++next)
       wo[next] = out.column[next].in_block(pa, pb, dw, mw);
@@ -218,21 +218,21 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, const PassMajor&
 }
 
 template <class F>
-void rows_of_pair(const PackedMatrix& m, const QuantizedRows& x, const PassMajor& bm, const uint8_t* a, const uint8_t* b,
+void rows_of_pair(const PackedMatrix& m, const QuantizedRows& x, const PassMajor& px, const uint8_t* a, const uint8_t* b,
                   float* y, int64_t ldy, int64_t valid, int64_t passes, const PassOutliers<F::kType>* plans) {
   for (int64_t p = 0, i0 = 0; p < passes; ++p) {
     const int64_t rows = pass_rows(x.n, passes, p, i0);
     const PassOutliers<F::kType>& out = plans[p];
     switch (rows) {
-      case 1: tile<F, 1>(m, x, bm, i0, a, b, y, ldy, valid, out); break;
-      case 2: tile<F, 2>(m, x, bm, i0, a, b, y, ldy, valid, out); break;
-      case 3: tile<F, 3>(m, x, bm, i0, a, b, y, ldy, valid, out); break;
-      case 4: tile<F, 4>(m, x, bm, i0, a, b, y, ldy, valid, out); break;
-      case 5: tile<F, 5>(m, x, bm, i0, a, b, y, ldy, valid, out); break;
-      case 6: tile<F, 6>(m, x, bm, i0, a, b, y, ldy, valid, out); break;
-      case 7: tile<F, 7>(m, x, bm, i0, a, b, y, ldy, valid, out); break;
-      case 8: tile<F, 8>(m, x, bm, i0, a, b, y, ldy, valid, out); break;
-      case 9: tile<F, 9>(m, x, bm, i0, a, b, y, ldy, valid, out); break;
+      case 1: tile<F, 1>(m, x, px, i0, a, b, y, ldy, valid, out); break;
+      case 2: tile<F, 2>(m, x, px, i0, a, b, y, ldy, valid, out); break;
+      case 3: tile<F, 3>(m, x, px, i0, a, b, y, ldy, valid, out); break;
+      case 4: tile<F, 4>(m, x, px, i0, a, b, y, ldy, valid, out); break;
+      case 5: tile<F, 5>(m, x, px, i0, a, b, y, ldy, valid, out); break;
+      case 6: tile<F, 6>(m, x, px, i0, a, b, y, ldy, valid, out); break;
+      case 7: tile<F, 7>(m, x, px, i0, a, b, y, ldy, valid, out); break;
+      case 8: tile<F, 8>(m, x, px, i0, a, b, y, ldy, valid, out); break;
+      case 9: tile<F, 9>(m, x, px, i0, a, b, y, ldy, valid, out); break;
       default: break;
     }
     i0 += rows;
@@ -257,9 +257,9 @@ void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy
     planned_for = &m;
     planned_generation = x.generation;
   }
-  const PassMajor bm = pass_major(x);
+  const PassMajor px = pass_major(x);
   for_group_pairs(m, y, g0, g1, [&](const uint8_t* a, const uint8_t* b, float* yp, int64_t valid) {
-    rows_of_pair<F>(m, x, bm, a, b, yp, ldy, valid, passes, plans.data());
+    rows_of_pair<F>(m, x, px, a, b, yp, ldy, valid, passes, plans.data());
   });
 }
 

@@ -282,24 +282,23 @@ struct FormatQ2K {
 };
 
 // The float work qmatmul.h fixes for one block of one activation row, given the block's exact
-// int32 sums s32 and the pair's weight scales dw (pa, pb: the block in groups g and g + 1):
+// int32 sums s32, the pair's weight scales dw and mins mw, and the row's block scale dx and sum sx:
 // acc = fma(float(isum), fl(dw * dx), acc) [+ fma(mw, sx, acc)]. Every kernel here runs this,
 // so their rows are bit-equal.
-template <class F>
-inline __m512 accumulate_block(__m512 acc, __m512i s32, __m512 dw, const uint8_t* pa, const uint8_t* pb,
-                               const QuantizedRows& x, size_t xi) {
-  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])), acc);
-  if constexpr (F::kHasMin) acc = _mm512_fmadd_ps(F::min(pa, pb), _mm512_set1_ps(x.sx[xi]), acc);
-  return acc;
-}
-
-// The same with the block's scalars in hand (the VNNI tile's block-major rows) and the mins mw
-// already loaded.
 template <class F>
 inline __m512 accumulate_block(__m512 acc, __m512i s32, __m512 dw, __m512 mw, float dx, float sx) {
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc);
   if constexpr (F::kHasMin) acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx), acc);
   return acc;
+}
+
+// The same from the pair's blocks (pa, pb: the block in groups g and g + 1) and row-major rows
+// (the AMX tiles).
+template <class F>
+inline __m512 accumulate_block(__m512 acc, __m512i s32, __m512 dw, const uint8_t* pa, const uint8_t* pb,
+                               const QuantizedRows& x, size_t xi) {
+  const __m512 mw = F::kHasMin ? F::min(pa, pb) : _mm512_setzero_ps();
+  return accumulate_block<F>(acc, s32, dw, mw, x.d[xi], x.sx[xi]);
 }
 
 // Q2_K's: the scale term as every type's, then its mins' term (FormatQ2K).
