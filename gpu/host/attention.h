@@ -91,6 +91,8 @@ void to_fp16_avx2(const float* src, uint16_t* dst, int64_t n);
 
 // out[i] = silu(gate[i]) * up[i] with the vectorised exp (elementwise_avx2.cpp).
 void swiglu_avx2(const float* gate, const float* up, int64_t n, float* out);
+// The same values in 512-bit vectors (elementwise_avx512.cpp; call only where cpu_has_avx512()).
+void swiglu_avx512(const float* gate, const float* up, int64_t n, float* out);
 // HostOps::rmsnorm's arithmetic, bit for bit, in 256-bit vectors.
 void rmsnorm_avx2(const float* x, const float* g, float eps, int64_t n, int64_t dim, float* out);
 

@@ -820,6 +820,8 @@ int64_t logits_at_least(const float* y, int64_t n, float floor, int64_t* idx) {
 struct LogitScans {
   float (*max)(const float*, int64_t);
   int64_t (*at_least)(const float*, int64_t, float, int64_t*);
+  // stored_row_dot for a Q8_0 head in AVX2 (the same bits), or nullptr.
+  float (*dot_q8_0)(const uint8_t*, const float*, int64_t);
 };
 
 // One row of logits y[R] from activations x: the outputs within kLogitMargin of the largest
@@ -833,6 +835,13 @@ void refine_top_logits(const TensorView& w, const float* x, float* y, int64_t R,
     std::nth_element(near.begin(), near.begin() + kLogitCap, near.begin() + count,
                      [&](int64_t a, int64_t b) { return y[a] > y[b] || (y[a] == y[b] && a < b); });
     count = kLogitCap;
+  }
+  if (scans.dot_q8_0 != nullptr && w.dtype == DType::Q8_0) {
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t o = near[static_cast<size_t>(k)];
+      y[o] = scans.dot_q8_0(reinterpret_cast<const uint8_t*>(w.row(o)), x, w.cols());
+    }
+    return;
   }
   buf.resize(static_cast<size_t>(w.cols()));
   for (int64_t k = 0; k < count; ++k) {
@@ -852,8 +861,9 @@ void qmatmul_logits(const PackedMatrix& m, const TensorView& stored, const float
   const int64_t R = m.rows, C = m.cols;
   // The scans' vector loops give the scalar ones' results; the portable kernel keeps to scalar code.
   const LogitScans scans = kernel != host_kernels::Int8Kernel::kPortable && host_kernels::cpu_has_avx2_fma()
-                               ? LogitScans{&host_kernels::logits_max_avx2, &host_kernels::logits_at_least_avx2}
-                               : LogitScans{&logits_max, &logits_at_least};
+                               ? LogitScans{&host_kernels::logits_max_avx2, &host_kernels::logits_at_least_avx2,
+                                            &host_kernels::stored_row_dot_q8_0_avx2}
+                               : LogitScans{&logits_max, &logits_at_least, nullptr};
   auto rows = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) refine_top_logits(stored, x + i * C, y + i * R, R, scans);
   };

@@ -229,6 +229,9 @@ void add_outliers_avx2(const PackedMatrix& m, const QuantizedRows& x, float* y, 
 // increasing order, written to idx (room for n), their count returned.
 float logits_max_avx2(const float* y, int64_t n);
 int64_t logits_at_least_avx2(const float* y, int64_t n, float floor, int64_t* idx);
+// stored_row_dot over a Q8_0 row (34-byte blocks; cols a multiple of 32), AVX2, the same bits:
+// the output head's refined logits (qmatmul_logits) without dequantizing the row first.
+float stored_row_dot_q8_0_avx2(const uint8_t* row, const float* x, int64_t cols);
 // Fills x.wide from x.q, x.d and x.sx (see QuantizedRows::wide); AVX2.
 void broadcast_rows_avx2(QuantizedRows& x);
 // The AVX2 activation quantizer (the same values as quantize_rows' portable one, faster): n rows

@@ -117,18 +117,30 @@ inline PassMajor pass_major(const QuantizedRows& x) {
     c.sx.resize(scalars);
     c.isum.resize(scalars);
     c.isum_lo.resize(scalars);
+    // One pointer per array, held in registers: the loop is ~1 ns a row and block (through the
+    // vectors' members it was ~4.6, 2% of a 5-token forward's samples on Zen 5).
+    const int8_t* const sq = x.q.data();
+    const float *const sd = x.d.data(), *const ss = x.sx.data();
+    const int32_t *const si = x.isum.data(), *const sl = x.isum_lo.data();
+    int8_t* const dq = c.q.data();
+    float *const dd = c.d.data(), *const ds = c.sx.data();
+    int32_t *const di = c.isum.data(), *const dl = c.isum_lo.data();
     const int64_t passes = pass_count(n);
     for (int64_t p = 0, i0 = 0; p < passes; ++p) {
       const int64_t rows = pass_rows(n, passes, p, i0);
-      for (int64_t b = 0; b < nb; ++b)
-        for (int64_t i = 0; i < rows; ++i) {
-          const size_t from = static_cast<size_t>((i0 + i) * nb + b), to = static_cast<size_t>(i0 * nb + b * rows + i);
-          std::memcpy(c.q.data() + to * 32, x.q.data() + from * 32, 32);
-          c.d[to] = x.d[from];
-          c.sx[to] = x.sx[from];
-          c.isum[to] = x.isum[from];
-          c.isum_lo[to] = x.isum_lo[from];
+      for (int64_t i = 0; i < rows; ++i) {
+        // Row i0 + i's blocks, in order, to their places in the pass (stride `rows`).
+        const int64_t from0 = (i0 + i) * nb;
+        int64_t to = i0 * nb + i;
+        for (int64_t b = 0; b < nb; ++b, to += rows) {
+          const int64_t from = from0 + b;
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dq + to * 32), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sq + from * 32)));
+          dd[to] = sd[from];
+          ds[to] = ss[from];
+          di[to] = si[from];
+          dl[to] = sl[from];
         }
+      }
       i0 += rows;
     }
     c.generation = x.generation;

@@ -86,6 +86,8 @@ const char* kUsage =
     "  time. Besides the totals over all\n"
     "  repeats, each run reports speedup_by_repeat and least_time_speedup: every configuration\n"
     "  timed by each prompt's fastest repeat, for a machine whose load comes and goes.\n"
+    "  prefill_seconds: the configuration's time in the prompts' prefills (speedup counts it,\n"
+    "  decode_speedup does not).\n"
     "\n"
     "usage: specula bench spec --concurrency 1,4,16,64 [--pipeline on|off|both] [--drafts \"none;ngram\"]\n"
     "                          [--load-adaptive on|off|both] [--requests N] [--repeat R] [--trace PREFIX]\n"
@@ -169,6 +171,7 @@ struct SpecTotals {
   int64_t decode_tokens = 0, mismatched_prompts = 0;
   std::optional<int64_t> lookup_rounds;  // prompt lookup in front of another drafter: the rounds lookup drafted
   double decode = 0;
+  double prefill = 0;  // every run's prefill (the prompt's forward; with a drafter, also its prefill)
   // Each pass over the prompts (--repeat), and each prompt's fastest run summed over the prompts
   // (least time: what an undisturbed machine gives).
   std::vector<Timed> passes;
@@ -290,6 +293,7 @@ int bench_spec(const Args& a) {
         if (!r.drafter) {
           const GenerateStats st = generate(*s.model, *s.kv, seq, req, [&](int32_t t) { ids[ri].push_back(t); return true; });
           r.decode += st.decode_seconds;
+          r.prefill += st.prefill_seconds;
           r.decode_tokens += st.generated - 1;  // generate()'s first token comes with the prefill
         } else {
           SpeculativeRequest sreq;
@@ -303,6 +307,7 @@ int bench_spec(const Args& a) {
             return true;
           });
           r.decode += st.decode_seconds;
+          r.prefill += st.prefill_seconds;
           r.decode_tokens += st.generated;
           r.add(st);
           if (lookup_first) r.lookup_rounds = r.lookup_rounds.value_or(0) + lookup_first->lookup_rounds() - lookup_before;
@@ -331,6 +336,7 @@ int bench_spec(const Args& a) {
     j["seconds"] = all.seconds;
     j["tokens_per_second"] = all.tokens_per_second();
     j["decode_tokens_per_second"] = r.decode_tokens / r.decode;
+    j["prefill_seconds"] = r.prefill;
     j["speedup"] = all.tokens_per_second() / target_tps;
     nlohmann::json by_repeat = nlohmann::json::array();
     for (size_t k = 0; k < r.passes.size(); ++k)

@@ -119,5 +119,30 @@ TEST(VectorMath, TheVectorRmsNormGivesThePortableLoopsBitsForAnyWidthAndRowCount
   EXPECT_GT(float_sum_differs, 0) << "the control: a float sum of squares went unnoticed";
 }
 
+TEST(VectorMath, TheAvx512SwigluGivesTheAvx2OnesBitsForAnyLengthAndEveryRangeOfGate) {
+  if (!host_kernels::cpu_has_avx512() || !host_kernels::cpu_has_avx2_fma())
+    GTEST_SKIP() << "this CPU lacks AVX-512 or AVX2+FMA: only one of the two SwiGLU kernels runs here";
+  // Gates from the exponential's floor (below -87 its lanes are zeroed) and ceiling (88) through
+  // the usual range, signed zeros, and lengths that leave every tail of a 16-lane vector.
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const float special[] = {-100.0f, -88.0f, -87.0f, -86.9f, -0.0f, 0.0f, 1e-30f, -1e-30f, 87.9f, 88.0f, 95.0f};
+  int64_t moved_by_a_lane_shift = 0;
+  for (int64_t n : {1, 7, 8, 15, 16, 17, 31, 33, 576, 1536, 7680, 8191}) {
+    std::vector<float> gate(static_cast<size_t>(n)), up(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      gate[static_cast<size_t>(i)] = i % 13 == 5 ? special[static_cast<size_t>(i / 13) % std::size(special)] : 4.0f * g(rng);
+      up[static_cast<size_t>(i)] = 2.0f * g(rng);
+    }
+    std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n), 12345.0f);
+    host_kernels::swiglu_avx2(gate.data(), up.data(), n, want.data());
+    host_kernels::swiglu_avx512(gate.data(), up.data(), n, got.data());
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << "length " << n;
+    // The control: the comparison sees one lane's value taken from its neighbour.
+    for (int64_t i = 1; i < n; ++i) moved_by_a_lane_shift += want[static_cast<size_t>(i)] != want[static_cast<size_t>(i - 1)];
+  }
+  EXPECT_GT(moved_by_a_lane_shift, 0);
+}
+
 }  // namespace
 }  // namespace specula
