@@ -46,11 +46,15 @@ double sampler_exp_sum_avx2(const float* x, int64_t n, float inv_t, float mx) {
   double lane[8];
   _mm256_storeu_pd(lane, lo);
   _mm256_storeu_pd(lane + 4, hi);
+  return sampler_join_lanes_avx2(lane, x + i, n - i, inv_t, mx);
+}
+
+double sampler_join_lanes_avx2(const double* lane, const float* tail_x, int64_t tail_n, float inv_t, float mx) {
   double s = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-  if (i < n) {
+  if (tail_n > 0) {
     double tail[8];
-    sampler_exp_terms_avx2(x + i, n - i, inv_t, mx, tail);
-    for (int64_t j = 0; j < n - i; ++j) s += tail[j];
+    sampler_exp_terms_avx2(tail_x, tail_n, inv_t, mx, tail);
+    for (int64_t j = 0; j < tail_n; ++j) s += tail[j];
   }
   return s;
 }

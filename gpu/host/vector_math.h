@@ -13,7 +13,8 @@
 // The 256-bit loops (sampler_exp_avx2.cpp, built with -ffp-contract=off so that the compiler fuses
 // nothing the definition does not) and the scalar ones here give the same bits; the sampler calls
 // these functions and never writes the arithmetic itself. A whole-vocabulary sum takes ~55 us of
-// one core where std::exp term by term took ~280 us (docs/speculative.md, "The transform").
+// one core where std::exp term by term took ~280 us (docs/speculative.md, "The transform"); the
+// 512-bit sum (sampler_exp_avx512.cpp, the same bits) about half of the 256-bit one's time.
 #pragma once
 #include <cstdint>
 
@@ -34,6 +35,12 @@ void sampler_log_probs(const float* x, int64_t n, float inv_t, float mx, double 
 double sampler_exp_sum_avx2(const float* x, int64_t n, float inv_t, float mx);
 void sampler_exp_terms_avx2(const float* x, int64_t n, float inv_t, float mx, double* e);
 void sampler_log_probs_avx2(const float* x, int64_t n, float inv_t, float mx, double log_sum, float* out);
+// S from the 8 lanes' sums and the tail_n (< 8) terms after the last whole 8: the lanes joined
+// in the definition's order, then the tail's terms in order (the 256-bit and 512-bit sums' end).
+double sampler_join_lanes_avx2(const double* lane, const float* tail_x, int64_t tail_n, float inv_t, float mx);
+// S in 512-bit vectors (sampler_exp_avx512.cpp), the same bits; call only where cpu_has_avx512().
+// sampler_exp_sum takes it unless SPECULA_SIMD caps the host at avx2 (or below).
+double sampler_exp_sum_avx512(const float* x, int64_t n, float inv_t, float mx);
 
 // The definition's constants, shared by both halves.
 namespace sampler_exp_constants {

@@ -71,6 +71,14 @@ TEST(VectorMath, TheSamplersVectorLoopsGiveTheScalarDefinitionsBitsForAnyLengthA
         for (size_t i = whole; i < n; ++i) want += e[i];
         const double got = host_kernels::sampler_exp_sum(x.data(), static_cast<int64_t>(n), inv_t, mx);
         ASSERT_EQ(std::memcmp(&got, &want, sizeof got), 0) << "n " << n << " spread " << spread << " T " << t;
+        // Both vector loops, whichever sampler_exp_sum took (the 512-bit one where the CPU has
+        // AVX-512 and SPECULA_SIMD does not cap it at avx2).
+        const double got2 = host_kernels::sampler_exp_sum_avx2(x.data(), static_cast<int64_t>(n), inv_t, mx);
+        ASSERT_EQ(std::memcmp(&got2, &want, sizeof got2), 0) << "256-bit: n " << n << " spread " << spread << " T " << t;
+        if (host_kernels::cpu_has_avx512()) {
+          const double got5 = host_kernels::sampler_exp_sum_avx512(x.data(), static_cast<int64_t>(n), inv_t, mx);
+          ASSERT_EQ(std::memcmp(&got5, &want, sizeof got5), 0) << "512-bit: n " << n << " spread " << spread << " T " << t;
+        }
         order_matters += in_order != want;
         std::vector<double> terms(n);
         host_kernels::sampler_exp_terms(x.data(), static_cast<int64_t>(n), inv_t, mx, terms.data());
