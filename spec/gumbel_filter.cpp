@@ -2,6 +2,7 @@
 #include "spec/gumbel_filter.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "gpu/host/matmul_kernels.h"
@@ -19,7 +20,12 @@ float float_at_or_below(double x) {
 
 uint64_t philox_not_far(uint64_t seed, int64_t position, RngStream stream, uint64_t first, uint32_t far_word,
                         bool vector) {
-  if (vector) return detail::philox_not_far_avx2(seed, position, stream, first, far_word);
+  if (vector) {
+    // The widest the host path allows (SPECULA_SIMD=avx2 runs no AVX-512 instruction).
+    static const bool wide = host_kernels::isa_for_env(std::getenv("SPECULA_SIMD")) == host_kernels::Isa::kAvx512;
+    return wide ? detail::philox_not_far_avx512(seed, position, stream, first, far_word)
+                : detail::philox_not_far_avx2(seed, position, stream, first, far_word);
+  }
   uint64_t mask = 0;
   for (uint64_t b = 0; b < 16; ++b) {
     const PhiloxBlock w = philox_block(seed, position, stream, (first >> 2) + b);
@@ -49,16 +55,46 @@ uint64_t GumbelFilter::candidates_portable(const float* ub, uint64_t first, doub
   return masks(ub, first, best, false);
 }
 
-uint64_t GumbelFilter::masks(const float* ub, uint64_t first, double best, bool vector) const {
-  if (!(best > -std::numeric_limits<double>::infinity())) return ~uint64_t{0};  // no score yet: every token can win
+void GumbelFilter::thresholds(double best, float& below_reach, float& far_bound) const {
   // ub < below_reach implies ub < best - max_noise, and ub <= far_bound implies best - ub >=
   // far_noise, both as GumbelMax computes them in double (floats at or below the thresholds;
   // far_bound stepped down until best - far_bound itself passes, for a subtraction that rounds:
   // best - ub is then no smaller, the rounded subtraction being monotone).
-  const float below_reach = float_at_or_below(best - max_noise);
-  float far_bound = float_at_or_below(best - far_noise);
+  below_reach = float_at_or_below(best - max_noise);
+  far_bound = float_at_or_below(best - far_noise);
   while (!(best - static_cast<double>(far_bound) >= far_noise))
     far_bound = std::nextafter(far_bound, -std::numeric_limits<float>::infinity());
+}
+
+uint64_t GumbelFilter::candidates_among(const float* ub, const int32_t* ids, int count, double best) const {
+  const uint64_t valid = count >= 64 ? ~uint64_t{0} : (uint64_t{1} << count) - 1;
+  if (!(best > -std::numeric_limits<double>::infinity())) return valid;  // no score yet: every token can win
+  float below_reach, far_bound;
+  thresholds(best, below_reach, far_bound);
+  uint64_t out = 0, far = 0;
+  for (int i = 0; i < count; ++i) {
+    if (ub[i] < below_reach) out |= uint64_t{1} << i;
+    if (ub[i] <= far_bound) far |= uint64_t{1} << i;
+  }
+  const uint64_t in_reach = valid & ~out;
+  if ((in_reach & far) == 0) return in_reach;  // no uniform can rule a token out: skip the draws
+  static const bool wide = host_kernels::isa_for_env(std::getenv("SPECULA_SIMD")) == host_kernels::Isa::kAvx512;
+  uint64_t not_far = 0;
+  if (wide) {
+    not_far = detail::philox_not_far_ids_avx512(seed, position, stream, ids, count, far_word);
+  } else {
+    for (int i = 0; i < count; ++i) {
+      const uint64_t id = static_cast<uint64_t>(ids[i]);
+      if (((far >> i) & 1) != 0 && philox_block(seed, position, stream, id >> 2)[id & 3] >= far_word) not_far |= uint64_t{1} << i;
+    }
+  }
+  return in_reach & (~far | not_far);
+}
+
+uint64_t GumbelFilter::masks(const float* ub, uint64_t first, double best, bool vector) const {
+  if (!(best > -std::numeric_limits<double>::infinity())) return ~uint64_t{0};  // no score yet: every token can win
+  float below_reach, far_bound;
+  thresholds(best, below_reach, far_bound);
   uint64_t out = 0, far = 0;
   if (vector) {
     detail::bound_masks_avx2(ub, below_reach, far_bound, &out, &far);

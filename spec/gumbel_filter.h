@@ -26,8 +26,14 @@ struct GumbelFilter {
   uint64_t candidates(const float* ub, uint64_t first, double best) const;
   // The same mask without the 256-bit half (what a CPU without AVX2 computes; tests compare them).
   uint64_t candidates_portable(const float* ub, uint64_t first, double best) const;
+  // The mask for `count` (<= 64) tokens with ids ids[0..count) (any ids: a drafter's reduced
+  // vocabulary) and bounds ub[0..count); bits from `count` on are clear. On the AVX-512 path
+  // their uniforms come 16 at a time (one Philox block a lane); elsewhere one by one.
+  uint64_t candidates_among(const float* ub, const int32_t* ids, int count, double best) const;
 
  private:
+  // The two bound thresholds for `best` (see masks in gumbel_filter.cpp).
+  void thresholds(double best, float& below_reach, float& far_bound) const;
   uint64_t masks(const float* ub, uint64_t first, double best, bool vector) const;
 };
 
@@ -37,6 +43,12 @@ uint32_t far_word_below(double far_u);
 namespace detail {
 // The 64-bit mask of ids first .. first + 63 whose word is >= far_word (AVX2 and FMA only).
 uint64_t philox_not_far_avx2(uint64_t seed, int64_t position, RngStream stream, uint64_t first, uint32_t far_word);
+// The same mask in one pass of sixteen 512-bit lanes (AVX-512 F only).
+uint64_t philox_not_far_avx512(uint64_t seed, int64_t position, RngStream stream, uint64_t first, uint32_t far_word);
+// The mask of ids[0..count) (count <= 64, any ids >= 0) whose word is >= far_word, sixteen ids a pass
+// (each its own Philox block in a lane; AVX-512 F only).
+uint64_t philox_not_far_ids_avx512(uint64_t seed, int64_t position, RngStream stream, const int32_t* ids, int count,
+                                   uint32_t far_word);
 // ub[i] < below_reach (bit set in *out_mask) and ub[i] <= far_bound (bit set in *far_mask), i < 64.
 void bound_masks_avx2(const float* ub, float below_reach, float far_bound, uint64_t* out_mask, uint64_t* far_mask);
 }  // namespace detail

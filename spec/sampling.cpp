@@ -202,8 +202,18 @@ int32_t sample_gumbel_among(std::span<const int32_t> ids, std::span<const float>
     const size_t top = static_cast<size_t>(argmax(logp));  // a likely winner first
     if (logp[top] != kNegInf) g.visit(ids[top], logp[top]);
   }
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (logp[i] != kNegInf) g.visit(ids[i], logp[i]);
+  // 64 entries at a time, the filter ruling out at once those that cannot beat the best score
+  // so far (out of reach, or far below it with a small uniform, 16 uniforms a vector on the
+  // AVX-512 path): a drafter's 2,048 ids took ~20 us one by one. The best only rises, so the
+  // filter's thresholds from a chunk's start drop no token the visits would have let win.
+  const GumbelFilter filter = g.filter();
+  for (size_t b = 0; b < ids.size(); b += kGumbelBlock) {
+    const int count = static_cast<int>(std::min(kGumbelBlock, ids.size() - b));
+    for (uint64_t left = filter.candidates_among(logp.data() + b, ids.data() + b, count, g.best_score); left != 0; left &= left - 1) {
+      const size_t i = b + static_cast<size_t>(std::countr_zero(left));
+      if (logp[i] != kNegInf) g.visit(ids[i], logp[i]);
+    }
+  }
   if (g.best < 0) throw std::logic_error("sample_gumbel: every token is excluded");
   return g.best;
 }

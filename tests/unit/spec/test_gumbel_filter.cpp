@@ -1,9 +1,10 @@
-// The Gumbel draw's block filter (spec/gumbel_filter.h): its 256-bit Philox gives the scalar
+// The Gumbel draw's block filter (spec/gumbel_filter.h): its 256- and 512-bit Philox give the scalar
 // generator's words, its word threshold splits the uniforms exactly where GumbelMax's far test
 // does, and it never drops a token that could still win.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <vector>
@@ -37,13 +38,47 @@ TEST(GumbelFilter, TheVectorPhiloxGivesTheScalarGeneratorsWordsForAnyKeyAndCount
     const uint64_t first = 64 * (trial % 4 == 0 ? (uint64_t{1} << 28) - 1 - rng() % 2 : rng() % 100000);
     const RngStream stream = static_cast<RngStream>(trial % 4);
     for (uint32_t far_word : {thresholds[trial % 5], static_cast<uint32_t>(rng())}) {
-      ASSERT_EQ(detail::philox_not_far_avx2(seed, position, stream, first, far_word),
-                scalar_not_far(seed, position, stream, first, far_word))
+      const uint64_t want = scalar_not_far(seed, position, stream, first, far_word);
+      ASSERT_EQ(detail::philox_not_far_avx2(seed, position, stream, first, far_word), want)
           << "seed " << seed << " position " << position << " first " << first << " far_word " << far_word;
+      if (host_kernels::cpu_has_avx512()) {
+        ASSERT_EQ(detail::philox_not_far_avx512(seed, position, stream, first, far_word), want)
+            << "512-bit: seed " << seed << " position " << position << " first " << first << " far_word " << far_word;
+      }
       ++checked;
     }
   }
   EXPECT_EQ(checked, 800);
+}
+
+TEST(GumbelFilter, TheVectorPhiloxAmongAnyIdsGivesTheScalarGeneratorsWords) {
+  if (!host_kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512: the among-ids draw runs its scalar loop";
+  // A drafter's reduced vocabulary: ascending ids, sometimes four to a Philox block, sometimes
+  // far apart, ids near 2^31, and counts that leave every tail of a 16-lane pass.
+  std::mt19937_64 rng(29);
+  int checked = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const uint64_t seed = rng();
+    const int64_t position = trial % 3 == 0 ? static_cast<int64_t>(rng() % 4096) : static_cast<int64_t>(rng() >> 1);
+    const RngStream stream = static_cast<RngStream>(trial % 4);
+    const int count = 1 + static_cast<int>(rng() % 64);
+    std::vector<int32_t> ids(static_cast<size_t>(count));
+    int64_t id = trial % 5 == 0 ? (int64_t{1} << 31) - 10 * count - 1 : static_cast<int64_t>(rng() % 50000);  // ids stay below 2^31
+    for (int32_t& v : ids) {
+      id += trial % 2 == 0 ? 1 : 1 + static_cast<int64_t>(rng() % 9);
+      v = static_cast<int32_t>(id);
+    }
+    const uint32_t far_word = trial % 2 == 0 ? far_word_below(GumbelMax::kFarU) : static_cast<uint32_t>(rng());
+    uint64_t want = 0;
+    for (int i = 0; i < count; ++i) {
+      const uint64_t u = static_cast<uint64_t>(ids[static_cast<size_t>(i)]);
+      if (philox_block(seed, position, stream, u >> 2)[u & 3] >= far_word) want |= uint64_t{1} << i;
+    }
+    ASSERT_EQ(detail::philox_not_far_ids_avx512(seed, position, stream, ids.data(), count, far_word), want)
+        << "seed " << seed << " position " << position << " count " << count << " first id " << ids[0];
+    ++checked;
+  }
+  EXPECT_EQ(checked, 400);
 }
 
 TEST(GumbelFilter, TheWordThresholdSplitsTheUniformsWhereTheFarTestDoes) {
