@@ -2,7 +2,6 @@
 #include "spec/gumbel_filter.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 
 #include "gpu/host/matmul_kernels.h"
@@ -18,13 +17,26 @@ float float_at_or_below(double x) {
   return f;
 }
 
+// Whether the AVX-512 loops may run (not where SPECULA_SIMD caps the host at avx2).
+bool wide_path() { return host_kernels::default_isa() == host_kernels::Isa::kAvx512; }
+
+// ub[i] < below_reach (bit i of *out) and ub[i] <= far_bound (bit i of *far) for i < count, in
+// scalar code (NaN: neither); what bound_masks_avx2 gives for 64.
+void bound_masks_portable(const float* ub, int count, float below_reach, float far_bound, uint64_t* out, uint64_t* far) {
+  *out = 0;
+  *far = 0;
+  for (int i = 0; i < count; ++i) {
+    if (ub[i] < below_reach) *out |= uint64_t{1} << i;
+    if (ub[i] <= far_bound) *far |= uint64_t{1} << i;
+  }
+}
+
 uint64_t philox_not_far(uint64_t seed, int64_t position, RngStream stream, uint64_t first, uint32_t far_word,
                         bool vector) {
   if (vector) {
     // The widest the host path allows (SPECULA_SIMD=avx2 runs no AVX-512 instruction).
-    static const bool wide = host_kernels::isa_for_env(std::getenv("SPECULA_SIMD")) == host_kernels::Isa::kAvx512;
-    return wide ? detail::philox_not_far_avx512(seed, position, stream, first, far_word)
-                : detail::philox_not_far_avx2(seed, position, stream, first, far_word);
+    return wide_path() ? detail::philox_not_far_avx512(seed, position, stream, first, far_word)
+                       : detail::philox_not_far_avx2(seed, position, stream, first, far_word);
   }
   uint64_t mask = 0;
   for (uint64_t b = 0; b < 16; ++b) {
@@ -71,16 +83,12 @@ uint64_t GumbelFilter::candidates_among(const float* ub, const int32_t* ids, int
   if (!(best > -std::numeric_limits<double>::infinity())) return valid;  // no score yet: every token can win
   float below_reach, far_bound;
   thresholds(best, below_reach, far_bound);
-  uint64_t out = 0, far = 0;
-  for (int i = 0; i < count; ++i) {
-    if (ub[i] < below_reach) out |= uint64_t{1} << i;
-    if (ub[i] <= far_bound) far |= uint64_t{1} << i;
-  }
+  uint64_t out, far;
+  bound_masks_portable(ub, count, below_reach, far_bound, &out, &far);
   const uint64_t in_reach = valid & ~out;
   if ((in_reach & far) == 0) return in_reach;  // no uniform can rule a token out: skip the draws
-  static const bool wide = host_kernels::isa_for_env(std::getenv("SPECULA_SIMD")) == host_kernels::Isa::kAvx512;
   uint64_t not_far = 0;
-  if (wide) {
+  if (wide_path()) {
     not_far = detail::philox_not_far_ids_avx512(seed, position, stream, ids, count, far_word);
   } else {
     for (int i = 0; i < count; ++i) {
@@ -95,15 +103,9 @@ uint64_t GumbelFilter::masks(const float* ub, uint64_t first, double best, bool 
   if (!(best > -std::numeric_limits<double>::infinity())) return ~uint64_t{0};  // no score yet: every token can win
   float below_reach, far_bound;
   thresholds(best, below_reach, far_bound);
-  uint64_t out = 0, far = 0;
-  if (vector) {
-    detail::bound_masks_avx2(ub, below_reach, far_bound, &out, &far);
-  } else {
-    for (int i = 0; i < 64; ++i) {
-      if (ub[i] < below_reach) out |= uint64_t{1} << i;
-      if (ub[i] <= far_bound) far |= uint64_t{1} << i;
-    }
-  }
+  uint64_t out, far;
+  if (vector) detail::bound_masks_avx2(ub, below_reach, far_bound, &out, &far);
+  else bound_masks_portable(ub, 64, below_reach, far_bound, &out, &far);
   const uint64_t in_reach = ~out;
   if ((in_reach & far) == 0) return in_reach;  // no uniform can rule a token out: skip the draws
   return in_reach & (~far | philox_not_far(seed, position, stream, first, far_word, vector));

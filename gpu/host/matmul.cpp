@@ -118,13 +118,13 @@ void portable_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
   }
 }
 
+}  // namespace
+
 // Read once: matmul runs a few hundred times per decode step.
 Isa default_isa() {
   static const Isa isa = isa_for_env(std::getenv("SPECULA_SIMD"));
   return isa;
 }
-
-}  // namespace
 
 Isa isa_for_env(const char* specula_simd) {
   const std::string v = specula_simd ? specula_simd : "";

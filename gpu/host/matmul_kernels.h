@@ -74,6 +74,9 @@ const char* isa_name(Isa isa);
 // kernels, "avx2" caps the choice at AVX2; anything else takes the widest path the CPU has
 // (AVX-512, then AVX2, then portable).
 Isa isa_for_env(const char* specula_simd);
+// isa_for_env of this process's SPECULA_SIMD, read once: the widest the host may run, for code
+// outside the device (the sampler's and the Gumbel draw's vector loops) as for the f32 kernels.
+Isa default_isa();
 
 // The host device's path: the ISA, and whether activations are quantized to int8 (the fast path,
 // gpu/host/qmatmul.h) or kept in f32 (the reference path, the kernels of this header).

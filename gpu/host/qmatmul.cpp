@@ -836,17 +836,11 @@ void refine_top_logits(const TensorView& w, const float* x, float* y, int64_t R,
                      [&](int64_t a, int64_t b) { return y[a] > y[b] || (y[a] == y[b] && a < b); });
     count = kLogitCap;
   }
-  if (scans.dot_q8_0 != nullptr && w.dtype == DType::Q8_0) {
-    for (int64_t k = 0; k < count; ++k) {
-      const int64_t o = near[static_cast<size_t>(k)];
-      y[o] = scans.dot_q8_0(reinterpret_cast<const uint8_t*>(w.row(o)), x, w.cols());
-    }
-    return;
-  }
-  buf.resize(static_cast<size_t>(w.cols()));
+  const bool q8_0 = scans.dot_q8_0 != nullptr && w.dtype == DType::Q8_0;  // the row read in place
+  if (!q8_0) buf.resize(static_cast<size_t>(w.cols()));
   for (int64_t k = 0; k < count; ++k) {
     const int64_t o = near[static_cast<size_t>(k)];
-    y[o] = stored_row_dot(w, o, x, buf.data());
+    y[o] = q8_0 ? scans.dot_q8_0(reinterpret_cast<const uint8_t*>(w.row(o)), x, w.cols()) : stored_row_dot(w, o, x, buf.data());
   }
 }
 

@@ -12,7 +12,6 @@
 //
 // Q8_0 weights are signed; vpdpbusd wants an unsigned operand, so the weights are offset by 128
 // (w ^ 0x80 = w + 128 as a byte) and 128 * sum(x) is taken back out: exact in int32.
-#include <cstring>
 #include <vector>
 
 #include "gpu/host/qmatmul_zmm.h"

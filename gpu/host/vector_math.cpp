@@ -4,7 +4,6 @@
 #include "gpu/host/vector_math.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
 #include "gpu/host/matmul_kernels.h"
@@ -36,8 +35,7 @@ double sampler_exp(double a) {
 
 double sampler_exp_sum(const float* x, int64_t n, float inv_t, float mx) {
   // The widest loop the host path allows (SPECULA_SIMD=avx2 runs no AVX-512 instruction).
-  static const bool wide = isa_for_env(std::getenv("SPECULA_SIMD")) == Isa::kAvx512;
-  if (wide) return sampler_exp_sum_avx512(x, n, inv_t, mx);
+  if (default_isa() == Isa::kAvx512) return sampler_exp_sum_avx512(x, n, inv_t, mx);
   if (cpu_has_avx2_fma()) return sampler_exp_sum_avx2(x, n, inv_t, mx);
   double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
