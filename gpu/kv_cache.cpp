@@ -11,6 +11,8 @@ KvCache::KvCache(Ops& ops, const KvCacheConfig& cfg) : cfg_(cfg) {
     throw std::invalid_argument("KV cache config must be positive (layers, kv_heads, head_dim, block_tokens, blocks)");
   if (cfg.k_transposed && (!cfg.f16 || cfg.block_tokens % 16 != 0 || cfg.head_dim % 16 != 0))
     throw std::invalid_argument("KV cache: a transposed K needs fp16 and block_tokens, head_dim multiples of 16");
+  if (cfg.bf16 && !cfg.k_transposed)
+    throw std::invalid_argument("KV cache: bf16 pairs need the transposed K's 2-byte layout");
   const size_t elements = static_cast<size_t>(cfg.layers * layer_stride());
   const size_t n = cfg.f16 ? (elements + 1) / 2 : elements;  // floats of storage
   k_ = DeviceBuffer(ops, n);
@@ -87,7 +89,15 @@ int64_t KvCache::k_offset(int id, int64_t position, int64_t j) const {
   const Seq& s = seqs_[id];
   assert(position < static_cast<int64_t>(s.blocks.size()) * cfg_.block_tokens);
   const int64_t block = s.blocks[position / cfg_.block_tokens];
-  return block * cfg_.block_tokens * row_floats() + j * cfg_.block_tokens + position % cfg_.block_tokens;
+  const int64_t base = block * cfg_.block_tokens * row_floats(), i = position % cfg_.block_tokens;
+  if (cfg_.bf16) return base + (j & ~int64_t{1}) * cfg_.block_tokens + 2 * i + (j & 1);
+  return base + j * cfg_.block_tokens + i;
+}
+
+int64_t KvCache::v_offset(int id, int64_t position, int64_t j) const {
+  if (!cfg_.bf16) return offset(id, position) + j;
+  // The pair's row starts where the even position's row would; the odd position is its second half.
+  return offset(id, position & ~int64_t{1}) + 2 * j + (position & 1);
 }
 
 }  // namespace specula

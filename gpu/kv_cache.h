@@ -24,6 +24,13 @@ struct KvCacheConfig {
   // round without a reduction (docs/kernels.md). fp16 only, block_tokens and head_dim multiples of
   // 16; the device says whether it wants it (Ops::kv_k_transposed).
   bool k_transposed = false;
+  // bf16 pairs (with f16 and k_transposed): the 2-byte elements are bf16, each block's K stored
+  // [kv_heads, head_dim / 2, block_tokens, 2] (dimensions 2i and 2i + 1 of a position side by
+  // side) and its V [block_tokens / 2, kv_heads, head_dim, 2] (positions 2i and 2i + 1 of a
+  // dimension side by side), so that every 32-bit word is a pair AVX-512 BF16's vdpbf16ps
+  // multiplies, two multiply-adds per lane (docs/kernels.md, "K and V in bf16 pairs"). The device
+  // says whether it wants it (Ops::kv_bf16).
+  bool bf16 = false;
 };
 
 // Thrown when a reservation needs more blocks than are free; the cache is unchanged.
@@ -66,8 +73,10 @@ class KvCache {
   // Offset in floats of (position) inside a layer pool, through the sequence's block table: where
   // the position's V row starts (and its K row, unless K is transposed).
   int64_t offset(int seq, int64_t position) const;
-  // Offset of K element j (j < row_floats) of (position) inside a layer pool, for either K layout.
+  // Offset of K element j (j < row_floats) of (position) inside a layer pool, for any K layout.
   int64_t k_offset(int seq, int64_t position, int64_t j) const;
+  // Offset of V element j of (position) inside a layer pool, for either V layout.
+  int64_t v_offset(int seq, int64_t position, int64_t j) const;
 
  private:
   struct Seq {

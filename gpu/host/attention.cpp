@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "gpu/host/hmatmul.h"
 #include "gpu/host/matmul_kernels.h"
 #include "gpu/host/quant.h"
 #include "gpu/kv_cache.h"
@@ -17,6 +18,14 @@ namespace specula::host_kernels {
 namespace {
 
 inline float kv_value(const float* p) { return *p; }
+// m = max s, s = exp(s - m), l = sum s over the n >= 1 scores at s (the portable kernels' softmax).
+void exp_scores_portable(float* s, int64_t n, float* m, float* l) {
+  *m = s[0];
+  for (int64_t j = 1; j < n; ++j) *m = std::max(*m, s[j]);
+  *l = 0;
+  for (int64_t j = 0; j < n; ++j) *l += (s[j] = std::exp(s[j] - *m));
+}
+
 inline float kv_value(const uint16_t* p) { return fp16_to_f32(*p); }
 
 template <class T>
@@ -40,17 +49,45 @@ void chunk_portable(const AttentionChunk& c) {
       for (int64_t j = 0; j < hd; ++j) d += q[j] * kv_value(k + j * k_step);
       s[p - c.p0] = d * c.scale;
     }
-    float m = s[0];
-    for (int64_t j = 1; j < n; ++j) m = std::max(m, s[j]);
-    float l = 0;
-    for (int64_t j = 0; j < n; ++j) l += (s[j] = std::exp(s[j] - m));
-    c.m[g] = m;
-    c.l[g] = l;
+    exp_scores_portable(s, n, c.m + g, c.l + g);
     float* o = c.o + g * hd;
     std::fill(o, o + hd, 0.0f);
     for (int64_t p = c.p0; p < c.p1; ++p) {
       const T* v = row(c.v, p);
       for (int64_t j = 0; j < hd; ++j) o[j] += s[p - c.p0] * kv_value(v + j);
+    }
+  }
+}
+
+// Over bf16 pairs (AttentionChunk::bf16): vdpbf16ps's arithmetic (dpbf16_pair), the scores one
+// chain over the dimension pairs and each output one chain over the position pairs, as
+// attention_avx512bf16.cpp computes them.
+void chunk_portable_bf16(const AttentionChunk& c) {
+  const int64_t n = c.p1 - c.p0, hd = c.head_dim, bt = c.block_tokens, rf = c.row_floats;
+  const uint16_t* k = static_cast<const uint16_t*>(c.k);
+  const uint16_t* v = static_cast<const uint16_t*>(c.v);
+  auto base = [&](int64_t p) { return static_cast<int64_t>(c.blocks[p / bt]) * bt; };
+  std::vector<uint16_t> qb(static_cast<size_t>(hd)), pb(static_cast<size_t>(n + 1));
+  for (int64_t g = 0; g < c.group; ++g) {
+    const float* q = c.q + g * hd;
+    for (int64_t d = 0; d < hd; ++d) qb[static_cast<size_t>(d)] = f32_to_bf16_ftz(q[d]);
+    float* s = c.scores + g * n;
+    for (int64_t p = c.p0; p < c.p1; ++p) {
+      const uint16_t* kp = k + base(p) * rf + 2 * (p % bt);
+      float a = 0;
+      for (int64_t d = 0; d < hd; d += 2, kp += 2 * bt) a = dpbf16_pair(a, kp[0], kp[1], qb[d], qb[d + 1]);
+      s[p - c.p0] = a * c.scale;
+    }
+    exp_scores_portable(s, n, c.m + g, c.l + g);
+    for (int64_t j = 0; j < n; ++j) pb[static_cast<size_t>(j)] = f32_to_bf16_ftz(s[j]);
+    pb[static_cast<size_t>(n)] = 0;
+    float* o = c.o + g * hd;
+    std::fill(o, o + hd, 0.0f);
+    for (int64_t p = c.p0; p < c.p1; p += 2) {  // p0 is even, so p is the pair's first position
+      const uint16_t* vp = v + (base(p) + (p % bt)) * rf;
+      const bool both = p + 1 < c.p1;  // an odd length's last pair: its second half counts as zero
+      const uint16_t w0 = pb[static_cast<size_t>(p - c.p0)], w1 = both ? pb[static_cast<size_t>(p + 1 - c.p0)] : 0;
+      for (int64_t d = 0; d < hd; ++d) o[d] = dpbf16_pair(o[d], vp[2 * d], both ? vp[2 * d + 1] : 0, w0, w1);
     }
   }
 }
@@ -77,7 +114,9 @@ void chunk_row_offsets(const AttentionChunk& c, int64_t n, int64_t* off) {
 }
 
 void attention_chunk_portable(const AttentionChunk& c) {
-  if (c.f16)
+  if (c.bf16)
+    chunk_portable_bf16(c);
+  else if (c.f16)
     chunk_portable<uint16_t>(c);
   else
     chunk_portable<float>(c);
@@ -91,6 +130,23 @@ void kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<
     const int64_t bt = kv.config().block_tokens;
     thread_local std::vector<uint16_t> row;  // one position's K in fp16, before it is scattered
     row.resize(static_cast<size_t>(rf));
+    if (kv.config().bf16) {
+      // bf16 pairs: K element j next to its dimension pair's other half, V element j next to the
+      // other position of its pair (KvCacheConfig::bf16).
+      for (const SeqSlice& s : slices)
+        for (int64_t i = 0; i < s.n; ++i) {
+          const float* kr = k + (s.row + i) * rf;
+          const float* vr = v + (s.row + i) * rf;
+          uint16_t* kd = kp + kv.k_offset(s.seq, s.start + i, 0);
+          uint16_t* vd = vp + kv.v_offset(s.seq, s.start + i, 0);
+          for (int64_t j = 0; j < rf; j += 2) {
+            kd[j * bt] = f32_to_bf16_ftz(kr[j]);
+            kd[j * bt + 1] = f32_to_bf16_ftz(kr[j + 1]);
+          }
+          for (int64_t j = 0; j < rf; ++j) vd[2 * j] = f32_to_bf16_ftz(vr[j]);
+        }
+      return;
+    }
     for (const SeqSlice& s : slices)
       for (int64_t i = 0; i < s.n; ++i) {
         const int64_t off = kv.offset(s.seq, s.start + i);
@@ -121,11 +177,16 @@ void attention(const float* q, const KvCache& kv, int layer, std::span<const Seq
   const int64_t hd = kv.config().head_dim, kvh = kv.config().kv_heads, group = heads / kvh;
   const int64_t bt = kv.config().block_tokens, rf = kv.row_floats();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const bool kt = kv.config().k_transposed;
+  const bool kt = kv.config().k_transposed, bf16 = kv.config().bf16;
   // The widest kernel isa and hd allow; the joint one, where there is one, takes a round's rows.
   void (*chunk_kernel)(const AttentionChunk&) = attention_chunk_portable;
   void (*joint_kernel)(std::span<const AttentionChunk>) = nullptr;
-  if (isa == Isa::kAvx512 && hd % 16 == 0) {
+  if (bf16) {
+    if (isa == Isa::kAvx512 && hd % 16 == 0 && hd <= 512 && cpu_has_avx512_bf16()) {
+      chunk_kernel = attention_chunk_avx512bf16;
+      joint_kernel = attention_chunks_avx512bf16;
+    }
+  } else if (isa == Isa::kAvx512 && hd % 16 == 0) {
     chunk_kernel = attention_chunk_avx512;
     joint_kernel = attention_chunks_avx512;
   } else if (isa != Isa::kPortable && hd % 8 == 0) {
@@ -195,9 +256,10 @@ void attention(const float* q, const KvCache& kv, int layer, std::span<const Seq
         AttentionChunk c;
         c.q = q + (trow * heads + item.kh * group) * hd;
         c.k = static_cast<const char*>(kp) + item.kh * hd * (kt ? bt : 1) * esize;
-        c.v = static_cast<const char*>(vp) + item.kh * hd * esize;
+        c.v = static_cast<const char*>(vp) + item.kh * hd * (bf16 ? 2 : 1) * esize;
         c.f16 = f16;
         c.k_transposed = kt;
+        c.bf16 = bf16;
         c.blocks = kv.block_table(row.s->seq).data();
         c.block_tokens = bt;
         c.row_floats = rf;

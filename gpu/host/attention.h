@@ -43,6 +43,12 @@ struct AttentionChunk {
   const void* v = nullptr;
   bool f16 = false;
   bool k_transposed = false;
+  // bf16 pairs (KvCacheConfig::bf16, with f16 and k_transposed): K's dimension d of position p at
+  // k + blocks[p / block_tokens] * block_tokens * row_floats + (d & ~1) * block_tokens +
+  // 2 (p % block_tokens) + (d & 1); V's at v + (blocks[p / block_tokens] * block_tokens +
+  // (p % block_tokens & ~1)) * row_floats + 2 d + (p & 1) (the kv head's offset, kv_head *
+  // head_dim * 2 elements, is in v).
+  bool bf16 = false;
   const int32_t* blocks = nullptr;  // the sequence's block table
   int64_t block_tokens = 0, row_floats = 0, head_dim = 0, group = 0;
   int64_t p0 = 0, p1 = 0;        // positions [p0, p1) of this chunk (the kv head's offset is in k and v)
@@ -84,6 +90,19 @@ void attention_chunks_avx512(std::span<const AttentionChunk> rows);
 // alone. It needs what attention_chunk_avx2 needs over a transposed K, and uses no scratch of the
 // caller's.
 void attention_chunks_avx2(std::span<const AttentionChunk> rows);
+
+// Over bf16 pairs (attention_avx512bf16.cpp; cpu_has_avx512_bf16(), head_dim % 16 == 0, head_dim
+// <= 512, p0 % 16 == 0): each query's q is rounded to bf16 and its scores are one vdpbf16ps chain
+// over the head's dimension pairs in order; its weights exp(s - m) are rounded to bf16 and its
+// output is one vdpbf16ps chain over the position pairs in order (an odd length's last pair with
+// its second position's weight and value zero); m and l come from the f32 scores as in the fp16
+// kernels. The joint version takes a round's rows as attention_chunks_avx512 does, every row's
+// m, l and o bit-equal to the one-row call; the portable kernel over this layout gives the same
+// scores and V sums bit for bit (its exponential is std::exp, so not always the same weights).
+void attention_chunk_avx512bf16(const AttentionChunk& c);
+void attention_chunks_avx512bf16(std::span<const AttentionChunk> rows);
+// attention_avx512.cpp's *m = max s, s = exp(s - m), *l = sum s over n >= 1 scores (exp512).
+void exp_scores_avx512(float* s, int64_t n, float* m, float* l);
 
 // dst[i] = fp16(src[i]), round to nearest even (F16C where the CPU has it; the same values).
 void to_fp16(const float* src, uint16_t* dst, int64_t n);

@@ -425,6 +425,8 @@ void chunks(std::span<const AttentionChunk> cs) {
 
 }  // namespace
 
+void exp_scores_avx512(float* s, int64_t n, float* m, float* l) { exp_scores(s, n, m, l); }
+
 void attention_chunk_avx512(const AttentionChunk& c) {
   // One row: its group's heads as the queries, the scratch holding group * (p1 - p0) scores.
   const int64_t n = c.p1 - c.p0;

@@ -52,8 +52,7 @@ void portable16(const PackedMatrix& m, const host_kernels::HalfRows& x, float* y
             a = std::fma(fp16_to_f32(lane(pair, r, 1)), xr[1], a);
           } else {
             const uint16_t* xr = x.bf16 + i * x.cols + 2 * p;
-            a = ftz(std::fma(bf16_daz(lane(pair, r, 1)), bf16_daz(xr[1]), a));
-            a = ftz(std::fma(bf16_daz(lane(pair, r, 0)), bf16_daz(xr[0]), a));
+            a = host_kernels::dpbf16_pair(a, lane(pair, r, 0), lane(pair, r, 1), xr[0], xr[1]);
           }
         }
         y[i * ldy + g * kGroupRows + r] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
@@ -85,6 +84,11 @@ bool cpu_has_avx512_bf16() {
 }
 
 uint16_t f32_to_bf16_ftz(float v) { return f32_to_bf16(ftz(v)); }
+
+float dpbf16_pair(float acc, uint16_t a_even, uint16_t a_odd, uint16_t b_even, uint16_t b_odd) {
+  acc = ftz(std::fma(bf16_daz(a_odd), bf16_daz(b_odd), acc));
+  return ftz(std::fma(bf16_daz(a_even), bf16_daz(b_even), acc));
+}
 
 Packed16Kernel portable_packed16_kernel(DType t) {
   switch (t) {

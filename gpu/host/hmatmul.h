@@ -52,6 +52,10 @@ Packed16Kernel avx512bf16_packed16_kernel(DType t);  // BF16 (hmatmul_avx512bf16
 bool cpu_has_avx512_bf16();
 // f32 -> bf16 as the BF16 path rounds activations: nearest even, |v| < FLT_MIN -> signed zero.
 uint16_t f32_to_bf16_ftz(float v);
+// acc + a * b as one lane of vdpbf16ps multiplies a pair (odd elements first, each step rounded,
+// denormal inputs read as zero and denormal results flushed): for the portable kernels that give
+// its bits (this one and the attention's over bf16 pairs).
+float dpbf16_pair(float acc, uint16_t a_even, uint16_t a_odd, uint16_t b_even, uint16_t b_odd);
 
 }  // namespace host_kernels
 

@@ -30,6 +30,12 @@ HostOps::HostOps(int threads, host_kernels::HostPath path)
     throw std::invalid_argument("host path avx512: this CPU has no AVX-512 F/BW/VL");
   if (path_.isa == host_kernels::Isa::kAvx2 && !host_kernels::cpu_has_avx2_fma())
     throw std::invalid_argument("host path avx2: this CPU has no AVX2+FMA+F16C");
+  if (const char* kv = std::getenv("SPECULA_KV"); kv != nullptr && *kv != '\0') {
+    if (std::strcmp(kv, "bf16") == 0)
+      kv_bf16_wanted_ = true;
+    else if (std::strcmp(kv, "fp16") != 0)
+      throw std::invalid_argument(std::string("SPECULA_KV=") + kv + ": expected fp16 or bf16");
+  }
 }
 
 bool HostOps::kv_f16() const { return !path_.reference; }
@@ -39,6 +45,14 @@ bool HostOps::kv_f16() const { return !path_.reference; }
 bool HostOps::kv_k_transposed(int64_t head_dim, int64_t block_tokens) const {
   return kv_f16() && path_.isa != host_kernels::Isa::kPortable && head_dim % 16 == 0 && head_dim <= 512 &&
          block_tokens % 16 == 0;
+}
+
+// With SPECULA_KV=bf16, bf16 pairs where the AVX-512 attention can multiply them (AVX-512 BF16);
+// the fp16 cache otherwise (docs/kernels.md, "K and V in bf16 pairs": faster at long context, a
+// little further from the reference).
+bool HostOps::kv_bf16(int64_t head_dim, int64_t block_tokens) const {
+  return kv_bf16_wanted_ && kv_k_transposed(head_dim, block_tokens) && path_.isa == host_kernels::Isa::kAvx512 &&
+         host_kernels::cpu_has_avx512_bf16();
 }
 
 std::string HostOps::name() const {

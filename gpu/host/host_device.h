@@ -38,6 +38,7 @@ class HostOps : public Ops {  // not final: tests derive device doubles from it
   // The int8 path keeps K/V in fp16; the reference path in f32.
   bool kv_f16() const override;
   bool kv_k_transposed(int64_t head_dim, int64_t block_tokens) const override;
+  bool kv_bf16(int64_t head_dim, int64_t block_tokens) const override;
   // Bytes of repacked weights held (for the benchmark's memory report).
   size_t packed_bytes() const;
   size_t read_bytes(const Weight& w) const override;
@@ -61,6 +62,7 @@ class HostOps : public Ops {  // not final: tests derive device doubles from it
  private:
   static constexpr size_t kMapThreshold = size_t{1} << 20;
   host_kernels::HostPath path_;
+  bool kv_bf16_wanted_ = false;  // SPECULA_KV=bf16: K and V in bf16 pairs where the CPU can multiply them
   host_kernels::Int8Kernel int8_;  // the int8 path's kernel for path_.isa on this CPU
   ThreadPool pool_;
   mutable std::mutex packed_mutex_;

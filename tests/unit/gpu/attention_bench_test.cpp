@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpu/host/attention.h"
+#include "gpu/host/hmatmul.h"
 #include "gpu/host/matmul_kernels.h"
 #include "gpu/host/quant.h"
 
@@ -30,6 +31,15 @@ TEST(AttentionBench, DISABLED_ChunkKernelPerRowCountAt2048Positions) {
   for (int64_t b = 0; b < blocks; ++b)
     for (int64_t i = 0; i < bt; ++i)
       for (int64_t j = 0; j < rf; ++j) kt[static_cast<size_t>(b * bt * rf + j * bt + i)] = k[static_cast<size_t>((b * bt + i) * rf + j)];
+  // The same values in bf16 pairs (KvCacheConfig::bf16): K's dimension pairs and V's position pairs.
+  std::vector<uint16_t> kp(k.size()), vp(k.size());
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t i = 0; i < bt; ++i)
+      for (int64_t j = 0; j < rf; ++j) {
+        const size_t from = static_cast<size_t>((b * bt + i) * rf + j);
+        kp[static_cast<size_t>(b * bt * rf + (j & ~int64_t{1}) * bt + 2 * i + (j & 1))] = f32_to_bf16(fp16_to_f32(k[from]));
+        vp[static_cast<size_t>((b * bt + (i & ~int64_t{1})) * rf + 2 * j + (i & 1))] = f32_to_bf16(fp16_to_f32(v[from]));
+      }
   std::vector<int32_t> table;
   for (int64_t b = 0; b < blocks; ++b) table.push_back(static_cast<int32_t>((b * 37) % blocks));  // scattered
   const int64_t max_rows = 16;
@@ -38,8 +48,10 @@ TEST(AttentionBench, DISABLED_ChunkKernelPerRowCountAt2048Positions) {
   std::vector<float> out(static_cast<size_t>(max_rows * group * (2 + hd)));
   std::vector<float> scores(static_cast<size_t>(max_rows * group * host_kernels::kChunkTokens));
   for (const bool avx512 : {false, true})
-  for (bool transposed : {false, true}) {
+  for (const int layout : {0, 1, 2}) {  // rows, transposed, bf16 pairs
+    const bool transposed = layout >= 1, bf16 = layout == 2;
     if (avx512 && !host_kernels::cpu_has_avx512()) continue;
+    if (bf16 && (!avx512 || !host_kernels::cpu_has_avx512_bf16())) continue;
     double t1 = 0;
     for (int64_t rows : {1, 2, 3, 5, 9, 16}) {
       // The rows of a round at the end of a 2,048-position context: row r sees ctx - rows + 1 + r.
@@ -49,10 +61,11 @@ TEST(AttentionBench, DISABLED_ChunkKernelPerRowCountAt2048Positions) {
         for (int64_t ch = 0; ch * host_kernels::kChunkTokens < n; ++ch) {
           host_kernels::AttentionChunk c;
           c.q = q.data() + r * group * hd;
-          c.k = transposed ? kt.data() : k.data();
-          c.v = v.data();
+          c.k = bf16 ? kp.data() : transposed ? kt.data() : k.data();
+          c.v = bf16 ? vp.data() : v.data();
           c.f16 = true;
           c.k_transposed = transposed;
+          c.bf16 = bf16;
           c.blocks = table.data();
           c.block_tokens = bt;
           c.row_floats = rf;
@@ -72,7 +85,9 @@ TEST(AttentionBench, DISABLED_ChunkKernelPerRowCountAt2048Positions) {
         const auto t0 = std::chrono::steady_clock::now();
         for (int it = 0; it < 10; ++it)
           for (const auto& cs : per_chunk) {
-            if (avx512)
+            if (bf16)
+              host_kernels::attention_chunks_avx512bf16(cs);
+            else if (avx512)
               host_kernels::attention_chunks_avx512(cs);
             else if (transposed)
               host_kernels::attention_chunks_avx2(cs);
@@ -84,7 +99,7 @@ TEST(AttentionBench, DISABLED_ChunkKernelPerRowCountAt2048Positions) {
       std::sort(times.begin(), times.end());
       if (rows == 1) t1 = times[0];
       std::printf("{\"isa\":\"%s\",\"k\":\"%s\",\"rows\":%lld,\"us\":%.1f,\"vs_one_row\":%.2f,\"us_per_extra_row\":%.1f,\"cycles_per_position_and_query_at_3.5GHz\":%.2f}\n",
-                  avx512 ? "avx512" : "avx2", transposed ? "transposed" : "rows", static_cast<long long>(rows), times[0] * 1e6, times[0] / t1,
+                  avx512 ? "avx512" : "avx2", bf16 ? "bf16 pairs" : transposed ? "transposed" : "rows", static_cast<long long>(rows), times[0] * 1e6, times[0] / t1,
                   rows > 1 ? (times[0] - t1) / static_cast<double>(rows - 1) * 1e6 : 0.0,
                   times[0] * 3.5e9 / static_cast<double>(ctx * rows * group));
     }

@@ -6,15 +6,20 @@
 // is attended alone or among other rows, on 1 or 2 threads; the AVX2 and AVX-512 chunk kernels' m, l
 // and o against the portable kernel's, item by item, and their joint kernels' rows against each row
 // alone. On the AVX2 and AVX-512 paths an fp16 cache keeps K transposed (KvCacheConfig::k_transposed)
-// where the head size is a multiple of 16, so every test above covers that layout there too.
+// where the head size is a multiple of 16, so every test above covers that layout there too; on
+// the AVX-512 path of a CPU with AVX-512 BF16, with SPECULA_KV=bf16, the cache holds K and V in
+// bf16 pairs (KvCacheConfig::bf16): the tests through HostOps take that device too where the CPU
+// has it, and the chunk-kernel tests take its layout explicitly.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "gpu/host/attention.h"
+#include "gpu/host/hmatmul.h"
 #include "gpu/host/host_device.h"
 #include "gpu/host/matmul_kernels.h"
 #include "gpu/host/quant.h"
@@ -34,15 +39,25 @@ std::vector<host_kernels::HostPath> paths() {
   return v;
 }
 
+// A device on `path`; with `bf16`, made under SPECULA_KV=bf16 (K and V in bf16 pairs where the
+// path and CPU can multiply them).
+std::unique_ptr<HostOps> device(int threads, const host_kernels::HostPath& path, bool bf16) {
+  if (bf16) ::setenv("SPECULA_KV", "bf16", 1);
+  auto ops = std::make_unique<HostOps>(threads, path);
+  ::unsetenv("SPECULA_KV");
+  return ops;
+}
+
 // Fills two sequences (lengths la, lb; their blocks interleaved in the pool) with random K/V.
 struct Filled {
   std::unique_ptr<KvCache> kv;
   int a = -1, b = -1;
 };
 
-// K/V element at (seq, position) + j, whichever the cache's element type.
+// K/V element at (seq, position) + j, whichever the cache's element type and layout.
 float kv_at(const KvCache& kv, bool k, int seq, int64_t p, int64_t j) {
-  const int64_t off = k ? kv.k_offset(seq, p, j) : kv.offset(seq, p) + j;
+  const int64_t off = k ? kv.k_offset(seq, p, j) : kv.v_offset(seq, p, j);
+  if (kv.config().bf16) return bf16_to_f32((k ? kv.k_pool_f16(0) : kv.v_pool_f16(0))[off]);
   if (kv.config().f16) return fp16_to_f32((k ? kv.k_pool_f16(0) : kv.v_pool_f16(0))[off]);
   return (k ? kv.k_pool(0) : kv.v_pool(0))[off];
 }
@@ -56,6 +71,7 @@ Filled fill(HostOps& ops, const Shape& s, int64_t la, int64_t lb, uint32_t seed,
   c.num_blocks = (la + lb) / 16 + 4;
   c.f16 = f16;
   c.k_transposed = f16 && ops.kv_k_transposed(s.hd, c.block_tokens);
+  c.bf16 = c.k_transposed && ops.kv_bf16(s.hd, c.block_tokens);
   Filled f;
   f.kv = std::make_unique<KvCache>(ops, c);
   f.a = f.kv->create_sequence();
@@ -74,8 +90,8 @@ Filled fill(HostOps& ops, const Shape& s, int64_t la, int64_t lb, uint32_t seed,
       for (int64_t j = 0; j < rf; ++j) {
         const float kj = val(rng), vj = val(rng);
         if (f16) {
-          f.kv->k_pool_f16(0)[f.kv->k_offset(seq, p, j)] = f32_to_fp16(kj);
-          f.kv->v_pool_f16(0)[off + j] = f32_to_fp16(vj);
+          f.kv->k_pool_f16(0)[f.kv->k_offset(seq, p, j)] = c.bf16 ? f32_to_bf16(kj) : f32_to_fp16(kj);
+          f.kv->v_pool_f16(0)[f.kv->v_offset(seq, p, j)] = c.bf16 ? f32_to_bf16(vj) : f32_to_fp16(vj);
         } else {
           f.kv->k_pool(0)[f.kv->k_offset(seq, p, j)] = kj;
           f.kv->v_pool(0)[off + j] = vj;
@@ -85,8 +101,13 @@ Filled fill(HostOps& ops, const Shape& s, int64_t la, int64_t lb, uint32_t seed,
   return f;
 }
 
-// out[heads * hd] for a query at position `pos` of `seq`, in double.
+// out[heads * hd] for a query at position `pos` of `seq`, in double (over bf16 pairs with q rounded
+// to bf16, as the kernel multiplies it).
 std::vector<double> naive(const KvCache& kv, int seq, const float* q, int64_t pos, const Shape& s) {
+  std::vector<float> qb(q, q + s.heads * s.hd);
+  if (kv.config().bf16)
+    for (float& x : qb) x = bf16_to_f32(host_kernels::f32_to_bf16_ftz(x));
+  q = qb.data();
   const int64_t group = s.heads / s.kv_heads;
   std::vector<double> out(static_cast<size_t>(s.heads * s.hd));
   for (int64_t h = 0; h < s.heads; ++h) {
@@ -114,8 +135,11 @@ TEST(HostAttention, MatchesSoftmaxAttentionInDoubleAcrossChunksGroupsHeadSizesAn
   for (const Shape s : {Shape{9, 3, 64}, Shape{4, 1, 32}, Shape{8, 1, 48}, Shape{6, 2, 128}, Shape{3, 3, 80},
                         Shape{5, 1, 16}, Shape{2, 2, 24}}) {
     for (const auto& path : paths())
-     for (bool f16 : {false, true}) {
-      HostOps ops(2, path);
+     for (int cache = 0; cache < 3; ++cache) {  // f32, fp16, bf16 pairs (where the path has them)
+      const bool f16 = cache > 0;
+      const auto dev = device(2, path, cache == 2);
+      HostOps& ops = *dev;
+      if (cache == 2 && !ops.kv_bf16(s.hd, 16)) continue;
       Filled f = fill(ops, s, 700, 300, 5, f16);
       // Rows: the last 3 positions of a (contexts 698..700: three chunks, the last of 186..188
       // positions) and of b (298..300); a at 512 (a last chunk of 1 position) and 255 (one chunk of
@@ -127,13 +151,17 @@ TEST(HostAttention, MatchesSoftmaxAttentionInDoubleAcrossChunksGroupsHeadSizesAn
       std::vector<float> q(static_cast<size_t>(rows * s.heads * s.hd)), out(q.size(), std::nanf(""));
       for (auto& v : q) v = val(rng);
       ops.attention(q.data(), *f.kv, 0, slices, s.heads, out.data());
+      // Over bf16 pairs the kernel also rounds each weight exp(s - m) to bf16 (up to 2^-9 of it),
+      // so an output moves by up to ~2^-9 of the largest |v| it averages (~4 for N(0, 1) values):
+      // 1e-2, where a swapped pair, lane or offset moves it by ~1.
+      const double tol = f.kv->config().bf16 ? 1e-2 : 2e-5;
       for (const SeqSlice& sl : slices)
         for (int64_t i = 0; i < sl.n; ++i) {
           const int64_t r = sl.row + i;
           const auto want = naive(*f.kv, sl.seq, q.data() + r * s.heads * s.hd, sl.start + i, s);
           for (int64_t j = 0; j < s.heads * s.hd; ++j)
-            ASSERT_NEAR(out[r * s.heads * s.hd + j], want[j], 2e-5)
-                << path.name() << (f16 ? " fp16" : " f32") << " heads " << s.heads << "/" << s.kv_heads << " head_dim " << s.hd
+            ASSERT_NEAR(out[r * s.heads * s.hd + j], want[j], tol)
+                << path.name() << (f.kv->config().bf16 ? " bf16" : f16 ? " fp16" : " f32") << " heads " << s.heads << "/" << s.kv_heads << " head_dim " << s.hd
                 << " row " << r << " value " << j;
         }
     }
@@ -143,8 +171,11 @@ TEST(HostAttention, MatchesSoftmaxAttentionInDoubleAcrossChunksGroupsHeadSizesAn
 TEST(HostAttention, ARowsOutputIsBitEqualAloneOrAmongOtherRowsOnOneOrTwoThreads) {
   const Shape s{9, 3, 64};
   for (const auto& path : paths())
-   for (bool f16 : {false, true}) {
-    HostOps one(1, path), two(2, path);
+   for (int cache = 0; cache < 3; ++cache) {  // f32, fp16, bf16 pairs (where the path has them)
+    const bool f16 = cache > 0;
+    const auto one_dev = device(1, path, cache == 2), two_dev = device(2, path, cache == 2);
+    HostOps &one = *one_dev, &two = *two_dev;
+    if (cache == 2 && !two.kv_bf16(s.hd, 16)) continue;
     Filled f = fill(two, s, 600, 40, 6, f16);
     std::mt19937 rng(10);
     std::normal_distribution<float> val(0.0f, 1.0f);
@@ -161,7 +192,7 @@ TEST(HostAttention, ARowsOutputIsBitEqualAloneOrAmongOtherRowsOnOneOrTwoThreads)
         std::vector<float> o(static_cast<size_t>(width));
         ops->attention(q.data() + r * width, *f.kv, 0, {&alone, 1}, s.heads, o.data());
         ASSERT_EQ(std::memcmp(o.data(), together.data() + r * width, static_cast<size_t>(width) * sizeof(float)), 0)
-            << path.name() << " row " << r << " threads " << (ops == &one ? 1 : 2);
+            << path.name() << " cache " << cache << " row " << r << " threads " << (ops == &one ? 1 : 2);
       }
     }
   }
@@ -173,12 +204,15 @@ struct ChunkInputs {
   int64_t hd = 0;
   std::vector<float> q, kf, vf;
   std::vector<uint16_t> kh, vh, kt;  // kt: kh transposed within each block (KvCacheConfig::k_transposed)
+  std::vector<uint16_t> kp, vp;      // the values in bf16 pairs (KvCacheConfig::bf16)
   std::vector<int32_t> blocks;
 };
 
 // The K layouts a chunk kernel reads.
-enum class Layout { kF32, kF16, kF16Transposed };
-const char* name(Layout l) { return l == Layout::kF32 ? "f32" : l == Layout::kF16 ? "fp16" : "fp16, K transposed"; }
+enum class Layout { kF32, kF16, kF16Transposed, kBf16Pairs };
+const char* name(Layout l) {
+  return l == Layout::kF32 ? "f32" : l == Layout::kF16 ? "fp16" : l == Layout::kF16Transposed ? "fp16, K transposed" : "bf16 pairs";
+}
 
 ChunkInputs chunk_inputs(int64_t hd, uint32_t seed) {
   const int64_t bt = 16, pool_blocks = 23, rf = 2 * hd;
@@ -199,6 +233,15 @@ ChunkInputs chunk_inputs(int64_t hd, uint32_t seed) {
   for (int64_t b = 0; b < pool_blocks; ++b)
     for (int64_t i = 0; i < bt; ++i)
       for (int64_t j = 0; j < rf; ++j) in.kt[static_cast<size_t>(b * bt * rf + j * bt + i)] = in.kh[static_cast<size_t>((b * bt + i) * rf + j)];
+  in.kp.resize(in.kh.size());
+  in.vp.resize(in.kh.size());
+  for (int64_t b = 0; b < pool_blocks; ++b)
+    for (int64_t i = 0; i < bt; ++i)
+      for (int64_t j = 0; j < rf; ++j) {
+        const size_t from = static_cast<size_t>((b * bt + i) * rf + j);
+        in.kp[static_cast<size_t>(b * bt * rf + (j & ~int64_t{1}) * bt + 2 * i + (j & 1))] = f32_to_bf16(in.kf[from]);
+        in.vp[static_cast<size_t>((b * bt + (i & ~int64_t{1})) * rf + 2 * j + (i & 1))] = f32_to_bf16(in.vf[from]);
+      }
   for (int64_t i = 0; i < pool_blocks; ++i) in.blocks.push_back(static_cast<int32_t>((7 * i + 3) % pool_blocks));
   return in;
 }
@@ -214,12 +257,15 @@ host_kernels::AttentionChunk chunk_of(const ChunkInputs& in, Layout layout, int6
   const bool f16 = layout != Layout::kF32;
   host_kernels::AttentionChunk c;
   c.q = q;
+  const bool bf16 = layout == Layout::kBf16Pairs;
   c.k = layout == Layout::kF32 ? static_cast<const void*>(in.kf.data() + hd)
         : layout == Layout::kF16 ? static_cast<const void*>(in.kh.data() + hd)
+        : bf16                   ? static_cast<const void*>(in.kp.data() + hd * 16)
                                  : static_cast<const void*>(in.kt.data() + hd * 16);
-  c.v = f16 ? static_cast<const void*>(in.vh.data() + hd) : in.vf.data() + hd;
+  c.v = bf16 ? static_cast<const void*>(in.vp.data() + 2 * hd) : f16 ? static_cast<const void*>(in.vh.data() + hd) : in.vf.data() + hd;
   c.f16 = f16;
-  c.k_transposed = layout == Layout::kF16Transposed;
+  c.k_transposed = layout == Layout::kF16Transposed || bf16;
+  c.bf16 = bf16;
   c.blocks = in.blocks.data();
   c.block_tokens = 16;
   c.row_floats = 2 * hd;
@@ -259,7 +305,7 @@ struct VectorKernel {
   std::vector<Layout> joint_layouts;
   std::vector<int64_t> transposed_starts;
   std::vector<int64_t> starts(Layout layout) const {
-    return layout == Layout::kF16Transposed ? transposed_starts : std::vector<int64_t>{37};
+    return layout == Layout::kF32 || layout == Layout::kF16 ? std::vector<int64_t>{37} : transposed_starts;
   }
 };
 
@@ -270,6 +316,9 @@ std::vector<VectorKernel> vector_kernels() {
   if (host_kernels::cpu_has_avx512())
     v.push_back({"avx512", host_kernels::attention_chunk_avx512, host_kernels::attention_chunks_avx512,
                  {Layout::kF32, Layout::kF16, Layout::kF16Transposed}, {48}});
+  if (host_kernels::cpu_has_avx512_bf16())
+    v.push_back({"avx512bf16", host_kernels::attention_chunk_avx512bf16, host_kernels::attention_chunks_avx512bf16,
+                 {Layout::kBf16Pairs}, {48}});
   return v;
 }
 
@@ -284,26 +333,55 @@ TEST(HostAttention, TheVectorChunkKernelsGiveThePortableKernelsMaximumSumAndOutp
       const ChunkInputs in = chunk_inputs(hd, static_cast<uint32_t>(hd));
       for (int64_t group : {1, 2, 3, 4, 5, 7, 8})
         for (int64_t n : {1, 7, 15, 16, 17, 100, 256})
-          for (Layout layout : {Layout::kF32, Layout::kF16, Layout::kF16Transposed})
+          for (Layout layout : kernel.joint_layouts == std::vector<Layout>{Layout::kBf16Pairs}
+                                   ? kernel.joint_layouts
+                                   : std::vector<Layout>{Layout::kF32, Layout::kF16, Layout::kF16Transposed})
             for (int64_t p0 : kernel.starts(layout)) {
               const int64_t p1 = p0 + n;
               const ChunkResult want = run_chunk(host_kernels::attention_chunk_portable, in, layout, group, p0, p1);
               const ChunkResult got = run_chunk(kernel.chunk, in, layout, group, p0, p1);
+              // Over bf16 pairs the scores are the emulation's bits (so m is), and each weight is
+              // rounded to bf16 after an exponential that differs from std::exp by ~1e-7: a weight
+              // near a rounding boundary may round the other way (2^-8 of it), so o / l within 1e-2
+              // (a swapped pair, lane or offset is off by ~1); "TheBf16KernelsVSums..." below holds
+              // the V sums to the bit.
+              const bool bf16 = layout == Layout::kBf16Pairs;
               for (int64_t g = 0; g < group; ++g) {
                 const size_t gi = static_cast<size_t>(g);
                 const auto where = [&] {
                   return ::testing::Message() << kernel.name << ", " << name(layout) << " from " << p0 << " head_dim " << hd
                                               << " group " << group << " positions " << n << " head " << g;
                 };
-                ASSERT_NEAR(got.m[gi], want.m[gi], tol * (1 + std::fabs(want.m[gi]))) << where() << ": m";
+                if (bf16)
+                  ASSERT_EQ(got.m[gi], want.m[gi]) << where() << ": m";
+                else
+                  ASSERT_NEAR(got.m[gi], want.m[gi], tol * (1 + std::fabs(want.m[gi]))) << where() << ": m";
                 ASSERT_NEAR(got.l[gi], want.l[gi], tol * want.l[gi]) << where() << ": l";
                 for (int64_t d = 0; d < hd; ++d) {
                   const size_t i = static_cast<size_t>(g * hd + d);
-                  ASSERT_NEAR(got.o[i] / got.l[gi], want.o[i] / want.l[gi], tol) << where() << ": o / l at " << d;
+                  ASSERT_NEAR(got.o[i] / got.l[gi], want.o[i] / want.l[gi], bf16 ? 1e-2 : tol) << where() << ": o / l at " << d;
                 }
               }
             }
     }
+}
+
+TEST(HostAttention, TheBf16KernelsVSumsAreThePortableEmulationsBitForBitWhenTheWeightsAreExact) {
+  if (!host_kernels::cpu_has_avx512_bf16()) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
+  // q = 0 makes every score 0 and every weight exp(0) = 1 in both kernels, so o is the sum of the
+  // V values in the kernel's pair order, which the portable emulation (dpbf16_pair) must give to
+  // the bit for every length (odd ones end with a half pair), head size and group.
+  for (int64_t hd : {16, 48, 64, 128})
+    for (int64_t group : {1, 3, 5})
+      for (int64_t n : {1, 2, 7, 16, 17, 100, 255, 256}) {
+        ChunkInputs in = chunk_inputs(hd, static_cast<uint32_t>(hd + n));
+        std::fill(in.q.begin(), in.q.end(), 0.0f);
+        const ChunkResult want = run_chunk(host_kernels::attention_chunk_portable, in, Layout::kBf16Pairs, group, 48, 48 + n);
+        const ChunkResult got = run_chunk(host_kernels::attention_chunk_avx512bf16, in, Layout::kBf16Pairs, group, 48, 48 + n);
+        ASSERT_EQ(std::memcmp(got.o.data(), want.o.data(), got.o.size() * sizeof(float)), 0)
+            << "head_dim " << hd << " group " << group << " positions " << n;
+        for (int64_t g = 0; g < group; ++g) ASSERT_EQ(got.l[static_cast<size_t>(g)], static_cast<float>(n));
+      }
 }
 
 TEST(HostAttention, TheJointKernelsGiveEveryRowOfARoundTheBitsOfThatRowAlone) {
@@ -356,7 +434,8 @@ TEST(HostAttention, KvStorePutsEveryValueWhereTheCachesOffsetsSayInEveryLayout) 
   // with K transposed (which a planted mix-up of position and dimension would scatter).
   const Shape s{6, 2, 32};
   const int64_t rf = s.kv_heads * s.hd;
-  for (int layout = 0; layout < 3; ++layout) {
+  // And bf16 pairs (layout 3: K's dimension pairs, V's position pairs, each value rounded to bf16).
+  for (int layout = 0; layout < 4; ++layout) {
     HostOps ops(1, host_kernels::host_path_for("portable"));
     KvCacheConfig c;
     c.layers = 2;
@@ -364,7 +443,8 @@ TEST(HostAttention, KvStorePutsEveryValueWhereTheCachesOffsetsSayInEveryLayout) 
     c.head_dim = s.hd;
     c.num_blocks = 8;
     c.f16 = layout > 0;
-    c.k_transposed = layout == 2;
+    c.k_transposed = layout >= 2;
+    c.bf16 = layout == 3;
     KvCache kv(ops, c);
     const int a = kv.create_sequence(), b = kv.create_sequence();
     kv.reserve(a, 16);
@@ -383,11 +463,12 @@ TEST(HostAttention, KvStorePutsEveryValueWhereTheCachesOffsetsSayInEveryLayout) 
         for (int64_t i = 0; i < x.n; ++i)
           for (int64_t j = 0; j < rf; ++j) {
             const size_t at = static_cast<size_t>((x.row + i) * rf + j);
-            const float want_k = c.f16 ? fp16_to_f32(f32_to_fp16(k[at])) : k[at];
-            const float want_v = c.f16 ? fp16_to_f32(f32_to_fp16(v[at])) : v[at];
-            const int64_t ko = kv.k_offset(x.seq, x.start + i, j), vo = kv.offset(x.seq, x.start + i) + j;
-            const float got_k = c.f16 ? fp16_to_f32(kv.k_pool_f16(1)[ko]) : kv.k_pool(1)[ko];
-            const float got_v = c.f16 ? fp16_to_f32(kv.v_pool_f16(1)[vo]) : kv.v_pool(1)[vo];
+            const auto stored = [&](float x, bool bf16) { return bf16 ? bf16_to_f32(f32_to_bf16(x)) : c.f16 ? fp16_to_f32(f32_to_fp16(x)) : x; };
+            const auto read = [&](const uint16_t* pool, int64_t o, bool bf16) { return bf16 ? bf16_to_f32(pool[o]) : fp16_to_f32(pool[o]); };
+            const float want_k = stored(k[at], c.bf16), want_v = stored(v[at], c.bf16);
+            const int64_t ko = kv.k_offset(x.seq, x.start + i, j), vo = kv.v_offset(x.seq, x.start + i, j);
+            const float got_k = c.f16 ? read(kv.k_pool_f16(1), ko, c.bf16) : kv.k_pool(1)[ko];
+            const float got_v = c.f16 ? read(kv.v_pool_f16(1), vo, c.bf16) : kv.v_pool(1)[vo];
             ASSERT_EQ(got_k, want_k) << "layout " << layout << " seq " << x.seq << " position " << x.start + i << " K " << j;
             ASSERT_EQ(got_v, want_v) << "layout " << layout << " seq " << x.seq << " position " << x.start + i << " V " << j;
           }
@@ -411,6 +492,10 @@ TEST(HostAttention, ATransposedKNeedsAnFp16CacheAndBlocksAndHeadsOfMultiplesOf16
   EXPECT_THROW(KvCache(ops, c), std::invalid_argument);
   c.head_dim = 64;
   EXPECT_NO_THROW(KvCache(ops, c));
+  c.bf16 = true;  // bf16 pairs: on the transposed K's layout only
+  EXPECT_NO_THROW(KvCache(ops, c));
+  c.k_transposed = false;
+  EXPECT_THROW(KvCache(ops, c), std::invalid_argument);
   // The device asks for it exactly where its AVX-512 and AVX2 attention kernels read it.
   EXPECT_FALSE(ops.kv_k_transposed(64, 16));
   for (const auto& path : paths()) {  // the vector paths the CPU has
@@ -420,7 +505,27 @@ TEST(HostAttention, ATransposedKNeedsAnFp16CacheAndBlocksAndHeadsOfMultiplesOf16
     EXPECT_FALSE(fast.kv_k_transposed(24, 16)) << path.name();
     EXPECT_FALSE(fast.kv_k_transposed(64, 8)) << path.name();
     EXPECT_FALSE(fast.kv_k_transposed(1024, 16)) << path.name();
+    EXPECT_FALSE(fast.kv_bf16(64, 16)) << path.name();  // fp16 unless SPECULA_KV=bf16 asks
   }
+}
+
+TEST(HostAttention, SpeculaKvAsksForBf16PairsOrTheFp16CacheAndRefusesAnUnknownValueInOneLine) {
+  if (!host_kernels::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
+  const auto path = host_kernels::host_path_for("avx512");
+  ::setenv("SPECULA_KV", "fp16", 1);
+  EXPECT_FALSE(HostOps(1, path).kv_bf16(64, 16));
+  ::setenv("SPECULA_KV", "bf16", 1);  // where the AVX-512 attention can multiply the pairs
+  EXPECT_EQ(HostOps(1, path).kv_bf16(64, 16), host_kernels::cpu_has_avx512_bf16());
+  EXPECT_FALSE(HostOps(1, path).kv_bf16(24, 16));
+  EXPECT_FALSE(HostOps(1, host_kernels::host_path_for("avx2")).kv_bf16(64, 16));
+  ::setenv("SPECULA_KV", "int8", 1);
+  try {
+    HostOps ops(1, path);
+    ADD_FAILURE() << "SPECULA_KV=int8 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "SPECULA_KV=int8: expected fp16 or bf16");
+  }
+  ::unsetenv("SPECULA_KV");
 }
 
 TEST(HostAttention, AnFp16CacheStoresEachValueRoundedToNearestEvenAsTheReferenceConversion) {

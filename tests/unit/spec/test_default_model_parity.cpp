@@ -154,51 +154,73 @@ TEST(DefaultModelParity, CoupledOutputOfEveryDrafterEqualsTargetOnlySampling) {
 // computed as it would be alone, so one forward over K+1 tokens gives the logits of K+1 decode
 // steps bit for bit, and a batch of two sequences gives each its own logits bit for bit. Then
 // greedy speculation equals target-only greedy by construction, not by luck with near-ties.
-TEST(DefaultModelRows, AVerifyForwardOfKPlusOneTokensEqualsKPlusOneDecodeStepsBitForBit) {
-  DefaultModel* m = DefaultModel::get();
-  ASSERT_TRUE(m) << "no default model at " << default_model_path() << ": run scripts/setup.sh (the test command always fetches it)";
-  if (m->ops.path().reference) GTEST_SKIP() << "SPECULA_SIMD selects the f32 reference path, whose GEMV and GEMM round differently";
-  ASSERT_EQ(static_cast<int>(m->prompts.size()), kPrompts) << "chat.jsonl not found under " << SPECULA_SHARED_DIR;
-  const int64_t vocab = m->model->config().vocab_size;
+// The row property at model level on `model` (over its device): a verify forward's K+1 rows equal
+// K+1 decode steps, and two sequences in one forward equal each alone, bit for bit.
+void expect_rows_equal_decode_steps(LlamaModel& model, Ops& ops, const std::vector<std::vector<int32_t>>& prompts) {
+  KvCache cache(ops, model.kv_config(kCtx));
+  const int seq = cache.create_sequence();
+  const int64_t vocab = model.config().vocab_size;
   for (int p = 0; p < 3; ++p) {
-    const std::vector<int32_t>& prompt = m->prompts[static_cast<size_t>(p)];
+    const std::vector<int32_t>& prompt = prompts[static_cast<size_t>(p)];
     for (int k1 : {2, 6, 16}) {
       // The next k1 tokens: the prompt's own continuation stand-in (its first tokens), any ids do.
       std::vector<int32_t> next(prompt.begin(), prompt.begin() + k1);
-      m->kv->truncate_to(m->seq, 0);
+      cache.truncate_to(seq, 0);
       std::vector<float> logits;
-      ForwardSeq pre{m->seq, prompt, false};
-      m->model->forward({&pre, 1}, *m->kv, logits);
-      const int64_t start = m->kv->length(m->seq);
-      ForwardSeq verify{m->seq, next, true};
+      ForwardSeq pre{seq, prompt, false};
+      model.forward({&pre, 1}, cache, logits);
+      const int64_t start = cache.length(seq);
+      ForwardSeq verify{seq, next, true};
       std::vector<float> all;
-      m->model->forward({&verify, 1}, *m->kv, all);
+      model.forward({&verify, 1}, cache, all);
       ASSERT_EQ(static_cast<int64_t>(all.size()), k1 * vocab);
-      m->kv->truncate_to(m->seq, start);
+      cache.truncate_to(seq, start);
       for (int i = 0; i < k1; ++i) {
-        ForwardSeq step{m->seq, {&next[static_cast<size_t>(i)], 1}, false};
-        m->model->forward({&step, 1}, *m->kv, logits);
+        ForwardSeq step{seq, {&next[static_cast<size_t>(i)], 1}, false};
+        model.forward({&step, 1}, cache, logits);
         ASSERT_EQ(std::memcmp(logits.data(), all.data() + i * vocab, static_cast<size_t>(vocab) * sizeof(float)), 0)
             << "prompt " << p << ", K+1 = " << k1 << ": row " << i << " of the verify forward differs from decode step " << i;
       }
     }
   }
   // Two sequences in one forward: each row equals that sequence's forward alone.
-  KvCache kv(m->ops, m->model->kv_config(kCtx));
+  KvCache kv(ops, model.kv_config(kCtx));
   const int a = kv.create_sequence(), b = kv.create_sequence();
-  const std::vector<int32_t>& pa = m->prompts[3];
-  const std::vector<int32_t>& pb = m->prompts[4];
+  const std::vector<int32_t>& pa = prompts[3];
+  const std::vector<int32_t>& pb = prompts[4];
   std::vector<float> together, alone_a, alone_b;
   const ForwardSeq both[] = {{a, pa, true}, {b, pb, true}};
-  m->model->forward(both, kv, together);
+  model.forward(both, kv, together);
   kv.truncate_to(a, 0);
   kv.truncate_to(b, 0);
   ForwardSeq fa{a, pa, true}, fb{b, pb, true};
-  m->model->forward({&fa, 1}, kv, alone_a);
-  m->model->forward({&fb, 1}, kv, alone_b);
+  model.forward({&fa, 1}, kv, alone_a);
+  model.forward({&fb, 1}, kv, alone_b);
   ASSERT_EQ(together.size(), alone_a.size() + alone_b.size());
   EXPECT_EQ(std::memcmp(together.data(), alone_a.data(), alone_a.size() * sizeof(float)), 0) << "sequence a in a batch of two";
   EXPECT_EQ(std::memcmp(together.data() + alone_a.size(), alone_b.data(), alone_b.size() * sizeof(float)), 0) << "sequence b in a batch of two";
+}
+
+TEST(DefaultModelRows, AVerifyForwardOfKPlusOneTokensEqualsKPlusOneDecodeStepsBitForBit) {
+  DefaultModel* m = DefaultModel::get();
+  ASSERT_TRUE(m) << "no default model at " << default_model_path() << ": run scripts/setup.sh (the test command always fetches it)";
+  if (m->ops.path().reference) GTEST_SKIP() << "SPECULA_SIMD selects the f32 reference path, whose GEMV and GEMM round differently";
+  ASSERT_EQ(static_cast<int>(m->prompts.size()), kPrompts) << "chat.jsonl not found under " << SPECULA_SHARED_DIR;
+  expect_rows_equal_decode_steps(*m->model, m->ops, m->prompts);
+}
+
+TEST(DefaultModelRows, OverAKVCacheInBf16PairsAVerifyForwardEqualsItsDecodeStepsBitForBit) {
+  DefaultModel* m = DefaultModel::get();
+  ASSERT_TRUE(m) << "no default model at " << default_model_path() << ": run scripts/setup.sh (the test command always fetches it)";
+  ASSERT_EQ(static_cast<int>(m->prompts.size()), kPrompts) << "chat.jsonl not found under " << SPECULA_SHARED_DIR;
+  // SPECULA_KV=bf16 (docs/kernels.md, "K and V in bf16 pairs"), read when the device is made.
+  ::setenv("SPECULA_KV", "bf16", 1);
+  HostOps ops(2);
+  ::unsetenv("SPECULA_KV");
+  if (ops.path().reference) GTEST_SKIP() << "SPECULA_SIMD selects the f32 reference path";
+  LlamaModel model(m->files.weights, ops);
+  if (!model.kv_config(kCtx).bf16) GTEST_SKIP() << "this path or CPU has no AVX-512 BF16 attention (" << ops.name() << ")";
+  expect_rows_equal_decode_steps(model, ops, m->prompts);
 }
 
 }  // namespace
