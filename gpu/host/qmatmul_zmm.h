@@ -88,6 +88,7 @@ struct FormatQ4 {
   static constexpr DType kType = kFive ? (kF32 ? DType::Q5_K : kMin ? DType::Q5_1 : DType::Q5_0)
                                        : (kF32 ? DType::Q4_K : kMin ? DType::Q4_1 : DType::Q4_0);
   static constexpr bool kHasMin = kMin;
+  static constexpr bool kDot8 = true;  // dot is correct(dot8(...)): the tile may run row_dots
   static constexpr int kHeader = kF32 ? 64 : kMin ? 32 : 16;
   static constexpr int kBytes = kHeader + static_cast<int>(kNibbleBytes) + (kFive ? 32 : 0);  // 144 .. 224
   static constexpr int kPrefetchLines = (kBytes + 63) / 64;
@@ -129,6 +130,7 @@ template <bool kF32 = false>
 struct FormatIQ4NL {
   static constexpr DType kType = kF32 ? DType::IQ4_XS : DType::IQ4_NL;
   static constexpr bool kHasMin = false;
+  static constexpr bool kDot8 = true;
   static constexpr int kHeader = kF32 ? 32 : 16;
   static constexpr int kPrefetchLines = 3;  // 144 or 160 bytes per group-block
   struct Weights {
@@ -162,6 +164,7 @@ struct FormatIQ4NL {
 struct FormatQ8 {
   static constexpr DType kType = DType::Q8_0;
   static constexpr bool kHasMin = false;
+  static constexpr bool kDot8 = true;
   static constexpr int kPrefetchLines = 5;  // 272 bytes per group-block
   static __m512 scale(const uint8_t* a, const uint8_t* b) { return scales16(a, b); }
   static __m512 min(const uint8_t*, const uint8_t*) { return _mm512_setzero_ps(); }
@@ -184,6 +187,7 @@ template <bool kNibbles = false>
 struct FormatQ6K {
   static constexpr DType kType = kNibbles ? DType::Q3_K : DType::Q6_K;
   static constexpr bool kHasMin = false;
+  static constexpr bool kDot8 = false;  // two sub-blocks' scaled sums
   static constexpr int kPrefetchLines = kNibbles ? 3 : 5;  // 160 or 288 bytes per group-block
   static constexpr int32_t kOffset = kNibbles ? 4 : 32;
   static __m512 scale(const uint8_t* a, const uint8_t* b) { return scales16(a, b); }
@@ -232,6 +236,7 @@ struct FormatQ6K {
 struct FormatQ2K {
   static constexpr DType kType = DType::Q2_K;
   static constexpr bool kHasMin = false;  // its mins are per 16 values: the tile's own branch
+  static constexpr bool kDot8 = false;
   static constexpr int kPrefetchLines = 2;  // 112 bytes per group-block
   // Passes of at most this many rows scale the two halves' sums per row (two vpmulld a row)
   // instead of every quant byte at unpacking (eight vpmullw a pass): the same exact sums.
