@@ -18,6 +18,8 @@ namespace specula::host_kernels {
 namespace {
 
 inline float kv_value(const float* p) { return *p; }
+inline float kv_value(const uint16_t* p) { return fp16_to_f32(*p); }
+
 // m = max s, s = exp(s - m), l = sum s over the n >= 1 scores at s (the portable kernels' softmax).
 void exp_scores_portable(float* s, int64_t n, float* m, float* l) {
   *m = s[0];
@@ -25,8 +27,6 @@ void exp_scores_portable(float* s, int64_t n, float* m, float* l) {
   *l = 0;
   for (int64_t j = 0; j < n; ++j) *l += (s[j] = std::exp(s[j] - *m));
 }
-
-inline float kv_value(const uint16_t* p) { return fp16_to_f32(*p); }
 
 template <class T>
 void chunk_portable(const AttentionChunk& c) {
