@@ -31,6 +31,14 @@ struct KvCacheConfig {
   // multiplies, two multiply-adds per lane (docs/kernels.md, "K and V in bf16 pairs"). The device
   // says whether it wants it (Ops::kv_bf16).
   bool bf16 = false;
+
+  // Sets f16, k_transposed and bf16 to the layouts the device wants for this head_dim and
+  // block_tokens (Ops::kv_f16, kv_k_transposed, kv_bf16), each only where the one before holds.
+  void use_device_layouts(const Ops& ops) {
+    f16 = ops.kv_f16();
+    k_transposed = f16 && ops.kv_k_transposed(head_dim, block_tokens);
+    bf16 = k_transposed && ops.kv_bf16(head_dim, block_tokens);
+  }
 };
 
 // Thrown when a reservation needs more blocks than are free; the cache is unchanged.

@@ -41,9 +41,7 @@ KvCacheConfig LlamaModel::kv_config(int64_t max_tokens, int64_t block_tokens) co
   c.head_dim = cfg_.head_dim;
   c.block_tokens = block_tokens;
   c.num_blocks = (max_tokens + block_tokens - 1) / block_tokens;
-  c.f16 = ops_.kv_f16();
-  c.k_transposed = c.f16 && ops_.kv_k_transposed(c.head_dim, c.block_tokens);
-  c.bf16 = c.k_transposed && ops_.kv_bf16(c.head_dim, c.block_tokens);
+  c.use_device_layouts(ops_);
   return c;
 }
 

@@ -178,9 +178,7 @@ EagleDrafter::EagleDrafter(std::shared_ptr<const EagleWeights> weights, int64_t 
   kc.head_dim = c.head_dim;
   kc.block_tokens = 16;
   kc.num_blocks = (std::max<int64_t>(max_positions, 1) + kc.block_tokens - 1) / kc.block_tokens + 1;
-  kc.f16 = w_->ops.kv_f16();
-  kc.k_transposed = kc.f16 && w_->ops.kv_k_transposed(kc.head_dim, kc.block_tokens);
-  kc.bf16 = kc.k_transposed && w_->ops.kv_bf16(kc.head_dim, kc.block_tokens);
+  kc.use_device_layouts(w_->ops);
   kv_ = std::make_unique<KvCache>(w_->ops, kc);
   seq_ = kv_->create_sequence();
 }

@@ -128,8 +128,6 @@ void kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<
     uint16_t* kp = kv.k_pool_f16(layer);
     uint16_t* vp = kv.v_pool_f16(layer);
     const int64_t bt = kv.config().block_tokens;
-    thread_local std::vector<uint16_t> row;  // one position's K in fp16, before it is scattered
-    row.resize(static_cast<size_t>(rf));
     if (kv.config().bf16) {
       // bf16 pairs: K element j next to its dimension pair's other half, V element j next to the
       // other position of its pair (KvCacheConfig::bf16).
@@ -147,6 +145,8 @@ void kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<
         }
       return;
     }
+    thread_local std::vector<uint16_t> row;  // one position's K in fp16, before it is scattered
+    row.resize(static_cast<size_t>(rf));
     for (const SeqSlice& s : slices)
       for (int64_t i = 0; i < s.n; ++i) {
         const int64_t off = kv.offset(s.seq, s.start + i);
