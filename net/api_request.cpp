@@ -127,6 +127,7 @@ DraftLengthConfig parse_speculation(const json& v, DraftLengthConfig c) {
   if (const json* k = field(v, "k")) {
     c.k = static_cast<int>(integer(*k, "speculation.k", 1, kMaxDraftTokens));
     if (c.k > c.k_max) c.k_max = c.k;
+    if (c.k_max_greedy > 0 && c.k > c.k_max_greedy) c.k_max_greedy = c.k;
     if (c.k < c.k_min) c.k_min = c.k;
   }
   if (const json* a = field(v, "adaptive")) {

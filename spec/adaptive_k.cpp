@@ -26,6 +26,12 @@ void DraftLengthConfig::validate() const {
     if (k_min > k_max)
       throw std::invalid_argument("K_min " + std::to_string(k_min) + " is larger than K_max " + std::to_string(k_max));
   }
+  if (k_max_greedy != 0) {
+    check_k("K_max for greedy requests", k_max_greedy);
+    if (adaptive && k_min > k_max_greedy)
+      throw std::invalid_argument("K_min " + std::to_string(k_min) + " is larger than K_max for greedy requests " +
+                                  std::to_string(k_max_greedy));
+  }
   if (!std::isfinite(max_entropy) || max_entropy < 0)
     throw std::invalid_argument("the draft entropy threshold must be >= 0 nats (0 = off), got " + std::to_string(max_entropy));
   if (!std::isfinite(min_confidence) || min_confidence < 0 || min_confidence >= 1)

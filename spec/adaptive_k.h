@@ -15,6 +15,10 @@ struct DraftLengthConfig {
   bool adaptive = false;  // choose K per round within [k_min, k_max]
   int k_min = 1;
   int k_max = 8;
+  // k_max for greedy requests, where a draft token's acceptance is the head's calibrated top
+  // probability and a longer draft pays where sampling's does not (docs/benchmarks.md, "K_max by
+  // sampling mode"); 0 = k_max.
+  int k_max_greedy = 0;
   float max_entropy = 0;  // nats; stop a draft once H(q_i) exceeds this (after k_min tokens); 0 = off
   // Draft no further once the product of the draft's probabilities of the tokens drafted so far
   // is below this (never before k_min tokens); 0 = off.
@@ -30,18 +34,21 @@ struct DraftLengthConfig {
   bool confidence_auto = false;
   int confidence_warmup = 8;  // rounds a request drafts at the starting threshold first (0..1000)
 
-  // The settings a request drafts with: min_confidence_greedy folded into min_confidence for a
-  // greedy request, and cleared.
+  // The settings a request drafts with: min_confidence_greedy and k_max_greedy folded into
+  // min_confidence and k_max for a greedy request, and cleared.
   DraftLengthConfig resolved(bool greedy) const {
     DraftLengthConfig c = *this;
     if (greedy && min_confidence_greedy > 0) c.min_confidence = min_confidence_greedy;
+    if (greedy && k_max_greedy > 0) c.k_max = k_max_greedy;
     c.min_confidence_greedy = 0;
+    c.k_max_greedy = 0;
     return c;
   }
 
-  // Throws std::invalid_argument naming the field: K, k_min, k_max outside 1..kMaxDraftTokens,
-  // k_min > k_max, a negative or non-finite entropy threshold, a confidence (either) outside [0, 1),
-  // confidence_auto without a threshold to start from.
+  // Throws std::invalid_argument naming the field: K, k_min, k_max, k_max_greedy (unless 0) outside
+  // 1..kMaxDraftTokens, k_min > k_max or k_max_greedy, a negative or non-finite entropy
+  // threshold, a confidence (either) outside [0, 1), confidence_auto without a threshold to start
+  // from.
   void validate() const;
 };
 

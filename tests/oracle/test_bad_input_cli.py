@@ -242,6 +242,9 @@ def test_speculation_with_good_settings_runs_on_the_tiny_model(specula_bin, good
     (["--draft", "ngram", "--spec-k", "0"], ["--spec-k", "between 1 and 16", "got 0"]),
     (["--draft", "ngram", "--spec-k", "17"], ["--spec-k", "between 1 and 16", "got 17"]),
     (["--draft", "ngram", "--adaptive", "--spec-k-min", "5", "--spec-k-max", "3"], ["K_min 5", "K_max 3"]),
+    (["--draft", "ngram", "--spec-k-max-greedy", "17"], ["K_max for greedy requests", "between 1 and 16", "got 17"]),
+    (["--draft", "ngram", "--adaptive", "--spec-k-min", "5", "--spec-k-max-greedy", "3"],
+     ["K_min 5", "K_max for greedy requests 3"]),
     (["--draft", "skip:0"], ["skips every one of the model's 1 layers"]),
     (["--draft", "ngram:n=x"], ["ngram:n=x"]),
     (["--draft", "ngram:n=0"], ["ngram n", "got 0"]),
@@ -250,7 +253,7 @@ def test_speculation_with_good_settings_runs_on_the_tiny_model(specula_bin, good
     (["--draft", "ngram", "--spec-sampling", "maybe"], ["'exact' or 'coupled'", "maybe"]),
     (["--draft", "ngram", "--draft-confidence", "1.5"], ["--draft-confidence", "[0, 1)", "got 1.5"]),
     (["--draft", "ngram", "--draft-confidence", "auto"], ["--draft-confidence auto", "give --adaptive"]),
-], ids=["k0", "k17", "kmin_gt_kmax", "skip_all", "ngram_not_a_number", "ngram_zero", "lookup_before_lookup",
+], ids=["k0", "k17", "kmin_gt_kmax", "greedy_kmax17", "kmin_gt_greedy_kmax", "skip_all", "ngram_not_a_number", "ngram_zero", "lookup_before_lookup",
     "lookup_min_above_n", "bad_sampling_mode", "confidence_above_one", "confidence_auto_without_adaptive"])
 def test_a_bad_speculation_setting_is_one_line_on_stderr_and_a_nonzero_exit(specula_bin, good_gguf, flags, words):
     expect_one_line_error(speculate(specula_bin, good_gguf, *flags), words)

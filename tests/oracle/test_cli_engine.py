@@ -258,3 +258,31 @@ def test_a_greedy_confidence_threshold_changes_greedy_drafts_only_in_the_loop_an
     assert drafted("--draft-confidence-greedy", "0.95", *sampled) == drafted(*sampled)
     bad = subprocess.run(bench[:-1] + ["1.5"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "greedy draft confidence threshold must be in [0, 1)" in bad.stderr, bad.stderr
+
+
+def test_a_greedy_k_max_lengthens_greedy_drafts_only_in_the_loop_and_the_engine(specula_bin, default_model):
+    """--spec-k-max-greedy K: greedy requests draft up to K tokens a round instead of --spec-k-max,
+    sampled ones as before. With adaptive K and a confidence threshold low enough that the rule
+    rarely ends a draft, a round drafts up to K_max: greedy rounds reach past --spec-k-max's 2 with
+    a greedy K_max of 6 and never past 6, sampled rounds never past 2; the JSON names both ranges."""
+    lengths = ["--draft", "eagle", "--adaptive", "--spec-k", "2", "--spec-k-max", "2", "--draft-confidence", "0.01"]
+    bench = [str(specula_bin), "bench", "spec", "--model", str(default_model), "--drafts", "eagle", "--max-tokens", "48",
+             "--prompts", str(SHARED_DIR / "data" / "prompts" / "chat.jsonl"), "--limit", "2", *lengths[2:],
+             "--spec-k-max-greedy", "2,6"]
+    for mode, extra in (("greedy", []), ("exact", ["--temperature", "0.8", "--spec-sampling", "exact", "--seed", "3"])):
+        p = subprocess.run(bench + extra, capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        runs = [r for r in json.loads(p.stdout)["runs"] if r["draft"] != "none"]
+        assert [r["draft_length"]["k_range_greedy"] for r in runs] == [[1, 2], [1, 6]]
+        deepest = [len(r["per_position_acceptance"]) for r in runs]
+        if mode == "greedy":
+            assert deepest[0] <= 2 < deepest[1] <= 6, deepest
+        else:
+            assert max(deepest) <= 2, deepest
+
+    def deepest(*flags):
+        return len(generate(specula_bin, default_model, *lengths, *flags)["speculative"]["per_position_acceptance"])
+
+    assert 2 < deepest("--spec-k-max-greedy", "6", "--temperature", "0") <= 6
+    assert deepest("--temperature", "0") <= 2
+    assert deepest("--spec-k-max-greedy", "6", "--temperature", "0.8", "--seed", "5", "--spec-sampling", "exact") <= 2

@@ -61,8 +61,8 @@ const char* kUsage =
     "  are repeated with each step replayed from a CUDA graph (--cuda-graphs both|off, default both).\n"
     "\n"
     "usage: specula bench spec [--model PATH] [--prompts FILE] [--drafts LIST] [--limit N] [--max-tokens N]\n"
-    "                          [--spec-k K] [--adaptive] [--spec-k-min K] [--spec-k-max K] [--draft-entropy NATS]\n"
-    "                          [--draft-confidence P] [--draft-confidence-greedy P]\n"
+    "                          [--spec-k K] [--adaptive] [--spec-k-min K] [--spec-k-max K] [--spec-k-max-greedy K]\n"
+    "                          [--draft-entropy NATS] [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                          [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "                          [--spec-sampling exact|coupled|both] [--repeat R] [--threads N] [--device D] [--ctx N]\n"
     "  Runs a prompt set (JSON lines with \"messages\" and an optional \"max_tokens\"; default\n"
@@ -74,10 +74,11 @@ const char* kUsage =
     "  3.8's predicted speedup from the measured a and c (with prompt lookup in front of another\n"
     "  drafter, e.g. ngram:n=3+eagle, also the rounds lookup drafted: rounds_by_lookup).\n"
     "  --drafts: ';'-separated drafter spellings as for generate --draft (default \"ngram;skip:4-7\").\n"
-    "  --spec-k, --spec-k-max, --draft-entropy, --draft-confidence and --draft-confidence-greedy may\n"
-    "  each list values (\"0.3,0.4\"): every drafter then runs once per combination, in the same\n"
-    "  pass over the prompts, and each run's JSON names its settings under \"draft_length\" (as\n"
-    "  llama-bench runs its lists).\n"
+    "  --spec-k-max-greedy: greedy requests' --spec-k-max (default the same).\n"
+    "  --spec-k, --spec-k-max, --spec-k-max-greedy, --draft-entropy, --draft-confidence and\n"
+    "  --draft-confidence-greedy may each list values (\"0.3,0.4\"): every drafter then runs once per\n"
+    "  combination, in the same pass over the prompts, and each run's JSON names its settings under\n"
+    "  \"draft_length\" (as llama-bench runs its lists).\n"
     "  Temperature defaults to 0 (greedy); sampled runs verify both exact and coupled unless\n"
     "  --spec-sampling names one. Greedy and coupled runs also report whether the text matched.\n"
     "  --repeat R (default 1): each prompt's configurations run R times, every other time in\n"
@@ -203,8 +204,8 @@ struct SpecTotals {
 };
 
 // The draft-length options that `bench spec` (the loop) takes as lists, llama-bench's way.
-constexpr const char* kDraftLengthLists[] = {"spec-k", "spec-k-max", "draft-entropy", "draft-confidence",
-                                             "draft-confidence-greedy"};
+constexpr const char* kDraftLengthLists[] = {"spec-k", "spec-k-max", "spec-k-max-greedy", "draft-entropy",
+                                             "draft-confidence", "draft-confidence-greedy"};
 
 // Every combination of the listed draft-length values, in the order given (the last option
 // varying fastest), each checked as generate checks one.
@@ -398,7 +399,7 @@ int cmd_bench(int argc, char** argv) {
     std::set<std::string> options = kModelOptions;
     std::set<std::string> flags;
     if (what == "spec") {
-      options.insert({"prompts", "drafts", "limit", "max-tokens", "spec-k", "spec-k-min", "spec-k-max", "draft-entropy", "draft-confidence",
+      options.insert({"prompts", "drafts", "limit", "max-tokens", "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence",
                       "draft-confidence-greedy", "temperature", "top-k", "top-p", "seed", "spec-sampling"});
       options.insert(kEngineBenchOptions.begin(), kEngineBenchOptions.end());
       flags.insert({"adaptive", "pipeline-always"});

@@ -29,8 +29,8 @@ const char* kUsage =
     "                        [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "                        [--json] [--device auto|host|cuda] [--threads N] [--ctx N]\n"
     "                        [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--spec-k K] [--adaptive]\n"
-    "                        [--spec-k-min K] [--spec-k-max K] [--draft-entropy NATS] [--draft-confidence P]\n"
-    "                        [--draft-confidence-greedy P]\n"
+    "                        [--spec-k-min K] [--spec-k-max K] [--spec-k-max-greedy K] [--draft-entropy NATS]\n"
+    "                        [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                        [--spec-sampling exact|coupled] [--pipeline off|on|always] [--trace FILE] [--sequential]\n"
     "  Streams the continuation to stdout and ends with prefill and decode tokens/s on stderr.\n"
     "  --chat applies the model's chat template to the prompt (as one user message).\n"
@@ -44,7 +44,8 @@ const char* kUsage =
     "  with the same vocabulary; ngram:n=N+OTHER puts prompt lookup in front of one of the others (a\n"
     "  round is lookup's where the last N tokens recur, OTHER's elsewhere). --spec-k: draft tokens\n"
     "  per round (1-16, default 4); --adaptive picks K per round in [--spec-k-min, --spec-k-max]\n"
-    "  (1, 8) from the running acceptance; --draft-entropy ends a draft where its distribution's\n"
+    "  (1, 8) from the running acceptance (--spec-k-max-greedy K: greedy requests' --spec-k-max,\n"
+    "  default the same); --draft-entropy ends a draft where its distribution's\n"
     "  entropy exceeds NATS, --draft-confidence where the product of its tokens' draft probabilities\n"
     "  falls below P (--draft-confidence-greedy P: greedy requests' threshold, default the same;\n"
     "  --draft-confidence auto: each request sets P every round from its measured acceptance and\n"
@@ -112,6 +113,7 @@ DraftLengthConfig draft_length_from_args(const Args& a) {
   c.adaptive = a.flag("adaptive");
   c.k_min = static_cast<int>(a.integer("spec-k-min", 1));
   c.k_max = static_cast<int>(a.integer("spec-k-max", std::max(8, c.k)));
+  c.k_max_greedy = static_cast<int>(a.integer("spec-k-max-greedy", 0));
   c.max_entropy = static_cast<float>(a.number("draft-entropy", 0));
   // `auto`: the threshold set per round from the request's measurements, starting at 0.3 (or at
   // --draft-confidence-greedy for greedy requests).

@@ -16,8 +16,8 @@ namespace {
 const char* kUsage =
     "usage: specula serve [--model PATH] [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--host 127.0.0.1] [--port 8080]\n"
     "                     [--max-batch 16] [--kv-tokens 16384] [--max-queue 256] [--threads 2] [--device auto]\n"
-    "                     [--pipeline off|on|always] [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8] [--draft-entropy NATS]\n"
-    "                     [--draft-confidence P] [--draft-confidence-greedy P]\n"
+    "                     [--pipeline off|on|always] [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8]\n"
+    "                     [--spec-k-max-greedy K] [--draft-entropy NATS] [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10]\n"
     "                     [--api-key KEY] [--allowed-origins ORIGIN,...|*]\n"
     "  Serves the model on one port: the chat page at /, the WebSocket protocol at /v1/ws, the\n"
@@ -29,7 +29,8 @@ const char* kUsage =
     "  that set none (the entropy rule ends a draft where the draft's distribution has more than\n"
     "  NATS, the confidence rule where the product of its tokens' draft probabilities falls below\n"
     "  P; 0 = off; auto = set per request each round from its measured acceptance and costs;\n"
-    "  --draft-confidence-greedy: greedy requests' P, default the same).\n"
+    "  --draft-confidence-greedy: greedy requests' P, default the same; --spec-k-max-greedy: greedy\n"
+    "  requests' --spec-k-max, default the same).\n"
     "  --max-tokens: the default for requests that set none. SIGINT / SIGTERM drain: running\n"
     "  requests get --shutdown-timeout seconds to finish, then are cancelled; the exit status is 0.\n"
     "  --api-key (or SPECULA_API_KEY): required as 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
@@ -46,7 +47,7 @@ bool is_loopback(const std::string& host) {
 int cmd_serve(int argc, char** argv) {
   const Args a(argc, argv,
                {"model", "draft", "host", "port", "max-batch", "kv-tokens", "max-queue", "threads", "device", "pipeline",
-                "spec-k", "spec-k-min", "spec-k-max", "draft-entropy", "draft-confidence", "draft-confidence-greedy", "max-tokens", "served-model-name",
+                "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence", "draft-confidence-greedy", "max-tokens", "served-model-name",
                 "shutdown-timeout", "api-key", "allowed-origins"},
                {"adaptive"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }

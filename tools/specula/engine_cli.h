@@ -37,7 +37,7 @@ void report_pipelining(const actors::Engine& engine);
 int bench_spec_engine(const Args& a);
 
 // The options `specula generate` and `specula chat` share for the engine they run on.
-inline const std::set<std::string> kEngineRunOptions = {"draft", "spec-k", "spec-k-min", "spec-k-max", "draft-entropy",
+inline const std::set<std::string> kEngineRunOptions = {"draft", "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy",
                                                         "draft-confidence", "draft-confidence-greedy",
                                                         "spec-sampling", "pipeline", "trace"};
 

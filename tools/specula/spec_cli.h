@@ -11,7 +11,8 @@
 
 namespace specula::cli {
 
-// --spec-k (4), --adaptive, --spec-k-min (1), --spec-k-max (8), --draft-entropy (0 = off),
+// --spec-k (4), --adaptive, --spec-k-min (1), --spec-k-max (8), --spec-k-max-greedy (0 = the
+// same), --draft-entropy (0 = off),
 // --draft-confidence (0 = off), --draft-confidence-greedy (0 = the same);
 // a UsageError for K outside 1..16. Defined in cmd_generate.cpp.
 DraftLengthConfig draft_length_from_args(const Args& a);
@@ -25,6 +26,7 @@ inline nlohmann::json draft_length_json(const DraftLengthConfig& d) {
   j["k"] = d.k;
   j["adaptive"] = d.adaptive;
   if (d.adaptive) j["k_range"] = {d.k_min, d.k_max};
+  if (d.adaptive && d.k_max_greedy > 0) j["k_range_greedy"] = {d.k_min, d.k_max_greedy};
   // The settings are floats: printed as the decimal they were given, not 0.30000001192...
   const auto given = [](float x) { return std::round(static_cast<double>(x) * 1e6) / 1e6; };
   j["draft_entropy"] = given(d.max_entropy);

@@ -303,13 +303,15 @@ SpeculativeStats expect_greedy_text_alone(Shared* s, const Drafting& d) {
 TEST(Engine, TheMainJobsDrafterWithTheAutomaticConfidenceThresholdKeepsTheGreedyText) {
   // Prompt lookup in front of the head, the threshold set per round from each request's own
   // measurements (scripts/main_job.args): the scheduler hands each draft item its request's
-  // threshold and feeds the proposal's products back to its calibration.
+  // threshold and feeds the proposal's products back to its calibration; greedy requests draft
+  // up to 5 tokens a round (k_max_greedy), the others up to 4.
   REQUIRE_SETUP(s);
-  const Drafting main_job{"ngram:n=3+eagle", {.k = 4, .adaptive = true, .k_min = 1, .k_max = 4, .min_confidence = 0.5f,
-                                              .confidence_auto = true}};
+  const Drafting main_job{"ngram:n=3+eagle", {.k = 4, .adaptive = true, .k_min = 1, .k_max = 4, .k_max_greedy = 5,
+                                              .min_confidence = 0.5f, .confidence_auto = true}};
   const SpeculativeStats st = expect_greedy_text_alone(s, main_job);
   EXPECT_GT(st.accepted, 0);
-  EXPECT_LT(st.drafted, 4 * st.rounds) << "the rule never ended a draft early";
+  EXPECT_LT(st.drafted, 5 * st.rounds) << "the rule never ended a draft early";
+  EXPECT_LE(st.per_position_acceptance().size(), 5u) << "a greedy round drafted past k_max_greedy";
   // The sampler's statistics carry the thresholds the rounds drafted under; after the warm-up
   // they are the requests' own, not the start.
   ASSERT_GT(st.confidence_rounds, 0);

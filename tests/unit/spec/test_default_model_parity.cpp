@@ -111,7 +111,7 @@ void expect_parity(const SamplingParams& base, SpecSampling mode, int max_tokens
                                      {"ngram:n=3+eagle", {.k = 3, .adaptive = true, .k_min = 1, .k_max = 6, .max_entropy = 2}},
                                      {"ngram:n=3+eagle", {.k = 4, .adaptive = true, .k_min = 1, .k_max = 4, .min_confidence = 0.3f}},
                                      {"ngram:n=3+eagle",
-                                      {.k = 4, .adaptive = true, .k_min = 1, .k_max = 4, .min_confidence = 0.3f,
+                                      {.k = 4, .adaptive = true, .k_min = 1, .k_max = 4, .k_max_greedy = 5, .min_confidence = 0.3f,
                                        .min_confidence_greedy = 0.5f, .confidence_auto = true}}};
   for (const Draft& d : drafts) {
     std::unique_ptr<Drafter> drafter = make_drafter(d.spelling, m->files, *m->model, kCtx);

@@ -298,6 +298,29 @@ TEST(DraftLength, RefusesKBelowOneOrAboveTheLimit) {
                                             {"greedy draft confidence", "[0, 1)", "got 1.5"});
 }
 
+TEST(DraftLength, RefusesAGreedyKMaxOutsideTheLimitOrBelowKMin) {
+  test::expect_error<std::invalid_argument>([] { DraftLengthConfig{.k_max_greedy = 17}.validate(); },
+                                            {"K_max for greedy requests", "between 1 and 16", "got 17"});
+  test::expect_error<std::invalid_argument>([] { DraftLengthConfig{.k_max_greedy = -1}.validate(); }, {"got -1"});
+  test::expect_error<std::invalid_argument>(
+      [] { DraftLengthConfig{.k = 4, .adaptive = true, .k_min = 6, .k_max = 8, .k_max_greedy = 5}.validate(); },
+      {"K_min 6", "K_max for greedy requests 5"});
+  DraftLengthConfig{.k = 4, .adaptive = true, .k_min = 1, .k_max = 4, .k_max_greedy = 6}.validate();
+}
+
+TEST(DraftLengthConfig, AGreedyKMaxReplacesKMaxForGreedyRequestsOnly) {
+  const DraftLengthConfig c{.k = 4, .adaptive = true, .k_max = 4, .k_max_greedy = 6, .min_confidence = 0.3f};
+  EXPECT_EQ(c.resolved(true).k_max, 6);
+  EXPECT_EQ(c.resolved(false).k_max, 4);
+  EXPECT_EQ(c.resolved(true).k_max_greedy, 0) << "resolved once, the request carries one K_max";
+  // With the confidence rule, adaptive K is K_max from the first round: a greedy request drafts
+  // up to 6 tokens a round, a sampled one up to 4.
+  EXPECT_EQ(DraftLength(c.resolved(true)).next(), 6);
+  EXPECT_EQ(DraftLength(c.resolved(false)).next(), 4);
+  const DraftLengthConfig none{.k = 4, .adaptive = true, .k_max = 4};  // no greedy K_max: both kinds use k_max
+  EXPECT_EQ(none.resolved(true).k_max, 4);
+}
+
 TEST(DraftLengthConfig, AGreedyThresholdReplacesTheConfidenceRulesForGreedyRequestsOnly) {
   const DraftLengthConfig both{.k = 4, .min_confidence = 0.3f, .min_confidence_greedy = 0.5f};
   EXPECT_FLOAT_EQ(both.resolved(true).min_confidence, 0.5f);
