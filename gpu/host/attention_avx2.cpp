@@ -19,6 +19,7 @@
 #include <span>
 
 #include "gpu/host/attention.h"
+#include "gpu/host/attention_pieces.h"
 #include "gpu/host/simd_math.h"
 
 #define SPECULA_ATTENTION_UNROLL _Pragma("GCC unroll 16")
@@ -291,18 +292,6 @@ void kt_v(const uint16_t* v, const int64_t* off, int64_t hd, const float* S, flo
       for (int64_t d0 = 0; d0 < hd; d0 += 8 * DS) kt_v_slice<DS, 1>(v, off, n_lo, n[g], S + g * kChunkTokens, o + g, d0, false);
 }
 
-// Sizes of `count` items split into as few pieces of at most `most` as possible, as even as
-// possible (7 -> 4 + 3 with most 6); calls f(first, size) per piece.
-template <class F>
-inline void pieces(int64_t count, int64_t most, F&& f) {
-  const int64_t parts = (count + most - 1) / most;
-  for (int64_t p = 0, first = 0; p < parts; ++p) {
-    const int64_t size = count / parts + (p < count % parts ? 1 : 0);
-    f(first, size);
-    first += size;
-  }
-}
-
 // `count` queries sharing the chunk's p0 (a multiple of 8) over a transposed fp16 K.
 void kt_queries(const AttentionChunk& c, int64_t n_max, const KtQuery* qs, int64_t count) {
   const int64_t bt = c.block_tokens, hd = c.head_dim, rf = c.row_floats;
@@ -328,14 +317,7 @@ void kt_queries(const AttentionChunk& c, int64_t n_max, const KtQuery* qs, int64
       for (int64_t g = 0; g < size; ++g) _mm256_store_ps(qb + (d * size + g) * 8, _mm256_set1_ps(qs[q0 + g].q[d]));
     float* Sg = S + q0 * kChunkTokens;
     const bool pf = q0 == 0;
-    switch (size) {
-      case 1: kt_score_group<1>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0]); break;
-      case 2: kt_score_group<2>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0]); break;
-      case 3: kt_score_group<3>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0]); break;
-      case 4: kt_score_group<4>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0]); break;
-      case 5: kt_score_group<5>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0]); break;
-      default: kt_score_group<6>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0]); break;
-    }
+    with_size<1, kKtGroup>(size, [&]<int G>() { kt_score_group<G>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0]); });
   });
   for (int64_t g = 0; g < count; ++g) exp_scores(S + g * kChunkTokens, n[g], qs[g].m, qs[g].l);
   // V: up to three queries four vectors of the head at a time (12 accumulators: enough chains in
@@ -350,15 +332,7 @@ void kt_queries(const AttentionChunk& c, int64_t n_max, const KtQuery* qs, int64
     return;
   }
   pieces(count, kKtVPiece, [&](int64_t q0, int64_t size) {
-    const float* Sp = S + q0 * kChunkTokens;
-    switch (size) {
-      case 1: kt_v<2, 1>(v, off, hd, Sp, o + q0, n + q0); break;
-      case 2: kt_v<2, 2>(v, off, hd, Sp, o + q0, n + q0); break;
-      case 3: kt_v<2, 3>(v, off, hd, Sp, o + q0, n + q0); break;
-      case 4: kt_v<2, 4>(v, off, hd, Sp, o + q0, n + q0); break;
-      case 5: kt_v<2, 5>(v, off, hd, Sp, o + q0, n + q0); break;
-      default: kt_v<2, 6>(v, off, hd, Sp, o + q0, n + q0); break;
-    }
+    with_size<1, kKtVPiece>(size, [&]<int G>() { kt_v<2, G>(v, off, hd, S + q0 * kChunkTokens, o + q0, n + q0); });
   });
 }
 

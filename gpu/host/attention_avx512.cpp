@@ -21,6 +21,7 @@
 #include <span>
 
 #include "gpu/host/attention.h"
+#include "gpu/host/attention_pieces.h"
 #include "gpu/host/simd_math.h"
 
 #define SPECULA_ATTENTION_UNROLL _Pragma("GCC unroll 16")
@@ -213,17 +214,9 @@ void run_queries(const AttentionChunk& c, int64_t n_max, const Query* qs, int64_
   chunk_row_offsets(c, n_max, off);
   const T* k = static_cast<const T*>(c.k);
   const T* v = static_cast<const T*>(c.v);
-  const int64_t pieces = (count + kMaxPiece - 1) / kMaxPiece;
-  for (int64_t p = 0, q0 = 0; p < pieces; ++p) {
-    const int64_t size = count / pieces + (p < count % pieces ? 1 : 0);
-    switch (size) {
-      case 1: piece<1, T>(k, v, off, c.head_dim, c.scale, qs + q0, p == 0); break;
-      case 2: piece<2, T>(k, v, off, c.head_dim, c.scale, qs + q0, p == 0); break;
-      case 3: piece<3, T>(k, v, off, c.head_dim, c.scale, qs + q0, p == 0); break;
-      default: piece<4, T>(k, v, off, c.head_dim, c.scale, qs + q0, p == 0); break;
-    }
-    q0 += size;
-  }
+  pieces(count, kMaxPiece, [&](int64_t q0, int64_t size) {
+    with_size<1, kMaxPiece>(size, [&]<int G>() { piece<G, T>(k, v, off, c.head_dim, c.scale, qs + q0, q0 == 0); });
+  });
 }
 
 // ---- Over a transposed K (KvCacheConfig::k_transposed, fp16) ------------------------------------
@@ -286,12 +279,7 @@ void kt_score_group(const uint16_t* const* kb, int64_t nblk, int64_t bt, int64_t
           _mm_prefetch(reinterpret_cast<const char*>(v + voff[j]) + byte, _MM_HINT_T1);
     }
     const uint16_t* const* pf = prefetch ? next : nullptr;
-    switch (nblk - t < kKtBlocks ? nblk - t : kKtBlocks) {
-      case 1: kt_scores<G, 1>(kb + t, bt, hd, qt, S, t, scale, pf); break;
-      case 2: kt_scores<G, 2>(kb + t, bt, hd, qt, S, t, scale, pf); break;
-      case 3: kt_scores<G, 3>(kb + t, bt, hd, qt, S, t, scale, pf); break;
-      default: kt_scores<G, 4>(kb + t, bt, hd, qt, S, t, scale, pf); break;
-    }
+    with_size<1, kKtBlocks>(nblk - t, [&]<int B>() { kt_scores<G, B>(kb + t, bt, hd, qt, S, t, scale, pf); });
   }
 }
 
@@ -351,56 +339,23 @@ void kt_queries(const AttentionChunk& c, int64_t n_max, const Query* qs, int64_t
   for (int64_t g = 0; g < count; ++g) n[g] = qs[g].n, o[g] = qs[g].o;
   // Scores, in groups of up to kKtGroup queries as even as possible; the first group's pass
   // prefetches K ahead and the V rows within its first query's length.
-  const int64_t groups = (count + kKtGroup - 1) / kKtGroup;
-  for (int64_t p = 0, q0 = 0; p < groups; ++p) {
-    const int64_t size = count / groups + (p < count % groups ? 1 : 0);
+  pieces(count, kKtGroup, [&](int64_t q0, int64_t size) {
     for (int64_t d = 0; d < hd; ++d)
       for (int64_t g = 0; g < size; ++g) qt[d * size + g] = qs[q0 + g].q[d];
     float* Sg = S + q0 * kChunkTokens;
-    const bool pf = p == 0;
-    switch (size) {
-      case 1: kt_score_group<1>(kb, nblk, bt, hd, qt, Sg, c.scale, pf, v, off, n[q0]); break;
-      case 2: kt_score_group<2>(kb, nblk, bt, hd, qt, Sg, c.scale, pf, v, off, n[q0]); break;
-      case 3: kt_score_group<3>(kb, nblk, bt, hd, qt, Sg, c.scale, pf, v, off, n[q0]); break;
-      case 4: kt_score_group<4>(kb, nblk, bt, hd, qt, Sg, c.scale, pf, v, off, n[q0]); break;
-      case 5: kt_score_group<5>(kb, nblk, bt, hd, qt, Sg, c.scale, pf, v, off, n[q0]); break;
-      default: kt_score_group<6>(kb, nblk, bt, hd, qt, Sg, c.scale, pf, v, off, n[q0]); break;
-    }
-    q0 += size;
-  }
+    with_size<1, kKtGroup>(size, [&]<int G>() { kt_score_group<G>(kb, nblk, bt, hd, qt, Sg, c.scale, q0 == 0, v, off, n[q0]); });
+  });
   for (int64_t g = 0; g < count; ++g) exp_scores(S + g * kChunkTokens, n[g], qs[g].m, qs[g].l);
   // V: up to 4 queries four slices at a time (as the row-K kernel), more in pieces of up to
   // kKtVPiece one slice at a time.
   if (count <= 4) {
     const bool four = hd % 64 == 0;
-    switch (count) {
-      case 1: four ? kt_v<4, 1>(v, off, hd, S, o, n) : kt_v<1, 1>(v, off, hd, S, o, n); break;
-      case 2: four ? kt_v<4, 2>(v, off, hd, S, o, n) : kt_v<1, 2>(v, off, hd, S, o, n); break;
-      case 3: four ? kt_v<4, 3>(v, off, hd, S, o, n) : kt_v<1, 3>(v, off, hd, S, o, n); break;
-      default: four ? kt_v<4, 4>(v, off, hd, S, o, n) : kt_v<1, 4>(v, off, hd, S, o, n); break;
-    }
+    with_size<1, 4>(count, [&]<int G>() { four ? kt_v<4, G>(v, off, hd, S, o, n) : kt_v<1, G>(v, off, hd, S, o, n); });
     return;
   }
-  const int64_t pieces = (count + kKtVPiece - 1) / kKtVPiece;
-  for (int64_t p = 0, q0 = 0; p < pieces; ++p) {
-    const int64_t size = count / pieces + (p < count % pieces ? 1 : 0);
-    const float* Sp = S + q0 * kChunkTokens;
-    switch (size) {  // 5 .. 16: the pieces are as even as possible
-      case 5: kt_v<1, 5>(v, off, hd, Sp, o + q0, n + q0); break;
-      case 6: kt_v<1, 6>(v, off, hd, Sp, o + q0, n + q0); break;
-      case 7: kt_v<1, 7>(v, off, hd, Sp, o + q0, n + q0); break;
-      case 8: kt_v<1, 8>(v, off, hd, Sp, o + q0, n + q0); break;
-      case 9: kt_v<1, 9>(v, off, hd, Sp, o + q0, n + q0); break;
-      case 10: kt_v<1, 10>(v, off, hd, Sp, o + q0, n + q0); break;
-      case 11: kt_v<1, 11>(v, off, hd, Sp, o + q0, n + q0); break;
-      case 12: kt_v<1, 12>(v, off, hd, Sp, o + q0, n + q0); break;
-      case 13: kt_v<1, 13>(v, off, hd, Sp, o + q0, n + q0); break;
-      case 14: kt_v<1, 14>(v, off, hd, Sp, o + q0, n + q0); break;
-      case 15: kt_v<1, 15>(v, off, hd, Sp, o + q0, n + q0); break;
-      default: kt_v<1, 16>(v, off, hd, Sp, o + q0, n + q0); break;
-    }
-    q0 += size;
-  }
+  pieces(count, kKtVPiece, [&](int64_t q0, int64_t size) {  // 5 .. 16: the pieces are as even as possible
+    with_size<5, kKtVPiece>(size, [&]<int G>() { kt_v<1, G>(v, off, hd, S + q0 * kChunkTokens, o + q0, n + q0); });
+  });
 }
 
 // The group's query heads of every row in `cs` (which share p0, the pools and the block table).

@@ -27,6 +27,7 @@
 #include <span>
 
 #include "gpu/host/attention.h"
+#include "gpu/host/attention_pieces.h"
 #include "gpu/host/hmatmul.h"
 
 #define SPECULA_ATTENTION_UNROLL _Pragma("GCC unroll 16")
@@ -89,12 +90,7 @@ void score_group(const uint16_t* const* kb, int64_t nblk, int64_t bt, int64_t hd
           _mm_prefetch(reinterpret_cast<const char*>(v + off[j]) + byte, _MM_HINT_T1);
     }
     const uint16_t* const* pf = prefetch ? next : nullptr;
-    switch (nblk - t < kBlocks ? nblk - t : kBlocks) {
-      case 1: scores<G, 1>(kb + t, bt, hd, qp, S, t, scale, pf); break;
-      case 2: scores<G, 2>(kb + t, bt, hd, qp, S, t, scale, pf); break;
-      case 3: scores<G, 3>(kb + t, bt, hd, qp, S, t, scale, pf); break;
-      default: scores<G, 4>(kb + t, bt, hd, qp, S, t, scale, pf); break;
-    }
+    with_size<1, kBlocks>(nblk - t, [&]<int B>() { scores<G, B>(kb + t, bt, hd, qp, S, t, scale, pf); });
   }
 }
 
@@ -185,56 +181,23 @@ void queries(const AttentionChunk& c, int64_t n_max, const float* const* q, floa
     kb[t] = k + static_cast<int64_t>(c.blocks[p / bt]) * bt * rf + 2 * (p % bt);
   }
   alignas(64) uint32_t qp[kGroup * 256];
-  const int64_t groups = (count + kGroup - 1) / kGroup;
-  for (int64_t p = 0, q0 = 0; p < groups; ++p) {
-    const int64_t size = count / groups + (p < count % groups ? 1 : 0);
+  pieces(count, kGroup, [&](int64_t q0, int64_t size) {
     for (int64_t g = 0; g < size; ++g) q_pairs(q[q0 + g], hd, size, g, qp);
     float* Sg = S + q0 * kChunkTokens;
-    const bool pf = p == 0;
-    switch (size) {
-      case 1: score_group<1>(kb, nblk, bt, hd, qp, Sg, c.scale, pf, v, off, n[q0]); break;
-      case 2: score_group<2>(kb, nblk, bt, hd, qp, Sg, c.scale, pf, v, off, n[q0]); break;
-      case 3: score_group<3>(kb, nblk, bt, hd, qp, Sg, c.scale, pf, v, off, n[q0]); break;
-      case 4: score_group<4>(kb, nblk, bt, hd, qp, Sg, c.scale, pf, v, off, n[q0]); break;
-      case 5: score_group<5>(kb, nblk, bt, hd, qp, Sg, c.scale, pf, v, off, n[q0]); break;
-      default: score_group<6>(kb, nblk, bt, hd, qp, Sg, c.scale, pf, v, off, n[q0]); break;
-    }
-    q0 += size;
-  }
+    with_size<1, kGroup>(size, [&]<int G>() { score_group<G>(kb, nblk, bt, hd, qp, Sg, c.scale, q0 == 0, v, off, n[q0]); });
+  });
   for (int64_t g = 0; g < count; ++g) {
     exp_scores_avx512(S + g * kChunkTokens, n[g], m[g], l[g]);
     weight_pairs(S + g * kChunkTokens, n[g], W + g * kPairs);
   }
   if (count <= 4) {
     const bool four = hd % 64 == 0;
-    switch (count) {
-      case 1: four ? v_pass<4, 1>(v, off, hd, W, o, n) : v_pass<1, 1>(v, off, hd, W, o, n); break;
-      case 2: four ? v_pass<4, 2>(v, off, hd, W, o, n) : v_pass<1, 2>(v, off, hd, W, o, n); break;
-      case 3: four ? v_pass<4, 3>(v, off, hd, W, o, n) : v_pass<1, 3>(v, off, hd, W, o, n); break;
-      default: four ? v_pass<4, 4>(v, off, hd, W, o, n) : v_pass<1, 4>(v, off, hd, W, o, n); break;
-    }
+    with_size<1, 4>(count, [&]<int G>() { four ? v_pass<4, G>(v, off, hd, W, o, n) : v_pass<1, G>(v, off, hd, W, o, n); });
     return;
   }
-  const int64_t pieces = (count + kVPiece - 1) / kVPiece;
-  for (int64_t p = 0, q0 = 0; p < pieces; ++p) {
-    const int64_t size = count / pieces + (p < count % pieces ? 1 : 0);
-    const uint32_t* Wp = W + q0 * kPairs;
-    switch (size) {  // 5 .. 16: the pieces are as even as possible
-      case 5: v_pass<1, 5>(v, off, hd, Wp, o + q0, n + q0); break;
-      case 6: v_pass<1, 6>(v, off, hd, Wp, o + q0, n + q0); break;
-      case 7: v_pass<1, 7>(v, off, hd, Wp, o + q0, n + q0); break;
-      case 8: v_pass<1, 8>(v, off, hd, Wp, o + q0, n + q0); break;
-      case 9: v_pass<1, 9>(v, off, hd, Wp, o + q0, n + q0); break;
-      case 10: v_pass<1, 10>(v, off, hd, Wp, o + q0, n + q0); break;
-      case 11: v_pass<1, 11>(v, off, hd, Wp, o + q0, n + q0); break;
-      case 12: v_pass<1, 12>(v, off, hd, Wp, o + q0, n + q0); break;
-      case 13: v_pass<1, 13>(v, off, hd, Wp, o + q0, n + q0); break;
-      case 14: v_pass<1, 14>(v, off, hd, Wp, o + q0, n + q0); break;
-      case 15: v_pass<1, 15>(v, off, hd, Wp, o + q0, n + q0); break;
-      default: v_pass<1, 16>(v, off, hd, Wp, o + q0, n + q0); break;
-    }
-    q0 += size;
-  }
+  pieces(count, kVPiece, [&](int64_t q0, int64_t size) {  // 5 .. 16: the pieces are as even as possible
+    with_size<5, kVPiece>(size, [&]<int G>() { v_pass<1, G>(v, off, hd, W + q0 * kPairs, o + q0, n + q0); });
+  });
 }
 
 }  // namespace
