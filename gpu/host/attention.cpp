@@ -242,32 +242,46 @@ void attention(const float* q, const KvCache& kv, int layer, std::span<const Seq
   const void* vp = f16 ? static_cast<const void*>(kv.v_pool_f16(layer)) : kv.v_pool(layer);
   const int64_t esize = f16 ? 2 : 4;
 
+  // An item's chunk for one of its rows: the pools, block table and positions (the kernel's inputs
+  // but the row's query and outputs).
+  auto chunk_of = [&](const Item& item, const Row& row) {
+    AttentionChunk c;
+    c.k = static_cast<const char*>(kp) + item.kh * hd * (kt ? bt : 1) * esize;
+    c.v = static_cast<const char*>(vp) + item.kh * hd * (bf16 ? 2 : 1) * esize;
+    c.f16 = f16;
+    c.k_transposed = kt;
+    c.bf16 = bf16;
+    c.blocks = kv.block_table(row.s->seq).data();
+    c.block_tokens = bt;
+    c.row_floats = rf;
+    c.head_dim = hd;
+    c.group = group;
+    c.p0 = item.chunk * kChunkTokens;
+    c.p1 = std::min(row.s->start + row.i + 1, c.p0 + kChunkTokens);
+    c.scale = scale;
+    return c;
+  };
   auto run = [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
     thread_local std::vector<AttentionChunk> batch;
     scores.resize(static_cast<size_t>(joint ? max_range_rows * group * kChunkTokens : group * max_chunk));
     for (int64_t it = begin; it < end; ++it) {
       const Item& item = items[static_cast<size_t>(it)];
+      // The next item's chunk as its longest row reads it (the last of its rows).
+      AttentionChunk next;
+      const bool has_next = it + 1 < end;
+      if (has_next) {
+        const Item& ni = items[static_cast<size_t>(it + 1)];
+        next = chunk_of(ni, rows[ni.first_row + ni.rows - 1]);
+      }
       batch.clear();
       for (size_t r = item.first_row; r < item.first_row + item.rows; ++r) {
         const Row& row = rows[r];
         if (item.chunk >= row.chunks) continue;  // this row's context ends before the chunk
-        const int64_t ctx = row.s->start + row.i + 1, trow = row.s->row + row.i;
-        AttentionChunk c;
+        const int64_t trow = row.s->row + row.i;
+        AttentionChunk c = chunk_of(item, row);
         c.q = q + (trow * heads + item.kh * group) * hd;
-        c.k = static_cast<const char*>(kp) + item.kh * hd * (kt ? bt : 1) * esize;
-        c.v = static_cast<const char*>(vp) + item.kh * hd * (bf16 ? 2 : 1) * esize;
-        c.f16 = f16;
-        c.k_transposed = kt;
-        c.bf16 = bf16;
-        c.blocks = kv.block_table(row.s->seq).data();
-        c.block_tokens = bt;
-        c.row_floats = rf;
-        c.head_dim = hd;
-        c.group = group;
-        c.p0 = item.chunk * kChunkTokens;
-        c.p1 = std::min(ctx, c.p0 + kChunkTokens);
-        c.scale = scale;
+        c.next = has_next ? &next : nullptr;
         float* pi = part + (row.first_partial + item.kh * row.chunks + item.chunk) * per_item;
         c.m = pi;
         c.l = pi + group;

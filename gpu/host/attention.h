@@ -58,6 +58,10 @@ struct AttentionChunk {
   float* l = nullptr;
   float* o = nullptr;
   float* scores = nullptr;       // scratch of group * (p1 - p0) floats
+  // The chunk the calling thread computes next (its pools, block table and positions; null: none):
+  // the transposed-K kernels ask for its K and V lines into L2 a few at a time while this chunk
+  // computes, so that the next chunk's reads overlap this one's arithmetic. Never read otherwise.
+  const AttentionChunk* next = nullptr;
 };
 
 // One chunk. The AVX2 version needs head_dim % 8 == 0 and cpu_has_avx2_fma(), and with K

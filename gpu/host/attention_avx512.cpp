@@ -21,6 +21,7 @@
 #include <span>
 
 #include "gpu/host/attention.h"
+#include "gpu/host/attention_next.h"
 #include "gpu/host/attention_pieces.h"
 #include "gpu/host/simd_math.h"
 
@@ -225,13 +226,16 @@ void run_queries(const AttentionChunk& c, int64_t n_max, const Query* qs, int64_
 // reduction. Each score is that one chain whatever the pass holds, so a query's bits do not depend
 // on the other queries (the row property). A score pass holds up to kKtGroup queries and
 // kKtBlocks blocks of 16 positions (24 accumulators, every K vector converted once per pass); the
-// V pass takes up to kKtVPiece queries a 16-value slice of V at a time (one conversion for all of
-// them). The V sums are the row-K kernel's chains (o = fma(w_j, v_j, o) over j in order), so only
-// the scores differ from it. The queries' q are copied dimension-major and their scores kept
+// V pass takes up to kKtV4Piece queries four 16-value slices at a time (with a head size that is a
+// multiple of 64; else up to kKtVPiece queries one slice at a time). The V sums are the row-K
+// kernel's chains (o = fma(w_j, v_j, o) over j in order), so only the scores differ from it. The queries' q are copied dimension-major and their scores kept
 // kChunkTokens apart, so that every operand of the inner loops is a fixed offset from one pointer.
 constexpr int kKtGroup = 6;
 constexpr int kKtBlocks = 4;
 constexpr int kKtVPiece = 16;
+// Queries a V pass takes four slices at a time (24 accumulators, 4 of V, the weight): 4-5% faster
+// than kKtVPiece one slice at a time for 5-16 rows (fifty-sixth session), the same chains.
+constexpr int kKtV4Piece = 6;
 
 // S[g * kChunkTokens + 16 (t0 + b) + lane] = scale * q_g . k at the chunk's position
 // 16 (t0 + b) + lane, for G queries (qt[d * G + g] = q_g[d]) and B blocks (kb[b] at dimension 0 of
@@ -268,8 +272,9 @@ inline void kt_scores(const uint16_t* const* kb, int64_t bt, int64_t hd, const f
 // first group) it asks for the next blocks' K and for the V rows of these ones, up to n.
 template <int G>
 void kt_score_group(const uint16_t* const* kb, int64_t nblk, int64_t bt, int64_t hd, const float* qt, float* S, float scale,
-                    bool prefetch, const uint16_t* v, const int64_t* voff, int64_t n) {
+                    bool prefetch, const uint16_t* v, const int64_t* voff, int64_t n, NextLines& next, int64_t per) {
   for (int64_t t = 0; t < nblk; t += kKtBlocks) {
+    next.issue(per);
     const uint16_t* next[kKtBlocks] = {};
     if (prefetch) {
       for (int b = 0; b < kKtBlocks && t + kKtBlocks + b < nblk; ++b) next[b] = kb[t + kKtBlocks + b];
@@ -287,12 +292,13 @@ void kt_score_group(const uint16_t* const* kb, int64_t nblk, int64_t bt, int64_t
 // S[g * kChunkTokens + j] v_j[d0, d0 + 16 DS), for G queries (o[g] their outputs).
 template <int DS, int G>
 inline void kt_v_slice(const uint16_t* v, const int64_t* off, int64_t j0, int64_t j1, const float* S, float* const* o,
-                       int64_t d0, bool first) {
+                       int64_t d0, bool first, NextLines& next, int64_t per) {
   __m512 acc[G][DS];
   SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
     SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s)
       acc[g][s] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(o[g] + d0 + 16 * s);
   for (int64_t j = j0; j < j1; ++j) {
+    next.issue(per);
     const uint16_t* vp = v + off[j] + d0;
     __m512 vv[DS];
     SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) vv[s] = load16(vp + 16 * s);
@@ -308,13 +314,15 @@ inline void kt_v_slice(const uint16_t* v, const int64_t* off, int64_t j0, int64_
 // The V pass of G queries (S their scores, o their outputs, n their lengths): every query over the
 // shortest one's positions, DS slices at a time, then each longer one's remaining positions.
 template <int DS, int G>
-void kt_v(const uint16_t* v, const int64_t* off, int64_t hd, const float* S, float* const* o, const int64_t* n) {
+void kt_v(const uint16_t* v, const int64_t* off, int64_t hd, const float* S, float* const* o, const int64_t* n,
+          NextLines& next, int64_t per) {
   int64_t n_lo = n[0];
   for (int g = 1; g < G; ++g) n_lo = n[g] < n_lo ? n[g] : n_lo;
-  for (int64_t d0 = 0; d0 < hd; d0 += 16 * DS) kt_v_slice<DS, G>(v, off, 0, n_lo, S, o, d0, true);
+  for (int64_t d0 = 0; d0 < hd; d0 += 16 * DS) kt_v_slice<DS, G>(v, off, 0, n_lo, S, o, d0, true, next, per);
   for (int g = 0; g < G; ++g)
     if (n[g] > n_lo)
-      for (int64_t d0 = 0; d0 < hd; d0 += 16) kt_v_slice<1, 1>(v, off, n_lo, n[g], S + g * kChunkTokens, o + g, d0, false);
+      for (int64_t d0 = 0; d0 < hd; d0 += 16)
+        kt_v_slice<1, 1>(v, off, n_lo, n[g], S + g * kChunkTokens, o + g, d0, false, next, per);
 }
 
 // `count` queries sharing the chunk's p0 (a multiple of 16) over a transposed fp16 K.
@@ -337,25 +345,42 @@ void kt_queries(const AttentionChunk& c, int64_t n_max, const Query* qs, int64_t
   int64_t n[kMaxJointQueries];
   float* o[kMaxJointQueries];
   for (int64_t g = 0; g < count; ++g) n[g] = qs[g].n, o[g] = qs[g].o;
+  // The next chunk's lines, spread over this one's steps: every score group's runs of kKtBlocks
+  // blocks and the V pass's positions (each slice's).
+  NextLines next(c.next);
+  const bool four = hd % 64 == 0;
+  const int64_t groups = (count + kKtGroup - 1) / kKtGroup;
+  const int64_t v_passes = count <= 4 ? 1 : four ? (count + kKtV4Piece - 1) / kKtV4Piece : (count + kKtVPiece - 1) / kKtVPiece;
+  const int64_t steps = groups * ((nblk + kKtBlocks - 1) / kKtBlocks) + v_passes * n_max * (four ? hd / 64 : hd / 16);
+  const int64_t per = (next.lines() + steps - 1) / steps;
   // Scores, in groups of up to kKtGroup queries as even as possible; the first group's pass
   // prefetches K ahead and the V rows within its first query's length.
   pieces(count, kKtGroup, [&](int64_t q0, int64_t size) {
     for (int64_t d = 0; d < hd; ++d)
       for (int64_t g = 0; g < size; ++g) qt[d * size + g] = qs[q0 + g].q[d];
     float* Sg = S + q0 * kChunkTokens;
-    with_size<1, kKtGroup>(size, [&]<int G>() { kt_score_group<G>(kb, nblk, bt, hd, qt, Sg, c.scale, q0 == 0, v, off, n[q0]); });
+    with_size<1, kKtGroup>(size, [&]<int G>() {
+      kt_score_group<G>(kb, nblk, bt, hd, qt, Sg, c.scale, q0 == 0, v, off, n[q0], next, per);
+    });
   });
   for (int64_t g = 0; g < count; ++g) exp_scores(S + g * kChunkTokens, n[g], qs[g].m, qs[g].l);
-  // V: up to 4 queries four slices at a time (as the row-K kernel), more in pieces of up to
-  // kKtVPiece one slice at a time.
+  // V: four slices at a time (each weight broadcast once for 64 values) where the head size
+  // allows, up to 4 queries in one pass (as the row-K kernel) and more in pieces of up to
+  // kKtV4Piece; else one slice at a time, in pieces of up to kKtVPiece.
   if (count <= 4) {
-    const bool four = hd % 64 == 0;
-    with_size<1, 4>(count, [&]<int G>() { four ? kt_v<4, G>(v, off, hd, S, o, n) : kt_v<1, G>(v, off, hd, S, o, n); });
-    return;
+    with_size<1, 4>(count, [&]<int G>() {
+      four ? kt_v<4, G>(v, off, hd, S, o, n, next, per) : kt_v<1, G>(v, off, hd, S, o, n, next, per);
+    });
+  } else if (hd % 64 == 0) {
+    pieces(count, kKtV4Piece, [&](int64_t q0, int64_t size) {
+      with_size<1, kKtV4Piece>(size, [&]<int G>() { kt_v<4, G>(v, off, hd, S + q0 * kChunkTokens, o + q0, n + q0, next, per); });
+    });
+  } else {
+    pieces(count, kKtVPiece, [&](int64_t q0, int64_t size) {  // 5 .. 16: the pieces are as even as possible
+      with_size<5, kKtVPiece>(size, [&]<int G>() { kt_v<1, G>(v, off, hd, S + q0 * kChunkTokens, o + q0, n + q0, next, per); });
+    });
   }
-  pieces(count, kKtVPiece, [&](int64_t q0, int64_t size) {  // 5 .. 16: the pieces are as even as possible
-    with_size<5, kKtVPiece>(size, [&]<int G>() { kt_v<1, G>(v, off, hd, S + q0 * kChunkTokens, o + q0, n + q0); });
-  });
+  next.issue(next.lines());  // whatever the steps left (a short chunk)
 }
 
 // The group's query heads of every row in `cs` (which share p0, the pools and the block table).

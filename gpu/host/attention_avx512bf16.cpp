@@ -27,6 +27,7 @@
 #include <span>
 
 #include "gpu/host/attention.h"
+#include "gpu/host/attention_next.h"
 #include "gpu/host/attention_pieces.h"
 #include "gpu/host/hmatmul.h"
 
@@ -39,6 +40,7 @@ namespace {
 constexpr int kGroup = 6;    // queries a score pass (6 x 4 accumulators)
 constexpr int kBlocks = 4;   // blocks of 16 positions a score pass
 constexpr int kVPiece = 16;  // queries a V pass (one 16-value slice at a time)
+constexpr int kV4Piece = 6;  // queries a V pass four slices at a time (6 x 4 accumulators)
 constexpr int64_t kPairs = kChunkTokens / 2;
 
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh>(v); }
@@ -79,8 +81,9 @@ inline void scores(const uint16_t* const* kb, int64_t bt, int64_t hd, const uint
 // first group) it asks for the next blocks' K and for the V pairs of these ones, up to n positions.
 template <int G>
 void score_group(const uint16_t* const* kb, int64_t nblk, int64_t bt, int64_t hd, const uint32_t* qp, float* S, float scale,
-                 bool prefetch, const uint16_t* v, const int64_t* off, int64_t n) {
+                 bool prefetch, const uint16_t* v, const int64_t* off, int64_t n, NextLines& next_chunk, int64_t per) {
   for (int64_t t = 0; t < nblk; t += kBlocks) {
+    next_chunk.issue(per);
     const uint16_t* next[kBlocks] = {};
     if (prefetch) {
       for (int b = 0; b < kBlocks && t + kBlocks + b < nblk; ++b) next[b] = kb[t + kBlocks + b];
@@ -99,13 +102,14 @@ void score_group(const uint16_t* const* kb, int64_t nblk, int64_t bt, int64_t hd
 // positions are masked to zero (an odd length's last pair).
 template <int DS, int G>
 inline void v_slice(const uint16_t* v, const int64_t* off, int64_t i0, int64_t i1, const uint32_t* W, float* const* o,
-                    int64_t d0, bool first, bool half) {
+                    int64_t d0, bool first, bool half, NextLines& next, int64_t per) {
   __m512 acc[G][DS];
   SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
     SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s)
       acc[g][s] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(o[g] + d0 + 16 * s);
   const __m512i keep = _mm512_set1_epi32(half ? 0x0000FFFF : -1);
   for (int64_t i = i0; i < i1; ++i) {
+    next.issue(per);
     const uint16_t* vp = v + off[2 * i] + 2 * d0;
     __m512i vv[DS];
     SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) vv[s] = _mm512_and_si512(_mm512_loadu_si512(vp + 32 * s), keep);
@@ -122,16 +126,19 @@ inline void v_slice(const uint16_t* v, const int64_t* off, int64_t i0, int64_t i
 // over the full pairs of the shortest one, DS slices at a time, then each one's own remaining full
 // pairs and its half pair.
 template <int DS, int G>
-void v_pass(const uint16_t* v, const int64_t* off, int64_t hd, const uint32_t* W, float* const* o, const int64_t* n) {
+void v_pass(const uint16_t* v, const int64_t* off, int64_t hd, const uint32_t* W, float* const* o, const int64_t* n,
+            NextLines& next, int64_t per) {
   int64_t n_lo = n[0];
   for (int g = 1; g < G; ++g) n_lo = n[g] < n_lo ? n[g] : n_lo;
-  for (int64_t d0 = 0; d0 < hd; d0 += 16 * DS) v_slice<DS, G>(v, off, 0, n_lo / 2, W, o, d0, true, false);
+  for (int64_t d0 = 0; d0 < hd; d0 += 16 * DS) v_slice<DS, G>(v, off, 0, n_lo / 2, W, o, d0, true, false, next, per);
   for (int g = 0; g < G; ++g) {
     const int64_t full = n[g] / 2;
     if (full > n_lo / 2)
-      for (int64_t d0 = 0; d0 < hd; d0 += 16) v_slice<1, 1>(v, off, n_lo / 2, full, W + g * kPairs, o + g, d0, false, false);
+      for (int64_t d0 = 0; d0 < hd; d0 += 16)
+        v_slice<1, 1>(v, off, n_lo / 2, full, W + g * kPairs, o + g, d0, false, false, next, per);
     if (n[g] % 2 == 1)
-      for (int64_t d0 = 0; d0 < hd; d0 += 16) v_slice<1, 1>(v, off, full, full + 1, W + g * kPairs, o + g, d0, false, true);
+      for (int64_t d0 = 0; d0 < hd; d0 += 16)
+        v_slice<1, 1>(v, off, full, full + 1, W + g * kPairs, o + g, d0, false, true, next, per);
   }
 }
 
@@ -180,24 +187,42 @@ void queries(const AttentionChunk& c, int64_t n_max, const float* const* q, floa
     const int64_t p = c.p0 + 16 * t;
     kb[t] = k + static_cast<int64_t>(c.blocks[p / bt]) * bt * rf + 2 * (p % bt);
   }
+  // The next chunk's lines, spread over this one's steps (every score group's runs of kBlocks
+  // blocks, the V pass's pairs of each slice), the rest asked for at the end.
+  NextLines next(c.next);
+  const bool four = hd % 64 == 0;
+  const int64_t v_passes = count <= 4 ? 1 : four ? (count + kV4Piece - 1) / kV4Piece : (count + kVPiece - 1) / kVPiece;
+  const int64_t steps = (count + kGroup - 1) / kGroup * ((nblk + kBlocks - 1) / kBlocks) +
+                        v_passes * ((n_max + 1) / 2) * (four ? hd / 64 : hd / 16);
+  const int64_t per = (next.lines() + steps - 1) / steps;
   alignas(64) uint32_t qp[kGroup * 256];
   pieces(count, kGroup, [&](int64_t q0, int64_t size) {
     for (int64_t g = 0; g < size; ++g) q_pairs(q[q0 + g], hd, size, g, qp);
     float* Sg = S + q0 * kChunkTokens;
-    with_size<1, kGroup>(size, [&]<int G>() { score_group<G>(kb, nblk, bt, hd, qp, Sg, c.scale, q0 == 0, v, off, n[q0]); });
+    with_size<1, kGroup>(size, [&]<int G>() {
+      score_group<G>(kb, nblk, bt, hd, qp, Sg, c.scale, q0 == 0, v, off, n[q0], next, per);
+    });
   });
   for (int64_t g = 0; g < count; ++g) {
     exp_scores_avx512(S + g * kChunkTokens, n[g], m[g], l[g]);
     weight_pairs(S + g * kChunkTokens, n[g], W + g * kPairs);
   }
+  // V: four slices at a time where the head size allows (up to 4 queries in one pass, more in
+  // pieces of up to kV4Piece), else one slice at a time (pieces of up to kVPiece).
   if (count <= 4) {
-    const bool four = hd % 64 == 0;
-    with_size<1, 4>(count, [&]<int G>() { four ? v_pass<4, G>(v, off, hd, W, o, n) : v_pass<1, G>(v, off, hd, W, o, n); });
-    return;
+    with_size<1, 4>(count, [&]<int G>() {
+      four ? v_pass<4, G>(v, off, hd, W, o, n, next, per) : v_pass<1, G>(v, off, hd, W, o, n, next, per);
+    });
+  } else if (four) {
+    pieces(count, kV4Piece, [&](int64_t q0, int64_t size) {
+      with_size<1, kV4Piece>(size, [&]<int G>() { v_pass<4, G>(v, off, hd, W + q0 * kPairs, o + q0, n + q0, next, per); });
+    });
+  } else {
+    pieces(count, kVPiece, [&](int64_t q0, int64_t size) {  // 5 .. 16: the pieces are as even as possible
+      with_size<5, kVPiece>(size, [&]<int G>() { v_pass<1, G>(v, off, hd, W + q0 * kPairs, o + q0, n + q0, next, per); });
+    });
   }
-  pieces(count, kVPiece, [&](int64_t q0, int64_t size) {  // 5 .. 16: the pieces are as even as possible
-    with_size<5, kVPiece>(size, [&]<int G>() { v_pass<1, G>(v, off, hd, W + q0 * kPairs, o + q0, n + q0); });
-  });
+  next.issue(next.lines());  // whatever the steps left
 }
 
 }  // namespace

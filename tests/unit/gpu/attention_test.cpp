@@ -16,9 +16,12 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "gpu/host/attention.h"
+#include "gpu/host/attention_next.h"
 #include "gpu/host/hmatmul.h"
 #include "gpu/host/host_device.h"
 #include "gpu/host/matmul_kernels.h"
@@ -473,6 +476,68 @@ TEST(HostAttention, KvStorePutsEveryValueWhereTheCachesOffsetsSayInEveryLayout) 
             ASSERT_EQ(got_v, want_v) << "layout " << layout << " seq " << x.seq << " position " << x.start + i << " V " << j;
           }
   }
+}
+
+TEST(HostAttention, TheNextChunksPrefetchedLinesAreTheLinesItsKAndVOccupyInBothTransposedLayouts) {
+  // NextLines (attention_next.h) walks the chunk a thread computes next, as attention() describes
+  // it to the kernels; the lines it walks must be the lines the cache's own offsets put that
+  // chunk's K (its runs of 16 positions, as the kernels read them) and V (its positions, or pairs
+  // of positions with bf16 pairs) in: fp16 with K transposed and bf16 pairs, blocks of 16, 32 and
+  // 64 positions scattered over two sequences, head sizes 16 to 128, every kv head, chunks short,
+  // long and past the first. A wrong stride, piece or block offset leaves lines out or adds others.
+  for (const bool bf16 : {false, true})
+    for (const int64_t bt : {16, 32, 64})
+      for (const int64_t hd : {16, 64, 128}) {
+        HostOps ops(1, host_kernels::host_path_for("portable"));
+        KvCacheConfig c;
+        c.layers = 1;
+        c.kv_heads = 3;
+        c.head_dim = hd;
+        c.block_tokens = bt;
+        c.num_blocks = 2 * 600 / bt + 4;
+        c.f16 = true;
+        c.k_transposed = true;
+        c.bf16 = bf16;
+        KvCache kv(ops, c);
+        const int a = kv.create_sequence(), b = kv.create_sequence();
+        for (int64_t len = bt; len <= 600; len += bt) kv.reserve(a, len), kv.reserve(b, len);  // interleaved blocks
+        const int64_t rf = kv.row_floats();
+        const char* k_pool = reinterpret_cast<const char*>(kv.k_pool_f16(0));
+        const char* v_pool = reinterpret_cast<const char*>(kv.v_pool_f16(0));
+        for (int64_t kh = 0; kh < c.kv_heads; ++kh)
+          for (const auto& [p0, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {0, 17}, {256, 256}, {512, 75}}) {
+            host_kernels::AttentionChunk ch;  // as attention() makes it for the kv head
+            ch.k = k_pool + kh * hd * bt * 2;
+            ch.v = v_pool + kh * hd * (bf16 ? 2 : 1) * 2;
+            ch.f16 = ch.k_transposed = true;
+            ch.bf16 = bf16;
+            ch.blocks = kv.block_table(b).data();
+            ch.block_tokens = bt;
+            ch.row_floats = rf;
+            ch.head_dim = hd;
+            ch.p0 = p0;
+            ch.p1 = p0 + n;
+            const auto line = [](const char* at) { return reinterpret_cast<uintptr_t>(at) / 64; };
+            std::set<uintptr_t> want, got;
+            for (int64_t p = p0; p < p0 + (n + 15) / 16 * 16; ++p)
+              for (int64_t d = 0; d < hd; ++d) want.insert(line(k_pool + 2 * kv.k_offset(b, p, kh * hd + d)));
+            for (int64_t p = p0; p < p0 + (bf16 ? (n + 1) / 2 * 2 : n); ++p)
+              for (int64_t d = 0; d < hd; ++d) want.insert(line(v_pool + 2 * kv.v_offset(b, p, kh * hd + d)));
+            host_kernels::NextLines next(&ch);
+            int64_t walked = 0;
+            for (int64_t step = 0; step < next.lines() + 3; step += 3)
+              next.walk(3, [&](const char* at) { got.insert(line(at)), ++walked; });
+            ASSERT_EQ(walked, next.lines());
+            ASSERT_EQ(got, want) << (bf16 ? "bf16 pairs" : "fp16") << ", blocks of " << bt << ", head size " << hd << ", kv head "
+                                 << kh << ", positions " << p0 << " + " << n;
+          }
+        // Nothing to walk without a chunk, for a row K, or for an empty chunk.
+        EXPECT_EQ(host_kernels::NextLines(nullptr).lines(), 0);
+      }
+  host_kernels::AttentionChunk rows;
+  rows.k_transposed = false;
+  rows.p0 = 0, rows.p1 = 16, rows.block_tokens = 16;
+  EXPECT_EQ(host_kernels::NextLines(&rows).lines(), 0);
 }
 
 TEST(HostAttention, ATransposedKNeedsAnFp16CacheAndBlocksAndHeadsOfMultiplesOf16) {
