@@ -329,7 +329,9 @@ void kt_queries(const AttentionChunk& c, int64_t n_max, const KtQuery* qs, int64
       for (int64_t g = 0; g < size; ++g) _mm256_store_ps(qb + (d * size + g) * 8, _mm256_set1_ps(qs[q0 + g].q[d]));
     float* Sg = S + q0 * kChunkTokens;
     const bool pf = q0 == 0;
-    with_size<1, kKtGroup>(size, [&]<int G>() { kt_score_group<G>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0], next, per); });
+    with_size<1, kKtGroup>(size, [&]<int G>() {
+      kt_score_group<G>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0], next, per);
+    });
   });
   for (int64_t g = 0; g < count; ++g) exp_scores(S + g * kChunkTokens, n[g], qs[g].m, qs[g].l);
   // V: up to three queries four vectors of the head at a time (12 accumulators: enough chains in

@@ -228,8 +228,9 @@ void run_queries(const AttentionChunk& c, int64_t n_max, const Query* qs, int64_
 // kKtBlocks blocks of 16 positions (24 accumulators, every K vector converted once per pass); the
 // V pass takes up to kKtV4Piece queries four 16-value slices at a time (with a head size that is a
 // multiple of 64; else up to kKtVPiece queries one slice at a time). The V sums are the row-K
-// kernel's chains (o = fma(w_j, v_j, o) over j in order), so only the scores differ from it. The queries' q are copied dimension-major and their scores kept
-// kChunkTokens apart, so that every operand of the inner loops is a fixed offset from one pointer.
+// kernel's chains (o = fma(w_j, v_j, o) over j in order), so only the scores differ from it. The
+// queries' q are copied dimension-major and their scores kept kChunkTokens apart, so that every
+// operand of the inner loops is a fixed offset from one pointer.
 constexpr int kKtGroup = 6;
 constexpr int kKtBlocks = 4;
 constexpr int kKtVPiece = 16;
