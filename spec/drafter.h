@@ -21,6 +21,10 @@ struct DraftRequest {
   float min_confidence = 0;          // draft no further once the product of the tokens' draft probabilities is below this (0 = off)
   SamplingParams sampling;           // the request's transform, applied to q as the verifier applies it to p
   SpecSampling mode = SpecSampling::Exact;  // exact: draw t_i with RngStream::Draft; coupled: RngStream::Token
+
+  // Whether the verdict on this request's rounds reads q: only exact sampling does (greedy and
+  // coupled rounds are judged by the tokens alone), so drafters may leave q empty otherwise.
+  bool verdict_reads_q() const { return !sampling.greedy() && mode == SpecSampling::Exact; }
 };
 
 // Thread-safety: none; one owner (the loop or the draft actor) drives it.
@@ -32,7 +36,8 @@ class Drafter {
   // the time counts as prefill, not drafting). Optional: propose() catches up on its own.
   virtual void prefill(std::span<const int32_t> context) {}
   // Proposes up to req.max_tokens tokens continuing req.context, each with its q row
-  // (full vocabulary, after req.sampling's transform). `out` is overwritten.
+  // (full vocabulary, after req.sampling's transform; left out where !req.verdict_reads_q(),
+  // DraftProposal::q). `out` is overwritten.
   virtual void propose(const DraftRequest& req, DraftProposal& out) = 0;
   // The first `length` tokens of the context are settled and agree with what the drafter was
   // shown or proposed; forget everything after them (a model drafter truncates its cache).

@@ -303,7 +303,7 @@ bool EagleDrafter::draft_greedy(const DraftRequest& req, int64_t i, int32_t& tok
   // The argmax of the row over the vocabulary, found among the head's N logits and the context
   // tokens' (every other token is -inf), the context tokens' with kEagleContextBias added: ties go
   // to the smaller token id, as argmax over the full row does. The entropy and confidence rules
-  // judge the untempered softmax of those logits. q is one-hot (append_q_row).
+  // judge the untempered softmax of those logits. No q row is written (append_q_row).
   const size_t N = w_->head->token_map.size();
   const auto logit = [&](size_t r) { return r < N ? logits_[r] : logits_[r] + kEagleContextBias; };
   size_t best = 0;
@@ -351,16 +351,14 @@ bool EagleDrafter::draft_reduced(const DraftRequest& req, int64_t i, int32_t& to
   return true;
 }
 
-void EagleDrafter::append_q_row(const DraftRequest& req, int32_t token, DraftProposal& out) const {
-  // Row k of out.q: one-hot at the token for greedy params, else draft_reduced's q on the head's
-  // N tokens (q_ at ids_) and 0 elsewhere.
+void EagleDrafter::append_q_row(const DraftRequest& req, DraftProposal& out) const {
+  // Row k of out.q: draft_reduced's q on the head's N tokens (q_ at ids_) and 0 elsewhere. None
+  // where the verdict does not read it (greedy or coupled: DraftProposal::q): a row is a
+  // vocabulary's worth of writes a token, 12% of the greedy drafting time.
+  if (!req.verdict_reads_q()) return;
   const size_t base = out.q.size();
   out.q.resize(base + static_cast<size_t>(w_->target_vocab), 0.0f);
   float* row = out.q.data() + base;
-  if (req.sampling.greedy()) {
-    row[token] = 1.0f;
-    return;
-  }
   for (size_t j = 0; j < ids_.size(); ++j) row[ids_[j]] = q_[j];
 }
 
@@ -451,7 +449,7 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
       break;
     }
     out.tokens.push_back(t);
-    append_q_row(req, t, out);
+    append_q_row(req, out);
     // The head's own output of the entry just run: the feature of the next depth, or of a
     // continuation of this proposal.
     feat_.assign(g_.end() - hidden_, g_.end());

@@ -148,8 +148,9 @@ class EagleDrafter final : public Drafter {
   // token's draft probability goes to `confidence`.
   bool draft_reduced(const DraftRequest& req, int64_t i, int32_t& token, DraftConfidence& confidence);
   bool draft_greedy(const DraftRequest& req, int64_t i, int32_t& token, DraftConfidence& confidence);
-  // Appends the q row of the token just drafted to out.q (full vocabulary, as the verifier reads it).
-  void append_q_row(const DraftRequest& req, int32_t token, DraftProposal& out) const;
+  // Appends the q row of the token just drafted to out.q (full vocabulary, as the verifier reads it);
+  // nothing where the verdict does not read q (DraftRequest::verdict_reads_q).
+  void append_q_row(const DraftRequest& req, DraftProposal& out) const;
   // Feeds entries at positions [pos, pos + n) with features f [n, H] and tokens; leaves the
   // layer outputs g [n, H] in g_ and, with `logits`, the reduced logits of the last entry in
   // logits_ [N].

@@ -37,6 +37,7 @@ void NgramDrafter::propose(const DraftRequest& req, DraftProposal& out) {
     const int32_t t = s < len ? req.context[static_cast<size_t>(s)] : out.tokens[static_cast<size_t>(s - len)];
     if (t < 0 || t >= vocab_) break;
     out.tokens.push_back(t);
+    if (!req.verdict_reads_q()) continue;  // no q rows where the verdict does not read them
     out.q.resize(out.q.size() + static_cast<size_t>(vocab_), 0.0f);
     out.q[out.q.size() - static_cast<size_t>(vocab_) + static_cast<size_t>(t)] = 1.0f;  // one-hot
   }

@@ -1,5 +1,6 @@
 // Prompt-lookup drafting: find the last few tokens earlier in the prompt + output and propose
-// what followed them. No model, no state; q is one-hot, which the acceptance rule handles exactly.
+// what followed them. No model, no state; q is one-hot, which the acceptance rule handles exactly
+// (no q rows where the verdict does not read them: DraftRequest::verdict_reads_q).
 #pragma once
 #include <cstdint>
 #include <span>

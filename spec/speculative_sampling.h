@@ -46,7 +46,10 @@ SpecSampling parse_spec_sampling(std::string_view s);
 struct DraftProposal {
   std::vector<int32_t> tokens;  // [k] t1..tk, proposed after the last committed token; k may be 0
   std::vector<float> q;         // [k, vocab] row i: the distribution t_{i+1} was drawn from, after
-                                // the request's transform (one-hot for a deterministic drafter)
+                                // the request's transform (one-hot for a deterministic drafter);
+                                // or empty for a greedy or coupled request, whose rounds are judged
+                                // by the tokens alone (DraftRequest::verdict_reads_q; the eagle and
+                                // n-gram drafters leave it empty then)
   // [k] or empty: entry i is the product of the draft's probabilities of t1..t_{i+1}, the
   // confidence rule's running product (DraftConfidence), where a drafter ran the rule; the
   // automatic threshold calibrates itself on it (DraftLength::observe_confidence).
