@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "gpu/host/host_device.h"
 #include "model/gguf.h"
@@ -41,6 +42,25 @@ TEST(NgramDrafter, ProposesWhatFollowedTheMostRecentLongestMatch) {
   ASSERT_EQ(out.q.size(), 300u);
   for (int i = 0; i < 3; ++i)
     for (int v = 0; v < 100; ++v) EXPECT_EQ(out.q[i * 100 + v], v == out.tokens[i] ? 1.0f : 0.0f);
+}
+
+TEST(NgramDrafter, WritesQRowsOnlyWhereTheVerdictReadsThemThatIsForExactSampling) {
+  // Greedy and coupled rounds are judged by the tokens alone (DraftRequest::verdict_reads_q), so
+  // their proposals carry no q rows; exact sampling's carry one one-hot row per token.
+  NgramDrafter d(100, 3);
+  const std::vector<int32_t> ctx = {1, 7, 8, 9, 40, 41, 5, 7, 8, 9};
+  for (const auto& [sampling, mode, rows] : {std::tuple{SamplingParams{0.0f, 0, 1.0f, 0}, SpecSampling::Exact, false},
+                                             std::tuple{SamplingParams{1.0f, 0, 1.0f, 7}, SpecSampling::Coupled, false},
+                                             std::tuple{SamplingParams{1.0f, 0, 1.0f, 7}, SpecSampling::Exact, true}}) {
+    DraftRequest r = request(ctx, 2);
+    r.sampling = sampling;
+    r.mode = mode;
+    EXPECT_EQ(r.verdict_reads_q(), rows);
+    DraftProposal out;
+    d.propose(r, out);
+    EXPECT_EQ(out.tokens, (std::vector<int32_t>{40, 41}));
+    EXPECT_EQ(out.q.size(), rows ? 200u : 0u) << (sampling.greedy() ? "greedy" : mode == SpecSampling::Coupled ? "coupled" : "exact");
+  }
 }
 
 TEST(NgramDrafter, FallsBackToShorterSuffixesAndProposesNothingWithoutAMatch) {
