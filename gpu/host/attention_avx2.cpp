@@ -202,10 +202,10 @@ inline void kt_scores_upto(int64_t nb, const uint16_t* const* kb, int64_t bt, in
 // to n into L2.
 template <int G>
 void kt_score_group(const uint16_t* const* kb, int64_t nblk, int64_t bt, int64_t hd, const float* qb, float* S, float scale,
-                    bool prefetch, const uint16_t* v, const int64_t* voff, int64_t n, NextLines& next_chunk, int64_t per) {
+                    bool prefetch, const uint16_t* v, const int64_t* voff, int64_t n, NextLines& next_chunk) {
   constexpr int B = kt_blocks(G);
   for (int64_t t = 0; t < nblk; t += B) {
-    next_chunk.issue(per);
+    next_chunk.step();
     const uint16_t* next[B] = {};
     if (prefetch) {
       for (int b = 0; b < B && t + B + b < nblk; ++b) next[b] = kb[t + B + b];
@@ -251,7 +251,7 @@ inline void exp_scores(float* s, int64_t n, float* m, float* l) {
 // v + off[j]). A query's sum is the same chain whether it runs in one call or in two that split j.
 template <int DS, int G>
 inline void kt_v_slice(const uint16_t* v, const int64_t* off, int64_t j0, int64_t j1, const float* S, float* const* o, int64_t d0,
-                       bool first, NextLines& next, int64_t per) {
+                       bool first, NextLines& next) {
   __m256 acc[G][DS];
   SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
     SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) acc[g][s] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(o[g] + d0 + 8 * s);
@@ -260,7 +260,7 @@ inline void kt_v_slice(const uint16_t* v, const int64_t* off, int64_t j0, int64_
   constexpr bool kHoldWeights = G * DS + DS + 1 > 16;
   static_assert(G * DS + (kHoldWeights ? G : DS) + 1 <= 16, "the accumulators and operands fit the registers");
   for (int64_t j = j0; j < j1; ++j) {
-    next.issue(per);
+    next.step();
     const uint16_t* vp = v + off[j] + d0;
     if constexpr (kHoldWeights) {
       __m256 w[G];
@@ -286,15 +286,14 @@ inline void kt_v_slice(const uint16_t* v, const int64_t* off, int64_t j0, int64_
 // shortest one's positions, DS vectors of the head at a time, then each longer one's remaining
 // positions.
 template <int DS, int G>
-void kt_v(const uint16_t* v, const int64_t* off, int64_t hd, const float* S, float* const* o, const int64_t* n, NextLines& next,
-          int64_t per) {
+void kt_v(const uint16_t* v, const int64_t* off, int64_t hd, const float* S, float* const* o, const int64_t* n, NextLines& next) {
   int64_t n_lo = n[0];
   for (int g = 1; g < G; ++g) n_lo = n[g] < n_lo ? n[g] : n_lo;
-  for (int64_t d0 = 0; d0 < hd; d0 += 8 * DS) kt_v_slice<DS, G>(v, off, 0, n_lo, S, o, d0, true, next, per);
+  for (int64_t d0 = 0; d0 < hd; d0 += 8 * DS) kt_v_slice<DS, G>(v, off, 0, n_lo, S, o, d0, true, next);
   SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
     if (n[g] > n_lo)
       for (int64_t d0 = 0; d0 < hd; d0 += 8 * DS)
-        kt_v_slice<DS, 1>(v, off, n_lo, n[g], S + g * kChunkTokens, o + g, d0, false, next, per);
+        kt_v_slice<DS, 1>(v, off, n_lo, n[g], S + g * kChunkTokens, o + g, d0, false, next);
 }
 
 // `count` queries sharing the chunk's p0 (a multiple of 8) over a transposed fp16 K.
@@ -319,31 +318,30 @@ void kt_queries(const AttentionChunk& c, int64_t n_max, const KtQuery* qs, int64
   for (int64_t g = 0; g < count; ++g) n[g] = qs[g].n, o[g] = qs[g].o;
   // The next chunk's lines, spread over this one's steps (about: a score pass's steps take 2 to 4
   // blocks of 8), the rest asked for at the end.
-  NextLines next(c.next);
   const bool wide_v = count <= 3 && hd % 32 == 0;
   const int64_t v_steps = wide_v ? n_max * (hd / 32) : (count + kKtVPiece - 1) / kKtVPiece * n_max * (hd / 16);
   const int64_t steps = (count + kKtGroup - 1) / kKtGroup * ((nblk + 1) / 2) + v_steps;
-  const int64_t per = (next.lines() + steps - 1) / steps;
+  NextLines next(c.next, steps);
   pieces(count, kKtGroup, [&](int64_t q0, int64_t size) {
     for (int64_t d = 0; d < hd; ++d)
       for (int64_t g = 0; g < size; ++g) _mm256_store_ps(qb + (d * size + g) * 8, _mm256_set1_ps(qs[q0 + g].q[d]));
     float* Sg = S + q0 * kChunkTokens;
     const bool pf = q0 == 0;
     with_size<1, kKtGroup>(size, [&]<int G>() {
-      kt_score_group<G>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0], next, per);
+      kt_score_group<G>(kb, nblk, bt, hd, qb, Sg, c.scale, pf, v, off, n[q0], next);
     });
   });
   for (int64_t g = 0; g < count; ++g) exp_scores(S + g * kChunkTokens, n[g], qs[g].m, qs[g].l);
   // V: up to three queries four vectors of the head at a time (12 accumulators: enough chains in
   // flight for two FMA pipes of latency 4), more in pieces of up to kKtVPiece two vectors at a time.
   if (wide_v) {
-    with_size<1, 3>(count, [&]<int G>() { kt_v<4, G>(v, off, hd, S, o, n, next, per); });
+    with_size<1, 3>(count, [&]<int G>() { kt_v<4, G>(v, off, hd, S, o, n, next); });
   } else {
     pieces(count, kKtVPiece, [&](int64_t q0, int64_t size) {
-      with_size<1, kKtVPiece>(size, [&]<int G>() { kt_v<2, G>(v, off, hd, S + q0 * kChunkTokens, o + q0, n + q0, next, per); });
+      with_size<1, kKtVPiece>(size, [&]<int G>() { kt_v<2, G>(v, off, hd, S + q0 * kChunkTokens, o + q0, n + q0, next); });
     });
   }
-  next.issue(next.lines());  // whatever the steps left
+  next.finish();  // whatever the steps left
 }
 
 // The group's query heads of `rows` chunks (which share p0, the pools and the block table).

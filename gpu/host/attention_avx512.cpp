@@ -273,9 +273,9 @@ inline void kt_scores(const uint16_t* const* kb, int64_t bt, int64_t hd, const f
 // first group) it asks for the next blocks' K and for the V rows of these ones, up to n.
 template <int G>
 void kt_score_group(const uint16_t* const* kb, int64_t nblk, int64_t bt, int64_t hd, const float* qt, float* S, float scale,
-                    bool prefetch, const uint16_t* v, const int64_t* voff, int64_t n, NextLines& next, int64_t per) {
+                    bool prefetch, const uint16_t* v, const int64_t* voff, int64_t n, NextLines& next) {
   for (int64_t t = 0; t < nblk; t += kKtBlocks) {
-    next.issue(per);
+    next.step();
     const uint16_t* next[kKtBlocks] = {};
     if (prefetch) {
       for (int b = 0; b < kKtBlocks && t + kKtBlocks + b < nblk; ++b) next[b] = kb[t + kKtBlocks + b];
@@ -293,13 +293,13 @@ void kt_score_group(const uint16_t* const* kb, int64_t nblk, int64_t bt, int64_t
 // S[g * kChunkTokens + j] v_j[d0, d0 + 16 DS), for G queries (o[g] their outputs).
 template <int DS, int G>
 inline void kt_v_slice(const uint16_t* v, const int64_t* off, int64_t j0, int64_t j1, const float* S, float* const* o,
-                       int64_t d0, bool first, NextLines& next, int64_t per) {
+                       int64_t d0, bool first, NextLines& next) {
   __m512 acc[G][DS];
   SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
     SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s)
       acc[g][s] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(o[g] + d0 + 16 * s);
   for (int64_t j = j0; j < j1; ++j) {
-    next.issue(per);
+    next.step();
     const uint16_t* vp = v + off[j] + d0;
     __m512 vv[DS];
     SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) vv[s] = load16(vp + 16 * s);
@@ -315,15 +315,14 @@ inline void kt_v_slice(const uint16_t* v, const int64_t* off, int64_t j0, int64_
 // The V pass of G queries (S their scores, o their outputs, n their lengths): every query over the
 // shortest one's positions, DS slices at a time, then each longer one's remaining positions.
 template <int DS, int G>
-void kt_v(const uint16_t* v, const int64_t* off, int64_t hd, const float* S, float* const* o, const int64_t* n,
-          NextLines& next, int64_t per) {
+void kt_v(const uint16_t* v, const int64_t* off, int64_t hd, const float* S, float* const* o, const int64_t* n, NextLines& next) {
   int64_t n_lo = n[0];
   for (int g = 1; g < G; ++g) n_lo = n[g] < n_lo ? n[g] : n_lo;
-  for (int64_t d0 = 0; d0 < hd; d0 += 16 * DS) kt_v_slice<DS, G>(v, off, 0, n_lo, S, o, d0, true, next, per);
+  for (int64_t d0 = 0; d0 < hd; d0 += 16 * DS) kt_v_slice<DS, G>(v, off, 0, n_lo, S, o, d0, true, next);
   for (int g = 0; g < G; ++g)
     if (n[g] > n_lo)
       for (int64_t d0 = 0; d0 < hd; d0 += 16)
-        kt_v_slice<1, 1>(v, off, n_lo, n[g], S + g * kChunkTokens, o + g, d0, false, next, per);
+        kt_v_slice<1, 1>(v, off, n_lo, n[g], S + g * kChunkTokens, o + g, d0, false, next);
 }
 
 // `count` queries sharing the chunk's p0 (a multiple of 16) over a transposed fp16 K.
@@ -348,12 +347,11 @@ void kt_queries(const AttentionChunk& c, int64_t n_max, const Query* qs, int64_t
   for (int64_t g = 0; g < count; ++g) n[g] = qs[g].n, o[g] = qs[g].o;
   // The next chunk's lines, spread over this one's steps: every score group's runs of kKtBlocks
   // blocks and the V pass's positions (each slice's).
-  NextLines next(c.next);
   const bool four = hd % 64 == 0;
   const int64_t groups = (count + kKtGroup - 1) / kKtGroup;
   const int64_t v_passes = count <= 4 ? 1 : four ? (count + kKtV4Piece - 1) / kKtV4Piece : (count + kKtVPiece - 1) / kKtVPiece;
   const int64_t steps = groups * ((nblk + kKtBlocks - 1) / kKtBlocks) + v_passes * n_max * (four ? hd / 64 : hd / 16);
-  const int64_t per = (next.lines() + steps - 1) / steps;
+  NextLines next(c.next, steps);
   // Scores, in groups of up to kKtGroup queries as even as possible; the first group's pass
   // prefetches K ahead and the V rows within its first query's length.
   pieces(count, kKtGroup, [&](int64_t q0, int64_t size) {
@@ -361,7 +359,7 @@ void kt_queries(const AttentionChunk& c, int64_t n_max, const Query* qs, int64_t
       for (int64_t g = 0; g < size; ++g) qt[d * size + g] = qs[q0 + g].q[d];
     float* Sg = S + q0 * kChunkTokens;
     with_size<1, kKtGroup>(size, [&]<int G>() {
-      kt_score_group<G>(kb, nblk, bt, hd, qt, Sg, c.scale, q0 == 0, v, off, n[q0], next, per);
+      kt_score_group<G>(kb, nblk, bt, hd, qt, Sg, c.scale, q0 == 0, v, off, n[q0], next);
     });
   });
   for (int64_t g = 0; g < count; ++g) exp_scores(S + g * kChunkTokens, n[g], qs[g].m, qs[g].l);
@@ -370,18 +368,18 @@ void kt_queries(const AttentionChunk& c, int64_t n_max, const Query* qs, int64_t
   // kKtV4Piece; else one slice at a time, in pieces of up to kKtVPiece.
   if (count <= 4) {
     with_size<1, 4>(count, [&]<int G>() {
-      four ? kt_v<4, G>(v, off, hd, S, o, n, next, per) : kt_v<1, G>(v, off, hd, S, o, n, next, per);
+      four ? kt_v<4, G>(v, off, hd, S, o, n, next) : kt_v<1, G>(v, off, hd, S, o, n, next);
     });
-  } else if (hd % 64 == 0) {
+  } else if (four) {
     pieces(count, kKtV4Piece, [&](int64_t q0, int64_t size) {
-      with_size<1, kKtV4Piece>(size, [&]<int G>() { kt_v<4, G>(v, off, hd, S + q0 * kChunkTokens, o + q0, n + q0, next, per); });
+      with_size<1, kKtV4Piece>(size, [&]<int G>() { kt_v<4, G>(v, off, hd, S + q0 * kChunkTokens, o + q0, n + q0, next); });
     });
   } else {
     pieces(count, kKtVPiece, [&](int64_t q0, int64_t size) {  // 5 .. 16: the pieces are as even as possible
-      with_size<5, kKtVPiece>(size, [&]<int G>() { kt_v<1, G>(v, off, hd, S + q0 * kChunkTokens, o + q0, n + q0, next, per); });
+      with_size<5, kKtVPiece>(size, [&]<int G>() { kt_v<1, G>(v, off, hd, S + q0 * kChunkTokens, o + q0, n + q0, next); });
     });
   }
-  next.issue(next.lines());  // whatever the steps left (a short chunk)
+  next.finish();  // whatever the steps left (a short chunk)
 }
 
 // The group's query heads of every row in `cs` (which share p0, the pools and the block table).

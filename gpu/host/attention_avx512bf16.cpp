@@ -81,9 +81,9 @@ inline void scores(const uint16_t* const* kb, int64_t bt, int64_t hd, const uint
 // first group) it asks for the next blocks' K and for the V pairs of these ones, up to n positions.
 template <int G>
 void score_group(const uint16_t* const* kb, int64_t nblk, int64_t bt, int64_t hd, const uint32_t* qp, float* S, float scale,
-                 bool prefetch, const uint16_t* v, const int64_t* off, int64_t n, NextLines& next_chunk, int64_t per) {
+                 bool prefetch, const uint16_t* v, const int64_t* off, int64_t n, NextLines& next_chunk) {
   for (int64_t t = 0; t < nblk; t += kBlocks) {
-    next_chunk.issue(per);
+    next_chunk.step();
     const uint16_t* next[kBlocks] = {};
     if (prefetch) {
       for (int b = 0; b < kBlocks && t + kBlocks + b < nblk; ++b) next[b] = kb[t + kBlocks + b];
@@ -102,14 +102,14 @@ void score_group(const uint16_t* const* kb, int64_t nblk, int64_t bt, int64_t hd
 // positions are masked to zero (an odd length's last pair).
 template <int DS, int G>
 inline void v_slice(const uint16_t* v, const int64_t* off, int64_t i0, int64_t i1, const uint32_t* W, float* const* o,
-                    int64_t d0, bool first, bool half, NextLines& next, int64_t per) {
+                    int64_t d0, bool first, bool half, NextLines& next) {
   __m512 acc[G][DS];
   SPECULA_ATTENTION_UNROLL for (int g = 0; g < G; ++g)
     SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s)
       acc[g][s] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(o[g] + d0 + 16 * s);
   const __m512i keep = _mm512_set1_epi32(half ? 0x0000FFFF : -1);
   for (int64_t i = i0; i < i1; ++i) {
-    next.issue(per);
+    next.step();
     const uint16_t* vp = v + off[2 * i] + 2 * d0;
     __m512i vv[DS];
     SPECULA_ATTENTION_UNROLL for (int s = 0; s < DS; ++s) vv[s] = _mm512_and_si512(_mm512_loadu_si512(vp + 32 * s), keep);
@@ -126,19 +126,18 @@ inline void v_slice(const uint16_t* v, const int64_t* off, int64_t i0, int64_t i
 // over the full pairs of the shortest one, DS slices at a time, then each one's own remaining full
 // pairs and its half pair.
 template <int DS, int G>
-void v_pass(const uint16_t* v, const int64_t* off, int64_t hd, const uint32_t* W, float* const* o, const int64_t* n,
-            NextLines& next, int64_t per) {
+void v_pass(const uint16_t* v, const int64_t* off, int64_t hd, const uint32_t* W, float* const* o, const int64_t* n, NextLines& next) {
   int64_t n_lo = n[0];
   for (int g = 1; g < G; ++g) n_lo = n[g] < n_lo ? n[g] : n_lo;
-  for (int64_t d0 = 0; d0 < hd; d0 += 16 * DS) v_slice<DS, G>(v, off, 0, n_lo / 2, W, o, d0, true, false, next, per);
+  for (int64_t d0 = 0; d0 < hd; d0 += 16 * DS) v_slice<DS, G>(v, off, 0, n_lo / 2, W, o, d0, true, false, next);
   for (int g = 0; g < G; ++g) {
     const int64_t full = n[g] / 2;
     if (full > n_lo / 2)
       for (int64_t d0 = 0; d0 < hd; d0 += 16)
-        v_slice<1, 1>(v, off, n_lo / 2, full, W + g * kPairs, o + g, d0, false, false, next, per);
+        v_slice<1, 1>(v, off, n_lo / 2, full, W + g * kPairs, o + g, d0, false, false, next);
     if (n[g] % 2 == 1)
       for (int64_t d0 = 0; d0 < hd; d0 += 16)
-        v_slice<1, 1>(v, off, full, full + 1, W + g * kPairs, o + g, d0, false, true, next, per);
+        v_slice<1, 1>(v, off, full, full + 1, W + g * kPairs, o + g, d0, false, true, next);
   }
 }
 
@@ -189,18 +188,17 @@ void queries(const AttentionChunk& c, int64_t n_max, const float* const* q, floa
   }
   // The next chunk's lines, spread over this one's steps (every score group's runs of kBlocks
   // blocks, the V pass's pairs of each slice), the rest asked for at the end.
-  NextLines next(c.next);
   const bool four = hd % 64 == 0;
   const int64_t v_passes = count <= 4 ? 1 : four ? (count + kV4Piece - 1) / kV4Piece : (count + kVPiece - 1) / kVPiece;
   const int64_t steps = (count + kGroup - 1) / kGroup * ((nblk + kBlocks - 1) / kBlocks) +
                         v_passes * ((n_max + 1) / 2) * (four ? hd / 64 : hd / 16);
-  const int64_t per = (next.lines() + steps - 1) / steps;
+  NextLines next(c.next, steps);
   alignas(64) uint32_t qp[kGroup * 256];
   pieces(count, kGroup, [&](int64_t q0, int64_t size) {
     for (int64_t g = 0; g < size; ++g) q_pairs(q[q0 + g], hd, size, g, qp);
     float* Sg = S + q0 * kChunkTokens;
     with_size<1, kGroup>(size, [&]<int G>() {
-      score_group<G>(kb, nblk, bt, hd, qp, Sg, c.scale, q0 == 0, v, off, n[q0], next, per);
+      score_group<G>(kb, nblk, bt, hd, qp, Sg, c.scale, q0 == 0, v, off, n[q0], next);
     });
   });
   for (int64_t g = 0; g < count; ++g) {
@@ -211,18 +209,18 @@ void queries(const AttentionChunk& c, int64_t n_max, const float* const* q, floa
   // pieces of up to kV4Piece), else one slice at a time (pieces of up to kVPiece).
   if (count <= 4) {
     with_size<1, 4>(count, [&]<int G>() {
-      four ? v_pass<4, G>(v, off, hd, W, o, n, next, per) : v_pass<1, G>(v, off, hd, W, o, n, next, per);
+      four ? v_pass<4, G>(v, off, hd, W, o, n, next) : v_pass<1, G>(v, off, hd, W, o, n, next);
     });
   } else if (four) {
     pieces(count, kV4Piece, [&](int64_t q0, int64_t size) {
-      with_size<1, kV4Piece>(size, [&]<int G>() { v_pass<4, G>(v, off, hd, W + q0 * kPairs, o + q0, n + q0, next, per); });
+      with_size<1, kV4Piece>(size, [&]<int G>() { v_pass<4, G>(v, off, hd, W + q0 * kPairs, o + q0, n + q0, next); });
     });
   } else {
     pieces(count, kVPiece, [&](int64_t q0, int64_t size) {  // 5 .. 16: the pieces are as even as possible
-      with_size<5, kVPiece>(size, [&]<int G>() { v_pass<1, G>(v, off, hd, W + q0 * kPairs, o + q0, n + q0, next, per); });
+      with_size<5, kVPiece>(size, [&]<int G>() { v_pass<1, G>(v, off, hd, W + q0 * kPairs, o + q0, n + q0, next); });
     });
   }
-  next.issue(next.lines());  // whatever the steps left
+  next.finish();  // whatever the steps left
 }
 
 }  // namespace
