@@ -685,6 +685,15 @@ PackedKernel packed_kernel(Int8Kernel k, DType t) {
 
 namespace {
 
+// Calls of this many activation rows or more are compute-bound, and the two threads' halves of one
+// finish up to a tenth apart (the host's other tenants, which lines the L3 still holds): their
+// last tenth or so goes in pieces to whichever thread is free first (ThreadPool::parallel_for's
+// tail pieces; docs/kernels.md, "Tail pieces for calls of 16 rows and more"). Below it, where the
+// weight stream sets the pace, the pieces' claims cost what they balance.
+constexpr int64_t kTailRows = 16;
+constexpr int kTailPieces = 4;
+int tail_pieces_for(int64_t rows) { return rows >= kTailRows ? kTailPieces : 0; }
+
 // The kernels over every group of every matrix in ws, in one parallel region (a grain of ~4 KiB
 // of weights), writing ys[k] ([xq.n, ws[k]->rows]). Where `fold` rows are asked for (one matrix,
 // qmatmul_refined), each chunk's outputs are then folded while in cache:
@@ -701,7 +710,9 @@ void run_kernels(std::span<const PackedMatrix* const> ws, const QuantizedRows& x
     total += ws[k]->groups;
     group_bytes = std::max(group_bytes, ws[k]->group_bytes());
   }
-  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(4096 / std::max<size_t>(group_bytes, 1)));
+  int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(4096 / std::max<size_t>(group_bytes, 1)));
+  // The 512-bit kernels take groups in pairs from a range's start: even boundaries leave no lone group.
+  if (host_kernels::is_512_bit(kernel)) grain += grain % 2;
   const size_t nparts = ws.size();
   // The outliers' terms: the 512-bit kernels add them themselves (VNNI in its tiles, AMX by the
   // AVX2 pass after its tiles); for the others a pass after the kernel (every kernel but the
@@ -725,7 +736,7 @@ void run_kernels(std::span<const PackedMatrix* const> ws, const QuantizedRows& x
       }
       g0 = e;
     }
-  });
+  }, tail_pieces_for(xq.n));
 }
 
 }  // namespace
@@ -861,7 +872,7 @@ void qmatmul_logits(const PackedMatrix& m, const TensorView& stored, const float
   auto rows = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) refine_top_logits(stored, x + i * C, y + i * R, R, scans);
   };
-  if (n > 1 && pool.threads() > 1) pool.parallel_for(n, 1, rows);
+  if (n > 1 && pool.threads() > 1) pool.parallel_for(n, 1, rows, tail_pieces_for(n));
   else rows(0, n);
 }
 

@@ -4,11 +4,11 @@
 // a short while, then sleep in std::atomic::wait until the next job.
 //
 // Chunking is deterministic: [0, n) is cut into the same chunks (multiples of grain) for the
-// same (n, grain, threads). Which thread runs a chunk is decided at run time: chunks are claimed
-// from one atomic word that also names the job, so a worker that wakes late (or that the OS
-// preempted on this shared 2-core machine) takes no chunk of a finished job, and the caller,
-// who claims chunks too, never waits for a worker that has not started. Kernels write disjoint
-// outputs per index, so results do not depend on who ran what.
+// same (n, grain, threads, tail pieces). Which thread runs a chunk is decided at run time: chunks
+// are claimed from one atomic word that also names the job, so a worker that wakes late (or that
+// the OS preempted on this shared 2-core machine) takes no chunk of a finished job, and the
+// caller, who claims chunks too, never waits for a worker that has not started. Kernels write
+// disjoint outputs per index, so results do not depend on who ran what.
 #include "gpu/host/thread_pool.h"
 
 #include <algorithm>
@@ -42,6 +42,8 @@ constexpr auto kCallerSpin = std::chrono::microseconds(50);
 // forward of 1-16 tokens 3-6% shorter than with 4, 2% with 2, 4-10% longer with 8 or 16. Each
 // thread then streams one contiguous range of a matrix's weights instead of jumping between
 // chunks, and claims once. The caller still takes every chunk a late worker has not claimed.
+// A job may ask for tail pieces besides (parallel_for's `tail_pieces`): its last tenth or so cut
+// small and claimed by whichever thread is free first, which the qmatmul kernels do from 16 rows.
 constexpr int64_t kChunksPerThread = 1;
 
 thread_local bool t_inside_pool_job = false;
@@ -64,10 +66,43 @@ constexpr uint64_t claim_word(uint32_t job, uint32_t chunks, uint32_t next) { re
 constexpr uint32_t claim_chunks(uint64_t c) { return static_cast<uint32_t>(c >> 16) & 0xffffu; }
 constexpr uint32_t claim_next(uint64_t c) { return static_cast<uint32_t>(c) & 0xffffu; }
 
-// Chunk c of `chunks` covers grain-units [c*units/chunks, (c+1)*units/chunks): contiguous,
-// balanced to within one unit, and a pure function of (n, grain, chunks).
-std::pair<int64_t, int64_t> chunk_range(int64_t c, int64_t chunks, int64_t units, int64_t grain, int64_t n) {
-  return {std::min(n, c * units / chunks * grain), std::min(n, (c + 1) * units / chunks * grain)};
+// How a job's `units` grain-units are cut: `main` chunks share the first `main_units` (one a
+// thread), then `pieces` chunks share the rest. A pure function of (units, threads, tail_pieces).
+struct Layout {
+  int64_t units = 0, main = 1, main_units = 0, pieces = 0;
+  int64_t chunks() const { return main + pieces; }
+};
+
+// The tail is a tenth of the units (at least a unit a piece); without enough units for a piece
+// a thread besides, no tail.
+Layout layout_of(int64_t units, int threads, int tail_pieces) {
+  Layout l;
+  l.units = units;
+  l.main = std::min<int64_t>(units, int64_t{threads} * kChunksPerThread);
+  l.main_units = units;
+  if (threads > 1 && tail_pieces > 0) {
+    const int64_t tail = std::max<int64_t>(tail_pieces, units / 10);
+    if (units - tail >= l.main) {
+      l.pieces = tail_pieces;
+      l.main_units = units - tail;
+    }
+  }
+  return l;
+}
+
+// Chunk c covers grain-units [c*m/main, (c+1)*m/main) of the first m = main_units, then the
+// pieces split the rest the same way: contiguous, balanced to within one unit.
+std::pair<int64_t, int64_t> chunk_range(int64_t c, const Layout& l, int64_t grain, int64_t n) {
+  int64_t u0 = 0, u1 = 0;
+  if (c < l.main) {
+    u0 = c * l.main_units / l.main;
+    u1 = (c + 1) * l.main_units / l.main;
+  } else {
+    const int64_t t = c - l.main, rest = l.units - l.main_units;
+    u0 = l.main_units + t * rest / l.pieces;
+    u1 = l.main_units + (t + 1) * rest / l.pieces;
+  }
+  return {std::min(n, u0 * grain), std::min(n, u1 * grain)};
 }
 
 }  // namespace
@@ -87,7 +122,8 @@ struct ThreadPool::Impl {
 
   // The current job: written by the caller before the release store of `claim`.
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
-  int64_t n = 0, grain = 1, units = 0;
+  int64_t n = 0, grain = 1;
+  Layout layout;
   uint32_t job = 0;
   // Set by the destructor before its generation bump; atomic because a worker that woke for an
   // earlier job may still be reading it.
@@ -103,7 +139,7 @@ struct ThreadPool::Impl {
       const uint32_t chunks = claim_chunks(c), next = claim_next(c);
       if (next >= chunks) return;
       if (!claim.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-      const auto [begin, end] = chunk_range(next, chunks, units, grain, n);
+      const auto [begin, end] = chunk_range(next, layout, grain, n);
       try {
         (*fn)(begin, end);
       } catch (...) {
@@ -133,7 +169,7 @@ struct ThreadPool::Impl {
 };
 
 ThreadPool::ThreadPool(int threads) : impl_(new Impl) {
-  impl_->threads = std::clamp(threads, 1, 1024);  // 1024 * kChunksPerThread fits the 16-bit count
+  impl_->threads = std::clamp(threads, 1, 1024);  // 1024 * kChunksPerThread + 1024 pieces fit the 16-bit count
   impl_->workers.reserve(static_cast<size_t>(impl_->threads - 1));
   for (int i = 1; i < impl_->threads; ++i) impl_->workers.emplace_back([this] { impl_->worker_loop(); });
 }
@@ -148,16 +184,17 @@ ThreadPool::~ThreadPool() {
 
 int ThreadPool::threads() const { return impl_->threads; }
 
-void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn,
+                              int tail_pieces) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   Impl& p = *impl_;
-  const int64_t units = (n + grain - 1) / grain;
-  const int64_t chunks = std::min(units, p.threads * kChunksPerThread);
+  const Layout layout = layout_of((n + grain - 1) / grain, p.threads, std::clamp(tail_pieces, 0, 1024));
+  const int64_t chunks = layout.chunks();
   if (p.threads == 1 || chunks == 1 || t_inside_pool_job) {
     // The same chunk boundaries as the parallel path, run in order on this thread.
     for (int64_t c = 0; c < chunks; ++c) {
-      const auto [b, e] = chunk_range(c, chunks, units, grain, n);
+      const auto [b, e] = chunk_range(c, layout, grain, n);
       fn(b, e);
     }
     return;
@@ -166,7 +203,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   p.fn = &fn;
   p.n = n;
   p.grain = grain;
-  p.units = units;
+  p.layout = layout;
   p.done.store(0, std::memory_order_relaxed);
   p.claim.store(claim_word(++p.job, static_cast<uint32_t>(chunks), 0), std::memory_order_release);
   p.generation.fetch_add(1, std::memory_order_release);

@@ -395,12 +395,14 @@ TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrT
 }
 
 // Past 16 rows (prefill, batched rounds) the 512-bit kernel runs several passes of up to 9 rows
-// and the AMX kernel hands the call to AVX-512 VNNI: every row of a 17-, 31- or 40-row call still
-// equals its 1-row call.
+// and the AMX kernel hands the call to AVX-512 VNNI, and on two threads the call's last groups go
+// in tail pieces (200 outputs are 25 groups: on the 512-bit kernels chunks of 4 and 5 pairs, then
+// three pieces of a pair and a lone group; on the others 10 and 11 groups and four pieces of one):
+// every row of a 17-, 31- or 40-row call still equals its 1-row call.
 TEST(Int8Kernels, EachRowOfACallPastSixteenRowsIsBitEqualToTheOneRowCall) {
   for (DType t : kInt8Types) {
     // 576 columns (the default model's width) where the type allows, else whole super-blocks.
-    const int64_t rows = 40, c = k_quant(t) ? 768 : 576;
+    const int64_t rows = 200, c = k_quant(t) ? 768 : 576;
     const Stored w = random_stored(t, rows, c, 70 + static_cast<uint32_t>(t));
     ThreadPool pool(1);
     auto m = pack_matrix(w.view, pool);
@@ -422,7 +424,8 @@ TEST(Int8Kernels, EachRowOfACallPastSixteenRowsIsBitEqualToTheOneRowCall) {
 }
 
 // 50 rows are 7 groups: the 512-bit kernels run three pairs and a lone last group with padding
-// rows, and two threads split the groups at an odd boundary.
+// rows, and two threads split the groups (at an odd boundary for the kernels that take groups one
+// at a time; the 512-bit kernels' grain is a pair).
 TEST(Int8Kernels, EveryVectorKernelTheCpuHasAgreesWithThePortableKernelBitForBit) {
   const auto kernels = int8_kernels();
   if (kernels.size() == 1) GTEST_SKIP() << "this CPU has no AVX2+FMA+F16C: only the portable kernels run here";
