@@ -687,7 +687,7 @@ namespace {
 
 // Calls of this many activation rows or more are compute-bound, and the two threads' halves of one
 // finish up to a tenth apart (the host's other tenants, which lines the L3 still holds): their
-// last tenth or so goes in pieces to whichever thread is free first (ThreadPool::parallel_for's
+// last tenth (or a unit a piece, if that is more) goes in pieces to whichever thread is free first (ThreadPool::parallel_for's
 // tail pieces; docs/kernels.md, "Tail pieces for calls of 16 rows and more"). Below it, where the
 // weight stream sets the pace, the pieces' claims cost what they balance.
 constexpr int64_t kTailRows = 16;
@@ -695,7 +695,7 @@ constexpr int kTailPieces = 4;
 int tail_pieces_for(int64_t rows) { return rows >= kTailRows ? kTailPieces : 0; }
 
 // The kernels over every group of every matrix in ws, in one parallel region (a grain of ~4 KiB
-// of weights), writing ys[k] ([xq.n, ws[k]->rows]). Where `fold` rows are asked for (one matrix,
+// of weights, at least a group pair on the 512-bit kernels), writing ys[k] ([xq.n, ws[k]->rows]). Where `fold` rows are asked for (one matrix,
 // qmatmul_refined), each chunk's outputs are then folded while in cache:
 // out[i] = ys[0][i] + ys[0][fold + i] for i < fold.
 void run_kernels(std::span<const PackedMatrix* const> ws, const QuantizedRows& xq, std::span<float* const> ys,
@@ -711,7 +711,8 @@ void run_kernels(std::span<const PackedMatrix* const> ws, const QuantizedRows& x
     group_bytes = std::max(group_bytes, ws[k]->group_bytes());
   }
   int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(4096 / std::max<size_t>(group_bytes, 1)));
-  // The 512-bit kernels take groups in pairs from a range's start: even boundaries leave no lone group.
+  // The 512-bit kernels take groups in pairs from a range's start: even boundaries leave no lone
+  // group inside a matrix that starts on an even group (any pairing gives the same bits).
   if (host_kernels::is_512_bit(kernel)) grain += grain % 2;
   const size_t nparts = ws.size();
   // The outliers' terms: the 512-bit kernels add them themselves (VNNI in its tiles, AMX by the

@@ -42,9 +42,13 @@ constexpr auto kCallerSpin = std::chrono::microseconds(50);
 // forward of 1-16 tokens 3-6% shorter than with 4, 2% with 2, 4-10% longer with 8 or 16. Each
 // thread then streams one contiguous range of a matrix's weights instead of jumping between
 // chunks, and claims once. The caller still takes every chunk a late worker has not claimed.
-// A job may ask for tail pieces besides (parallel_for's `tail_pieces`): its last tenth or so cut
-// small and claimed by whichever thread is free first, which the qmatmul kernels do from 16 rows.
+// A job may ask for tail pieces besides (parallel_for's `tail_pieces`): its last tenth (or a unit
+// a piece, if that is more) cut small and claimed by whichever thread is free first, which the
+// qmatmul kernels do from 16 rows.
 constexpr int64_t kChunksPerThread = 1;
+// At most 1,024 threads and 1,024 tail pieces: the claim word's 16-bit chunk count holds them.
+constexpr int kMaxThreads = 1024, kMaxTailPieces = 1024;
+static_assert(kMaxThreads * kChunksPerThread + kMaxTailPieces <= 0xffff, "the claim word counts chunks in 16 bits");
 
 thread_local bool t_inside_pool_job = false;
 
@@ -169,7 +173,7 @@ struct ThreadPool::Impl {
 };
 
 ThreadPool::ThreadPool(int threads) : impl_(new Impl) {
-  impl_->threads = std::clamp(threads, 1, 1024);  // 1024 * kChunksPerThread + 1024 pieces fit the 16-bit count
+  impl_->threads = std::clamp(threads, 1, kMaxThreads);
   impl_->workers.reserve(static_cast<size_t>(impl_->threads - 1));
   for (int i = 1; i < impl_->threads; ++i) impl_->workers.emplace_back([this] { impl_->worker_loop(); });
 }
@@ -189,7 +193,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   Impl& p = *impl_;
-  const Layout layout = layout_of((n + grain - 1) / grain, p.threads, std::clamp(tail_pieces, 0, 1024));
+  const Layout layout = layout_of((n + grain - 1) / grain, p.threads, std::clamp(tail_pieces, 0, kMaxTailPieces));
   const int64_t chunks = layout.chunks();
   if (p.threads == 1 || chunks == 1 || t_inside_pool_job) {
     // The same chunk boundaries as the parallel path, run in order on this thread.

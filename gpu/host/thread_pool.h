@@ -17,7 +17,8 @@ class ThreadPool {
   // Splits [0, n) into contiguous chunks (multiples of `grain`) and runs fn(begin, end) on every
   // thread, the caller included; returns when all are done. Not reentrant; one caller at a time.
   // With `tail_pieces` > 0 (and enough units), one chunk a thread covers the range but its last
-  // tenth or so, which is cut into that many pieces claimed by whichever thread is free first:
+  // tenth (or one unit a piece, if that is more), which is cut into that many pieces claimed by
+  // whichever thread is free first:
   // for long compute-bound jobs whose halves finish at different times (docs/kernels.md, "Tail
   // pieces for calls of 16 rows and more"). The chunks are a pure function of (n, grain, threads,
   // tail_pieces) either way.

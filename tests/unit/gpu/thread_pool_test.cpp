@@ -162,6 +162,15 @@ TEST(ThreadPool, RunsANestedParallelForInlineInsteadOfDeadlocking) {
     for (int64_t i = b; i < e; ++i) pool.parallel_for(10, 1, [&](int64_t b2, int64_t e2) { sum += e2 - b2; });
   });
   EXPECT_EQ(sum.load(), 40);
+  // With tail pieces too: inline, the same chunks in order, every index once.
+  std::vector<std::atomic<int>> seen(4 * 100);
+  pool.parallel_for(4, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      pool.parallel_for(100, 1, [&](int64_t b2, int64_t e2) {
+        for (int64_t j = b2; j < e2; ++j) seen[static_cast<size_t>(i * 100 + j)]++;
+      }, 4);
+  }, 4);
+  for (size_t k = 0; k < seen.size(); ++k) ASSERT_EQ(seen[k].load(), 1) << "index " << k;
 }
 
 }  // namespace
