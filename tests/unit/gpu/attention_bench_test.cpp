@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gpu/host/attention.h"
@@ -103,6 +105,79 @@ TEST(AttentionBench, DISABLED_ChunkKernelPerRowCountAt2048Positions) {
                   rows > 1 ? (times[0] - t1) / static_cast<double>(rows - 1) * 1e6 : 0.0,
                   times[0] * 3.5e9 / static_cast<double>(ctx * rows * group));
     }
+  }
+}
+
+// The reads alone of a forward's K and V at 2,048 positions (the default model's 30 layers, 3 kv
+// heads of 64 values, fp16, 47 MB: past the L3), two threads each reading its half of a layer's
+// items (kv head, 256 positions) a line at a time, in the cache's layout (blocks of 16 positions,
+// K [kv heads][64][16] and V [16][kv heads][64], so one head's V is 128 bytes of every 384) and in a
+// head-major one (each kv head's K and V contiguous over the positions), with and without asking
+// for the next item's lines ahead as attention() does (docs/kernels.md, "Where the attention's
+// time goes at 2,048 positions"). Milliseconds a forward, the caches flushed between forwards.
+TEST(AttentionBench, DISABLED_KAndVReadsAt2048PositionsInBlocksAgainstHeadMajor) {
+  constexpr int kLayers = 30, kKvHeads = 3, kHd = 64, kBt = 16, kPos = 2048, kChunk = 256, kBlocks = kPos / kBt;
+  constexpr size_t kBlockBytes = size_t{kKvHeads} * kHd * kBt * 2, kLayerBytes = size_t{kBlocks} * kBlockBytes;
+  const size_t total = kLayers * kLayerBytes;
+  std::vector<uint64_t> kbuf(total / 8, 1), vbuf(total / 8, 2), flush(size_t{64} << 17, 3);
+  const char* kb = reinterpret_cast<const char*>(kbuf.data());
+  const char* vb = reinterpret_cast<const char*>(vbuf.data());
+  // An item's lines in read order: K's 16 runs, then V's 256 rows (two lines each).
+  auto lines_of = [&](int layer, int kh, int chunk, bool head_major, std::vector<const char*>& out) {
+    out.clear();
+    for (int b = chunk * (kChunk / kBt); b < (chunk + 1) * (kChunk / kBt); ++b) {
+      const char* k = kb + layer * kLayerBytes +
+                      (head_major ? kh * (kLayerBytes / kKvHeads) + size_t{static_cast<unsigned>(b)} * kHd * kBt * 2
+                                  : size_t{static_cast<unsigned>(b)} * kBlockBytes + size_t{static_cast<unsigned>(kh)} * kHd * kBt * 2);
+      for (int i = 0; i < kHd * kBt * 2; i += 64) out.push_back(k + i);
+    }
+    for (int b = chunk * (kChunk / kBt); b < (chunk + 1) * (kChunk / kBt); ++b)
+      for (int p = 0; p < kBt; ++p) {
+        const char* v = vb + layer * kLayerBytes +
+                        (head_major ? kh * (kLayerBytes / kKvHeads) + (size_t{static_cast<unsigned>(b)} * kBt + p) * kHd * 2
+                                    : size_t{static_cast<unsigned>(b)} * kBlockBytes + (size_t{static_cast<unsigned>(p)} * kKvHeads + kh) * kHd * 2);
+        out.push_back(v);
+        out.push_back(v + 64);
+      }
+  };
+  auto forward = [&](bool head_major, bool ahead) {
+    uint64_t f = 0;
+    for (size_t i = 0; i < flush.size(); i += 8) f += flush[i];
+    std::atomic<uint64_t> sink{f};
+    const auto t0 = std::chrono::steady_clock::now();
+    auto half = [&](int t) {
+      std::vector<const char*> cur, next;
+      uint64_t acc = 0;
+      for (int layer = 0; layer < kLayers; ++layer) {
+        const int items = kKvHeads * (kPos / kChunk), b = t ? items / 2 : 0, e = t ? items : items / 2;
+        for (int i = b; i < e; ++i) {
+          lines_of(layer, i / (kPos / kChunk), i % (kPos / kChunk), head_major, cur);
+          if (i + 1 < e) lines_of(layer, (i + 1) / (kPos / kChunk), (i + 1) % (kPos / kChunk), head_major, next);
+          else next.clear();
+          size_t at = 0;
+          for (const char* line : cur) {
+            acc += *reinterpret_cast<const uint64_t*>(line);
+            if (ahead && at < next.size()) __builtin_prefetch(next[at++], 0, 2);
+          }
+        }
+      }
+      sink += acc;
+    };
+    std::thread worker(half, 1);
+    half(0);
+    worker.join();
+    EXPECT_GT(sink.load(), 0u);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const char* names[] = {"blocks", "head-major", "blocks, next item ahead", "head-major, next item ahead"};
+  std::vector<double> ms[4];
+  for (int rep = 0; rep < 200; ++rep)
+    for (int mode = 0; mode < 4; ++mode) ms[mode].push_back(forward(mode & 1, mode & 2));
+  for (int mode = 0; mode < 4; ++mode) {
+    std::sort(ms[mode].begin(), ms[mode].end());
+    const double median = ms[mode][ms[mode].size() / 2];
+    std::printf("{\"layout\":\"%s\",\"median_ms\":%.3f,\"best_ms\":%.3f,\"gb_per_s\":%.1f}\n", names[mode], median, ms[mode][0],
+                2.0 * static_cast<double>(total) / median / 1e6);
   }
 }
 
