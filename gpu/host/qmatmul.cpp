@@ -687,17 +687,18 @@ namespace {
 
 // Calls of this many activation rows or more are compute-bound, and the two threads' halves of one
 // finish up to a tenth apart (the host's other tenants, which lines the L3 still holds): their
-// last tenth (or a unit a piece, if that is more) goes in pieces to whichever thread is free first (ThreadPool::parallel_for's
-// tail pieces; docs/kernels.md, "Tail pieces for calls of 16 rows and more"). Below it, where the
-// weight stream sets the pace, the pieces' claims cost what they balance.
+// last tenth (or a unit a piece, if that is more) goes in pieces to whichever thread is free
+// first (ThreadPool::parallel_for's tail pieces; docs/kernels.md, "Tail pieces for calls of 16
+// rows and more"). Below it, where the weight stream sets the pace, the pieces' claims cost what
+// they balance.
 constexpr int64_t kTailRows = 16;
 constexpr int kTailPieces = 4;
 int tail_pieces_for(int64_t rows) { return rows >= kTailRows ? kTailPieces : 0; }
 
 // The kernels over every group of every matrix in ws, in one parallel region (a grain of ~4 KiB
-// of weights, at least a group pair on the 512-bit kernels), writing ys[k] ([xq.n, ws[k]->rows]). Where `fold` rows are asked for (one matrix,
-// qmatmul_refined), each chunk's outputs are then folded while in cache:
-// out[i] = ys[0][i] + ys[0][fold + i] for i < fold.
+// of weights, at least a group pair on the 512-bit kernels), writing ys[k] ([xq.n, ws[k]->rows]).
+// Where `fold` rows are asked for (one matrix, qmatmul_refined), each chunk's outputs are then
+// folded while in cache: out[i] = ys[0][i] + ys[0][fold + i] for i < fold.
 void run_kernels(std::span<const PackedMatrix* const> ws, const QuantizedRows& xq, std::span<float* const> ys,
                  ThreadPool& pool, host_kernels::Int8Kernel kernel, int64_t fold = 0, float* out = nullptr) {
   struct Part { const PackedMatrix* w; float* y; host_kernels::PackedKernel k; int64_t first; };

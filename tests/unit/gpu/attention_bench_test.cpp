@@ -122,20 +122,20 @@ TEST(AttentionBench, DISABLED_KAndVReadsAt2048PositionsInBlocksAgainstHeadMajor)
   std::vector<uint64_t> kbuf(total / 8, 1), vbuf(total / 8, 2), flush(size_t{64} << 17, 3);
   const char* kb = reinterpret_cast<const char*>(kbuf.data());
   const char* vb = reinterpret_cast<const char*>(vbuf.data());
-  // An item's lines in read order: K's 16 runs, then V's 256 rows (two lines each).
-  auto lines_of = [&](int layer, int kh, int chunk, bool head_major, std::vector<const char*>& out) {
+  // An item's lines in read order: K's 16 runs, then V's 256 rows (two lines each). A head's run
+  // (its 64 dimensions of a block's 16 positions) and a position's row are kRun and kRow bytes.
+  constexpr size_t kRun = size_t{kHd} * kBt * 2, kRow = size_t{kHd} * 2, kHeadPlane = kLayerBytes / kKvHeads;
+  auto lines_of = [&](size_t layer, size_t kh, size_t chunk, bool head_major, std::vector<const char*>& out) {
     out.clear();
-    for (int b = chunk * (kChunk / kBt); b < (chunk + 1) * (kChunk / kBt); ++b) {
-      const char* k = kb + layer * kLayerBytes +
-                      (head_major ? kh * (kLayerBytes / kKvHeads) + size_t{static_cast<unsigned>(b)} * kHd * kBt * 2
-                                  : size_t{static_cast<unsigned>(b)} * kBlockBytes + size_t{static_cast<unsigned>(kh)} * kHd * kBt * 2);
-      for (int i = 0; i < kHd * kBt * 2; i += 64) out.push_back(k + i);
+    const size_t b0 = chunk * (kChunk / kBt), b1 = b0 + kChunk / kBt;
+    for (size_t b = b0; b < b1; ++b) {
+      const char* k = kb + layer * kLayerBytes + (head_major ? kh * kHeadPlane + b * kRun : b * kBlockBytes + kh * kRun);
+      for (size_t i = 0; i < kRun; i += 64) out.push_back(k + i);
     }
-    for (int b = chunk * (kChunk / kBt); b < (chunk + 1) * (kChunk / kBt); ++b)
-      for (int p = 0; p < kBt; ++p) {
+    for (size_t b = b0; b < b1; ++b)
+      for (size_t p = 0; p < kBt; ++p) {
         const char* v = vb + layer * kLayerBytes +
-                        (head_major ? kh * (kLayerBytes / kKvHeads) + (size_t{static_cast<unsigned>(b)} * kBt + p) * kHd * 2
-                                    : size_t{static_cast<unsigned>(b)} * kBlockBytes + (size_t{static_cast<unsigned>(p)} * kKvHeads + kh) * kHd * 2);
+                        (head_major ? kh * kHeadPlane + (b * kBt + p) * kRow : b * kBlockBytes + (p * kKvHeads + kh) * kRow);
         out.push_back(v);
         out.push_back(v + 64);
       }
@@ -148,11 +148,12 @@ TEST(AttentionBench, DISABLED_KAndVReadsAt2048PositionsInBlocksAgainstHeadMajor)
     auto half = [&](int t) {
       std::vector<const char*> cur, next;
       uint64_t acc = 0;
-      for (int layer = 0; layer < kLayers; ++layer) {
-        const int items = kKvHeads * (kPos / kChunk), b = t ? items / 2 : 0, e = t ? items : items / 2;
-        for (int i = b; i < e; ++i) {
-          lines_of(layer, i / (kPos / kChunk), i % (kPos / kChunk), head_major, cur);
-          if (i + 1 < e) lines_of(layer, (i + 1) / (kPos / kChunk), (i + 1) % (kPos / kChunk), head_major, next);
+      constexpr size_t kChunks = kPos / kChunk, kItems = kKvHeads * kChunks;  // items: (kv head, chunk)
+      for (size_t layer = 0; layer < kLayers; ++layer) {
+        const size_t b = t ? kItems / 2 : 0, e = t ? kItems : kItems / 2;
+        for (size_t i = b; i < e; ++i) {
+          lines_of(layer, i / kChunks, i % kChunks, head_major, cur);
+          if (i + 1 < e) lines_of(layer, (i + 1) / kChunks, (i + 1) % kChunks, head_major, next);
           else next.clear();
           size_t at = 0;
           for (const char* line : cur) {
