@@ -78,26 +78,42 @@ void KvCache::truncate_to(int id, int64_t len) {
 }
 
 int64_t KvCache::offset(int id, int64_t position) const {
+  if (cfg_.head_major) throw std::logic_error("KV cache: a head-major cache has no position rows");
   const Seq& s = seqs_[id];
   assert(position < static_cast<int64_t>(s.blocks.size()) * cfg_.block_tokens);
   const int64_t block = s.blocks[position / cfg_.block_tokens];
   return (block * cfg_.block_tokens + position % cfg_.block_tokens) * row_floats();
 }
 
+int64_t KvCache::k_head_base(int64_t h) const {
+  if (cfg_.head_major) return h * cfg_.num_blocks * cfg_.block_tokens * cfg_.head_dim;
+  return h * cfg_.head_dim * (cfg_.k_transposed ? cfg_.block_tokens : 1);
+}
+
+int64_t KvCache::v_head_base(int64_t h) const {
+  if (cfg_.head_major) return h * cfg_.num_blocks * cfg_.block_tokens * cfg_.head_dim;
+  return h * cfg_.head_dim * (cfg_.bf16 ? 2 : 1);
+}
+
 int64_t KvCache::k_offset(int id, int64_t position, int64_t j) const {
-  if (!cfg_.k_transposed) return offset(id, position) + j;
   const Seq& s = seqs_[id];
   assert(position < static_cast<int64_t>(s.blocks.size()) * cfg_.block_tokens);
-  const int64_t block = s.blocks[position / cfg_.block_tokens];
-  const int64_t base = block * cfg_.block_tokens * row_floats(), i = position % cfg_.block_tokens;
-  if (cfg_.bf16) return base + (j & ~int64_t{1}) * cfg_.block_tokens + 2 * i + (j & 1);
-  return base + j * cfg_.block_tokens + i;
+  const int64_t bt = cfg_.block_tokens, block = s.blocks[position / bt], i = position % bt;
+  const int64_t d = j % cfg_.head_dim, base = k_head_base(j / cfg_.head_dim) + block * bt * row_stride();
+  if (cfg_.bf16) return base + (d & ~int64_t{1}) * bt + 2 * i + (d & 1);
+  if (cfg_.k_transposed) return base + d * bt + i;
+  return base + i * row_stride() + d;
 }
 
 int64_t KvCache::v_offset(int id, int64_t position, int64_t j) const {
-  if (!cfg_.bf16) return offset(id, position) + j;
-  // The pair's row starts where the even position's row would; the odd position is its second half.
-  return offset(id, position & ~int64_t{1}) + 2 * j + (position & 1);
+  const Seq& s = seqs_[id];
+  assert(position < static_cast<int64_t>(s.blocks.size()) * cfg_.block_tokens);
+  const int64_t bt = cfg_.block_tokens, block = s.blocks[position / bt], i = position % bt;
+  const int64_t d = j % cfg_.head_dim, base = v_head_base(j / cfg_.head_dim) + block * bt * row_stride();
+  // bf16 pairs: the pair's row starts where the even position's row would; the odd position is
+  // its second half.
+  if (cfg_.bf16) return base + (i & ~int64_t{1}) * row_stride() + 2 * d + (i & 1);
+  return base + i * row_stride() + d;
 }
 
 }  // namespace specula

@@ -31,13 +31,23 @@ struct KvCacheConfig {
   // multiplies, two multiply-adds per lane (docs/kernels.md, "K and V in bf16 pairs"). The device
   // says whether it wants it (Ops::kv_bf16).
   bool bf16 = false;
+  // Head-major pools: each layer pool is [kv_heads, num_blocks, block] instead of [num_blocks,
+  // block] with the heads inside each block, where a head's block holds what one head of the
+  // layouts above holds (K [block_tokens, head_dim] or transposed [head_dim, block_tokens] or its
+  // bf16 pairs; V [block_tokens, head_dim] or its bf16 pairs). So one kv head's K (and V) of a
+  // sequence whose blocks are consecutive is one contiguous run, which the hardware prefetchers
+  // stream (docs/kernels.md, "A head-major K/V cache"). The device says whether it wants it
+  // (Ops::kv_head_major).
+  bool head_major = false;
 
   // Sets f16, k_transposed and bf16 to the layouts the device wants for this head_dim and
-  // block_tokens (Ops::kv_f16, kv_k_transposed, kv_bf16), each only where the one before holds.
+  // block_tokens (Ops::kv_f16, kv_k_transposed, kv_bf16), each only where the one before holds,
+  // and head_major to Ops::kv_head_major.
   void use_device_layouts(const Ops& ops) {
     f16 = ops.kv_f16();
     k_transposed = f16 && ops.kv_k_transposed(head_dim, block_tokens);
     bf16 = k_transposed && ops.kv_bf16(head_dim, block_tokens);
+    head_major = ops.kv_head_major();
   }
 };
 
@@ -69,7 +79,8 @@ class KvCache {
   int64_t blocks_total() const { return cfg_.num_blocks; }
   int64_t blocks_needed(int64_t positions) const { return (positions + cfg_.block_tokens - 1) / cfg_.block_tokens; }
 
-  // Pools of one layer, [num_blocks, block_tokens, kv_heads, head_dim], in device memory: f32
+  // Pools of one layer, [num_blocks, block_tokens, kv_heads, head_dim] (or the layouts of
+  // KvCacheConfig), in device memory: f32
   // (k_pool, v_pool; throws std::logic_error on an fp16 cache) or fp16 (k_pool_f16, v_pool_f16).
   float* k_pool(int layer) const { return f32_pool(k_, layer); }
   float* v_pool(int layer) const { return f32_pool(v_, layer); }
@@ -79,8 +90,18 @@ class KvCache {
   int64_t element_bytes() const { return cfg_.f16 ? 2 : 4; }
   int64_t row_floats() const { return cfg_.kv_heads * cfg_.head_dim; }
   // Offset in floats of (position) inside a layer pool, through the sequence's block table: where
-  // the position's V row starts (and its K row, unless K is transposed).
+  // the position's V row starts (and its K row, unless K is transposed). Not for a head-major
+  // cache, whose rows are not contiguous (throws std::logic_error).
   int64_t offset(int seq, int64_t position) const;
+  // Elements from one position's row of a kv head to the next position's inside a block (V, and
+  // K unless transposed): head_dim in a head-major cache, row_floats otherwise; a block's part
+  // of one head starts block * block_tokens * row_stride() after the head's base.
+  int64_t row_stride() const { return cfg_.head_major ? cfg_.head_dim : row_floats(); }
+  // Where kv head h's elements start inside a layer pool of K or of V, in elements: element
+  // (position p, dimension d) of the head lies at this base + (p's block) * block_tokens *
+  // row_stride() + the head's layout inside a block (KvCacheConfig).
+  int64_t k_head_base(int64_t h) const;
+  int64_t v_head_base(int64_t h) const;
   // Offset of K element j (j < row_floats) of (position) inside a layer pool, for any K layout.
   int64_t k_offset(int seq, int64_t position, int64_t j) const;
   // Offset of V element j of (position) inside a layer pool, for either V layout.

@@ -72,6 +72,8 @@ class Ops {
   // Whether this device wants its transposed-K caches of this shape in bf16 pairs
   // (KvCacheConfig::bf16; only asked when kv_k_transposed()).
   virtual bool kv_bf16(int64_t head_dim, int64_t block_tokens) const { return false; }
+  // Whether this device wants its caches head-major (KvCacheConfig::head_major).
+  virtual bool kv_head_major() const { return false; }
 
   // --- compute; shapes in comments are [rows, cols], row-major --------------
   // out[n, dim] = table[tokens[i]] ; tokens live on the host.

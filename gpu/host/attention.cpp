@@ -123,59 +123,59 @@ void attention_chunk_portable(const AttentionChunk& c) {
 }
 
 void kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<const SeqSlice> slices) {
-  const int64_t rf = kv.row_floats();
-  if (kv.config().f16) {
-    uint16_t* kp = kv.k_pool_f16(layer);
-    uint16_t* vp = kv.v_pool_f16(layer);
-    const int64_t bt = kv.config().block_tokens;
-    if (kv.config().bf16) {
-      // bf16 pairs: K element j next to its dimension pair's other half, V element j next to the
-      // other position of its pair (KvCacheConfig::bf16).
-      for (const SeqSlice& s : slices)
-        for (int64_t i = 0; i < s.n; ++i) {
-          const float* kr = k + (s.row + i) * rf;
-          const float* vr = v + (s.row + i) * rf;
-          uint16_t* kd = kp + kv.k_offset(s.seq, s.start + i, 0);
-          uint16_t* vd = vp + kv.v_offset(s.seq, s.start + i, 0);
-          for (int64_t j = 0; j < rf; j += 2) {
-            kd[j * bt] = f32_to_bf16_ftz(kr[j]);
-            kd[j * bt + 1] = f32_to_bf16_ftz(kr[j + 1]);
-          }
-          for (int64_t j = 0; j < rf; ++j) vd[2 * j] = f32_to_bf16_ftz(vr[j]);
-        }
-      return;
-    }
-    thread_local std::vector<uint16_t> row;  // one position's K in fp16, before it is scattered
-    row.resize(static_cast<size_t>(rf));
+  const KvCacheConfig& cfg = kv.config();
+  const int64_t rf = kv.row_floats(), hd = cfg.head_dim, bt = cfg.block_tokens;
+  if (!cfg.f16) {
+    float* kp = kv.k_pool(layer);
+    float* vp = kv.v_pool(layer);
     for (const SeqSlice& s : slices)
-      for (int64_t i = 0; i < s.n; ++i) {
-        const int64_t off = kv.offset(s.seq, s.start + i);
-        to_fp16(v + (s.row + i) * rf, vp + off, rf);
-        if (!kv.config().k_transposed) {
-          to_fp16(k + (s.row + i) * rf, kp + off, rf);
-          continue;
+      for (int64_t i = 0; i < s.n; ++i)
+        for (int64_t j = 0; j < rf; j += hd) {  // a head's dimensions are contiguous in a row K and V
+          std::memcpy(kp + kv.k_offset(s.seq, s.start + i, j), k + (s.row + i) * rf + j, hd * sizeof(float));
+          std::memcpy(vp + kv.v_offset(s.seq, s.start + i, j), v + (s.row + i) * rf + j, hd * sizeof(float));
         }
-        // K transposed: element j of the position lands block_tokens apart.
-        uint16_t* dst = kp + kv.k_offset(s.seq, s.start + i, 0);
-        to_fp16(k + (s.row + i) * rf, row.data(), rf);
-        for (int64_t j = 0; j < rf; ++j) dst[j * bt] = row[static_cast<size_t>(j)];
-      }
     return;
   }
-  float* kp = kv.k_pool(layer);
-  float* vp = kv.v_pool(layer);
+  uint16_t* kp = kv.k_pool_f16(layer);
+  uint16_t* vp = kv.v_pool_f16(layer);
+  thread_local std::vector<uint16_t> row;  // one position's K and V in fp16, before they are placed
+  row.resize(static_cast<size_t>(2 * rf));
   for (const SeqSlice& s : slices)
     for (int64_t i = 0; i < s.n; ++i) {
-      const int64_t off = kv.offset(s.seq, s.start + i);
-      std::memcpy(kp + off, k + (s.row + i) * rf, rf * sizeof(float));
-      std::memcpy(vp + off, v + (s.row + i) * rf, rf * sizeof(float));
+      const int64_t p = s.start + i;
+      const float* kr = k + (s.row + i) * rf;
+      const float* vr = v + (s.row + i) * rf;
+      uint16_t* kh = row.data();
+      uint16_t* vh = row.data() + rf;
+      if (cfg.bf16) {
+        for (int64_t j = 0; j < rf; ++j) kh[j] = f32_to_bf16_ftz(kr[j]), vh[j] = f32_to_bf16_ftz(vr[j]);
+      } else {
+        to_fp16(kr, kh, rf);
+        to_fp16(vr, vh, rf);
+      }
+      // Head by head: K element d lands block_tokens apart when transposed (the bf16 pairs' two
+      // halves side by side), V element d two apart in bf16 pairs (the other position's beside it).
+      for (int64_t h = 0; h < rf; h += hd, kh += hd, vh += hd) {
+        uint16_t* kd = kp + kv.k_offset(s.seq, p, h);
+        uint16_t* vd = vp + kv.v_offset(s.seq, p, h);
+        if (cfg.bf16)
+          for (int64_t d = 0; d < hd; d += 2) kd[d * bt] = kh[d], kd[d * bt + 1] = kh[d + 1];
+        else if (cfg.k_transposed)
+          for (int64_t d = 0; d < hd; ++d) kd[d * bt] = kh[d];
+        else
+          std::memcpy(kd, kh, hd * sizeof(uint16_t));
+        if (cfg.bf16)
+          for (int64_t d = 0; d < hd; ++d) vd[2 * d] = vh[d];
+        else
+          std::memcpy(vd, vh, hd * sizeof(uint16_t));
+      }
     }
 }
 
 void attention(const float* q, const KvCache& kv, int layer, std::span<const SeqSlice> slices, int64_t heads, float* out,
                ThreadPool& pool, Isa isa) {
   const int64_t hd = kv.config().head_dim, kvh = kv.config().kv_heads, group = heads / kvh;
-  const int64_t bt = kv.config().block_tokens, rf = kv.row_floats();
+  const int64_t bt = kv.config().block_tokens;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const bool kt = kv.config().k_transposed, bf16 = kv.config().bf16;
   // The widest kernel isa and hd allow; the joint one, where there is one, takes a round's rows.
@@ -246,14 +246,14 @@ void attention(const float* q, const KvCache& kv, int layer, std::span<const Seq
   // but the row's query and outputs).
   auto chunk_of = [&](const Item& item, const Row& row) {
     AttentionChunk c;
-    c.k = static_cast<const char*>(kp) + item.kh * hd * (kt ? bt : 1) * esize;
-    c.v = static_cast<const char*>(vp) + item.kh * hd * (bf16 ? 2 : 1) * esize;
+    c.k = static_cast<const char*>(kp) + kv.k_head_base(item.kh) * esize;
+    c.v = static_cast<const char*>(vp) + kv.v_head_base(item.kh) * esize;
     c.f16 = f16;
     c.k_transposed = kt;
     c.bf16 = bf16;
     c.blocks = kv.block_table(row.s->seq).data();
     c.block_tokens = bt;
-    c.row_floats = rf;
+    c.row_floats = kv.row_stride();
     c.head_dim = hd;
     c.group = group;
     c.p0 = item.chunk * kChunkTokens;

@@ -39,6 +39,7 @@ class HostOps : public Ops {  // not final: tests derive device doubles from it
   bool kv_f16() const override;
   bool kv_k_transposed(int64_t head_dim, int64_t block_tokens) const override;
   bool kv_bf16(int64_t head_dim, int64_t block_tokens) const override;
+  bool kv_head_major() const override { return true; }
   // Bytes of repacked weights held (for the benchmark's memory report).
   size_t packed_bytes() const;
   size_t read_bytes(const Weight& w) const override;

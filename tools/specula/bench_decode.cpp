@@ -85,7 +85,8 @@ class PathBench {
     j["weight_bytes_per_token"] = weight_bytes;
     j["kv_element_bytes"] = kv_->element_bytes();
     const KvCacheConfig& kc = kv_->config();
-    j["kv_cache"] = kc.bf16 ? "bf16 pairs" : kc.k_transposed ? "fp16, K transposed" : kc.f16 ? "fp16" : "f32";
+    j["kv_cache"] = std::string(kc.bf16 ? "bf16 pairs" : kc.k_transposed ? "fp16, K transposed" : kc.f16 ? "fp16" : "f32") +
+                    (kc.head_major ? ", head-major" : "");
     const int seq = kv_->create_sequence();
     std::vector<float> logits;
 

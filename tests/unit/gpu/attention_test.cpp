@@ -65,7 +65,8 @@ float kv_at(const KvCache& kv, bool k, int seq, int64_t p, int64_t j) {
   return (k ? kv.k_pool(0) : kv.v_pool(0))[off];
 }
 
-Filled fill(HostOps& ops, const Shape& s, int64_t la, int64_t lb, uint32_t seed, bool f16 = false) {
+// The cache head-major where the device wants it, unless `head_major` says (0 or 1).
+Filled fill(HostOps& ops, const Shape& s, int64_t la, int64_t lb, uint32_t seed, bool f16 = false, int head_major = -1) {
   KvCacheConfig c;
   c.layers = 1;
   c.kv_heads = s.kv_heads;
@@ -75,6 +76,7 @@ Filled fill(HostOps& ops, const Shape& s, int64_t la, int64_t lb, uint32_t seed,
   c.f16 = f16;
   c.k_transposed = f16 && ops.kv_k_transposed(s.hd, c.block_tokens);
   c.bf16 = c.k_transposed && ops.kv_bf16(s.hd, c.block_tokens);
+  c.head_major = head_major < 0 ? ops.kv_head_major() : head_major == 1;
   Filled f;
   f.kv = std::make_unique<KvCache>(ops, c);
   f.a = f.kv->create_sequence();
@@ -89,7 +91,6 @@ Filled fill(HostOps& ops, const Shape& s, int64_t la, int64_t lb, uint32_t seed,
   }
   for (int seq : {f.a, f.b})
     for (int64_t p = 0; p < f.kv->length(seq); ++p) {
-      const int64_t off = f.kv->offset(seq, p);
       for (int64_t j = 0; j < rf; ++j) {
         const float kj = val(rng), vj = val(rng);
         if (f16) {
@@ -97,7 +98,7 @@ Filled fill(HostOps& ops, const Shape& s, int64_t la, int64_t lb, uint32_t seed,
           f.kv->v_pool_f16(0)[f.kv->v_offset(seq, p, j)] = c.bf16 ? f32_to_bf16(vj) : f32_to_fp16(vj);
         } else {
           f.kv->k_pool(0)[f.kv->k_offset(seq, p, j)] = kj;
-          f.kv->v_pool(0)[off + j] = vj;
+          f.kv->v_pool(0)[f.kv->v_offset(seq, p, j)] = vj;
         }
       }
     }
@@ -199,6 +200,36 @@ TEST(HostAttention, ARowsOutputIsBitEqualAloneOrAmongOtherRowsOnOneOrTwoThreads)
       }
     }
   }
+}
+
+TEST(HostAttention, AHeadMajorCacheGivesEveryRowTheBitsOfTheBlockLayoutOnEveryPathAndCache) {
+  // The same values in a cache with the heads inside each block and in a head-major one
+  // (KvCacheConfig::head_major): the kernels read the same values in the same order through
+  // other addresses, so every row's output must be the same bits; a wrong head base or row stride
+  // reads other values. A verify round (6 rows) and single rows, contexts of one and three chunks.
+  const Shape s{9, 3, 64};
+  for (const auto& path : paths())
+    for (int cache = 0; cache < 3; ++cache) {  // f32, fp16, bf16 pairs (where the path has them)
+      const auto dev = device(2, path, cache == 2);
+      HostOps& ops = *dev;
+      if (cache == 2 && !ops.kv_bf16(s.hd, 16)) continue;
+      Filled blocks = fill(ops, s, 600, 40, 8, cache > 0, 0), head_major = fill(ops, s, 600, 40, 8, cache > 0, 1);
+      ASSERT_FALSE(blocks.kv->config().head_major);
+      ASSERT_TRUE(head_major.kv->config().head_major);
+      std::mt19937 rng(11);
+      std::normal_distribution<float> val(0.0f, 1.0f);
+      const int64_t width = s.heads * s.hd;
+      std::vector<float> q(static_cast<size_t>(9 * width));
+      for (auto& v : q) v = val(rng);
+      std::vector<float> got[2];
+      for (int layout = 0; layout < 2; ++layout) {
+        const Filled& f = layout ? head_major : blocks;
+        const std::vector<SeqSlice> slices{{f.a, 594, 6, 0}, {f.b, 38, 2, 6}, {f.a, 100, 1, 8}};
+        got[layout].assign(q.size(), std::nanf(""));
+        ops.attention(q.data(), *f.kv, 0, slices, s.heads, got[layout].data());
+      }
+      ASSERT_EQ(std::memcmp(got[0].data(), got[1].data(), q.size() * sizeof(float)), 0) << path.name() << " cache " << cache;
+    }
 }
 
 // Work items on kv head 1 of a two-head pool whose 16-position blocks are scattered (block i of the
@@ -433,14 +464,17 @@ TEST(HostAttention, TheJointKernelsGiveEveryRowOfARoundTheBitsOfThatRowAlone) {
 
 TEST(HostAttention, KvStorePutsEveryValueWhereTheCachesOffsetsSayInEveryLayout) {
   // Two sequences whose blocks interleave, rows stored through HostOps::kv_store in two calls, then
-  // read back element by element through KvCache::offset (V) and k_offset (K): f32, fp16, and fp16
+  // read back element by element through KvCache::v_offset and k_offset: f32, fp16, and fp16
   // with K transposed (which a planted mix-up of position and dimension would scatter).
   const Shape s{6, 2, 32};
   const int64_t rf = s.kv_heads * s.hd;
   // And bf16 pairs (layout 3: K's dimension pairs, V's position pairs, each value rounded to bf16).
-  for (int layout = 0; layout < 4; ++layout) {
+  // Each with the heads inside the blocks and head-major (KvCacheConfig::head_major).
+  for (int variant = 0; variant < 8; ++variant) {
+    const int layout = variant % 4;
     HostOps ops(1, host_kernels::host_path_for("portable"));
     KvCacheConfig c;
+    c.head_major = variant >= 4;
     c.layers = 2;
     c.kv_heads = s.kv_heads;
     c.head_dim = s.hd;
@@ -472,8 +506,8 @@ TEST(HostAttention, KvStorePutsEveryValueWhereTheCachesOffsetsSayInEveryLayout) 
             const int64_t ko = kv.k_offset(x.seq, x.start + i, j), vo = kv.v_offset(x.seq, x.start + i, j);
             const float got_k = c.f16 ? read(kv.k_pool_f16(1), ko, c.bf16) : kv.k_pool(1)[ko];
             const float got_v = c.f16 ? read(kv.v_pool_f16(1), vo, c.bf16) : kv.v_pool(1)[vo];
-            ASSERT_EQ(got_k, want_k) << "layout " << layout << " seq " << x.seq << " position " << x.start + i << " K " << j;
-            ASSERT_EQ(got_v, want_v) << "layout " << layout << " seq " << x.seq << " position " << x.start + i << " V " << j;
+            ASSERT_EQ(got_k, want_k) << "layout " << variant << " seq " << x.seq << " position " << x.start + i << " K " << j;
+            ASSERT_EQ(got_v, want_v) << "layout " << variant << " seq " << x.seq << " position " << x.start + i << " V " << j;
           }
   }
 }
@@ -485,11 +519,13 @@ TEST(HostAttention, TheNextChunksPrefetchedLinesAreTheLinesItsKAndVOccupyInBothT
   // of positions with bf16 pairs) in: fp16 with K transposed and bf16 pairs, blocks of 16, 32 and
   // 64 positions scattered over two sequences, head sizes 16 to 128, every kv head, chunks short,
   // long and past the first. A wrong stride, piece or block offset leaves lines out or adds others.
+  for (const bool head_major : {false, true})
   for (const bool bf16 : {false, true})
     for (const int64_t bt : {16, 32, 64})
       for (const int64_t hd : {16, 64, 128}) {
         HostOps ops(1, host_kernels::host_path_for("portable"));
         KvCacheConfig c;
+        c.head_major = head_major;
         c.layers = 1;
         c.kv_heads = 3;
         c.head_dim = hd;
@@ -501,19 +537,18 @@ TEST(HostAttention, TheNextChunksPrefetchedLinesAreTheLinesItsKAndVOccupyInBothT
         KvCache kv(ops, c);
         const int a = kv.create_sequence(), b = kv.create_sequence();
         for (int64_t len = bt; len <= 600; len += bt) kv.reserve(a, len), kv.reserve(b, len);  // interleaved blocks
-        const int64_t rf = kv.row_floats();
         const char* k_pool = reinterpret_cast<const char*>(kv.k_pool_f16(0));
         const char* v_pool = reinterpret_cast<const char*>(kv.v_pool_f16(0));
         for (int64_t kh = 0; kh < c.kv_heads; ++kh)
           for (const auto& [p0, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {0, 17}, {256, 256}, {512, 75}}) {
             host_kernels::AttentionChunk ch;  // as attention() makes it for the kv head
-            ch.k = k_pool + kh * hd * bt * 2;
-            ch.v = v_pool + kh * hd * (bf16 ? 2 : 1) * 2;
+            ch.k = k_pool + kv.k_head_base(kh) * 2;
+            ch.v = v_pool + kv.v_head_base(kh) * 2;
             ch.f16 = ch.k_transposed = true;
             ch.bf16 = bf16;
             ch.blocks = kv.block_table(b).data();
             ch.block_tokens = bt;
-            ch.row_floats = rf;
+            ch.row_floats = kv.row_stride();
             ch.head_dim = hd;
             ch.p0 = p0;
             ch.p1 = p0 + n;
@@ -528,7 +563,7 @@ TEST(HostAttention, TheNextChunksPrefetchedLinesAreTheLinesItsKAndVOccupyInBothT
             for (int64_t step = 0; step < next.lines() + 3; step += 3)
               next.walk(3, [&](const char* at) { got.insert(line(at)), ++walked; });
             ASSERT_EQ(walked, next.lines());
-            ASSERT_EQ(got, want) << (bf16 ? "bf16 pairs" : "fp16") << ", blocks of " << bt << ", head size " << hd << ", kv head "
+            ASSERT_EQ(got, want) << (head_major ? "head-major, " : "") << (bf16 ? "bf16 pairs" : "fp16") << ", blocks of " << bt << ", head size " << hd << ", kv head "
                                  << kh << ", positions " << p0 << " + " << n;
           }
         // Nothing to walk without a chunk, for a row K, or for an empty chunk.

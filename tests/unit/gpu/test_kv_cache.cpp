@@ -1,5 +1,6 @@
 // The paged KV cache's bookkeeping: blocks are handed out, given back on truncate_to and free,
-// and a full pool refuses a reservation without changing anything.
+// a full pool refuses a reservation without changing anything, and every layout gives each
+// element its own place.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -70,7 +71,9 @@ TEST(KvCache, FreeingSequencesReturnsThePoolToFullAfterRandomTraffic) {
 
 TEST(KvCache, PositionsOfDifferentSequencesNeverShareStorage) {
   HostOps ops(1);
-  KvCache kv(ops, small_config(8));
+  KvCacheConfig c = small_config(8);
+  c.head_major = false;  // position rows (KvCache::offset)
+  KvCache kv(ops, c);
   const int a = kv.create_sequence(), b = kv.create_sequence();
   kv.reserve(a, 7);
   kv.reserve(b, 9);
@@ -78,6 +81,59 @@ TEST(KvCache, PositionsOfDifferentSequencesNeverShareStorage) {
   for (int64_t p = 0; p < 7; ++p) offsets.insert(kv.offset(a, p));
   for (int64_t p = 0; p < 9; ++p) offsets.insert(kv.offset(b, p));
   EXPECT_EQ(offsets.size(), 16u);
+}
+
+TEST(KvCache, EveryElementOfEveryPositionHasItsOwnPlaceInThePoolInEveryLayout) {
+  // f32, fp16, fp16 with K transposed and bf16 pairs, each with the heads inside the blocks and
+  // head-major: K's and V's offsets of every (sequence, position, element) are distinct and inside
+  // the layer pool; and head-major, a kv head of a sequence whose blocks are consecutive is one run
+  // of exactly its blocks' elements (what the layout is for).
+  HostOps ops(1);
+  for (int layout = 0; layout < 4; ++layout)
+    for (const bool head_major : {false, true}) {
+      KvCacheConfig c;
+      c.layers = 1;
+      c.kv_heads = 3;
+      c.head_dim = 32;
+      c.block_tokens = 16;
+      c.num_blocks = 14;  // a: 144 positions, b: 80
+      c.f16 = layout > 0;
+      c.k_transposed = layout >= 2;
+      c.bf16 = layout == 3;
+      c.head_major = head_major;
+      KvCache kv(ops, c);
+      const int a = kv.create_sequence(), b = kv.create_sequence();
+      kv.reserve(a, 64);  // blocks 0..3, consecutive
+      for (int64_t len = 16; len <= 80; len += 16) kv.reserve(b, len), kv.reserve(a, 64 + len);  // then interleaved
+      const int64_t rf = kv.row_floats(), pool = c.num_blocks * c.block_tokens * rf;
+      std::set<int64_t> k_at, v_at;
+      for (const int seq : {a, b})
+        for (int64_t p = 0; p < kv.length(seq); ++p)
+          for (int64_t j = 0; j < rf; ++j) {
+            const int64_t ko = kv.k_offset(seq, p, j), vo = kv.v_offset(seq, p, j);
+            ASSERT_TRUE(ko >= 0 && ko < pool && vo >= 0 && vo < pool) << "layout " << layout << " position " << p << " element " << j;
+            k_at.insert(ko);
+            v_at.insert(vo);
+          }
+      EXPECT_EQ(k_at.size(), static_cast<size_t>((kv.length(a) + kv.length(b)) * rf)) << "layout " << layout;
+      EXPECT_EQ(v_at.size(), k_at.size()) << "layout " << layout;
+      if (!head_major) continue;
+      EXPECT_THROW(kv.offset(a, 0), std::logic_error);
+      for (int64_t h = 0; h < c.kv_heads; ++h) {
+        std::set<int64_t> k_run, v_run;
+        for (int64_t p = 0; p < 64; ++p)
+          for (int64_t d = 0; d < c.head_dim; ++d) {
+            k_run.insert(kv.k_offset(a, p, h * c.head_dim + d));
+            v_run.insert(kv.v_offset(a, p, h * c.head_dim + d));
+          }
+        for (const auto* run : {&k_run, &v_run}) {
+          ASSERT_EQ(static_cast<int64_t>(run->size()), 64 * c.head_dim);
+          EXPECT_EQ(*run->rbegin() - *run->begin() + 1, 64 * c.head_dim) << "layout " << layout << " kv head " << h;
+        }
+        EXPECT_EQ(*k_run.begin(), kv.k_head_base(h));
+        EXPECT_EQ(*v_run.begin(), kv.v_head_base(h));
+      }
+    }
 }
 
 TEST(KvCache, TruncateBeyondTheLengthIsAClearError) {
