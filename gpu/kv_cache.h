@@ -80,8 +80,8 @@ class KvCache {
   int64_t blocks_needed(int64_t positions) const { return (positions + cfg_.block_tokens - 1) / cfg_.block_tokens; }
 
   // Pools of one layer, [num_blocks, block_tokens, kv_heads, head_dim] (or the layouts of
-  // KvCacheConfig), in device memory: f32
-  // (k_pool, v_pool; throws std::logic_error on an fp16 cache) or fp16 (k_pool_f16, v_pool_f16).
+  // KvCacheConfig), in device memory: f32 (k_pool, v_pool; throws std::logic_error on an fp16
+  // cache) or fp16 (k_pool_f16, v_pool_f16).
   float* k_pool(int layer) const { return f32_pool(k_, layer); }
   float* v_pool(int layer) const { return f32_pool(v_, layer); }
   uint16_t* k_pool_f16(int layer) const { return f16_pool(k_, layer); }
@@ -104,7 +104,7 @@ class KvCache {
   int64_t v_head_base(int64_t h) const;
   // Offset of K element j (j < row_floats) of (position) inside a layer pool, for any K layout.
   int64_t k_offset(int seq, int64_t position, int64_t j) const;
-  // Offset of V element j of (position) inside a layer pool, for either V layout.
+  // Offset of V element j of (position) inside a layer pool, for any V layout.
   int64_t v_offset(int seq, int64_t position, int64_t j) const;
 
  private:

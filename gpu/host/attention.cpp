@@ -155,9 +155,9 @@ void kv_store(KvCache& kv, int layer, const float* k, const float* v, std::span<
       }
       // Head by head: K element d lands block_tokens apart when transposed (the bf16 pairs' two
       // halves side by side), V element d two apart in bf16 pairs (the other position's beside it).
-      for (int64_t h = 0; h < rf; h += hd, kh += hd, vh += hd) {
-        uint16_t* kd = kp + kv.k_offset(s.seq, p, h);
-        uint16_t* vd = vp + kv.v_offset(s.seq, p, h);
+      for (int64_t j = 0; j < rf; j += hd, kh += hd, vh += hd) {  // j: the head's first element
+        uint16_t* kd = kp + kv.k_offset(s.seq, p, j);
+        uint16_t* vd = vp + kv.v_offset(s.seq, p, j);
         if (cfg.bf16)
           for (int64_t d = 0; d < hd; d += 2) kd[d * bt] = kh[d], kd[d * bt + 1] = kh[d + 1];
         else if (cfg.k_transposed)

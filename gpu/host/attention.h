@@ -75,9 +75,10 @@ void attention_chunk_portable(const AttentionChunk& c);
 void attention_chunk_avx2(const AttentionChunk& c);
 void attention_chunk_avx512(const AttentionChunk& c);
 
-// off[j] = element offset in the K and V pools of the chunk's position p0 + j, j < n (V's row in
-// either K layout, and K's with a row K): the block table walked once instead of a division per
-// row and pass. Not inline: the vector kernels' files are built with their instruction sets.
+// off[j] = element offset from the chunk's k and v (the kv head's base) of its position p0 + j,
+// j < n (V's row in either K layout, and K's with a row K): the block table walked once instead of
+// a division per row and pass. Not inline: the vector kernels' files are built with their
+// instruction sets.
 void chunk_row_offsets(const AttentionChunk& c, int64_t n, int64_t* off);
 
 // Several rows of one sequence in one chunk (a verify round's rows, all with the same p0, pools,

@@ -206,7 +206,8 @@ TEST(HostAttention, AHeadMajorCacheGivesEveryRowTheBitsOfTheBlockLayoutOnEveryPa
   // The same values in a cache with the heads inside each block and in a head-major one
   // (KvCacheConfig::head_major): the kernels read the same values in the same order through
   // other addresses, so every row's output must be the same bits; a wrong head base or row stride
-  // reads other values. A verify round (6 rows) and single rows, contexts of one and three chunks.
+  // reads other values. A verify round of 6 rows, a round of 2 and a single row, contexts of one and
+  // three chunks.
   const Shape s{9, 3, 64};
   for (const auto& path : paths())
     for (int cache = 0; cache < 3; ++cache) {  // f32, fp16, bf16 pairs (where the path has them)
@@ -228,6 +229,7 @@ TEST(HostAttention, AHeadMajorCacheGivesEveryRowTheBitsOfTheBlockLayoutOnEveryPa
         got[layout].assign(q.size(), std::nanf(""));
         ops.attention(q.data(), *f.kv, 0, slices, s.heads, got[layout].data());
       }
+      for (const float x : got[0]) ASSERT_TRUE(std::isfinite(x)) << path.name() << " cache " << cache;
       ASSERT_EQ(std::memcmp(got[0].data(), got[1].data(), q.size() * sizeof(float)), 0) << path.name() << " cache " << cache;
     }
 }

@@ -86,8 +86,9 @@ TEST(KvCache, PositionsOfDifferentSequencesNeverShareStorage) {
 TEST(KvCache, EveryElementOfEveryPositionHasItsOwnPlaceInThePoolInEveryLayout) {
   // f32, fp16, fp16 with K transposed and bf16 pairs, each with the heads inside the blocks and
   // head-major: K's and V's offsets of every (sequence, position, element) are distinct and inside
-  // the layer pool; and head-major, a kv head of a sequence whose blocks are consecutive is one run
-  // of exactly its blocks' elements (what the layout is for).
+  // the layer pool; with the heads inside the blocks they are where they were before head-major
+  // pools (from the position's row offset); and head-major, a kv head of a sequence whose blocks
+  // are consecutive is one run of exactly its blocks' elements (what the layout is for).
   HostOps ops(1);
   for (int layout = 0; layout < 4; ++layout)
     for (const bool head_major : {false, true}) {
@@ -112,6 +113,15 @@ TEST(KvCache, EveryElementOfEveryPositionHasItsOwnPlaceInThePoolInEveryLayout) {
           for (int64_t j = 0; j < rf; ++j) {
             const int64_t ko = kv.k_offset(seq, p, j), vo = kv.v_offset(seq, p, j);
             ASSERT_TRUE(ko >= 0 && ko < pool && vo >= 0 && vo < pool) << "layout " << layout << " position " << p << " element " << j;
+            if (!head_major) {  // the places every layout had before head-major pools, from the row's offset
+              const int64_t bt = c.block_tokens, i = p % bt, block_base = kv.offset(seq, p) - i * rf;
+              const int64_t want_k = !c.k_transposed ? kv.offset(seq, p) + j
+                                     : c.bf16        ? block_base + (j & ~int64_t{1}) * bt + 2 * i + (j & 1)
+                                                     : block_base + j * bt + i;
+              const int64_t want_v = c.bf16 ? kv.offset(seq, p & ~int64_t{1}) + 2 * j + (p & 1) : kv.offset(seq, p) + j;
+              ASSERT_EQ(ko, want_k) << "layout " << layout << " position " << p << " element " << j;
+              ASSERT_EQ(vo, want_v) << "layout " << layout << " position " << p << " element " << j;
+            }
             k_at.insert(ko);
             v_at.insert(vo);
           }
