@@ -77,12 +77,15 @@ void KvCache::truncate_to(int id, int64_t len) {
   s.length = len;
 }
 
-int64_t KvCache::offset(int id, int64_t position) const {
-  if (cfg_.head_major) throw std::logic_error("KV cache: a head-major cache has no position rows");
+int64_t KvCache::block_base(int id, int64_t position) const {
   const Seq& s = seqs_[id];
   assert(position < static_cast<int64_t>(s.blocks.size()) * cfg_.block_tokens);
-  const int64_t block = s.blocks[position / cfg_.block_tokens];
-  return (block * cfg_.block_tokens + position % cfg_.block_tokens) * row_floats();
+  return static_cast<int64_t>(s.blocks[position / cfg_.block_tokens]) * cfg_.block_tokens * row_stride();
+}
+
+int64_t KvCache::offset(int id, int64_t position) const {
+  if (cfg_.head_major) throw std::logic_error("KV cache: a head-major cache has no position rows");
+  return block_base(id, position) + position % cfg_.block_tokens * row_floats();
 }
 
 int64_t KvCache::k_head_base(int64_t h) const {
@@ -96,20 +99,16 @@ int64_t KvCache::v_head_base(int64_t h) const {
 }
 
 int64_t KvCache::k_offset(int id, int64_t position, int64_t j) const {
-  const Seq& s = seqs_[id];
-  assert(position < static_cast<int64_t>(s.blocks.size()) * cfg_.block_tokens);
-  const int64_t bt = cfg_.block_tokens, block = s.blocks[position / bt], i = position % bt;
-  const int64_t d = j % cfg_.head_dim, base = k_head_base(j / cfg_.head_dim) + block * bt * row_stride();
+  const int64_t bt = cfg_.block_tokens, i = position % bt, d = j % cfg_.head_dim;
+  const int64_t base = k_head_base(j / cfg_.head_dim) + block_base(id, position);
   if (cfg_.bf16) return base + (d & ~int64_t{1}) * bt + 2 * i + (d & 1);
   if (cfg_.k_transposed) return base + d * bt + i;
   return base + i * row_stride() + d;
 }
 
 int64_t KvCache::v_offset(int id, int64_t position, int64_t j) const {
-  const Seq& s = seqs_[id];
-  assert(position < static_cast<int64_t>(s.blocks.size()) * cfg_.block_tokens);
-  const int64_t bt = cfg_.block_tokens, block = s.blocks[position / bt], i = position % bt;
-  const int64_t d = j % cfg_.head_dim, base = v_head_base(j / cfg_.head_dim) + block * bt * row_stride();
+  const int64_t i = position % cfg_.block_tokens, d = j % cfg_.head_dim;
+  const int64_t base = v_head_base(j / cfg_.head_dim) + block_base(id, position);
   // bf16 pairs: the pair's row starts where the even position's row would; the odd position is
   // its second half.
   if (cfg_.bf16) return base + (i & ~int64_t{1}) * row_stride() + 2 * d + (i & 1);

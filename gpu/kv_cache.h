@@ -114,6 +114,9 @@ class KvCache {
     std::vector<int32_t> blocks;
   };
   int64_t layer_stride() const { return cfg_.num_blocks * cfg_.block_tokens * row_floats(); }
+  // Where (position)'s block starts inside a head's (or, not head-major, the heads') elements:
+  // its pool block * block_tokens * row_stride(), through the sequence's block table.
+  int64_t block_base(int seq, int64_t position) const;
   float* f32_pool(const DeviceBuffer& b, int layer) const {
     if (cfg_.f16) throw std::logic_error("KV cache: f32 pool asked of an fp16 cache");
     return b.get() + layer * layer_stride();

@@ -30,7 +30,7 @@ void exp_scores_portable(float* s, int64_t n, float* m, float* l) {
 
 template <class T>
 void chunk_portable(const AttentionChunk& c) {
-  const int64_t n = c.p1 - c.p0, hd = c.head_dim, bt = c.block_tokens, rf = c.row_floats;
+  const int64_t n = c.p1 - c.p0, hd = c.head_dim, bt = c.block_tokens, rf = c.row_stride;
   auto row = [&](const void* base, int64_t p) {
     return static_cast<const T*>(base) + (static_cast<int64_t>(c.blocks[p / bt]) * bt + p % bt) * rf;
   };
@@ -63,7 +63,7 @@ void chunk_portable(const AttentionChunk& c) {
 // chain over the dimension pairs and each output one chain over the position pairs, as
 // attention_avx512bf16.cpp computes them.
 void chunk_portable_bf16(const AttentionChunk& c) {
-  const int64_t n = c.p1 - c.p0, hd = c.head_dim, bt = c.block_tokens, rf = c.row_floats;
+  const int64_t n = c.p1 - c.p0, hd = c.head_dim, bt = c.block_tokens, rf = c.row_stride;
   const uint16_t* k = static_cast<const uint16_t*>(c.k);
   const uint16_t* v = static_cast<const uint16_t*>(c.v);
   auto base = [&](int64_t p) { return static_cast<int64_t>(c.blocks[p / bt]) * bt; };
@@ -105,7 +105,7 @@ void to_fp16(const float* src, uint16_t* dst, int64_t n) {
 void chunk_row_offsets(const AttentionChunk& c, int64_t n, int64_t* off) {
   const int64_t bt = c.block_tokens;
   for (int64_t j = 0, b = c.p0 / bt, i = c.p0 % bt; j < n; ++j) {
-    off[j] = (static_cast<int64_t>(c.blocks[b]) * bt + i) * c.row_floats;
+    off[j] = (static_cast<int64_t>(c.blocks[b]) * bt + i) * c.row_stride;
     if (++i == bt) {
       i = 0;
       ++b;
@@ -253,7 +253,7 @@ void attention(const float* q, const KvCache& kv, int layer, std::span<const Seq
     c.bf16 = bf16;
     c.blocks = kv.block_table(row.s->seq).data();
     c.block_tokens = bt;
-    c.row_floats = kv.row_stride();
+    c.row_stride = kv.row_stride();
     c.head_dim = hd;
     c.group = group;
     c.p0 = item.chunk * kChunkTokens;

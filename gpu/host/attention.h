@@ -36,22 +36,22 @@ struct AttentionChunk {
   const float* q = nullptr;      // [group, head_dim] query heads of one row and kv head (pre-scaled by nothing)
   // K and V of one kv head (float, or uint16_t fp16 with f16; k and v point at the head's base,
   // KvCache::k_head_base and v_head_base): position p at
-  // k + (blocks[p / block_tokens] * block_tokens + p % block_tokens) * row_floats elements; with
+  // k + (blocks[p / block_tokens] * block_tokens + p % block_tokens) * row_stride elements; with
   // k_transposed (KvCacheConfig::k_transposed, fp16) K's dimension d of position p is at
-  // k + blocks[p / block_tokens] * block_tokens * row_floats + d * block_tokens + p % block_tokens.
-  // row_floats is the cache's row stride (KvCache::row_stride: the row's floats, or head_dim in a
-  // head-major cache).
+  // k + blocks[p / block_tokens] * block_tokens * row_stride + d * block_tokens + p % block_tokens.
+  // row_stride is the cache's (KvCache::row_stride: the row's floats, or head_dim in a head-major
+  // cache).
   const void* k = nullptr;
   const void* v = nullptr;
   bool f16 = false;
   bool k_transposed = false;
   // bf16 pairs (KvCacheConfig::bf16, with f16 and k_transposed): K's dimension d of position p at
-  // k + blocks[p / block_tokens] * block_tokens * row_floats + (d & ~1) * block_tokens +
+  // k + blocks[p / block_tokens] * block_tokens * row_stride + (d & ~1) * block_tokens +
   // 2 (p % block_tokens) + (d & 1); V's at v + (blocks[p / block_tokens] * block_tokens +
-  // (p % block_tokens & ~1)) * row_floats + 2 d + (p & 1).
+  // (p % block_tokens & ~1)) * row_stride + 2 d + (p & 1).
   bool bf16 = false;
   const int32_t* blocks = nullptr;  // the sequence's block table
-  int64_t block_tokens = 0, row_floats = 0, head_dim = 0, group = 0;
+  int64_t block_tokens = 0, row_stride = 0, head_dim = 0, group = 0;
   int64_t p0 = 0, p1 = 0;        // positions [p0, p1) of this chunk (the kv head's offset is in k and v)
   float scale = 1.0f;
   // Outputs: m[group], l[group], o[group * head_dim].

@@ -77,8 +77,8 @@ void exp_inplace_avx2(float* x, int64_t n) {
 
 template <class T>
 static void chunk(const AttentionChunk& c) {
-  const Rows<T> k{static_cast<const T*>(c.k), c.blocks, c.block_tokens, c.row_floats};
-  const Rows<T> v{static_cast<const T*>(c.v), c.blocks, c.block_tokens, c.row_floats};
+  const Rows<T> k{static_cast<const T*>(c.k), c.blocks, c.block_tokens, c.row_stride};
+  const Rows<T> v{static_cast<const T*>(c.v), c.blocks, c.block_tokens, c.row_stride};
   const int64_t n = c.p1 - c.p0, hd = c.head_dim;
   const __m128 scale4 = _mm_set1_ps(c.scale);
   for (int64_t g = 0; g < c.group; ++g) {
@@ -298,7 +298,7 @@ void kt_v(const uint16_t* v, const int64_t* off, int64_t hd, const float* S, flo
 
 // `count` queries sharing the chunk's p0 (a multiple of 8) over a transposed fp16 K.
 void kt_queries(const AttentionChunk& c, int64_t n_max, const KtQuery* qs, int64_t count) {
-  const int64_t bt = c.block_tokens, hd = c.head_dim, rf = c.row_floats;
+  const int64_t bt = c.block_tokens, hd = c.head_dim, rf = c.row_stride;
   assert(hd % 16 == 0 && hd <= kKtMaxHead && bt % 8 == 0 && c.p0 % 8 == 0 && n_max >= 1 && n_max <= kChunkTokens);
   assert(count <= kMaxJointQueries);
   const uint16_t* k = static_cast<const uint16_t*>(c.k);

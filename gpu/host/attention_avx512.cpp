@@ -327,7 +327,7 @@ void kt_v(const uint16_t* v, const int64_t* off, int64_t hd, const float* S, flo
 
 // `count` queries sharing the chunk's p0 (a multiple of 16) over a transposed fp16 K.
 void kt_queries(const AttentionChunk& c, int64_t n_max, const Query* qs, int64_t count) {
-  const int64_t bt = c.block_tokens, hd = c.head_dim, rf = c.row_floats;
+  const int64_t bt = c.block_tokens, hd = c.head_dim, rf = c.row_stride;
   assert(hd % 16 == 0 && bt % 16 == 0 && c.p0 % 16 == 0 && n_max >= 1 && n_max <= kChunkTokens);
   assert(count <= kMaxJointQueries && hd <= 512);
   const uint16_t* k = static_cast<const uint16_t*>(c.k);

@@ -171,7 +171,7 @@ void weight_pairs(float* S, int64_t n, uint32_t* W) {
 // `count` queries sharing the chunk's p0 (a multiple of 16).
 void queries(const AttentionChunk& c, int64_t n_max, const float* const* q, float* const* o, float* const* m, float* const* l,
              const int64_t* n, int64_t count) {
-  const int64_t bt = c.block_tokens, hd = c.head_dim, rf = c.row_floats;
+  const int64_t bt = c.block_tokens, hd = c.head_dim, rf = c.row_stride;
   assert(hd % 16 == 0 && bt % 16 == 0 && c.p0 % 16 == 0 && n_max >= 1 && n_max <= kChunkTokens);
   assert(count <= kMaxJointQueries && hd <= 512);
   const uint16_t* k = static_cast<const uint16_t*>(c.k);

@@ -32,7 +32,7 @@ class NextLines {
     bt_ = bt;
     p0_ = c->p0;
     bf16_ = c->bf16;
-    row_bytes_ = c->row_floats * 2;
+    row_bytes_ = c->row_stride * 2;
     k_ = static_cast<const char*>(c->k);
     v_ = static_cast<const char*>(c->v);
     // A run's pieces: a dimension's 16 positions (32 bytes, bt * 2 apart) or a pair's (64 bytes,

@@ -70,7 +70,7 @@ TEST(AttentionBench, DISABLED_ChunkKernelPerRowCountAt2048Positions) {
           c.bf16 = bf16;
           c.blocks = table.data();
           c.block_tokens = bt;
-          c.row_floats = rf;
+          c.row_stride = rf;
           c.head_dim = hd;
           c.group = group;
           c.p0 = ch * host_kernels::kChunkTokens;

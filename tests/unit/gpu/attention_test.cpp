@@ -304,7 +304,7 @@ host_kernels::AttentionChunk chunk_of(const ChunkInputs& in, Layout layout, int6
   c.bf16 = bf16;
   c.blocks = in.blocks.data();
   c.block_tokens = 16;
-  c.row_floats = 2 * hd;
+  c.row_stride = 2 * hd;
   c.head_dim = hd;
   c.group = group;
   c.p0 = p0;
@@ -550,7 +550,7 @@ TEST(HostAttention, TheNextChunksPrefetchedLinesAreTheLinesItsKAndVOccupyInBothT
             ch.bf16 = bf16;
             ch.blocks = kv.block_table(b).data();
             ch.block_tokens = bt;
-            ch.row_floats = kv.row_stride();
+            ch.row_stride = kv.row_stride();
             ch.head_dim = hd;
             ch.p0 = p0;
             ch.p1 = p0 + n;
