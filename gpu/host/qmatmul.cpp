@@ -552,7 +552,7 @@ void quantize_rows(const float* x, int64_t n, int64_t cols, QuantizedRows& out, 
 namespace host_kernels {
 
 bool wide_rows_pay(int64_t n, int64_t cols) {
-  return n >= 2 && static_cast<size_t>(n * (cols / kBlock)) * QuantizedRows::kWideBlock <= 30 * 1024;
+  return n >= 2 && static_cast<size_t>(n * (cols / kBlock)) * QuantizedRows::kWideBlock <= QuantizedRows::kWideBytes;
 }
 
 size_t packed_header_bytes(DType t) { return pack_shape(t).header; }
@@ -754,7 +754,7 @@ void qmatmul(std::span<const PackedMatrix* const> ws, const float* x, int64_t n,
   // (Workers see the caller's through `xq`: a lambda names a thread_local of its own thread.)
   thread_local QuantizedRows qx;
   quantize_rows(x, n, cols, qx, &pool, host_kernels::is_512_bit(kernel));
-  if (kernel == host_kernels::Int8Kernel::kAvx2 && host_kernels::wide_rows_pay(n, cols)) host_kernels::broadcast_rows_avx2(qx);
+  qx.wide_ready = kernel == host_kernels::Int8Kernel::kAvx2 && host_kernels::wide_rows_pay(n, cols);
   run_kernels(ws, qx, ys, pool, kernel);
 }
 
@@ -787,8 +787,7 @@ void qmatmul_refined(const PackedMatrix& w, const float* x, int64_t n, float* y,
   // Rows [0, n) quantize as `first` did (the quantizer works per row); rows [n, 2n) are the
   // residuals. One call for both, so each weight block is unpacked once for all 2n rows.
   quantize_rows(rows.data(), 2 * n, cols, both, &pool, avx512);
-  if (kernel == host_kernels::Int8Kernel::kAvx2 && host_kernels::wide_rows_pay(2 * n, cols))
-    host_kernels::broadcast_rows_avx2(both);
+  both.wide_ready = kernel == host_kernels::Int8Kernel::kAvx2 && host_kernels::wide_rows_pay(2 * n, cols);
   sums.resize(static_cast<size_t>(2 * n * w.rows));
   const PackedMatrix* m = &w;
   float* s = sums.data();

@@ -131,17 +131,14 @@ struct QuantizedRows {
   static constexpr size_t kMaxShared = 16;
   std::vector<int32_t> outlier_distinct;
   std::vector<int32_t> outlier_slot;  // [n, kOutliers]
-  // Filled for the AVX2 kernel only (host_kernels::broadcast_rows_avx2): per row and block, the
-  // eight 4-byte groups of q each repeated to 32 bytes, then d and sx each repeated to 8 floats,
-  // so that its vpmaddubsw and float multiplies take them as memory operands instead of a
-  // broadcast each (one vector-pipe operation fewer per use on Zen 3). 32-byte aligned.
-  std::vector<uint8_t> wide;  // raw storage; see wide_block
-  size_t wide_offset = 0;     // bytes to the first aligned block
-  bool wide_ready = false;    // set by broadcast_rows_avx2, cleared by quantize_rows
+  // Set by qmatmul for the AVX2 kernel where the call's rows fit the L1 (host_kernels::
+  // wide_rows_pay): the kernel then reads them wide (host_kernels::wide_rows_avx2: per row and
+  // block, the eight 4-byte groups of q each repeated to 32 bytes, then d and sx each repeated to
+  // 8 floats), so that its vpmaddubsw and float multiplies take them as memory operands instead of
+  // a broadcast each (one vector-pipe operation fewer per use on Zen 3). Cleared by quantize_rows.
+  bool wide_ready = false;
   static constexpr size_t kWideBlock = 8 * 32 + 2 * 8 * 4;  // 320 bytes per row and block
-  const uint8_t* wide_block(int64_t i, int64_t b) const {
-    return wide.data() + wide_offset + static_cast<size_t>(i * blocks + b) * kWideBlock;
-  }
+  static constexpr size_t kWideBytes = 30 * 1024;            // the most a call's wide rows take
   const int8_t* qrow(int64_t i) const { return q.data() + i * cols; }
 };
 // With a pool, a call of many rows (a prefill's) splits them across its threads; the same values.
@@ -232,8 +229,12 @@ int64_t logits_at_least_avx2(const float* y, int64_t n, float floor, int64_t* id
 // stored_row_dot over a Q8_0 row (34-byte blocks; cols a multiple of 32), AVX2, the same bits:
 // the output head's refined logits (qmatmul_logits) without dequantizing the row first.
 float stored_row_dot_q8_0_avx2(const uint8_t* row, const float* x, int64_t cols);
-// Fills x.wide from x.q, x.d and x.sx (see QuantizedRows::wide); AVX2.
-void broadcast_rows_avx2(QuantizedRows& x);
+// This thread's wide copy of x's rows (see QuantizedRows::wide_ready; [n, blocks] blocks of
+// kWideBlock bytes, 32-byte aligned), made from x.q, x.d and x.sx the first time the thread asks
+// for this call's rows (x.generation): each thread of a call writes and reads its own copy, in its
+// own L1, instead of reading lines the calling thread wrote in its cache (docs/kernels.md, "Each
+// thread's own wide rows"). x's wide rows take at most kWideBytes (wide_rows_pay). AVX2.
+const uint8_t* wide_rows_avx2(const QuantizedRows& x);
 // The AVX2 activation quantizer (the same values as quantize_rows' portable one, faster): n rows
 // of 32-value blocks; with `skip` ([n, kOutliers] columns, or nullptr), those values of each row
 // are quantized as 0. `amax` ([n, cols / 32]) is each block's largest |x| with no value set

@@ -151,19 +151,26 @@ void add_outliers_avx2(const PackedMatrix& m, const QuantizedRows& x, float* y, 
   }
 }
 
-void broadcast_rows_avx2(QuantizedRows& x) {
-  const size_t need = static_cast<size_t>(x.n * x.blocks) * QuantizedRows::kWideBlock + 32;
-  if (x.wide.size() < need) x.wide.resize(need);
-  x.wide_offset = (32 - reinterpret_cast<uintptr_t>(x.wide.data()) % 32) % 32;
-  // Row-major blocks in q and in wide alike: block bi of the call is row bi / blocks's block bi % blocks.
-  uint8_t* dst = x.wide.data() + x.wide_offset;
-  for (size_t bi = 0; bi < x.d.size(); ++bi, dst += QuantizedRows::kWideBlock) {
-    const int8_t* q = x.q.data() + bi * 32;
-    for (int c = 0; c < 8; ++c) _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 32 * c), bcast4(q + 4 * c));
-    _mm256_store_ps(reinterpret_cast<float*>(dst + 256), _mm256_set1_ps(x.d[bi]));
-    _mm256_store_ps(reinterpret_cast<float*>(dst + 288), _mm256_set1_ps(x.sx[bi]));
+const uint8_t* wide_rows_avx2(const QuantizedRows& x) {
+  struct Copy {
+    alignas(32) uint8_t bytes[QuantizedRows::kWideBytes];
+    uint64_t generation;
+  };
+  thread_local Copy c;  // zero-initialised: no call has generation 0 (quantize_rows counts from 1)
+  if (c.generation != x.generation || x.generation == 0) {
+    // Row-major blocks in q and in the copy alike: block bi of the call is row bi / blocks's block bi % blocks.
+    const size_t blocks = static_cast<size_t>(x.n * x.blocks);
+    const int8_t* const q = x.q.data();
+    const float *const d = x.d.data(), *const sx = x.sx.data();
+    uint8_t* dst = c.bytes;
+    for (size_t bi = 0; bi < blocks; ++bi, dst += QuantizedRows::kWideBlock) {
+      for (int k = 0; k < 8; ++k) _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 32 * k), bcast4(q + bi * 32 + 4 * k));
+      _mm256_store_ps(reinterpret_cast<float*>(dst + 256), _mm256_set1_ps(d[bi]));
+      _mm256_store_ps(reinterpret_cast<float*>(dst + 288), _mm256_set1_ps(sx[bi]));
+    }
+    c.generation = x.generation;
   }
-  x.wide_ready = true;
+  return c.bytes;
 }
 
 namespace {

@@ -476,15 +476,19 @@ struct NarrowRows {
   __m256i q(int i, int64_t b, int c) const { return bcast4(x.q.data() + (i0 + i) * x.cols + b * 32 + 4 * c); }
   __m256 d(int i, int64_t b) const { return _mm256_set1_ps(x.d[static_cast<size_t>((i0 + i) * x.blocks + b)]); }
   __m256 sx(int i, int64_t b) const { return _mm256_set1_ps(x.sx[static_cast<size_t>((i0 + i) * x.blocks + b)]); }
+  NarrowRows from(int64_t i) const { return {x, i0 + i}; }  // the rows from this one's row i on
 };
-// Wide: plain loads from QuantizedRows::wide, which the multiplies take as memory operands.
+// Wide: plain loads from this thread's wide rows (wide_rows_avx2), which the multiplies take as
+// memory operands.
 struct WideRows {
   const QuantizedRows& x;
+  const uint8_t* wide;  // the call's row 0, block 0
   int64_t i0;
-  const uint8_t* at(int i, int64_t b) const { return x.wide_block(i0 + i, b); }
+  const uint8_t* at(int i, int64_t b) const { return wide + static_cast<size_t>((i0 + i) * x.blocks + b) * QuantizedRows::kWideBlock; }
   __m256i q(int i, int64_t b, int c) const { return _mm256_load_si256(reinterpret_cast<const __m256i*>(at(i, b)) + c); }
   __m256 d(int i, int64_t b) const { return _mm256_load_ps(reinterpret_cast<const float*>(at(i, b) + 256)); }
   __m256 sx(int i, int64_t b) const { return _mm256_load_ps(reinterpret_cast<const float*>(at(i, b) + 288)); }
+  WideRows from(int64_t i) const { return {x, wide, i0 + i}; }
 };
 
 // The maddubs variant's tile for the nibble formats and Q8_0, streaming: per block, each weight
@@ -651,19 +655,18 @@ void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy
   }
 }
 
-// Groups [g0, g1) in tiles of up to kStreamTile rows, the activations wide where the call made
-// them so (QuantizedRows::wide_ready) and narrow otherwise.
+// Groups [g0, g1) in tiles of up to kStreamTile rows, the call's rows read through `rows`.
 template <class F, class X>
-void stream_groups(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+void stream_groups(const PackedMatrix& m, const QuantizedRows& x, const X& rows, float* y, int64_t ldy, int64_t g0, int64_t g1) {
   for (int64_t g = g0; g < g1; ++g) {
     int64_t i0 = 0;
-    for (; i0 + kStreamTile <= x.n; i0 += kStreamTile) stream_tile<F, kStreamTile>(m, X{x, i0}, g, y, ldy);
+    for (; i0 + kStreamTile <= x.n; i0 += kStreamTile) stream_tile<F, kStreamTile>(m, rows.from(i0), g, y, ldy);
     switch (x.n - i0) {
-      case 1: stream_tile<F, 1>(m, X{x, i0}, g, y, ldy); break;
-      case 2: stream_tile<F, 2>(m, X{x, i0}, g, y, ldy); break;
-      case 3: stream_tile<F, 3>(m, X{x, i0}, g, y, ldy); break;
-      case 4: if constexpr (kStreamTile > 4) stream_tile<F, 4>(m, X{x, i0}, g, y, ldy); break;
-      case 5: if constexpr (kStreamTile > 5) stream_tile<F, 5>(m, X{x, i0}, g, y, ldy); break;
+      case 1: stream_tile<F, 1>(m, rows.from(i0), g, y, ldy); break;
+      case 2: stream_tile<F, 2>(m, rows.from(i0), g, y, ldy); break;
+      case 3: stream_tile<F, 3>(m, rows.from(i0), g, y, ldy); break;
+      case 4: if constexpr (kStreamTile > 4) stream_tile<F, 4>(m, rows.from(i0), g, y, ldy); break;
+      case 5: if constexpr (kStreamTile > 5) stream_tile<F, 5>(m, rows.from(i0), g, y, ldy); break;
       default: break;
     }
   }
@@ -683,8 +686,12 @@ constexpr int64_t kHoldRows = 1;
 template <class F>
 void stream_kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
   if (x.n <= kHoldRows) kernel<F>(m, x, y, ldy, g0, g1);
-  else if (F::kWide && x.wide_ready) stream_groups<F, WideRows>(m, x, y, ldy, g0, g1);
-  else stream_groups<F, NarrowRows>(m, x, y, ldy, g0, g1);
+  else if constexpr (F::kWide) {
+    if (x.wide_ready) stream_groups<F>(m, x, WideRows{x, wide_rows_avx2(x), 0}, y, ldy, g0, g1);
+    else stream_groups<F>(m, x, NarrowRows{x, 0}, y, ldy, g0, g1);
+  } else {
+    stream_groups<F>(m, x, NarrowRows{x, 0}, y, ldy, g0, g1);
+  }
 }
 
 }  // namespace
