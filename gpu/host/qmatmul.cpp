@@ -695,6 +695,14 @@ constexpr int64_t kTailRows = 16;
 constexpr int kTailPieces = 4;
 int tail_pieces_for(int64_t rows) { return rows >= kTailRows ? kTailPieces : 0; }
 
+// Weights a kernel call covers before the outliers' pass over the same groups (for the kernels
+// that leave the outliers to a pass after them): a quarter of Zen 3's 512 KiB L2, so that the
+// pass finds the piece's scales and outlier columns there. Pieces of 4 KiB cost more in the
+// pass's set-up per call than they save; 16-32 KiB were no faster than one pass over the whole
+// chunk at 3-5 rows; 64-256 KiB 3-6% faster (docs/kernels.md, "The outliers' pass a piece at a
+// time").
+constexpr size_t kPostBytes = 128 * 1024;
+
 // The kernels over every group of every matrix in ws, in one parallel region (a grain of ~4 KiB
 // of weights, at least a group pair on the 512-bit kernels), writing ys[k] ([xq.n, ws[k]->rows]).
 // Where `fold` rows are asked for (one matrix, qmatmul_refined), each chunk's outputs are then
@@ -729,8 +737,19 @@ void run_kernels(std::span<const PackedMatrix* const> ws, const QuantizedRows& x
       const int64_t end = p.first + p.w->groups;
       if (g0 >= end) continue;
       const int64_t e = std::min(g1, end);
-      p.k(*p.w, xq, p.y, p.w->rows, g0 - p.first, e - p.first);
-      if (post != nullptr) post(*p.w, xq, p.y, p.w->rows, g0 - p.first, e - p.first);  // while the groups are in cache
+      if (post == nullptr) {
+        p.k(*p.w, xq, p.y, p.w->rows, g0 - p.first, e - p.first);
+      } else {
+        // The kernel and then the outliers' pass over a piece of kPostBytes of weights at a time,
+        // while the piece is in cache (over a thread's whole chunk, half the output head's 30 MB,
+        // the pass read its columns from memory again).
+        const int64_t piece = std::max<int64_t>(1, static_cast<int64_t>(kPostBytes / std::max<size_t>(p.w->group_bytes(), 1)));
+        for (int64_t a = g0; a < e; a += piece) {
+          const int64_t b = std::min(e, a + piece);
+          p.k(*p.w, xq, p.y, p.w->rows, a - p.first, b - p.first);
+          post(*p.w, xq, p.y, p.w->rows, a - p.first, b - p.first);
+        }
+      }
       if (fold > 0) {
         const int64_t R = p.w->rows, o0 = 8 * (g0 - p.first), o1 = std::min(R, 8 * (e - p.first));
         for (int64_t i = 0; i < fold; ++i)
