@@ -343,6 +343,24 @@ std::vector<double> emulate(const TensorView& w, const QuantizedRows& q) {
   return y;
 }
 
+// y ([n, rows]) against the definition computed in double (emulate) for activations x ([n, cols]):
+// the f32 accumulation of 18-48 block terms, a few ulps of the terms' magnitude.
+void expect_the_definition(const std::vector<float>& y, const std::vector<double>& want, const std::vector<float>& x, int64_t rows,
+                           int64_t cols, const std::string& label) {
+  const int64_t n = static_cast<int64_t>(x.size()) / cols;
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double mag = 0;
+    for (int64_t j = 0; j < cols; ++j) mag += std::fabs(x[i * cols + j]) * 0.05 * 128;
+    for (int64_t r = 0; r < rows; ++r) {
+      const double got = y[i * rows + r], ref = want[i * rows + r];
+      if (!(std::fabs(got - ref) <= 1e-6 * mag) && ++bad <= 3)
+        ADD_FAILURE() << label << " y[" << i << "," << r << "] = " << got << ", definition " << ref;
+    }
+  }
+  EXPECT_EQ(bad, 0) << label;
+}
+
 TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
   for (DType t : kInt8Types)
     for (int64_t rows : {8, 37}) {
@@ -355,21 +373,9 @@ TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
         QuantizedRows q;
         quantize_rows(x.data(), n, cols, q);
         const auto want = emulate(w.view, q);
-        for (Int8Kernel isa : int8_kernels()) {
-          const auto y = run(*m, x, n, 2, isa);
-          int bad = 0;
-          for (int64_t i = 0; i < n; ++i)
-            for (int64_t r = 0; r < rows; ++r) {
-              // The f32 accumulation of nb = 18 block terms: a few ulps of the terms' magnitude.
-              double mag = 0;
-              const double got = y[i * rows + r], ref = want[i * rows + r];
-              for (int64_t j = 0; j < cols; ++j) mag += std::fabs(x[i * cols + j]) * 0.05 * 128;
-              if (!(std::fabs(got - ref) <= 1e-6 * mag) && ++bad <= 3)
-                ADD_FAILURE() << dtype_name(t) << " " << host_kernels::int8_kernel_name(isa) << " n=" << n << " y[" << i << "," << r
-                              << "] = " << got << ", definition " << ref;
-            }
-          EXPECT_EQ(bad, 0);
-        }
+        for (Int8Kernel isa : int8_kernels())
+          expect_the_definition(run(*m, x, n, 2, isa), want, x, rows, cols,
+                                std::string(dtype_name(t)) + " " + host_kernels::int8_kernel_name(isa) + " n=" + std::to_string(n));
       }
     }
 }
@@ -390,21 +396,9 @@ TEST(Int8Kernels, AMatrixOfManyOutlierPassPiecesGetsTheOutliersTermsOnEveryPiece
       QuantizedRows q;
       quantize_rows(x.data(), n, cols, q);
       const auto want = emulate(w.view, q);
-      for (Int8Kernel isa : int8_kernels()) {
-        const auto y = run(*m, x, n, 2, isa);
-        int bad = 0;
-        for (int64_t i = 0; i < n; ++i) {
-          double mag = 0;  // as EveryTypeAndPathMatchesTheDefinitionComputedInDouble
-          for (int64_t j = 0; j < cols; ++j) mag += std::fabs(x[i * cols + j]) * 0.05 * 128;
-          for (int64_t r = 0; r < rows; ++r) {
-            const double got = y[i * rows + r], ref = want[i * rows + r];
-            if (!(std::fabs(got - ref) <= 1e-6 * mag) && ++bad <= 3)
-              ADD_FAILURE() << dtype_name(t) << " " << host_kernels::int8_kernel_name(isa) << " n=" << n << " y[" << i << "," << r
-                            << "] = " << got << ", definition " << ref;
-          }
-        }
-        EXPECT_EQ(bad, 0);
-      }
+      for (Int8Kernel isa : int8_kernels())
+        expect_the_definition(run(*m, x, n, 2, isa), want, x, rows, cols,
+                              std::string(dtype_name(t)) + " " + host_kernels::int8_kernel_name(isa) + " n=" + std::to_string(n));
     }
   }
 }
