@@ -195,9 +195,11 @@ PackedKernel avxvnni_packed_kernel(DType t);
 PackedKernel avx512vnni_packed_kernel(DType t);
 PackedKernel amx_packed_kernel(DType t);
 // Whether the AVX2 kernel's wide activations pay for n rows of `cols` columns: 2 or more rows
-// whose wide blocks (320 bytes per row and block) fit in 30 KiB, so that they stay in a 32 KiB
-// L1 from one group of weight rows to the next (past that they came from L2 and measured slower
-// than broadcasts: 576 columns up to 5 rows, 1536 columns never). The AVX-VNNI kernel's streaming
+// whose wide blocks (320 bytes per row and block) fit in 30 KiB (QuantizedRows::kWideBytes) and,
+// beside one group of weights, in a 32 KiB L1, so that they stay there from one group of weight
+// rows to the next (past that they came from L2 and measured slower than broadcasts: 576 columns
+// up to 5 rows, 1536 columns never; before the fifty-ninth session 2 rows of 1536, exactly 30 KiB,
+// were read wide, 2.5% slower). The AVX-VNNI kernel's streaming
 // tile reads broadcasts (measured faster at 5 rows of 576 on an Intel Xeon: 0.88-0.90x the time).
 bool wide_rows_pay(int64_t n, int64_t cols);
 // The outliers' terms: y[i, r] = fma(w[r, c], x_c, y[i, r]) for each of row i's outliers in order,

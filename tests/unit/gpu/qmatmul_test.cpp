@@ -403,6 +403,19 @@ TEST(Int8Kernels, AMatrixOfManyOutlierPassPiecesGetsTheOutliersTermsOnEveryPiece
   }
 }
 
+// The AVX2 kernel reads a call's rows wide where they fit the L1 beside a group of weights: the
+// default model's 576-column matrices at 2-5 rows, never its 1,536-column one (2 rows there are
+// 30 KiB of wide rows, and measured slower than broadcasts), and never past the 30 KiB copy each
+// thread keeps (many rows of a narrow matrix).
+TEST(Int8Kernels, WideRowsAreReadWhereTheyFitTheL1BesideAGroupOfWeights) {
+  EXPECT_FALSE(host_kernels::wide_rows_pay(1, 576));
+  for (int64_t n = 2; n <= 5; ++n) EXPECT_TRUE(host_kernels::wide_rows_pay(n, 576)) << n;
+  EXPECT_FALSE(host_kernels::wide_rows_pay(6, 576));
+  EXPECT_FALSE(host_kernels::wide_rows_pay(2, 1536));
+  EXPECT_TRUE(host_kernels::wide_rows_pay(96, 32));  // 30,720 bytes: the copy's size
+  EXPECT_FALSE(host_kernels::wide_rows_pay(97, 32));
+}
+
 // Two widths: at 576 columns (the default model's) the AVX2 kernel takes 2 to 5 rows from wide
 // activations (host_kernels::wide_rows_pay), at 1536 from broadcasts, and one row runs its
 // holding tile; the AVX-VNNI kernel holds up to 4 rows and streams 5 (wide at 576) and more.
