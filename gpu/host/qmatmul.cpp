@@ -742,18 +742,14 @@ void run_kernels(std::span<const PackedMatrix* const> ws, const QuantizedRows& x
       const int64_t end = p.first + p.w->groups;
       if (g0 >= end) continue;
       const int64_t e = std::min(g1, end);
-      if (post == nullptr) {
-        p.k(*p.w, xq, p.y, p.w->rows, g0 - p.first, e - p.first);
-      } else {
-        // The kernel and then the outliers' pass over a piece of kPostBytes of weights at a time,
-        // while the piece is in cache (over a thread's whole chunk, half the output head's 30 MB,
-        // the pass read its columns from memory again).
-        const int64_t piece = std::max<int64_t>(1, static_cast<int64_t>(kPostBytes / std::max<size_t>(p.w->group_bytes(), 1)));
-        for (int64_t a = g0; a < e; a += piece) {
-          const int64_t b = std::min(e, a + piece);
-          p.k(*p.w, xq, p.y, p.w->rows, a - p.first, b - p.first);
-          post(*p.w, xq, p.y, p.w->rows, a - p.first, b - p.first);
-        }
+      // With a pass after the kernel: the kernel and then the pass over a piece of kPostBytes of
+      // weights at a time, while the piece is in cache (over a thread's whole chunk, half the
+      // output head's 30 MB, the pass read its columns from memory again).
+      const int64_t piece = post == nullptr ? e - g0 : std::max<int64_t>(1, static_cast<int64_t>(kPostBytes / std::max<size_t>(p.w->group_bytes(), 1)));
+      for (int64_t a = g0; a < e; a += piece) {
+        const int64_t b = std::min(e, a + piece);
+        p.k(*p.w, xq, p.y, p.w->rows, a - p.first, b - p.first);
+        if (post != nullptr) post(*p.w, xq, p.y, p.w->rows, a - p.first, b - p.first);
       }
       if (fold > 0) {
         const int64_t R = p.w->rows, o0 = 8 * (g0 - p.first), o1 = std::min(R, 8 * (e - p.first));

@@ -685,13 +685,10 @@ constexpr int64_t kHoldRows = 1;
 #endif
 template <class F>
 void stream_kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
-  if (x.n <= kHoldRows) kernel<F>(m, x, y, ldy, g0, g1);
-  else if constexpr (F::kWide) {
-    if (x.wide_ready) stream_groups<F>(m, x, WideRows{x, wide_rows_avx2(x), 0}, y, ldy, g0, g1);
-    else stream_groups<F>(m, x, NarrowRows{x, 0}, y, ldy, g0, g1);
-  } else {
-    stream_groups<F>(m, x, NarrowRows{x, 0}, y, ldy, g0, g1);
-  }
+  if (x.n <= kHoldRows) return kernel<F>(m, x, y, ldy, g0, g1);
+  if constexpr (F::kWide)
+    if (x.wide_ready) return stream_groups<F>(m, x, WideRows{x, wide_rows_avx2(x), 0}, y, ldy, g0, g1);
+  stream_groups<F>(m, x, NarrowRows{x, 0}, y, ldy, g0, g1);
 }
 
 }  // namespace

@@ -343,22 +343,29 @@ std::vector<double> emulate(const TensorView& w, const QuantizedRows& q) {
   return y;
 }
 
-// y ([n, rows]) against the definition computed in double (emulate) for activations x ([n, cols]):
-// the f32 accumulation of 18-48 block terms, a few ulps of the terms' magnitude.
-void expect_the_definition(const std::vector<float>& y, const std::vector<double>& want, const std::vector<float>& x, int64_t rows,
-                           int64_t cols, const std::string& label) {
-  const int64_t n = static_cast<int64_t>(x.size()) / cols;
-  int bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    double mag = 0;
-    for (int64_t j = 0; j < cols; ++j) mag += std::fabs(x[i * cols + j]) * 0.05 * 128;
-    for (int64_t r = 0; r < rows; ++r) {
-      const double got = y[i * rows + r], ref = want[i * rows + r];
-      if (!(std::fabs(got - ref) <= 1e-6 * mag) && ++bad <= 3)
-        ADD_FAILURE() << label << " y[" << i << "," << r << "] = " << got << ", definition " << ref;
+// Every int8 kernel the CPU has, on two threads, over the n rows x ([n, w.cols]) against the
+// definition computed in double (emulate): the f32 accumulation of 18-48 block terms, a few ulps of
+// the terms' magnitude.
+void expect_every_kernel_to_give_the_definition(const PackedMatrix& m, const TensorView& w, const std::vector<float>& x, int64_t n) {
+  const int64_t rows = w.rows(), cols = w.cols();
+  QuantizedRows q;
+  quantize_rows(x.data(), n, cols, q);
+  const auto want = emulate(w, q);
+  for (Int8Kernel isa : int8_kernels()) {
+    const std::string label = std::string(dtype_name(w.dtype)) + " " + host_kernels::int8_kernel_name(isa) + " n=" + std::to_string(n);
+    const auto y = run(m, x, n, 2, isa);
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double mag = 0;
+      for (int64_t j = 0; j < cols; ++j) mag += std::fabs(x[i * cols + j]) * 0.05 * 128;
+      for (int64_t r = 0; r < rows; ++r) {
+        const double got = y[i * rows + r], ref = want[i * rows + r];
+        if (!(std::fabs(got - ref) <= 1e-6 * mag) && ++bad <= 3)
+          ADD_FAILURE() << label << " y[" << i << "," << r << "] = " << got << ", definition " << ref;
+      }
     }
+    EXPECT_EQ(bad, 0) << label;
   }
-  EXPECT_EQ(bad, 0) << label;
 }
 
 TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
@@ -369,13 +376,7 @@ TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
       ThreadPool pool(2);
       auto m = pack_matrix(w.view, pool);
       for (int64_t n : {1, 5, 16}) {
-        const auto x = random_x(n, cols, 20 + static_cast<uint32_t>(n));
-        QuantizedRows q;
-        quantize_rows(x.data(), n, cols, q);
-        const auto want = emulate(w.view, q);
-        for (Int8Kernel isa : int8_kernels())
-          expect_the_definition(run(*m, x, n, 2, isa), want, x, rows, cols,
-                                std::string(dtype_name(t)) + " " + host_kernels::int8_kernel_name(isa) + " n=" + std::to_string(n));
+        expect_every_kernel_to_give_the_definition(*m, w.view, random_x(n, cols, 20 + static_cast<uint32_t>(n)), n);
       }
     }
 }
@@ -393,12 +394,7 @@ TEST(Int8Kernels, AMatrixOfManyOutlierPassPiecesGetsTheOutliersTermsOnEveryPiece
     for (int64_t n : {1, 3}) {
       auto x = random_x(n, cols, 96 + static_cast<uint32_t>(n));
       add_massive_channels(x, n);
-      QuantizedRows q;
-      quantize_rows(x.data(), n, cols, q);
-      const auto want = emulate(w.view, q);
-      for (Int8Kernel isa : int8_kernels())
-        expect_the_definition(run(*m, x, n, 2, isa), want, x, rows, cols,
-                              std::string(dtype_name(t)) + " " + host_kernels::int8_kernel_name(isa) + " n=" + std::to_string(n));
+      expect_every_kernel_to_give_the_definition(*m, w.view, x, n);
     }
   }
 }
