@@ -237,6 +237,20 @@ float stored_row_dot_q8_0_avx2(const uint8_t* row, const float* x, int64_t cols)
 // own L1, instead of reading lines the calling thread wrote in its cache (docs/kernels.md, "Each
 // thread's own wide rows"). x's wide rows take at most kWideBytes (wide_rows_pay). AVX2.
 const uint8_t* wide_rows_avx2(const QuantizedRows& x);
+// This thread's copy of x's first lane_row_groups(n) * 8 rows eight to a vector (the lane kernel's activations,
+// qmatmul_ymm.h): per group of 8 rows and block, kLaneBlock bytes, 32-byte aligned: eight vectors
+// whose lane r holds 4 bytes of the group's row r (columns 4c..4c+3 in vector c), then the 8 rows'
+// d, sx and isum. Made the first time the thread asks for this call's rows, as wide_rows_avx2.
+constexpr size_t kLaneBlock = 8 * 32 + 3 * 8 * 4;  // 352 bytes per 8 rows and block
+constexpr int64_t kLaneMinRows = 32;  // calls from 32 rows on (fewer measured no faster)
+// The groups of 8 rows the lane kernel takes from a call of n >= kLaneMinRows rows: pairs of them,
+// the remaining n % 16 rows left to the streaming tile.
+constexpr int64_t lane_row_groups(int64_t n) { return n / 16 * 2; }
+const uint8_t* lane_rows_avx2(const QuantizedRows& x);
+// A 32-byte aligned line, the unit of the AVX2 kernels' thread-local buffers.
+struct alignas(32) Line32 {
+  uint8_t bytes[32];
+};
 // The AVX2 activation quantizer (the same values as quantize_rows' portable one, faster): n rows
 // of 32-value blocks; with `skip` ([n, kOutliers] columns, or nullptr), those values of each row
 // are quantized as 0. `amax` ([n, cols / 32]) is each block's largest |x| with no value set

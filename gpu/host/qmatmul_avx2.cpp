@@ -3,6 +3,7 @@
 #include "gpu/host/qmatmul_ymm.h"
 
 #include <array>
+#include <vector>
 
 namespace specula::host_kernels {
 
@@ -171,6 +172,38 @@ const uint8_t* wide_rows_avx2(const QuantizedRows& x) {
     c.generation = x.generation;
   }
   return c.bytes;
+}
+
+const uint8_t* lane_rows_avx2(const QuantizedRows& x) {
+  struct Copy {
+    std::vector<Line32> lines;
+    uint64_t generation = 0;
+  };
+  thread_local Copy c;
+  if (c.generation != x.generation || x.generation == 0) {
+    const int64_t groups = lane_row_groups(x.n);
+    c.lines.resize(static_cast<size_t>(groups * x.blocks) * kLaneBlock / 32);
+    uint8_t* dst = c.lines.data()->bytes;
+    for (int64_t rg = 0; rg < groups; ++rg)
+      for (int64_t b = 0; b < x.blocks; ++b, dst += kLaneBlock) {
+        // Row r's block as eight 4-byte words, transposed: vector c gathers word c of the 8 rows.
+        __m256 w[8];
+        for (int r = 0; r < 8; ++r)
+          w[r] = _mm256_loadu_ps(reinterpret_cast<const float*>(x.q.data() + (rg * 8 + r) * x.cols + b * 32));
+        transpose8(w);
+        for (int c = 0; c < 8; ++c) _mm256_store_ps(reinterpret_cast<float*>(dst + 32 * c), w[c]);
+        float* f = reinterpret_cast<float*>(dst + 256);
+        int32_t* is = reinterpret_cast<int32_t*>(dst + 320);
+        for (int r = 0; r < 8; ++r) {
+          const size_t at = static_cast<size_t>((rg * 8 + r) * x.blocks + b);
+          f[r] = x.d[at];
+          f[8 + r] = x.sx[at];
+          is[r] = x.isum[at];
+        }
+      }
+    c.generation = x.generation;
+  }
+  return c.lines.data()->bytes;
 }
 
 namespace {

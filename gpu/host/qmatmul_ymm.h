@@ -555,6 +555,9 @@ struct StreamQ4 : FormatQ4<kMin, kF32, kFive> {
 #endif
     }
   }
+#ifndef SPECULA_YMM_VNNI
+  static constexpr bool kLanes = !kFive;  // lane_groups: the four-bit layouts (kFive's chains are int32)
+#endif
   static __m256i finish(__m256i s, int32_t isum) {
 #ifdef SPECULA_YMM_VNNI
     const __m256i s32 = s;
@@ -657,9 +660,10 @@ void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy
 
 // Groups [g0, g1) in tiles of up to kStreamTile rows, the call's rows read through `rows`.
 template <class F, class X>
-void stream_groups(const PackedMatrix& m, const QuantizedRows& x, const X& rows, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+void stream_groups(const PackedMatrix& m, const QuantizedRows& x, const X& rows, float* y, int64_t ldy, int64_t g0, int64_t g1,
+                   int64_t i_begin = 0) {
   for (int64_t g = g0; g < g1; ++g) {
-    int64_t i0 = 0;
+    int64_t i0 = i_begin;
     for (; i0 + kStreamTile <= x.n; i0 += kStreamTile) stream_tile<F, kStreamTile>(m, rows.from(i0), g, y, ldy);
     switch (x.n - i0) {
       case 1: stream_tile<F, 1>(m, rows.from(i0), g, y, ldy); break;
@@ -671,6 +675,179 @@ void stream_groups(const PackedMatrix& m, const QuantizedRows& x, const X& rows,
     }
   }
 }
+#ifndef SPECULA_YMM_VNNI
+// The lane kernel (maddubs, calls of 32 or more narrow rows: prefill, batches; docs/kernels.md,
+// "The lane kernel"). The streaming tile's vector lanes are 8 weight rows, so each activation row
+// costs a broadcast of its 4 bytes per weight vector and per group. Here the lanes are 8
+// activation rows (lane_rows_avx2: this thread's copy of the call's rows, eight to a vector, with
+// their d, sx and isum as vectors), the group's nibbles are unpacked once into bytes, and each
+// broadcast of a weight row's 4 bytes serves the activation vectors of up to 4 groups of 8 rows
+// (32 rows), two weight rows at a time, the activations loaded once for both. Per output element
+// the integer sum is exact and the float work is the streaming tile's (the block's scales'
+// product, then fma(sum, product, acc) and fma(min, sx, acc) per block in block order), so every
+// row's bits are the streaming tile's and the one-row call's. Each group's results are
+// transposed once at the end (lanes back to weight rows).
+constexpr int64_t kLaneChunk = 16;  // blocks per pass: 4 groups of rows' 16 blocks (22.5 KB) stay in L1
+
+// One 4-column step c of a block: weight rows o0 and o0 + 1 (their 4 bytes broadcast, from w and
+// w + 4) against the R activation vectors at x[r] (8 rows each): s0[r] += maddubs(w0, x[r]) and
+// s1[r] += maddubs(w1, x[r]), each sum at most 8 x 2 x 15 x 127 = 30480 as the streaming tile's.
+// In assembly because GCC, given these as intrinsics, spilled the eight int16 sums to the stack
+// around the `in_register` barriers or, without them, reassociated the chains into trees (9.4 to
+// 23 cycles per 256 products on a Zen 3 against 8.2-8.5 so).
+#define SPECULA_LANE_ROW(X, S0, S1)                                   \
+  "vmovdqa " X ", %[t]\n\t"                                           \
+  "vpmaddubsw %[t], %[v0], %[m]\n\t"                                  \
+  "vpaddw %[m], " S0 ", " S0 "\n\t"                                   \
+  "vpmaddubsw %[t], %[v1], %[m]\n\t"                                  \
+  "vpaddw %[m], " S1 ", " S1 "\n\t"
+template <int R>
+inline void lane_step(const uint8_t* w, const uint8_t* const (&x)[R], __m256i (&s0)[R], __m256i (&s1)[R]) {
+  __m256i v0, v1, t, m;
+  using V = __m256i;
+  using W = int32_t;
+  if constexpr (R == 4) {
+    __asm__("vpbroadcastd %[w0], %[v0]\n\t"
+            "vpbroadcastd %[w1], %[v1]\n\t"
+            SPECULA_LANE_ROW("%[x0]", "%[a0]", "%[b0]") SPECULA_LANE_ROW("%[x1]", "%[a1]", "%[b1]")
+            SPECULA_LANE_ROW("%[x2]", "%[a2]", "%[b2]") SPECULA_LANE_ROW("%[x3]", "%[a3]", "%[b3]")
+            : [a0] "+x"(s0[0]), [a1] "+x"(s0[1]), [a2] "+x"(s0[2]), [a3] "+x"(s0[3]), [b0] "+x"(s1[0]), [b1] "+x"(s1[1]),
+              [b2] "+x"(s1[2]), [b3] "+x"(s1[3]), [v0] "=&x"(v0), [v1] "=&x"(v1), [t] "=&x"(t), [m] "=&x"(m)
+            : [w0] "m"(*reinterpret_cast<const W*>(w)), [w1] "m"(*reinterpret_cast<const W*>(w + 4)),
+              [x0] "m"(*reinterpret_cast<const V*>(x[0])), [x1] "m"(*reinterpret_cast<const V*>(x[1])),
+              [x2] "m"(*reinterpret_cast<const V*>(x[2])), [x3] "m"(*reinterpret_cast<const V*>(x[3])));
+  } else {
+    static_assert(R == 2);
+    __asm__("vpbroadcastd %[w0], %[v0]\n\t"
+            "vpbroadcastd %[w1], %[v1]\n\t"
+            SPECULA_LANE_ROW("%[x0]", "%[a0]", "%[b0]") SPECULA_LANE_ROW("%[x1]", "%[a1]", "%[b1]")
+            : [a0] "+x"(s0[0]), [a1] "+x"(s0[1]), [b0] "+x"(s1[0]), [b1] "+x"(s1[1]), [v0] "=&x"(v0), [v1] "=&x"(v1),
+              [t] "=&x"(t), [m] "=&x"(m)
+            : [w0] "m"(*reinterpret_cast<const W*>(w)), [w1] "m"(*reinterpret_cast<const W*>(w + 4)),
+              [x0] "m"(*reinterpret_cast<const V*>(x[0])), [x1] "m"(*reinterpret_cast<const V*>(x[1])));
+  }
+}
+#undef SPECULA_LANE_ROW
+
+// Weight rows o0 and o0 + 1 of the group, blocks [b0, b1), against activation row groups rg0 ..
+// rg0 + R - 1: acc + 64 r + 8 j holds row group rg0 + r's 8 sums for weight row o0 + j (in and
+// out). wbuf: the group's unpacked bytes (block b's vector c at wbuf + 256 b + 32 c, lane o: weight
+// row o's 4 bytes); dw and mn: the group's scales and mins as floats, [b][o].
+template <class F, int R>
+inline void lane_tile(const uint8_t* wbuf, const float* dw, const float* mn, const uint8_t* lanes, int64_t blocks, int64_t rg0,
+                      int o0, int64_t b0, int64_t b1, float* acc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = b0; b < b1; ++b) {
+    const uint8_t* at[R];
+    for (int r = 0; r < R; ++r) at[r] = lanes + static_cast<size_t>((rg0 + r) * blocks + b) * kLaneBlock;
+    const uint8_t* wb = wbuf + 256 * b + 4 * o0;
+    __m256i s0[R], s1[R];
+    for (int r = 0; r < R; ++r) s0[r] = s1[r] = _mm256_setzero_si256();
+    for (int c = 0; c < 8; ++c) {
+      const uint8_t* xc[R];
+      for (int r = 0; r < R; ++r) xc[r] = at[r] + 32 * c;
+      lane_step<R>(wb + 32 * c, xc, s0, s1);
+    }
+    for (int j = 0; j < 2; ++j) {
+      const __m256 dwo = _mm256_broadcast_ss(dw + 8 * b + o0 + j);
+      const __m256 mno = F::kHasMin ? _mm256_broadcast_ss(mn + 8 * b + o0 + j) : _mm256_setzero_ps();
+      for (int r = 0; r < R; ++r) {
+        __m256i s32 = _mm256_madd_epi16(j == 0 ? s0[r] : s1[r], ones);
+        if constexpr (!F::kHasMin)
+          s32 = _mm256_sub_epi32(s32, _mm256_slli_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(at[r] + 320)), 3));
+        float* ar = acc + 64 * r + 8 * j;
+        __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dwo, _mm256_load_ps(reinterpret_cast<const float*>(at[r] + 256))),
+                                   _mm256_load_ps(ar));
+        if constexpr (F::kHasMin) a = _mm256_fmadd_ps(mno, _mm256_load_ps(reinterpret_cast<const float*>(at[r] + 288)), a);
+        _mm256_store_ps(ar, a);
+      }
+    }
+  }
+}
+
+// An 8 x 8 transpose of 32-bit elements: lane j of v[i] goes to lane i of v[j] (data movement
+// only: the lane kernel's sums, weight rows to lanes, and its activations' 4-byte words).
+inline void transpose8(__m256 (&v)[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  v[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  v[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  v[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  v[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  v[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  v[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  v[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  v[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// Weight rows 0..7 of a group, two at a time, against row groups rg0 .. rg0 + R - 1.
+template <class F, int R>
+inline void lane_pass(const uint8_t* wbuf, const float* dw, const float* mn, const uint8_t* lanes, int64_t blocks, int64_t rg0,
+                      int64_t b0, int64_t b1, float* acc) {
+  for (int o = 0; o < 8; o += 2) lane_tile<F, R>(wbuf, dw, mn, lanes, blocks, rg0, o, b0, b1, acc + 64 * rg0 + 8 * o);
+}
+
+template <class F, class X>
+void stream_groups(const PackedMatrix& m, const QuantizedRows& x, const X& rows, float* y, int64_t ldy, int64_t g0, int64_t g1,
+                   int64_t i_begin);
+
+// Groups [g0, g1): the call's first lane_row_groups(x.n) * 8 rows by the lane kernel, in passes of
+// 4 groups of rows and a last one of 2, the rest by the streaming tile.
+template <class F>
+void lane_groups(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  const int64_t rgs = lane_row_groups(x.n), blocks = m.blocks;
+  const uint8_t* lanes = lane_rows_avx2(x);
+  // This thread's buffers: the group's unpacked bytes (256 a block), its scales and mins as
+  // floats ([b][o]), and the sums ([row group][o][8 rows]).
+  thread_local std::vector<Line32> wbuf_v, fbuf_v, acc_v;
+  const auto at_least = [](std::vector<Line32>& v, int64_t lines) {
+    if (v.size() < static_cast<size_t>(lines)) v.resize(static_cast<size_t>(lines));
+    return v.data()->bytes;
+  };
+  uint8_t* wbuf = at_least(wbuf_v, blocks * 8);
+  float* dw = reinterpret_cast<float*>(at_least(fbuf_v, blocks * 2));
+  float* mn = dw + 8 * blocks;
+  float* acc = reinterpret_cast<float*>(at_least(acc_v, rgs * 8));
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* gp = m.group(g);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* blk = gp + static_cast<size_t>(b) * m.block_bytes;
+      F::prefetch_block(blk);
+      __m256i* wv = reinterpret_cast<__m256i*>(wbuf + 256 * b);
+      for (int k = 0; k < 4; ++k) F::unpack(blk, k, wv[k], wv[k + 4]);
+      _mm256_store_ps(dw + 8 * b, F::scale(blk));
+      if constexpr (F::kHasMin) _mm256_store_ps(mn + 8 * b, F::min(blk));
+    }
+    std::memset(acc, 0, static_cast<size_t>(rgs) * 64 * sizeof(float));
+    for (int64_t b0 = 0; b0 < blocks; b0 += kLaneChunk) {
+      const int64_t b1 = b0 + kLaneChunk < blocks ? b0 + kLaneChunk : blocks;
+      int64_t rg = 0;
+      for (; rg + 4 <= rgs; rg += 4) lane_pass<F, 4>(wbuf, dw, mn, lanes, blocks, rg, b0, b1, acc);
+      if (rg < rgs) lane_pass<F, 2>(wbuf, dw, mn, lanes, blocks, rg, b0, b1, acc);
+    }
+    const int64_t valid = m.rows - g * 8 < 8 ? m.rows - g * 8 : 8;
+    for (int64_t rg = 0; rg < rgs; ++rg) {
+      __m256 v[8];
+      for (int o = 0; o < 8; ++o) v[o] = _mm256_load_ps(acc + 64 * rg + 8 * o);
+      transpose8(v);
+      for (int r = 0; r < 8; ++r) store_rows(y + g * 8 + (rg * 8 + r) * ldy, v[r], valid);
+    }
+  }
+  if (rgs * 8 < x.n) stream_groups<F>(m, x, NarrowRows{x, 0}, y, ldy, g0, g1, rgs * 8);
+}
+template <class F>
+constexpr bool lanes_of_rows() {
+  if constexpr (requires { F::kLanes; }) return F::kLanes;
+  else return false;
+}
+#endif
+
 // Calls of up to kHoldRows rows run the holding tile above (measured faster there: its eight
 // vectors are loaded once and nothing else competes for registers). maddubs: one row. VNNI: up to
 // 4 rows (one pass of its 4-row tile; the stream took 1.04-1.4x its time there); from 5 rows the
@@ -688,6 +865,10 @@ void stream_kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int6
   if (x.n <= kHoldRows) return kernel<F>(m, x, y, ldy, g0, g1);
   if constexpr (F::kWide)
     if (x.wide_ready) return stream_groups<F>(m, x, WideRows{x, wide_rows_avx2(x), 0}, y, ldy, g0, g1);
+#ifndef SPECULA_YMM_VNNI
+  if constexpr (lanes_of_rows<F>())
+    if (x.n >= kLaneMinRows) return lane_groups<F>(m, x, y, ldy, g0, g1);
+#endif
   stream_groups<F>(m, x, NarrowRows{x, 0}, y, ldy, g0, g1);
 }
 

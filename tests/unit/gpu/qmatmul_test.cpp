@@ -435,8 +435,10 @@ TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrT
 // Past 16 rows (prefill, batched rounds) the 512-bit kernel runs several passes of up to 9 rows
 // and the AMX kernel hands the call to AVX-512 VNNI, and on two threads the call's last groups go
 // in tail pieces (200 outputs are 25 groups: on the 512-bit kernels chunks of 4 and 5 pairs, then
-// three pieces of a pair and a lone group; on the others 10 and 11 groups and four pieces of one):
-// every row of a 17-, 31- or 40-row call still equals its 1-row call.
+// three pieces of a pair and a lone group; on the others 10 and 11 groups and four pieces of one).
+// From 32 rows the AVX2 kernel's four-bit types run the lane kernel (40 rows: one pass of 32 and 8
+// rows on the streaming tile; 48: passes of 32 and 16). Every row of a 17-, 31-, 40- or 48-row call
+// still equals its 1-row call.
 TEST(Int8Kernels, EachRowOfACallPastSixteenRowsIsBitEqualToTheOneRowCall) {
   for (DType t : kInt8Types) {
     // 576 columns (the default model's width) where the type allows, else whole super-blocks.
@@ -444,12 +446,12 @@ TEST(Int8Kernels, EachRowOfACallPastSixteenRowsIsBitEqualToTheOneRowCall) {
     const Stored w = random_stored(t, rows, c, 70 + static_cast<uint32_t>(t));
     ThreadPool pool(1);
     auto m = pack_matrix(w.view, pool);
-    const auto all = random_x(40, c, 80);
+    const auto all = random_x(48, c, 80);
     for (Int8Kernel isa : int8_kernels()) {
       std::vector<std::vector<float>> single;  // each row alone
-      for (int64_t i = 0; i < 40; ++i)
+      for (int64_t i = 0; i < 48; ++i)
         single.push_back(run(*m, std::vector<float>(all.begin() + i * c, all.begin() + (i + 1) * c), 1, 1, isa));
-      for (int64_t n : {17, 31, 40}) {
+      for (int64_t n : {17, 31, 40, 48}) {
         const std::vector<float> x(all.begin(), all.begin() + n * c);
         const auto y = run(*m, x, n, 2, isa);
         for (int64_t i = 0; i < n; ++i)
@@ -472,7 +474,7 @@ TEST(Int8Kernels, EveryVectorKernelTheCpuHasAgreesWithThePortableKernelBitForBit
       const Stored w = random_stored(t, rows, 768, 50 + static_cast<uint32_t>(t));
       ThreadPool pool(1);
       auto m = pack_matrix(w.view, pool);
-      for (int64_t n : {1, 2, 3, 5, 7, 13, 16, 23, 40})  // 2 and 3 rows: wide activations on AVX2
+      for (int64_t n : {1, 2, 3, 5, 7, 13, 16, 23, 40, 48})  // 2 and 3 rows: wide activations on AVX2; 40, 48: lanes
         for (bool massive : {false, true}) {
           // Random rows have outliers of their own (the pass goes row by row); rows with massive
           // channels share them (column by column, once for all rows), some rows with a third.

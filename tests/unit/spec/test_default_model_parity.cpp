@@ -162,9 +162,10 @@ void expect_rows_equal_decode_steps(LlamaModel& model, Ops& ops, const std::vect
   const int64_t vocab = model.config().vocab_size;
   for (int p = 0; p < 3; ++p) {
     const std::vector<int32_t>& prompt = prompts[static_cast<size_t>(p)];
-    for (int k1 : {2, 6, 16}) {
-      // The next k1 tokens: the prompt's own continuation stand-in (its first tokens), any ids do.
-      std::vector<int32_t> next(prompt.begin(), prompt.begin() + k1);
+    for (int k1 : {2, 6, 16, 40}) {  // 40: a prefill's size (the AVX2 path's lane kernel from 32 rows)
+      // The next k1 tokens: the prompt's own continuation stand-in (its tokens again), any ids do.
+      std::vector<int32_t> next(static_cast<size_t>(k1));
+      for (int i = 0; i < k1; ++i) next[static_cast<size_t>(i)] = prompt[static_cast<size_t>(i) % prompt.size()];
       cache.truncate_to(seq, 0);
       std::vector<float> logits;
       ForwardSeq pre{seq, prompt, false};
