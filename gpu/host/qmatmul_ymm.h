@@ -793,10 +793,6 @@ inline void lane_pass(const uint8_t* wbuf, const float* dw, const float* mn, con
   for (int o = 0; o < 8; o += 2) lane_tile<F, R>(wbuf, dw, mn, lanes, blocks, rg0, o, b0, b1, acc + 64 * rg0 + 8 * o);
 }
 
-template <class F, class X>
-void stream_groups(const PackedMatrix& m, const QuantizedRows& x, const X& rows, float* y, int64_t ldy, int64_t g0, int64_t g1,
-                   int64_t i_begin);
-
 // Groups [g0, g1): the call's first lane_row_groups(x.n) * 8 rows by the lane kernel, in passes of
 // 4 groups of rows and a last one of 2, the rest by the streaming tile.
 template <class F>
