@@ -242,15 +242,21 @@ const uint8_t* wide_rows_avx2(const QuantizedRows& x);
 // whose lane r holds 4 bytes of the group's row r (columns 4c..4c+3 in vector c), then the 8 rows'
 // d, sx and isum. Made the first time the thread asks for this call's rows, as wide_rows_avx2.
 constexpr size_t kLaneBlock = 8 * 32 + 3 * 8 * 4;  // 352 bytes per 8 rows and block
-constexpr int64_t kLaneMinRows = 32;  // calls from 32 rows on (fewer measured no faster)
-// The groups of 8 rows the lane kernel takes from a call of n >= kLaneMinRows rows: pairs of them,
-// the remaining n % 16 rows left to the streaming tile.
+// The groups of 8 rows the lane kernel takes from a call of n rows: pairs of them, the remaining
+// n % 16 rows left to the streaming tile.
 constexpr int64_t lane_row_groups(int64_t n) { return n / 16 * 2; }
 const uint8_t* lane_rows_avx2(const QuantizedRows& x);
-// A 32-byte aligned line, the unit of the AVX2 kernels' thread-local buffers.
-struct alignas(32) Line32 {
-  uint8_t bytes[32];
+// This thread's scratch for the lane kernel, 32-byte aligned and grown on demand (here, not in
+// qmatmul_ymm.h, which calls no standard-library template): a group's unpacked bytes (256 a
+// block), its scales and mins as floats ([block][weight row]), and the sums ([row group][weight
+// row][8 rows]).
+struct LaneScratch {
+  uint8_t* bytes;
+  float* scales;
+  float* mins;
+  float* sums;
 };
+LaneScratch lane_scratch_avx2(int64_t blocks, int64_t row_groups);
 // The AVX2 activation quantizer (the same values as quantize_rows' portable one, faster): n rows
 // of 32-value blocks; with `skip` ([n, kOutliers] columns, or nullptr), those values of each row
 // are quantized as 0. `amax` ([n, cols / 32]) is each block's largest |x| with no value set

@@ -174,6 +174,22 @@ const uint8_t* wide_rows_avx2(const QuantizedRows& x) {
   return c.bytes;
 }
 
+namespace {
+struct alignas(32) Line32 {
+  uint8_t bytes[32];
+};
+uint8_t* at_least(std::vector<Line32>& v, int64_t lines) {
+  if (v.size() < static_cast<size_t>(lines)) v.resize(static_cast<size_t>(lines));
+  return v.data()->bytes;
+}
+}  // namespace
+
+LaneScratch lane_scratch_avx2(int64_t blocks, int64_t row_groups) {
+  thread_local std::vector<Line32> bytes, floats, sums;
+  float* const f = reinterpret_cast<float*>(at_least(floats, blocks * 2));
+  return {at_least(bytes, blocks * 8), f, f + 8 * blocks, reinterpret_cast<float*>(at_least(sums, row_groups * 8))};
+}
+
 const uint8_t* lane_rows_avx2(const QuantizedRows& x) {
   struct Copy {
     std::vector<Line32> lines;
@@ -182,23 +198,27 @@ const uint8_t* lane_rows_avx2(const QuantizedRows& x) {
   thread_local Copy c;
   if (c.generation != x.generation || x.generation == 0) {
     const int64_t groups = lane_row_groups(x.n);
-    c.lines.resize(static_cast<size_t>(groups * x.blocks) * kLaneBlock / 32);
-    uint8_t* dst = c.lines.data()->bytes;
+    uint8_t* dst = at_least(c.lines, groups * x.blocks * static_cast<int64_t>(kLaneBlock / 32));
+    // One pointer per array (through the vectors' members such a loop ran ~4x slower:
+    // qmatmul_avx512vnni.cpp's pass_major).
+    const int8_t* const q = x.q.data();
+    const float *const d = x.d.data(), *const sx = x.sx.data();
+    const int32_t* const isum = x.isum.data();
     for (int64_t rg = 0; rg < groups; ++rg)
       for (int64_t b = 0; b < x.blocks; ++b, dst += kLaneBlock) {
         // Row r's block as eight 4-byte words, transposed: vector c gathers word c of the 8 rows.
         __m256 w[8];
         for (int r = 0; r < 8; ++r)
-          w[r] = _mm256_loadu_ps(reinterpret_cast<const float*>(x.q.data() + (rg * 8 + r) * x.cols + b * 32));
+          w[r] = _mm256_loadu_ps(reinterpret_cast<const float*>(q + (rg * 8 + r) * x.cols + b * 32));
         transpose8(w);
         for (int c = 0; c < 8; ++c) _mm256_store_ps(reinterpret_cast<float*>(dst + 32 * c), w[c]);
         float* f = reinterpret_cast<float*>(dst + 256);
         int32_t* is = reinterpret_cast<int32_t*>(dst + 320);
         for (int r = 0; r < 8; ++r) {
           const size_t at = static_cast<size_t>((rg * 8 + r) * x.blocks + b);
-          f[r] = x.d[at];
-          f[8 + r] = x.sx[at];
-          is[r] = x.isum[at];
+          f[r] = d[at];
+          f[8 + r] = sx[at];
+          is[r] = isum[at];
         }
       }
     c.generation = x.generation;

@@ -688,6 +688,7 @@ void stream_groups(const PackedMatrix& m, const QuantizedRows& x, const X& rows,
 // row's bits are the streaming tile's and the one-row call's. Each group's results are
 // transposed once at the end (lanes back to weight rows).
 constexpr int64_t kLaneChunk = 16;  // blocks per pass: 4 groups of rows' 16 blocks (22.5 KB) stay in L1
+constexpr int64_t kLaneMinRows = 32;  // calls from 32 rows on (fewer measured no faster)
 
 // One 4-column step c of a block: weight rows o0 and o0 + 1 (their 4 bytes broadcast, from w and
 // w + 4) against the R activation vectors at x[r] (8 rows each): s0[r] += maddubs(w0, x[r]) and
@@ -799,17 +800,9 @@ template <class F>
 void lane_groups(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
   const int64_t rgs = lane_row_groups(x.n), blocks = m.blocks;
   const uint8_t* lanes = lane_rows_avx2(x);
-  // This thread's buffers: the group's unpacked bytes (256 a block), its scales and mins as
-  // floats ([b][o]), and the sums ([row group][o][8 rows]).
-  thread_local std::vector<Line32> wbuf_v, fbuf_v, acc_v;
-  const auto at_least = [](std::vector<Line32>& v, int64_t lines) {
-    if (v.size() < static_cast<size_t>(lines)) v.resize(static_cast<size_t>(lines));
-    return v.data()->bytes;
-  };
-  uint8_t* wbuf = at_least(wbuf_v, blocks * 8);
-  float* dw = reinterpret_cast<float*>(at_least(fbuf_v, blocks * 2));
-  float* mn = dw + 8 * blocks;
-  float* acc = reinterpret_cast<float*>(at_least(acc_v, rgs * 8));
+  const LaneScratch scratch = lane_scratch_avx2(blocks, rgs);
+  uint8_t* const wbuf = scratch.bytes;
+  float *const dw = scratch.scales, *const mn = scratch.mins, *const acc = scratch.sums;
   for (int64_t g = g0; g < g1; ++g) {
     const uint8_t* gp = m.group(g);
     for (int64_t b = 0; b < blocks; ++b) {
