@@ -32,10 +32,6 @@ namespace {
 // No standard-library function templates here (see matmul_blocks.h).
 
 constexpr int64_t kTile = 4;  // activation rows per pass over a group's blocks (from L1 after the first)
-#ifndef SPECULA_STREAM_TILE
-#define SPECULA_STREAM_TILE 5
-#endif
-constexpr int kStreamTile = SPECULA_STREAM_TILE;  // the streaming tile's rows
 
 inline __m256i bcast4(const int8_t* p) {
   int32_t v;
@@ -658,19 +654,40 @@ void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy
   }
 }
 
-// Groups [g0, g1) in tiles of up to kStreamTile rows, the call's rows read through `rows`.
+// How many of r rows go in tiles of six, the rest in fives and one smaller tile. maddubs: r % 5
+// where r is a sum of sixes and fives (6 = 6, 11 = 6 + 5, 12 = 6 + 6, 16 = 6 + 5 + 5), else none
+// (7 = 5 + 2, 13 = 5 + 5 + 3): a tile of six rows took 0.88 of the time of 5 + 1 (docs/kernels.md,
+// "A streaming tile of six rows"). VNNI: none (not measured).
+constexpr int64_t six_row_tiles([[maybe_unused]] int64_t r) {
+#ifdef SPECULA_YMM_VNNI
+  return 0;
+#else
+  return r % 5 <= r / 5 ? r % 5 : 0;
+#endif
+}
+
+// The six-row tile out of line: inlined beside the others, it made GCC keep their constants on the
+// stack (the two-row Q8_0 tile took 1.11x its time).
+template <class F, class X>
+__attribute__((noinline)) void stream_tile6(const PackedMatrix& m, const X& rows, int64_t g, float* y, int64_t ldy) {
+  stream_tile<F, 6>(m, rows, g, y, ldy);
+}
+
+// Groups [g0, g1) in tiles of six (six_row_tiles), then five, then one of the rest, the call's
+// rows read through `rows`.
 template <class F, class X>
 void stream_groups(const PackedMatrix& m, const QuantizedRows& x, const X& rows, float* y, int64_t ldy, int64_t g0, int64_t g1,
                    int64_t i_begin = 0) {
+  const int64_t sixes = six_row_tiles(x.n - i_begin);
   for (int64_t g = g0; g < g1; ++g) {
     int64_t i0 = i_begin;
-    for (; i0 + kStreamTile <= x.n; i0 += kStreamTile) stream_tile<F, kStreamTile>(m, rows.from(i0), g, y, ldy);
+    for (int64_t k = 0; k < sixes; ++k, i0 += 6) stream_tile6<F>(m, rows.from(i0), g, y, ldy);
+    for (; i0 + 5 <= x.n; i0 += 5) stream_tile<F, 5>(m, rows.from(i0), g, y, ldy);
     switch (x.n - i0) {
       case 1: stream_tile<F, 1>(m, rows.from(i0), g, y, ldy); break;
       case 2: stream_tile<F, 2>(m, rows.from(i0), g, y, ldy); break;
       case 3: stream_tile<F, 3>(m, rows.from(i0), g, y, ldy); break;
-      case 4: if constexpr (kStreamTile > 4) stream_tile<F, 4>(m, rows.from(i0), g, y, ldy); break;
-      case 5: if constexpr (kStreamTile > 5) stream_tile<F, 5>(m, rows.from(i0), g, y, ldy); break;
+      case 4: stream_tile<F, 4>(m, rows.from(i0), g, y, ldy); break;
       default: break;
     }
   }
