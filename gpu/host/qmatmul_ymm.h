@@ -666,8 +666,8 @@ constexpr int64_t six_row_tiles([[maybe_unused]] int64_t r) {
 #endif
 }
 
-// The six-row tile out of line: inlined beside the others, it made GCC keep their constants on the
-// stack (the two-row Q8_0 tile took 1.11x its time).
+// The six-row tile out of line: inlined into the loop beside the others, it slowed some of them
+// (the two-row Q8_0 tile took 1.11x its time).
 template <class F, class X>
 __attribute__((noinline)) void stream_tile6(const PackedMatrix& m, const X& rows, int64_t g, float* y, int64_t ldy) {
   stream_tile<F, 6>(m, rows, g, y, ldy);
