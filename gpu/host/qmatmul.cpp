@@ -560,6 +560,11 @@ bool wide_rows_pay(int64_t n, int64_t cols) {
   return n >= 2 && wide <= QuantizedRows::kWideBytes && wide + blocks * 8 * 24 <= 32 * 1024;
 }
 
+bool kernel_adds_outliers(Int8Kernel kernel, DType t, int64_t n) {
+  if (kernel == Int8Kernel::kAvx512Vnni || kernel == Int8Kernel::kAmx) return true;  // VNNI in its tiles, AMX after its own
+  return kernel == Int8Kernel::kAvx2 && n <= kFoldRows && (t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q8_0);
+}
+
 size_t packed_header_bytes(DType t) { return pack_shape(t).header; }
 
 ColumnLocation column_location(const PackedMatrix& m, int64_t c) {
@@ -714,13 +719,20 @@ constexpr size_t kPostBytes = 128 * 1024;
 // folded while in cache: out[i] = ys[0][i] + ys[0][fold + i] for i < fold.
 void run_kernels(std::span<const PackedMatrix* const> ws, const QuantizedRows& xq, std::span<float* const> ys,
                  ThreadPool& pool, host_kernels::Int8Kernel kernel, int64_t fold = 0, float* out = nullptr) {
-  struct Part { const PackedMatrix* w; float* y; host_kernels::PackedKernel k; int64_t first; };
+  using host_kernels::Int8Kernel;
+  using PostPass = void (*)(const PackedMatrix&, const QuantizedRows&, float*, int64_t, int64_t, int64_t);
+  // The outliers' terms: the kernels that add them themselves (host_kernels::kernel_adds_outliers),
+  // else a pass after the kernel (every kernel but the portable one implies AVX2). All give the
+  // same bits.
+  const PostPass pass = kernel == Int8Kernel::kPortable ? &host_kernels::add_outliers_portable : &host_kernels::add_outliers_avx2;
+  struct Part { const PackedMatrix* w; float* y; host_kernels::PackedKernel k; int64_t first; PostPass post; };
   Part parts[8];
   if (ws.size() > 8) throw std::invalid_argument("qmatmul: at most 8 fused weights");
   int64_t total = 0;
   size_t group_bytes = 0;
   for (size_t k = 0; k < ws.size(); ++k) {
-    parts[k] = {ws[k], ys[k], host_kernels::packed_kernel(kernel, ws[k]->dtype), total};
+    const PostPass post = host_kernels::kernel_adds_outliers(kernel, ws[k]->dtype, xq.n) ? nullptr : pass;
+    parts[k] = {ws[k], ys[k], host_kernels::packed_kernel(kernel, ws[k]->dtype), total, post};
     total += ws[k]->groups;
     group_bytes = std::max(group_bytes, ws[k]->group_bytes());
   }
@@ -729,13 +741,6 @@ void run_kernels(std::span<const PackedMatrix* const> ws, const QuantizedRows& x
   // group inside a matrix that starts on an even group (any pairing gives the same bits).
   if (host_kernels::is_512_bit(kernel)) grain += grain % 2;
   const size_t nparts = ws.size();
-  // The outliers' terms: the 512-bit kernels add them themselves (VNNI in its tiles, AMX by the
-  // AVX2 pass after its tiles); for the others a pass after the kernel (every kernel but the
-  // portable one implies AVX2). All give the same bits.
-  using host_kernels::Int8Kernel;
-  const auto post = kernel == Int8Kernel::kAvx512Vnni || kernel == Int8Kernel::kAmx ? nullptr
-                    : kernel == Int8Kernel::kPortable                               ? &host_kernels::add_outliers_portable
-                                                                                    : &host_kernels::add_outliers_avx2;
   pool.parallel_for(total, grain, [&](int64_t g0, int64_t g1) {
     for (size_t k = 0; k < nparts && g0 < g1; ++k) {
       const Part& p = parts[k];
@@ -745,11 +750,11 @@ void run_kernels(std::span<const PackedMatrix* const> ws, const QuantizedRows& x
       // With a pass after the kernel: the kernel and then the pass over a piece of kPostBytes of
       // weights at a time, while the piece is in cache (over a thread's whole chunk, half the
       // output head's 30 MB, the pass read its columns from memory again).
-      const int64_t piece = post == nullptr ? e - g0 : std::max<int64_t>(1, static_cast<int64_t>(kPostBytes / std::max<size_t>(p.w->group_bytes(), 1)));
+      const int64_t piece = p.post == nullptr ? e - g0 : std::max<int64_t>(1, static_cast<int64_t>(kPostBytes / std::max<size_t>(p.w->group_bytes(), 1)));
       for (int64_t a = g0; a < e; a += piece) {
         const int64_t b = std::min(e, a + piece);
         p.k(*p.w, xq, p.y, p.w->rows, a - p.first, b - p.first);
-        if (post != nullptr) post(*p.w, xq, p.y, p.w->rows, a - p.first, b - p.first);
+        if (p.post != nullptr) p.post(*p.w, xq, p.y, p.w->rows, a - p.first, b - p.first);
       }
       if (fold > 0) {
         const int64_t R = p.w->rows, o0 = 8 * (g0 - p.first), o1 = std::min(R, 8 * (e - p.first));

@@ -46,7 +46,9 @@ inline __m256 column_weights(const uint8_t* blk, __m256i word, __m128i shift, co
   const size_t five_off = at.five_off;
   const int five_bit = at.five_bit;
   if constexpr (T == DType::Q8_0) {
-    return _mm256_mul_ps(scales8(blk), _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_sll_epi32(word, shift), 24)));
+    return FormatQ8::column(blk, word, shift);
+  } else if constexpr (T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q4_K) {  // as the tiles' Fold
+    return FormatQ4<T != DType::Q4_0, T == DType::Q4_K>::column(blk, word, shift);
   } else if constexpr (T == DType::Q2_K) {  // fma(d, sc q, -dmin m)
     const __m256i q = _mm256_and_si256(_mm256_srl_epi32(word, shift), _mm256_set1_epi32(3));
     const __m256i sm = FormatQ2K::bytes_u32(blk + (high_sub_block ? 40 : 32));
@@ -70,9 +72,8 @@ inline __m256 column_weights(const uint8_t* blk, __m256i word, __m128i shift, co
       qi = _mm256_or_si256(qi, _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w5), at_bit), _mm256_set1_epi32(1)), 4));
     }
     const __m256 q = _mm256_cvtepi32_ps(qi);
-    if constexpr (T == DType::Q4_0) return _mm256_mul_ps(scales8(blk), _mm256_sub_ps(q, _mm256_set1_ps(8.0f)));
-    else if constexpr (T == DType::Q5_0) return _mm256_mul_ps(scales8(blk), _mm256_sub_ps(q, _mm256_set1_ps(16.0f)));
-    else if constexpr (T == DType::Q4_1 || T == DType::Q5_1) return _mm256_fmadd_ps(scales8(blk), q, scales8(blk + 16));
+    if constexpr (T == DType::Q5_0) return _mm256_mul_ps(scales8(blk), _mm256_sub_ps(q, _mm256_set1_ps(16.0f)));
+    else if constexpr (T == DType::Q5_1) return _mm256_fmadd_ps(scales8(blk), q, scales8(blk + 16));
     else
       return _mm256_fmadd_ps(_mm256_loadu_ps(reinterpret_cast<const float*>(blk)), q,
                              _mm256_loadu_ps(reinterpret_cast<const float*>(blk + 32)));

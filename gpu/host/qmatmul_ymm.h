@@ -130,6 +130,7 @@ template <bool kMin, bool kF32 = false, bool kFive = false>
 struct FormatQ4 {
   static constexpr bool kHasMin = kMin;
   static constexpr int kHeader = kF32 ? 64 : kMin ? 32 : 16;
+  static constexpr bool kFolds = !kFive;  // the tiles add the outliers' terms (Fold); not the five-bit layouts
   struct Weights {
     __m256i w[8];  // unsigned nibbles, columns 4c..4c+3 of each row in vector c
   };
@@ -170,13 +171,27 @@ struct FormatQ4 {
 #endif
     return kMin ? s32 : _mm256_sub_epi32(s32, _mm256_set1_epi32((kFive ? 16 : 8) * isum));
   }
+  // One column's weights in the block's 8 rows, dequantized in f32 (the outliers' terms;
+  // ColumnLocation): `word` the 32-bit lane words holding its nibble, `shift` the right shift to
+  // it. fma(d, q, m), or d * (q - 8) without mins.
+  static __m256 column(const uint8_t* blk, __m256i word, __m128i shift) {
+    static_assert(!kFive, "the five-bit layouts' columns need their fifth bits (add_outliers_avx2)");
+    const __m256 q = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srl_epi32(word, shift), _mm256_set1_epi32(0x0F)));
+    if constexpr (kMin) return _mm256_fmadd_ps(scale(blk), q, min(blk));
+    else return _mm256_mul_ps(scale(blk), _mm256_sub_ps(q, _mm256_set1_ps(8.0f)));
+  }
 };
 
 // Q8_0: header 16 bytes, then 8 x 32 signed quant bytes.
 struct FormatQ8 {
   static constexpr bool kHasMin = false;
+  static constexpr bool kFolds = true;
   static __m256 scale(const uint8_t* blk) { return scales8(blk); }
   static __m256 min(const uint8_t*) { return _mm256_setzero_ps(); }
+  // As FormatQ4::column: `shift` the left shift that brings the quant to the word's top byte, d * q.
+  static __m256 column(const uint8_t* blk, __m256i word, __m128i shift) {
+    return _mm256_mul_ps(scales8(blk), _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_sll_epi32(word, shift), 24)));
+  }
   static void prefetch_block(const uint8_t* blk) {
 #ifdef SPECULA_YMM_VNNI
     prefetch(blk);
@@ -425,12 +440,48 @@ struct FormatQ2K {
   }
 };
 
+// The outliers' terms inside the tiles (calls of up to kFoldRows rows of the formats with kFolds;
+// kernel_adds_outliers): per row, where its set-aside columns sit in a group-block (column_location)
+// and their values, found once a call. After a group's last block each row's terms are added to its
+// accumulator in order, each column dequantized from the group-block by F::column, the arithmetic
+// of the pass after the kernel (add_outliers_avx2) on the same values: the same bits.
+struct Fold {
+  struct Term {
+    size_t blk_off, word_off;
+    __m128i shift;
+    float x;
+  };
+  Term t[kFoldRows][QuantizedRows::kOutliers];
+};
+inline void make_fold(const PackedMatrix& m, const QuantizedRows& x, Fold& f) {
+  for (int64_t i = 0; i < x.n; ++i)
+    for (int k = 0; k < QuantizedRows::kOutliers; ++k) {
+      const size_t o = static_cast<size_t>(i * QuantizedRows::kOutliers + k);
+      const ColumnLocation at = column_location(m, x.outlier_col[o]);
+      f.t[i][k] = {at.blk_off, at.word_off, _mm_cvtsi32_si128(at.shift), x.outlier_x[o]};
+    }
+}
+// acc plus row i's terms for the group at gp, when there is a fold.
+template <class F>
+inline __m256 fold_terms(const Fold* f, const uint8_t* gp, int64_t i, __m256 acc) {
+  if constexpr (requires { F::kFolds; }) {
+    if constexpr (F::kFolds)
+      if (f != nullptr)
+        for (const Fold::Term& t : f->t[i]) {
+          const uint8_t* blk = gp + t.blk_off;
+          const __m256i word = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + t.word_off));
+          acc = _mm256_fmadd_ps(F::column(blk, word, t.shift), _mm256_set1_ps(t.x), acc);
+        }
+  }
+  return acc;
+}
+
 // One group (8 weight rows) against activation rows [i0, i0 + N): per block the weights are
 // loaded once, then per row acc = fma(float(isum), dw * dx, acc) [+ fma(mw, sx, acc)], the
 // arithmetic qmatmul.h fixes for every kernel.
 template <class F, int N>
 inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, const uint8_t* gp, float* y, int64_t ldy,
-                 int64_t valid) {
+                 int64_t valid, const Fold* fold = nullptr) {
   __m256 acc[N];
   for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
   const int64_t nb = m.blocks, cols = m.cols;
@@ -455,7 +506,7 @@ inline void tile(const PackedMatrix& m, const QuantizedRows& x, int64_t i0, cons
                                  _mm256_mul_ps(F::min(blk), _mm256_set1_ps(x.d[xi])), acc[i]);
     }
   }
-  for (int i = 0; i < N; ++i) store_rows(y + (i0 + i) * ldy, acc[i], valid);
+  for (int i = 0; i < N; ++i) store_rows(y + (i0 + i) * ldy, fold_terms<F>(fold, gp, i0 + i, acc[i]), valid);
 }
 
 // An empty asm that claims to change v: GCC cannot move additions across it. Without it GCC
@@ -494,7 +545,7 @@ struct WideRows {
 // (16 ymm registers); this order does the same integer additions in another order (exact: every
 // partial sum of a row's int16 chain is bounded by the same 30480) and the same float work.
 template <class F, int N, class X>
-inline void stream_tile(const PackedMatrix& m, const X& rows, int64_t g, float* y, int64_t ldy) {
+inline void stream_tile(const PackedMatrix& m, const X& rows, int64_t g, float* y, int64_t ldy, const Fold* fold = nullptr) {
   __m256 acc[N];
   for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
   const uint8_t* gp = m.group(g);
@@ -512,7 +563,7 @@ inline void stream_tile(const PackedMatrix& m, const X& rows, int64_t g, float* 
     }
   }
   const int64_t valid = m.rows - g * 8 < 8 ? m.rows - g * 8 : 8;
-  for (int i = 0; i < N; ++i) store_rows(y + g * 8 + (rows.i0 + i) * ldy, acc[i], valid);
+  for (int i = 0; i < N; ++i) store_rows(y + g * 8 + (rows.i0 + i) * ldy, fold_terms<F>(fold, gp, rows.i0 + i, acc[i]), valid);
 }
 
 // Nibble formats (Q4_0, Q4_1, Q4_K as Q4_1; kFive: Q5_0, Q5_1, Q5_K with the fifth bits added to
@@ -669,25 +720,25 @@ constexpr int64_t six_row_tiles([[maybe_unused]] int64_t r) {
 // The six-row tile out of line: inlined into the loop beside the others, it slowed some of them
 // (the two-row Q8_0 tile took 1.11x its time).
 template <class F, class X>
-__attribute__((noinline)) void stream_tile6(const PackedMatrix& m, const X& rows, int64_t g, float* y, int64_t ldy) {
-  stream_tile<F, 6>(m, rows, g, y, ldy);
+__attribute__((noinline)) void stream_tile6(const PackedMatrix& m, const X& rows, int64_t g, float* y, int64_t ldy, const Fold* fold) {
+  stream_tile<F, 6>(m, rows, g, y, ldy, fold);
 }
 
 // Groups [g0, g1) in tiles of six (six_row_tiles), then five, then one of the rest, the call's
 // rows read through `rows`.
 template <class F, class X>
 void stream_groups(const PackedMatrix& m, const QuantizedRows& x, const X& rows, float* y, int64_t ldy, int64_t g0, int64_t g1,
-                   int64_t i_begin = 0) {
+                   int64_t i_begin = 0, const Fold* fold = nullptr) {
   const int64_t sixes = six_row_tiles(x.n - i_begin);
   for (int64_t g = g0; g < g1; ++g) {
     int64_t i0 = i_begin;
-    for (int64_t k = 0; k < sixes; ++k, i0 += 6) stream_tile6<F>(m, rows.from(i0), g, y, ldy);
-    for (; i0 + 5 <= x.n; i0 += 5) stream_tile<F, 5>(m, rows.from(i0), g, y, ldy);
+    for (int64_t k = 0; k < sixes; ++k, i0 += 6) stream_tile6<F>(m, rows.from(i0), g, y, ldy, fold);
+    for (; i0 + 5 <= x.n; i0 += 5) stream_tile<F, 5>(m, rows.from(i0), g, y, ldy, fold);
     switch (x.n - i0) {
-      case 1: stream_tile<F, 1>(m, rows.from(i0), g, y, ldy); break;
-      case 2: stream_tile<F, 2>(m, rows.from(i0), g, y, ldy); break;
-      case 3: stream_tile<F, 3>(m, rows.from(i0), g, y, ldy); break;
-      case 4: stream_tile<F, 4>(m, rows.from(i0), g, y, ldy); break;
+      case 1: stream_tile<F, 1>(m, rows.from(i0), g, y, ldy, fold); break;
+      case 2: stream_tile<F, 2>(m, rows.from(i0), g, y, ldy, fold); break;
+      case 3: stream_tile<F, 3>(m, rows.from(i0), g, y, ldy, fold); break;
+      case 4: stream_tile<F, 4>(m, rows.from(i0), g, y, ldy, fold); break;
       default: break;
     }
   }
@@ -868,14 +919,32 @@ constexpr int64_t kHoldRows = 1;
 #endif
 template <class F>
 void stream_kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
-  if (x.n <= kHoldRows) return kernel<F>(m, x, y, ldy, g0, g1);
+  // maddubs: calls of up to kFoldRows rows of the formats that fold (Q4_0, Q4_1, Q4_K, Q8_0) add
+  // the outliers' terms in their tiles (Fold; kernel_adds_outliers says so to qmatmul).
+  Fold terms;
+  const Fold* fold = nullptr;
+#ifndef SPECULA_YMM_VNNI
+  if constexpr (requires { F::kFolds; })
+    if (F::kFolds && x.n <= kFoldRows) {
+      make_fold(m, x, terms);
+      fold = &terms;
+    }
+#endif
+  if (x.n <= kHoldRows) {
+    if (fold == nullptr) return kernel<F>(m, x, y, ldy, g0, g1);
+#ifndef SPECULA_YMM_VNNI
+    static_assert(kHoldRows == 1, "a fold's calls on the holding tile are one row");  // (VNNI: no fold)
+#endif
+    for (int64_t g = g0; g < g1; ++g) tile<F, 1>(m, x, 0, m.group(g), y + g * 8, ldy, m.rows - g * 8 < 8 ? m.rows - g * 8 : 8, fold);
+    return;
+  }
   if constexpr (F::kWide)
-    if (x.wide_ready) return stream_groups<F>(m, x, WideRows{x, wide_rows_avx2(x), 0}, y, ldy, g0, g1);
+    if (x.wide_ready) return stream_groups<F>(m, x, WideRows{x, wide_rows_avx2(x), 0}, y, ldy, g0, g1, 0, fold);
 #ifndef SPECULA_YMM_VNNI
   if constexpr (lanes_of_rows<F>())
     if (x.n >= kLaneMinRows) return lane_groups<F>(m, x, y, ldy, g0, g1);
 #endif
-  stream_groups<F>(m, x, NarrowRows{x, 0}, y, ldy, g0, g1);
+  stream_groups<F>(m, x, NarrowRows{x, 0}, y, ldy, g0, g1, 0, fold);
 }
 
 }  // namespace
