@@ -91,12 +91,14 @@ std::vector<float> run(const PackedMatrix& m, const std::vector<float>& x, int64
 
 bool bit_equal(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
-// n rows of 768 sharing two massive channels (column 100, and 700 or a column of their own), as a
-// hidden state's rows do: the kernels dequantize a shared column once for all the rows.
-void add_massive_channels(std::vector<float>& x, int64_t n) {
+// n rows of `cols` (768 unless given) sharing two massive channels (column 100, and 700 (the last
+// column if fewer) or a column of their own), as a hidden state's rows do: the kernels dequantize a
+// shared column once for all the rows.
+void add_massive_channels(std::vector<float>& x, int64_t n, int64_t cols = 768) {
+  const int64_t shared = std::min<int64_t>(700, cols - 1);
   for (int64_t i = 0; i < n; ++i) {
-    x[i * 768 + 100] = 300.0f;
-    x[i * 768 + (i % 3 ? 700 : 20 + i)] = -250.0f;
+    x.at(static_cast<size_t>(i * cols + 100)) = 300.0f;
+    x.at(static_cast<size_t>(i * cols + (i % 3 ? shared : 20 + i))) = -250.0f;
   }
 }
 
@@ -381,19 +383,19 @@ TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
     }
 }
 
-// The kernels that leave the outliers' terms to a pass after them (AVX2, AVX-VNNI, portable) run
-// kernel and pass over 128 KiB of weights at a time within a thread's chunk: a matrix of several
-// such pieces a thread (Q8_0 and Q4_1 at 1,024 x 576 are 627 and 369 KB) must get every piece's
-// terms, on every path, as the definition does.
+// The kernels that leave the outliers' terms to a pass after them (AVX-VNNI, portable, and AVX2 past
+// six rows) run kernel and pass over 128 KiB of weights at a time within a thread's chunk: a matrix
+// of several such pieces a thread (Q8_0 and Q4_1 at 1,024 x 576 are 627 and 369 KB) must get every
+// piece's terms, on every path, as the definition does (1 and 3 rows: AVX2 adds them in its tiles).
 TEST(Int8Kernels, AMatrixOfManyOutlierPassPiecesGetsTheOutliersTermsOnEveryPiece) {
   for (DType t : {DType::Q8_0, DType::Q4_1}) {
     const int64_t rows = 1024, cols = 576;
     const Stored w = random_stored(t, rows, cols, 95 + static_cast<uint32_t>(t));
     ThreadPool pool(2);
     auto m = pack_matrix(w.view, pool);
-    for (int64_t n : {1, 3}) {
+    for (int64_t n : {1, 3, 7}) {
       auto x = random_x(n, cols, 96 + static_cast<uint32_t>(n));
-      add_massive_channels(x, n);
+      add_massive_channels(x, n, cols);
       expect_every_kernel_to_give_the_definition(*m, w.view, x, n);
     }
   }
@@ -551,7 +553,7 @@ TEST(Int8Kernels, AQ5_0IQ4_NLOrQ3_KMatrixPackedFromTheFileGivesItsConversionsBit
       for (int64_t n : {1, 2, 3, 5, 9, 13, 16, 17, 40})
         for (bool massive : {false, true}) {
           auto x = random_x(n, c.cols, 73);
-          if (massive) add_massive_channels(x, n);
+          if (massive) add_massive_channels(x, n, c.cols);
           const auto want = run(*mc, x, n, 2, Int8Kernel::kPortable);
           for (Int8Kernel k : int8_kernels()) {
             const auto got = run(*narrow, x, n, 2, k);
