@@ -687,22 +687,28 @@ struct StreamQ8 : FormatQ8 {
 };
 #endif
 
-// Groups [g0, g1): per group, the activation rows in tiles of up to kTile.
+// Groups [g0, g1): per group, the activation rows in tiles of up to kTile (with the outliers'
+// terms where there is a fold).
 template <class F>
-void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+void held_groups(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1, const Fold* fold) {
   for (int64_t g = g0; g < g1; ++g) {
     const uint8_t* gp = m.group(g);
     const int64_t valid = m.rows - g * 8 < 8 ? m.rows - g * 8 : 8;
     float* yg = y + g * 8;
     int64_t i0 = 0;
-    for (; i0 + kTile <= x.n; i0 += kTile) tile<F, kTile>(m, x, i0, gp, yg, ldy, valid);
+    for (; i0 + kTile <= x.n; i0 += kTile) tile<F, kTile>(m, x, i0, gp, yg, ldy, valid, fold);
     switch (x.n - i0) {
-      case 1: tile<F, 1>(m, x, i0, gp, yg, ldy, valid); break;
-      case 2: tile<F, 2>(m, x, i0, gp, yg, ldy, valid); break;
-      case 3: tile<F, 3>(m, x, i0, gp, yg, ldy, valid); break;
+      case 1: tile<F, 1>(m, x, i0, gp, yg, ldy, valid, fold); break;
+      case 2: tile<F, 2>(m, x, i0, gp, yg, ldy, valid, fold); break;
+      case 3: tile<F, 3>(m, x, i0, gp, yg, ldy, valid, fold); break;
       default: break;
     }
   }
+}
+// The same as a PackedKernel (no fold: the pass adds the terms).
+template <class F>
+void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  held_groups<F>(m, x, y, ldy, g0, g1, nullptr);
 }
 
 // How many of r rows go in tiles of six, the rest in fives and one smaller tile. maddubs: r % 5
@@ -920,24 +926,20 @@ constexpr int64_t kHoldRows = 1;
 template <class F>
 void stream_kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
   // maddubs: calls of up to kFoldRows rows of the formats that fold (Q4_0, Q4_1, Q4_K, Q8_0) add
-  // the outliers' terms in their tiles (Fold; kernel_adds_outliers says so to qmatmul).
+  // the outliers' terms in their tiles (Fold; kernel_adds_outliers says so to qmatmul). VNNI: the
+  // pass adds them.
+#ifdef SPECULA_YMM_VNNI
+  const Fold* const fold = nullptr;
+#else
   Fold terms;
   const Fold* fold = nullptr;
-#ifndef SPECULA_YMM_VNNI
   if constexpr (requires { F::kFolds; })
     if (F::kFolds && x.n <= kFoldRows) {
       make_fold(m, x, terms);
       fold = &terms;
     }
 #endif
-  if (x.n <= kHoldRows) {
-    if (fold == nullptr) return kernel<F>(m, x, y, ldy, g0, g1);
-#ifndef SPECULA_YMM_VNNI
-    static_assert(kHoldRows == 1, "a fold's calls on the holding tile are one row");  // (VNNI: no fold)
-#endif
-    for (int64_t g = g0; g < g1; ++g) tile<F, 1>(m, x, 0, m.group(g), y + g * 8, ldy, m.rows - g * 8 < 8 ? m.rows - g * 8 : 8, fold);
-    return;
-  }
+  if (x.n <= kHoldRows) return held_groups<F>(m, x, y, ldy, g0, g1, fold);
   if constexpr (F::kWide)
     if (x.wide_ready) return stream_groups<F>(m, x, WideRows{x, wide_rows_avx2(x), 0}, y, ldy, g0, g1, 0, fold);
 #ifndef SPECULA_YMM_VNNI
