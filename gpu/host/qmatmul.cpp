@@ -562,7 +562,7 @@ bool wide_rows_pay(int64_t n, int64_t cols) {
 
 bool kernel_adds_outliers(Int8Kernel kernel, DType t, int64_t n) {
   if (kernel == Int8Kernel::kAvx512Vnni || kernel == Int8Kernel::kAmx) return true;  // VNNI in its tiles, AMX after its own
-  return kernel == Int8Kernel::kAvx2 && n <= kFoldRows && (t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q8_0);
+  return (kernel == Int8Kernel::kAvx2 || kernel == Int8Kernel::kAvxVnni) && n <= kFoldRows && (t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q8_0);
 }
 
 size_t packed_header_bytes(DType t) { return pack_shape(t).header; }

@@ -221,12 +221,13 @@ struct ColumnLocation {
   int five_bit = 0;
 };
 ColumnLocation column_location(const PackedMatrix& m, int64_t c);
-// The AVX2 kernel adds the outliers' terms itself in its tiles, before the store, for calls of up
-// to kFoldRows rows of Q4_0, Q4_1, Q4_K and Q8_0 (each weight column dequantized from the
-// group-block just read, as the pass does: the same bits), where they hide under the weights'
-// stream (docs/kernels.md, "The outliers' terms in the tiles of up to six rows"; 7 to 16 rows
-// measured the same either way). Whether `kernel` adds them itself for n rows of type t (AVX2 so;
-// the AVX-512 VNNI tiles and AMX always), or qmatmul runs the pass after it.
+// The 256-bit kernels (AVX2 and AVX-VNNI) add the outliers' terms themselves in their tiles,
+// before the store, for calls of up to kFoldRows rows of Q4_0, Q4_1, Q4_K and Q8_0 (each weight
+// column dequantized from the group-block just read, as the pass does: the same bits), where they
+// hide under the weights' stream (docs/kernels.md, "The outliers' terms in the tiles of up to six
+// rows", "The AVX-VNNI tiles fold the outliers and take six rows"; 7 to 16 rows measured the same
+// either way on AVX2). Whether `kernel` adds them itself for n rows of type t (those so; the
+// AVX-512 VNNI tiles and AMX always), or qmatmul runs the pass after it.
 constexpr int64_t kFoldRows = 6;
 bool kernel_adds_outliers(Int8Kernel kernel, DType t, int64_t n);
 void add_outliers_portable(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1);

@@ -711,17 +711,13 @@ void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy
   held_groups<F>(m, x, y, ldy, g0, g1, nullptr);
 }
 
-// How many of r rows go in tiles of six, the rest in fives and one smaller tile. maddubs: r % 5
-// where r is a sum of sixes and fives (6 = 6, 11 = 6 + 5, 12 = 6 + 6, 16 = 6 + 5 + 5), else none
-// (7 = 5 + 2, 13 = 5 + 5 + 3): a tile of six rows took 0.88 of the time of 5 + 1 (docs/kernels.md,
-// "A streaming tile of six rows"). VNNI: none (not measured).
-constexpr int64_t six_row_tiles([[maybe_unused]] int64_t r) {
-#ifdef SPECULA_YMM_VNNI
-  return 0;
-#else
-  return r % 5 <= r / 5 ? r % 5 : 0;
-#endif
-}
+// How many of r rows go in tiles of six, the rest in fives and one smaller tile: r % 5 where r is a
+// sum of sixes and fives (6 = 6, 11 = 6 + 5, 12 = 6 + 6, 16 = 6 + 5 + 5), else none (7 = 5 + 2,
+// 13 = 5 + 5 + 3). maddubs: a tile of six rows took 0.88 of the time of 5 + 1 on Zen 3; VNNI: the
+// default model's forward of 6 / 11 / 16 tokens 0.94 / 0.95 / 0.97 of its time with fives on a
+// Raptor Cove core (docs/kernels.md, "A streaming tile of six rows", "The AVX-VNNI tiles fold the
+// outliers and take six rows").
+constexpr int64_t six_row_tiles(int64_t r) { return r % 5 <= r / 5 ? r % 5 : 0; }
 
 // The six-row tile out of line: inlined into the loop beside the others, it slowed some of them
 // (the two-row Q8_0 tile took 1.11x its time).
@@ -925,12 +921,8 @@ constexpr int64_t kHoldRows = 1;
 #endif
 template <class F>
 void stream_kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy, int64_t g0, int64_t g1) {
-  // maddubs: calls of up to kFoldRows rows of the formats that fold (Q4_0, Q4_1, Q4_K, Q8_0) add
-  // the outliers' terms in their tiles (Fold; kernel_adds_outliers says so to qmatmul). VNNI: the
-  // pass adds them.
-#ifdef SPECULA_YMM_VNNI
-  const Fold* const fold = nullptr;
-#else
+  // Calls of up to kFoldRows rows of the formats that fold (Q4_0, Q4_1, Q4_K, Q8_0) add the
+  // outliers' terms in their tiles (Fold; kernel_adds_outliers says so to qmatmul), both variants.
   Fold terms;
   const Fold* fold = nullptr;
   if constexpr (requires { F::kFolds; })
@@ -938,7 +930,6 @@ void stream_kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int6
       make_fold(m, x, terms);
       fold = &terms;
     }
-#endif
   if (x.n <= kHoldRows) return held_groups<F>(m, x, y, ldy, g0, g1, fold);
   if constexpr (F::kWide)
     if (x.wide_ready) return stream_groups<F>(m, x, WideRows{x, wide_rows_avx2(x), 0}, y, ldy, g0, g1, 0, fold);

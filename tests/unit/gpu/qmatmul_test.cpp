@@ -383,10 +383,11 @@ TEST(Int8Kernels, EveryTypeAndPathMatchesTheDefinitionComputedInDouble) {
     }
 }
 
-// The kernels that leave the outliers' terms to a pass after them (AVX-VNNI, portable, and AVX2 past
-// six rows) run kernel and pass over 128 KiB of weights at a time within a thread's chunk: a matrix
-// of several such pieces a thread (Q8_0 and Q4_1 at 1,024 x 576 are 627 and 369 KB) must get every
-// piece's terms, on every path, as the definition does (1 and 3 rows: AVX2 adds them in its tiles).
+// The kernels that leave the outliers' terms to a pass after them (portable, and AVX2 and AVX-VNNI
+// past six rows) run kernel and pass over 128 KiB of weights at a time within a thread's chunk: a
+// matrix of several such pieces a thread (Q8_0 and Q4_1 at 1,024 x 576 are 627 and 369 KB) must get
+// every piece's terms, on every path, as the definition does (1 and 3 rows: the 256-bit kernels add
+// them in their tiles).
 TEST(Int8Kernels, AMatrixOfManyOutlierPassPiecesGetsTheOutliersTermsOnEveryPiece) {
   for (DType t : {DType::Q8_0, DType::Q4_1}) {
     const int64_t rows = 1024, cols = 576;
@@ -414,27 +415,32 @@ TEST(Int8Kernels, WideRowsAreReadWhereTheyFitTheL1BesideAGroupOfWeights) {
   EXPECT_FALSE(host_kernels::wide_rows_pay(97, 32));
 }
 
-// The AVX2 kernel adds the outliers' terms in its tiles for calls of 1 to 6 rows of the four-bit
-// types without fifth bits and Q8_0 (decode steps and verify rounds of up to five drafts), and
-// qmatmul then runs no pass after it; past 6 rows, for the other types and on the other 256-bit
-// and portable kernels the pass runs; the AVX-512 VNNI and AMX kernels always add them themselves.
+// The 256-bit kernels (AVX2 and AVX-VNNI) add the outliers' terms in their tiles for calls of 1 to
+// 6 rows of the four-bit types without fifth bits and Q8_0 (decode steps and verify rounds of up to
+// five drafts), and qmatmul then runs no pass after them; past 6 rows, for the other types and on
+// the portable kernel the pass runs; the AVX-512 VNNI and AMX kernels always add them themselves.
 // (The bits are the pass's either way: the tests above and below compare every path.)
-TEST(Int8Kernels, TheAvx2KernelAddsTheOutliersTermsInItsTilesForUpToSixRowsOfTheTypesItFolds) {
+TEST(Int8Kernels, TheTwoHundredFiftySixBitKernelsAddTheOutliersTermsInTheirTilesForUpToSixRowsOfTheTypesTheyFold) {
   using host_kernels::kernel_adds_outliers;
+  for (Int8Kernel k : {Int8Kernel::kAvx2, Int8Kernel::kAvxVnni}) {
+    const char* name = host_kernels::int8_kernel_name(k);
+    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q8_0}) {
+      for (int64_t n = 1; n <= 6; ++n) EXPECT_TRUE(kernel_adds_outliers(k, t, n)) << name << " " << dtype_name(t) << " " << n;
+      EXPECT_FALSE(kernel_adds_outliers(k, t, 7)) << name << " " << dtype_name(t);
+    }
+    for (DType t : {DType::Q5_0, DType::Q5_1, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::Q2_K})
+      EXPECT_FALSE(kernel_adds_outliers(k, t, 1)) << name << " " << dtype_name(t);
+  }
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q8_0}) {
-    for (int64_t n = 1; n <= 6; ++n) EXPECT_TRUE(kernel_adds_outliers(Int8Kernel::kAvx2, t, n)) << dtype_name(t) << " " << n;
-    EXPECT_FALSE(kernel_adds_outliers(Int8Kernel::kAvx2, t, 7)) << dtype_name(t);
-    EXPECT_FALSE(kernel_adds_outliers(Int8Kernel::kAvxVnni, t, 1)) << dtype_name(t);
     EXPECT_FALSE(kernel_adds_outliers(Int8Kernel::kPortable, t, 1)) << dtype_name(t);
     EXPECT_TRUE(kernel_adds_outliers(Int8Kernel::kAvx512Vnni, t, 40)) << dtype_name(t);
   }
-  for (DType t : {DType::Q5_0, DType::Q5_1, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::Q2_K})
-    EXPECT_FALSE(kernel_adds_outliers(Int8Kernel::kAvx2, t, 1)) << dtype_name(t);
 }
 
 // Two widths: at 576 columns (the default model's) the AVX2 kernel takes 2 to 5 rows from wide
 // activations (host_kernels::wide_rows_pay), at 1536 from broadcasts, and one row runs its
-// holding tile; the AVX-VNNI kernel holds up to 4 rows and streams 5 (wide at 576) and more.
+// holding tile; the AVX-VNNI kernel holds up to 4 rows and streams 5 and more (in tiles of six
+// where the rows are sixes and fives). Both add the outliers' terms in their tiles up to 6 rows.
 // Every row must come out the same either way.
 TEST(Int8Kernels, EachRowIsBitEqualToTheOneRowCallWhateverTheRowCountPositionOrThreads) {
   for (const int64_t cols : {1536, 576})
