@@ -714,7 +714,7 @@ void kernel(const PackedMatrix& m, const QuantizedRows& x, float* y, int64_t ldy
 // How many of r rows go in tiles of six, the rest in fives and one smaller tile: r % 5 where r is a
 // sum of sixes and fives (6 = 6, 11 = 6 + 5, 12 = 6 + 6, 16 = 6 + 5 + 5), else none (7 = 5 + 2,
 // 13 = 5 + 5 + 3). maddubs: a tile of six rows took 0.88 of the time of 5 + 1 on Zen 3; VNNI: the
-// default model's forward of 6 / 11 / 16 tokens 0.94 / 0.95 / 0.97 of its time with fives on a
+// default model's forward of 6 / 11 / 16 tokens 0.93 / 0.96 / 0.98 of its time with fives on a
 // Raptor Cove core (docs/kernels.md, "A streaming tile of six rows", "The AVX-VNNI tiles fold the
 // outliers and take six rows").
 constexpr int64_t six_row_tiles(int64_t r) { return r % 5 <= r / 5 ? r % 5 : 0; }
