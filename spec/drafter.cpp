@@ -5,10 +5,18 @@
 
 namespace specula {
 
+DrawKey draft_draw_key(const DraftRequest& req, int64_t i) {
+  switch (req.mode) {
+    case SpecSampling::Coupled: return {req.position + i, RngStream::Token};
+    case SpecSampling::Block: return {block_draw_position(req.position, i), RngStream::BlockDraft};
+    default: return {req.position + i, RngStream::Draft};
+  }
+}
+
 int32_t draw_draft_token(std::span<const float> logq, const DraftRequest& req, int64_t i) {
   if (req.sampling.greedy()) return argmax(logq);
-  const RngStream stream = req.mode == SpecSampling::Coupled ? RngStream::Token : RngStream::Draft;
-  return sample_gumbel(logq, req.sampling.seed, req.position + i, stream);
+  const DrawKey key = draft_draw_key(req, i);
+  return sample_gumbel(logq, req.sampling.seed, key.position, key.stream);
 }
 
 bool draft_from_logits(std::span<const float> logits, const DraftRequest& req, int64_t i, std::vector<float>& q,

@@ -20,12 +20,23 @@ struct DraftRequest {
   float max_entropy = 0;             // stop once H(q_i) in nats exceeds this (0 = off)
   float min_confidence = 0;          // draft no further once the product of the tokens' draft probabilities is below this (0 = off)
   SamplingParams sampling;           // the request's transform, applied to q as the verifier applies it to p
-  SpecSampling mode = SpecSampling::Exact;  // exact: draw t_i with RngStream::Draft; coupled: RngStream::Token
+  SpecSampling mode = SpecSampling::Exact;  // how t_i is drawn when sampling: draft_draw_key
 
-  // Whether the verdict on this request's rounds reads q: only exact sampling does (greedy and
-  // coupled rounds are judged by the tokens alone), so drafters may leave q empty otherwise.
-  bool verdict_reads_q() const { return !sampling.greedy() && mode == SpecSampling::Exact; }
+  // Whether the verdict on this request's rounds reads q: only exact and block sampling do (greedy
+  // and coupled rounds are judged by the tokens alone), so drafters may leave q empty otherwise.
+  bool verdict_reads_q() const { return !sampling.greedy() && spec_sampling_reads_q(mode); }
 };
+
+// Where the noise that draws the round's draft token i (0-based) comes from: exact, at t_i's
+// position with RngStream::Draft; coupled, the target's own (RngStream::Token); block, fresh for
+// every round (RngStream::BlockDraft at block_draw_position(req.position, i)), because the block
+// rule's verdict reads every draft token of the round, so noise a later round drew again at the
+// same positions would be tied to the text already kept.
+struct DrawKey {
+  int64_t position;
+  RngStream stream;
+};
+DrawKey draft_draw_key(const DraftRequest& req, int64_t i);
 
 // Thread-safety: none; one owner (the loop or the draft actor) drives it.
 class Drafter {

@@ -345,8 +345,8 @@ bool EagleDrafter::draft_reduced(const DraftRequest& req, int64_t i, int32_t& to
   q_.assign(logq_.begin(), logq_.end());
   probs_from_log(q_);
   if (req.max_entropy > 0 && i >= req.min_tokens && entropy_nats(q_) > req.max_entropy) return false;
-  const RngStream stream = req.mode == SpecSampling::Coupled ? RngStream::Token : RngStream::Draft;
-  token = sample_gumbel_among(ids_, logq_, req.sampling.seed, req.position + i, stream);
+  const DrawKey key = draft_draw_key(req, i);
+  token = sample_gumbel_among(ids_, logq_, req.sampling.seed, key.position, key.stream);
   if (confidence.on()) confidence.take(q_[static_cast<size_t>(std::lower_bound(ids_.begin(), ids_.end(), token) - ids_.begin())]);
   return true;
 }

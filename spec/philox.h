@@ -36,6 +36,10 @@ enum class RngStream : uint32_t {
   Accept = 1,    // the uniform of the speculative acceptance test
   Residual = 2,  // Gumbel noise that samples the residual max(0, p - q)
   Draft = 3,     // Gumbel noise of the draft model's own sampling
+  // Block verification's (SpecSampling::Block): keyed by the round, not by a token's position
+  // (spec/speculative_sampling.h, "Block verification's randomness").
+  BlockAccept = 4,  // the round's uniforms, at the position of its first draft token, index j - 1 for u_j
+  BlockDraft = 5,   // the draft's noise, at block_draw_position(round start, i)
 };
 
 // The four words behind indices 4 * block .. 4 * block + 3 of (seed, position, stream).

@@ -33,12 +33,19 @@ int32_t sample_log_of(std::span<const float> p, uint64_t seed, int64_t position,
 
 }  // namespace
 
-const char* spec_sampling_name(SpecSampling m) { return m == SpecSampling::Exact ? "exact" : "coupled"; }
+const char* spec_sampling_name(SpecSampling m) {
+  switch (m) {
+    case SpecSampling::Coupled: return "coupled";
+    case SpecSampling::Block: return "block";
+    default: return "exact";
+  }
+}
 
 SpecSampling parse_spec_sampling(std::string_view s) {
   if (s == "exact") return SpecSampling::Exact;
   if (s == "coupled") return SpecSampling::Coupled;
-  throw std::invalid_argument("speculative sampling must be 'exact' or 'coupled', got '" + std::string(s) + "'");
+  if (s == "block") return SpecSampling::Block;
+  throw std::invalid_argument("speculative sampling must be 'exact', 'block' or 'coupled', got '" + std::string(s) + "'");
 }
 
 bool accept_draft_token(double p_t, double q_t, double u) {
@@ -51,11 +58,16 @@ double acceptance_uniform(uint64_t seed, int64_t position) {
 }
 
 int32_t sample_recovered(std::span<const float> p, std::span<const float> q, uint64_t seed, int64_t position) {
+  return sample_recovered(p, q, 1.0, seed, position);
+}
+
+int32_t sample_recovered(std::span<const float> p, std::span<const float> q, double w, uint64_t seed, int64_t position) {
   assert(p.size() == q.size());
-  // The draw over the row float(log r), r = p - q in double where positive (-inf elsewhere; norm()
-  // is a constant shift: argmax unchanged); the logarithm only for the tokens that can win.
+  // The draw over the row float(log r), r = w p - q in double where positive (-inf elsewhere;
+  // norm() is a constant shift: argmax unchanged); the logarithm only for the tokens that can win.
+  // (w = 1 multiplies exactly: the token rule's residual to the bit.)
   auto residual = [&](int32_t v) {
-    return static_cast<double>(p[static_cast<size_t>(v)]) - static_cast<double>(q[static_cast<size_t>(v)]);
+    return w * static_cast<double>(p[static_cast<size_t>(v)]) - static_cast<double>(q[static_cast<size_t>(v)]);
   };
   double mass = 0, top_r = 0;
   int32_t top = -1;  // a likely winner: the largest r
@@ -104,35 +116,112 @@ RoundOutcome speculative_sample_rows(std::span<const int32_t> draft, std::span<c
   return out;
 }
 
+// sum_v max(0, w p_v - q_v) as w - sum_{q_v > 0} min(w p_v, q_v) (p sums to 1), reading p_v
+// (`p(v)`) only where q_v > 0: the head's N tokens, one for a one-hot q.
+template <class P>
+double weighted_residual_mass(std::span<const float> q, double w, P&& p) {
+  double kept = 0;
+  for (size_t v = 0; v < q.size(); ++v)
+    if (q[v] > 0) kept += std::min(w * static_cast<double>(p(v)), static_cast<double>(q[v]));
+  return std::max(0.0, w - kept);
+}
+
+// Block verification (Sun et al., "Block verification accelerates speculative decoding", ICLR
+// 2025): the draft judged as a whole. With w_0 = 1 and w_j = min(1, w_{j-1} p_{j-1}(t_j) /
+// q_{j-1}(t_j)) (rows 0-based: row j is the distribution of the token after t_1..t_j), the round
+// keeps t_1..t_tau for the largest tau in 1..k whose uniform u_tau (RngStream::BlockAccept: keyed
+// by the round, speculative_sampling.h) falls below
+//   h_k = w_k,   h_j = s_j / (s_j + 1 - w_j) with s_j = sum_x max(0, w_j p_j(x) - q_j(x)) for j < k,
+// or tau = 0 if none does; then draws the bonus token from p_k (tau = k) or the recovered token
+// from the weighted residual norm(max(0, w_tau p_tau - q_tau)). The output keeps the target's
+// distribution (the paper's theorem; tests/unit/spec/test_speculative_exactness.cpp by chi-square)
+// and the expected number of accepted tokens is never below the token rule's; at k = 1 the two
+// rules agree in law (h_1 = w_1, u < w_1 tested as the token rule's u q < p, so with the token
+// rule's uniform the verdict would be the same). Rows past the last kept one are read for their
+// draft token's probability only, and a row's s_j only where the scan reaches it with w_j < 1
+// (w_j = 1 makes h_j = 1: s_j > 0 unless p_j = q_j exactly, when the residual's floor applies as
+// in the token rule), over q_j's support only (weighted_residual_mass).
+template <class Rows>
+RoundOutcome block_verify_rows(std::span<const int32_t> draft, std::span<const float> q, int64_t vocab, uint64_t seed,
+                               int64_t position, Rows& rows, bool bonus = true) {
+  const int64_t k = static_cast<int64_t>(draft.size());
+  assert(static_cast<int64_t>(q.size()) == k * vocab);
+  std::vector<double> w(static_cast<size_t>(k) + 1, 1.0);
+  std::vector<double> pt(static_cast<size_t>(k)), qt(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j) {
+    pt[j] = rows.prob(j, draft[j]);
+    qt[j] = row(q, vocab, j)[static_cast<size_t>(draft[j])];
+    // A token the draft gave no mass is never kept (accept_draft_token's rule): w 0 from there.
+    w[j + 1] = qt[j] > 0 ? std::min(1.0, w[j] * pt[j] / qt[j]) : 0.0;
+  }
+  int64_t tau = 0;
+  for (int64_t j = k; j >= 1 && tau == 0; --j) {
+    const double u = philox_uniform(seed, position, RngStream::BlockAccept, static_cast<uint64_t>(j - 1));
+    if (j == k) {
+      // u < min(1, w_{k-1} p / q) as u q < w_{k-1} p: at w_{k-1} = 1 the token rule's arithmetic.
+      if (qt[k - 1] > 0 && u * qt[k - 1] < w[k - 1] * pt[k - 1]) tau = k;
+      continue;
+    }
+    if (w[j] >= 1.0) {
+      tau = j;
+      continue;
+    }
+    const double s_j = rows.residual_mass(j, row(q, vocab, j), w[j]);
+    if (u * (s_j + 1.0 - w[j]) < s_j) tau = j;
+  }
+  RoundOutcome out;
+  out.tokens.assign(draft.begin(), draft.begin() + tau);
+  out.accepted = static_cast<int>(tau);
+  if (tau < k) {
+    out.tokens.push_back(rows.recovered(tau, row(q, vocab, tau), seed, position + tau, w[tau]));
+  } else if (bonus) {
+    out.tokens.push_back(rows.draw(k, seed, position + k));
+    out.bonus = true;
+  }
+  return out;
+}
+
 // Rows given as probabilities.
 struct ProbRows {
   std::span<const float> p;
   int64_t vocab;
   float prob(int64_t i, int32_t t) const { return row(p, vocab, i)[static_cast<size_t>(t)]; }
   std::span<const float> probs(int64_t i) const { return row(p, vocab, i); }
-  // The recovered token: the draw from the residual norm(max(0, p_i - q_i)).
-  int32_t recovered(int64_t i, std::span<const float> q_i, uint64_t seed, int64_t position) const {
-    return sample_recovered(probs(i), q_i, seed, position);
+  // The recovered token: the draw from the residual norm(max(0, w p_i - q_i)).
+  int32_t recovered(int64_t i, std::span<const float> q_i, uint64_t seed, int64_t position, double w = 1.0) const {
+    return sample_recovered(probs(i), q_i, w, seed, position);
   }
   // The bonus token: the Gumbel-max draw over log p_i.
   int32_t draw(int64_t i, uint64_t seed, int64_t position) const { return sample_log_of(probs(i), seed, position, RngStream::Token); }
+  double residual_mass(int64_t i, std::span<const float> q_i, double w) const {
+    return weighted_residual_mass(q_i, w, [&](size_t v) { return probs(i)[v]; });
+  }
 };
 
 // Rows given as logits, transformed as the round reaches them: transform_logits, then
 // prob_from_log for the token a test reads, or probs_from_log over the row for a draw (the values
 // transform_to_probs gives, to the bit).
+// Each row is transformed once and kept (the block rule visits rows more than once).
 struct LogitRows {
+  LogitRows(std::span<const float> l, const SamplingParams& s, int64_t v) : logits(l), sp(s), vocab(v) {}
   std::span<const float> logits;
   const SamplingParams& sp;
   int64_t vocab;
-  std::vector<float> buf;
-  int64_t at = -1;       // the row in buf
-  bool as_probs = false;  // buf holds p (else log p)
+  std::vector<std::vector<float>> rows;  // per row: empty until fetched
+  std::vector<char> probs_made;          // per row: it holds p (else log p)
+  std::span<float> buf;                  // the row last fetched
+  bool as_probs = false;                 // as probs_made[that row]
+  int64_t at = -1;
   void fetch(int64_t i) {
     if (at == i) return;
-    transform_logits(row(logits, vocab, i), sp, buf);
+    if (at >= 0) probs_made[static_cast<size_t>(at)] = as_probs;
+    const size_t n = logits.size() / static_cast<size_t>(vocab);
+    if (rows.size() < n) rows.resize(n), probs_made.resize(n, 0);
+    std::vector<float>& r = rows[static_cast<size_t>(i)];
+    if (r.empty()) transform_logits(row(logits, vocab, i), sp, r);
+    buf = r;
+    as_probs = probs_made[static_cast<size_t>(i)] != 0;
     at = i;
-    as_probs = false;
   }
   float prob(int64_t i, int32_t t) {
     fetch(i);
@@ -169,13 +258,14 @@ struct LogitRows {
   // positive r_v (a sum of non-negative doubles never falls below a term), so when the draw met an
   // r_v of at least the floor its token stands, and otherwise (p and q all but equal) the row is
   // made probabilities and sample_recovered decides as the definition does.
-  int32_t recovered(int64_t i, std::span<const float> q_i, uint64_t seed, int64_t position) {
+  // With a weight w <= 1 (the block rule's), the residual w p_v - q_v is at most p_v as well.
+  int32_t recovered(int64_t i, std::span<const float> q_i, uint64_t seed, int64_t position, double w = 1.0) {
     fetch(i);
-    if (as_probs) return sample_recovered(buf, q_i, seed, position);
+    if (as_probs) return sample_recovered(buf, q_i, w, seed, position);
     const std::span<const float> logp = buf;
     double largest = 0;  // the largest residual the draw computed
     auto r = [&](int32_t v) {
-      const double x = static_cast<double>(prob_from_log(logp[static_cast<size_t>(v)])) -
+      const double x = w * static_cast<double>(prob_from_log(logp[static_cast<size_t>(v)])) -
                        static_cast<double>(q_i[static_cast<size_t>(v)]);
       largest = std::max(largest, x);
       return x;
@@ -185,7 +275,13 @@ struct LogitRows {
         [&](int32_t v) { return static_cast<float>(std::log(r(v))); }, argmax(logp), seed, position,
         RngStream::Residual, logp.data());
     if (largest >= kResidualFloor) return drawn(t);
-    return sample_recovered(probs(i), q_i, seed, position);
+    return sample_recovered(probs(i), q_i, w, seed, position);
+  }
+  // The block rule's s = sum_v max(0, w p_v - q_v), with p_v taken only where q_v > 0.
+  double residual_mass(int64_t i, std::span<const float> q_i, double w) {
+    fetch(i);
+    if (as_probs) return weighted_residual_mass(q_i, w, [&](size_t v) { return buf[v]; });
+    return weighted_residual_mass(q_i, w, [&](size_t v) { return prob_from_log(buf[v]); });
   }
   // At least every probability of the 64 tokens from b (buf holds log p): exp of the largest,
   // widened for a float exp that is not correctly rounded (prob_from_log is monotone).
@@ -202,6 +298,13 @@ RoundOutcome speculative_sample(std::span<const int32_t> draft, std::span<const 
   assert(static_cast<int64_t>(p.size()) == (static_cast<int64_t>(draft.size()) + 1) * vocab);
   ProbRows rows{p, vocab};
   return speculative_sample_rows(draft, q, vocab, seed, position, rows);
+}
+
+RoundOutcome block_sample(std::span<const int32_t> draft, std::span<const float> q, std::span<const float> p,
+                          int64_t vocab, uint64_t seed, int64_t position) {
+  assert(p.size() == (draft.size() + 1) * static_cast<size_t>(vocab));
+  ProbRows rows{p, vocab};
+  return block_verify_rows(draft, q, vocab, seed, position, rows);
 }
 
 namespace {
@@ -272,7 +375,8 @@ RoundOutcome verify_rows(const DraftProposal& draft, std::span<const float> targ
   if (static_cast<int64_t>(draft.q.size()) != k * vocab)
     throw std::invalid_argument("verify_draft: the draft has " + std::to_string(draft.q.size()) +
                                 " q values for k = " + std::to_string(k) + " rows of " + std::to_string(vocab));
-  LogitRows p{target_logits, sp, vocab, {}};
+  LogitRows p(target_logits, sp, vocab);
+  if (mode == SpecSampling::Block) return block_verify_rows(draft.tokens, draft.q, vocab, sp.seed, position, p, bonus);
   return speculative_sample_rows(draft.tokens, draft.q, vocab, sp.seed, position, p, bonus);
 }
 

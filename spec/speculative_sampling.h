@@ -15,6 +15,16 @@
 // Randomness is Philox keyed by (request seed, absolute position, stream) (spec/philox.h):
 // RngStream::Accept for the acceptance uniform, RngStream::Residual for the recovered token,
 // RngStream::Token for the bonus token, RngStream::Draft for the draft's own sampling.
+//
+// Block verification's randomness: the token rule's verdict at t_i reads t_1..t_i and their
+// uniforms only, so the noise of positions past a rejection is never tied to the kept text, and a
+// later round may draw at those positions again with the same keys. The block rule's verdict reads
+// the whole round (every draft token and every uniform), so its uniforms and its draft's noise are
+// keyed by the round instead: RngStream::BlockAccept at the position of the round's first draft
+// token (index j - 1 for u_j) and RngStream::BlockDraft at block_draw_position(that position, i).
+// Rounds of one request start at distinct positions (each keeps at least one token), so no round
+// reuses another's. Keyed by position (as the token rule's were), the chi-square test of the
+// first three tokens failed (tests/unit/spec/test_speculative_exactness.cpp).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -37,9 +47,21 @@ enum class SpecSampling {
   // choice, which is also the recovered / bonus token. The text is then identical, token for
   // token, to target-only sample_token() with the same seed.
   Coupled,
+  // Block verification (Sun et al. 2025): the round's draft judged as a whole (block_sample
+  // below). The output has exactly the target's distribution, as with Exact, from the same q
+  // rows; it keeps at least as many draft tokens on average (the same at k = 1, more from k = 2
+  // when the draft and the target disagree). Judged on the host (a device that judges rounds
+  // itself implements the token rule only: its logits come to the host for this mode).
+  Block,
 };
 const char* spec_sampling_name(SpecSampling m);
-// "exact" or "coupled"; throws std::invalid_argument naming the value otherwise.
+// RngStream::BlockDraft's position for draft token i of the round whose first draft token sits at
+// `start`: distinct for every (start, i) with i < kBlockDrawStride.
+inline constexpr int64_t kBlockDrawStride = 64;
+inline int64_t block_draw_position(int64_t start, int64_t i) { return start * kBlockDrawStride + i; }
+// The rules that read the draft's q rows (exact and block; not coupled).
+inline bool spec_sampling_reads_q(SpecSampling m) { return m != SpecSampling::Coupled; }
+// "exact", "block" or "coupled"; throws std::invalid_argument naming the value otherwise.
 SpecSampling parse_spec_sampling(std::string_view s);
 
 // What a drafter hands the verifier for one sequence and one round.
@@ -83,12 +105,20 @@ double acceptance_uniform(uint64_t seed, int64_t position);
 // (p == q up to rounding, so a rejection was a rounding artefact) it draws from p instead.
 inline constexpr double kResidualFloor = 1e-7;
 int32_t sample_recovered(std::span<const float> p, std::span<const float> q, uint64_t seed, int64_t position);
+// The same draw from norm(max(0, w p - q)) for a weight 0 < w <= 1 (the block rule's residual;
+// w = 1 is the one above, to the bit).
+int32_t sample_recovered(std::span<const float> p, std::span<const float> q, double w, uint64_t seed, int64_t position);
 
 // --- one round ------------------------------------------------------------------------
 // Exact speculative sampling over probabilities: draft [k], q [k, vocab], p [k+1, vocab];
 // `position` is the absolute position of t1.
 RoundOutcome speculative_sample(std::span<const int32_t> draft, std::span<const float> q, std::span<const float> p,
                                 int64_t vocab, uint64_t seed, int64_t position);
+
+// Block verification over probabilities (SpecSampling::Block): the same arguments; the draft kept
+// is t1..t_tau for the largest tau whose joint test passes (speculative_sampling.cpp).
+RoundOutcome block_sample(std::span<const int32_t> draft, std::span<const float> q, std::span<const float> p,
+                          int64_t vocab, uint64_t seed, int64_t position);
 
 // Greedy: accept while t_i == argmax p_i; the recovered / bonus token is argmax p.
 // target_logits [k+1, vocab] (raw logits; argmax is unchanged by the transform).

@@ -55,7 +55,7 @@ struct Request {
   int top_k = 0;                      // 0 = off
   float top_p = 1.0f;
   std::optional<std::uint64_t> seed;  // none: a random seed
-  std::string mode;                   // "exact" (rejection sampling) or "coupled"; "" = coupled with a seed, else exact
+  std::string mode;                   // "exact" (rejection sampling), "block" (block verification) or "coupled"; "" = coupled with a seed, else exact
   std::vector<std::string> stop;      // the text ends before the first of these
 };
 

@@ -43,7 +43,7 @@ def valid_ws_message(rng: random.Random, gen_id: str) -> dict:
         m["seed"] = rng.randrange(1 << 40)
     if rng.random() < 0.3:
         m["speculation"] = {"k": rng.randint(1, 8), "adaptive": rng.random() < 0.5,
-                            "mode": rng.choice(["exact", "coupled"])}
+                            "mode": rng.choice(["exact", "block", "coupled"])}
     if rng.random() < 0.2:
         m["top_k"], m["top_p"] = rng.randint(0, 50), rng.choice([0.5, 0.9, 1.0])
     return m

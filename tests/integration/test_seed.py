@@ -1,8 +1,8 @@
 """The seed promise of docs/protocol.md ("The seed promise"), against a real server with the main
 job's settings (scripts/main_job.args: prompt lookup and the trained head, the confidence rule
 with its automatic threshold, which a fixed K turns off, the load-adaptive policy) and with the n-gram drafter: a seeded request gives the same text sent alone and among 16
-concurrent others, in coupled mode (the default with a seed), in exact mode with a fixed K, and
-greedy."""
+concurrent others, in coupled mode (the default with a seed), in exact and block mode with a fixed
+K, and greedy."""
 import asyncio
 import json
 
@@ -39,6 +39,7 @@ CASES = {
     "coupled by default with a seed": {"seed": 5},
     "coupled named": {"seed": 5, "speculation": {"mode": "coupled"}},
     "exact with a fixed K": {"seed": 5, "speculation": {"mode": "exact", "adaptive": False, "k": 4}},
+    "block with a fixed K": {"seed": 5, "speculation": {"mode": "block", "adaptive": False, "k": 4}},
     "greedy": {"temperature": 0, "seed": 5},
 }
 

@@ -250,7 +250,7 @@ def test_speculation_with_good_settings_runs_on_the_tiny_model(specula_bin, good
     (["--draft", "ngram:n=0"], ["ngram n", "got 0"]),
     (["--draft", "ngram:n=3+ngram"], ["ngram:n=3+ngram", "in front of one other drafter"]),
     (["--draft", "ngram:n=2,min=3+skip:0"], ["ngram min", "got 3"]),
-    (["--draft", "ngram", "--spec-sampling", "maybe"], ["'exact' or 'coupled'", "maybe"]),
+    (["--draft", "ngram", "--spec-sampling", "maybe"], ["'exact', 'block' or 'coupled'", "maybe"]),
     (["--draft", "ngram", "--draft-confidence", "1.5"], ["--draft-confidence", "[0, 1)", "got 1.5"]),
     (["--draft", "ngram", "--draft-confidence", "auto"], ["--draft-confidence auto", "give --adaptive"]),
 ], ids=["k0", "k17", "kmin_gt_kmax", "greedy_kmax17", "kmin_gt_greedy_kmax", "skip_all", "ngram_not_a_number", "ngram_zero", "lookup_before_lookup",

@@ -27,7 +27,7 @@ const char* const kUsage =
     "  --speculation-k K     draft tokens per round, 1..16 (speculation on or off is the\n"
     "                        server's choice: specula serve --draft none switches it off)\n"
     "  --adaptive            ask for the adaptive draft-length policy\n"
-    "  --speculation-mode M  exact or coupled\n"
+    "  --speculation-mode M  exact, block or coupled\n"
     "  --model NAME          \"model\" of HTTP requests (default)\n"
     "  --json                print the result JSON on stdout\n"
     "  --out FILE            write the result JSON to FILE\n"
@@ -107,8 +107,8 @@ std::optional<LoadOptions> parse_options(int argc, char** argv) {
   }
   if (a.has("speculation-mode")) {
     o.speculation_mode = a.str("speculation-mode");
-    check(o.speculation_mode == "exact" || o.speculation_mode == "coupled",
-          "--speculation-mode must be exact or coupled, got '" + o.speculation_mode + "'");
+    check(o.speculation_mode == "exact" || o.speculation_mode == "block" || o.speculation_mode == "coupled",
+          "--speculation-mode must be exact, block or coupled, got '" + o.speculation_mode + "'");
   }
   o.adaptive = a.flag("adaptive");
   o.model = a.str("model", o.model);

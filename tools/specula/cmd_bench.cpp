@@ -64,7 +64,7 @@ const char* kUsage =
     "                          [--spec-k K] [--adaptive] [--spec-k-min K] [--spec-k-max K] [--spec-k-max-greedy K]\n"
     "                          [--draft-entropy NATS] [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                          [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
-    "                          [--spec-sampling exact|coupled|both] [--repeat R] [--threads N] [--device D] [--ctx N]\n"
+    "                          [--spec-sampling exact|block|coupled|both|LIST] [--repeat R] [--threads N] [--device D] [--ctx N]\n"
     "  Runs a prompt set (JSON lines with \"messages\" and an optional \"max_tokens\"; default\n"
     "  ../shared/data/prompts/chat.jsonl) target-only and with each drafter, prompt by prompt so that\n"
     "  changes in machine load hit every configuration alike, and prints JSON per configuration:\n"
@@ -80,7 +80,8 @@ const char* kUsage =
     "  combination, in the same pass over the prompts, and each run's JSON names its settings under\n"
     "  \"draft_length\" (as llama-bench runs its lists).\n"
     "  Temperature defaults to 0 (greedy); sampled runs verify both exact and coupled unless\n"
-    "  --spec-sampling names one. Greedy and coupled runs also report whether the text matched.\n"
+    "  --spec-sampling names one or lists several (\"exact,block\": the token rule against block\n"
+    "  verification). Greedy and coupled runs also report whether the text matched.\n"
     "  --repeat R (default 1): each prompt's configurations run R times, every other time in\n"
     "  reverse order, and the order changes from prompt to prompt (a Williams design: each\n"
     "  configuration follows every other equally often); the same seeds give the same text each\n"
@@ -165,7 +166,7 @@ size_t run_order(size_t o, size_t n, size_t pi, int64_t rep) {
 // One configuration's sums over the prompt set.
 struct SpecTotals {
   std::string draft;          // "none" for target-only
-  std::string mode;           // "greedy", "exact" or "coupled"
+  std::string mode;           // "greedy", "exact", "block" or "coupled"
   SpecSampling sampling = SpecSampling::Exact;
   Drafter* drafter = nullptr;
   DraftLengthConfig length;
@@ -230,10 +231,17 @@ int bench_spec(const Args& a) {
   const std::vector<DraftLengthConfig> lengths = draft_length_grid(a);
   std::vector<SpecSampling> modes;
   const std::string which = a.str("spec-sampling", "both");
-  if (base.greedy() || which == "exact") modes = {SpecSampling::Exact};
-  else if (which == "coupled") modes = {SpecSampling::Coupled};
+  // One mode, "both" (exact and coupled), or a comma list ("exact,block").
+  if (base.greedy()) modes = {SpecSampling::Exact};
   else if (which == "both") modes = {SpecSampling::Exact, SpecSampling::Coupled};
-  else throw UsageError("--spec-sampling must be exact, coupled or both, got '" + which + "'");
+  else
+    for (const std::string& m : split(which, ',')) {
+      try {
+        modes.push_back(parse_spec_sampling(m));
+      } catch (const std::invalid_argument&) {
+        throw UsageError("--spec-sampling must be exact, block, coupled, both or a comma list of them, got '" + which + "'");
+      }
+    }
 
   const int64_t repeat = a.integer("repeat", 1);
   if (repeat < 1 || repeat > 100) throw UsageError("--repeat must be 1..100, got " + std::to_string(repeat));

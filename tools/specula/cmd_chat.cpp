@@ -21,7 +21,7 @@ const char* kUsage =
     "usage: specula chat [--model PATH] [--system TEXT] [--max-tokens N] [--temperature T] [--top-k K]\n"
     "                    [--top-p P] [--seed S] [--device D] [--threads N] [--ctx N]\n"
     "                    [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--spec-k K] [--adaptive]\n"
-    "                    [--spec-k-min K] [--spec-k-max K] [--spec-sampling exact|coupled]\n"
+    "                    [--spec-k-min K] [--spec-k-max K] [--spec-sampling exact|block|coupled]\n"
     "                    [--pipeline off|on|always]\n"
     "  Type a message and press Enter. /reset starts over, /quit (or end of input) leaves.\n"
     "  Each reply is streamed through the engine (as `specula generate` does), with its speed and,\n"

@@ -182,6 +182,7 @@ struct Setting {
   Bug bug = Bug::None;
   Draft draft = Draft::Skip;
   int wave = 0;    // requests submitted at a time; 0: 1 with pipelining (each alone, continued), else 32
+  SpecSampling mode = SpecSampling::Exact;
 };
 
 struct Outcome {
@@ -256,7 +257,7 @@ Outcome run_through_engine(const Setting& s) {
   const int64_t wave = s.wave > 0 ? s.wave : s.pipeline ? 1 : 32;
   // Other seeds for each drafter and for ping-pong waves (the original settings keep theirs).
   const int seed_set = s.k + 7 * static_cast<int>(s.bug) + 31 * static_cast<int>(s.draft) +
-                       (s.pipeline && wave > 1 ? 131 : 0);
+                       (s.pipeline && wave > 1 ? 131 : 0) + (s.mode == SpecSampling::Block ? 257 : 0);
   const bool ping_pong = s.pipeline && wave > 1;
   for (int64_t first = 0; first < kRuns; first += wave) {
     if (ping_pong) observer->hold();
@@ -267,6 +268,7 @@ Outcome run_through_engine(const Setting& s) {
       r.max_tokens = n;
       r.sampling = s.sp;
       r.sampling.seed = static_cast<uint64_t>(1000003 * seed_set + i);
+      r.mode = s.mode;
       r.stop_ids = std::vector<int32_t>{};
       streams.push_back(engine.start(r));
     }
@@ -395,6 +397,19 @@ TEST(EngineExactness, SampledOutputWithASeparateDraftModelHasTheTargetsJointDist
   const Outcome ping_pong = run_through_engine({kPlain, 1, true, Bug::None, Draft::Model, 8});
   EXPECT_TRUE(ping_pong.chi.pass()) << ping_pong.chi.str();
   EXPECT_GT(ping_pong.ping_pong, 0);
+}
+
+// Block verification (SpecSampling::Block) through the engine: a draft model at K 2 without
+// pipelining, and the skip drafter at K 2 pipelined (each request alone: its round judged as a
+// block, then its continuation token by the token rule at the bonus row).
+TEST(EngineExactness, BlockVerifiedOutputHasTheTargetsJointDistributionWithPipeliningOffAndOn) {
+  const Outcome off = run_through_engine({kTruncated, 2, false, Bug::None, Draft::Model, 0, SpecSampling::Block});
+  EXPECT_TRUE(off.chi.pass()) << off.chi.str();
+  EXPECT_GT(off.accepted, 0);
+  EXPECT_LT(off.accepted, off.drafted);
+  const Outcome on = run_through_engine({kTruncated, 2, true, Bug::None, Draft::Skip, 0, SpecSampling::Block});
+  EXPECT_TRUE(on.chi.pass()) << on.chi.str();
+  EXPECT_GT(on.last_from_draft, kRuns / 20);
 }
 
 TEST(EngineExactness, WithASeparateDraftModelAResidualReplacedByPFails) {

@@ -84,7 +84,7 @@ TEST(Options, BadFlagsAreUsageErrors) {
   expect_usage_error(with({"--speculation-k", "many"}), "expects an integer");
   expect_usage_error(with({"--speculation-k", "off"}), "--draft none");
   expect_usage_error(with({"--speculation-k", "17"}), "[1, 16]");
-  expect_usage_error(with({"--speculation-mode", "fast"}), "exact or coupled");
+  expect_usage_error(with({"--speculation-mode", "fast"}), "exact, block or coupled");
   expect_usage_error(with({"--max-tokens", "0"}), "--max-tokens");
   expect_usage_error(with({"--frobnicate"}), "unknown option --frobnicate");
   expect_usage_error(with({"--timeout"}), "needs a value");

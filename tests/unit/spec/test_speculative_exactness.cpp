@@ -6,7 +6,9 @@
 // trained-head drafter (EAGLE) runs the same tests with a random head over 12 of the 16 tokens
 // (the other 4 are never proposed: the residual covers them), and its cache, kept across many
 // rounds of rollback, drafts what a fresh one fed the whole context drafts. Prompt lookup in
-// front of the head (spec/lookup_first_drafter.h) runs the chi-square and parity tests too.
+// front of the head (spec/lookup_first_drafter.h) runs the chi-square and parity tests too, and
+// block verification (SpecSampling::Block) the chi-square with the draft model, the head and
+// lookup in front of it.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -161,7 +163,8 @@ struct JointRun {
 // 16^3 outcomes. Two threads, each with its own models and caches, take alternate seeds (the
 // counts do not depend on the split).
 JointRun speculative_joint(const MakeDrafter& make, const SamplingParams& sp, int k, int64_t n, float max_entropy = 0,
-                           float min_confidence = 0, bool confidence_auto = false) {
+                           float min_confidence = 0, bool confidence_auto = false,
+                           SpecSampling mode = SpecSampling::Exact) {
   constexpr int kThreads = 2;
   std::vector<std::vector<int64_t>> counts(kThreads, std::vector<int64_t>(kVocab * kVocab * kVocab, 0));
   std::vector<JointRun> runs(kThreads);
@@ -172,6 +175,7 @@ JointRun speculative_joint(const MakeDrafter& make, const SamplingParams& sp, in
     req.prompt = {kPromptToken};
     req.max_tokens = 16;  // never clamps K: the run is cancelled after 3 tokens
     req.sampling = sp;
+    req.mode = mode;
     req.draft.k = k;
     req.draft.max_entropy = max_entropy;
     req.draft.min_confidence = min_confidence;
@@ -342,6 +346,37 @@ TEST(JointOfThreeTokensControl, ADrafterThatMisreportsQFailsTheTest) {
                                        SamplingParams{1.0f, 0, 1.0f, 0}, 3, 200000);
   EXPECT_FALSE(r.chi.pass()) << "the planted bug went unnoticed: " << r.chi.str();
   std::printf("[ stats    ] planted bug: %s\n", r.chi.str().c_str());
+}
+
+// Block verification (SpecSampling::Block) judges the same drafts as a whole: the draft model at
+// K 3 and 5 (with top-k / top-p), the head (q zero outside its 12 tokens) at K 4, and prompt
+// lookup's one-hot q in front of the head. It must keep more draft tokens than the token rule on
+// the same seeds (it never keeps fewer on average; from K 2 on, more where draft and target
+// disagree), and the misreporting drafter must fail it too.
+TEST(JointOfThreeTokensBlock, BlockVerificationMatchesTargetOnlySampling) {
+  struct Run { const char* name; MakeDrafter make; int k; SamplingParams sp; };
+  const Run runs[] = {{"draft model", draft_model, 3, {1.0f, 0, 1.0f, 0}},
+                      {"draft model", draft_model, 5, {0.7f, 8, 0.9f, 0}},
+                      {"eagle", eagle_drafter, 4, {1.0f, 0, 1.0f, 0}},
+                      {"lookup+eagle", [](TinyPair& m) { return std::make_unique<TalliedLookupFirst>(m); }, 4, {0.7f, 8, 0.9f, 0}}};
+  for (const Run& run : runs) {
+    const JointRun b = speculative_joint(run.make, run.sp, run.k, kJointRuns, 0, 0, false, SpecSampling::Block);
+    EXPECT_TRUE(b.chi.pass()) << run.name << " K " << run.k << ": " << b.chi.str();
+    const JointRun t = speculative_joint(run.make, run.sp, run.k, kJointRuns / 5);
+    const double kept_block = static_cast<double>(b.accepted) / b.rounds, kept_token = static_cast<double>(t.accepted) / t.rounds;
+    std::printf("[ stats    ] block, %s K %d: %s; %lld rounds, %lld drafted, %lld accepted; %.4f kept a round against the "
+                "token rule's %.4f\n", run.name, run.k, b.chi.str().c_str(), static_cast<long long>(b.rounds),
+                static_cast<long long>(b.drafted), static_cast<long long>(b.accepted), kept_block, kept_token);
+    EXPECT_GT(kept_block, kept_token) << run.name << " K " << run.k;
+    EXPECT_LT(b.accepted, b.drafted);
+  }
+}
+
+TEST(JointOfThreeTokensControl, ADrafterThatMisreportsQFailsTheBlockRuleToo) {
+  const JointRun r = speculative_joint([](TinyPair& m) { return std::make_unique<MisreportingDrafter>(m.draft); },
+                                       SamplingParams{1.0f, 0, 1.0f, 0}, 3, 200000, 0, 0, false, SpecSampling::Block);
+  EXPECT_FALSE(r.chi.pass()) << "the planted bug went unnoticed: " << r.chi.str();
+  std::printf("[ stats    ] planted bug, block rule: %s\n", r.chi.str().c_str());
 }
 
 // generate() and speculative_generate() on the same tiny target, token for token, for each

@@ -1,6 +1,7 @@
 // The acceptance rule on synthetic distributions: its output follows p exactly (chi-square over
 // 200k draws for 24 (p, q) pairs), and the same test fails for the two classic planted bugs.
-// Plus the greedy and coupled rules, the guards, and seeded determinism.
+// Plus the greedy and coupled rules, block verification (the token rule at one draft token, the
+// paper's accepted lengths on its example), the guards, and seeded determinism.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -321,7 +322,7 @@ struct PathTally {
 TEST(VerifyDraft, JudgingLogitsOnDemandEqualsJudgingTheirWholeProbabilityRows) {
   const int64_t v = 64;
   const SamplingParams transforms[] = {{0.8f, 0, 1.0f, 0}, {0.8f, 8, 1.0f, 0}, {1.0f, 0, 0.9f, 0}, {0.7f, 12, 0.95f, 0}};
-  PathTally tally;
+  PathTally tally, block_tally;
   for (const SamplingParams& base : transforms)
     for (uint64_t seed = 0; seed < 200; ++seed) {
       SamplingParams sp = base;
@@ -342,15 +343,18 @@ TEST(VerifyDraft, JudgingLogitsOnDemandEqualsJudgingTheirWholeProbabilityRows) {
         d.tokens.push_back(seed % 3 == 2 ? static_cast<int32_t>(i * 5 % v) : t);
         d.q.insert(d.q.end(), q.begin(), q.end());
       }
-      tally.expect_same(verify_draft(d, logits, sp, 90, SpecSampling::Exact),
-                        speculative_sample(d.tokens, d.q, p, v, seed, 90),
-                        "seed " + std::to_string(seed) + ", top-k " + std::to_string(sp.top_k) + ", top-p " +
-                            std::to_string(sp.top_p));
+      const std::string where = "seed " + std::to_string(seed) + ", top-k " + std::to_string(sp.top_k) + ", top-p " +
+                                std::to_string(sp.top_p);
+      tally.expect_same(verify_draft(d, logits, sp, 90, SpecSampling::Exact), speculative_sample(d.tokens, d.q, p, v, seed, 90), where);
+      block_tally.expect_same(verify_draft(d, logits, sp, 90, SpecSampling::Block), block_sample(d.tokens, d.q, p, v, seed, 90),
+                              "block, " + where);
     }
-  // every path of the rule was taken, many times
-  EXPECT_GT(tally.accepted, 200);
-  EXPECT_GT(tally.rejected, 100);
-  EXPECT_GT(tally.bonus, 50);
+  // every path of both rules was taken, many times
+  for (const PathTally* t : {&tally, &block_tally}) {
+    EXPECT_GT(t->accepted, 200);
+    EXPECT_GT(t->rejected, 100);
+    EXPECT_GT(t->bonus, 50);
+  }
 }
 
 // The same over rows of the default model's vocabulary size, where the residual and bonus draws
@@ -361,7 +365,7 @@ TEST(VerifyDraft, JudgingLogitsOnDemandEqualsJudgingTheirWholeProbabilityRowsOve
   const int64_t v = 49152;
   const SamplingParams transforms[] = {{0.8f, 0, 1.0f, 0}, {1.3f, 0, 1.0f, 0}, {0.8f, 0, 0.9f, 0}};
   std::mt19937_64 rng(31);
-  PathTally tally;
+  PathTally tally, block_tally;
   for (int trial = 0; trial < 120; ++trial) {
     SamplingParams sp = transforms[trial % 3];
     sp.seed = rng();
@@ -394,13 +398,78 @@ TEST(VerifyDraft, JudgingLogitsOnDemandEqualsJudgingTheirWholeProbabilityRowsOve
       d.tokens.push_back(t);
       d.q.insert(d.q.end(), q.begin(), q.end());
     }
+    const std::string where = "trial " + std::to_string(trial) + ", top-p " + std::to_string(sp.top_p);
     tally.expect_same(verify_draft(d, logits, sp, 77 + trial, SpecSampling::Exact),
-                      speculative_sample(d.tokens, d.q, p, v, sp.seed, 77 + trial),
-                      "trial " + std::to_string(trial) + ", top-p " + std::to_string(sp.top_p));
+                      speculative_sample(d.tokens, d.q, p, v, sp.seed, 77 + trial), where);
+    block_tally.expect_same(verify_draft(d, logits, sp, 77 + trial, SpecSampling::Block),
+                            block_sample(d.tokens, d.q, p, v, sp.seed, 77 + trial), "block, " + where);
   }
-  EXPECT_GT(tally.accepted, 10);
-  EXPECT_GT(tally.rejected, 10);
-  EXPECT_GT(tally.bonus, 5);
+  for (const PathTally* t : {&tally, &block_tally}) {
+    EXPECT_GT(t->accepted, 10);
+    EXPECT_GT(t->rejected, 10);
+    EXPECT_GT(t->bonus, 5);
+  }
+}
+
+// Block verification with one draft token is the token rule with its round's uniform (RngStream::
+// BlockAccept): kept when u q(t) < p(t), and then or else the same bonus or recovered token as the
+// token rule draws, over every synthetic pair (q zero where p has mass, one-hot q, p == q, ...).
+TEST(BlockVerification, WithOneDraftTokenIsTheTokenRuleWithTheRoundsUniform) {
+  int kept = 0, judged = 0, same_verdict = 0;
+  for (const Pair& pr : synthetic_pairs()) {
+    const int64_t v = static_cast<int64_t>(pr.p.size());
+    Dist p2 = pr.p;
+    p2.insert(p2.end(), pr.p.begin(), pr.p.end());
+    std::vector<float> log_q(pr.q.size());
+    for (size_t i = 0; i < pr.q.size(); ++i) log_q[i] = pr.q[i] > 0 ? std::log(pr.q[i]) : -INFINITY;
+    for (int64_t pos = 0; pos < 2000; ++pos) {
+      const int32_t t = sample_gumbel(log_q, 5, pos, RngStream::Draft);
+      const RoundOutcome a = speculative_sample({&t, 1}, pr.q, p2, v, 5, pos), b = block_sample({&t, 1}, pr.q, p2, v, 5, pos);
+      const double u = philox_uniform(5, pos, RngStream::BlockAccept, 0);
+      const double q_t = pr.q[static_cast<size_t>(t)], p_t = pr.p[static_cast<size_t>(t)];
+      ASSERT_EQ(b.accepted, q_t > 0 && u * q_t < p_t ? 1 : 0) << pr.name << " at " << pos;
+      ASSERT_EQ(b.bonus, b.accepted == 1) << pr.name << " at " << pos;
+      if (a.accepted == b.accepted) {
+        ASSERT_EQ(a.tokens, b.tokens) << pr.name << " at " << pos;
+        ++same_verdict;
+      }
+      kept += b.accepted;
+      ++judged;
+    }
+  }
+  EXPECT_GT(kept, judged / 4);
+  EXPECT_LT(kept, judged * 3 / 4);
+  EXPECT_GT(same_verdict, judged / 2);
+}
+
+// The paper's example (Sun et al. 2025, section 1): target p = (1/3, 2/3) and draft q = (2/3, 1/3)
+// at every position. The token rule keeps 10/9 of a 2-token draft on average and block
+// verification 11/9; of a 4-token draft 130/81 and 166/81 (worked out by enumerating every draft
+// and both rules' outcomes exactly: docs/speculative.md, "Block verification"). Each round's first
+// token must still follow p.
+TEST(BlockVerification, KeepsWhatThePaperComputesForTwoTokensAndMoreForFour) {
+  const Dist p = {1.0f / 3, 2.0f / 3}, q = {2.0f / 3, 1.0f / 3};
+  constexpr int64_t kRounds = 100000;
+  for (const auto& [k, token_mean, block_mean] : {std::tuple{2, 10.0 / 9, 11.0 / 9}, std::tuple{4, 130.0 / 81, 166.0 / 81}}) {
+    std::vector<float> qs, ps;
+    for (int i = 0; i < k; ++i) qs.insert(qs.end(), q.begin(), q.end());
+    for (int i = 0; i <= k; ++i) ps.insert(ps.end(), p.begin(), p.end());
+    int64_t token_kept = 0, block_kept = 0;
+    std::vector<int64_t> first(2, 0);
+    for (int64_t seed = 0; seed < kRounds; ++seed) {
+      std::vector<int32_t> draft;
+      for (int i = 0; i < k; ++i) draft.push_back(philox_uniform(static_cast<uint64_t>(seed), i, RngStream::Draft, 0) < 2.0 / 3 ? 0 : 1);
+      token_kept += speculative_sample(draft, qs, ps, 2, static_cast<uint64_t>(seed), 0).accepted;
+      const RoundOutcome b = block_sample(draft, qs, ps, 2, static_cast<uint64_t>(seed), 0);
+      block_kept += b.accepted;
+      ++first[static_cast<size_t>(b.tokens[0])];
+    }
+    // Standard errors below 0.005 (at most 1.5 tokens' spread over 100k rounds): 0.02 is four of them.
+    EXPECT_NEAR(static_cast<double>(token_kept) / kRounds, token_mean, 0.02) << "k " << k;
+    EXPECT_NEAR(static_cast<double>(block_kept) / kRounds, block_mean, 0.02) << "k " << k;
+    const test::ChiSquare chi = test::chi_square_test(first, {1.0 / 3, 2.0 / 3}, kRounds);
+    EXPECT_TRUE(chi.pass()) << "k " << k << ": " << chi.str();
+  }
 }
 
 TEST(Sampling, ProbabilitiesFromLogProbabilitiesAreTheirExpAndZeroOutsideTheKeptSet) {
