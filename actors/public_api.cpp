@@ -45,9 +45,11 @@ actors::EngineRequest request_of(Request r) {
   }
   // As the server does (docs/protocol.md, "The seed promise"): a named seed means coupled.
   if (r.mode.empty()) r.mode = r.seed ? "coupled" : "exact";
-  if (r.mode != "exact" && r.mode != "block" && r.mode != "coupled")
+  try {
+    e.mode = parse_spec_sampling(r.mode);
+  } catch (const std::invalid_argument&) {
     throw std::invalid_argument("mode must be \"exact\", \"block\" or \"coupled\", got \"" + r.mode + "\"");
-  e.mode = parse_spec_sampling(r.mode);
+  }
   e.stop = std::move(r.stop);
   return e;
 }

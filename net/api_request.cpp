@@ -252,9 +252,13 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
   if (const json* v = field(body, "speculation")) {
     draft = parse_speculation(*v, draft);
     if (const json* m = field(*v, "mode")) {
-      if (!m->is_string() || (*m != "exact" && *m != "block" && *m != "coupled"))
-        bad("speculation.mode", "speculation.mode must be \"exact\", \"block\" or \"coupled\", got " + shown(*m));
-      r.mode = parse_spec_sampling(m->get<std::string>());
+      auto refuse = [&] { bad("speculation.mode", "speculation.mode must be \"exact\", \"block\" or \"coupled\", got " + shown(*m)); };
+      if (!m->is_string()) refuse();
+      try {
+        r.mode = parse_spec_sampling(m->get<std::string>());
+      } catch (const std::invalid_argument&) {
+        refuse();
+      }
     }
   }
   try {

@@ -201,38 +201,40 @@ struct ProbRows {
 // Rows given as logits, transformed as the round reaches them: transform_logits, then
 // prob_from_log for the token a test reads, or probs_from_log over the row for a draw (the values
 // transform_to_probs gives, to the bit).
-// Each row is transformed once and kept (the block rule visits rows more than once).
+// A row is transformed into one of `slots` buffers (row i into slot i % slots) and kept there
+// until another row needs the slot: the token rule visits its rows once each, in order, and takes
+// one slot; the block rule reads every drafted row and comes back to some, and takes one a row.
 struct LogitRows {
-  LogitRows(std::span<const float> l, const SamplingParams& s, int64_t v) : logits(l), sp(s), vocab(v) {}
+  LogitRows(std::span<const float> l, const SamplingParams& s, int64_t v, int64_t slots = 1)
+      : logits(l), sp(s), vocab(v), held(static_cast<size_t>(std::max<int64_t>(1, slots))) {}
+  struct Slot {
+    int64_t row = -1;
+    std::vector<float> values;  // log p of `row`, or p once `probs` is set
+    bool probs = false;
+  };
   std::span<const float> logits;
   const SamplingParams& sp;
   int64_t vocab;
-  std::vector<std::vector<float>> rows;  // per row: empty until fetched
-  std::vector<char> probs_made;          // per row: it holds p (else log p)
-  std::span<float> buf;                  // the row last fetched
-  bool as_probs = false;                 // as probs_made[that row]
-  int64_t at = -1;
+  std::vector<Slot> held;
+  Slot* cur = nullptr;  // the slot of the row last fetched
   void fetch(int64_t i) {
-    if (at == i) return;
-    if (at >= 0) probs_made[static_cast<size_t>(at)] = as_probs;
-    const size_t n = logits.size() / static_cast<size_t>(vocab);
-    if (rows.size() < n) rows.resize(n), probs_made.resize(n, 0);
-    std::vector<float>& r = rows[static_cast<size_t>(i)];
-    if (r.empty()) transform_logits(row(logits, vocab, i), sp, r);
-    buf = r;
-    as_probs = probs_made[static_cast<size_t>(i)] != 0;
-    at = i;
+    if (cur != nullptr && cur->row == i) return;
+    cur = &held[static_cast<size_t>(i) % held.size()];
+    if (cur->row == i) return;
+    transform_logits(row(logits, vocab, i), sp, cur->values);
+    cur->row = i;
+    cur->probs = false;
   }
   float prob(int64_t i, int32_t t) {
     fetch(i);
-    const float x = buf[static_cast<size_t>(t)];
-    return as_probs ? x : prob_from_log(x);
+    const float x = cur->values[static_cast<size_t>(t)];
+    return cur->probs ? x : prob_from_log(x);
   }
   std::span<const float> probs(int64_t i) {
     fetch(i);
-    if (!as_probs) probs_from_log(buf);
-    as_probs = true;
-    return buf;
+    if (!cur->probs) probs_from_log(cur->values);
+    cur->probs = true;
+    return cur->values;
   }
   // ProbRows::draw's token without making the row probabilities: each weight p_v =
   // prob_from_log(log p_v) and its float log are the values probs() and sample_log_of would
@@ -244,8 +246,8 @@ struct LogitRows {
   // probability is not 0), so most tokens are ruled out before their exp is taken.
   int32_t draw(int64_t i, uint64_t seed, int64_t position) {
     fetch(i);
-    if (as_probs) return sample_log_of(buf, seed, position, RngStream::Token);
-    const std::span<const float> logp = buf;
+    if (cur->probs) return sample_log_of(cur->values, seed, position, RngStream::Token);
+    const std::span<const float> logp = cur->values;
     auto p = [&](int32_t v) { return prob_from_log(logp[static_cast<size_t>(v)]); };
     return drawn(sample_gumbel_of_weights_by_block(
         logp.size(), [&](size_t b) { return block_cover(b); }, [&](int32_t v) { return static_cast<double>(p(v)); },
@@ -261,8 +263,8 @@ struct LogitRows {
   // With a weight w <= 1 (the block rule's), the residual w p_v - q_v is at most p_v as well.
   int32_t recovered(int64_t i, std::span<const float> q_i, uint64_t seed, int64_t position, double w = 1.0) {
     fetch(i);
-    if (as_probs) return sample_recovered(buf, q_i, w, seed, position);
-    const std::span<const float> logp = buf;
+    if (cur->probs) return sample_recovered(cur->values, q_i, w, seed, position);
+    const std::span<const float> logp = cur->values;
     double largest = 0;  // the largest residual the draw computed
     auto r = [&](int32_t v) {
       const double x = w * static_cast<double>(prob_from_log(logp[static_cast<size_t>(v)])) -
@@ -280,13 +282,13 @@ struct LogitRows {
   // The block rule's s = sum_v max(0, w p_v - q_v), with p_v taken only where q_v > 0.
   double residual_mass(int64_t i, std::span<const float> q_i, double w) {
     fetch(i);
-    if (as_probs) return weighted_residual_mass(q_i, w, [&](size_t v) { return buf[v]; });
-    return weighted_residual_mass(q_i, w, [&](size_t v) { return prob_from_log(buf[v]); });
+    if (cur->probs) return weighted_residual_mass(q_i, w, [&](size_t v) { return cur->values[v]; });
+    return weighted_residual_mass(q_i, w, [&](size_t v) { return prob_from_log(cur->values[v]); });
   }
-  // At least every probability of the 64 tokens from b (buf holds log p): exp of the largest,
+  // At least every probability of the 64 tokens from b (cur->values holds log p): exp of the largest,
   // widened for a float exp that is not correctly rounded (prob_from_log is monotone).
   double block_cover(size_t b) const {
-    const float m = block_max(buf.data() + b, kGumbelBlock);
+    const float m = block_max(cur->values.data() + b, kGumbelBlock);
     return m == -std::numeric_limits<float>::infinity() ? 0.0 : std::exp(static_cast<double>(m)) * (1 + 1e-6);
   }
 };
@@ -375,8 +377,11 @@ RoundOutcome verify_rows(const DraftProposal& draft, std::span<const float> targ
   if (static_cast<int64_t>(draft.q.size()) != k * vocab)
     throw std::invalid_argument("verify_draft: the draft has " + std::to_string(draft.q.size()) +
                                 " q values for k = " + std::to_string(k) + " rows of " + std::to_string(vocab));
+  if (mode == SpecSampling::Block) {
+    LogitRows p(target_logits, sp, vocab, rows);
+    return block_verify_rows(draft.tokens, draft.q, vocab, sp.seed, position, p, bonus);
+  }
   LogitRows p(target_logits, sp, vocab);
-  if (mode == SpecSampling::Block) return block_verify_rows(draft.tokens, draft.q, vocab, sp.seed, position, p, bonus);
   return speculative_sample_rows(draft.tokens, draft.q, vocab, sp.seed, position, p, bonus);
 }
 
