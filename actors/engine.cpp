@@ -249,6 +249,10 @@ TokenStream Engine::start(EngineRequest request, Admission* admission) {
   check("speculation", [&] { r.draft.validate(); });
   r.draft = r.draft.resolved(r.sampling.greedy());  // the actors read one threshold
   check("stop", [&] { validate_stop_strings(request.stop); });
+  if (request.logprobs < -1 || request.logprobs > kMaxTopLogprobs)
+    throw RequestError("invalid_request", "top_logprobs",
+                       "top_logprobs must be between 0 and " + std::to_string(kMaxTopLogprobs) + ", got " +
+                           std::to_string(request.logprobs));
   if (r.max_tokens < 1)
     throw RequestError("invalid_request", "max_tokens", "max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
   if (r.prompt.empty()) throw RequestError("invalid_request", prompt_field, "the prompt is empty");
@@ -268,6 +272,7 @@ TokenStream Engine::start(EngineRequest request, Admission* admission) {
   info->events = std::make_shared<EventChannel>();
   info->stop = std::move(request.stop);
   info->speculate = request.speculate && m.cfg.drafter != "none";
+  info->logprobs = request.logprobs;
   {
     std::lock_guard lock(m.streams->mu);
     if (m.streams->closed) throw std::runtime_error("the engine is shutting down");
@@ -284,6 +289,7 @@ bool GenerateResult::add(StreamEvent ev) {
   if (ev.kind == StreamEvent::Kind::Token) {
     tokens.push_back(ev.token);
     from_draft.push_back(ev.from_draft);
+    if (ev.logprobs) logprobs.push_back(std::move(*ev.logprobs));
     return false;
   }
   finish_reason = ev.finish_reason;

@@ -91,6 +91,9 @@ struct RequestError : std::invalid_argument {
   std::string field;  // "messages", "prompt", "max_tokens", "stop", "sampling", "speculation"
 };
 
+// The most alternatives a token's log-probabilities list (OpenAI's top_logprobs limit).
+inline constexpr int kMaxTopLogprobs = 20;
+
 struct EngineRequest {
   std::string prompt;                          // text, used when prompt_ids is empty
   std::vector<int32_t> prompt_ids;             // token ids (taken as they are)
@@ -108,6 +111,11 @@ struct EngineRequest {
   // Stop strings: the text ends before the first one that appears (it is not shown), with
   // FinishReason::Stop. Text that might still become one is held back until it cannot.
   std::vector<std::string> stop;
+  // Log-probabilities: -1 = none; 0..20 = each generated token's log-probability under the
+  // target's own distribution at its position (spec/sampling.h, token_logprobs) and that many
+  // most probable alternatives, on its StreamEvent (not on the stop token that ends the request,
+  // which is not part of its text either).
+  int logprobs = -1;
 };
 
 // What Engine::start settled for a request it took.
@@ -121,6 +129,7 @@ struct GenerateResult {
   std::string text;
   std::vector<int32_t> tokens;
   std::vector<bool> from_draft;
+  std::vector<TokenLogprobs> logprobs;  // when the request asked: one a token but a final stop token
   FinishReason finish_reason = FinishReason::None;  // None on error
   std::string error;
   SpeculativeStats stats;

@@ -23,6 +23,7 @@ struct RequestInfo {
   SpeculativeRequest request;              // prompt ids, max_tokens, sampling, stop ids, K, mode
   std::vector<std::string> stop;           // stop strings (the sampler ends the text before one)
   bool speculate = true;                   // false: plain decode rounds (K = 0), no drafting
+  int logprobs = -1;                       // EngineRequest::logprobs
   std::shared_ptr<EventChannel> events;    // the caller's token stream
 };
 using RequestRef = std::shared_ptr<const RequestInfo>;

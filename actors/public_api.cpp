@@ -22,6 +22,10 @@ Event event_of(actors::StreamEvent ev) {
   out.text = std::move(ev.text);
   out.token = ev.token;
   out.from_draft = ev.from_draft;
+  if (ev.logprobs) {
+    out.logprob = ev.logprobs->logprob;
+    for (const auto& [id, lp] : ev.logprobs->top) out.top_logprobs.push_back({id, lp});
+  }
   out.finish_reason = std::string(finish_reason_name(ev.finish_reason));
   out.error = std::move(ev.error);
   out.stats = stats_of(ev.stats);
@@ -51,6 +55,7 @@ actors::EngineRequest request_of(Request r) {
     throw std::invalid_argument("mode must be \"exact\", \"block\" or \"coupled\", got \"" + r.mode + "\"");
   }
   e.stop = std::move(r.stop);
+  e.logprobs = r.top_logprobs;
   return e;
 }
 

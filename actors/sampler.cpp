@@ -78,7 +78,7 @@ RoundOutcome Sampler::apply_rule(const DraftProposal& draft, std::span<const flo
 }
 
 bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> tokens, int from_draft,
-                   int64_t position, Judged& j) {
+                   int64_t position, Judged& j, std::span<const float> rows, size_t vocab) {
   const SpeculativeRequest& req = request->request;
   SpeculativeStats& st = o.stats;
   // The round's events go out in one send, so the reader sees them together (the server
@@ -93,11 +93,16 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
     StreamEvent ev;
     ev.token = tok;
     ev.from_draft = static_cast<int>(i) < from_draft;
+    if (request->logprobs >= 0 && vocab > 0 && rows.size() >= (i + 1) * vocab)
+      ev.logprobs = token_logprobs(rows.subspan(i * vocab, vocab), tok, request->logprobs);
     o.held += o.decoder.push(tok);
     bool stopped = false;
     ev.text = release_text(o.held, request->stop, stopped);
     batch.push_back(std::move(ev));
     const FinishReason finish = req.finish_rule(max_positions_).after(tok, st.generated, tok_position, stopped);
+    // The stop token that ends the request is not part of its text, nor of its log-probabilities
+    // (as OpenAI's API leaves it out).
+    if (finish == FinishReason::Stop && !stopped) batch.back().logprobs.reset();
     if (finish != FinishReason::None) {
       StreamEvent done;
       done.kind = StreamEvent::Kind::Done;
@@ -161,7 +166,8 @@ void Sampler::on(Judge& judge) {
       st.count_judged(0, k, outcome.accepted);
       j.accepted = outcome.accepted;
       attach_hidden(s, outcome.accepted, j);
-      emit(o, s.request, outcome.tokens, outcome.accepted, s.position, j);
+      emit(o, s.request, outcome.tokens, outcome.accepted, s.position, j, s.target_logits,
+           s.target_logits.size() / static_cast<size_t>(k + 1));
       verdict.items.push_back(std::move(j));
       continue;
     }
@@ -178,7 +184,8 @@ void Sampler::on(Judge& judge) {
       st.count_judged(0, k, first.accepted);
       j.accepted = first.accepted;
       attach_hidden(s, first.accepted, j);
-      if (emit(o, s.request, first.tokens, first.accepted, s.position, j) || first.accepted < k) {
+      if (emit(o, s.request, first.tokens, first.accepted, s.position, j, s.target_logits, vocab) ||
+          first.accepted < k) {
         o.continuation.reset();
         verdict.items.push_back(std::move(j));
         continue;
@@ -222,7 +229,7 @@ void Sampler::judge_continuation(Open& o) {
     p.judged.accepted += second.accepted;
     p.judged.continued = second.accepted == 1;
   }
-  emit(o, p.scored.request, second.tokens, second.accepted, position, p.judged);
+  emit(o, p.scored.request, second.tokens, second.accepted, position, p.judged, last, vocab);
   p.verdict.items.push_back(std::move(p.judged));
   to_scheduler_->send(SchedulerMessage(std::move(p.verdict)));
 }

@@ -70,9 +70,11 @@ class Sampler : public Actor<Sampler, SamplerMessage> {
   RoundOutcome apply_rule(const DraftProposal& draft, std::span<const float> target_logits, const RequestInfo& r,
                      int64_t position, bool bonus) const;
   // Sends `tokens` (the first `from_draft` accepted drafts; the first at absolute `position`) to
-  // the request's stream through the stop rules; true if the request finished.
+  // the request's stream through the stop rules; true if the request finished. `rows`: the
+  // target's logits rows the tokens were judged against, a row a token from the first, `vocab`
+  // wide (for the log-probabilities a request may ask for; empty where the device judged).
   bool emit(Open& o, const RequestRef& request, std::span<const int32_t> tokens, int from_draft, int64_t position,
-            Judged& j);
+            Judged& j, std::span<const float> rows, size_t vocab);
   // Judges the parked round's continuation token against its last row; sends the verdict.
   void judge_continuation(Open& o);
   // The text still held back at the end of a request, up to a stop string in it.

@@ -10,6 +10,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include "actors/mailbox.h"
+#include "spec/sampling.h"
 #include "spec/speculative_generate.h"
 
 namespace specula::actors {
@@ -23,6 +24,7 @@ struct StreamEvent {
                                // Done: whatever the detokenizer still held back
   int32_t token = -1;          // Token: the token id
   bool from_draft = false;     // Token: an accepted draft token (not the target's recovered / bonus one)
+  std::optional<TokenLogprobs> logprobs;  // Token, when the request asked (EngineRequest::logprobs)
   FinishReason finish_reason = FinishReason::None;  // Done: why the request ended
   std::string error;           // Error: what failed, in one line
   SpeculativeStats stats;      // Done and Error: the request's statistics so far

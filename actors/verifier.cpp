@@ -79,9 +79,11 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
   }
   // Where the device judges, the logits stay there and only verdicts come back; a round with an
   // optimistic continuation keeps its rows on the host (the sampler judges the continuation
-  // token against the last row once it arrives).
-  const bool on_device = device_judge_ && std::none_of(round.items.begin(), round.items.end(),
-                                                       [](const Drafted& d) { return d.continued; });
+  // token against the last row once it arrives), and so does one with a request that asked for
+  // log-probabilities (the sampler reads them off the rows).
+  const bool on_device = device_judge_ && std::none_of(round.items.begin(), round.items.end(), [](const Drafted& d) {
+                           return d.continued || d.request->logprobs >= 0;
+                         });
   const auto t0 = std::chrono::steady_clock::now();
   LlamaModel::DeviceLogits device_logits;
   if (on_device)

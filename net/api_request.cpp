@@ -273,8 +273,24 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     if (const json* v = field(body, "n"); v && integer(*v, "n", 1, 1000) != 1) bad("n", "only n = 1 is supported");
     if (const json* v = field(body, "best_of"); v && integer(*v, "best_of", 1, 1000) != 1)
       bad("best_of", "only best_of = 1 is supported");
-    if (const json* v = field(body, "logprobs"); v && !(v->is_boolean() && !v->get<bool>()))
-      bad("logprobs", "logprobs are not supported");
+    // Log-probabilities of the target's own distribution at each token (docs/protocol.md). Chat:
+    // logprobs true/false and top_logprobs 0..20 alternatives; completions: the legacy logprobs,
+    // 0..5 alternatives (null: none).
+    if (kind == PromptKind::Chat) {
+      bool on = false;
+      if (const json* v = field(body, "logprobs"); v && !v->is_null()) {
+        if (!v->is_boolean()) bad("logprobs", "logprobs must be true or false, got " + shown(*v));
+        on = v->get<bool>();
+      }
+      int top = 0;
+      if (const json* v = field(body, "top_logprobs"); v && !v->is_null()) {
+        top = static_cast<int>(integer(*v, "top_logprobs", 0, actors::kMaxTopLogprobs));
+        if (!on) bad("top_logprobs", "top_logprobs needs logprobs: true");
+      }
+      r.logprobs = on ? top : -1;
+    } else if (const json* v = field(body, "logprobs"); v && !v->is_null() && !(v->is_boolean() && !v->get<bool>())) {
+      r.logprobs = static_cast<int>(integer(*v, "logprobs", 0, 5));
+    }
     if (const json* v = field(body, "echo"); v && !(v->is_boolean() && !v->get<bool>()))
       bad("echo", "echo is not supported");
     if (const json* v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty()))

@@ -50,9 +50,10 @@ Generation::Admitted Generation::admit(ServerState& st, const nlohmann::json& bo
   try {
     actors::Admission admission;
     const uint64_t seed = parsed.request.sampling.seed;
+    const bool logprobs = parsed.request.logprobs >= 0;
     actors::TokenStream stream = st.engine.start(std::move(parsed.request), &admission);
     return {std::shared_ptr<Generation>(new Generation(st, std::move(stream), seed, admission, received)),
-            parsed.stream, parsed.include_usage};
+            parsed.stream, parsed.include_usage, logprobs};
   } catch (const actors::RequestError& e) {
     throw reject(ApiError(e.code, e.what(), e.field));
   } catch (const std::invalid_argument& e) {
@@ -106,7 +107,7 @@ boost::asio::awaitable<GenerationUpdate> Generation::next() {
       break;
     }
     u.text += ev.text;
-    u.tokens.push_back(TokenOut{ev.token, std::move(ev.text), ev.from_draft});
+    u.tokens.push_back(TokenOut{ev.token, std::move(ev.text), ev.from_draft, std::move(ev.logprobs)});
     std::optional<actors::StreamEvent> more = stream_.try_next();
     if (!more) break;
     ev = std::move(*more);

@@ -5,6 +5,7 @@
 #pragma once
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "net/server_state.h"
+#include "spec/sampling.h"
 
 namespace specula::net {
 
@@ -19,6 +21,7 @@ struct TokenOut {
   int32_t id = -1;
   std::string text;
   bool draft = false;  // an accepted draft token
+  std::optional<TokenLogprobs> logprobs;  // when the request asked
 };
 
 // Finish reasons on the wire: the WebSocket protocol spells them as spec/round.h names them; the
@@ -59,6 +62,7 @@ class Generation {
     std::shared_ptr<Generation> generation;
     bool stream = false;         // OpenAI: stream
     bool include_usage = false;  // OpenAI: stream_options.include_usage
+    bool logprobs = false;       // OpenAI: logprobs asked for (the tokens carry them)
   };
   static Admitted admit(ServerState& st, const nlohmann::json& body, PromptKind kind, Clock::time_point received);
   ~Generation();

@@ -55,6 +55,63 @@ json speculation_json(const GenerationStats& s) {
           {"tokens_per_second", j["tokens_per_second"]}};
 }
 
+// The log-probabilities of a response's tokens in OpenAI's two shapes (docs/protocol.md): chat's
+// `logprobs.content` (a token's text, its bytes, its log-probability and the alternatives) and
+// the legacy completions' parallel lists (`tokens`, `token_logprobs`, `top_logprobs` as
+// text -> log-probability, `text_offset`: where each token's text starts in the completion, in
+// bytes). Built token by token; a streamed chunk takes the tokens it carries.
+class LogprobsJson {
+ public:
+  LogprobsJson(const Tokenizer& tok, bool chat) : tok_(tok), chat_(chat) { clear(); }
+  void add(const TokenOut& t) {
+    if (!t.logprobs) return;
+    const std::string text = tok_.token_bytes(t.id);
+    if (chat_) {
+      json top = json::array();
+      for (const auto& [id, lp] : t.logprobs->top) {
+        const std::string alt = tok_.token_bytes(id);
+        top.push_back({{"token", alt}, {"logprob", lp}, {"bytes", bytes(alt)}});
+      }
+      j_["content"].push_back(
+          {{"token", text}, {"logprob", t.logprobs->logprob}, {"bytes", bytes(text)}, {"top_logprobs", std::move(top)}});
+    } else {
+      json top = json::object();
+      for (const auto& [id, lp] : t.logprobs->top) top[tok_.token_bytes(id)] = lp;
+      j_["tokens"].push_back(text);
+      j_["token_logprobs"].push_back(t.logprobs->logprob);
+      j_["top_logprobs"].push_back(std::move(top));
+      j_["text_offset"].push_back(offset_);
+    }
+    offset_ += static_cast<int64_t>(text.size());
+    any_ = true;
+  }
+  bool any() const { return any_; }
+  // The object so far, and a fresh one for the next chunk (the text offsets run on).
+  json take() {
+    json out = std::move(j_);
+    clear();
+    return out;
+  }
+
+ private:
+  static json bytes(const std::string& s) {
+    json b = json::array();
+    for (const unsigned char c : s) b.push_back(static_cast<int>(c));
+    return b;
+  }
+  void clear() {
+    any_ = false;
+    j_ = chat_ ? json{{"content", json::array()}, {"refusal", nullptr}}
+               : json{{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+                      {"text_offset", json::array()}};
+  }
+  const Tokenizer& tok_;
+  bool chat_;
+  bool any_ = false;
+  int64_t offset_ = 0;
+  json j_;
+};
+
 struct Shape {
   bool chat;
   std::string id;
@@ -64,10 +121,11 @@ struct Shape {
   json base(const char* object) const {
     return {{"id", id}, {"object", object}, {"created", created}, {"model", model}};
   }
-  // One streamed chunk carrying `text` (chat: as delta.content) and an optional finish reason.
-  json chunk(const std::string& text, const json& finish, bool role = false) const {
+  // One streamed chunk carrying `text` (chat: as delta.content), an optional finish reason and
+  // the log-probabilities of its tokens (null when the request asked for none).
+  json chunk(const std::string& text, const json& finish, bool role = false, json logprobs = nullptr) const {
     json j = base(chat ? "chat.completion.chunk" : "text_completion");
-    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    json choice = {{"index", 0}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
     if (chat) {
       json delta = json::object();
       if (role) delta["role"] = "assistant";
@@ -120,17 +178,22 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     }
   } stop_watch{stream, finished};
 
+  const bool want_logprobs = admitted.logprobs;
+  LogprobsJson logprobs(*st.engine.model().tokenizer, chat);
   if (!admitted.stream) {
     std::string text;
     GenerationUpdate u;
     do {
       u = co_await g->next();
       text += u.text;
+      for (const TokenOut& t : u.tokens) logprobs.add(t);
     } while (!u.terminal);
     if (!u.error.empty()) co_return co_await write_response(stream, error_response(ApiError("internal", u.error), keep_alive, req.version()));
     if (u.finish_reason == FinishReason::Cancelled) co_return false;  // the client went away (or shutdown)
     json res = shape.base(chat ? "chat.completion" : "text_completion");
-    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", openai_finish(u.finish_reason)}};
+    json choice = {{"index", 0},
+                   {"logprobs", want_logprobs ? logprobs.take() : json(nullptr)},
+                   {"finish_reason", openai_finish(u.finish_reason)}};
     if (chat)
       choice["message"] = {{"role", "assistant"}, {"content", text}};
     else
@@ -164,7 +227,14 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   if (chat && !co_await send_event(dump_json(with_usage(shape.chunk("", nullptr, /*role=*/true))))) co_return false;
   for (;;) {
     GenerationUpdate u = co_await g->next();
-    if (!u.text.empty() && !co_await send_event(dump_json(with_usage(shape.chunk(u.text, nullptr))))) co_return false;
+    // A chunk for the update's text, and with log-probabilities asked for, for its tokens even
+    // where their text is still held back (mid-character, or maybe a stop string).
+    for (const TokenOut& t : u.tokens) logprobs.add(t);
+    if (!u.text.empty() || logprobs.any()) {
+      json lp = want_logprobs && logprobs.any() ? logprobs.take() : json(nullptr);
+      if (!co_await send_event(dump_json(with_usage(shape.chunk(u.text, nullptr, false, std::move(lp))))))
+        co_return false;
+    }
     if (!u.terminal) continue;
     if (!u.error.empty()) {
       if (!co_await send_event(dump_json(openai_error(ApiError("internal", u.error))))) co_return false;

@@ -254,4 +254,32 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& sp, in
   return sample_gumbel(logp, sp.seed, position, RngStream::Token);
 }
 
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top) {
+  if (logits.empty() || token < 0 || static_cast<size_t>(token) >= logits.size())
+    throw std::invalid_argument("token_logprobs: token " + std::to_string(token) + " is outside the row of " +
+                                std::to_string(logits.size()));
+  // log softmax: the largest logit taken out, the sum of the rest's exponentials in double.
+  const float m = logits[static_cast<size_t>(argmax(logits))];
+  double sum = 0;
+  for (const float x : logits) sum += std::exp(static_cast<double>(x) - m);
+  const double lse = static_cast<double>(m) + std::log(sum);
+  auto lp = [&](size_t v) { return static_cast<float>(static_cast<double>(logits[v]) - lse); };
+  TokenLogprobs out;
+  out.logprob = lp(static_cast<size_t>(token));
+  const size_t k = std::min(static_cast<size_t>(std::max(top, 0)), logits.size());
+  if (k == 0) return out;
+  // The k largest by one pass with a small sorted list (k <= 20 in the API).
+  auto before = [&](size_t a, size_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::vector<size_t> best;
+  best.reserve(k + 1);
+  for (size_t v = 0; v < logits.size(); ++v) {
+    if (best.size() == k && !before(v, best.back())) continue;
+    best.insert(std::upper_bound(best.begin(), best.end(), v, before), v);
+    if (best.size() > k) best.pop_back();
+  }
+  out.top.reserve(k);
+  for (const size_t v : best) out.top.emplace_back(static_cast<int32_t>(v), lp(v));
+  return out;
+}
+
 }  // namespace specula

@@ -6,6 +6,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "spec/philox.h"
@@ -54,5 +55,14 @@ int32_t sample_gumbel_among(std::span<const int32_t> ids, std::span<const float>
 
 // Draws the token for `position` from raw logits with the request's params (greedy: argmax).
 int32_t sample_token(std::span<const float> logits, const SamplingParams& sp, int64_t position);
+
+// A token's log-probability under the model's own distribution at its position (log softmax of
+// the raw logits, temperature 1: what vLLM reports by default, not the sampling transform), and
+// the `top` most probable tokens with theirs, most probable first (the lower id first on ties).
+struct TokenLogprobs {
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top);
 
 }  // namespace specula

@@ -57,6 +57,14 @@ struct Request {
   std::optional<std::uint64_t> seed;  // none: a random seed
   std::string mode;                   // "exact" (rejection sampling), "block" (block verification) or "coupled"; "" = coupled with a seed, else exact
   std::vector<std::string> stop;      // the text ends before the first of these
+  // -1: none; 0..20: each token's log-probability under the model's own distribution (log
+  // softmax of its raw logits) on its Event, with that many most probable alternatives.
+  int top_logprobs = -1;
+};
+
+struct TokenLogprob {
+  std::int32_t token = -1;
+  float logprob = 0;
 };
 
 struct Stats {
@@ -73,6 +81,8 @@ struct Event {
   std::string text;            // the text this token completes (Done: what was held back)
   std::int32_t token = -1;     // Token: its id
   bool from_draft = false;     // Token: an accepted draft token
+  std::optional<float> logprob;            // Token, when the request asked (Request::top_logprobs)
+  std::vector<TokenLogprob> top_logprobs;  // Token: the most probable tokens there, most probable first
   std::string finish_reason;   // Done: stop | length | context | cancelled
   std::string error;           // Error: what failed, in one line
   Stats stats;                 // Done and Error

@@ -1,9 +1,11 @@
 """The OpenAI-compatible routes through the real `openai` client, and their error shapes."""
 import json
+import math
 
 import httpx
 import openai
 import pytest
+from conftest import MAIN_JOB_ARGS
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +117,86 @@ def test_an_http_client_that_leaves_mid_request_cancels_it_and_frees_its_kv(serv
     assert wait_for(lambda: server.metrics()['specula_requests_total{outcome="cancelled"}'] >= cancelled + 2,
                     timeout=30), server.metrics()
     assert wait_for(lambda: server.metrics()["specula_kv_blocks_free"] == total, timeout=30)
+
+
+def _chat_logprobs(client, model_id, **extra):
+    return client.chat.completions.create(
+        model=model_id, messages=[{"role": "user", "content": "Name three colors, one per line."}],
+        max_tokens=24, temperature=0, logprobs=True, top_logprobs=3, **extra)
+
+
+def test_chat_logprobs_give_every_token_of_the_message_with_its_alternatives_streamed_and_not(client, model_id):
+    r = _chat_logprobs(client, model_id)
+    choice = r.choices[0]
+    content = choice.logprobs.content
+    assert "".join(t.token for t in content) == choice.message.content
+    # A request that ends on its stop token scores one token more than its text shows.
+    assert len(content) == r.usage.completion_tokens - (1 if choice.finish_reason == "stop" else 0)
+    for t in content:
+        assert bytes(t.bytes).decode("utf-8", "replace") == t.token and t.logprob <= 0
+        assert len(t.top_logprobs) == 3
+        lps = [a.logprob for a in t.top_logprobs]
+        assert lps == sorted(lps, reverse=True) and sum(math.exp(x) for x in lps) <= 1 + 1e-6
+        assert t.top_logprobs[0].token == t.token and t.top_logprobs[0].logprob == t.logprob  # greedy
+    streamed, text = [], ""
+    for chunk in _chat_logprobs(client, model_id, stream=True):
+        if chunk.choices and chunk.choices[0].logprobs:
+            streamed += chunk.choices[0].logprobs.content
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+    assert text == choice.message.content
+    assert [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs]) for t in streamed] == \
+        [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs]) for t in content]
+    # Without the ask there are none.
+    plain = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "Hi"}], max_tokens=3)
+    assert plain.choices[0].logprobs is None
+
+
+def test_greedy_logprobs_are_the_same_numbers_with_the_main_jobs_speculation_as_without(fresh_server):
+    # The verify rows of a speculative round are the bits of one-token decode steps (docs/kernels.md),
+    # so a client reads the same log-probabilities from a server that drafts as from one that does not.
+    results = []
+    for args in (["--draft", "none"], MAIN_JOB_ARGS):
+        srv = fresh_server(*args)
+        c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        r = c.chat.completions.create(
+            model="any", messages=[{"role": "user", "content": "Explain what a rainbow is in two sentences."}],
+            max_tokens=48, temperature=0, logprobs=True, top_logprobs=2)
+        results.append(r)
+    off, on = results
+    assert on.model_extra["speculation"]["accepted"] > 0, "the main job's server drafted nothing that was kept"
+    assert on.choices[0].message.content == off.choices[0].message.content
+    assert [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs]) for t in on.choices[0].logprobs.content] == \
+        [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs]) for t in off.choices[0].logprobs.content]
+
+
+def test_completion_logprobs_have_the_legacy_shape(client, model_id):
+    r = client.completions.create(model=model_id, prompt="The capital of France is", max_tokens=8, temperature=0,
+                                  logprobs=2)
+    lp = r.choices[0].logprobs
+    assert "".join(lp.tokens) == r.choices[0].text
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
+    assert lp.text_offset == [sum(len(t.encode()) for t in lp.tokens[:i]) for i in range(len(lp.tokens))]
+    for tok, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert 1 <= len(top) <= 2 and max(top.values()) == value and top[tok] == value  # greedy
+    streamed = []
+    for chunk in client.completions.create(model=model_id, prompt="The capital of France is", max_tokens=8,
+                                           temperature=0, logprobs=2, stream=True):
+        if chunk.choices and chunk.choices[0].logprobs:
+            streamed += list(zip(chunk.choices[0].logprobs.tokens, chunk.choices[0].logprobs.token_logprobs,
+                                 chunk.choices[0].logprobs.text_offset))
+    assert streamed == list(zip(lp.tokens, lp.token_logprobs, lp.text_offset))
+
+
+def test_bad_logprobs_fields_are_400s_naming_the_field(server):
+    post = lambda path, body: httpx.post(server.url + path, json=body, timeout=30)
+    msgs = [{"role": "user", "content": "x"}]
+    for body, param in [({"messages": msgs, "top_logprobs": 2}, "top_logprobs"),
+                        ({"messages": msgs, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+                        ({"messages": msgs, "logprobs": "yes"}, "logprobs"),
+                        ({"messages": msgs, "logprobs": True, "top_logprobs": 1.5}, "top_logprobs")]:
+        r = post("/v1/chat/completions", body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
+    for value in (6, -1, True, "2"):
+        r = post("/v1/completions", {"prompt": "x", "logprobs": value})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "logprobs", (value, r.text)

@@ -25,14 +25,19 @@ boost::asio::awaitable<void> chat(specula::Engine& engine, std::string prompt) {
   request.prompt = std::move(prompt);
   request.chat = true;
   request.max_tokens = 64;
+  request.top_logprobs = 0;  // each token's log-probability, no alternatives
   specula::Stream stream = co_await engine.generate(std::move(request));
+  double logprob = 0;
+  int scored = 0;
   for (;;) {
     specula::Event ev = co_await stream.next();
     std::cout << ev.text << std::flush;  // a token's text, or what the detokenizer held back at the end
+    if (ev.logprob) logprob += *ev.logprob, ++scored;
     if (ev.kind == specula::Event::Kind::Error) std::cerr << "\nerror: " << ev.error << "\n";
     if (ev.kind == specula::Event::Kind::Done)
       std::cout << "\n[" << ev.finish_reason << ": " << ev.stats.generated << " tokens in " << ev.stats.rounds
-                << " rounds, " << ev.stats.accepted << " of " << ev.stats.drafted << " drafts accepted]\n";
+                << " rounds, " << ev.stats.accepted << " of " << ev.stats.drafted << " drafts accepted; mean log-probability "
+                << (scored ? logprob / scored : 0.0) << "]\n";
     if (ev.terminal()) break;
   }
 }

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -346,6 +347,75 @@ TEST(Engine, ARequestWithSpeculationOffDecodesOneTokenPerRoundAndEqualsTheSequen
   }
 }
 
+// Every token's log-probabilities through the engine, as the blocking wrapper collects them.
+std::vector<TokenLogprobs> logprobs_of(Engine& e, EngineRequest r, int top, std::vector<int32_t>* tokens = nullptr) {
+  r.logprobs = top;
+  GenerateResult g = e.generate_blocking(std::move(r));
+  EXPECT_EQ(g.finish_reason, FinishReason::Length) << g.error;
+  EXPECT_EQ(g.logprobs.size(), g.tokens.size());
+  if (tokens) *tokens = g.tokens;
+  return g.logprobs;
+}
+
+void expect_same_bits(const std::vector<TokenLogprobs>& a, const std::vector<TokenLogprobs>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(a[i].logprob), std::bit_cast<uint32_t>(b[i].logprob)) << what << ", token " << i;
+    ASSERT_EQ(a[i].top.size(), b[i].top.size()) << what << ", token " << i;
+    for (size_t j = 0; j < a[i].top.size(); ++j) {
+      EXPECT_EQ(a[i].top[j].first, b[i].top[j].first) << what << ", token " << i << ", alternative " << j;
+      EXPECT_EQ(std::bit_cast<uint32_t>(a[i].top[j].second), std::bit_cast<uint32_t>(b[i].top[j].second))
+          << what << ", token " << i << ", alternative " << j;
+    }
+  }
+}
+
+TEST(Engine, TheLogprobsOfSpeculativeGreedyTokensAreTheTargetsOwnBitForBit) {
+  // A speculative round scores its tokens on verify rows of up to K + 1 tokens; decoding alone
+  // scores one row a forward. The int8 path's rows do not depend on the call (issue 12), so the
+  // log-probabilities a client reads are the same bits with speculation on or off, pipelined or
+  // not, and equal those of one teacher-forced forward over the prompt and the text.
+  REQUIRE_SETUP(s);
+  constexpr int kTop = 5;
+  for (int p = 0; p < 2; ++p) {
+    EngineRequest off = s->request(p);
+    off.speculate = false;
+    std::vector<int32_t> tokens;
+    const std::vector<TokenLogprobs> alone = logprobs_of(*s->ngram, off, kTop, &tokens);
+    ASSERT_EQ(tokens, s->greedy(kNgram, p));
+    SpeculativeStats st;
+    {
+      EngineRequest on = s->request(p);
+      on.logprobs = kTop;
+      GenerateResult g = s->ngram->generate_blocking(on);
+      ASSERT_EQ(g.tokens, tokens) << g.error;
+      EXPECT_GT(g.stats.accepted, 0) << "no round scored more than one token";
+      expect_same_bits(g.logprobs, alone, "speculative against speculation off");
+    }
+    expect_same_bits(logprobs_of(*s->ngram_pipelined, s->request(p), kTop), alone, "pipelined against speculation off");
+
+    // The teacher-forced forward: rows for positions prompt.size() - 1 .. of prompt + text.
+    std::vector<int32_t> seqtokens = s->prompts[static_cast<size_t>(p)];
+    const size_t first = seqtokens.size() - 1;
+    seqtokens.insert(seqtokens.end(), tokens.begin(), tokens.end() - 1);
+    s->kv->truncate_to(s->seq, 0);
+    ForwardSeq fs{s->seq, seqtokens, true};
+    std::vector<float> logits;
+    s->model->forward({&fs, 1}, *s->kv, logits);
+    const size_t vocab = logits.size() / seqtokens.size();
+    std::vector<TokenLogprobs> forced;
+    for (size_t i = 0; i < tokens.size(); ++i)
+      forced.push_back(token_logprobs(std::span<const float>(logits).subspan((first + i) * vocab, vocab), tokens[i], kTop));
+    expect_same_bits(alone, forced, "engine against one teacher-forced forward");
+    for (const TokenLogprobs& t : alone) {
+      EXPECT_EQ(t.top.size(), static_cast<size_t>(kTop));
+      EXPECT_EQ(std::bit_cast<uint32_t>(t.top[0].second), std::bit_cast<uint32_t>(t.logprob)) << "greedy: the token is the most probable";
+    }
+  }
+  // Without the ask, no event carries them.
+  EXPECT_TRUE(s->ngram->generate_blocking(s->request(0, 4)).logprobs.empty());
+}
+
 TEST(Engine, ASeededSampledRequestGivesTheSameTextAloneAndAmongFifteenOthers) {
   REQUIRE_SETUP(s);
   Engine& e = *s->ngram;
@@ -578,6 +648,9 @@ TEST(Engine, ABadRequestIsRefusedAtTheBoundaryNamingTheProblem) {
   EXPECT_THROW(s->ngram->start(r), std::invalid_argument);
   r = s->request(0);
   r.sampling.top_p = 0;
+  EXPECT_THROW(s->ngram->start(r), std::invalid_argument);
+  r = s->request(0);
+  r.logprobs = kMaxTopLogprobs + 1;
   EXPECT_THROW(s->ngram->start(r), std::invalid_argument);
   r = s->request(0);
   r.max_tokens = 100000;  // more KV than the whole pool: an error event, not a hang

@@ -327,6 +327,47 @@ TEST(Sampling, TheResidualAndBonusDrawsAreTheDefinitionsDrawsThoughTheyTakeFewLo
   EXPECT_GT(no_mass, 5);          // and the residual's fallback to p was taken
 }
 
+TEST(Sampling, ATokensLogprobsAreTheLogSoftmaxOfTheRawLogitsWithTheMostProbableFirst) {
+  // Against the definition in long double over a vocabulary-sized row of logits spread as a
+  // model's are; a sampling transform would not change them (they are the model's own).
+  std::mt19937 rng(7);
+  std::normal_distribution<float> n(0.0f, 3.0f);
+  std::vector<float> logits(49152);
+  for (float& x : logits) x = n(rng);
+  logits[1234] = 30.0f;  // one clear winner, and a tie below it
+  logits[77] = logits[4000] = 25.0f;
+  long double sum = 0;
+  const float m = *std::max_element(logits.begin(), logits.end());
+  for (const float x : logits) sum += std::exp(static_cast<long double>(x) - m);
+  auto exact = [&](int32_t v) { return static_cast<double>(static_cast<long double>(logits[v]) - m - std::log(sum)); };
+  for (const int32_t tok : {1234, 77, 4000, 0, 49151, 31337}) {
+    const TokenLogprobs t = token_logprobs(logits, tok, 4);
+    EXPECT_NEAR(t.logprob, exact(tok), 1e-5 * std::max(1.0, std::abs(exact(tok)))) << tok;
+    ASSERT_EQ(t.top.size(), 4u);
+    EXPECT_EQ(t.top[0].first, 1234);
+    EXPECT_EQ(t.top[1].first, 77) << "ties: the lower id first";
+    EXPECT_EQ(t.top[2].first, 4000);
+    std::vector<float> rest(logits);
+    rest[1234] = rest[77] = rest[4000] = -1e30f;
+    EXPECT_EQ(t.top[3].first, argmax(rest));
+    for (const auto& [id, lp] : t.top) EXPECT_NEAR(lp, exact(id), 1e-5 * std::max(1.0, std::abs(exact(id)))) << id;
+  }
+  // The probabilities sum to one; no alternatives when none are asked; more than the vocabulary
+  // gives the whole of it; a token outside the row is an error.
+  const std::vector<float> row(logits.begin(), logits.begin() + 1000);
+  double total = 0;
+  for (int32_t v = 0; v < 1000; ++v) total += std::exp(static_cast<double>(token_logprobs(row, v, 0).logprob));
+  EXPECT_NEAR(total, 1.0, 1e-5);
+  EXPECT_TRUE(token_logprobs(logits, 5, 0).top.empty());
+  const std::vector<float> three = logits_of({1.0f, 2.0f, 3.0f});
+  const TokenLogprobs all = token_logprobs(three, 0, 20);
+  ASSERT_EQ(all.top.size(), 3u);
+  EXPECT_EQ(all.top[0].first, 2);
+  EXPECT_EQ(all.top[2].first, 0);
+  EXPECT_THROW(token_logprobs(three, 3, 1), std::invalid_argument);
+  EXPECT_THROW(token_logprobs(three, -1, 1), std::invalid_argument);
+}
+
 TEST(Sampling, TemperatureZeroIsArgmaxWithTheLowestIndexOnTies) {
   EXPECT_EQ(sample_token(logits_of({1.0f, 5.0f, 5.0f, 2.0f}), SamplingParams{0.0f, 0, 1.0f, 9}, 3), 1);
 }
