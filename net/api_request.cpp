@@ -285,7 +285,7 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
       int top = 0;
       if (const json* v = field(body, "top_logprobs"); v && !v->is_null()) {
         top = static_cast<int>(integer(*v, "top_logprobs", 0, actors::kMaxTopLogprobs));
-        if (!on) bad("top_logprobs", "top_logprobs needs logprobs: true");
+        if (!on && top > 0) bad("top_logprobs", "top_logprobs needs logprobs: true");
       }
       r.logprobs = on ? top : -1;
     } else if (const json* v = field(body, "logprobs"); v && !v->is_null() && !(v->is_boolean() && !v->get<bool>())) {

@@ -258,27 +258,19 @@ TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int t
   if (logits.empty() || token < 0 || static_cast<size_t>(token) >= logits.size())
     throw std::invalid_argument("token_logprobs: token " + std::to_string(token) + " is outside the row of " +
                                 std::to_string(logits.size()));
-  // log softmax: the largest logit taken out, the sum of the rest's exponentials in double.
-  const float m = logits[static_cast<size_t>(argmax(logits))];
-  double sum = 0;
-  for (const float x : logits) sum += std::exp(static_cast<double>(x) - m);
-  const double lse = static_cast<double>(m) + std::log(sum);
-  auto lp = [&](size_t v) { return static_cast<float>(static_cast<double>(logits[v]) - lse); };
+  // transform_logits's log softmax at temperature 1 (no top-k / top-p), entry by entry: the same
+  // bits as the sampler's row, from the same vectorized sum (gpu/host/vector_math.h), without the
+  // row itself.
+  const float mx = logits[static_cast<size_t>(argmax(logits))];
+  const double log_sum = std::log(host_kernels::sampler_exp_sum(logits.data(), static_cast<int64_t>(logits.size()), 1.0f, mx));
+  auto lp = [&](size_t v) { return static_cast<float>(host_kernels::sampler_arg(logits[v], 1.0f, mx) - log_sum); };
   TokenLogprobs out;
   out.logprob = lp(static_cast<size_t>(token));
-  const size_t k = std::min(static_cast<size_t>(std::max(top, 0)), logits.size());
-  if (k == 0) return out;
-  // The k largest by one pass with a small sorted list (k <= 20 in the API).
-  auto before = [&](size_t a, size_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  std::vector<size_t> best;
-  best.reserve(k + 1);
-  for (size_t v = 0; v < logits.size(); ++v) {
-    if (best.size() == k && !before(v, best.back())) continue;
-    best.insert(std::upper_bound(best.begin(), best.end(), v, before), v);
-    if (best.size() > k) best.pop_back();
-  }
-  out.top.reserve(k);
-  for (const size_t v : best) out.top.emplace_back(static_cast<int32_t>(v), lp(v));
+  if (top <= 0) return out;
+  thread_local std::vector<Candidate> best;
+  leading_tokens(logits, std::min(static_cast<size_t>(top), logits.size()), best);  // larger first, then lower id
+  out.top.reserve(best.size());
+  for (const Candidate& c : best) out.top.emplace_back(c.v, lp(static_cast<size_t>(c.v)));
   return out;
 }
 

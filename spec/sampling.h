@@ -57,8 +57,9 @@ int32_t sample_gumbel_among(std::span<const int32_t> ids, std::span<const float>
 int32_t sample_token(std::span<const float> logits, const SamplingParams& sp, int64_t position);
 
 // A token's log-probability under the model's own distribution at its position (log softmax of
-// the raw logits, temperature 1: what vLLM reports by default, not the sampling transform), and
-// the `top` most probable tokens with theirs, most probable first (the lower id first on ties).
+// the raw logits, temperature 1: what vLLM reports by default, not the sampling transform; the
+// bits of transform_logits's row at temperature 1 without top-k / top-p), and the `top` most
+// probable tokens with theirs, most probable first (the lower id first on ties).
 struct TokenLogprobs {
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;

@@ -340,9 +340,13 @@ TEST(Sampling, ATokensLogprobsAreTheLogSoftmaxOfTheRawLogitsWithTheMostProbableF
   const float m = *std::max_element(logits.begin(), logits.end());
   for (const float x : logits) sum += std::exp(static_cast<long double>(x) - m);
   auto exact = [&](int32_t v) { return static_cast<double>(static_cast<long double>(logits[v]) - m - std::log(sum)); };
+  std::vector<float> sampler_row;  // the sampler's own row at temperature 1
+  transform_logits(logits, SamplingParams{1.0f, 0, 1.0f, 0}, sampler_row);
   for (const int32_t tok : {1234, 77, 4000, 0, 49151, 31337}) {
     const TokenLogprobs t = token_logprobs(logits, tok, 4);
     EXPECT_NEAR(t.logprob, exact(tok), 1e-5 * std::max(1.0, std::abs(exact(tok)))) << tok;
+    float want = sampler_row[static_cast<size_t>(tok)];
+    EXPECT_EQ(std::memcmp(&t.logprob, &want, sizeof want), 0) << "not the transform's bits at " << tok;
     ASSERT_EQ(t.top.size(), 4u);
     EXPECT_EQ(t.top[0].first, 1234);
     EXPECT_EQ(t.top[1].first, 77) << "ties: the lower id first";
