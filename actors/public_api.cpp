@@ -41,6 +41,7 @@ actors::EngineRequest request_of(Request r) {
   e.sampling.temperature = r.temperature;
   e.sampling.top_k = r.top_k;
   e.sampling.top_p = r.top_p;
+  e.sampling.min_p = r.min_p;
   if (r.seed) {
     e.sampling.seed = *r.seed;
   } else {

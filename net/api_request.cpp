@@ -232,6 +232,11 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     if (!(p > 0 && p <= 1)) bad("top_p", "top_p must be in (0, 1], got " + shown(*v));
     sp.top_p = static_cast<float>(p);
   }
+  if (const json* v = field(body, "min_p")) {  // vLLM's and llama.cpp's extension; 0 = off
+    const double p = number(*v, "min_p");
+    if (!(p >= 0 && p <= 1)) bad("min_p", "min_p must be in [0, 1] (0 = off), got " + shown(*v));
+    sp.min_p = static_cast<float>(p);
+  }
   if (const json* v = field(body, "top_k")) sp.top_k = static_cast<int>(std::max<int64_t>(0, integer(*v, "top_k", -1, vocab)));
   if (const json* v = field(body, "seed")) {
     if (!v->is_number_integer()) bad("seed", "seed must be an integer, got " + shown(*v));

@@ -19,6 +19,8 @@ void SamplingParams::validate() const {
   if (top_k < 0) throw std::invalid_argument("top_k must be >= 0 (0 = off), got " + std::to_string(top_k));
   if (!(top_p > 0.0f && top_p <= 1.0f))
     throw std::invalid_argument("top_p must be in (0, 1], got " + std::to_string(top_p));
+  if (!(min_p >= 0.0f && min_p <= 1.0f))
+    throw std::invalid_argument("min_p must be in [0, 1] (0 = off), got " + std::to_string(min_p));
 }
 
 int32_t argmax(std::span<const float> x) {
@@ -93,13 +95,14 @@ void leading_tokens(std::span<const float> x, size_t m, std::vector<Candidate>& 
 }
 
 
-// Top-p's cut over the leading tokens' terms e (in order) for the normaliser z: the smallest n
-// whose cumulative sum of e_i / z (accumulated in that order, in double) reaches top_p; 0 when the
-// terms run out first. Each e_i / z is non-increasing in z and so is the running sum: n(z) is
-// non-decreasing in z, which lets a bracket [z_lo, z_hi] of the normaliser decide it.
-size_t top_p_cut(const std::vector<double>& e, double z, float top_p) {
+// Top-p's cut over the first n of the leading tokens' terms e (in order) for the normaliser z: the
+// smallest count whose cumulative sum of e_i / z (accumulated in that order, in double) reaches
+// top_p; 0 when the n terms run out first. Each e_i / z is non-increasing in z and so is the
+// running sum: the cut is non-decreasing in z, which lets a bracket [z_lo, z_hi] of the
+// normaliser decide it.
+size_t top_p_cut(const std::vector<double>& e, size_t n, double z, float top_p) {
   double cum = 0;
-  for (size_t i = 0; i < e.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     cum += e[i] / z;
     if (cum >= top_p) return i + 1;
   }
@@ -112,12 +115,15 @@ void transform_logits(std::span<const float> logits, const SamplingParams& sp, s
   // The definition (tests/unit/spec/test_sampling.cpp holds a plain implementation of it, and
   // this one to it bit for bit): order the tokens by logit, larger first, then lower index; mx =
   // float(top logit * inv_t); e_v = sampler_exp(a_v), a_v = sampler_arg(x_v) = fma(x_v, inv_t, -mx)
-  // in double (gpu/host/vector_math.h, which fixes every operation). K = the first top_k tokens
-  // (all without top-k). Top-p: z = sum of e over K (in order for top-k; over the whole
-  // vocabulary without it, in sampler_exp_sum's order), and the kept set P is the shortest prefix
-  // of K whose running sum of e / z reaches top_p (all of K if none does); without top-p, P = K.
-  // Then log p_v = float(a_v - log S) for v in P, S the sum of e over P (in order; sampler_exp_sum
-  // when P is the whole vocabulary); -inf elsewhere.
+  // in double (gpu/host/vector_math.h, which fixes every operation). Min-p: M = the longest
+  // prefix of the order whose every e_v >= min_p * e_first, in double (all tokens without min-p).
+  // K = the first top_k tokens of M (all of M without top-k). Top-p: z = sum of e over K (in
+  // order) when top-k or min-p is on, over the whole vocabulary in sampler_exp_sum's order when
+  // neither is; the kept set P is the shortest prefix of K whose running sum of e / z reaches
+  // top_p (all of K if none does); without top-p, P = K. Then log p_v = float(a_v - log S) for v in
+  // P, S the sum of e over P (in order; sampler_exp_sum when P is the whole vocabulary); -inf
+  // elsewhere. (Min-p first, then top-k, then top-p over what is left: vLLM's order. Min-p and
+  // top-k both keep prefixes, so their order does not matter; top-p's mass is taken after both.)
   const size_t V = logits.size();
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   if (sp.greedy()) {
@@ -126,8 +132,8 @@ void transform_logits(std::span<const float> logits, const SamplingParams& sp, s
     return;
   }
   const float inv_t = 1.0f / sp.temperature;
-  const bool use_k = sp.top_k > 0 && static_cast<size_t>(sp.top_k) < V, use_p = sp.top_p < 1.0f;
-  if (!use_k && !use_p) {
+  const bool use_k = sp.top_k > 0 && static_cast<size_t>(sp.top_k) < V, use_p = sp.top_p < 1.0f, use_m = sp.min_p > 0.0f;
+  if (!use_k && !use_p && !use_m) {
     logp.resize(V);  // every entry is written below
     const float mx = logits[argmax(logits)] * inv_t;
     const double log_sum = std::log(host_kernels::sampler_exp_sum(logits.data(), static_cast<int64_t>(V), inv_t, mx));
@@ -138,7 +144,8 @@ void transform_logits(std::span<const float> logits, const SamplingParams& sp, s
   thread_local std::vector<Candidate> cand;
   thread_local std::vector<float> cx;
   thread_local std::vector<double> e;
-  // Top-k needs its k tokens; top-p alone rarely more than a few hundred (widened when it does).
+  // Top-k needs its k tokens; top-p or min-p alone rarely more than a few hundred (widened when
+  // they do).
   size_t m = use_k ? static_cast<size_t>(sp.top_k) : std::min<size_t>(V, 256);
   float mx = 0;
   auto lead = [&] {
@@ -152,17 +159,27 @@ void transform_logits(std::span<const float> logits, const SamplingParams& sp, s
   };
   lead();
   if (cand.empty()) return;  // every logit NaN: nothing to keep
-  size_t n = cand.size();
-  if (use_p && use_k) {
+  size_t n = cand.size();    // |K| once min-p has cut
+  if (use_m) {
+    // M's end; without top-k it may lie past the leading tokens: widen until it does not.
+    for (;;) {
+      const double floor = static_cast<double>(sp.min_p) * e[0];
+      n = 0;
+      while (n < cand.size() && e[n] >= floor) ++n;
+      if (n < cand.size() || use_k || m >= V) break;
+      m = std::min(V, 4 * m);
+      lead();
+    }
+  }
+  if (use_p && (use_k || use_m)) {
     double z = 0;
-    for (double t : e) z += t;
-    n = top_p_cut(e, z, sp.top_p);
-    if (n == 0) n = cand.size();
+    for (size_t i = 0; i < n; ++i) z += e[i];
+    if (const size_t cut = top_p_cut(e, n, z, sp.top_p); cut != 0) n = cut;
   } else if (use_p) {
     // z over the whole vocabulary; the cut may lie past the leading tokens: widen until it does not.
     const double z = host_kernels::sampler_exp_sum(logits.data(), static_cast<int64_t>(V), inv_t, mx);
     for (;;) {
-      n = top_p_cut(e, z, sp.top_p);
+      n = top_p_cut(e, e.size(), z, sp.top_p);
       if (n != 0) break;
       if (m >= V) {
         n = cand.size();  // every token a candidate, and the running sum never reached top_p

@@ -18,14 +18,17 @@ struct SamplingParams {
   int top_k = 0;             // 0 = off
   float top_p = 1.0f;        // 1 = off; must be in (0, 1]
   uint64_t seed = 0;
+  float min_p = 0.0f;        // 0 = off; in [0, 1]: keep the tokens at least min_p x the most probable
 
   bool greedy() const { return temperature <= 0.0f; }
   // Throws std::invalid_argument naming the bad field and value.
   void validate() const;
 };
 
-// logp[v] = log softmax(logits / T) restricted to the top-k / top-p set (renormalised), -inf
-// outside it. Greedy params give a one-hot at the argmax (log 1 = 0).
+// logp[v] = log softmax(logits / T) restricted to the min-p / top-k / top-p set (renormalised),
+// -inf outside it; min-p and top-k each keep a prefix of the tokens by logit, top-p cuts the
+// shorter of the two by its own mass (vLLM's order). Greedy params give a one-hot at the argmax
+// (log 1 = 0).
 void transform_logits(std::span<const float> logits, const SamplingParams& sp, std::vector<float>& logp);
 
 // The same transform as probabilities (p[v] = exp(logp[v])).

@@ -44,9 +44,9 @@ RoundOutcome verify_draft_on_device(Ops& ops, const LlamaModel::DeviceLogits& ta
   if (target_logits.rows != k + 1)
     throw std::invalid_argument("verify_draft: " + std::to_string(target_logits.rows) + " rows of target logits are not k+1 = " +
                                 std::to_string(k + 1) + " rows");
-  // A device that judges rounds itself implements the token rules (greedy, exact, coupled); the
-  // block rule runs on the host over a copy of the rows.
-  if (ops.judges_on_device() && mode == SpecSampling::Block && !sp.greedy()) {
+  // A device that judges rounds itself implements the token rules (greedy, exact, coupled) over
+  // temperature, top-k and top-p; the block rule and min-p run on the host over a copy of the rows.
+  if (ops.judges_on_device() && (mode == SpecSampling::Block || sp.min_p > 0.0f) && !sp.greedy()) {
     std::vector<float> host(static_cast<size_t>((k + 1) * vocab));
     ops.copy_to_host(target_logits.data, host.data(), host.size());
     return verify_draft(draft, host, sp, position, mode);

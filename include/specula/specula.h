@@ -54,6 +54,7 @@ struct Request {
   float temperature = 0.0f;           // 0 = greedy
   int top_k = 0;                      // 0 = off
   float top_p = 1.0f;
+  float min_p = 0.0f;                 // 0 = off; keep tokens at least min_p x the most probable (after temperature)
   std::optional<std::uint64_t> seed;  // none: a random seed
   std::string mode;                   // "exact" (rejection sampling), "block" (block verification) or "coupled"; "" = coupled with a seed, else exact
   std::vector<std::string> stop;      // the text ends before the first of these

@@ -86,6 +86,9 @@ def test_bad_requests_get_openai_errors_with_status_type_code_and_param(server):
     assert r.status_code == 400 and err["type"] == "invalid_request_error" and err["param"] == "temperature"
     r = post("/v1/completions", json.dumps({"prompt": "x", "top_p": 2}))
     assert r.status_code == 400 and r.json()["error"]["param"] == "top_p"
+    for min_p in (-0.1, 1.5, "0.1"):
+        r = post("/v1/completions", json.dumps({"prompt": "x", "min_p": min_p}))
+        assert r.status_code == 400 and r.json()["error"]["param"] == "min_p", (min_p, r.text)
     r = post("/v1/completions", json.dumps({"prompt": "hello " * 5000}))
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     r = post("/v1/completions", json.dumps({"prompt": "x" * (2 << 20)}))
@@ -186,6 +189,28 @@ def test_completion_logprobs_have_the_legacy_shape(client, model_id):
             streamed += list(zip(chunk.choices[0].logprobs.tokens, chunk.choices[0].logprobs.token_logprobs,
                                  chunk.choices[0].logprobs.text_offset))
     assert streamed == list(zip(lp.tokens, lp.token_logprobs, lp.text_offset))
+
+
+def test_min_p_keeps_every_sampled_token_within_min_p_of_the_most_probable(client, model_id):
+    # min_p (vLLM's extension) keeps the tokens whose tempered probability is at least min_p times
+    # the most probable one's: (logprob - top logprob) / T >= log(min_p), read off the model's own
+    # log-probabilities. At T 1.5 without min_p the same requests sample tokens below that line, so
+    # a server that ignored the field would fail here.
+    temperature, min_p = 1.5, 0.3
+
+    def ratios(extra):
+        out = []
+        for seed in range(4):
+            r = client.chat.completions.create(
+                model=model_id, messages=[{"role": "user", "content": "Write a short poem about the sea."}],
+                max_tokens=40, temperature=temperature, top_p=1.0, seed=seed, logprobs=True, top_logprobs=1,
+                extra_body={"top_k": 0, **extra})
+            out += [(t.logprob - t.top_logprobs[0].logprob) / temperature for t in r.choices[0].logprobs.content]
+        return out
+
+    kept = ratios({"min_p": min_p})
+    assert kept and min(kept) >= math.log(min_p) - 1e-4, min(kept)
+    assert min(ratios({})) < math.log(min_p)
 
 
 def test_bad_logprobs_fields_are_400s_naming_the_field(server):

@@ -32,7 +32,7 @@ struct Session {
 // model's context, at most 8192).
 Session open_session(const Args& a);
 
-// --temperature, --top-k, --top-p, --seed; what each is when the flag is absent. The CLI's are
+// --temperature, --top-k, --top-p, --min-p (0, off), --seed; what each is when the flag is absent. The CLI's are
 // llama.cpp's (0.8, 40, 0.95, a random seed); the benchmarks' are greedy with seed 1.
 struct SamplingDefaults {
   double temperature = 0.8;

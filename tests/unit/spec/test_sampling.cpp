@@ -88,6 +88,50 @@ TEST(Sampling, TopPOverALargeVocabularyWidensPastTheFirstCandidates) {
   EXPECT_EQ(kept, 2500);
 }
 
+TEST(Sampling, MinPKeepsTheTokensAtLeastMinPTimesTheMostProbableAfterTemperature) {
+  // p = (0.5, 0.3, 0.15, 0.05) at T 1: min_p 0.25 keeps tokens with p >= 0.125, so {0.5, 0.3, 0.15}
+  // renormalised; at T 0.5 the ratios square (0.36, 0.09, 0.01 of the first), so only two remain.
+  std::vector<float> l = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  std::vector<float> logp;
+  transform_logits(l, SamplingParams{1.0f, 0, 1.0f, 0, 0.25f}, logp);
+  EXPECT_TRUE(std::isinf(logp[3]));
+  EXPECT_NEAR(std::exp(logp[0]), 0.5 / 0.95, 1e-5);
+  EXPECT_NEAR(std::exp(logp[2]), 0.15 / 0.95, 1e-5);
+  transform_logits(l, SamplingParams{0.5f, 0, 1.0f, 0, 0.25f}, logp);
+  EXPECT_FALSE(std::isinf(logp[1]));
+  EXPECT_TRUE(std::isinf(logp[2]));
+  EXPECT_NEAR(std::exp(logp[0]), 0.25 / (0.25 + 0.09), 1e-5);
+  // min_p 1 keeps the most probable token and any tied with it; 0 is off.
+  transform_logits(logits_of({3.0f, 1.0f, 3.0f, 2.0f}), SamplingParams{1.0f, 0, 1.0f, 0, 1.0f}, logp);
+  EXPECT_NEAR(std::exp(logp[0]), 0.5, 1e-6);
+  EXPECT_NEAR(std::exp(logp[2]), 0.5, 1e-6);
+  EXPECT_TRUE(std::isinf(logp[1]) && std::isinf(logp[3]));
+  transform_logits(l, SamplingParams{1.0f, 0, 1.0f, 0, 0.0f}, logp);
+  for (float x : logp) EXPECT_FALSE(std::isinf(x));
+}
+
+TEST(Sampling, MinPOverALargeVocabularyWidensPastTheFirstCandidatesAndTopPTakesItsMassAfterIt) {
+  // 3,000 tokens at logit 0 and 2,000 at -1 (e^-1 = 0.37 of the first): min_p 0.3 keeps all 5,000,
+  // 0.4 the first 3,000.
+  std::vector<float> l(5000, 0.0f);
+  for (size_t i = 3000; i < l.size(); ++i) l[i] = -1.0f;
+  std::vector<float> logp;
+  auto kept = [&] {
+    int n = 0;
+    for (float x : logp) n += !std::isinf(x);
+    return n;
+  };
+  transform_logits(l, SamplingParams{1.0f, 0, 1.0f, 0, 0.3f}, logp);
+  EXPECT_EQ(kept(), 5000);
+  transform_logits(l, SamplingParams{1.0f, 0, 1.0f, 0, 0.4f}, logp);
+  EXPECT_EQ(kept(), 3000);
+  EXPECT_NEAR(std::exp(logp[0]), 1.0 / 3000, 1e-7);
+  // Top-p after min-p takes its mass within min-p's set: 0.5 of the 3,000 is 1,500 tokens (of the
+  // whole vocabulary's mass it would be fewer: 3,000 hold 0.80 of it).
+  transform_logits(l, SamplingParams{1.0f, 0, 0.4999f, 0, 0.4f}, logp);
+  EXPECT_EQ(kept(), 1500);
+}
+
 // The transform's definition (spec/sampling.cpp, transform_logits), written plainly: every token
 // sorted, every term computed one at a time with the definition's scalar exponential
 // (gpu/host/vector_math.h), the whole vocabulary's sums in its eight lanes. The production
@@ -111,12 +155,19 @@ std::vector<float> transform_by_definition(const std::vector<float>& x, const Sa
     for (size_t v = whole; v < V; ++v) s += e(static_cast<int32_t>(v));
     return s;
   };
-  const bool use_k = sp.top_k > 0 && static_cast<size_t>(sp.top_k) < V, use_p = sp.top_p < 1.0f;
-  const size_t k = use_k ? static_cast<size_t>(sp.top_k) : V;
+  const bool use_k = sp.top_k > 0 && static_cast<size_t>(sp.top_k) < V, use_p = sp.top_p < 1.0f, use_m = sp.min_p > 0.0f;
+  size_t m = V;  // min-p's prefix: every e at least min_p times the first's
+  if (use_m)
+    for (size_t i = 0; i < V; ++i)
+      if (!(e(order[i]) >= static_cast<double>(sp.min_p) * e(order[0]))) {
+        m = i;
+        break;
+      }
+  const size_t k = use_k ? std::min(m, static_cast<size_t>(sp.top_k)) : m;
   size_t n = k;
   if (use_p) {
     double z = 0;
-    if (use_k)
+    if (use_k || use_m)
       for (size_t i = 0; i < k; ++i) z += e(order[i]);
     else
       z = whole_sum();
@@ -139,7 +190,7 @@ std::vector<float> transform_by_definition(const std::vector<float>& x, const Sa
   return logp;
 }
 
-TEST(Sampling, TheTransformGivesItsDefinitionsBitsForAnyVocabularyTemperatureTopKAndTopP) {
+TEST(Sampling, TheTransformGivesItsDefinitionsBitsForAnyVocabularyTemperatureTopKTopPAndMinP) {
   // Vocabularies of 1 to 49,152 tokens; logits like a language model's (a few large, a long flat
   // tail), flat ones, and ones on a coarse grid so that ties straddle every cut; top-p from 0.05 to
   // 0.999, with and without top-k. Among them rows whose running sum lands exactly on top_p
@@ -151,6 +202,7 @@ TEST(Sampling, TheTransformGivesItsDefinitionsBitsForAnyVocabularyTemperatureTop
   const float temps[] = {0.3f, 0.8f, 1.0f, 1.7f};
   const int ks[] = {0, 0, 1, 3, 40, 300};
   const float ps[] = {1.0f, 0.999f, 0.95f, 0.9f, 0.5f, 0.05f};
+  const float mins[] = {0.0f, 0.0f, 0.0f, 1e-4f, 0.05f, 0.3f};
   std::vector<float> got;
   int rows = 0;
   for (size_t V : sizes)
@@ -165,11 +217,12 @@ TEST(Sampling, TheTransformGivesItsDefinitionsBitsForAnyVocabularyTemperatureTop
                  : shape == 3 ? 1.0f                                                          // all equal
                               : 3.0f * z;                                                     // top_p on a sum
         }
-        SamplingParams sp{temps[rng() % 4], ks[rng() % 6], shape == 3 ? 0.5f : ps[rng() % 6], 0};
+        SamplingParams sp{temps[rng() % 4], ks[rng() % 6], shape == 3 ? 0.5f : ps[rng() % 6], 0, mins[rng() % 6]};
         if (shape == 4 && V > 1) {
           // top_p at (the float nearest) the exact running sum after a token of the order: the cut
           // then turns on the normaliser's last bits, which the vectorised sum does not have.
           sp.top_k = 0;
+          sp.min_p = 0;
           std::vector<size_t> order(V);
           for (size_t i = 0; i < V; ++i) order[i] = i;
           std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
@@ -188,7 +241,7 @@ TEST(Sampling, TheTransformGivesItsDefinitionsBitsForAnyVocabularyTemperatureTop
         for (size_t v = 0; v < V; ++v)
           ASSERT_EQ(std::memcmp(&got[v], &want[v], sizeof(float)), 0)
               << "V " << V << " shape " << shape << " trial " << trial << " T " << sp.temperature << " top_k " << sp.top_k
-              << " top_p " << sp.top_p << ": token " << v << " got " << got[v] << " want " << want[v];
+              << " top_p " << sp.top_p << " min_p " << sp.min_p << ": token " << v << " got " << got[v] << " want " << want[v];
       }
   EXPECT_GT(rows, 500);
 }
@@ -421,6 +474,10 @@ TEST(Sampling, InvalidParametersAreRejectedWithTheirValues) {
   EXPECT_THROW((SamplingParams{1.0f, -1, 1.0f, 0}.validate()), std::invalid_argument);
   EXPECT_THROW((SamplingParams{1.0f, 0, 0.0f, 0}.validate()), std::invalid_argument);
   EXPECT_THROW((SamplingParams{1.0f, 0, 1.5f, 0}.validate()), std::invalid_argument);
+  EXPECT_THROW((SamplingParams{1.0f, 0, 1.0f, 0, -0.1f}.validate()), std::invalid_argument);
+  EXPECT_THROW((SamplingParams{1.0f, 0, 1.0f, 0, 1.5f}.validate()), std::invalid_argument);
+  EXPECT_THROW((SamplingParams{1.0f, 0, 1.0f, 0, std::nanf("")}.validate()), std::invalid_argument);
+  EXPECT_NO_THROW((SamplingParams{1.0f, 0, 1.0f, 0, 1.0f}.validate()));
 }
 
 // Draws n tokens at positions 0..n-1 and returns the chi-square verdict against softmax(l/T).

@@ -164,7 +164,7 @@ struct JointRun {
 // counts do not depend on the split).
 JointRun speculative_joint(const MakeDrafter& make, const SamplingParams& sp, int k, int64_t n, float max_entropy = 0,
                            float min_confidence = 0, bool confidence_auto = false,
-                           SpecSampling mode = SpecSampling::Exact) {
+                           SpecSampling mode = SpecSampling::Exact, const SamplingParams* reference = nullptr) {
   constexpr int kThreads = 2;
   std::vector<std::vector<int64_t>> counts(kThreads, std::vector<int64_t>(kVocab * kVocab * kVocab, 0));
   std::vector<JointRun> runs(kThreads);
@@ -219,7 +219,7 @@ JointRun speculative_joint(const MakeDrafter& make, const SamplingParams& sp, in
     total.moved += runs[t].moved;
   }
   TinyPair m;
-  total.chi = test::chi_square_test(merged, target_joint(m, sp), n);
+  total.chi = test::chi_square_test(merged, target_joint(m, reference ? *reference : sp), n);
   return total;
 }
 
@@ -254,7 +254,8 @@ TEST_P(JointOfThreeTokens, MatchesTargetOnlySampling) {
   }
 }
 
-// Every K in {1, 3, 5} at both temperatures (1.0 and 0.7), and top-k / top-p with each K; one
+// Every K in {1, 3, 5} at both temperatures (1.0 and 0.7), top-k / top-p with each K, and min-p
+// alone and under top-p at K 3; one
 // cuts drafts at entropy 1.0 nats, one where the product of the tokens' q falls below 0.05, one
 // where it falls below the automatic threshold (starting at 0.3).
 INSTANTIATE_TEST_SUITE_P(KAndTransforms, JointOfThreeTokens,
@@ -264,12 +265,14 @@ INSTANTIATE_TEST_SUITE_P(KAndTransforms, JointOfThreeTokens,
                                            Case{1, {0.7f, 6, 0.9f, 0}},
                                            Case{3, {1.0f, 8, 0.9f, 0}}, Case{5, {0.7f, 8, 0.8f, 0}, 1.0f},
                                            Case{5, {0.7f, 0, 1.0f, 0}, 0, 0.05f},
-                                           Case{5, {0.7f, 0, 1.0f, 0}, 0, 0.3f, true}),
+                                           Case{5, {0.7f, 0, 1.0f, 0}, 0, 0.3f, true},
+                                           Case{3, {1.0f, 0, 1.0f, 0, 0.1f}}, Case{3, {0.7f, 0, 0.9f, 0, 0.05f}}),
                          [](const auto& info) {
                            const Case& c = info.param;
                            std::string n = "K" + std::to_string(c.k) + "_T" + std::to_string(static_cast<int>(c.sp.temperature * 10));
                            if (c.sp.top_k) n += "_topk" + std::to_string(c.sp.top_k);
                            if (c.sp.top_p < 1) n += "_topp" + std::to_string(static_cast<int>(c.sp.top_p * 100));
+                           if (c.sp.min_p > 0) n += "_minp" + std::to_string(static_cast<int>(c.sp.min_p * 100));
                            if (c.max_entropy > 0) n += "_entropy";
                            if (c.min_confidence > 0) n += "_confidence";
                            if (c.confidence_auto) n += "_auto";
@@ -346,6 +349,15 @@ TEST(JointOfThreeTokensControl, ADrafterThatMisreportsQFailsTheTest) {
                                        SamplingParams{1.0f, 0, 1.0f, 0}, 3, 200000);
   EXPECT_FALSE(r.chi.pass()) << "the planted bug went unnoticed: " << r.chi.str();
   std::printf("[ stats    ] planted bug: %s\n", r.chi.str().c_str());
+}
+
+// The min-p cases are not vacuous: on the tiny target, min-p 0.1 changes the joint enough that
+// runs which forget it (a verifier and drafter judging without min-p) fail against it.
+TEST(JointOfThreeTokensControl, RunsThatIgnoreMinPFailAgainstTheMinPJoint) {
+  const SamplingParams with_min_p{1.0f, 0, 1.0f, 0, 0.1f}, without{1.0f, 0, 1.0f, 0};
+  const JointRun r = speculative_joint(draft_model, without, 3, 100000, 0, 0, false, SpecSampling::Exact, &with_min_p);
+  EXPECT_FALSE(r.chi.pass()) << "min-p left out went unnoticed: " << r.chi.str();
+  std::printf("[ stats    ] min-p left out: %s\n", r.chi.str().c_str());
 }
 
 // Block verification (SpecSampling::Block) judges the same drafts as a whole: the draft model at
@@ -430,6 +442,7 @@ TEST(TinyModels, GreedySpeculativeOutputEqualsTargetOnlyGreedy) {
 TEST(TinyModels, CoupledOutputEqualsTargetOnlySamplingForEverySeed) {
   expect_same_as_generate(SamplingParams{0.8f, 0, 0.95f, 0}, SpecSampling::Coupled, 4);
   expect_same_as_generate(SamplingParams{1.3f, 5, 1.0f, 0}, SpecSampling::Coupled, 2);
+  expect_same_as_generate(SamplingParams{1.2f, 0, 1.0f, 0, 0.1f}, SpecSampling::Coupled, 3);
 }
 
 // The head's cache across rounds: what the drafter proposes after many rounds of rollback (its
