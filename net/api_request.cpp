@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <utility>
 
 #include "actors/sampler.h"
 
@@ -301,6 +302,14 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     if (const json* v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
       bad("suffix", "suffix is not supported");
     if (const json* v = field(body, "tools"); v && !(v->is_array() && v->empty())) bad("tools", "tools are not supported");
+    // Sampling options this server does not implement are refused at any but their neutral value,
+    // not ignored: a client asking for a penalty would otherwise get text it did not ask for.
+    for (const auto& [name, neutral] : {std::pair{"presence_penalty", 0.0}, std::pair{"frequency_penalty", 0.0},
+                                        std::pair{"repetition_penalty", 1.0}})
+      if (const json* v = field(body, name); v && !v->is_null() && number(*v, name) != neutral)
+        bad(name, std::string(name) + " is not supported (only " + (neutral == 0 ? "0" : "1") + "), got " + shown(*v));
+    if (const json* v = field(body, "logit_bias"); v && !v->is_null() && !(v->is_object() && v->empty()))
+      bad("logit_bias", "logit_bias is not supported (only {} or null)");
     if (const json* v = field(body, "response_format");
         v && !(v->is_object() && v->value("type", "text") == "text"))
       bad("response_format", "only response_format {\"type\":\"text\"} is supported");

@@ -86,6 +86,16 @@ def test_bad_requests_get_openai_errors_with_status_type_code_and_param(server):
     assert r.status_code == 400 and err["type"] == "invalid_request_error" and err["param"] == "temperature"
     r = post("/v1/completions", json.dumps({"prompt": "x", "top_p": 2}))
     assert r.status_code == 400 and r.json()["error"]["param"] == "top_p"
+    # Sampling options the server does not implement: a 400 naming the field, not silence; their
+    # neutral values (what many clients send by default) are accepted.
+    msgs = [{"role": "user", "content": "x"}]
+    for field, value in [("presence_penalty", 0.5), ("frequency_penalty", -1), ("repetition_penalty", 1.2),
+                         ("logit_bias", {"50256": -100}), ("presence_penalty", "0")]:
+        r = post("/v1/chat/completions", json.dumps({"messages": msgs, "max_tokens": 1, field: value}))
+        assert r.status_code == 400 and r.json()["error"]["param"] == field, (field, value, r.text)
+    r = post("/v1/chat/completions", json.dumps({"messages": msgs, "max_tokens": 1, "presence_penalty": 0,
+                                                 "frequency_penalty": 0.0, "repetition_penalty": 1, "logit_bias": {}}))
+    assert r.status_code == 200, r.text
     for min_p in (-0.1, 1.5, "0.1"):
         r = post("/v1/completions", json.dumps({"prompt": "x", "min_p": min_p}))
         assert r.status_code == 400 and r.json()["error"]["param"] == "min_p", (min_p, r.text)
