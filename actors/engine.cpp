@@ -245,7 +245,7 @@ TokenStream Engine::start(EngineRequest request, Admission* admission) {
       throw RequestError("invalid_request", field, e.what());
     }
   };
-  check("sampling", [&] { r.sampling.validate(); });
+  check("sampling", [&] { r.sampling.validate(m.model->config().vocab_size); });
   check("speculation", [&] { r.draft.validate(); });
   r.draft = r.draft.resolved(r.sampling.greedy());  // the actors read one threshold
   check("stop", [&] { validate_stop_strings(request.stop); });

@@ -42,6 +42,10 @@ actors::EngineRequest request_of(Request r) {
   e.sampling.top_k = r.top_k;
   e.sampling.top_p = r.top_p;
   e.sampling.min_p = r.min_p;
+  e.sampling.presence_penalty = r.presence_penalty;
+  e.sampling.frequency_penalty = r.frequency_penalty;
+  e.sampling.repetition_penalty = r.repetition_penalty;
+  e.sampling.logit_bias = std::move(r.logit_bias);
   if (r.seed) {
     e.sampling.seed = *r.seed;
   } else {

@@ -69,9 +69,14 @@ std::string Sampler::flush(Open& o) const {
   return shown;
 }
 
-RoundOutcome Sampler::apply_rule(const DraftProposal& draft, std::span<const float> target_logits, const RequestInfo& r,
-                            int64_t position, bool bonus) const {
-  const SpeculativeRequest& req = r.request;
+RoundOutcome Sampler::apply_rule(Open& o, const DraftProposal& draft, std::span<float> target_logits, int64_t position,
+                                 bool bonus) const {
+  const SpeculativeRequest& req = o.request->request;
+  if (!o.penalties && req.sampling.penalized()) {
+    const size_t rows = static_cast<size_t>(draft.k()) + (bonus ? 1 : 0);
+    o.penalties.emplace(req.sampling, req.prompt, static_cast<int64_t>(target_logits.size() / rows));
+  }
+  const PenalizedRows adjusted(o.penalties ? &*o.penalties : nullptr, target_logits, draft.tokens);
   if (rule_) return rule_(draft, target_logits, req.sampling, position, req.mode, bonus);
   return bonus ? verify_draft(draft, target_logits, req.sampling, position, req.mode)
                : verify_draft_without_bonus(draft, target_logits, req.sampling, position, req.mode);
@@ -89,6 +94,7 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
     const int32_t tok = tokens[i];
     const int64_t tok_position = position + static_cast<int64_t>(i);
     j.tokens.push_back(tok);
+    if (o.penalties) o.penalties->push(tok);
     ++st.generated;
     StreamEvent ev;
     ev.token = tok;
@@ -162,7 +168,7 @@ void Sampler::on(Judge& judge) {
     st.count_confidence(k, s.min_confidence);
     Judged j{s.request->id, k, 0, {}, false, false, 0, {}};
     if (!s.continued) {
-      const RoundOutcome outcome = s.verdict ? std::move(*s.verdict) : apply_rule(s.draft, s.target_logits, *s.request, s.position, true);
+      const RoundOutcome outcome = s.verdict ? std::move(*s.verdict) : apply_rule(o, s.draft, s.target_logits, s.position, true);
       st.count_judged(0, k, outcome.accepted);
       j.accepted = outcome.accepted;
       attach_hidden(s, outcome.accepted, j);
@@ -179,8 +185,7 @@ void Sampler::on(Judge& judge) {
     if (k == 0) attach_hidden(s, 0, j);
     if (k > 0) {
       const RoundOutcome first =
-          apply_rule(s.draft, std::span<const float>(s.target_logits).first(static_cast<size_t>(k) * vocab), *s.request,
-                s.position, false);
+          apply_rule(o, s.draft, std::span<float>(s.target_logits).first(static_cast<size_t>(k) * vocab), s.position, false);
       st.count_judged(0, k, first.accepted);
       j.accepted = first.accepted;
       attach_hidden(s, first.accepted, j);
@@ -216,14 +221,14 @@ void Sampler::judge_continuation(Open& o) {
   o.continuation.reset();
   const int k = static_cast<int>(p.scored.draft.k());
   const size_t vocab = p.scored.target_logits.size() / static_cast<size_t>(k + 1);
-  const auto last = std::span<const float>(p.scored.target_logits).subspan(static_cast<size_t>(k) * vocab, vocab);
+  const auto last = std::span<float>(p.scored.target_logits).subspan(static_cast<size_t>(k) * vocab, vocab);
   const int64_t position = p.scored.position + k;
   RoundOutcome second;
   if (c.draft.k() == 0) {
-    second = apply_rule(c.draft, last, *p.scored.request, position, true);  // nothing drafted: the bonus token
+    second = apply_rule(o, c.draft, last, position, true);  // nothing drafted: the bonus token
   } else {
     // the ordinary rule at the bonus position: accept t_{k+1} with min(1, p/q), else the residual
-    second = apply_rule(c.draft, last, *p.scored.request, position, false);
+    second = apply_rule(o, c.draft, last, position, false);
     o.stats.count_judged(k, 1, second.accepted);
     p.judged.drafted += 1;
     p.judged.accepted += second.accepted;

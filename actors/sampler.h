@@ -12,6 +12,7 @@
 #include "actors/messages.h"
 #include "actors/trace.h"
 #include "model/tokenizer.h"
+#include "spec/penalties.h"
 
 namespace specula::actors {
 
@@ -65,10 +66,15 @@ class Sampler : public Actor<Sampler, SamplerMessage> {
     std::optional<Parked> parked;
     std::optional<Continuation> continuation;
     std::uint64_t judged_round = 0;  // the last round judged
+    // The output so far, for a request with penalties or logit bias (made at its first round,
+    // when the rows' width is known; every emitted token is pushed).
+    std::optional<PenaltyHistory> penalties;
   };
   Open& open(const RequestRef& request);
-  RoundOutcome apply_rule(const DraftProposal& draft, std::span<const float> target_logits, const RequestInfo& r,
-                     int64_t position, bool bonus) const;
+  // Judges `draft` against `target_logits` (k + 1 rows with the bonus row, k without), adjusted
+  // for the request's penalties while the rule runs (the raw values are back on return).
+  RoundOutcome apply_rule(Open& o, const DraftProposal& draft, std::span<float> target_logits, int64_t position,
+                          bool bonus) const;
   // Sends `tokens` (the first `from_draft` accepted drafts; the first at absolute `position`) to
   // the request's stream through the stop rules; true if the request finished. `rows`: the
   // target's logits rows the tokens were judged against, a row a token from the first, `vocab`

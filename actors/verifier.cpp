@@ -80,9 +80,10 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
   // Where the device judges, the logits stay there and only verdicts come back; a round with an
   // optimistic continuation keeps its rows on the host (the sampler judges the continuation
   // token against the last row once it arrives), and so does one with a request that asked for
-  // log-probabilities (the sampler reads them off the rows).
+  // log-probabilities (the sampler reads them off the rows) or penalties (the sampler adjusts the
+  // rows by the request's output: spec/penalties.h).
   const bool on_device = device_judge_ && std::none_of(round.items.begin(), round.items.end(), [](const Drafted& d) {
-                           return d.continued || d.request->logprobs >= 0;
+                           return d.continued || d.request->logprobs >= 0 || d.request->request.sampling.penalized();
                          });
   const auto t0 = std::chrono::steady_clock::now();
   LlamaModel::DeviceLogits device_logits;

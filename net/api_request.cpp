@@ -1,9 +1,11 @@
 // Request fields -> EngineRequest, with errors that name the field (docs/protocol.md).
 #include "net/api_request.h"
 
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <tuple>
 #include <utility>
 
 #include "actors/sampler.h"
@@ -57,6 +59,29 @@ double number(const json& v, const std::string& name) {
   const double x = v.get<double>();
   if (!std::isfinite(x)) bad(name, name + " must be finite");
   return x;
+}
+
+// OpenAI's logit_bias: {"token id": bias}, the ids this model's (as vLLM takes them), each bias in
+// [-100, 100], at most kMaxLogitBias entries.
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const json& v, int64_t vocab) {
+  if (!v.is_object()) bad("logit_bias", "logit_bias must be an object of token ids to numbers, got " + shown(v));
+  if (v.size() > kMaxLogitBias)
+    bad("logit_bias", "logit_bias has " + std::to_string(v.size()) + " entries; the limit is " + std::to_string(kMaxLogitBias));
+  std::vector<std::pair<int32_t, float>> out;
+  for (const auto& [key, value] : v.items()) {
+    int64_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || key.empty())
+      bad("logit_bias", "logit_bias keys must be token ids, got \"" + key + "\"");
+    if (id < 0 || id >= vocab)
+      bad("logit_bias", "logit_bias: token id " + key + " is outside the vocabulary of " + std::to_string(vocab));
+    if (!value.is_number()) bad("logit_bias", "logit_bias: the bias of token " + key + " must be a number, got " + shown(value));
+    const double b = value.get<double>();
+    if (!(b >= -100 && b <= 100))
+      bad("logit_bias", "logit_bias: the bias of token " + key + " must be in [-100, 100], got " + shown(value));
+    out.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+  }
+  return out;
 }
 
 std::string text_content(const json& content, const std::string& name, bool parts_allowed) {
@@ -238,6 +263,21 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     if (!(p >= 0 && p <= 1)) bad("min_p", "min_p must be in [0, 1] (0 = off), got " + shown(*v));
     sp.min_p = static_cast<float>(p);
   }
+  // Penalties over the request's own tokens and logit bias (spec/penalties.h; OpenAI's ranges,
+  // vLLM's definitions; repetition_penalty is vLLM's and llama.cpp's extension).
+  for (const auto& [name, lo, hi, out_of] :
+       {std::tuple{"presence_penalty", -2.0, 2.0, &sp.presence_penalty}, std::tuple{"frequency_penalty", -2.0, 2.0, &sp.frequency_penalty}})
+    if (const json* v = field(body, name)) {
+      const double x = number(*v, name);
+      if (!(x >= lo && x <= hi)) bad(name, std::string(name) + " must be in [-2, 2] (0 = off), got " + shown(*v));
+      *out_of = static_cast<float>(x);
+    }
+  if (const json* v = field(body, "repetition_penalty")) {
+    const double x = number(*v, "repetition_penalty");
+    if (!(x > 0 && x <= 2)) bad("repetition_penalty", "repetition_penalty must be in (0, 2] (1 = off), got " + shown(*v));
+    sp.repetition_penalty = static_cast<float>(x);
+  }
+  if (const json* v = field(body, "logit_bias")) sp.logit_bias = parse_logit_bias(*v, vocab);
   if (const json* v = field(body, "top_k")) sp.top_k = static_cast<int>(std::max<int64_t>(0, integer(*v, "top_k", -1, vocab)));
   if (const json* v = field(body, "seed")) {
     if (!v->is_number_integer()) bad("seed", "seed must be an integer, got " + shown(*v));
@@ -302,14 +342,6 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     if (const json* v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
       bad("suffix", "suffix is not supported");
     if (const json* v = field(body, "tools"); v && !(v->is_array() && v->empty())) bad("tools", "tools are not supported");
-    // Sampling options this server does not implement are refused at any but their neutral value,
-    // not ignored: a client asking for a penalty would otherwise get text it did not ask for.
-    for (const auto& [name, neutral] : {std::pair{"presence_penalty", 0.0}, std::pair{"frequency_penalty", 0.0},
-                                        std::pair{"repetition_penalty", 1.0}})
-      if (const json* v = field(body, name); v && !v->is_null() && number(*v, name) != neutral)
-        bad(name, std::string(name) + " is not supported (only " + (neutral == 0 ? "0" : "1") + "), got " + shown(*v));
-    if (const json* v = field(body, "logit_bias"); v && !v->is_null() && !(v->is_object() && v->empty()))
-      bad("logit_bias", "logit_bias is not supported (only {} or null)");
     if (const json* v = field(body, "response_format");
         v && !(v->is_object() && v->value("type", "text") == "text"))
       bad("response_format", "only response_format {\"type\":\"text\"} is supported");

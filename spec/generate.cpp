@@ -5,6 +5,8 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "spec/penalties.h"
+
 namespace specula {
 
 namespace {
@@ -14,7 +16,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 GenerateStats generate(LlamaModel& model, KvCache& kv, int seq, const GenerateRequest& req, const TokenCallback& on_token) {
-  req.sampling.validate();
+  req.sampling.validate(model.config().vocab_size);
   if (req.max_tokens < 1) throw std::invalid_argument("max_tokens must be >= 1, got " + std::to_string(req.max_tokens));
   if (req.prompt.empty()) throw std::invalid_argument("the prompt is empty");
   const int64_t ctx = model.config().max_positions;
@@ -31,10 +33,15 @@ GenerateStats generate(LlamaModel& model, KvCache& kv, int seq, const GenerateRe
   st.prefill_seconds = seconds_since(t0);
 
   const FinishRule rule = req.finish_rule(ctx);
+  PenaltyHistory penalties(req.sampling, req.prompt, model.config().vocab_size);
+  PenaltyHistory::Undo undo;  // not restored: the next forward overwrites the row
   auto t1 = std::chrono::steady_clock::now();
   for (;;) {
     const int64_t position = kv.length(seq);  // where the new token will sit
+    penalties.apply(logits, {}, undo);
+    undo.saved.clear();
     const int32_t tok = sample_token(logits, req.sampling, position);
+    penalties.push(tok);
     ++st.generated;
     if (st.generated == 1) t1 = std::chrono::steady_clock::now();
     st.finish_reason = on_token(tok) ? rule.after(tok, st.generated, position) : FinishReason::Cancelled;

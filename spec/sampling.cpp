@@ -21,6 +21,29 @@ void SamplingParams::validate() const {
     throw std::invalid_argument("top_p must be in (0, 1], got " + std::to_string(top_p));
   if (!(min_p >= 0.0f && min_p <= 1.0f))
     throw std::invalid_argument("min_p must be in [0, 1] (0 = off), got " + std::to_string(min_p));
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f))
+    throw std::invalid_argument("presence_penalty must be in [-2, 2] (0 = off), got " + std::to_string(presence_penalty));
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
+    throw std::invalid_argument("frequency_penalty must be in [-2, 2] (0 = off), got " + std::to_string(frequency_penalty));
+  if (!(repetition_penalty > 0.0f && repetition_penalty <= 2.0f))
+    throw std::invalid_argument("repetition_penalty must be in (0, 2] (1 = off), got " + std::to_string(repetition_penalty));
+  if (logit_bias.size() > kMaxLogitBias)
+    throw std::invalid_argument("logit_bias: at most " + std::to_string(kMaxLogitBias) + " tokens, got " +
+                                std::to_string(logit_bias.size()));
+  for (const auto& [token, bias] : logit_bias) {
+    if (token < 0) throw std::invalid_argument("logit_bias: token id " + std::to_string(token) + " is negative");
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      throw std::invalid_argument("logit_bias: the bias of token " + std::to_string(token) + " must be in [-100, 100], got " +
+                                  std::to_string(bias));
+  }
+}
+
+void SamplingParams::validate(int64_t vocab) const {
+  validate();
+  for (const auto& [token, bias] : logit_bias)
+    if (token >= vocab)
+      throw std::invalid_argument("logit_bias: token id " + std::to_string(token) + " is outside the vocabulary of " +
+                                  std::to_string(vocab));
 }
 
 int32_t argmax(std::span<const float> x) {

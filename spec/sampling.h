@@ -13,16 +13,32 @@
 
 namespace specula {
 
+// OpenAI's limit on logit_bias entries (vLLM takes any number; 300 is what OpenAI documents).
+inline constexpr size_t kMaxLogitBias = 300;
+
 struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy
   int top_k = 0;             // 0 = off
   float top_p = 1.0f;        // 1 = off; must be in (0, 1]
   uint64_t seed = 0;
   float min_p = 0.0f;        // 0 = off; in [0, 1]: keep the tokens at least min_p x the most probable
+  // Changes to a row's raw logits that read the request's own tokens (spec/penalties.h; vLLM's
+  // definitions and order): logit_bias, then repetition over the prompt's and the output's tokens,
+  // then frequency and presence over the output's. All off by default.
+  float presence_penalty = 0.0f;    // in [-2, 2]: minus this for a token the output holds
+  float frequency_penalty = 0.0f;   // in [-2, 2]: minus this times the token's count in the output
+  float repetition_penalty = 1.0f;  // in (0, 2]: a seen token's logit divided by it (> 0) or times it
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id, bias in [-100, 100], added to its logit
 
   bool greedy() const { return temperature <= 0.0f; }
+  // Any of the four above away from its neutral value: the rows must be adjusted before judging.
+  bool penalized() const {
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f || !logit_bias.empty();
+  }
   // Throws std::invalid_argument naming the bad field and value.
   void validate() const;
+  // The same, and every logit_bias token inside a vocabulary of `vocab`.
+  void validate(int64_t vocab) const;
 };
 
 // logp[v] = log softmax(logits / T) restricted to the min-p / top-k / top-p set (renormalised),

@@ -39,11 +39,23 @@ DeviceSampling device_sampling(const SamplingParams& sp, SpecSampling mode) {
 
 RoundOutcome verify_draft_on_device(Ops& ops, const LlamaModel::DeviceLogits& target_logits, int64_t vocab,
                                     const DraftProposal& draft, const SamplingParams& sp, int64_t position,
-                                    SpecSampling mode, DeviceBuffer& q_device) {
+                                    SpecSampling mode, DeviceBuffer& q_device, PenaltyHistory* penalties) {
   const int64_t k = draft.k();
   if (target_logits.rows != k + 1)
     throw std::invalid_argument("verify_draft: " + std::to_string(target_logits.rows) + " rows of target logits are not k+1 = " +
                                 std::to_string(k + 1) + " rows");
+  // Penalties adjust each row by the output before it (spec/penalties.h): on a host copy of the
+  // rows, which the device's logits buffer and its judge know nothing of.
+  if (penalties != nullptr && penalties->active()) {
+    std::vector<float> host(static_cast<size_t>((k + 1) * vocab));
+    if (ops.judges_on_device())
+      ops.copy_to_host(target_logits.data, host.data(), host.size());
+    else
+      std::copy(target_logits.data, target_logits.data + host.size(), host.begin());
+    PenaltyHistory::Undo undo;
+    penalties->apply(host, draft.tokens, undo);
+    return verify_draft(draft, host, sp, position, mode);
+  }
   // A device that judges rounds itself implements the token rules (greedy, exact, coupled) over
   // temperature, top-k and top-p; the block rule and min-p run on the host over a copy of the rows.
   if (ops.judges_on_device() && (mode == SpecSampling::Block || sp.min_p > 0.0f) && !sp.greedy()) {
@@ -70,7 +82,7 @@ RoundOutcome verify_draft_on_device(Ops& ops, const LlamaModel::DeviceLogits& ta
 
 SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, Drafter& drafter,
                                       const SpeculativeRequest& req, const SpecTokenCallback& on_token) {
-  req.sampling.validate();
+  req.sampling.validate(target.config().vocab_size);
   req.draft.validate();
   if (req.max_tokens < 1) throw std::invalid_argument("max_tokens must be >= 1, got " + std::to_string(req.max_tokens));
   if (req.prompt.empty()) throw std::invalid_argument("the prompt is empty");
@@ -116,6 +128,7 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
   std::vector<int32_t> verify_tokens;
   const int64_t vocab = target.config().vocab_size;
   DeviceBuffer q_device;  // the draft's q rows on the CUDA device (exact sampling)
+  PenaltyHistory penalties(req.sampling, req.prompt, vocab);  // the output so far, for penalties
 
   const auto t_decode = Clock::now();
   for (;;) {
@@ -146,7 +159,7 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
     ForwardSeq fs{seq, verify_tokens, true};
     const LlamaModel::DeviceLogits p = target.forward_on_device({&fs, 1}, kv);
     const RoundOutcome verdict = verify_draft_on_device(target.ops(), p, vocab, draft, req.sampling, position, req.mode,
-                                                        q_device);
+                                                        q_device, &penalties);
     const int n = verdict.accepted;
 
     // 6. Roll both caches back to the committed tokens (g, t1..tn; the new last token is not fed),
@@ -174,6 +187,7 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
       const int64_t tok_position = position + j;
       const TokenOrigin origin = j < n ? TokenOrigin::Accepted : verdict.bonus ? TokenOrigin::Bonus : TokenOrigin::Recovered;
       context.push_back(tok);
+      penalties.push(tok);
       ++st.generated;
       const FinishReason finish =
           on_token(tok, origin) ? rule.after(tok, st.generated, tok_position) : FinishReason::Cancelled;

@@ -9,6 +9,7 @@
 #include "spec/adaptive_k.h"
 #include "spec/drafter.h"
 #include "spec/generate.h"
+#include "spec/penalties.h"
 #include "spec/speculative_sampling.h"
 
 namespace specula {
@@ -74,10 +75,12 @@ struct SpeculativeStats : GenerateStats {
 // where the device judges (Ops::judges_on_device, the CUDA device: gpu/cuda/device_verify.h) the
 // acceptance step runs there and only the
 // verdict crosses to the host, not k + 1 rows of the vocabulary. For exact sampling the draft's
-// q rows are first copied into `q_device` (grown as needed, kept between rounds).
+// q rows are first copied into `q_device` (grown as needed, kept between rounds). With
+// `penalties` active (the request's output so far: spec/penalties.h) the rows are adjusted on a
+// host copy and judged there.
 RoundOutcome verify_draft_on_device(Ops& ops, const LlamaModel::DeviceLogits& target_logits, int64_t vocab,
                                     const DraftProposal& draft, const SamplingParams& sp, int64_t position,
-                                    SpecSampling mode, DeviceBuffer& q_device);
+                                    SpecSampling mode, DeviceBuffer& q_device, PenaltyHistory* penalties = nullptr);
 
 // A request's sampling as the device's acceptance step takes it (gpu/device_judge.h).
 DeviceSampling device_sampling(const SamplingParams& sp, SpecSampling mode);

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
@@ -55,6 +56,13 @@ struct Request {
   int top_k = 0;                      // 0 = off
   float top_p = 1.0f;
   float min_p = 0.0f;                 // 0 = off; keep tokens at least min_p x the most probable (after temperature)
+  // Over the request's own tokens, before the temperature (vLLM's definitions; docs/speculative.md,
+  // "Penalties"): presence and frequency in [-2, 2] over the output, repetition in (0, 2] over the
+  // prompt and the output, and a bias in [-100, 100] added to chosen tokens' logits.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  std::vector<std::pair<std::int32_t, float>> logit_bias;  // token id, bias
   std::optional<std::uint64_t> seed;  // none: a random seed
   std::string mode;                   // "exact" (rejection sampling), "block" (block verification) or "coupled"; "" = coupled with a seed, else exact
   std::vector<std::string> stop;      // the text ends before the first of these

@@ -67,6 +67,7 @@ def test_a_message_without_a_type_gets_unknown_type(server):
 
 @pytest.mark.parametrize("field,value", [
     ("max_tokens", "12"), ("max_tokens", 1.5), ("temperature", "hot"), ("top_p", [0.5]), ("top_k", 2.5), ("min_p", "low"), ("min_p", 2),
+    ("presence_penalty", 3), ("repetition_penalty", -1), ("logit_bias", {"x": 1}),
     ("seed", "x"), ("stop", 5), ("stop", ["ok", 3]), ("messages", "hello"), ("messages", [{"role": "user"}]),
     ("messages", [{"role": "wizard", "content": "x"}]), ("speculation", 4), ("speculation", {"k": "4"}),
     ("speculation", {"adaptive": "yes"}), ("speculation", {"mode": "fast"}),

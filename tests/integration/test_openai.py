@@ -86,11 +86,13 @@ def test_bad_requests_get_openai_errors_with_status_type_code_and_param(server):
     assert r.status_code == 400 and err["type"] == "invalid_request_error" and err["param"] == "temperature"
     r = post("/v1/completions", json.dumps({"prompt": "x", "top_p": 2}))
     assert r.status_code == 400 and r.json()["error"]["param"] == "top_p"
-    # Sampling options the server does not implement: a 400 naming the field, not silence; their
-    # neutral values (what many clients send by default) are accepted.
+    # Penalties and logit bias out of their ranges (OpenAI's; repetition_penalty is vLLM's): a 400
+    # naming the field; their neutral values (what many clients send by default) are accepted.
     msgs = [{"role": "user", "content": "x"}]
-    for field, value in [("presence_penalty", 0.5), ("frequency_penalty", -1), ("repetition_penalty", 1.2),
-                         ("logit_bias", {"50256": -100}), ("presence_penalty", "0")]:
+    for field, value in [("presence_penalty", 2.5), ("frequency_penalty", -3), ("repetition_penalty", 0),
+                         ("repetition_penalty", 2.5), ("presence_penalty", "0"), ("logit_bias", {"abc": 1}),
+                         ("logit_bias", {"999999": -100}), ("logit_bias", {"5": 101}), ("logit_bias", {"5": "1"}),
+                         ("logit_bias", [5]), ("logit_bias", {str(i): 1 for i in range(301)})]:
         r = post("/v1/chat/completions", json.dumps({"messages": msgs, "max_tokens": 1, field: value}))
         assert r.status_code == 400 and r.json()["error"]["param"] == field, (field, value, r.text)
     r = post("/v1/chat/completions", json.dumps({"messages": msgs, "max_tokens": 1, "presence_penalty": 0,
@@ -181,6 +183,35 @@ def test_greedy_logprobs_are_the_same_numbers_with_the_main_jobs_speculation_as_
     assert on.choices[0].message.content == off.choices[0].message.content
     assert [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs]) for t in on.choices[0].logprobs.content] == \
         [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs]) for t in off.choices[0].logprobs.content]
+
+
+def test_penalties_and_logit_bias_change_the_text_and_give_the_same_text_with_the_main_jobs_speculation_as_without(
+        fresh_server):
+    # Each verify row is adjusted by the output before it, the round's own drafts included
+    # (docs/speculative.md, "Penalties"), so greedy text with penalties is target-only greedy text
+    # with them; it differs from the text without them. A logit bias of +100 on one token makes
+    # greedy decoding repeat it.
+    messages = [{"role": "user", "content": "List five colours, then five animals, then five fruits."}]
+    penalties = dict(frequency_penalty=0.7, presence_penalty=0.4, extra_body={"repetition_penalty": 1.1})
+    results = []
+    for args in (["--draft", "none"], MAIN_JOB_ARGS):
+        srv = fresh_server(*args)
+        c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        plain = c.chat.completions.create(model="any", messages=messages, max_tokens=64, temperature=0)
+        penalized = c.chat.completions.create(model="any", messages=messages, max_tokens=64, temperature=0, **penalties)
+        streamed = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+            model="any", messages=messages, max_tokens=64, temperature=0, stream=True, **penalties) if ch.choices)
+        biased = c.completions.create(model="any", prompt="Once upon a time", max_tokens=5, temperature=0,
+                                      logit_bias={"28": 100}, logprobs=0)
+        results.append((plain, penalized, streamed, biased))
+    (off_plain, off_pen, off_streamed, off_biased), (on_plain, on_pen, on_streamed, on_biased) = results
+    assert off_pen.choices[0].message.content != off_plain.choices[0].message.content, "the penalties changed nothing"
+    assert on_pen.model_extra["speculation"]["accepted"] > 0, "the main job's server kept no draft with penalties"
+    assert on_pen.choices[0].message.content == off_pen.choices[0].message.content
+    assert on_streamed == off_streamed == off_pen.choices[0].message.content
+    tokens = off_biased.choices[0].logprobs.tokens
+    assert len(tokens) == 5 and len(set(tokens)) == 1, tokens
+    assert on_biased.choices[0].text == off_biased.choices[0].text
 
 
 def test_completion_logprobs_have_the_legacy_shape(client, model_id):

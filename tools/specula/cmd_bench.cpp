@@ -64,6 +64,7 @@ const char* kUsage =
     "                          [--spec-k K] [--adaptive] [--spec-k-min K] [--spec-k-max K] [--spec-k-max-greedy K]\n"
     "                          [--draft-entropy NATS] [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                          [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
+    "                          [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
     "                          [--spec-sampling exact|block|coupled|both|LIST] [--repeat R] [--threads N] [--device D] [--ctx N]\n"
     "  Runs a prompt set (JSON lines with \"messages\" and an optional \"max_tokens\"; default\n"
     "  ../shared/data/prompts/chat.jsonl) target-only and with each drafter, prompt by prompt so that\n"
@@ -392,7 +393,7 @@ int bench_spec(const Args& a) {
   j["prompts"] = prompts.size();
   j["repeats"] = repeat;
   j["prompt_file"] = a.str("prompts", "../shared/data/prompts/chat.jsonl");
-  j["sampling"] = {{"temperature", base.temperature}, {"top_k", base.top_k}, {"top_p", base.top_p}, {"min_p", base.min_p}, {"seed", base.seed}};
+  j["sampling"] = sampling_json(base);
   if (lengths.size() == 1) j.update(draft_length_json(lengths[0]));  // with a grid, each run names its own
   j["runs"] = out;
   std::cout << j.dump(2) << "\n";
@@ -408,7 +409,7 @@ int cmd_bench(int argc, char** argv) {
     std::set<std::string> flags;
     if (what == "spec") {
       options.insert({"prompts", "drafts", "limit", "max-tokens", "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence",
-                      "draft-confidence-greedy", "temperature", "top-k", "top-p", "min-p", "seed", "spec-sampling"});
+                      "draft-confidence-greedy", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "seed", "spec-sampling"});
       options.insert(kEngineBenchOptions.begin(), kEngineBenchOptions.end());
       flags.insert({"adaptive", "pipeline-always"});
     } else {

@@ -287,7 +287,7 @@ int bench_spec_engine(const Args& a) {
   j["threads"] = a.integer("threads", 2);
   j["max_tokens"] = max_tokens;
   j["prompt_file"] = a.str("prompts", "../shared/data/prompts/chat.jsonl");
-  j["sampling"] = {{"temperature", base.temperature}, {"top_k", base.top_k}, {"top_p", base.top_p}, {"min_p", base.min_p}, {"seed", base.seed}};
+  j["sampling"] = sampling_json(base);
   j.update(draft_length_json(draft));
   j["runs"] = runs;
   std::cout << j.dump(2) << "\n";

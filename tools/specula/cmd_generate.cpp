@@ -27,6 +27,7 @@ namespace {
 const char* kUsage =
     "usage: specula generate [--model PATH] (--prompt TEXT | --prompt-ids 1,2,3) [--chat] [--system TEXT]\n"
     "                        [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
+    "                        [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
     "                        [--json] [--device auto|host|cuda] [--threads N] [--ctx N]\n"
     "                        [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--spec-k K] [--adaptive]\n"
     "                        [--spec-k-min K] [--spec-k-max K] [--spec-k-max-greedy K] [--draft-entropy NATS]\n"
@@ -34,7 +35,8 @@ const char* kUsage =
     "                        [--spec-sampling exact|block|coupled] [--pipeline off|on|always] [--trace FILE] [--sequential]\n"
     "  Streams the continuation to stdout and ends with prefill and decode tokens/s on stderr.\n"
     "  --chat applies the model's chat template to the prompt (as one user message).\n"
-    "  Defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0 (off), max-tokens 256, a random seed (printed).\n"
+    "  Defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0 (off), max-tokens 256, a random seed (printed);\n"
+    "  penalties off (presence and frequency 0, in [-2, 2]; repetition 1, in (0, 2]: docs/speculative.md).\n"
     "  --json prints one JSON object {prompt_ids, ids, text, finish_reason, ...} instead.\n"
     "  --draft runs exact speculative decoding: ngram (prompt lookup, n = 3 by default), skip:LAYERS\n"
     "  (the model itself with layers skipped, e.g. skip:10-19 or skip:3,5,7-9), eagle (the trained\n"
@@ -86,6 +88,9 @@ SamplingParams sampling_from_args(const Args& a, const SamplingDefaults& d) {
   sp.top_k = static_cast<int>(a.integer("top-k", d.top_k));
   sp.top_p = static_cast<float>(a.number("top-p", d.top_p));
   sp.min_p = static_cast<float>(a.number("min-p", 0.0));
+  sp.presence_penalty = static_cast<float>(a.number("presence-penalty", 0.0));
+  sp.frequency_penalty = static_cast<float>(a.number("frequency-penalty", 0.0));
+  sp.repetition_penalty = static_cast<float>(a.number("repetition-penalty", 1.0));
   sp.seed = a.has("seed") ? static_cast<uint64_t>(a.integer("seed", 0)) : d.seed ? *d.seed : std::random_device{}();
   try {
     sp.validate();
@@ -143,7 +148,7 @@ DraftLengthConfig draft_length_from_args(const Args& a) {
 
 int cmd_generate(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
-  options.insert({"prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "seed"});
+  options.insert({"prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "seed"});
   options.insert(kEngineRunOptions.begin(), kEngineRunOptions.end());
   const Args a(argc, argv, options, {"chat", "json", "adaptive", "sequential"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }

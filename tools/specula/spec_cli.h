@@ -40,6 +40,16 @@ inline nlohmann::json draft_length_json(const DraftLengthConfig& d) {
   return j;
 }
 
+// A run's sampling settings as the benchmarks print them (penalties only where set).
+inline nlohmann::json sampling_json(const SamplingParams& sp) {
+  nlohmann::json j = {{"temperature", sp.temperature}, {"top_k", sp.top_k}, {"top_p", sp.top_p}, {"min_p", sp.min_p},
+                      {"seed", sp.seed}};
+  if (sp.presence_penalty != 0.0f) j["presence_penalty"] = sp.presence_penalty;
+  if (sp.frequency_penalty != 0.0f) j["frequency_penalty"] = sp.frequency_penalty;
+  if (sp.repetition_penalty != 1.0f) j["repetition_penalty"] = sp.repetition_penalty;
+  return j;
+}
+
 inline nlohmann::json spec_stats_json(const SpeculativeStats& st) {
   nlohmann::json j;
   j["rounds"] = st.rounds;

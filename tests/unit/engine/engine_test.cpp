@@ -416,6 +416,47 @@ TEST(Engine, TheLogprobsOfSpeculativeGreedyTokensAreTheTargetsOwnBitForBit) {
   EXPECT_TRUE(s->ngram->generate_blocking(s->request(0, 4)).logprobs.empty());
 }
 
+// Penalties and logit bias on the default model: the engine's greedy text with them, alone, among
+// others, pipelined, and with speculation off, equals target-only generate() with them (each
+// verify row adjusted by the output before it, the round's drafts included), and it is not the
+// text without them.
+TEST(Engine, WithPenaltiesGreedyOutputAloneAmongOthersAndPipelinedEqualsTargetOnlyGenerate) {
+  REQUIRE_SETUP(s);
+  SamplingParams sp{0.0f, 0, 1.0f, 0};
+  sp.frequency_penalty = 0.6f;
+  sp.presence_penalty = 0.4f;
+  sp.repetition_penalty = 1.15f;
+  sp.logit_bias = {{28, 3.0f}};
+  for (int p = 0; p < 2; ++p) {
+    const EngineRequest r = s->request(p, sp);
+    GenerateRequest g;
+    g.prompt = r.prompt_ids;
+    g.max_tokens = r.max_tokens;
+    g.sampling = sp;
+    std::vector<int32_t> want;
+    s->kv->truncate_to(s->seq, 0);
+    generate(*s->model, *s->kv, s->seq, g, [&](int32_t t) { want.push_back(t); return true; });
+    EXPECT_NE(want, s->greedy(kNgram, p)) << "the penalties changed nothing on prompt " << p;
+    int64_t accepted = 0;
+    for (Engine* e : {s->ngram.get(), s->ngram_pipelined.get(), s->skip.get()}) {
+      const GenerateResult got = e->generate_blocking(r);
+      ASSERT_TRUE(got.error.empty()) << got.error;
+      EXPECT_EQ(got.tokens, want) << "prompt " << p;
+      accepted += got.stats.accepted;
+    }
+    EngineRequest off = r;
+    off.speculate = false;
+    EXPECT_EQ(s->ngram->generate_blocking(off).tokens, want) << "speculation off, prompt " << p;
+    EXPECT_GT(accepted, 0) << "no draft was accepted: the rows after a draft were never judged";
+    std::vector<TokenStream> streams;
+    for (int i = 0; i < 6; ++i) streams.push_back(s->ngram->start(i == 3 ? r : s->request(i % kPrompts)));
+    std::vector<Collected> got;
+    for (TokenStream& st : streams) got.push_back(collect(st));
+    EXPECT_EQ(got[3].tokens, want) << "among others, prompt " << p;
+  }
+  EXPECT_TRUE(wait_until_idle_with_full_pool(*s->ngram));
+}
+
 TEST(Engine, ASeededSampledRequestGivesTheSameTextAloneAndAmongFifteenOthers) {
   REQUIRE_SETUP(s);
   Engine& e = *s->ngram;

@@ -27,6 +27,7 @@
 #include "actors/engine.h"
 #include "gpu/host/host_device.h"
 #include "gpu/llama.h"
+#include "spec/penalties.h"
 #include "spec/sampling.h"
 #include "tests/unit/model/model_file_writer.h"
 #include "tests/unit/spec/chi_square.h"
@@ -121,6 +122,11 @@ std::vector<double> target_joint(const LoadedModel& files, const SamplingParams&
     kv.truncate_to(seq, 0);
     ForwardSeq fs{seq, ctx, false};
     model.forward({&fs, 1}, kv, logits);
+    // Penalties read the output so far (generate()'s adjustment; none without them).
+    PenaltyHistory history(sp, prompt, kVocab);
+    for (size_t i = prompt.size(); i < ctx.size(); ++i) history.push(ctx[i]);
+    PenaltyHistory::Undo undo;
+    history.apply(std::span<float>(logits).last(kVocab), {}, undo);
     transform_to_probs(std::span<const float>(logits).last(kVocab), sp, probs);
     const std::vector<float> p = probs;
     for (int32_t t = 0; t < kVocab; ++t) {
@@ -410,6 +416,34 @@ TEST(EngineExactness, BlockVerifiedOutputHasTheTargetsJointDistributionWithPipel
   const Outcome on = run_through_engine({kTruncated, 2, true, Bug::None, Draft::Skip, 0, SpecSampling::Block});
   EXPECT_TRUE(on.chi.pass()) << on.chi.str();
   EXPECT_GT(on.last_from_draft, kRuns / 20);
+}
+
+// Penalties and logit bias through the engine: the sampler adjusts each row by the request's output
+// before it, the round's own drafts included, and the continuation's row by the output after the
+// round's accepted drafts. Pipelined with each request alone (the last token judged as the
+// continuation), 32 at a time without pipelining, and the n-gram drafter on a repeating prompt
+// (its proposals are repeats, which the penalties push down). The control: a verifier that leaves
+// the round's drafts out of its later rows (test_seams::set_penalties_ignore_draft) fails.
+const SamplingParams kPenalized{0.9f, 0, 1.0f, 0, 0.0f, 0.7f, 0.5f, 1.4f, {{3, 1.0f}}};
+
+TEST(EngineExactness, PenalizedSampledOutputHasTheTargetsJointDistributionWithPipeliningOffAndOn) {
+  const Outcome alone = run_through_engine({kPenalized, 1, true});
+  EXPECT_TRUE(alone.chi.pass()) << alone.chi.str();
+  EXPECT_GT(alone.last_from_draft, kRuns / 20) << "the continuation token should often be accepted";
+  const Outcome off = run_through_engine({kPenalized, 2, false});
+  EXPECT_TRUE(off.chi.pass()) << off.chi.str();
+  EXPECT_GT(off.accepted, 0);
+  EXPECT_LT(off.accepted, off.drafted);
+  const Outcome ngram = run_through_engine({kPenalized, 2, false, Bug::None, Draft::Ngram});
+  EXPECT_TRUE(ngram.chi.pass()) << ngram.chi.str();
+  EXPECT_GT(ngram.accepted, 0);
+}
+
+TEST(EngineExactness, AVerifierThatLeavesTheRoundsDraftsOutOfItsLaterRowsPenaltiesFails) {
+  test_seams::set_penalties_ignore_draft(true);
+  const Outcome r = run_through_engine({kPenalized, 2, false});
+  test_seams::set_penalties_ignore_draft(false);
+  EXPECT_FALSE(r.chi.pass()) << "the planted bug went unnoticed: " << r.chi.str();
 }
 
 TEST(EngineExactness, WithASeparateDraftModelAResidualReplacedByPFails) {

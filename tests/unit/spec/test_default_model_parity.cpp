@@ -150,6 +150,21 @@ TEST(DefaultModelParity, CoupledOutputOfEveryDrafterEqualsTargetOnlySampling) {
   expect_parity(SamplingParams{0.8f, 0, 0.95f, 20240}, SpecSampling::Coupled, 48);
 }
 
+// Penalties and logit bias (spec/penalties.h): greedy and coupled text of every drafter with
+// them equal target-only text with them.
+TEST(DefaultModelParity, WithPenaltiesGreedyAndCoupledOutputOfEveryDrafterEqualsTargetOnlyOutput) {
+  SamplingParams greedy{0.0f, 0, 1.0f, 0};
+  greedy.frequency_penalty = 0.5f;
+  greedy.presence_penalty = 0.3f;
+  greedy.repetition_penalty = 1.1f;
+  greedy.logit_bias = {{30, 2.0f}, {17, -5.0f}};
+  expect_parity(greedy, SpecSampling::Exact, 64);
+  SamplingParams coupled{0.8f, 0, 0.95f, 777};
+  coupled.presence_penalty = -0.5f;
+  coupled.frequency_penalty = 0.8f;
+  expect_parity(coupled, SpecSampling::Coupled, 32);
+}
+
 // The row property at model level (docs/kernels.md): on the int8 path each row of a forward is
 // computed as it would be alone, so one forward over K+1 tokens gives the logits of K+1 decode
 // steps bit for bit, and a batch of two sequences gives each its own logits bit for bit. Then

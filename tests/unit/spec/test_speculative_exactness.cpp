@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <thread>
 
 #include "gpu/host/host_device.h"
@@ -26,6 +27,7 @@
 #include "spec/lookup_first_drafter.h"
 #include "spec/model_drafter.h"
 #include "spec/ngram_drafter.h"
+#include "spec/penalties.h"
 #include "spec/speculative_generate.h"
 #include "tests/unit/spec/chi_square.h"
 #include "tests/unit/spec/draft_probe.h"
@@ -48,25 +50,31 @@ struct TinyPair {
   int seq = kv.create_sequence();
 };
 
-// P(x1 x2 x3 | prompt) under target-only sampling with `sp`: 1 + 16 + 256 forwards.
+// P(x1 x2 x3 | prompt) under target-only sampling with `sp`: 1 + 16 + 256 forwards. With
+// penalties, each row is adjusted by the output before it (x1, then x1 x2), as generate() does.
 std::vector<double> target_joint(TinyPair& m, const SamplingParams& sp) {
   std::vector<double> joint(kVocab * kVocab * kVocab, 0.0);
   std::vector<float> logits, p1, p2, p3;
-  auto next = [&](int32_t tok, std::vector<float>& probs) {
+  const std::vector<int32_t> prompt{kPromptToken};
+  auto next = [&](int32_t tok, std::vector<float>& probs, std::vector<int32_t> output) {
     ForwardSeq fs{m.seq, {&tok, 1}, false};
     m.target.forward({&fs, 1}, m.kv, logits);
+    PenaltyHistory history(sp, prompt, kVocab);
+    for (int32_t t : output) history.push(t);
+    PenaltyHistory::Undo undo;
+    history.apply(logits, {}, undo);
     transform_to_probs(logits, sp, probs);
   };
   m.kv.truncate_to(m.seq, 0);
-  next(kPromptToken, p1);
+  next(kPromptToken, p1, {});
   for (int32_t a = 0; a < kVocab; ++a) {
     if (p1[a] == 0) continue;
     m.kv.truncate_to(m.seq, 1);
-    next(a, p2);
+    next(a, p2, {a});
     for (int32_t b = 0; b < kVocab; ++b) {
       if (p2[b] == 0) continue;
       m.kv.truncate_to(m.seq, 2);
-      next(b, p3);
+      next(b, p3, {a, b});
       for (int32_t c = 0; c < kVocab; ++c)
         joint[(a * kVocab + b) * kVocab + c] = static_cast<double>(p1[a]) * p2[b] * p3[c];
     }
@@ -225,6 +233,12 @@ JointRun speculative_joint(const MakeDrafter& make, const SamplingParams& sp, in
 
 std::unique_ptr<Drafter> draft_model(TinyPair& m) { return std::make_unique<ModelDrafter>(m.draft, 256); }
 
+// Penalties strong enough to move the tiny target's joint a long way (the controls below fail
+// without them): presence 0.8, frequency 0.6, repetition 1.5; and with logit bias under top-k /
+// top-p at T 0.7.
+const SamplingParams kPenalized{1.0f, 0, 1.0f, 0, 0.0f, 0.8f, 0.6f, 1.5f, {}};
+const SamplingParams kPenalizedTopKTopP{0.7f, 8, 0.9f, 0, 0.0f, -0.5f, 0.7f, 1.3f, {{2, 1.5f}, {9, -2.0f}}};
+
 struct Case {
   int k;
   SamplingParams sp;
@@ -232,6 +246,13 @@ struct Case {
   float min_confidence = 0;
   bool confidence_auto = false;
 };
+
+// gtest prints a case by its K and settings (its default dumps the bytes, pointers and all).
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "K " << c.k << ", T " << c.sp.temperature << ", top-k " << c.sp.top_k << ", top-p " << c.sp.top_p << ", min-p "
+      << c.sp.min_p << ", penalties " << c.sp.presence_penalty << "/" << c.sp.frequency_penalty << "/"
+      << c.sp.repetition_penalty << ", " << c.sp.logit_bias.size() << " biased tokens";
+}
 
 class JointOfThreeTokens : public ::testing::TestWithParam<Case> {};
 
@@ -266,13 +287,16 @@ INSTANTIATE_TEST_SUITE_P(KAndTransforms, JointOfThreeTokens,
                                            Case{3, {1.0f, 8, 0.9f, 0}}, Case{5, {0.7f, 8, 0.8f, 0}, 1.0f},
                                            Case{5, {0.7f, 0, 1.0f, 0}, 0, 0.05f},
                                            Case{5, {0.7f, 0, 1.0f, 0}, 0, 0.3f, true},
-                                           Case{3, {1.0f, 0, 1.0f, 0, 0.1f}}, Case{3, {0.7f, 0, 0.9f, 0, 0.05f}}),
+                                           Case{3, {1.0f, 0, 1.0f, 0, 0.1f}}, Case{3, {0.7f, 0, 0.9f, 0, 0.05f}},
+                                           Case{3, kPenalized}, Case{5, kPenalizedTopKTopP}),
                          [](const auto& info) {
                            const Case& c = info.param;
                            std::string n = "K" + std::to_string(c.k) + "_T" + std::to_string(static_cast<int>(c.sp.temperature * 10));
                            if (c.sp.top_k) n += "_topk" + std::to_string(c.sp.top_k);
                            if (c.sp.top_p < 1) n += "_topp" + std::to_string(static_cast<int>(c.sp.top_p * 100));
                            if (c.sp.min_p > 0) n += "_minp" + std::to_string(static_cast<int>(c.sp.min_p * 100));
+                           if (c.sp.penalized()) n += "_penalties";
+                           if (!c.sp.logit_bias.empty()) n += "_bias";
                            if (c.max_entropy > 0) n += "_entropy";
                            if (c.min_confidence > 0) n += "_confidence";
                            if (c.confidence_auto) n += "_auto";
@@ -360,6 +384,35 @@ TEST(JointOfThreeTokensControl, RunsThatIgnoreMinPFailAgainstTheMinPJoint) {
   std::printf("[ stats    ] min-p left out: %s\n", r.chi.str().c_str());
 }
 
+// The penalty cases are not vacuous: runs that leave the penalties out fail against the penalized
+// joint; and a verifier that adjusts every row of a round by the output before the round (the
+// round's own draft tokens left out of its later rows: test_seams::set_penalties_ignore_draft)
+// fails it too, so the chi-square sees the rows' per-position history.
+TEST(JointOfThreeTokensControl, RunsThatIgnorePenaltiesFailAgainstThePenalizedJoint) {
+  const SamplingParams without{1.0f, 0, 1.0f, 0};
+  const JointRun r = speculative_joint(draft_model, without, 3, 100000, 0, 0, false, SpecSampling::Exact, &kPenalized);
+  EXPECT_FALSE(r.chi.pass()) << "penalties left out went unnoticed: " << r.chi.str();
+  std::printf("[ stats    ] penalties left out: %s\n", r.chi.str().c_str());
+}
+
+TEST(JointOfThreeTokensControl, AVerifierThatLeavesTheRoundsDraftsOutOfItsLaterRowsPenaltiesFails) {
+  test_seams::set_penalties_ignore_draft(true);
+  const JointRun r = speculative_joint(draft_model, kPenalized, 3, 200000);
+  test_seams::set_penalties_ignore_draft(false);
+  EXPECT_FALSE(r.chi.pass()) << "the planted bug went unnoticed: " << r.chi.str();
+  std::printf("[ stats    ] penalties without the round's drafts: %s; %lld drafted, %lld accepted\n", r.chi.str().c_str(),
+              static_cast<long long>(r.drafted), static_cast<long long>(r.accepted));
+}
+
+TEST(JointOfThreeTokensEagle, TheHeadAndBlockVerificationMatchTargetOnlySamplingWithPenalties) {
+  const JointRun e = speculative_joint(eagle_drafter, kPenalizedTopKTopP, 4, kJointRuns);
+  EXPECT_TRUE(e.chi.pass()) << "eagle: " << e.chi.str();
+  EXPECT_GT(e.accepted, e.drafted / 100);
+  const JointRun b = speculative_joint(draft_model, kPenalized, 4, kJointRuns, 0, 0, false, SpecSampling::Block);
+  EXPECT_TRUE(b.chi.pass()) << "block: " << b.chi.str();
+  std::printf("[ stats    ] penalties, eagle K 4: %s; block K 4: %s\n", e.chi.str().c_str(), b.chi.str().c_str());
+}
+
 // Block verification (SpecSampling::Block) judges the same drafts as a whole: the draft model at
 // K 3 and 5 (with top-k / top-p), the head (q zero outside its 12 tokens) at K 4, and prompt
 // lookup's one-hot q in front of the head. It must keep more draft tokens than the token rule on
@@ -437,6 +490,25 @@ void expect_same_as_generate(const SamplingParams& sp, SpecSampling mode, int k)
 
 TEST(TinyModels, GreedySpeculativeOutputEqualsTargetOnlyGreedy) {
   expect_same_as_generate(SamplingParams{0.0f, 0, 1.0f, 0}, SpecSampling::Exact, 4);
+}
+
+// Penalties change greedy text (on the tiny target, repeats are what greedy decoding makes), and
+// speculative greedy and coupled text with them equal generate()'s with them.
+TEST(TinyModels, WithPenaltiesGreedyAndCoupledOutputEqualTargetOnlyOutput) {
+  const SamplingParams greedy{0.0f, 0, 1.0f, 0, 0.0f, 0.4f, 0.3f, 1.2f, {{4, 1.0f}}};
+  TinyPair m;
+  GenerateRequest g;
+  g.prompt = {3, 9, 1, 3, 9};
+  g.max_tokens = 40;
+  std::vector<int32_t> plain, penalized;
+  g.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
+  generate(m.target, m.kv, m.seq, g, [&](int32_t t) { plain.push_back(t); return true; });
+  m.kv.truncate_to(m.seq, 0);
+  g.sampling = greedy;
+  generate(m.target, m.kv, m.seq, g, [&](int32_t t) { penalized.push_back(t); return true; });
+  EXPECT_NE(plain, penalized) << "the penalties changed nothing: the test below would prove nothing";
+  expect_same_as_generate(greedy, SpecSampling::Exact, 4);
+  expect_same_as_generate(SamplingParams{0.8f, 0, 0.95f, 0, 0.0f, 0.8f, 0.6f, 1.5f, {}}, SpecSampling::Coupled, 4);
 }
 
 TEST(TinyModels, CoupledOutputEqualsTargetOnlySamplingForEverySeed) {

@@ -1,0 +1,121 @@
+// Penalties and logit bias over a request's own tokens (spec/penalties.h).
+#include "spec/penalties.h"
+
+#include <atomic>
+#include <cassert>
+
+namespace specula {
+
+namespace {
+constexpr uint8_t kInPrompt = 1, kBiased = 2, kTouched = 4;
+std::atomic<bool> g_ignore_draft{false};
+}  // namespace
+
+namespace test_seams {
+void set_penalties_ignore_draft(bool on) { g_ignore_draft.store(on, std::memory_order_relaxed); }
+}  // namespace test_seams
+
+PenaltyHistory::PenaltyHistory(const SamplingParams& sp, std::span<const int32_t> prompt, int64_t vocab)
+    : presence_(sp.presence_penalty),
+      frequency_(sp.frequency_penalty),
+      repetition_(sp.repetition_penalty),
+      active_(sp.penalized()),
+      vocab_(vocab) {
+  if (!active_) return;
+  const auto V = static_cast<size_t>(vocab);
+  count_.assign(V, 0);
+  flags_.assign(V, 0);
+  if (!sp.logit_bias.empty()) bias_.assign(V, 0.0f);
+  for (const auto& [token, bias] : sp.logit_bias) {
+    if (token < 0 || token >= vocab) continue;  // validate(vocab) refuses these before a request runs
+    bias_[static_cast<size_t>(token)] += bias;  // a token named twice (JSON cannot) adds up
+    flags_[static_cast<size_t>(token)] |= kBiased;
+    touch(token);
+  }
+  if (repetition_ != 1.0f)
+    for (int32_t t : prompt) {
+      if (t < 0 || t >= vocab) continue;
+      flags_[static_cast<size_t>(t)] |= kInPrompt;
+      touch(t);
+    }
+}
+
+void PenaltyHistory::touch(int32_t v) {
+  uint8_t& f = flags_[static_cast<size_t>(v)];
+  if (f & kTouched) return;
+  f |= kTouched;
+  touched_.push_back(v);
+}
+
+void PenaltyHistory::push(int32_t token) {
+  if (!active_ || token < 0 || token >= vocab_) return;
+  ++count_[static_cast<size_t>(token)];
+  touch(token);
+}
+
+float PenaltyHistory::adjusted(float x, int32_t v, int32_t count) const {
+  const uint8_t f = flags_[static_cast<size_t>(v)];
+  if (f & kBiased) x += bias_[static_cast<size_t>(v)];
+  if (repetition_ != 1.0f && ((f & kInPrompt) || count > 0)) x = x > 0.0f ? x / repetition_ : x * repetition_;
+  if (count > 0) {
+    x -= frequency_ * static_cast<float>(count);
+    x -= presence_;
+  }
+  return x;
+}
+
+void PenaltyHistory::apply(std::span<float> rows, std::span<const int32_t> draft, Undo& undo) {
+  if (!active_) return;
+  const auto V = static_cast<size_t>(vocab_);
+  assert(rows.size() % V == 0);
+  const size_t n = rows.size() / V;
+  assert(draft.size() + 1 >= n);
+  const bool ignore_draft = g_ignore_draft.load(std::memory_order_relaxed);
+  // Row i's output is the history plus draft[0..i-1]: count those in, row by row, then take them
+  // out again (and forget the tokens they touched first).
+  const size_t touched_before = touched_.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0 && !ignore_draft) {
+      const int32_t t = draft[i - 1];
+      if (t >= 0 && t < vocab_) {
+        ++count_[static_cast<size_t>(t)];
+        touch(t);
+      }
+    }
+    float* row = rows.data() + i * V;
+    for (int32_t v : touched_) {
+      const size_t at = static_cast<size_t>(v);
+      const float x = row[at];
+      const float y = adjusted(x, v, count_[at]);
+      undo.saved.emplace_back(i * V + at, x);
+      row[at] = y;
+    }
+  }
+  if (!ignore_draft)
+    for (size_t i = 1; i < n; ++i) {
+      const int32_t t = draft[i - 1];
+      if (t >= 0 && t < vocab_) --count_[static_cast<size_t>(t)];
+    }
+  for (size_t j = touched_before; j < touched_.size(); ++j) {
+    const auto at = static_cast<size_t>(touched_[j]);
+    if (count_[at] == 0 && !(flags_[at] & (kInPrompt | kBiased))) flags_[at] &= static_cast<uint8_t>(~kTouched);
+  }
+  // Keep only the tokens still touched (those a draft token made new are dropped again).
+  size_t keep = touched_before;
+  for (size_t j = touched_before; j < touched_.size(); ++j)
+    if (flags_[static_cast<size_t>(touched_[j])] & kTouched) touched_[keep++] = touched_[j];
+  touched_.resize(keep);
+}
+
+void PenaltyHistory::restore(std::span<float> rows, Undo& undo) {
+  for (auto it = undo.saved.rbegin(); it != undo.saved.rend(); ++it) rows[it->first] = it->second;
+  undo.saved.clear();
+}
+
+PenalizedRows::PenalizedRows(PenaltyHistory* history, std::span<float> rows, std::span<const int32_t> draft) : rows_(rows) {
+  if (history != nullptr) history->apply(rows, draft, undo_);
+}
+
+PenalizedRows::~PenalizedRows() { PenaltyHistory::restore(rows_, undo_); }
+
+}  // namespace specula

@@ -1,0 +1,84 @@
+// Presence, frequency and repetition penalties and logit bias: changes to a row's raw logits that
+// read the request's own tokens, made before the transform (spec/sampling.h), so that greedy,
+// exact, coupled and block judging and target-only sampling all see the same adjusted row.
+//
+// The definitions are vLLM's, in its order, for each token v of a row:
+//   x_v += bias_v                                    (logit_bias)
+//   x_v = x_v > 0 ? x_v / r : x_v * r                (repetition r, if v is in the prompt or the output)
+//   x_v -= f * c_v                                   (frequency f, c_v = v's count in the output)
+//   x_v -= p                                         (presence p, if c_v > 0)
+// each a float operation in that order. "The output" is what the request generated before the
+// row's position: in a verify round, row i's output is the committed output plus the round's draft
+// tokens t1..ti, the text that row is the target's distribution after. A row judged only when
+// t1..ti were all accepted therefore sees exactly the output target-only sampling would have had
+// there, which is what keeps speculation exact with penalties (docs/speculative.md, "Penalties").
+#pragma once
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "spec/sampling.h"
+
+namespace specula {
+
+class PenaltyHistory {
+ public:
+  // `prompt`: the request's prompt tokens (read by the repetition penalty only). Tokens outside
+  // [0, vocab) are ignored there; logit_bias must name tokens inside it (SamplingParams::validate).
+  PenaltyHistory(const SamplingParams& sp, std::span<const int32_t> prompt, int64_t vocab);
+
+  // The request asks for any adjustment at all.
+  bool active() const { return active_; }
+  int64_t vocab() const { return vocab_; }
+
+  // One more output token.
+  void push(int32_t token);
+
+  // The entries apply() changed, to put back with restore().
+  struct Undo {
+    std::vector<std::pair<size_t, float>> saved;  // index into the rows, raw value
+  };
+
+  // Adjusts rows [n, vocab] in place: row i as after draft[0..i-1] on top of the output so far
+  // (draft holds at least n - 1 tokens; entries past n - 1 are not read). Appends what it
+  // changed to `undo`.
+  void apply(std::span<float> rows, std::span<const int32_t> draft, Undo& undo);
+  static void restore(std::span<float> rows, Undo& undo);
+
+  // The adjusted value of one logit x of token v given its output count c (the definition above).
+  float adjusted(float x, int32_t v, int32_t count) const;
+
+ private:
+  void touch(int32_t v);
+
+  float presence_ = 0, frequency_ = 0, repetition_ = 1;
+  bool active_ = false;
+  int64_t vocab_ = 0;
+  std::vector<int32_t> count_;   // [vocab] output counts (allocated only when active)
+  std::vector<uint8_t> flags_;   // [vocab] kInPrompt | kBiased | kTouched
+  std::vector<float> bias_;      // [vocab] where kBiased
+  std::vector<int32_t> touched_; // the tokens whose logits change: biased, in the prompt (repetition), or in the output
+};
+
+// Rows adjusted for as long as this object lives (the raw values back on destruction): the
+// sampler's rows, which the log-probabilities read raw after the verdict.
+class PenalizedRows {
+ public:
+  PenalizedRows(PenaltyHistory* history, std::span<float> rows, std::span<const int32_t> draft);
+  ~PenalizedRows();
+  PenalizedRows(const PenalizedRows&) = delete;
+  PenalizedRows& operator=(const PenalizedRows&) = delete;
+
+ private:
+  std::span<float> rows_;
+  PenaltyHistory::Undo undo_;
+};
+
+namespace test_seams {
+// A planted bug for the exactness tests' negative control only: when set, every row of a round
+// is adjusted as if it were the first (the round's draft tokens left out of the later rows' output).
+void set_penalties_ignore_draft(bool on);
+}  // namespace test_seams
+
+}  // namespace specula
