@@ -74,6 +74,7 @@ boost::asio::awaitable<void> DraftActor::on(DraftRound& round) {
         dreq.max_entropy = r.draft.max_entropy;
         dreq.min_confidence = item.min_confidence;
         dreq.sampling = r.sampling;
+        dreq.prompt_tokens = static_cast<int64_t>(r.prompt.size());
         dreq.mode = r.mode;
         drafter->propose(dreq, out.draft);
         if (out.draft.k() > 0) {

@@ -1,6 +1,7 @@
 // What every drafter shares: how a draft token is drawn from q, q's entropy, the confidence rule.
 #include "spec/drafter.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace specula {
@@ -41,6 +42,44 @@ bool draft_from_logits(std::span<const float> logits, const DraftRequest& req, i
   token = draw_draft_token(logq, req, i);
   confidence.take(q[static_cast<size_t>(token)]);
   return true;
+}
+
+PenaltyHistory* DraftPenalties::sync(const DraftRequest& req, int64_t vocab) {
+  end_round();
+  if (!req.sampling.penalized()) {
+    history_.reset();
+    output_.clear();
+    return nullptr;
+  }
+  const size_t P = std::min(req.context.size(), static_cast<size_t>(std::max<int64_t>(0, req.prompt_tokens)));
+  const std::span<const int32_t> prompt = req.context.first(P), output = req.context.subspan(P);
+  if (!history_ || history_->vocab() != vocab || !history_->made_for(req.sampling, prompt)) {
+    history_.emplace(req.sampling, prompt, vocab);
+    output_.clear();
+  }
+  size_t common = 0;
+  while (common < output_.size() && common < output.size() && output_[common] == output[common]) ++common;
+  while (output_.size() > common) {
+    history_->pop(output_.back());
+    output_.pop_back();
+  }
+  for (size_t i = common; i < output.size(); ++i) {
+    history_->push(output[i]);
+    output_.push_back(output[i]);
+  }
+  return &*history_;
+}
+
+void DraftPenalties::push_draft(int32_t token) {
+  if (!history_) return;
+  history_->push(token);
+  drafts_.push_back(token);
+}
+
+void DraftPenalties::end_round() {
+  if (history_)
+    for (auto it = drafts_.rbegin(); it != drafts_.rend(); ++it) history_->pop(*it);
+  drafts_.clear();
 }
 
 double entropy_nats(std::span<const float> q) {

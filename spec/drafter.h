@@ -2,10 +2,12 @@
 // the target with layers skipped), behind one interface the speculative loop drives.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "spec/penalties.h"
 #include "spec/sampling.h"
 #include "spec/speculative_sampling.h"
 
@@ -20,6 +22,7 @@ struct DraftRequest {
   float max_entropy = 0;             // stop once H(q_i) in nats exceeds this (0 = off)
   float min_confidence = 0;          // draft no further once the product of the tokens' draft probabilities is below this (0 = off)
   SamplingParams sampling;           // the request's transform, applied to q as the verifier applies it to p
+  int64_t prompt_tokens = 0;         // context[0, prompt_tokens) is the prompt, the rest the output (penalties)
   SpecSampling mode = SpecSampling::Exact;  // how t_i is drawn when sampling: draft_draw_key
 
   // Whether the verdict on this request's rounds reads q: only exact and block sampling do (greedy
@@ -37,6 +40,24 @@ struct DrawKey {
   RngStream stream;
 };
 DrawKey draft_draw_key(const DraftRequest& req, int64_t i);
+
+// The request's penalties and logit bias as a drafter applies them to its own rows, so that its
+// drafts follow the adjusted target (spec/penalties.h). Exactness never depends on it: any q is
+// judged exactly; a draft that ignores the penalties is only accepted less. The history follows
+// the contexts propose() is handed (an optimistic context may be cut back the round after) and the
+// round's own drafts, pushed as they are made and taken out by end_round().
+class DraftPenalties {
+ public:
+  // Brings the history to req's context; null when the request has no penalties.
+  PenaltyHistory* sync(const DraftRequest& req, int64_t vocab);
+  void push_draft(int32_t token);
+  void end_round();
+
+ private:
+  std::optional<PenaltyHistory> history_;
+  std::vector<int32_t> output_;  // the output tokens pushed, in order
+  std::vector<int32_t> drafts_;  // this round's
+};
 
 // Thread-safety: none; one owner (the loop or the draft actor) drives it.
 class Drafter {

@@ -362,6 +362,24 @@ void EagleDrafter::append_q_row(const DraftRequest& req, DraftProposal& out) con
   for (size_t j = 0; j < ids_.size(); ++j) row[ids_[j]] = q_[j];
 }
 
+void EagleDrafter::penalize(PenaltyHistory* penalties, PenaltyHistory::Undo& undo) {
+  if (penalties == nullptr) return;
+  const size_t N = w_->head->token_map.size();
+  for (int32_t t : penalties->touched()) {
+    size_t r = 0;
+    if (static_cast<size_t>(t) < w_->reduced_of.size() && w_->reduced_of[static_cast<size_t>(t)] >= 0) {
+      r = static_cast<size_t>(w_->reduced_of[static_cast<size_t>(t)]);
+    } else {
+      const auto e = std::lower_bound(extras_.begin(), extras_.end(), t);
+      if (e == extras_.end() || *e != t) continue;  // a token the head cannot propose
+      r = N + static_cast<size_t>(e - extras_.begin());
+    }
+    if (r >= logits_.size()) continue;
+    undo.saved.emplace_back(r, logits_[r]);
+    logits_[r] = penalties->adjusted(logits_[r], t);
+  }
+}
+
 int32_t EagleDrafter::token_of(size_t r) const {
   const size_t N = w_->head->token_map.size();
   return r < N ? w_->head->token_map[r] : extras_[r - N];
@@ -438,16 +456,18 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
     return;  // no target rows for this context
   }
 
+  PenaltyHistory* penalties = penalties_.sync(req, w_->target_vocab);
   DraftConfidence confidence(req, &out.confidence);
   for (int64_t i = 0; i < k; ++i) {
     // q over the target's vocabulary: the head's logits on its N tokens, -inf elsewhere (q = 0
     // there: never proposed, and the verifier's residual covers those tokens).
     int32_t t = 0;
-    if (req.sampling.greedy()) {
-      if (!draft_greedy(req, i, t, confidence)) break;
-    } else if (!draft_reduced(req, i, t, confidence)) {
-      break;
-    }
+    PenaltyHistory::Undo undo;
+    penalize(penalties, undo);
+    const bool drafted = req.sampling.greedy() ? draft_greedy(req, i, t, confidence) : draft_reduced(req, i, t, confidence);
+    PenaltyHistory::restore(logits_, undo);  // a continuation may draft from these logits again
+    if (!drafted) break;
+    penalties_.push_draft(t);
     out.tokens.push_back(t);
     append_q_row(req, out);
     // The head's own output of the entry just run: the feature of the next depth, or of a

@@ -134,6 +134,11 @@ class EagleDrafter final : public Drafter {
   void set_catch_up_window(int64_t window);
 
  private:
+  // The request's penalties on the head's logits of the touched tokens it can propose (its own
+  // and the context tokens'); `undo` puts the raw values back.
+  void penalize(PenaltyHistory* penalties, PenaltyHistory::Undo& undo);
+  DraftPenalties penalties_;
+
   int64_t known_hidden() const { return static_cast<int64_t>(h_.size()) / row_; }
   // The depth-1 features of `n` target rows from `rows` [n, row_]: the rows themselves, or
   // fuse . row for a head with feature layers. Returns a pointer to [n, H].

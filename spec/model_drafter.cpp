@@ -161,10 +161,17 @@ void ModelDrafter::propose(const DraftRequest& req, DraftProposal& out) {
   const int64_t k = std::min<int64_t>(req.max_tokens, max_positions() - n + 1);
   if (n == 0 || k <= 0) return;
   catch_up(req.context);
+  PenaltyHistory* penalties = penalties_.sync(req, static_cast<int64_t>(logits_.size()));
   DraftConfidence confidence(req, &out.confidence);
   for (int64_t i = 0; i < k; ++i) {
     int32_t t = 0;
-    if (!draft_from_logits(logits_, req, i, q_, logq_, t, confidence)) break;
+    bool drafted = false;
+    {
+      const PenalizedRows adjusted(penalties, logits_, {});  // logits_ raw again after the draw
+      drafted = draft_from_logits(logits_, req, i, q_, logq_, t, confidence);
+    }
+    if (!drafted) break;
+    penalties_.push_draft(t);
     out.tokens.push_back(t);
     out.q.insert(out.q.end(), q_.begin(), q_.end());
     if (i + 1 >= k || !confidence.may_reach(i + 1)) break;

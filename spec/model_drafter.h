@@ -66,6 +66,7 @@ class ModelDrafter final : public Drafter {
   std::string name_;
   std::vector<int32_t> cached_;        // the tokens in the cache, in order
   std::vector<float> logits_, logq_, q_;
+  DraftPenalties penalties_;  // the request's penalties on its rows (spec/drafter.h)
 };
 
 }  // namespace specula

@@ -1,6 +1,7 @@
 // Penalties and logit bias over a request's own tokens (spec/penalties.h).
 #include "spec/penalties.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cassert>
 
@@ -22,6 +23,8 @@ PenaltyHistory::PenaltyHistory(const SamplingParams& sp, std::span<const int32_t
       active_(sp.penalized()),
       vocab_(vocab) {
   if (!active_) return;
+  bias_list_ = sp.logit_bias;
+  prompt_.assign(prompt.begin(), prompt.end());
   const auto V = static_cast<size_t>(vocab);
   count_.assign(V, 0);
   flags_.assign(V, 0);
@@ -51,6 +54,22 @@ void PenaltyHistory::push(int32_t token) {
   if (!active_ || token < 0 || token >= vocab_) return;
   ++count_[static_cast<size_t>(token)];
   touch(token);
+}
+
+void PenaltyHistory::pop(int32_t token) {
+  if (!active_ || token < 0 || token >= vocab_) return;
+  const auto at = static_cast<size_t>(token);
+  if (count_[at] == 0) return;
+  if (--count_[at] > 0 || (flags_[at] & (kInPrompt | kBiased))) return;
+  flags_[at] &= static_cast<uint8_t>(~kTouched);
+  touched_.erase(std::find(touched_.begin(), touched_.end(), token));
+}
+
+bool PenaltyHistory::made_for(const SamplingParams& sp, std::span<const int32_t> prompt) const {
+  if (sp.penalized() != active_) return false;
+  if (!active_) return true;
+  return sp.presence_penalty == presence_ && sp.frequency_penalty == frequency_ && sp.repetition_penalty == repetition_ &&
+         sp.logit_bias == bias_list_ && std::equal(prompt.begin(), prompt.end(), prompt_.begin(), prompt_.end());
 }
 
 float PenaltyHistory::adjusted(float x, int32_t v, int32_t count) const {

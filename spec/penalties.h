@@ -32,8 +32,16 @@ class PenaltyHistory {
   bool active() const { return active_; }
   int64_t vocab() const { return vocab_; }
 
-  // One more output token.
+  // One more output token; pop takes one pushed token out again.
   void push(int32_t token);
+  void pop(int32_t token);
+
+  // The tokens whose logits change, and one token's adjusted logit with the history as it stands
+  // (a drafter adjusting a few entries of its own row: spec/drafter.h, DraftPenalties).
+  std::span<const int32_t> touched() const { return touched_; }
+  float adjusted(float x, int32_t v) const { return adjusted(x, v, count_[static_cast<size_t>(v)]); }
+  // The settings and prompt this history was made for.
+  bool made_for(const SamplingParams& sp, std::span<const int32_t> prompt) const;
 
   // The entries apply() changed, to put back with restore().
   struct Undo {
@@ -53,6 +61,8 @@ class PenaltyHistory {
   void touch(int32_t v);
 
   float presence_ = 0, frequency_ = 0, repetition_ = 1;
+  std::vector<std::pair<int32_t, float>> bias_list_;
+  std::vector<int32_t> prompt_;
   bool active_ = false;
   int64_t vocab_ = 0;
   std::vector<int32_t> count_;   // [vocab] output counts (allocated only when active)

@@ -123,6 +123,7 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
   dreq.min_tokens = lengths.adaptive ? lengths.k_min : 1;
   dreq.max_entropy = lengths.max_entropy;
   dreq.sampling = req.sampling;
+  dreq.prompt_tokens = static_cast<int64_t>(req.prompt.size());
   dreq.mode = req.mode;
   DraftProposal draft;
   std::vector<int32_t> verify_tokens;

@@ -2,11 +2,13 @@
 // a round against one-row adjustments, the raw values put back, and the settings' checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <stdexcept>
 #include <vector>
 
+#include "spec/drafter.h"
 #include "spec/penalties.h"
 
 namespace specula {
@@ -122,6 +124,45 @@ TEST(Penalties, PenalizedRowsPutTheRawValuesBackWhenTheyGoOutOfScope) {
     EXPECT_EQ(rows, (std::vector<float>{0.0f, 1.0f, 1.0f, 1.0f, -1.0f, 1.0f, 1.0f, 1.0f}));
   }
   EXPECT_EQ(rows, std::vector<float>(8, 1.0f));
+}
+
+// A drafter's history follows the contexts it is handed, growing, cut back and diverging, plus the
+// round's drafts: at every step each token's adjustment is a fresh history's for that output.
+TEST(Penalties, ADraftersHistoryFollowsItsContextsAndTheRoundsDraftsAsAFreshOneWould) {
+  constexpr int64_t V = 12;
+  SamplingParams sp;
+  sp.presence_penalty = 0.5f;
+  sp.frequency_penalty = 0.25f;
+  sp.repetition_penalty = 1.5f;
+  sp.logit_bias = {{11, -1.0f}};
+  const std::vector<std::vector<int32_t>> contexts = {
+      {1, 2, 3, 5, 5, 7}, {1, 2, 3, 5, 5, 7, 9, 9}, {1, 2, 3, 5, 6}, {1, 2, 3}, {1, 2, 3, 8, 8, 8, 8}};
+  DraftPenalties drafter;
+  for (const auto& context : contexts) {
+    DraftRequest req;
+    req.context = context;
+    req.prompt_tokens = 3;
+    req.sampling = sp;
+    PenaltyHistory* h = drafter.sync(req, V);
+    ASSERT_NE(h, nullptr);
+    std::vector<int32_t> output(context.begin() + 3, context.end());
+    for (int32_t draft : {4, 5, 4}) {
+      drafter.push_draft(draft);
+      output.push_back(draft);
+      PenaltyHistory fresh(sp, std::vector<int32_t>{1, 2, 3}, V);
+      for (int32_t t : output) fresh.push(t);
+      for (int32_t v = 0; v < V; ++v)
+        for (float x : {-2.0f, 0.5f, 3.0f})
+          ASSERT_EQ(h->adjusted(x, v), fresh.adjusted(x, v)) << "token " << v << " after " << output.size() << " tokens";
+      std::vector<int32_t> a(h->touched().begin(), h->touched().end()), b(fresh.touched().begin(), fresh.touched().end());
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      ASSERT_EQ(a, b);
+    }
+  }
+  DraftRequest plain;
+  plain.context = contexts[0];
+  EXPECT_EQ(drafter.sync(plain, V), nullptr) << "a request without penalties has nothing to apply";
 }
 
 TEST(Penalties, OutOfRangeSettingsAreRefusedWithTheFieldsName) {

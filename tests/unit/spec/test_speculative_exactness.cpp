@@ -511,6 +511,34 @@ TEST(TinyModels, WithPenaltiesGreedyAndCoupledOutputEqualTargetOnlyOutput) {
   expect_same_as_generate(SamplingParams{0.8f, 0, 0.95f, 0, 0.0f, 0.8f, 0.6f, 1.5f, {}}, SpecSampling::Coupled, 4);
 }
 
+// The drafters apply the penalties to their own rows (DraftPenalties), so the target drafting for
+// itself proposes the adjusted target's tokens: with penalties, greedy and coupled, every draft
+// is accepted, as without them. Without that, its raw argmax is rejected wherever the penalties
+// move the target's.
+TEST(TinyModels, WithPenaltiesTheTargetDraftingForItselfHasEveryDraftAccepted) {
+  TinyPair m;
+  ModelDrafter itself(m.target, 256);
+  for (const SamplingParams& sp : {SamplingParams{0.0f, 0, 1.0f, 0, 0.0f, 0.4f, 0.3f, 1.2f, {{4, 1.0f}}},
+                                   SamplingParams{0.8f, 0, 0.95f, 0, 0.0f, 0.8f, 0.6f, 1.5f, {}}}) {
+    SpeculativeRequest s;
+    s.prompt = {3, 9, 1, 3, 9};
+    s.max_tokens = 40;
+    s.sampling = sp;
+    s.draft.k = 4;
+    s.mode = SpecSampling::Coupled;
+    int64_t drafted = 0, accepted = 0;
+    for (uint64_t seed = 0; seed < 10; ++seed) {
+      s.sampling.seed = seed;
+      m.kv.truncate_to(m.seq, 0);
+      const SpeculativeStats st = speculative_generate(m.target, m.kv, m.seq, itself, s, [](int32_t, TokenOrigin) { return true; });
+      drafted += st.drafted;
+      accepted += st.accepted;
+    }
+    EXPECT_GT(drafted, 100);
+    EXPECT_EQ(accepted, drafted) << "T " << sp.temperature;
+  }
+}
+
 TEST(TinyModels, CoupledOutputEqualsTargetOnlySamplingForEverySeed) {
   expect_same_as_generate(SamplingParams{0.8f, 0, 0.95f, 0}, SpecSampling::Coupled, 4);
   expect_same_as_generate(SamplingParams{1.3f, 5, 1.0f, 0}, SpecSampling::Coupled, 2);
