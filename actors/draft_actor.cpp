@@ -75,6 +75,7 @@ boost::asio::awaitable<void> DraftActor::on(DraftRound& round) {
         dreq.min_confidence = item.min_confidence;
         dreq.sampling = r.sampling;
         dreq.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+        dreq.stop_ids = r.stop_ids;
         dreq.mode = r.mode;
         drafter->propose(dreq, out.draft);
         if (out.draft.k() > 0) {

@@ -255,6 +255,7 @@ TokenStream Engine::start(EngineRequest request, Admission* admission) {
                            std::to_string(request.logprobs));
   if (r.max_tokens < 1)
     throw RequestError("invalid_request", "max_tokens", "max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
+  check("min_tokens", [&] { r.check_min_tokens(); });
   if (r.prompt.empty()) throw RequestError("invalid_request", prompt_field, "the prompt is empty");
   const auto prompt_tokens = static_cast<int64_t>(r.prompt.size());
   const int64_t ctx = context_length();

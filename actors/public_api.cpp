@@ -46,6 +46,8 @@ actors::EngineRequest request_of(Request r) {
   e.sampling.frequency_penalty = r.frequency_penalty;
   e.sampling.repetition_penalty = r.repetition_penalty;
   e.sampling.logit_bias = std::move(r.logit_bias);
+  e.sampling.min_tokens = r.min_tokens;
+  if (r.ignore_eos) e.stop_ids = std::vector<int32_t>{};
   if (r.seed) {
     e.sampling.seed = *r.seed;
   } else {

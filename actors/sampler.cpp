@@ -74,7 +74,7 @@ RoundOutcome Sampler::apply_rule(Open& o, const DraftProposal& draft, std::span<
   const SpeculativeRequest& req = o.request->request;
   if (!o.penalties && req.sampling.penalized()) {
     const size_t rows = static_cast<size_t>(draft.k()) + (bonus ? 1 : 0);
-    o.penalties.emplace(req.sampling, req.prompt, static_cast<int64_t>(target_logits.size() / rows));
+    o.penalties.emplace(req.sampling, req.prompt, static_cast<int64_t>(target_logits.size() / rows), req.stop_ids);
   }
   const PenalizedRows adjusted(o.penalties ? &*o.penalties : nullptr, target_logits, draft.tokens);
   if (rule_) return rule_(draft, target_logits, req.sampling, position, req.mode, bonus);
@@ -103,7 +103,9 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
       ev.logprobs = token_logprobs(rows.subspan(i * vocab, vocab), tok, request->logprobs);
     o.held += o.decoder.push(tok);
     bool stopped = false;
-    ev.text = release_text(o.held, request->stop, stopped);
+    // Before min_tokens tokens are out no stop string ends the text (vLLM's rule): all of it goes.
+    static const std::vector<std::string> kNoStops;
+    ev.text = release_text(o.held, st.generated < req.sampling.min_tokens ? kNoStops : request->stop, stopped);
     batch.push_back(std::move(ev));
     const FinishReason finish = req.finish_rule(max_positions_).after(tok, st.generated, tok_position, stopped);
     // The stop token that ends the request is not part of its text, nor of its log-probabilities

@@ -278,6 +278,18 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     sp.repetition_penalty = static_cast<float>(x);
   }
   if (const json* v = field(body, "logit_bias")) sp.logit_bias = parse_logit_bias(*v, vocab);
+  // vLLM's extensions: no stop token (nor stop string) before min_tokens tokens; ignore_eos: the
+  // model's end tokens do not end the text (stop strings still do).
+  if (const json* v = field(body, "min_tokens")) {
+    sp.min_tokens = static_cast<int>(integer(*v, "min_tokens", 0, engine.context_length()));
+    if (sp.min_tokens > r.max_tokens)
+      bad("min_tokens", "min_tokens (" + std::to_string(sp.min_tokens) + ") must be at most max_tokens (" +
+                            std::to_string(r.max_tokens) + ")");
+  }
+  if (const json* v = field(body, "ignore_eos")) {
+    if (!v->is_boolean()) bad("ignore_eos", "ignore_eos must be true or false, got " + shown(*v));
+    if (v->get<bool>()) r.stop_ids = std::vector<int32_t>{};
+  }
   if (const json* v = field(body, "top_k")) sp.top_k = static_cast<int>(std::max<int64_t>(0, integer(*v, "top_k", -1, vocab)));
   if (const json* v = field(body, "seed")) {
     if (!v->is_number_integer()) bad("seed", "seed must be an integer, got " + shown(*v));

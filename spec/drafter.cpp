@@ -53,8 +53,8 @@ PenaltyHistory* DraftPenalties::sync(const DraftRequest& req, int64_t vocab) {
   }
   const size_t P = std::min(req.context.size(), static_cast<size_t>(std::max<int64_t>(0, req.prompt_tokens)));
   const std::span<const int32_t> prompt = req.context.first(P), output = req.context.subspan(P);
-  if (!history_ || history_->vocab() != vocab || !history_->made_for(req.sampling, prompt)) {
-    history_.emplace(req.sampling, prompt, vocab);
+  if (!history_ || history_->vocab() != vocab || !history_->made_for(req.sampling, prompt, req.stop_ids)) {
+    history_.emplace(req.sampling, prompt, vocab, req.stop_ids);
     output_.clear();
   }
   size_t common = 0;

@@ -23,6 +23,7 @@ struct DraftRequest {
   float min_confidence = 0;          // draft no further once the product of the tokens' draft probabilities is below this (0 = off)
   SamplingParams sampling;           // the request's transform, applied to q as the verifier applies it to p
   int64_t prompt_tokens = 0;         // context[0, prompt_tokens) is the prompt, the rest the output (penalties)
+  std::span<const int32_t> stop_ids; // the request's stop tokens (held back until sampling.min_tokens)
   SpecSampling mode = SpecSampling::Exact;  // how t_i is drawn when sampling: draft_draw_key
 
   // Whether the verdict on this request's rounds reads q: only exact and block sampling do (greedy

@@ -18,6 +18,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 GenerateStats generate(LlamaModel& model, KvCache& kv, int seq, const GenerateRequest& req, const TokenCallback& on_token) {
   req.sampling.validate(model.config().vocab_size);
   if (req.max_tokens < 1) throw std::invalid_argument("max_tokens must be >= 1, got " + std::to_string(req.max_tokens));
+  req.check_min_tokens();
   if (req.prompt.empty()) throw std::invalid_argument("the prompt is empty");
   const int64_t ctx = model.config().max_positions;
   if (ctx > 0 && kv.length(seq) + static_cast<int64_t>(req.prompt.size()) >= ctx)
@@ -33,7 +34,7 @@ GenerateStats generate(LlamaModel& model, KvCache& kv, int seq, const GenerateRe
   st.prefill_seconds = seconds_since(t0);
 
   const FinishRule rule = req.finish_rule(ctx);
-  PenaltyHistory penalties(req.sampling, req.prompt, model.config().vocab_size);
+  PenaltyHistory penalties(req.sampling, req.prompt, model.config().vocab_size, req.stop_ids);
   PenaltyHistory::Undo undo;  // not restored: the next forward overwrites the row
   auto t1 = std::chrono::steady_clock::now();
   for (;;) {

@@ -17,6 +17,12 @@ struct GenerateRequest {
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;    // generation ends after emitting one of these
 
+  // min_tokens (sampling) at most max_tokens; std::invalid_argument naming both otherwise.
+  void check_min_tokens() const {
+    if (sampling.min_tokens > max_tokens)
+      throw std::invalid_argument("min_tokens (" + std::to_string(sampling.min_tokens) + ") must be at most max_tokens (" +
+                                  std::to_string(max_tokens) + ")");
+  }
   // spec/round.h's rule for this request in a context of `max_positions` (0 = unlimited).
   FinishRule finish_rule(int64_t max_positions) const { return {stop_ids, max_tokens, max_positions}; }
 };

@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cassert>
+#include <limits>
 
 namespace specula {
 
 namespace {
-constexpr uint8_t kInPrompt = 1, kBiased = 2, kTouched = 4;
+constexpr uint8_t kInPrompt = 1, kBiased = 2, kTouched = 4, kStop = 8;
+constexpr uint8_t kKept = kInPrompt | kBiased | kStop;  // touched whatever the output holds
 std::atomic<bool> g_ignore_draft{false};
 }  // namespace
 
@@ -16,7 +18,8 @@ namespace test_seams {
 void set_penalties_ignore_draft(bool on) { g_ignore_draft.store(on, std::memory_order_relaxed); }
 }  // namespace test_seams
 
-PenaltyHistory::PenaltyHistory(const SamplingParams& sp, std::span<const int32_t> prompt, int64_t vocab)
+PenaltyHistory::PenaltyHistory(const SamplingParams& sp, std::span<const int32_t> prompt, int64_t vocab,
+                               std::span<const int32_t> stop_ids)
     : presence_(sp.presence_penalty),
       frequency_(sp.frequency_penalty),
       repetition_(sp.repetition_penalty),
@@ -25,6 +28,8 @@ PenaltyHistory::PenaltyHistory(const SamplingParams& sp, std::span<const int32_t
   if (!active_) return;
   bias_list_ = sp.logit_bias;
   prompt_.assign(prompt.begin(), prompt.end());
+  stop_ids_.assign(stop_ids.begin(), stop_ids.end());
+  min_tokens_ = sp.min_tokens;
   const auto V = static_cast<size_t>(vocab);
   count_.assign(V, 0);
   flags_.assign(V, 0);
@@ -35,6 +40,12 @@ PenaltyHistory::PenaltyHistory(const SamplingParams& sp, std::span<const int32_t
     flags_[static_cast<size_t>(token)] |= kBiased;
     touch(token);
   }
+  if (min_tokens_ > 0)
+    for (int32_t t : stop_ids) {
+      if (t < 0 || t >= vocab) continue;
+      flags_[static_cast<size_t>(t)] |= kStop;
+      touch(t);
+    }
   if (repetition_ != 1.0f)
     for (int32_t t : prompt) {
       if (t < 0 || t >= vocab) continue;
@@ -51,29 +62,37 @@ void PenaltyHistory::touch(int32_t v) {
 }
 
 void PenaltyHistory::push(int32_t token) {
-  if (!active_ || token < 0 || token >= vocab_) return;
+  if (!active_) return;
+  ++length_;
+  if (token < 0 || token >= vocab_) return;
   ++count_[static_cast<size_t>(token)];
   touch(token);
 }
 
 void PenaltyHistory::pop(int32_t token) {
-  if (!active_ || token < 0 || token >= vocab_) return;
+  if (!active_ || length_ == 0) return;
+  --length_;
+  if (token < 0 || token >= vocab_) return;
   const auto at = static_cast<size_t>(token);
   if (count_[at] == 0) return;
-  if (--count_[at] > 0 || (flags_[at] & (kInPrompt | kBiased))) return;
+  if (--count_[at] > 0 || (flags_[at] & kKept)) return;
   flags_[at] &= static_cast<uint8_t>(~kTouched);
   touched_.erase(std::find(touched_.begin(), touched_.end(), token));
 }
 
-bool PenaltyHistory::made_for(const SamplingParams& sp, std::span<const int32_t> prompt) const {
+bool PenaltyHistory::made_for(const SamplingParams& sp, std::span<const int32_t> prompt,
+                              std::span<const int32_t> stop_ids) const {
   if (sp.penalized() != active_) return false;
   if (!active_) return true;
   return sp.presence_penalty == presence_ && sp.frequency_penalty == frequency_ && sp.repetition_penalty == repetition_ &&
-         sp.logit_bias == bias_list_ && std::equal(prompt.begin(), prompt.end(), prompt_.begin(), prompt_.end());
+         sp.logit_bias == bias_list_ && sp.min_tokens == min_tokens_ &&
+         std::equal(prompt.begin(), prompt.end(), prompt_.begin(), prompt_.end()) &&
+         std::equal(stop_ids.begin(), stop_ids.end(), stop_ids_.begin(), stop_ids_.end());
 }
 
-float PenaltyHistory::adjusted(float x, int32_t v, int32_t count) const {
+float PenaltyHistory::adjusted(float x, int32_t v, int32_t count, int64_t length) const {
   const uint8_t f = flags_[static_cast<size_t>(v)];
+  if ((f & kStop) && length < min_tokens_) return -std::numeric_limits<float>::infinity();
   if (f & kBiased) x += bias_[static_cast<size_t>(v)];
   if (repetition_ != 1.0f && ((f & kInPrompt) || count > 0)) x = x > 0.0f ? x / repetition_ : x * repetition_;
   if (count > 0) {
@@ -105,7 +124,7 @@ void PenaltyHistory::apply(std::span<float> rows, std::span<const int32_t> draft
     for (int32_t v : touched_) {
       const size_t at = static_cast<size_t>(v);
       const float x = row[at];
-      const float y = adjusted(x, v, count_[at]);
+      const float y = adjusted(x, v, count_[at], length_ + (ignore_draft ? 0 : static_cast<int64_t>(i)));
       undo.saved.emplace_back(i * V + at, x);
       row[at] = y;
     }
@@ -117,7 +136,7 @@ void PenaltyHistory::apply(std::span<float> rows, std::span<const int32_t> draft
     }
   for (size_t j = touched_before; j < touched_.size(); ++j) {
     const auto at = static_cast<size_t>(touched_[j]);
-    if (count_[at] == 0 && !(flags_[at] & (kInPrompt | kBiased))) flags_[at] &= static_cast<uint8_t>(~kTouched);
+    if (count_[at] == 0 && !(flags_[at] & kKept)) flags_[at] &= static_cast<uint8_t>(~kTouched);
   }
   // Keep only the tokens still touched (those a draft token made new are dropped again).
   size_t keep = touched_before;

@@ -7,7 +7,8 @@
 //   x_v = x_v > 0 ? x_v / r : x_v * r                (repetition r, if v is in the prompt or the output)
 //   x_v -= f * c_v                                   (frequency f, c_v = v's count in the output)
 //   x_v -= p                                         (presence p, if c_v > 0)
-// each a float operation in that order. "The output" is what the request generated before the
+// each a float operation in that order; and while fewer than min_tokens tokens are out, x_v = -inf
+// for the request's stop tokens (vLLM's min_tokens). "The output" is what the request generated before the
 // row's position: in a verify round, row i's output is the committed output plus the round's draft
 // tokens t1..ti, the text that row is the target's distribution after. A row judged only when
 // t1..ti were all accepted therefore sees exactly the output target-only sampling would have had
@@ -26,7 +27,9 @@ class PenaltyHistory {
  public:
   // `prompt`: the request's prompt tokens (read by the repetition penalty only). Tokens outside
   // [0, vocab) are ignored there; logit_bias must name tokens inside it (SamplingParams::validate).
-  PenaltyHistory(const SamplingParams& sp, std::span<const int32_t> prompt, int64_t vocab);
+  // `stop_ids`: the request's stop tokens, held at -inf until min_tokens tokens are out.
+  PenaltyHistory(const SamplingParams& sp, std::span<const int32_t> prompt, int64_t vocab,
+                 std::span<const int32_t> stop_ids = {});
 
   // The request asks for any adjustment at all.
   bool active() const { return active_; }
@@ -39,9 +42,9 @@ class PenaltyHistory {
   // The tokens whose logits change, and one token's adjusted logit with the history as it stands
   // (a drafter adjusting a few entries of its own row: spec/drafter.h, DraftPenalties).
   std::span<const int32_t> touched() const { return touched_; }
-  float adjusted(float x, int32_t v) const { return adjusted(x, v, count_[static_cast<size_t>(v)]); }
-  // The settings and prompt this history was made for.
-  bool made_for(const SamplingParams& sp, std::span<const int32_t> prompt) const;
+  float adjusted(float x, int32_t v) const { return adjusted(x, v, count_[static_cast<size_t>(v)], length_); }
+  // The settings, prompt and stop tokens this history was made for.
+  bool made_for(const SamplingParams& sp, std::span<const int32_t> prompt, std::span<const int32_t> stop_ids) const;
 
   // The entries apply() changed, to put back with restore().
   struct Undo {
@@ -54,15 +57,18 @@ class PenaltyHistory {
   void apply(std::span<float> rows, std::span<const int32_t> draft, Undo& undo);
   static void restore(std::span<float> rows, Undo& undo);
 
-  // The adjusted value of one logit x of token v given its output count c (the definition above).
-  float adjusted(float x, int32_t v, int32_t count) const;
+  // The adjusted value of one logit x of token v given its output count and the output's length
+  // (the definition above; -inf for a stop token while length < min_tokens).
+  float adjusted(float x, int32_t v, int32_t count, int64_t length) const;
 
  private:
   void touch(int32_t v);
 
   float presence_ = 0, frequency_ = 0, repetition_ = 1;
   std::vector<std::pair<int32_t, float>> bias_list_;
-  std::vector<int32_t> prompt_;
+  std::vector<int32_t> prompt_, stop_ids_;
+  int min_tokens_ = 0;
+  int64_t length_ = 0;  // output tokens pushed
   bool active_ = false;
   int64_t vocab_ = 0;
   std::vector<int32_t> count_;   // [vocab] output counts (allocated only when active)

@@ -27,6 +27,7 @@ void SamplingParams::validate() const {
     throw std::invalid_argument("frequency_penalty must be in [-2, 2] (0 = off), got " + std::to_string(frequency_penalty));
   if (!(repetition_penalty > 0.0f && repetition_penalty <= 2.0f))
     throw std::invalid_argument("repetition_penalty must be in (0, 2] (1 = off), got " + std::to_string(repetition_penalty));
+  if (min_tokens < 0) throw std::invalid_argument("min_tokens must be >= 0 (0 = off), got " + std::to_string(min_tokens));
   if (logit_bias.size() > kMaxLogitBias)
     throw std::invalid_argument("logit_bias: at most " + std::to_string(kMaxLogitBias) + " tokens, got " +
                                 std::to_string(logit_bias.size()));

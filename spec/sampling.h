@@ -29,11 +29,15 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // in [-2, 2]: minus this times the token's count in the output
   float repetition_penalty = 1.0f;  // in (0, 2]: a seen token's logit divided by it (> 0) or times it
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id, bias in [-100, 100], added to its logit
+  // vLLM's min_tokens: the request's stop tokens get -inf logits (and its stop strings are not
+  // looked for) until this many tokens are out; 0 = off. At most the request's max_tokens.
+  int min_tokens = 0;
 
   bool greedy() const { return temperature <= 0.0f; }
-  // Any of the four above away from its neutral value: the rows must be adjusted before judging.
+  // Any of the five above away from its neutral value: the rows must be adjusted before judging.
   bool penalized() const {
-    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f || !logit_bias.empty();
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f || !logit_bias.empty() ||
+           min_tokens > 0;
   }
   // Throws std::invalid_argument naming the bad field and value.
   void validate() const;

@@ -85,6 +85,7 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
   req.sampling.validate(target.config().vocab_size);
   req.draft.validate();
   if (req.max_tokens < 1) throw std::invalid_argument("max_tokens must be >= 1, got " + std::to_string(req.max_tokens));
+  req.check_min_tokens();
   if (req.prompt.empty()) throw std::invalid_argument("the prompt is empty");
   const int64_t ctx = target.config().max_positions;
   const int64_t base = kv.length(seq);  // positions cached before this request
@@ -124,12 +125,13 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
   dreq.max_entropy = lengths.max_entropy;
   dreq.sampling = req.sampling;
   dreq.prompt_tokens = static_cast<int64_t>(req.prompt.size());
+  dreq.stop_ids = req.stop_ids;
   dreq.mode = req.mode;
   DraftProposal draft;
   std::vector<int32_t> verify_tokens;
   const int64_t vocab = target.config().vocab_size;
   DeviceBuffer q_device;  // the draft's q rows on the CUDA device (exact sampling)
-  PenaltyHistory penalties(req.sampling, req.prompt, vocab);  // the output so far, for penalties
+  PenaltyHistory penalties(req.sampling, req.prompt, vocab, req.stop_ids);  // the output so far, for penalties
 
   const auto t_decode = Clock::now();
   for (;;) {

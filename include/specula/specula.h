@@ -63,6 +63,8 @@ struct Request {
   float frequency_penalty = 0.0f;
   float repetition_penalty = 1.0f;
   std::vector<std::pair<std::int32_t, float>> logit_bias;  // token id, bias
+  int min_tokens = 0;                 // vLLM's: no end token (nor stop string) before this many tokens
+  bool ignore_eos = false;            // vLLM's: the model's end tokens do not end the text
   std::optional<std::uint64_t> seed;  // none: a random seed
   std::string mode;                   // "exact" (rejection sampling), "block" (block verification) or "coupled"; "" = coupled with a seed, else exact
   std::vector<std::string> stop;      // the text ends before the first of these

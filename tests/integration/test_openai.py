@@ -92,12 +92,15 @@ def test_bad_requests_get_openai_errors_with_status_type_code_and_param(server):
     for field, value in [("presence_penalty", 2.5), ("frequency_penalty", -3), ("repetition_penalty", 0),
                          ("repetition_penalty", 2.5), ("presence_penalty", "0"), ("logit_bias", {"abc": 1}),
                          ("logit_bias", {"999999": -100}), ("logit_bias", {"5": 101}), ("logit_bias", {"5": "1"}),
-                         ("logit_bias", [5]), ("logit_bias", {str(i): 1 for i in range(301)})]:
+                         ("logit_bias", [5]), ("logit_bias", {str(i): 1 for i in range(301)}), ("min_tokens", -1),
+                         ("min_tokens", 2.5), ("ignore_eos", "yes")]:
         r = post("/v1/chat/completions", json.dumps({"messages": msgs, "max_tokens": 1, field: value}))
         assert r.status_code == 400 and r.json()["error"]["param"] == field, (field, value, r.text)
     r = post("/v1/chat/completions", json.dumps({"messages": msgs, "max_tokens": 1, "presence_penalty": 0,
                                                  "frequency_penalty": 0.0, "repetition_penalty": 1, "logit_bias": {}}))
     assert r.status_code == 200, r.text
+    r = post("/v1/chat/completions", json.dumps({"messages": msgs, "max_tokens": 4, "min_tokens": 5}))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "min_tokens", r.text
     for min_p in (-0.1, 1.5, "0.1"):
         r = post("/v1/completions", json.dumps({"prompt": "x", "min_p": min_p}))
         assert r.status_code == 400 and r.json()["error"]["param"] == "min_p", (min_p, r.text)
@@ -212,6 +215,20 @@ def test_penalties_and_logit_bias_change_the_text_and_give_the_same_text_with_th
     tokens = off_biased.choices[0].logprobs.tokens
     assert len(tokens) == 5 and len(set(tokens)) == 1, tokens
     assert on_biased.choices[0].text == off_biased.choices[0].text
+
+
+def test_min_tokens_and_ignore_eos_keep_a_short_answer_going(client, model_id):
+    # vLLM's extensions: a reply that ends after a few tokens runs to min_tokens with min_tokens,
+    # and to max_tokens with ignore_eos; its first tokens are the short reply's (greedy).
+    args = dict(model=model_id, messages=[{"role": "user", "content": "Say hi."}], max_tokens=64, temperature=0)
+    short = client.chat.completions.create(**args)
+    n = short.usage.completion_tokens
+    assert short.choices[0].finish_reason == "stop" and n < 48, short.usage
+    longer = client.chat.completions.create(**args, extra_body={"min_tokens": n + 10})
+    assert longer.usage.completion_tokens >= n + 10, longer.usage
+    endless = client.chat.completions.create(**args, extra_body={"ignore_eos": True})
+    assert endless.usage.completion_tokens == 64 and endless.choices[0].finish_reason == "length"
+    assert endless.choices[0].message.content.startswith(short.choices[0].message.content)
 
 
 def test_completion_logprobs_have_the_legacy_shape(client, model_id):

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -165,6 +166,34 @@ TEST(Penalties, ADraftersHistoryFollowsItsContextsAndTheRoundsDraftsAsAFreshOneW
   EXPECT_EQ(drafter.sync(plain, V), nullptr) << "a request without penalties has nothing to apply";
 }
 
+// min_tokens: the stop tokens are -inf while fewer than min_tokens tokens are out, row by row in a
+// round (row i has the output plus i drafts), and untouched from then on.
+TEST(Penalties, MinTokensHoldsTheStopTokensAtMinusInfinityUntilThatManyTokensAreOut) {
+  SamplingParams sp;
+  sp.min_tokens = 3;
+  const std::vector<int32_t> stops{2, 5};
+  PenaltyHistory h(sp, {}, 6, stops);
+  ASSERT_TRUE(h.active());
+  h.push(1);  // one token out
+  std::vector<float> rows(4 * 6, 1.5f);
+  const std::vector<int32_t> draft{0, 4, 4};
+  PenaltyHistory::Undo undo;
+  h.apply(rows, draft, undo);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int i = 0; i < 4; ++i)
+    for (int v = 0; v < 6; ++v) {
+      const bool held = (v == 2 || v == 5) && 1 + i < 3;
+      EXPECT_EQ(rows[static_cast<size_t>(i * 6 + v)], held ? -inf : 1.5f) << "row " << i << ", token " << v;
+    }
+  PenaltyHistory::restore(rows, undo);
+  EXPECT_EQ(rows, std::vector<float>(24, 1.5f));
+  h.push(3);
+  h.push(3);
+  EXPECT_EQ(h.adjusted(1.5f, 2), 1.5f) << "three tokens are out";
+  h.pop(3);
+  EXPECT_EQ(h.adjusted(1.5f, 2), -inf) << "back to two";
+}
+
 TEST(Penalties, OutOfRangeSettingsAreRefusedWithTheFieldsName) {
   auto message = [](auto change) {
     SamplingParams sp;
@@ -184,6 +213,7 @@ TEST(Penalties, OutOfRangeSettingsAreRefusedWithTheFieldsName) {
             std::string::npos);
   EXPECT_NE(message([](SamplingParams& s) { s.logit_bias = {{-1, 1.0f}}; }).find("negative"), std::string::npos);
   EXPECT_NE(message([](SamplingParams& s) { s.logit_bias = {{5, 101.0f}}; }).find("[-100, 100]"), std::string::npos);
+  EXPECT_NE(message([](SamplingParams& s) { s.min_tokens = -1; }).find("min_tokens must be >= 0"), std::string::npos);
   EXPECT_EQ(message([](SamplingParams& s) { s.logit_bias = {{99, -100.0f}}; s.presence_penalty = -2.0f; }), "accepted");
 }
 

@@ -38,6 +38,8 @@ namespace {
 
 constexpr int64_t kVocab = 16;
 constexpr int32_t kPromptToken = 5;
+// The stop tokens of the min_tokens cases: held back for the first two tokens, allowed at the third.
+const std::vector<int32_t> kStopIds{3, 9};
 const int64_t kJointRuns = std::getenv("SPECULA_JOINT_RUNS") ? std::atoll(std::getenv("SPECULA_JOINT_RUNS")) : 500000;
 
 struct TinyPair {
@@ -59,7 +61,7 @@ std::vector<double> target_joint(TinyPair& m, const SamplingParams& sp) {
   auto next = [&](int32_t tok, std::vector<float>& probs, std::vector<int32_t> output) {
     ForwardSeq fs{m.seq, {&tok, 1}, false};
     m.target.forward({&fs, 1}, m.kv, logits);
-    PenaltyHistory history(sp, prompt, kVocab);
+    PenaltyHistory history(sp, prompt, kVocab, sp.min_tokens > 0 ? kStopIds : std::vector<int32_t>{});
     for (int32_t t : output) history.push(t);
     PenaltyHistory::Undo undo;
     history.apply(logits, {}, undo);
@@ -183,6 +185,7 @@ JointRun speculative_joint(const MakeDrafter& make, const SamplingParams& sp, in
     req.prompt = {kPromptToken};
     req.max_tokens = 16;  // never clamps K: the run is cancelled after 3 tokens
     req.sampling = sp;
+    if (sp.min_tokens > 0) req.stop_ids = kStopIds;  // a stop token may end a run at its third token
     req.mode = mode;
     req.draft.k = k;
     req.draft.max_entropy = max_entropy;
@@ -237,6 +240,8 @@ std::unique_ptr<Drafter> draft_model(TinyPair& m) { return std::make_unique<Mode
 // without them): presence 0.8, frequency 0.6, repetition 1.5; and with logit bias under top-k /
 // top-p at T 0.7.
 const SamplingParams kPenalized{1.0f, 0, 1.0f, 0, 0.0f, 0.8f, 0.6f, 1.5f, {}};
+// min_tokens 2 with stop tokens 3 and 9 (kStopIds): neither can be the first or second token.
+const SamplingParams kMinTokens{1.0f, 0, 1.0f, 0, 0.0f, 0.0f, 0.0f, 1.0f, {}, 2};
 const SamplingParams kPenalizedTopKTopP{0.7f, 8, 0.9f, 0, 0.0f, -0.5f, 0.7f, 1.3f, {{2, 1.5f}, {9, -2.0f}}};
 
 struct Case {
@@ -288,7 +293,7 @@ INSTANTIATE_TEST_SUITE_P(KAndTransforms, JointOfThreeTokens,
                                            Case{5, {0.7f, 0, 1.0f, 0}, 0, 0.05f},
                                            Case{5, {0.7f, 0, 1.0f, 0}, 0, 0.3f, true},
                                            Case{3, {1.0f, 0, 1.0f, 0, 0.1f}}, Case{3, {0.7f, 0, 0.9f, 0, 0.05f}},
-                                           Case{3, kPenalized}, Case{5, kPenalizedTopKTopP}),
+                                           Case{3, kPenalized}, Case{5, kPenalizedTopKTopP}, Case{4, kMinTokens}),
                          [](const auto& info) {
                            const Case& c = info.param;
                            std::string n = "K" + std::to_string(c.k) + "_T" + std::to_string(static_cast<int>(c.sp.temperature * 10));
@@ -297,6 +302,7 @@ INSTANTIATE_TEST_SUITE_P(KAndTransforms, JointOfThreeTokens,
                            if (c.sp.min_p > 0) n += "_minp" + std::to_string(static_cast<int>(c.sp.min_p * 100));
                            if (c.sp.penalized()) n += "_penalties";
                            if (!c.sp.logit_bias.empty()) n += "_bias";
+                           if (c.sp.min_tokens > 0) n += "_mintokens" + std::to_string(c.sp.min_tokens);
                            if (c.max_entropy > 0) n += "_entropy";
                            if (c.min_confidence > 0) n += "_confidence";
                            if (c.confidence_auto) n += "_auto";
