@@ -228,7 +228,7 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     } else if (openai && p.is_array() && !p.empty() && p[0].is_number()) {
       r.prompt_ids = parse_token_ids(p, vocab);
     } else if (openai && p.is_array() && p.size() > 1) {
-      bad("prompt", "only one prompt per request is supported (n and batched prompts are not)");
+      bad("prompt", "only one prompt per request is supported (batched prompts are not; n gives several choices)");
     } else {
       bad("prompt", std::string("prompt must be a string") + (openai ? " or an array of token ids" : "") + ", got " +
                         shown(p));
@@ -328,9 +328,10 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
 
   // --- OpenAI-only switches ---
   if (openai) {
-    if (const json* v = field(body, "n"); v && integer(*v, "n", 1, 1000) != 1) bad("n", "only n = 1 is supported");
-    if (const json* v = field(body, "best_of"); v && integer(*v, "best_of", 1, 1000) != 1)
-      bad("best_of", "only best_of = 1 is supported");
+    if (const json* v = field(body, "n"); v && !v->is_null()) out.n = static_cast<int>(integer(*v, "n", 1, kMaxChoices));
+    // best_of > n would rank candidates the client never sees; vLLM's V1 engine dropped it too.
+    if (const json* v = field(body, "best_of"); v && !v->is_null() && integer(*v, "best_of", 1, 1000) > out.n)
+      bad("best_of", "best_of above n is not supported");
     // Log-probabilities of the target's own distribution at each token (docs/protocol.md). Chat:
     // logprobs true/false and top_logprobs 0..20 alternatives; completions: the legacy logprobs,
     // 0..5 alternatives (null: none).

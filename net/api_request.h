@@ -38,7 +38,12 @@ struct ParsedRequest {
   actors::EngineRequest request;   // messages, prompt text or token ids: the engine tokenizes
   bool stream = false;             // OpenAI: stream
   bool include_usage = false;      // OpenAI: stream_options.include_usage
+  int n = 1;                       // OpenAI: choices, each its own engine request (choice i: seed + i)
 };
+
+// The most choices one OpenAI request may ask for (`n`); each is a request of its own against the
+// admission limit.
+inline constexpr int kMaxChoices = 16;
 
 enum class PromptKind { Chat, Completion, WebSocket };  // messages only / prompt only / either
 

@@ -1,6 +1,7 @@
 // A request's token stream read in batches, its statistics and its metrics.
 #include "net/generation.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace specula::net {
@@ -31,6 +32,25 @@ json GenerationStats::to_json() const {
                                     : 0.0}};
 }
 
+GenerationStats GenerationStats::combine(const std::vector<GenerationStats>& choices) {
+  GenerationStats all;
+  if (choices.empty()) return all;
+  all.prompt_tokens = choices.front().prompt_tokens;
+  all.ttft_ms = choices.front().ttft_ms;
+  double thresholds = 0;
+  for (const GenerationStats& c : choices) {
+    all.completion_tokens += c.completion_tokens;
+    all.rounds += c.rounds;
+    all.drafted += c.drafted;
+    all.accepted += c.accepted;
+    thresholds += c.mean_confidence_threshold * static_cast<double>(c.rounds);
+    all.ttft_ms = std::min(all.ttft_ms, c.ttft_ms);
+    all.elapsed_ms = std::max(all.elapsed_ms, c.elapsed_ms);
+  }
+  all.mean_confidence_threshold = all.rounds > 0 ? thresholds / static_cast<double>(all.rounds) : 0.0;
+  return all;
+}
+
 Generation::Admitted Generation::admit(ServerState& st, const nlohmann::json& body, PromptKind kind,
                                        Clock::time_point received) {
   auto reject = [&](ApiError e) {
@@ -44,16 +64,27 @@ Generation::Admitted Generation::admit(ServerState& st, const nlohmann::json& bo
     throw reject(e);
   }
   if (st.draining) throw reject(ApiError("shutting_down", "the server is shutting down"));
-  if (st.inflight >= st.admission_limit())
+  const int n = parsed.n;
+  if (n > st.admission_limit())
+    throw reject(ApiError("invalid_request",
+                          "n = " + std::to_string(n) + " is more than this server's limit of " +
+                              std::to_string(st.admission_limit()) + " running and queued requests",
+                          "n"));
+  if (st.inflight + n > st.admission_limit())
     throw reject(ApiError("overloaded", "the server is at its limit of " + std::to_string(st.admission_limit()) +
                                             " running and queued requests; retry later"));
   try {
-    actors::Admission admission;
+    Admitted out{{}, parsed.stream, parsed.include_usage, parsed.request.logprobs >= 0};
     const uint64_t seed = parsed.request.sampling.seed;
-    const bool logprobs = parsed.request.logprobs >= 0;
-    actors::TokenStream stream = st.engine.start(std::move(parsed.request), &admission);
-    return {std::shared_ptr<Generation>(new Generation(st, std::move(stream), seed, admission, received)),
-            parsed.stream, parsed.include_usage, logprobs};
+    for (int i = 0; i < n; ++i) {
+      actors::EngineRequest request = i + 1 < n ? parsed.request : std::move(parsed.request);
+      request.sampling.seed = seed + static_cast<uint64_t>(i);
+      actors::Admission admission;
+      actors::TokenStream stream = st.engine.start(std::move(request), &admission);
+      out.choices.push_back(std::shared_ptr<Generation>(
+          new Generation(st, std::move(stream), seed + static_cast<uint64_t>(i), admission, received)));
+    }
+    return out;
   } catch (const actors::RequestError& e) {
     throw reject(ApiError(e.code, e.what(), e.field));
   } catch (const std::invalid_argument& e) {

@@ -49,6 +49,9 @@ struct GenerationStats {
   double ttft_ms = 0;
   double elapsed_ms = 0;
   nlohmann::json to_json() const;  // the `stats` object of a WebSocket `done`
+  // The choices of one request as one: the prompt counted once, tokens, rounds, drafts and
+  // acceptances summed, the earliest first token and the latest end.
+  static GenerationStats combine(const std::vector<GenerationStats>& choices);
 };
 
 class Generation {
@@ -58,8 +61,10 @@ class Generation {
   // as `kind`, checks draining and the admission limit, and starts the request in the engine,
   // which templates, tokenizes and checks it. Throws ApiError (invalid_request or
   // context_length_exceeded naming the field, overloaded, shutting_down), counted as "rejected".
+  // OpenAI's `n` starts n engine requests, choice i with the request's seed + i (as vLLM seeds
+  // its child requests), all or none against the admission limit.
   struct Admitted {
-    std::shared_ptr<Generation> generation;
+    std::vector<std::shared_ptr<Generation>> choices;  // [n]; the WebSocket's one is choices[0]
     bool stream = false;         // OpenAI: stream
     bool include_usage = false;  // OpenAI: stream_options.include_usage
     bool logprobs = false;       // OpenAI: logprobs asked for (the tokens carry them)

@@ -5,6 +5,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/channel.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
@@ -25,14 +26,28 @@ constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
 constexpr std::chrono::seconds kWriteTimeout{30};  // a streaming client that stops reading is dropped
 
 // Waits until the client's side of the socket closes (readable with nothing to read) and then
-// cancels the generation. Pipelined bytes of a next request end the watch without cancelling.
-asio::awaitable<void> watch_disconnect(asio::ip::tcp::socket& socket, std::weak_ptr<Generation> weak,
+// cancels the generations. Pipelined bytes of a next request end the watch without cancelling.
+asio::awaitable<void> watch_disconnect(asio::ip::tcp::socket& socket, std::vector<std::weak_ptr<Generation>> weak,
                                        std::shared_ptr<bool> finished) {
   auto [ec] = co_await socket.async_wait(asio::ip::tcp::socket::wait_read, kAwait);
   if (ec || *finished) co_return;
   boost::system::error_code ignored;
   if (socket.available(ignored) == 0)
-    if (auto g = weak.lock()) g->cancel();
+    for (const auto& w : weak)
+      if (auto g = w.lock()) g->cancel();
+}
+
+// A streamed request's choices read side by side: each choice's updates, tagged with its index,
+// through one channel the route reads in arrival order.
+using ChoiceChannel = asio::experimental::channel<void(boost::system::error_code, std::size_t, GenerationUpdate)>;
+
+asio::awaitable<void> pump_choice(std::shared_ptr<Generation> g, std::size_t index, std::shared_ptr<ChoiceChannel> ch) {
+  for (;;) {
+    GenerationUpdate u = co_await g->next();
+    const bool terminal = u.terminal;
+    auto [ec] = co_await ch->async_send(boost::system::error_code{}, index, std::move(u), kAwait);
+    if (ec || terminal) co_return;  // closed: the route is gone, and cancelled what was left
+  }
 }
 
 std::string openai_finish(FinishReason r) { return std::string(openai_finish_reason(r)); }
@@ -123,9 +138,10 @@ struct Shape {
   }
   // One streamed chunk carrying `text` (chat: as delta.content), an optional finish reason and
   // the log-probabilities of its tokens (null when the request asked for none).
-  json chunk(const std::string& text, const json& finish, bool role = false, json logprobs = nullptr) const {
+  json chunk(std::size_t index, const std::string& text, const json& finish, bool role = false,
+             json logprobs = nullptr) const {
     json j = base(chat ? "chat.completion.chunk" : "text_completion");
-    json choice = {{"index", 0}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
+    json choice = {{"index", index}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
     if (chat) {
       json delta = json::object();
       if (role) delta["role"] = "assistant";
@@ -161,46 +177,64 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   } catch (const ApiError& e) {
     refused = e;
   }
-  std::shared_ptr<Generation> g = admitted.generation;
   if (refused) co_return co_await write_response(stream, error_response(*refused, keep_alive, req.version()));
+  const std::vector<std::shared_ptr<Generation>>& choices = admitted.choices;
+  const std::size_t n = choices.size();
 
   const Shape shape{chat, std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(st.next_key++), st.model_name,
                     static_cast<int64_t>(std::time(nullptr))};
   auto finished = std::make_shared<bool>(false);
-  asio::co_spawn(stream.get_executor(), watch_disconnect(stream.socket(), g, finished), asio::detached);
-  struct StopWatch {  // whatever way this returns, the watcher stops
+  asio::co_spawn(stream.get_executor(),
+                 watch_disconnect(stream.socket(), {choices.begin(), choices.end()}, finished), asio::detached);
+  struct StopWatch {  // whatever way this returns, the watcher stops and what is left is cancelled
     beast::tcp_stream& stream;
     std::shared_ptr<bool> finished;
+    const std::vector<std::shared_ptr<Generation>>& choices;
+    std::shared_ptr<ChoiceChannel> channel;
     ~StopWatch() {
       *finished = true;
       boost::system::error_code ignored;
       stream.socket().cancel(ignored);
+      if (channel) channel->close();
+      for (const auto& g : choices) g->cancel();
     }
-  } stop_watch{stream, finished};
+  } stop_watch{stream, finished, choices, nullptr};
 
   const bool want_logprobs = admitted.logprobs;
-  LogprobsJson logprobs(*st.engine.model().tokenizer, chat);
+  std::vector<LogprobsJson> logprobs(n, LogprobsJson(*st.engine.model().tokenizer, chat));
+  auto combined_stats = [&] {
+    std::vector<GenerationStats> all;
+    for (const auto& g : choices) all.push_back(g->stats());
+    return GenerationStats::combine(all);
+  };
   if (!admitted.stream) {
-    std::string text;
-    GenerationUpdate u;
-    do {
-      u = co_await g->next();
-      text += u.text;
-      for (const TokenOut& t : u.tokens) logprobs.add(t);
-    } while (!u.terminal);
-    if (!u.error.empty()) co_return co_await write_response(stream, error_response(ApiError("internal", u.error), keep_alive, req.version()));
-    if (u.finish_reason == FinishReason::Cancelled) co_return false;  // the client went away (or shutdown)
+    // The engine runs the choices side by side; their streams are read one after another.
+    json out = json::array();
+    for (std::size_t i = 0; i < n; ++i) {
+      std::string text;
+      GenerationUpdate u;
+      do {
+        u = co_await choices[i]->next();
+        text += u.text;
+        for (const TokenOut& t : u.tokens) logprobs[i].add(t);
+      } while (!u.terminal);
+      if (!u.error.empty())
+        co_return co_await write_response(stream, error_response(ApiError("internal", u.error), keep_alive, req.version()));
+      if (u.finish_reason == FinishReason::Cancelled) co_return false;  // the client went away (or shutdown)
+      json choice = {{"index", i},
+                     {"logprobs", want_logprobs ? logprobs[i].take() : json(nullptr)},
+                     {"finish_reason", openai_finish(u.finish_reason)}};
+      if (chat)
+        choice["message"] = {{"role", "assistant"}, {"content", text}};
+      else
+        choice["text"] = text;
+      out.push_back(std::move(choice));
+    }
     json res = shape.base(chat ? "chat.completion" : "text_completion");
-    json choice = {{"index", 0},
-                   {"logprobs", want_logprobs ? logprobs.take() : json(nullptr)},
-                   {"finish_reason", openai_finish(u.finish_reason)}};
-    if (chat)
-      choice["message"] = {{"role", "assistant"}, {"content", text}};
-    else
-      choice["text"] = text;
-    res["choices"] = json::array({std::move(choice)});
-    res["usage"] = usage_json(g->stats());
-    res["speculation"] = speculation_json(g->stats());
+    res["choices"] = std::move(out);
+    const GenerationStats all = combined_stats();
+    res["usage"] = usage_json(all);
+    res["speculation"] = speculation_json(all);
     co_return co_await write_response(stream, json_response(200, res, keep_alive, req.version()));
   }
 
@@ -213,46 +247,52 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   head.chunked(true);
   http::response_serializer<http::empty_body> serializer{head};
   stream.expires_after(kWriteTimeout);
-  if (auto [ec, n] = co_await http::async_write_header(stream, serializer, kAwait); ec) co_return false;
+  if (auto [ec, bytes] = co_await http::async_write_header(stream, serializer, kAwait); ec) co_return false;
   auto send_event = [&](const std::string& data) -> asio::awaitable<bool> {
     std::string event = "data: " + data + "\n\n";
     stream.expires_after(kWriteTimeout);
-    auto [ec, n] = co_await asio::async_write(stream, http::make_chunk(asio::buffer(event)), kAwait);
+    auto [ec, bytes] = co_await asio::async_write(stream, http::make_chunk(asio::buffer(event)), kAwait);
     co_return !ec;
   };
   auto with_usage = [&](json j) {
     if (admitted.include_usage) j["usage"] = nullptr;
     return j;
   };
-  if (chat && !co_await send_event(dump_json(with_usage(shape.chunk("", nullptr, /*role=*/true))))) co_return false;
-  for (;;) {
-    GenerationUpdate u = co_await g->next();
+  if (chat)
+    for (std::size_t i = 0; i < n; ++i)
+      if (!co_await send_event(dump_json(with_usage(shape.chunk(i, "", nullptr, /*role=*/true))))) co_return false;
+  auto channel = std::make_shared<ChoiceChannel>(stream.get_executor(), n);
+  stop_watch.channel = channel;
+  for (std::size_t i = 0; i < n; ++i) asio::co_spawn(stream.get_executor(), pump_choice(choices[i], i, channel), asio::detached);
+  for (std::size_t open = n; open > 0;) {
+    auto [ec, i, u] = co_await channel->async_receive(kAwait);
+    if (ec) co_return false;
     // A chunk for the update's text, and with log-probabilities asked for, for its tokens even
     // where their text is still held back (mid-character, or maybe a stop string).
-    for (const TokenOut& t : u.tokens) logprobs.add(t);
-    if (!u.text.empty() || logprobs.any()) {
-      json lp = want_logprobs && logprobs.any() ? logprobs.take() : json(nullptr);
-      if (!co_await send_event(dump_json(with_usage(shape.chunk(u.text, nullptr, false, std::move(lp))))))
+    for (const TokenOut& t : u.tokens) logprobs[i].add(t);
+    if (!u.text.empty() || logprobs[i].any()) {
+      json lp = want_logprobs && logprobs[i].any() ? logprobs[i].take() : json(nullptr);
+      if (!co_await send_event(dump_json(with_usage(shape.chunk(i, u.text, nullptr, false, std::move(lp))))))
         co_return false;
     }
     if (!u.terminal) continue;
-    if (!u.error.empty()) {
+    --open;
+    if (!u.error.empty()) {  // the request fails as a whole: the other choices are cancelled on return
       if (!co_await send_event(dump_json(openai_error(ApiError("internal", u.error))))) co_return false;
-    } else {
-      json last = with_usage(shape.chunk("", openai_finish(u.finish_reason)));
-      last["speculation"] = speculation_json(g->stats());
-      if (!co_await send_event(dump_json(last))) co_return false;
-      if (admitted.include_usage) {
-        json usage = shape.base(chat ? "chat.completion.chunk" : "text_completion");
-        usage["choices"] = json::array();
-        usage["usage"] = usage_json(g->stats());
-        if (!co_await send_event(dump_json(usage))) co_return false;
-      }
+      break;
     }
-    break;
+    json last = with_usage(shape.chunk(i, "", openai_finish(u.finish_reason)));
+    last["speculation"] = speculation_json(choices[i]->stats());
+    if (!co_await send_event(dump_json(last))) co_return false;
+    if (open == 0 && admitted.include_usage) {
+      json usage = shape.base(chat ? "chat.completion.chunk" : "text_completion");
+      usage["choices"] = json::array();
+      usage["usage"] = usage_json(combined_stats());
+      if (!co_await send_event(dump_json(usage))) co_return false;
+    }
   }
   if (!co_await send_event("[DONE]")) co_return false;
-  auto [ec, n] = co_await asio::async_write(stream, http::make_chunk_last(), kAwait);
+  auto [ec, bytes] = co_await asio::async_write(stream, http::make_chunk_last(), kAwait);
   stream.expires_never();
   co_return !ec && keep_alive;
 }

@@ -28,7 +28,7 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // in [-2, 2]: minus this for a token the output holds
   float frequency_penalty = 0.0f;   // in [-2, 2]: minus this times the token's count in the output
   float repetition_penalty = 1.0f;  // in (0, 2]: a seen token's logit divided by it (> 0) or times it
-  std::vector<std::pair<int32_t, float>> logit_bias;  // token id, bias in [-100, 100], added to its logit
+  std::vector<std::pair<int32_t, float>> logit_bias{};  // token id, bias in [-100, 100], added to its logit
   // vLLM's min_tokens: the request's stop tokens get -inf logits (and its stop strings are not
   // looked for) until this many tokens are out; 0 = off. At most the request's max_tokens.
   int min_tokens = 0;

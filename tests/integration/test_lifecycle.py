@@ -26,6 +26,9 @@ def test_requests_beyond_max_batch_plus_max_queue_get_overloaded_and_429(fresh_s
             r = httpx.post(srv.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=30)
             assert r.status_code == 429 and r.json()["error"]["code"] == "overloaded"
             assert r.headers["retry-after"] == "1"
+            # More choices than the limit could ever hold is the client's error, not a retry.
+            r = httpx.post(srv.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2, "n": 3}, timeout=30)
+            assert r.status_code == 400 and r.json()["error"]["param"] == "n", r.text
             for gen_id in ("a", "b"):
                 await ws.send(json.dumps({"type": "cancel", "id": gen_id}))
             _, ends = await collect_all(ws, ["a", "b"])

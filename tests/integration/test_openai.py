@@ -69,11 +69,59 @@ def test_a_stop_string_ends_a_chat_completion_with_finish_reason_stop(client, mo
     assert r.choices[0].message.content == text[:text.index(word)]
 
 
-def test_n_other_than_one_is_a_400_with_openai_error_shape(client, model_id):
-    with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "Hi"}], n=2)
-    assert e.value.status_code == 400
-    assert e.value.body["param"] == "n" and e.value.body["code"] == "invalid_request"
+POEM = [{"role": "user", "content": "Write a short poem about the sea."}]
+
+
+def test_n_choices_are_each_the_single_request_with_the_seed_plus_its_index(client, model_id):
+    args = dict(model=model_id, messages=POEM, max_tokens=16, temperature=1.0)
+    r = client.chat.completions.create(**args, n=3, seed=11)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    singles = [client.chat.completions.create(**args, seed=11 + i) for i in range(3)]
+    assert [c.message.content for c in r.choices] == [s.choices[0].message.content for s in singles]
+    assert [c.finish_reason for c in r.choices] == [s.choices[0].finish_reason for s in singles]
+    # Seeds of their own: three samples of 16 tokens at T 1 are not all one text.
+    assert len({c.message.content for c in r.choices}) > 1
+    assert r.usage.prompt_tokens == singles[0].usage.prompt_tokens
+    assert r.usage.completion_tokens == sum(s.usage.completion_tokens for s in singles)
+    spec = r.model_extra["speculation"]
+    assert spec["rounds"] == sum(s.model_extra["speculation"]["rounds"] for s in singles)
+    # Greedy choices are one text.
+    g = client.chat.completions.create(**{**args, "temperature": 0}, n=2)
+    assert g.choices[0].message.content == g.choices[1].message.content
+
+
+def test_n_streamed_choices_interleave_by_index_and_equal_the_unstreamed_ones(client, model_id):
+    args = dict(model=model_id, prompt="Once upon a time", max_tokens=12, temperature=1.0, seed=5, n=3, logprobs=1)
+    whole = client.completions.create(**args)
+    texts, offsets, finishes = ["", "", ""], [[], [], []], [[], [], []]
+    chunks = list(client.completions.create(**args, stream=True, stream_options={"include_usage": True}))
+    for c in chunks:
+        for choice in c.choices:
+            texts[choice.index] += choice.text
+            if choice.logprobs:
+                offsets[choice.index] += choice.logprobs.text_offset
+            if choice.finish_reason:
+                finishes[choice.index].append(choice.finish_reason)
+    assert texts == [c.text for c in whole.choices]
+    assert finishes == [[c.finish_reason] for c in whole.choices]
+    assert offsets == [c.logprobs.text_offset for c in whole.choices]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    # Chat opens every choice with its role.
+    chat = list(client.chat.completions.create(model=model_id, messages=POEM, max_tokens=4, n=2, stream=True))
+    roles = [(c.choices[0].index, c.choices[0].delta.role) for c in chat if c.choices and c.choices[0].delta.role]
+    assert roles == [(0, "assistant"), (1, "assistant")]
+
+
+def test_n_outside_one_to_sixteen_and_best_of_above_n_are_400s_naming_the_field(server):
+    post = lambda body: httpx.post(server.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 2, **body},
+                                   timeout=30)
+    for body, param in [({"n": 0}, "n"), ({"n": 17}, "n"), ({"n": "2"}, "n"), ({"n": 1.5}, "n"),
+                        ({"best_of": 2}, "best_of"), ({"n": 2, "best_of": 3}, "best_of")]:
+        r = post(body)
+        assert r.status_code == 400, (body, r.text)
+        assert r.json()["error"]["param"] == param and r.json()["error"]["code"] == "invalid_request", r.text
+    r = post({"n": 2, "best_of": 2})
+    assert r.status_code == 200 and len(r.json()["choices"]) == 2
 
 
 def test_bad_requests_get_openai_errors_with_status_type_code_and_param(server):
@@ -132,7 +180,13 @@ def test_an_http_client_that_leaves_mid_request_cancels_it_and_frees_its_kv(serv
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         assert wait_for(lambda: server.metrics()["specula_requests_running"] > 0, timeout=30)
-    assert wait_for(lambda: server.metrics()['specula_requests_total{outcome="cancelled"}'] >= cancelled + 2,
+    # Three choices streamed, dropped after the first event: all three are cancelled.
+    with httpx.stream("POST", server.url + "/v1/completions", timeout=60,
+                      json={"prompt": "Once upon a time", "max_tokens": 400, "stream": True, "n": 3}) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                break
+    assert wait_for(lambda: server.metrics()['specula_requests_total{outcome="cancelled"}'] >= cancelled + 5,
                     timeout=30), server.metrics()
     assert wait_for(lambda: server.metrics()["specula_kv_blocks_free"] == total, timeout=30)
 

@@ -286,3 +286,44 @@ def test_a_greedy_k_max_lengthens_greedy_drafts_only_in_the_loop_and_the_engine(
     assert 2 < deepest("--spec-k-max-greedy", "6", "--temperature", "0") <= 6
     assert deepest("--temperature", "0") <= 2
     assert deepest("--spec-k-max-greedy", "6", "--temperature", "0.8", "--seed", "5", "--spec-sampling", "exact") <= 2
+
+
+def test_logit_bias_min_tokens_and_ignore_eos_flags_steer_the_engine_and_the_loop_alike(specula_bin, default_model):
+    greedy = ["--temperature", "0"]
+    short = "Say hi."
+    plain = generate(specula_bin, default_model, *greedy, prompt=short)
+    assert plain["finish_reason"] == "stop" and len(plain["ids"]) < 30, plain  # ends well before max_tokens
+    # The first token banned: the text changes, and the engine drafting with the head prints the
+    # loop's target-only text.
+    ban = ["--logit-bias", f"{plain['ids'][0]}:-100"]
+    engine = generate(specula_bin, default_model, *greedy, *ban, "--draft", "eagle", prompt=short)
+    loop = generate(specula_bin, default_model, *greedy, *ban, "--sequential", prompt=short)
+    assert engine["ids"] == loop["ids"] and engine["ids"][0] != plain["ids"][0]
+    # min_tokens keeps the answer going past its stop token; ignore_eos to max_tokens.
+    n = len(plain["ids"]) + 5
+    longer = generate(specula_bin, default_model, *greedy, "--min-tokens", str(n), "--draft", "ngram", prompt=short)
+    assert len(longer["ids"]) >= n and longer["ids"][:len(plain["ids"]) - 1] == plain["ids"][:-1]
+    assert generate(specula_bin, default_model, *greedy, "--min-tokens", str(n), "--sequential", prompt=short)["ids"] == \
+        longer["ids"]
+    whole = generate(specula_bin, default_model, *greedy, "--ignore-eos", prompt=short)
+    assert whole["finish_reason"] == "length" and len(whole["ids"]) == 40
+    assert generate(specula_bin, default_model, *greedy, "--ignore-eos", "--sequential", prompt=short)["ids"] == whole["ids"]
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--logit-bias", "5"], ["--logit-bias", "TOKEN_ID:BIAS", "\"5\""]),
+    (["--logit-bias", "5:1,x:2"], ["--logit-bias", "\"x:2\""]),
+    (["--logit-bias", "5:200"], ["logit_bias", "[-100, 100]"]),
+    (["--logit-bias", "99999:1"], ["99999", "vocabulary"]),
+    (["--min-tokens", "50", "--max-tokens", "40"], ["min_tokens (50)", "max_tokens (40)"]),
+    (["--min-tokens", "-1"], ["--min-tokens"]),
+])
+def test_bad_logit_bias_and_min_tokens_flags_are_one_line_errors(specula_bin, default_model, flags, words):
+    for path in ([], ["--sequential"]):
+        p = subprocess.run([str(specula_bin), "generate", "--model", str(default_model), "--prompt", "Hi",
+                            *(flags if "--max-tokens" in flags else [*flags, "--max-tokens", "2"]), *path],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode != 0 and p.stdout == "", p.stdout
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+        for w in words:
+            assert w in p.stderr, p.stderr

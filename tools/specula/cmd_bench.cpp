@@ -65,6 +65,7 @@ const char* kUsage =
     "                          [--draft-entropy NATS] [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                          [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
     "                          [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
+    "                          [--logit-bias ID:BIAS,...] [--min-tokens N]\n"
     "                          [--spec-sampling exact|block|coupled|both|LIST] [--repeat R] [--threads N] [--device D] [--ctx N]\n"
     "  Runs a prompt set (JSON lines with \"messages\" and an optional \"max_tokens\"; default\n"
     "  ../shared/data/prompts/chat.jsonl) target-only and with each drafter, prompt by prompt so that\n"
@@ -409,7 +410,7 @@ int cmd_bench(int argc, char** argv) {
     std::set<std::string> flags;
     if (what == "spec") {
       options.insert({"prompts", "drafts", "limit", "max-tokens", "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence",
-                      "draft-confidence-greedy", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "seed", "spec-sampling"});
+                      "draft-confidence-greedy", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed", "spec-sampling"});
       options.insert(kEngineBenchOptions.begin(), kEngineBenchOptions.end());
       flags.insert({"adaptive", "pipeline-always"});
     } else {

@@ -21,6 +21,7 @@ const char* kUsage =
     "usage: specula chat [--model PATH] [--system TEXT] [--max-tokens N] [--temperature T] [--top-k K]\n"
     "                    [--top-p P] [--min-p P] [--seed S] [--device D] [--threads N] [--ctx N]\n"
     "                    [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
+    "                    [--logit-bias ID:BIAS,...] [--min-tokens N]\n"
     "                    [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--spec-k K] [--adaptive]\n"
     "                    [--spec-k-min K] [--spec-k-max K] [--spec-sampling exact|block|coupled]\n"
     "                    [--pipeline off|on|always]\n"
@@ -33,7 +34,7 @@ const char* kUsage =
 
 int cmd_chat(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
-  options.insert({"system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "seed"});
+  options.insert({"system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed"});
   options.insert(kEngineRunOptions.begin(), kEngineRunOptions.end());
   const Args a(argc, argv, options, {"adaptive"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }

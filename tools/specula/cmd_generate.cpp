@@ -3,7 +3,9 @@
 // the path the server and the C++ API take (docs/engine.md, "The CLI"); --sequential runs the
 // sequential loop of spec/ instead, the literal statement of the method that the tests hold the
 // engine to.
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -28,6 +30,7 @@ const char* kUsage =
     "usage: specula generate [--model PATH] (--prompt TEXT | --prompt-ids 1,2,3) [--chat] [--system TEXT]\n"
     "                        [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
     "                        [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
+    "                        [--logit-bias ID:BIAS,...] [--min-tokens N] [--ignore-eos]\n"
     "                        [--json] [--device auto|host|cuda] [--threads N] [--ctx N]\n"
     "                        [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--spec-k K] [--adaptive]\n"
     "                        [--spec-k-min K] [--spec-k-max K] [--spec-k-max-greedy K] [--draft-entropy NATS]\n"
@@ -37,6 +40,8 @@ const char* kUsage =
     "  --chat applies the model's chat template to the prompt (as one user message).\n"
     "  Defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0 (off), max-tokens 256, a random seed (printed);\n"
     "  penalties off (presence and frequency 0, in [-2, 2]; repetition 1, in (0, 2]: docs/speculative.md).\n"
+    "  --logit-bias adds BIAS (in [-100, 100]) to token ID's logit; --min-tokens N holds the stop tokens\n"
+    "  back until N tokens are out; --ignore-eos lets no stop token end the text (as vLLM's fields).\n"
     "  --json prints one JSON object {prompt_ids, ids, text, finish_reason, ...} instead.\n"
     "  --draft runs exact speculative decoding: ngram (prompt lookup, n = 3 by default), skip:LAYERS\n"
     "  (the model itself with layers skipped, e.g. skip:10-19 or skip:3,5,7-9), eagle (the trained\n"
@@ -80,6 +85,34 @@ int generate_sequential(const Args& a);
 // The product path: one request through the engine.
 int generate_through_engine(const Args& a);
 
+// --logit-bias ID:BIAS[,ID:BIAS...]: the range and count are SamplingParams::validate's, the
+// vocabulary the engine's (or the loop's) check.
+std::vector<std::pair<int32_t, float>> logit_bias_from_arg(const std::string& text) {
+  std::vector<std::pair<int32_t, float>> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    const size_t colon = item.find(':');
+    size_t used_id = 0, used_bias = 0;
+    long long id = -1;
+    double bias = 0;
+    try {
+      if (colon == std::string::npos) throw std::invalid_argument("no colon");
+      id = std::stoll(item.substr(0, colon), &used_id);
+      bias = std::stod(item.substr(colon + 1), &used_bias);
+    } catch (const std::exception&) {
+      used_id = 0;
+    }
+    if (used_id == 0 || used_id != colon || used_bias != item.size() - colon - 1 || id < 0 || id > INT32_MAX)
+      throw UsageError("--logit-bias: expected TOKEN_ID:BIAS pairs separated by commas (e.g. 2:-100,1017:5), got \"" +
+                       item + "\"");
+    out.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+    at = end + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 SamplingParams sampling_from_args(const Args& a, const SamplingDefaults& d) {
@@ -91,6 +124,10 @@ SamplingParams sampling_from_args(const Args& a, const SamplingDefaults& d) {
   sp.presence_penalty = static_cast<float>(a.number("presence-penalty", 0.0));
   sp.frequency_penalty = static_cast<float>(a.number("frequency-penalty", 0.0));
   sp.repetition_penalty = static_cast<float>(a.number("repetition-penalty", 1.0));
+  if (a.has("logit-bias")) sp.logit_bias = logit_bias_from_arg(a.str("logit-bias"));
+  const long long min_tokens = a.integer("min-tokens", 0);
+  if (min_tokens < 0 || min_tokens > 1'000'000) throw UsageError("--min-tokens must be between 0 and 1000000");
+  sp.min_tokens = static_cast<int>(min_tokens);
   sp.seed = a.has("seed") ? static_cast<uint64_t>(a.integer("seed", 0)) : d.seed ? *d.seed : std::random_device{}();
   try {
     sp.validate();
@@ -148,9 +185,9 @@ DraftLengthConfig draft_length_from_args(const Args& a) {
 
 int cmd_generate(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
-  options.insert({"prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "seed"});
+  options.insert({"prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed"});
   options.insert(kEngineRunOptions.begin(), kEngineRunOptions.end());
-  const Args a(argc, argv, options, {"chat", "json", "adaptive", "sequential"});
+  const Args a(argc, argv, options, {"chat", "json", "adaptive", "sequential", "ignore-eos"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   if (a.has("prompt") == a.has("prompt-ids")) throw UsageError("give exactly one of --prompt or --prompt-ids");
   if (a.flag("sequential") && (a.has("pipeline") || a.has("trace")))
@@ -183,7 +220,7 @@ int generate_sequential(const Args& a) {
   if (req.prompt.empty()) throw UsageError("the prompt is empty");
   req.max_tokens = static_cast<int>(max_tokens);
   req.sampling = sp;
-  req.stop_ids = default_stop_ids(s.loaded);
+  req.stop_ids = a.flag("ignore-eos") ? std::vector<int32_t>{} : default_stop_ids(s.loaded);
 
   std::unique_ptr<Drafter> drafter;
   try {
@@ -269,6 +306,7 @@ int generate_through_engine(const Args& a) {
   const SamplingParams sp = sampling_from_args(a);
   req.sampling = sp;
   req.mode = mode;
+  if (a.flag("ignore-eos")) req.stop_ids = std::vector<int32_t>{};
 
   std::unique_ptr<actors::Engine> engine = open_engine(cfg);
   std::optional<actors::TokenStream> stream;

@@ -47,6 +47,12 @@ inline nlohmann::json sampling_json(const SamplingParams& sp) {
   if (sp.presence_penalty != 0.0f) j["presence_penalty"] = sp.presence_penalty;
   if (sp.frequency_penalty != 0.0f) j["frequency_penalty"] = sp.frequency_penalty;
   if (sp.repetition_penalty != 1.0f) j["repetition_penalty"] = sp.repetition_penalty;
+  if (!sp.logit_bias.empty()) {
+    nlohmann::json bias = nlohmann::json::object();
+    for (const auto& [id, b] : sp.logit_bias) bias[std::to_string(id)] = b;
+    j["logit_bias"] = std::move(bias);
+  }
+  if (sp.min_tokens > 0) j["min_tokens"] = sp.min_tokens;
   return j;
 }
 
