@@ -22,6 +22,7 @@
 #include "actors/trace.h"
 #include "actors/verifier.h"
 #include "gpu/llama.h"
+#include "spec/eagle_drafter.h"
 #include "spec/generate.h"
 #include "spec/make_drafter.h"
 
@@ -107,6 +108,9 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   const auto ex = m.io.get_executor();
   m.verifier = std::make_unique<Verifier>(ex, *m.model, m.cfg.kv_tokens, m.cfg.fault_hook, drafters->wants_target_hidden(),
                                           /*device_judge=*/!m.cfg.judge_rule);
+  // The head reads the target's rows of the last kEagleCatchUpWindow prompt positions at its first
+  // draft: those are computed even where the cache holds them, so it drafts as without the cache.
+  m.verifier->set_prefix_cache(m.cfg.prefix_cache, drafters->wants_target_hidden() ? kEagleCatchUpWindow : 0);
   SchedulerLimits limits{m.cfg.max_batch, m.verifier->blocks_total(), m.verifier->block_tokens(),
                          m.model->config().max_positions, m.pipelined, m.cfg.load_adaptive};
   m.scheduler = std::make_unique<Scheduler>(ex, limits);
@@ -182,6 +186,8 @@ bool Engine::idle() const {
   return impl_->verifier->releases_done() == impl_->scheduler->releases_sent();
 }
 int64_t Engine::kv_blocks_free() const { return impl_->verifier->blocks_free(); }
+int64_t Engine::prefix_queried_tokens() const { return impl_->verifier->prefix_queried_tokens(); }
+int64_t Engine::prefix_hit_tokens() const { return impl_->verifier->prefix_hit_tokens(); }
 int64_t Engine::kv_blocks_total() const { return impl_->verifier->blocks_total(); }
 std::uint64_t Engine::failures() const {
   const Impl& m = *impl_;

@@ -64,6 +64,10 @@ struct EngineConfig {
   // over the whole batch, down to 0 under load (actors/load_policy.h); off: each request's own
   // adaptive K.
   bool load_adaptive = true;
+  // The prefix cache (vLLM's automatic prefix caching; docs/engine.md, "The prefix cache"): full
+  // KV blocks of committed tokens outlive their request and a new prompt that starts with the
+  // same tokens shares them instead of prefilling them again.
+  bool prefix_cache = true;
   std::string trace_path;              // write Chrome trace-event JSON here when the engine closes ("" = off)
   FaultHook fault_hook;                // tests only: throw from it to fail a round
   JudgeRule judge_rule;                // tests only: replaces the acceptance rule (a planted bug)
@@ -174,6 +178,9 @@ class Engine {
   bool idle() const;                // nothing queued, active or in flight, every finished request's KV freed
   int64_t kv_blocks_free() const;   // the target pool as the verifier last left it
   int64_t kv_blocks_total() const;
+  // Prompt tokens the engine prefilled or found in the prefix cache, and those it found, so far.
+  int64_t prefix_queried_tokens() const;
+  int64_t prefix_hit_tokens() const;
   std::uint64_t failures() const;   // rounds that failed in any actor
   std::string trace_json() const;   // the trace so far ("" when trace_path is empty)
 

@@ -144,6 +144,7 @@ struct Scored {
   // verifier ran the acceptance step there and only this verdict crossed to the host.
   std::optional<RoundOutcome> verdict;
   float min_confidence = 0;           // Drafted::min_confidence, for the request's statistics
+  int64_t cached_tokens = 0;          // the round that prefilled it: prompt tokens the prefix cache held
 };
 
 // verifier -> sampler: the target's distributions for the round (TargetProbsReady and Judge in one).

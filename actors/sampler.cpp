@@ -168,6 +168,7 @@ void Sampler::on(Judge& judge) {
     st.draft_seconds += judge.draft_seconds;
     st.verify_seconds += judge.verify_seconds;
     st.count_confidence(k, s.min_confidence);
+    st.cached_prompt_tokens += s.cached_tokens;
     Judged j{s.request->id, k, 0, {}, false, false, 0, {}};
     if (!s.continued) {
       const RoundOutcome outcome = s.verdict ? std::move(*s.verdict) : apply_rule(o, s.draft, s.target_logits, s.position, true);

@@ -27,6 +27,11 @@ void Verifier::connect(Mailbox<SchedulerMessage>::Sender to_scheduler, Mailbox<S
   to_sampler_.emplace(std::move(to_sampler));
 }
 
+void Verifier::set_prefix_cache(bool on, int64_t hidden_tail) {
+  kv_.set_prefix_cache(on);
+  hidden_tail_ = hidden_tail;
+}
+
 void Verifier::verify(VerifyRound& round, Judge& judge) {
   if (hook_) {
     std::vector<RequestId> ids;
@@ -36,14 +41,20 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
   // Prefill the sequences seen for the first time: one forward over their prompts (minus g).
   std::vector<ForwardSeq> batch;
   std::vector<size_t> prefilled;  // round.items index of each prefill sequence
+  std::vector<int64_t> cached(round.items.size(), 0);  // prompt tokens each new sequence shares
   for (size_t i = 0; i < round.items.size(); ++i) {
     const Drafted& d = round.items[i];
     const RequestId id = d.request->id;
     if (seqs_.count(id)) continue;
-    const int seq = kv_.create_sequence();
+    // The prompt but g; with the prefix cache the sequence starts with the blocks it shares.
+    const std::span<const int32_t> prompt = std::span<const int32_t>(d.context).first(d.context.size() - 1);
+    const int seq = kv_.create_sequence(prompt, static_cast<int64_t>(prompt.size()) - hidden_tail_);
     seqs_.emplace(id, seq);
-    if (d.context.size() > 1) {
-      batch.push_back({seq, std::span<const int32_t>(d.context).first(d.context.size() - 1), false, hand_hidden_});
+    cached[i] = kv_.length(seq);
+    prefix_queried_.fetch_add(static_cast<int64_t>(prompt.size()), std::memory_order_relaxed);
+    prefix_hit_.fetch_add(cached[i], std::memory_order_relaxed);
+    if (static_cast<int64_t>(prompt.size()) > cached[i]) {
+      batch.push_back({seq, prompt.subspan(static_cast<size_t>(cached[i])), false, hand_hidden_});
       prefilled.push_back(i);
     }
   }
@@ -100,6 +111,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     Drafted& d = round.items[i];
     Scored s{d.request, static_cast<int64_t>(d.context.size()), std::move(d.draft), {}, d.continued, {}, {}, std::nullopt,
              d.min_confidence};
+    s.cached_tokens = cached[i];
     const size_t rows = windows[i].size();
     judge.forward_tokens += static_cast<int64_t>(rows);
     if (on_device) {
@@ -116,6 +128,9 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
                       hidden_.begin() + static_cast<std::ptrdiff_t>((row + rows) * H));
     }
     row += rows;
+    // The committed positions (the context, g included, whose K/V this forward wrote) for later
+    // sequences that start with them.
+    kv_.register_prefix(seqs_.at(d.request->id), d.context);
     judge.items.push_back(std::move(s));
   }
 }

@@ -30,6 +30,15 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
   void set_trace(Trace* trace) { trace_ = trace; }
   // Owner only, before start().
   void connect(Mailbox<SchedulerMessage>::Sender to_scheduler, Mailbox<SamplerMessage>::Sender to_sampler);
+  // Owner only, before start(): the prefix cache (gpu/kv_cache.h; docs/engine.md, "The prefix
+  // cache"). A new sequence shares the registered blocks its prompt starts with, except that the
+  // last `hidden_tail` prompt positions are always computed (the drafter reads their hidden
+  // states); every round registers the committed positions' full blocks.
+  void set_prefix_cache(bool on, int64_t hidden_tail);
+
+  // Any thread: prompt tokens the prefill was asked for and those the prefix cache held, so far.
+  int64_t prefix_queried_tokens() const { return prefix_queried_.load(std::memory_order_relaxed); }
+  int64_t prefix_hit_tokens() const { return prefix_hit_.load(std::memory_order_relaxed); }
 
   boost::asio::awaitable<void> on(VerifyRound& round);
   void on(Release& release);
@@ -58,6 +67,8 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
   bool device_judge_ = false;  // the device judges rounds (and may: no test rule)
   DeviceBuffer q_device_;      // exact sampling's q rows, copied for the device's judge
   bool hand_hidden_ = false;
+  int64_t hidden_tail_ = 0;
+  std::atomic<int64_t> prefix_queried_{0}, prefix_hit_{0};
   std::vector<float> hidden_;
   std::optional<Mailbox<SchedulerMessage>::Sender> to_scheduler_;
   std::optional<Mailbox<SamplerMessage>::Sender> to_sampler_;

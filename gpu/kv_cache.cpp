@@ -1,6 +1,7 @@
 // Paged KV cache bookkeeping (the storage itself lives on the device).
 #include "gpu/kv_cache.h"
 
+#include <algorithm>
 #include <cassert>
 #include <string>
 
@@ -19,6 +20,128 @@ KvCache::KvCache(Ops& ops, const KvCacheConfig& cfg) : cfg_(cfg) {
   v_ = DeviceBuffer(ops, n);
   free_.reserve(cfg.num_blocks);
   for (int64_t b = cfg.num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+  meta_.resize(static_cast<size_t>(cfg.num_blocks));
+}
+
+void KvCache::set_prefix_cache(bool on) {
+  if (!on)  // the idle registered blocks go back to the free stack; blocks in use stay as they are
+    while (!idle_.empty()) {
+      const int32_t b = idle_.front();
+      unregister(b);
+      free_.push_back(b);
+    }
+  if (!on)
+    for (size_t b = 0; b < meta_.size(); ++b)
+      if (meta_[b].registered) unregister(static_cast<int32_t>(b));
+  prefix_cache_ = on;
+}
+
+uint64_t KvCache::block_key(int32_t parent, std::span<const int32_t> tokens) const {
+  // splitmix64 steps over the parent's identity and the tokens; a match is confirmed against the
+  // stored tokens and parent, so a collision only costs a miss.
+  auto mix = [](uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  };
+  const uint64_t generation = parent >= 0 ? meta_[static_cast<size_t>(parent)].generation : 0;
+  uint64_t h = mix((static_cast<uint64_t>(static_cast<uint32_t>(parent)) << 32) | generation);
+  for (const int32_t t : tokens) h = mix(h ^ static_cast<uint32_t>(t));
+  return h;
+}
+
+int32_t KvCache::find_block(int32_t parent, std::span<const int32_t> tokens) const {
+  const auto it = index_.find(block_key(parent, tokens));
+  if (it == index_.end()) return -1;
+  const Block& m = meta_[static_cast<size_t>(it->second)];
+  const uint32_t parent_generation = parent >= 0 ? meta_[static_cast<size_t>(parent)].generation : 0;
+  if (!m.registered || m.parent != parent || m.parent_generation != parent_generation ||
+      !std::equal(tokens.begin(), tokens.end(), m.tokens.begin(), m.tokens.end()))
+    return -1;
+  return it->second;
+}
+
+void KvCache::unregister(int32_t b) {
+  Block& m = meta_[static_cast<size_t>(b)];
+  if (!m.registered) return;
+  if (m.users == 0) idle_.erase(m.idle_at);
+  if (auto it = index_.find(m.key); it != index_.end() && it->second == b) index_.erase(it);
+  m.registered = false;
+  ++m.generation;  // blocks registered after it no longer match (their parent_generation)
+  m.tokens.clear();
+}
+
+int32_t KvCache::take_block() {
+  int32_t b;
+  if (!free_.empty()) {
+    b = free_.back();
+    free_.pop_back();
+  } else {
+    b = idle_.front();
+    unregister(b);
+  }
+  meta_[static_cast<size_t>(b)].users = 1;
+  return b;
+}
+
+void KvCache::release_block(int32_t b) {
+  Block& m = meta_[static_cast<size_t>(b)];
+  if (--m.users > 0) return;
+  if (m.registered)
+    m.idle_at = idle_.insert(idle_.end(), b);
+  else
+    free_.push_back(b);
+}
+
+int KvCache::create_sequence(std::span<const int32_t> tokens, int64_t max_positions) {
+  const int id = create_sequence();
+  if (!prefix_cache_) return id;
+  Seq& s = seqs_[static_cast<size_t>(id)];
+  const int64_t bt = cfg_.block_tokens;
+  const int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size()), max_positions) / bt;
+  int32_t parent = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t b = find_block(parent, tokens.subspan(static_cast<size_t>(i * bt), static_cast<size_t>(bt)));
+    if (b < 0) break;
+    Block& m = meta_[static_cast<size_t>(b)];
+    if (m.users++ == 0) idle_.erase(m.idle_at);
+    s.blocks.push_back(b);
+    parent = b;
+  }
+  s.registered = s.blocks.size();
+  s.length = static_cast<int64_t>(s.blocks.size()) * bt;
+  return id;
+}
+
+void KvCache::register_prefix(int id, std::span<const int32_t> tokens) {
+  if (!prefix_cache_) return;
+  Seq& s = seq(id);
+  const int64_t bt = cfg_.block_tokens;
+  const size_t full = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(tokens.size()), s.length) / bt);
+  while (s.registered < full) {
+    const size_t i = s.registered;
+    const int32_t parent = i == 0 ? -1 : s.blocks[i - 1];
+    const int32_t b = s.blocks[i];
+    Block& m = meta_[static_cast<size_t>(b)];
+    const std::span<const int32_t> content = tokens.subspan(i * static_cast<size_t>(bt), static_cast<size_t>(bt));
+    if (!m.registered) {
+      const uint64_t key = block_key(parent, content);
+      if (auto it = index_.find(key); it != index_.end()) {
+        if (find_block(parent, content) >= 0) return;  // another sequence's block holds it
+        const int32_t old = it->second;  // a stale entry (its parent went) or a collision: replaced
+        unregister(old);
+        if (meta_[static_cast<size_t>(old)].users == 0) free_.push_back(old);
+      }
+      m.registered = true;
+      m.key = key;
+      m.parent = parent;
+      m.parent_generation = parent >= 0 ? meta_[static_cast<size_t>(parent)].generation : 0;
+      m.tokens.assign(content.begin(), content.end());
+      index_.emplace(key, b);
+    }
+    ++s.registered;
+  }
 }
 
 int KvCache::create_sequence() {
@@ -58,10 +181,7 @@ void KvCache::reserve(int id, int64_t new_length) {
   if (need > blocks_free())
     throw KvCacheFull("KV cache full: sequence needs " + std::to_string(need) + " more blocks, " +
                       std::to_string(blocks_free()) + " free of " + std::to_string(cfg_.num_blocks));
-  for (int64_t i = 0; i < need; ++i) {
-    s.blocks.push_back(free_.back());
-    free_.pop_back();
-  }
+  for (int64_t i = 0; i < need; ++i) s.blocks.push_back(take_block());
   s.length = new_length;
 }
 
@@ -70,9 +190,18 @@ void KvCache::truncate_to(int id, int64_t len) {
   if (len < 0 || len > s.length)
     throw std::invalid_argument("KV truncate_to(" + std::to_string(len) + ") outside [0, " + std::to_string(s.length) + "]");
   const int64_t keep = blocks_needed(len);
-  while (static_cast<int64_t>(s.blocks.size()) > keep) {
-    free_.push_back(s.blocks.back());
+  while (static_cast<int64_t>(s.blocks.size()) > keep) {  // the deepest first: evicted first
+    release_block(s.blocks.back());
     s.blocks.pop_back();
+  }
+  s.registered = std::min(s.registered, static_cast<size_t>(len / cfg_.block_tokens));
+  // Positions from len on will be written again: a registered block they fall in stops being
+  // registered (a block other sequences share is never cut into: they would read the new K/V).
+  if (len % cfg_.block_tokens != 0) {
+    const int32_t b = s.blocks.back();
+    if (meta_[static_cast<size_t>(b)].users > 1)
+      throw std::logic_error("KV truncate_to(" + std::to_string(len) + ") cuts into a block other sequences share");
+    unregister(b);
   }
   s.length = len;
 }

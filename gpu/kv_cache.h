@@ -1,8 +1,13 @@
 // Paged KV cache: a pool of fixed-size blocks per layer, a block table per sequence, append by
-// reserving positions and rollback with truncate_to.
+// reserving positions and rollback with truncate_to; with the prefix cache on, full blocks of
+// committed tokens are kept after their sequence ends and shared by later sequences that start
+// with the same tokens (vLLM's automatic prefix caching; docs/engine.md, "The prefix cache").
 #pragma once
 #include <cstdint>
+#include <list>
+#include <span>
 #include <stdexcept>
+#include <unordered_map>
 #include <vector>
 
 #include "gpu/ops.h"
@@ -75,7 +80,26 @@ class KvCache {
   void truncate_to(int seq, int64_t len);
   const std::vector<int32_t>& block_table(int seq) const;
 
-  int64_t blocks_free() const { return static_cast<int64_t>(free_.size()); }
+  // --- The prefix cache (off by default) ---
+  // A block is registered under its tokens and the registered block before it, so a block stands
+  // for the whole prefix up to its end. Registered blocks no sequence uses stay filled and count
+  // as free; a reservation takes a never-registered free block first, then evicts the least
+  // recently released registered one (the deepest of a prefix first).
+  void set_prefix_cache(bool on);
+  bool prefix_cache() const { return prefix_cache_; }
+  // A new sequence holding the longest run of registered blocks that spell `tokens`' first
+  // positions, at most `max_positions` of them (whole blocks): its length is what it shares.
+  // Without the prefix cache, create_sequence().
+  int create_sequence(std::span<const int32_t> tokens, int64_t max_positions);
+  // Registers the sequence's full blocks that `tokens` (its tokens from position 0, whose K/V
+  // it holds: at most length()) cover, after those registered before. A block whose content
+  // another registered block already holds is not registered, nor any after it.
+  void register_prefix(int seq, std::span<const int32_t> tokens);
+  // Registered blocks, and those of them no sequence uses (counted in blocks_free()).
+  int64_t blocks_registered() const { return static_cast<int64_t>(index_.size()); }
+  int64_t blocks_cached_idle() const { return static_cast<int64_t>(idle_.size()); }
+
+  int64_t blocks_free() const { return static_cast<int64_t>(free_.size() + idle_.size()); }
   int64_t blocks_total() const { return cfg_.num_blocks; }
   int64_t blocks_needed(int64_t positions) const { return (positions + cfg_.block_tokens - 1) / cfg_.block_tokens; }
 
@@ -112,7 +136,25 @@ class KvCache {
     bool live = false;
     int64_t length = 0;
     std::vector<int32_t> blocks;
+    size_t registered = 0;  // its first blocks that are registered (or were found registered)
   };
+  // A pool block's prefix-cache state.
+  struct Block {
+    int32_t users = 0;            // sequences whose tables hold it
+    uint32_t generation = 0;      // bumped each time it stops being registered
+    bool registered = false;
+    uint64_t key = 0;             // hash of (parent, parent's generation, tokens)
+    int32_t parent = -1;          // the registered block before it (-1: the prefix's first)
+    uint32_t parent_generation = 0;
+    std::vector<int32_t> tokens;  // block_tokens of them
+    std::list<int32_t>::iterator idle_at;  // in idle_ while registered and unused
+  };
+  int32_t take_block();
+  void release_block(int32_t b);
+  void unregister(int32_t b);
+  uint64_t block_key(int32_t parent, std::span<const int32_t> tokens) const;
+  // The registered block continuing `parent` with `tokens`, or -1.
+  int32_t find_block(int32_t parent, std::span<const int32_t> tokens) const;
   int64_t layer_stride() const { return cfg_.num_blocks * cfg_.block_tokens * row_floats(); }
   // Where (position)'s block starts inside a head's (or, not head-major, the heads') elements:
   // its pool block * block_tokens * row_stride(), through the sequence's block table.
@@ -132,6 +174,10 @@ class KvCache {
   DeviceBuffer k_, v_;
   std::vector<Seq> seqs_;
   std::vector<int32_t> free_;  // free block ids (a stack)
+  bool prefix_cache_ = false;
+  std::vector<Block> meta_;                       // [num_blocks]
+  std::list<int32_t> idle_;                       // registered, unused: least recently released first
+  std::unordered_map<uint64_t, int32_t> index_;   // key -> registered block
 };
 
 }  // namespace specula

@@ -19,6 +19,7 @@ double ms_between(Generation::Clock::time_point a, Generation::Clock::time_point
 json GenerationStats::to_json() const {
   const double decode_ms = elapsed_ms - ttft_ms;
   return json{{"prompt_tokens", prompt_tokens},
+              {"cached_prompt_tokens", cached_prompt_tokens},
               {"completion_tokens", completion_tokens},
               {"rounds", rounds},
               {"drafted", drafted},
@@ -36,6 +37,7 @@ GenerationStats GenerationStats::combine(const std::vector<GenerationStats>& cho
   GenerationStats all;
   if (choices.empty()) return all;
   all.prompt_tokens = choices.front().prompt_tokens;
+  all.cached_prompt_tokens = choices.front().cached_prompt_tokens;
   all.ttft_ms = choices.front().ttft_ms;
   double thresholds = 0;
   for (const GenerationStats& c : choices) {
@@ -187,6 +189,7 @@ void Generation::on_end(const actors::StreamEvent& ev, GenerationUpdate& u) {
   const Clock::time_point now = Clock::now();
   stats_.elapsed_ms = ms_between(received_, now);
   stats_.rounds = ev.stats.rounds;
+  stats_.cached_prompt_tokens = ev.stats.cached_prompt_tokens;
   stats_.drafted = ev.stats.drafted;
   stats_.accepted = ev.stats.accepted;
   stats_.mean_confidence_threshold = ev.stats.mean_confidence_threshold();

@@ -39,6 +39,7 @@ struct GenerationUpdate {
 
 struct GenerationStats {
   int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // of them, held by the prefix cache (known at the end)
   int64_t completion_tokens = 0;
   int64_t rounds = 0;
   int64_t drafted = 0;

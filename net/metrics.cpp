@@ -70,7 +70,8 @@ Metrics::Metrics()
   for (const char* outcome : {"error", "rejected"}) requests[outcome] = 0;
 }
 
-std::string Metrics::render(int64_t kv_blocks_free, int64_t kv_blocks_total) const {
+std::string Metrics::render(const EngineReadings& engine) const {
+  const int64_t kv_blocks_free = engine.kv_blocks_free, kv_blocks_total = engine.kv_blocks_total;
   std::string out;
   header(out, "specula_requests_total", "counter",
          "Finished requests by outcome (rejected: refused before starting).");
@@ -100,6 +101,10 @@ std::string Metrics::render(int64_t kv_blocks_free, int64_t kv_blocks_total) con
   scalar(out, "specula_kv_blocks_used", "gauge", "Target KV cache blocks in use.", kv_blocks_total - kv_blocks_free);
   scalar(out, "specula_kv_blocks_free", "gauge", "Target KV cache blocks free.", kv_blocks_free);
   scalar(out, "specula_kv_blocks_total", "gauge", "Target KV cache blocks.", kv_blocks_total);
+  scalar(out, "specula_prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache (every prompt token but the last).", engine.prefix_queried_tokens);
+  scalar(out, "specula_prefix_cache_hits_total", "counter", "Prompt tokens whose KV the prefix cache held.",
+         engine.prefix_hit_tokens);
   scalar(out, "specula_websocket_connections", "gauge", "Open WebSocket connections.", websocket_connections);
   return out;
 }

@@ -42,8 +42,13 @@ struct Metrics {
   int64_t websocket_connections = 0;
 
   void count_request(const std::string& outcome) { ++requests[outcome]; }
-  // The text page; the KV gauges are read by the caller (any thread may ask the engine).
-  std::string render(int64_t kv_blocks_free, int64_t kv_blocks_total) const;
+  // What the engine reports at render time (any thread may ask it).
+  struct EngineReadings {
+    int64_t kv_blocks_free = 0, kv_blocks_total = 0;
+    int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;  // Engine::prefix_*_tokens
+  };
+  // The text page.
+  std::string render(const EngineReadings& engine) const;
 };
 
 }  // namespace specula::net

@@ -55,7 +55,8 @@ std::string openai_finish(FinishReason r) { return std::string(openai_finish_rea
 json usage_json(const GenerationStats& s) {
   return {{"prompt_tokens", s.prompt_tokens},
           {"completion_tokens", s.completion_tokens},
-          {"total_tokens", s.prompt_tokens + s.completion_tokens}};
+          {"total_tokens", s.prompt_tokens + s.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", s.cached_prompt_tokens}}}};
 }
 
 json speculation_json(const GenerationStats& s) {

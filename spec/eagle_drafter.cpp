@@ -192,8 +192,14 @@ void EagleDrafter::set_catch_up_window(int64_t window) {
 
 void EagleDrafter::target_hidden(int64_t first, std::span<const float> rows) {
   const int64_t n = static_cast<int64_t>(rows.size()) / row_;
-  // Rows arrive in order; a gap (rows the loop did not hand over) leaves the later ones unusable.
-  if (first > known_hidden()) return;
+  if (first > known_hidden()) {
+    // Rows arrive in order; a gap (rows the loop did not hand over) leaves the later ones
+    // unusable, except at a new context's start, where the prefix cache held the first ones.
+    if (known_hidden() > 0 || entries_ > 0) return;
+    h_.assign(static_cast<size_t>(first * row_), 0.0f);
+    floor_ = first;
+    restart_at(floor_);
+  }
   h_.resize(static_cast<size_t>(first * row_));
   h_.insert(h_.end(), rows.begin(), rows.begin() + n * row_);
 }
@@ -218,6 +224,10 @@ void EagleDrafter::prefill(std::span<const int32_t>) {
 void EagleDrafter::rollback(int64_t length) {
   length = std::max<int64_t>(0, length);
   if (known_hidden() > length) h_.resize(static_cast<size_t>(length * row_));
+  if (length <= floor_) {  // back into the rows that never came: a new context
+    h_.clear();
+    floor_ = 0;
+  }
   settle(std::min(entries_, std::max<int64_t>(0, length - 1)));
   // The cache keeps the last proposal's speculative entries (propose drops them before feeding
   // committed positions) while a continuation of that proposal is still possible.
@@ -229,7 +239,7 @@ void EagleDrafter::settle(int64_t entries) {
   entries_ = entries;
   // Back before the window's start (a rollback that long): the next catch-up feeds the window
   // before `entries` again.
-  if (entries_ < base_) restart_at(std::max<int64_t>(0, entries - window_));
+  if (entries_ < base_) restart_at(std::max<int64_t>(floor_, entries - window_));
 }
 
 void EagleDrafter::restart_at(int64_t entry) {
@@ -437,6 +447,7 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
     // A long catch-up (the first draft after the prompt, or after many rounds without one): the
     // cache restarts at the window's start, as if the context began there.
     if (window_ > 0 && m - entries_ > window_) restart_at(m - window_);
+    if (entries_ < floor_) restart_at(floor_);
     kv_->truncate_to(seq_, entries_ - base_);
     const int64_t first = entries_ + 1;
     run(depth1_features(h_.data() + (first - 1) * row_, m - first + 1),

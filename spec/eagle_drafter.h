@@ -167,6 +167,10 @@ class EagleDrafter final : public Drafter {
   int seq_ = -1;
   int64_t entries_ = 0;       // depth-1 entries base_+1..entries_ in the cache (slots 0..entries_-base_-1)
   int64_t base_ = 0;          // entries 1..base_ were skipped by a windowed catch-up (0: none)
+  // Positions 0..floor_-1 of the context came with no target rows (the engine's prefix cache
+  // shared their K/V, so the target never ran them): h_ holds zeros there, and no entry at or
+  // before floor_ is fed, as if the context began at floor_ (a windowed catch-up's restart).
+  int64_t floor_ = 0;
   int64_t window_ = 0;        // a catch-up feeds at most this many entries (0: all)
   // The last proposal: its context followed by the tokens proposed, and the head's output g of
   // the entry that proposed the last of them (the feature a continuation starts from).

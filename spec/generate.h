@@ -29,6 +29,7 @@ struct GenerateRequest {
 
 struct GenerateStats {
   int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // of them, those whose K/V the engine's prefix cache held
   int64_t generated = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;        // from the first sampled token to the last

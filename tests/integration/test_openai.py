@@ -337,3 +337,31 @@ def test_bad_logprobs_fields_are_400s_naming_the_field(server):
     for value in (6, -1, True, "2"):
         r = post("/v1/completions", {"prompt": "x", "logprobs": value})
         assert r.status_code == 400 and r.json()["error"]["param"] == "logprobs", (value, r.text)
+
+
+SYSTEM = ("You are a careful assistant for a small bakery. You answer questions about bread, pastry and opening "
+          "hours in two sentences or fewer, and you never invent prices. The bakery opens at seven and closes at six.")
+
+
+def test_a_second_request_sharing_a_long_prefix_reports_cached_tokens_and_gives_the_text_of_a_server_without_the_cache(
+        server, client, model_id, fresh_server):
+    ask = lambda c, q: c.chat.completions.create(
+        model=model_id, messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}],
+        max_tokens=16, temperature=0)
+    before = server.metrics()
+    first = ask(client, "When do you open?")
+    second = ask(client, "Do you sell rye bread?")
+    after = server.metrics()
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    # The system prompt's full 16-token blocks, up to where the two user messages differ.
+    assert cached >= 48 and cached % 16 == 0 and cached < second.usage.prompt_tokens, second.usage
+    assert after["specula_prefix_cache_hits_total"] - before["specula_prefix_cache_hits_total"] >= cached
+    assert after["specula_prefix_cache_queries_total"] - before["specula_prefix_cache_queries_total"] >= \
+        first.usage.prompt_tokens + second.usage.prompt_tokens - 2
+    off = fresh_server("--draft", "ngram", "--prefix-cache", "off")
+    plain = openai.OpenAI(base_url=off.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    ask(plain, "When do you open?")
+    again = ask(plain, "Do you sell rye bread?")
+    assert again.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.choices[0].message.content == second.choices[0].message.content
+    assert off.metrics()["specula_prefix_cache_hits_total"] == 0

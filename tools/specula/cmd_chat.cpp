@@ -1,7 +1,7 @@
 // `specula chat`: a multi-turn chat in the terminal, through the actor engine like the server
 // (docs/engine.md, "The CLI"). Each turn sends the whole conversation as chat messages, as an
-// OpenAI client does; the engine keeps no KV between requests, so the history is prefilled again
-// each turn (no prefix cache yet).
+// OpenAI client does; the engine's prefix cache keeps the history's full KV blocks, so each turn
+// prefills little more than its new message (docs/engine.md, "The prefix cache").
 #include <cstdio>
 #include <iostream>
 #include <memory>

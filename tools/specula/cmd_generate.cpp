@@ -36,6 +36,7 @@ const char* kUsage =
     "                        [--spec-k-min K] [--spec-k-max K] [--spec-k-max-greedy K] [--draft-entropy NATS]\n"
     "                        [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                        [--spec-sampling exact|block|coupled] [--pipeline off|on|always] [--trace FILE] [--sequential]\n"
+    "                        [--prefix-cache on|off]\n"
     "  Streams the continuation to stdout and ends with prefill and decode tokens/s on stderr.\n"
     "  --chat applies the model's chat template to the prompt (as one user message).\n"
     "  Defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0 (off), max-tokens 256, a random seed (printed);\n"
@@ -66,7 +67,8 @@ const char* kUsage =
     "  own (a GPU, or twice --threads fitting the CPUs; else it says so and does not), --pipeline\n"
     "  always regardless (docs/engine.md); --trace FILE writes Chrome trace-event\n"
     "  JSON with a lane per stream and actor (ui.perfetto.dev). --sequential runs the sequential\n"
-    "  loop (the method's reference, one round after another on one thread of control) instead.\n";
+    "  loop (the method's reference, one round after another on one thread of control) instead.\n"
+    "  --prefix-cache off: no KV blocks kept for later requests' prompts (docs/engine.md).\n";
 
 
 // --prompt-ids checked against the vocabulary, so the message names the option.
@@ -190,8 +192,8 @@ int cmd_generate(int argc, char** argv) {
   const Args a(argc, argv, options, {"chat", "json", "adaptive", "sequential", "ignore-eos"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   if (a.has("prompt") == a.has("prompt-ids")) throw UsageError("give exactly one of --prompt or --prompt-ids");
-  if (a.flag("sequential") && (a.has("pipeline") || a.has("trace")))
-    throw UsageError("--pipeline and --trace are the engine's; --sequential runs without it");
+  if (a.flag("sequential") && (a.has("pipeline") || a.has("trace") || a.has("prefix-cache")))
+    throw UsageError("--pipeline, --trace and --prefix-cache are the engine's; --sequential runs without it");
   return a.flag("sequential") ? generate_sequential(a) : generate_through_engine(a);
 }
 
@@ -409,6 +411,12 @@ void pipelining_from_args(const Args& a, actors::EngineConfig& cfg) {
   cfg.pipeline_on_shared_cores = pipeline == "always";
 }
 
+void prefix_cache_from_args(const Args& a, actors::EngineConfig& cfg) {
+  const std::string on = a.str("prefix-cache", "on");
+  if (on != "on" && on != "off") throw UsageError("--prefix-cache must be on or off, got '" + on + "'");
+  cfg.prefix_cache = on == "on";
+}
+
 void report_pipelining(const actors::Engine& engine) {
   if (!engine.why_not_pipelined().empty())
     std::fprintf(stderr, "specula: not pipelining: %s; --pipeline always runs it anyway\n", engine.why_not_pipelined().c_str());
@@ -424,6 +432,7 @@ actors::EngineConfig engine_config_from_args(const Args& a, std::shared_ptr<cons
   cfg.max_batch = 1;
   cfg.threads = static_cast<int>(a.integer("threads", 2));
   pipelining_from_args(a, cfg);
+  prefix_cache_from_args(a, cfg);
   cfg.trace_path = a.str("trace", "");
   const int64_t model_ctx = cfg.target_model->weights.config.max_positions > 0 ? cfg.target_model->weights.config.max_positions : 8192;
   const int64_t ctx = a.integer("ctx", std::min<int64_t>(model_ctx, 8192));

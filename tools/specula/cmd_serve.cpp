@@ -16,14 +16,16 @@ namespace {
 const char* kUsage =
     "usage: specula serve [--model PATH] [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--host 127.0.0.1] [--port 8080]\n"
     "                     [--max-batch 16] [--kv-tokens 16384] [--max-queue 256] [--threads 2] [--device auto]\n"
-    "                     [--pipeline off|on|always] [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8]\n"
+    "                     [--pipeline off|on|always] [--prefix-cache on|off] [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8]\n"
     "                     [--spec-k-max-greedy K] [--draft-entropy NATS] [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10]\n"
     "                     [--api-key KEY] [--allowed-origins ORIGIN,...|*]\n"
     "  Serves the model on one port: the chat page at /, the WebSocket protocol at /v1/ws, the\n"
     "  OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models, /health and /metrics\n"
     "  (docs/protocol.md). --max-batch requests run together, --max-queue more wait; beyond that\n"
-    "  requests get 429 / overloaded. --kv-tokens: target KV positions shared by all requests.\n"
+    "  requests get 429 / overloaded. --kv-tokens: target KV positions shared by all requests; with\n"
+    "  --prefix-cache on (the default) full blocks of finished requests stay there for later prompts\n"
+    "  that start with the same tokens (docs/engine.md, \"The prefix cache\").\n"
     "  --draft as for `specula generate` (scripts/run.sh serves with ngram:n=3+eagle).\n"
     "  --spec-k / --adaptive / --draft-entropy / --draft-confidence: the draft length for requests\n"
     "  that set none (the entropy rule ends a draft where the draft's distribution has more than\n"
@@ -46,7 +48,7 @@ bool is_loopback(const std::string& host) {
 
 int cmd_serve(int argc, char** argv) {
   const Args a(argc, argv,
-               {"model", "draft", "host", "port", "max-batch", "kv-tokens", "max-queue", "threads", "device", "pipeline",
+               {"model", "draft", "host", "port", "max-batch", "kv-tokens", "max-queue", "threads", "device", "pipeline", "prefix-cache",
                 "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence", "draft-confidence-greedy", "max-tokens", "served-model-name",
                 "shutdown-timeout", "api-key", "allowed-origins"},
                {"adaptive"});
@@ -60,6 +62,7 @@ int cmd_serve(int argc, char** argv) {
   ec.kv_tokens = a.integer("kv-tokens", 16384);
   ec.threads = static_cast<int>(a.integer("threads", 2));
   pipelining_from_args(a, ec);
+  prefix_cache_from_args(a, ec);
   if (ec.max_batch < 1 || ec.max_batch > 1024) throw UsageError("--max-batch must be between 1 and 1024");
   if (ec.threads < 1 || ec.threads > 256) throw UsageError("--threads must be between 1 and 256");
 

@@ -30,6 +30,8 @@ inline const std::set<std::string> kEngineBenchOptions = {"concurrency", "pipeli
 // compute of its own (EngineConfig::pipeline_on_shared_cores), always regardless. UsageError for
 // another value. Defined in cmd_generate.cpp.
 void pipelining_from_args(const Args& a, actors::EngineConfig& cfg);
+// --prefix-cache on|off (default on): EngineConfig::prefix_cache. UsageError for anything else.
+void prefix_cache_from_args(const Args& a, actors::EngineConfig& cfg);
 // One line on stderr when `--pipeline on` was asked for and the engine does not pipeline.
 void report_pipelining(const actors::Engine& engine);
 
@@ -39,7 +41,7 @@ int bench_spec_engine(const Args& a);
 // The options `specula generate` and `specula chat` share for the engine they run on.
 inline const std::set<std::string> kEngineRunOptions = {"draft", "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy",
                                                         "draft-confidence", "draft-confidence-greedy",
-                                                        "spec-sampling", "pipeline", "trace"};
+                                                        "spec-sampling", "pipeline", "trace", "prefix-cache"};
 
 // The engine of `specula generate` / `specula chat` (batch 1): the target loaded once (`target`),
 // --device, --threads, --ctx (KV positions, default min(the model's context, 8192)), --draft and

@@ -416,6 +416,52 @@ TEST(Engine, TheLogprobsOfSpeculativeGreedyTokensAreTheTargetsOwnBitForBit) {
   EXPECT_TRUE(s->ngram->generate_blocking(s->request(0, 4)).logprobs.empty());
 }
 
+// The prefix cache: a chat's second turn (the first turn's prompt, its reply and a new message)
+// on an engine that served the first turn shares the blocks of everything before the new message.
+// Its tokens, their log-probabilities (bit for bit), the head's drafts and acceptances, and a
+// seeded sampled answer equal an engine without the cache, which prefills the whole history.
+TEST(Engine, ASecondTurnSharingTheFirstTurnsBlocksGivesTheSameTokensLogprobsAndDraftsAsAFreshPrefill) {
+  REQUIRE_SETUP(s);
+  auto config = [](bool prefix_cache) {
+    EngineConfig c{.target = default_model_path(), .drafter = "eagle", .device = "host", .draft = {.k = 4}, .max_batch = 4,
+                   .kv_tokens = 4096, .threads = 2};
+    c.prefix_cache = prefix_cache;
+    return c;
+  };
+  Engine cached(config(true)), fresh(config(false));
+  const std::vector<int32_t>& turn1 = s->prompts[0];
+  EngineRequest first = s->request(0, 48);
+  GenerateResult reply = cached.generate_blocking(first);
+  ASSERT_EQ(reply.finish_reason, FinishReason::Length) << reply.error;
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), reply.tokens.begin(), reply.tokens.end());
+  const std::vector<int32_t> next = cached.model().tokenizer->encode(
+      "<|im_end|>\n<|im_start|>user\nAnd what comes after that?<|im_end|>\n<|im_start|>assistant\n");
+  turn2.insert(turn2.end(), next.begin(), next.end());
+  EngineRequest second = s->request(0, kTokens);
+  second.prompt_ids = turn2;
+  second.logprobs = 5;
+
+  const int64_t hits_before = cached.prefix_hit_tokens();
+  GenerateResult a = cached.generate_blocking(second), b = fresh.generate_blocking(second);
+  ASSERT_EQ(a.finish_reason, FinishReason::Length) << a.error;
+  // Every full block of the first turn's prompt and reply, less the head's last 32 rows.
+  EXPECT_GE(cached.prefix_hit_tokens() - hits_before, static_cast<int64_t>(turn1.size()));
+  EXPECT_EQ(fresh.prefix_hit_tokens(), 0);
+  EXPECT_EQ(a.tokens, b.tokens);
+  expect_same_bits(a.logprobs, b.logprobs, "a prompt from cached blocks against a fresh prefill");
+  EXPECT_GT(a.stats.accepted, 0);
+  EXPECT_EQ(a.stats.drafted, b.stats.drafted) << "the head drafted otherwise";
+  EXPECT_EQ(a.stats.accepted, b.stats.accepted);
+
+  EngineRequest sampled = second;
+  sampled.logprobs = -1;
+  sampled.sampling = SamplingParams{0.8f, 40, 0.95f, 7};
+  const GenerateResult c = cached.generate_blocking(sampled), d = fresh.generate_blocking(sampled);
+  EXPECT_EQ(c.tokens, d.tokens);
+  EXPECT_TRUE(wait_until_idle_with_full_pool(cached));
+}
+
 // Penalties and logit bias on the default model: the engine's greedy text with them, alone, among
 // others, pipelined, and with speculation off, equals target-only generate() with them (each
 // verify row adjusted by the output before it, the round's drafts included), and it is not the

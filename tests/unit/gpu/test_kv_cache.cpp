@@ -155,5 +155,174 @@ TEST(KvCache, TruncateBeyondTheLengthIsAClearError) {
   EXPECT_THROW(kv.length(99), std::out_of_range);
 }
 
+// --- The prefix cache ---
+
+std::vector<int32_t> iota_tokens(int n, int32_t from = 100) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = from + i;
+  return t;
+}
+
+// A sequence that has written all of `tokens` and registered its full blocks.
+int registered_sequence(KvCache& kv, const std::vector<int32_t>& tokens) {
+  const int s = kv.create_sequence(tokens, 1000);
+  kv.reserve(s, static_cast<int64_t>(tokens.size()));
+  kv.register_prefix(s, tokens);
+  return s;
+}
+
+TEST(KvCachePrefix, ASequenceStartingWithARegisteredPrefixSharesItsFullBlocksUpToTheFirstDifference) {
+  HostOps ops(1);
+  KvCache kv(ops, small_config(16));
+  kv.set_prefix_cache(true);
+  const std::vector<int32_t> a_tokens = iota_tokens(10);  // blocks of 4: two full, one partial
+  const int a = kv.create_sequence(a_tokens, 100);
+  EXPECT_EQ(kv.length(a), 0);  // nothing registered yet
+  kv.reserve(a, 10);
+  kv.register_prefix(a, a_tokens);
+  EXPECT_EQ(kv.blocks_registered(), 2);
+  std::vector<int32_t> b_tokens = iota_tokens(12);
+  const int b = kv.create_sequence(b_tokens, 100);
+  EXPECT_EQ(kv.length(b), 8);
+  EXPECT_EQ(kv.block_table(b), std::vector<int32_t>(kv.block_table(a).begin(), kv.block_table(a).begin() + 2));
+  b_tokens[5] = 7;  // a difference in the second block: only the first is shared
+  const int c = kv.create_sequence(b_tokens, 100);
+  EXPECT_EQ(kv.length(c), 4);
+  const int d = kv.create_sequence(iota_tokens(12), 7);  // at most 7 positions: one whole block
+  EXPECT_EQ(kv.length(d), 4);
+  std::vector<int32_t> shifted = iota_tokens(12);
+  shifted[0] = 1;  // the same second block after another first one is another prefix
+  const int e = kv.create_sequence(shifted, 100);
+  EXPECT_EQ(kv.length(e), 0);
+  // Off: nothing is shared.
+  KvCache plain(ops, small_config(16));
+  const int p = plain.create_sequence(a_tokens, 100);
+  plain.reserve(p, 10);
+  plain.register_prefix(p, a_tokens);
+  EXPECT_EQ(plain.blocks_registered(), 0);
+  EXPECT_EQ(plain.length(plain.create_sequence(a_tokens, 100)), 0);
+}
+
+TEST(KvCachePrefix, RegisteredBlocksOutliveTheirSequenceAsFreeAndAreEvictedLeastRecentlyReleasedDeepestFirst) {
+  HostOps ops(1);
+  KvCache kv(ops, small_config(6));
+  kv.set_prefix_cache(true);
+  const std::vector<int32_t> t = iota_tokens(16);
+  kv.free_sequence(registered_sequence(kv, t));
+  EXPECT_EQ(kv.blocks_free(), 6);          // idle registered blocks count as free
+  EXPECT_EQ(kv.blocks_cached_idle(), 4);
+  const int b = kv.create_sequence(t, 100);  // found again after its sequence ended
+  EXPECT_EQ(kv.length(b), 16);
+  EXPECT_EQ(kv.blocks_cached_idle(), 0);
+  EXPECT_EQ(kv.blocks_free(), 2);
+  kv.free_sequence(b);
+  // Three blocks for another sequence: the two never registered, then the prefix's last block.
+  const int c = kv.create_sequence();
+  kv.reserve(c, 12);
+  EXPECT_EQ(kv.blocks_registered(), 3);
+  EXPECT_EQ(kv.length(kv.create_sequence(t, 100)), 12);  // the first three blocks are still whole
+  EXPECT_THROW(kv.reserve(c, 13), KvCacheFull);  // the rest are in use
+}
+
+TEST(KvCachePrefix, CuttingIntoASharedBlockIsALogicErrorAndIntoAnOwnRegisteredOneUnregistersIt) {
+  HostOps ops(1);
+  KvCache kv(ops, small_config(8));
+  kv.set_prefix_cache(true);
+  const std::vector<int32_t> t = iota_tokens(8);
+  const int a = registered_sequence(kv, t);
+  const int b = kv.create_sequence(t, 100);
+  EXPECT_EQ(kv.length(b), 8);
+  EXPECT_THROW(kv.truncate_to(b, 6), std::logic_error);
+  kv.free_sequence(b);
+  kv.truncate_to(a, 6);  // its own: the second block will be written again
+  EXPECT_EQ(kv.blocks_registered(), 1);
+  EXPECT_EQ(kv.length(kv.create_sequence(t, 100)), 4);
+}
+
+// The property the engine relies on: a sequence created from the cache holds, at every shared
+// position p, the K/V its own tokens would have written there, which depend on all of tokens
+// 0..p. The pool's "K/V" here is a hash of the writer's tokens up to each position. Random
+// traffic of texts made of three 4-token words (so one block's tokens recur at other depths and
+// after other blocks), growth, rollback, registration, frees and evictions.
+TEST(KvCachePrefix, SharedPositionsAlwaysHoldWhatTheSequencesOwnTokensWouldHaveWrittenUnderRandomTraffic) {
+  HostOps ops(1);
+  const int64_t blocks = 24, bt = 4;
+  KvCache kv(ops, small_config(blocks));
+  kv.set_prefix_cache(true);
+  std::vector<uint64_t> written(static_cast<size_t>(blocks * bt), 0);
+  auto prefix_hashes = [](const std::vector<int32_t>& tokens) {
+    std::vector<uint64_t> h(tokens.size());
+    uint64_t x = 1469598103934665603ull;
+    for (size_t i = 0; i < tokens.size(); ++i) h[i] = x = (x ^ static_cast<uint64_t>(tokens[i] + 1)) * 1099511628211ull;
+    return h;
+  };
+  std::mt19937 rng(11);
+  struct Live {
+    int seq;
+    std::vector<int32_t> tokens;
+    std::vector<uint64_t> kv;  // what its K/V at each position must be
+  };
+  std::vector<Live> live;
+  int64_t shared_positions = 0;
+  for (int step = 0; step < 20000; ++step) {
+    const unsigned op = rng() % 6;
+    if (op == 0 && live.size() < 4) {
+      std::vector<int32_t> tokens;
+      const int words = 1 + static_cast<int>(rng() % 6);
+      for (int w = 0; w < words; ++w) {
+        const int32_t word = static_cast<int32_t>(rng() % 3);
+        for (int32_t i = 0; i < 4; ++i) tokens.push_back(word * 10 + i);
+      }
+      tokens.resize(tokens.size() - rng() % 4);
+      const int s = kv.create_sequence(tokens, static_cast<int64_t>(tokens.size()) - 1);
+      std::vector<uint64_t> own = prefix_hashes(tokens);
+      const int64_t shared = kv.length(s);
+      ASSERT_EQ(shared % bt, 0);
+      for (int64_t p = 0; p < shared; ++p)
+        ASSERT_EQ(written[static_cast<size_t>(kv.block_table(s)[static_cast<size_t>(p / bt)] * bt + p % bt)],
+                  own[static_cast<size_t>(p)])
+            << "step " << step << " position " << p;
+      shared_positions += shared;
+      live.push_back({s, std::move(tokens), std::move(own)});
+      continue;
+    }
+    if (live.empty()) continue;
+    Live& l = live[rng() % live.size()];
+    const int64_t len = kv.length(l.seq);
+    if (op <= 2 && len < static_cast<int64_t>(l.tokens.size())) {  // write the next positions
+      const int64_t to = std::min<int64_t>(static_cast<int64_t>(l.tokens.size()), len + 1 + rng() % 6);
+      try {
+        kv.reserve(l.seq, to);
+      } catch (const KvCacheFull&) {
+        continue;
+      }
+      for (int64_t p = len; p < to; ++p)
+        written[static_cast<size_t>(kv.block_table(l.seq)[static_cast<size_t>(p / bt)] * bt + p % bt)] =
+            l.kv[static_cast<size_t>(p)];
+    } else if (op == 3) {  // commit: register what it holds
+      kv.register_prefix(l.seq, std::span<const int32_t>(l.tokens).first(static_cast<size_t>(len)));
+    } else if (op == 4) {  // roll back, never into what it shares with others
+      int64_t floor = 0;
+      for (size_t b = 0; b < kv.block_table(l.seq).size(); ++b) {
+        int users = 0;
+        for (const Live& o : live)
+          for (int32_t x : kv.block_table(o.seq)) users += x == kv.block_table(l.seq)[b];
+        if (users > 1) floor = static_cast<int64_t>(b + 1) * bt;
+      }
+      if (len > floor) kv.truncate_to(l.seq, floor + static_cast<int64_t>(rng() % (len - floor + 1)));
+    } else {
+      kv.free_sequence(l.seq);
+      l = std::move(live.back());
+      live.pop_back();
+    }
+    std::set<int32_t> used;
+    for (const Live& o : live) used.insert(kv.block_table(o.seq).begin(), kv.block_table(o.seq).end());
+    ASSERT_EQ(static_cast<int64_t>(used.size()) + kv.blocks_free(), blocks) << "step " << step;
+  }
+  EXPECT_GT(shared_positions, 1000);  // the traffic did share
+  for (const Live& l : live) kv.free_sequence(l.seq);
+  EXPECT_EQ(kv.blocks_free(), blocks);
+}
+
 }  // namespace
 }  // namespace specula
