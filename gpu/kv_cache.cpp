@@ -122,6 +122,9 @@ void KvCache::register_prefix(int id, std::span<const int32_t> tokens) {
   while (s.registered < full) {
     const size_t i = s.registered;
     const int32_t parent = i == 0 ? -1 : s.blocks[i - 1];
+    // A parent that stopped being registered (its content may change) ends the chain: no lookup
+    // could reach what follows it.
+    if (parent >= 0 && !meta_[static_cast<size_t>(parent)].registered) return;
     const int32_t b = s.blocks[i];
     Block& m = meta_[static_cast<size_t>(b)];
     const std::span<const int32_t> content = tokens.subspan(i * static_cast<size_t>(bt), static_cast<size_t>(bt));
@@ -133,6 +136,9 @@ void KvCache::register_prefix(int id, std::span<const int32_t> tokens) {
         unregister(old);
         if (meta_[static_cast<size_t>(old)].users == 0) free_.push_back(old);
       }
+      // A new content for this block: entries recorded under its old generation (children
+      // registered while it was unregistered) must not match under it.
+      ++m.generation;
       m.registered = true;
       m.key = key;
       m.parent = parent;

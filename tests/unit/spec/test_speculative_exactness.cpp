@@ -676,6 +676,58 @@ TEST(EagleDrafter, ALongCatchUpFeedsOnlyItsWindowAndDraftsAsAHeadShownOnlyTheWin
   EXPECT_THROW(EagleDrafter(weights, 256, -1), std::invalid_argument);
 }
 
+// The engine's prefix cache: a new context whose target rows start at position 24 (the K/V before
+// it were shared, so the target never ran those positions) drafts what a head shown only the
+// context from 24 drafts (equal up to rounding, as the window above), not what a head given every
+// row drafts. A gap after rows that did come still leaves the later rows unused.
+TEST(EagleDrafter, AContextWhoseFirstRowsNeverCameDraftsAsAHeadShownOnlyTheContextFromItsFirstRow) {
+  TinyPair m;
+  const auto weights = tiny_eagle_weights(m);
+  constexpr int64_t kLen = 40, kFirst = 24, kLast = kLen - 1;
+  std::vector<int32_t> context(kLen);
+  for (int64_t i = 0; i < kLen; ++i) context[static_cast<size_t>(i)] = static_cast<int32_t>((i * 5 + i / 4) % kVocab);
+  std::vector<float> rows(static_cast<size_t>(kLast * 32));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = std::cos(0.29f * static_cast<float>(i)) + 0.3f * std::sin(0.017f * static_cast<float>(i));
+  const auto row_span = [&](int64_t from, int64_t to) {
+    return std::span<const float>(rows).subspan(static_cast<size_t>(from * 32), static_cast<size_t>((to - from) * 32));
+  };
+  auto propose = [&](EagleDrafter& d, const std::vector<int32_t>& c) {
+    DraftRequest req;
+    req.context = c;
+    req.position = 100;
+    req.max_tokens = 3;
+    req.sampling = SamplingParams{1.0f, 0, 1.0f, 9};
+    DraftProposal out;
+    d.propose(req, out);
+    return out;
+  };
+  EagleDrafter floored(weights, 256, 0, 0), shown(weights, 256, 0, 0), whole(weights, 256, 0, 0), gap(weights, 256, 0, 0);
+  floored.prefill(context);
+  floored.target_hidden(kFirst, row_span(kFirst, kLast));
+  const DraftProposal got = propose(floored, context);
+  const std::vector<int32_t> tail(context.begin() + kFirst, context.end());
+  shown.prefill(tail);
+  shown.target_hidden(0, row_span(kFirst, kLast));
+  const DraftProposal want = propose(shown, tail);
+  whole.prefill(context);
+  whole.target_hidden(0, row_span(0, kLast));
+  const DraftProposal all = propose(whole, context);
+  ASSERT_EQ(got.k(), 3);
+  EXPECT_EQ(got.tokens, want.tokens);
+  ASSERT_EQ(got.q.size(), want.q.size());
+  float differs_from_all = 0;
+  for (size_t v = 0; v < got.q.size(); ++v) {
+    EXPECT_NEAR(got.q[v], want.q[v], 1e-4f) << v;
+    differs_from_all = std::max(differs_from_all, std::abs(got.q[v] - all.q[v]));
+  }
+  EXPECT_GT(differs_from_all, 1e-3f) << "the missing rows changed nothing";
+  // Rows 0..9, then rows from 20: the second batch is not used, so there is nothing to draft from.
+  gap.prefill(context);
+  gap.target_hidden(0, row_span(0, 10));
+  gap.target_hidden(20, row_span(20, kLast));
+  EXPECT_EQ(propose(gap, context).k(), 0);
+}
+
 // Context tokens: the random head's map lacks tokens 1, 4, 8 and 13. Of those, the ones in the
 // context (4 and 13) get draft probability, the others none; the map's tokens keep their
 // logits (their q ratios are those of a head without context tokens, scaled down by the mass
