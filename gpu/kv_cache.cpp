@@ -7,7 +7,7 @@
 
 namespace specula {
 
-KvCache::KvCache(Ops& ops, const KvCacheConfig& cfg) : cfg_(cfg) {
+KvCache::KvCache(Ops& ops, const KvCacheConfig& cfg) : cfg_(cfg), ops_(&ops) {
   if (cfg.layers <= 0 || cfg.kv_heads <= 0 || cfg.head_dim <= 0 || cfg.block_tokens <= 0 || cfg.num_blocks <= 0)
     throw std::invalid_argument("KV cache config must be positive (layers, kv_heads, head_dim, block_tokens, blocks)");
   if (cfg.k_transposed && (!cfg.f16 || cfg.block_tokens % 16 != 0 || cfg.head_dim % 16 != 0))
@@ -33,6 +33,17 @@ void KvCache::set_prefix_cache(bool on) {
   if (!on)
     for (size_t b = 0; b < meta_.size(); ++b)
       if (meta_[b].registered) unregister(static_cast<int32_t>(b));
+  if (on && !prefix_cache_) {
+    // With the cache on every block ends up holding K/V (registered blocks are kept, and a
+    // reservation takes a never-used block before evicting one), so the whole pool becomes
+    // resident as the cache fills. Take it now, as llama.cpp and vLLM take their KV memory at
+    // start: the process's memory does not creep up under traffic, and a pool the machine cannot
+    // hold fails here, not mid-request.
+    const std::vector<float> zeros(size_t{1} << 18);
+    for (DeviceBuffer* pool : {&k_, &v_})
+      for (size_t at = 0; at < pool->size(); at += zeros.size())
+        ops_->copy_to_device(zeros.data(), pool->get() + at, std::min(zeros.size(), pool->size() - at));
+  }
   prefix_cache_ = on;
 }
 
@@ -187,7 +198,11 @@ void KvCache::reserve(int id, int64_t new_length) {
   if (need > blocks_free())
     throw KvCacheFull("KV cache full: sequence needs " + std::to_string(need) + " more blocks, " +
                       std::to_string(blocks_free()) + " free of " + std::to_string(cfg_.num_blocks));
+  // In increasing id: blocks evicted from the prefix cache come deepest first, and a run of
+  // consecutive blocks is what the head-major layout streams best (KvCacheConfig::head_major).
+  const size_t from = s.blocks.size();
   for (int64_t i = 0; i < need; ++i) s.blocks.push_back(take_block());
+  std::sort(s.blocks.begin() + static_cast<std::ptrdiff_t>(from), s.blocks.end());
   s.length = new_length;
 }
 

@@ -80,7 +80,7 @@ class KvCache {
   void truncate_to(int seq, int64_t len);
   const std::vector<int32_t>& block_table(int seq) const;
 
-  // --- The prefix cache (off by default) ---
+  // --- The prefix cache (off by default; turning it on makes the whole pool resident) ---
   // A block is registered under its tokens and the registered block before it, so a block stands
   // for the whole prefix up to its end. Registered blocks no sequence uses stay filled and count
   // as free; a reservation takes a never-registered free block first, then evicts the least
@@ -171,6 +171,7 @@ class KvCache {
   Seq& seq(int id);
 
   KvCacheConfig cfg_;
+  Ops* ops_;
   DeviceBuffer k_, v_;
   std::vector<Seq> seqs_;
   std::vector<int32_t> free_;  // free block ids (a stack)

@@ -65,6 +65,7 @@ struct Result {
   Config config;
   int concurrency = 0, repeat = 0;
   bool pipelined = false;  // the engine pipelined (Engine::pipelined)
+  bool prefix_cache = true;
   int64_t tokens = 0;
   double wall = 0;
   std::vector<double> per_request_tps, ttft;
@@ -100,10 +101,12 @@ Result run_once(const Args& a, const Config& c, int concurrency, int64_t request
   cfg.pipeline = c.pipeline;
   cfg.pipeline_on_shared_cores = a.flag("pipeline-always");
   cfg.load_adaptive = c.load_adaptive;
+  prefix_cache_from_args(a, cfg);
   cfg.trace_path = trace_path;
   Result r;
   r.config = c;
   r.concurrency = concurrency;
+  r.prefix_cache = cfg.prefix_cache;
   std::string trace;
   {
     Engine engine(cfg);
@@ -171,6 +174,7 @@ nlohmann::json to_json(const Result& r, const Result* none) {
   j["pipeline"] = r.config.pipeline;
   j["pipelined"] = r.pipelined;
   j["load_adaptive"] = r.config.load_adaptive;
+  j["prefix_cache"] = r.prefix_cache;
   j["repeat"] = r.repeat;
   j["tokens"] = r.tokens;
   j["seconds"] = r.wall;

@@ -24,7 +24,7 @@ std::vector<BenchPrompt> read_prompts(const std::string& path, const LoadedModel
 
 // Options of `bench spec` that select the engine benchmark.
 inline const std::set<std::string> kEngineBenchOptions = {"concurrency", "pipeline", "load-adaptive", "requests",
-                                                          "trace", "repeat", "draft-threads"};
+                                                          "trace", "repeat", "draft-threads", "prefix-cache"};
 
 // --pipeline off|on|always (default off) into `cfg`: on pipelines where the draft stream has
 // compute of its own (EngineConfig::pipeline_on_shared_cores), always regardless. UsageError for

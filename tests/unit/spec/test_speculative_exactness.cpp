@@ -617,6 +617,21 @@ TEST(EagleDrafter, ATwoLayerHeadsCacheAfterManyRoundsOfRollbackDraftsWhatAFreshO
   expect_cache_survives_rollback(two_layer_eagle_drafter);
 }
 
+// Three draws of a head that saw part of a context (`got`) equal, up to rounding, those of a head
+// shown only that part (`want`), and differ from a head that saw all of it (`all`).
+void expect_drafts_as_shown_and_not_as_all(const DraftProposal& got, const DraftProposal& want, const DraftProposal& all,
+                                           const char* if_same_as_all) {
+  ASSERT_EQ(got.k(), 3);
+  EXPECT_EQ(got.tokens, want.tokens);
+  ASSERT_EQ(got.q.size(), want.q.size());
+  float differs_from_all = 0;
+  for (size_t v = 0; v < got.q.size(); ++v) {
+    EXPECT_NEAR(got.q[v], want.q[v], 1e-4f) << v;
+    differs_from_all = std::max(differs_from_all, std::abs(got.q[v] - all.q[v]));
+  }
+  EXPECT_GT(differs_from_all, 1e-3f) << if_same_as_all;
+}
+
 // The catch-up window: a head whose first draft comes 39 positions into its context feeds only
 // the last 8 entries, and drafts what a head shown only the context from the window's start
 // drafts (the same entries at RoPE positions shifted by 31: equal up to rounding). Without the
@@ -649,15 +664,7 @@ TEST(EagleDrafter, ALongCatchUpFeedsOnlyItsWindowAndDraftsAsAHeadShownOnlyTheWin
   const DraftProposal got = draft(windowed, 0, kLen);
   const DraftProposal want = draft(shown_window, kLast - kWindow, kLen);
   const DraftProposal all = draft(whole, 0, kLen);
-  ASSERT_EQ(got.k(), 3);
-  EXPECT_EQ(got.tokens, want.tokens);
-  ASSERT_EQ(got.q.size(), want.q.size());
-  float differs_from_all = 0;
-  for (size_t v = 0; v < got.q.size(); ++v) {
-    EXPECT_NEAR(got.q[v], want.q[v], 1e-4f) << v;
-    differs_from_all = std::max(differs_from_all, std::abs(got.q[v] - all.q[v]));
-  }
-  EXPECT_GT(differs_from_all, 1e-3f) << "the window changed nothing: it was not applied";
+  expect_drafts_as_shown_and_not_as_all(got, want, all, "the window changed nothing: it was not applied");
 
   // Back to 21 tokens (before the window's start at entry 32), then draft there.
   windowed.rollback(20);
@@ -712,15 +719,7 @@ TEST(EagleDrafter, AContextWhoseFirstRowsNeverCameDraftsAsAHeadShownOnlyTheConte
   whole.prefill(context);
   whole.target_hidden(0, row_span(0, kLast));
   const DraftProposal all = propose(whole, context);
-  ASSERT_EQ(got.k(), 3);
-  EXPECT_EQ(got.tokens, want.tokens);
-  ASSERT_EQ(got.q.size(), want.q.size());
-  float differs_from_all = 0;
-  for (size_t v = 0; v < got.q.size(); ++v) {
-    EXPECT_NEAR(got.q[v], want.q[v], 1e-4f) << v;
-    differs_from_all = std::max(differs_from_all, std::abs(got.q[v] - all.q[v]));
-  }
-  EXPECT_GT(differs_from_all, 1e-3f) << "the missing rows changed nothing";
+  expect_drafts_as_shown_and_not_as_all(got, want, all, "the missing rows changed nothing");
   // Rows 0..9, then rows from 20: the second batch is not used, so there is nothing to draft from.
   gap.prefill(context);
   gap.target_hidden(0, row_span(0, 10));
