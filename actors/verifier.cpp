@@ -130,7 +130,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     row += rows;
     // The committed positions (the context, g included, whose K/V this forward wrote) for later
     // sequences that start with them.
-    kv_.register_prefix(seqs_.at(d.request->id), d.context);
+    kv_.register_prefix(batch[i].seq, d.context);
     judge.items.push_back(std::move(s));
   }
 }

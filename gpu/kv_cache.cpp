@@ -24,15 +24,8 @@ KvCache::KvCache(Ops& ops, const KvCacheConfig& cfg) : cfg_(cfg), ops_(&ops) {
 }
 
 void KvCache::set_prefix_cache(bool on) {
-  if (!on)  // the idle registered blocks go back to the free stack; blocks in use stay as they are
-    while (!idle_.empty()) {
-      const int32_t b = idle_.front();
-      unregister(b);
-      free_.push_back(b);
-    }
-  if (!on)
-    for (size_t b = 0; b < meta_.size(); ++b)
-      if (meta_[b].registered) unregister(static_cast<int32_t>(b));
+  if (!on)  // idle registered blocks go back to the free stack; blocks in use stay with their sequences
+    for (size_t b = 0; b < meta_.size(); ++b) forget(static_cast<int32_t>(b));
   if (on && !prefix_cache_) {
     // With the cache on every block ends up holding K/V (registered blocks are kept, and a
     // reservation takes a never-used block before evicting one), so the whole pool becomes
@@ -81,6 +74,12 @@ void KvCache::unregister(int32_t b) {
   m.registered = false;
   ++m.generation;  // blocks registered after it no longer match (their parent_generation)
   m.tokens.clear();
+}
+
+void KvCache::forget(int32_t b) {
+  if (!meta_[static_cast<size_t>(b)].registered) return;
+  unregister(b);
+  if (meta_[static_cast<size_t>(b)].users == 0) free_.push_back(b);
 }
 
 int32_t KvCache::take_block() {
@@ -143,9 +142,7 @@ void KvCache::register_prefix(int id, std::span<const int32_t> tokens) {
       const uint64_t key = block_key(parent, content);
       if (auto it = index_.find(key); it != index_.end()) {
         if (find_block(parent, content) >= 0) return;  // another sequence's block holds it
-        const int32_t old = it->second;  // a stale entry (its parent went) or a collision: replaced
-        unregister(old);
-        if (meta_[static_cast<size_t>(old)].users == 0) free_.push_back(old);
+        forget(it->second);  // a stale entry (its parent went) or a collision: replaced
       }
       // A new content for this block: entries recorded under its old generation (children
       // registered while it was unregistered) must not match under it.

@@ -152,6 +152,8 @@ class KvCache {
   int32_t take_block();
   void release_block(int32_t b);
   void unregister(int32_t b);
+  // Unregisters a registered block; an unused one goes back to the free stack.
+  void forget(int32_t b);
   uint64_t block_key(int32_t parent, std::span<const int32_t> tokens) const;
   // The registered block continuing `parent` with `tokens`, or -1.
   int32_t find_block(int32_t parent, std::span<const int32_t> tokens) const;

@@ -4,8 +4,8 @@
 // sequential loop of spec/ instead, the literal statement of the method that the tests hold the
 // engine to.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
-#include <climits>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -90,28 +90,24 @@ int generate_through_engine(const Args& a);
 // --logit-bias ID:BIAS[,ID:BIAS...]: the range and count are SamplingParams::validate's, the
 // vocabulary the engine's (or the loop's) check.
 std::vector<std::pair<int32_t, float>> logit_bias_from_arg(const std::string& text) {
+  auto refuse = [](const std::string& item) {
+    return UsageError("--logit-bias: expected TOKEN_ID:BIAS pairs separated by commas (e.g. 2:-100,1017:5), got \"" +
+                      item + "\"");
+  };
   std::vector<std::pair<int32_t, float>> out;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t end = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, end - at);
-    const size_t colon = item.find(':');
-    size_t used_id = 0, used_bias = 0;
-    long long id = -1;
-    double bias = 0;
-    try {
-      if (colon == std::string::npos) throw std::invalid_argument("no colon");
-      id = std::stoll(item.substr(0, colon), &used_id);
-      bias = std::stod(item.substr(colon + 1), &used_bias);
-    } catch (const std::exception&) {
-      used_id = 0;
-    }
-    if (used_id == 0 || used_id != colon || used_bias != item.size() - colon - 1 || id < 0 || id > INT32_MAX)
-      throw UsageError("--logit-bias: expected TOKEN_ID:BIAS pairs separated by commas (e.g. 2:-100,1017:5), got \"" +
-                       item + "\"");
-    out.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
-    at = end + 1;
+  for (const std::string& item : split(text, ',')) {
+    const char* end = item.data() + item.size();
+    int32_t id = -1;
+    float bias = 0;
+    const auto [after_id, id_error] = std::from_chars(item.data(), end, id);
+    if (id_error != std::errc{} || id < 0 || after_id == end || *after_id != ':') throw refuse(item);
+    const char* bias_at = after_id + 1;
+    if (bias_at != end && *bias_at == '+') ++bias_at;  // from_chars takes no plus sign; stod did
+    const auto [after_bias, bias_error] = std::from_chars(bias_at, end, bias);
+    if (bias_error != std::errc{} || after_bias != end) throw refuse(item);
+    out.emplace_back(id, bias);
   }
+  if (out.empty()) throw refuse(text);
   return out;
 }
 
