@@ -86,7 +86,7 @@ struct Verdict {
   double draft_seconds = 0, verify_seconds = 0;
   int64_t forward_tokens = 0;     // rows of the round's batched verify forward (sum of k + 1)
   double forward_seconds = 0;     // its time (prefill excluded): the scheduler's verify cost model
-  int64_t prefill_tokens = 0;     // rows of the round's prefill forward (new sequences), 0 if none
+  int64_t prefill_tokens = 0;     // rows of the round's prefill forwards (new sequences), 0 if none
   double prefill_seconds = 0;
 };
 

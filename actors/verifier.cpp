@@ -38,43 +38,69 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     for (const Drafted& d : round.items) ids.push_back(d.request->id);
     hook_("verifier", ids);
   }
-  // Prefill the sequences seen for the first time: one forward over their prompts (minus g).
-  std::vector<ForwardSeq> batch;
-  std::vector<size_t> prefilled;  // round.items index of each prefill sequence
+  // Prefill the sequences seen for the first time: a forward over their prompts (minus g). With
+  // the prefix cache, a prompt that shares more whole blocks with another new prompt of this
+  // round than the cache holds waits for that one's forward and then starts with its blocks (the
+  // n choices of one OpenAI request, requests with one system prompt that arrive together), so a
+  // round prefills in as many forwards as it has such layers, usually one or two.
+  const auto prompt_of = [&](size_t i) {
+    const std::vector<int32_t>& c = round.items[i].context;
+    return std::span<const int32_t>(c).first(c.size() - 1);
+  };
+  const auto shareable = [&](size_t i) { return static_cast<int64_t>(prompt_of(i).size()) - hidden_tail_; };
+  std::vector<size_t> waiting;
+  for (size_t i = 0; i < round.items.size(); ++i)
+    if (!seqs_.count(round.items[i].request->id)) waiting.push_back(i);
   std::vector<int64_t> cached(round.items.size(), 0);  // prompt tokens each new sequence shares
-  for (size_t i = 0; i < round.items.size(); ++i) {
-    const Drafted& d = round.items[i];
-    const RequestId id = d.request->id;
-    if (seqs_.count(id)) continue;
-    // The prompt but g; with the prefix cache the sequence starts with the blocks it shares.
-    const std::span<const int32_t> prompt = std::span<const int32_t>(d.context).first(d.context.size() - 1);
-    const int seq = kv_.create_sequence(prompt, static_cast<int64_t>(prompt.size()) - hidden_tail_);
-    seqs_.emplace(id, seq);
-    cached[i] = kv_.length(seq);
-    prefix_queried_.fetch_add(static_cast<int64_t>(prompt.size()), std::memory_order_relaxed);
-    prefix_hit_.fetch_add(cached[i], std::memory_order_relaxed);
-    if (static_cast<int64_t>(prompt.size()) > cached[i]) {
-      batch.push_back({seq, prompt.subspan(static_cast<size_t>(cached[i])), false, hand_hidden_});
-      prefilled.push_back(i);
-    }
-  }
   std::vector<std::vector<float>> prefill_rows(round.items.size());
-  if (!batch.empty()) {
-    const auto t0 = std::chrono::steady_clock::now();
-    target_.forward(batch, kv_, logits_);
-    judge.prefill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    for (const ForwardSeq& f : batch) judge.prefill_tokens += static_cast<int64_t>(f.tokens.size());
-    if (hand_hidden_) {
-      target_.last_hidden_all(hidden_);
-      const size_t H = static_cast<size_t>(target_.feature_width());
-      size_t at = 0;
-      for (size_t b = 0; b < batch.size(); ++b) {
-        const size_t n = batch[b].tokens.size() * H;
-        prefill_rows[prefilled[b]].assign(hidden_.begin() + static_cast<std::ptrdiff_t>(at),
-                                          hidden_.begin() + static_cast<std::ptrdiff_t>(at + n));
-        at += n;
+  std::vector<ForwardSeq> batch;
+  while (!waiting.empty()) {
+    std::vector<size_t> now, later;
+    for (const size_t i : waiting) {
+      const std::span<const int32_t> p = prompt_of(i);
+      int64_t from_now = 0;  // whole blocks' positions an item of this forward would register for it
+      if (kv_.prefix_cache())
+        for (const size_t j : now) {
+          const std::span<const int32_t> q = prompt_of(j);
+          const auto differ = std::mismatch(p.begin(), p.end(), q.begin(), q.end()).first;
+          from_now = std::max<int64_t>(from_now, std::min<int64_t>(differ - p.begin(), shareable(i)));
+        }
+      const int64_t bt = kv_.config().block_tokens;
+      (from_now / bt > kv_.cached_positions(p, shareable(i)) / bt ? later : now).push_back(i);
+    }
+    batch.clear();
+    std::vector<size_t> prefilled;  // round.items index of each sequence in `batch`
+    for (const size_t i : now) {
+      const std::span<const int32_t> prompt = prompt_of(i);
+      const int seq = kv_.create_sequence(prompt, shareable(i));
+      seqs_.emplace(round.items[i].request->id, seq);
+      cached[i] = kv_.length(seq);
+      prefix_queried_.fetch_add(static_cast<int64_t>(prompt.size()), std::memory_order_relaxed);
+      prefix_hit_.fetch_add(cached[i], std::memory_order_relaxed);
+      if (static_cast<int64_t>(prompt.size()) > cached[i]) {
+        batch.push_back({seq, prompt.subspan(static_cast<size_t>(cached[i])), false, hand_hidden_});
+        prefilled.push_back(i);
       }
     }
+    if (!batch.empty()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      target_.forward(batch, kv_, logits_);
+      judge.prefill_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      for (const ForwardSeq& f : batch) judge.prefill_tokens += static_cast<int64_t>(f.tokens.size());
+      if (hand_hidden_) {
+        target_.last_hidden_all(hidden_);
+        const size_t H = static_cast<size_t>(target_.feature_width());
+        size_t at = 0;
+        for (size_t b = 0; b < batch.size(); ++b) {
+          const size_t n = batch[b].tokens.size() * H;
+          prefill_rows[prefilled[b]].assign(hidden_.begin() + static_cast<std::ptrdiff_t>(at),
+                                            hidden_.begin() + static_cast<std::ptrdiff_t>(at + n));
+          at += n;
+        }
+      }
+      for (size_t b = 0; b < batch.size(); ++b) kv_.register_prefix(batch[b].seq, prompt_of(prefilled[b]));
+    }
+    waiting = std::move(later);
   }
 
   // One forward over every sequence's [g, t1..tk], after rolling each back to n0 - 1 positions.

@@ -104,23 +104,34 @@ void KvCache::release_block(int32_t b) {
     free_.push_back(b);
 }
 
-int KvCache::create_sequence(std::span<const int32_t> tokens, int64_t max_positions) {
-  const int id = create_sequence();
-  if (!prefix_cache_) return id;
-  Seq& s = seqs_[static_cast<size_t>(id)];
+std::vector<int32_t> KvCache::find_chain(std::span<const int32_t> tokens, int64_t max_positions) const {
+  std::vector<int32_t> chain;
+  if (!prefix_cache_) return chain;
   const int64_t bt = cfg_.block_tokens;
   const int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size()), max_positions) / bt;
   int32_t parent = -1;
   for (int64_t i = 0; i < n; ++i) {
-    const int32_t b = find_block(parent, tokens.subspan(static_cast<size_t>(i * bt), static_cast<size_t>(bt)));
-    if (b < 0) break;
+    parent = find_block(parent, tokens.subspan(static_cast<size_t>(i * bt), static_cast<size_t>(bt)));
+    if (parent < 0) break;
+    chain.push_back(parent);
+  }
+  return chain;
+}
+
+int64_t KvCache::cached_positions(std::span<const int32_t> tokens, int64_t max_positions) const {
+  return static_cast<int64_t>(find_chain(tokens, max_positions).size()) * cfg_.block_tokens;
+}
+
+int KvCache::create_sequence(std::span<const int32_t> tokens, int64_t max_positions) {
+  const int id = create_sequence();
+  Seq& s = seqs_[static_cast<size_t>(id)];
+  s.blocks = find_chain(tokens, max_positions);
+  for (const int32_t b : s.blocks) {
     Block& m = meta_[static_cast<size_t>(b)];
     if (m.users++ == 0) idle_.erase(m.idle_at);
-    s.blocks.push_back(b);
-    parent = b;
   }
   s.registered = s.blocks.size();
-  s.length = static_cast<int64_t>(s.blocks.size()) * bt;
+  s.length = static_cast<int64_t>(s.blocks.size()) * cfg_.block_tokens;
   return id;
 }
 

@@ -91,6 +91,8 @@ class KvCache {
   // positions, at most `max_positions` of them (whole blocks): its length is what it shares.
   // Without the prefix cache, create_sequence().
   int create_sequence(std::span<const int32_t> tokens, int64_t max_positions);
+  // The positions create_sequence(tokens, max_positions) would share now (0 with the cache off).
+  int64_t cached_positions(std::span<const int32_t> tokens, int64_t max_positions) const;
   // Registers the sequence's full blocks that `tokens` (its tokens from position 0, whose K/V
   // it holds: at most length()) cover, after those registered before. A block whose content
   // another registered block already holds is not registered, nor any after it.
@@ -154,6 +156,8 @@ class KvCache {
   void unregister(int32_t b);
   // Unregisters a registered block; an unused one goes back to the free stack.
   void forget(int32_t b);
+  // The registered blocks spelling `tokens`' first whole blocks, at most max_positions of them.
+  std::vector<int32_t> find_chain(std::span<const int32_t> tokens, int64_t max_positions) const;
   uint64_t block_key(int32_t parent, std::span<const int32_t> tokens) const;
   // The registered block continuing `parent` with `tokens`, or -1.
   int32_t find_block(int32_t parent, std::span<const int32_t> tokens) const;

@@ -229,6 +229,56 @@ def test_a_killed_replica_fails_only_what_it_held_and_new_requests_go_to_the_sur
     assert cluster.replicas[1].proc.poll() is None
 
 
+def test_a_chat_sending_a_session_header_stays_on_one_replica_whose_prefix_cache_holds_its_history(cluster):
+    """Affinity by X-Session-Id (deploy/nginx/specula.conf.in): every turn of a session goes to
+    one replica, so each later turn finds the whole history before it in that replica's prefix
+    cache (each session's system prompt is its own, so the other replica could not have it);
+    sessions spread over both replicas; and a session whose replica is killed is served by the
+    survivor."""
+    sessions = [f"visitor-{i}" for i in range(12)]
+    questions = ["What is an escapement?", "Who made the first one?", "And what came after it?"]
+    with httpx.Client(base_url=cluster.nginx.url, timeout=120) as client:
+        def turn(sid, messages):
+            r = client.post("/v1/chat/completions", headers={"X-Session-Id": sid},
+                            json={"messages": messages, "max_tokens": 8, "temperature": 0})
+            assert r.status_code == 200, (sid, r.text, cluster.report())
+            return r.json()
+        histories = {}
+        for i, sid in enumerate(sessions):
+            messages = [{"role": "system", "content":
+                         f"This is visitor number {i * 7919 % 1000} of the museum of clocks. Answer the visitor's "
+                         "questions about the collection in short paragraphs, name the clockmakers where you know "
+                         "them, and say so when you do not know something rather than guessing."}]
+            for t, q in enumerate(questions):
+                messages.append({"role": "user", "content": q})
+                body = turn(sid, messages)
+                usage = body["usage"]
+                if t > 0:
+                    # Everything but the head's last 32 rows, a partial block and the end of the
+                    # re-tokenized reply (docs/engine.md, "The prefix cache").
+                    cached = usage["prompt_tokens_details"]["cached_tokens"]
+                    assert cached >= usage["prompt_tokens"] - 33 - 16 - 8, (sid, t, usage, cluster.report())
+                messages.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
+            histories[sid] = messages
+
+        upstreams = {}
+        for line in (cluster.nginx.run_dir / "access.log").read_text().splitlines():
+            if "POST /v1/chat/completions" not in line or " session=visitor-" not in line:
+                continue
+            sid = line.split(" session=")[1].split()[0]
+            upstreams.setdefault(sid, set()).add(line.split(" upstream=")[1].split()[0])
+        assert sorted(upstreams) == sorted(sessions), upstreams
+        assert all(len(u) == 1 for u in upstreams.values()), upstreams  # one replica per session
+        used = {next(iter(u)) for u in upstreams.values()}
+        assert used == {f"127.0.0.1:{r.port}" for r in cluster.replicas}, upstreams  # both replicas
+
+        victim = next(r for r in cluster.replicas if f"127.0.0.1:{r.port}" in upstreams[sessions[0]])
+        victim.proc.kill()
+        victim.proc.wait()
+        messages = histories[sessions[0]] + [{"role": "user", "content": "Thank you!"}]
+        assert turn(sessions[0], messages)["choices"][0]["message"]["content"]
+
+
 def test_the_kubernetes_manifests_validate(tmp_path):
     tool = pathlib.Path(sys.executable).parent / "kubernetes-validate"  # the test venv's
     assert tool.exists(), f"{tool} is missing: run scripts/setup.sh --tests"

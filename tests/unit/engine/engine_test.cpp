@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +29,7 @@
 #include "tests/unit/engine/default_model.h"
 #include "actors/engine.h"
 #include "gpu/host/host_device.h"
+#include "spec/eagle_drafter.h"
 #include "spec/make_drafter.h"
 #include "spec/speculative_generate.h"
 
@@ -459,6 +461,119 @@ TEST(Engine, ASecondTurnSharingTheFirstTurnsBlocksGivesTheSameTokensLogprobsAndD
   sampled.sampling = SamplingParams{0.8f, 40, 0.95f, 7};
   const GenerateResult c = cached.generate_blocking(sampled), d = fresh.generate_blocking(sampled);
   EXPECT_EQ(c.tokens, d.tokens);
+  EXPECT_TRUE(wait_until_idle_with_full_pool(cached));
+}
+
+// The prefix cache within one round: requests of one prompt that arrive together (OpenAI's n
+// choices; one system prompt that many clients send) prefill it once. A verifier hook holds the
+// round before them until all four have been started, so they come new into one round: the first
+// prefills the whole prompt, and the others start with its blocks in a second forward of the same
+// round. Each one's tokens, log-probabilities (bit for bit), drafts and seeded sampled text equal
+// an engine without the cache.
+TEST(Engine, RequestsOfOnePromptNewInOneRoundPrefillItOnceAndGiveWhatFreshPrefillsGive) {
+  REQUIRE_SETUP(s);
+  struct Gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool entered = false, open = false;
+    std::vector<std::vector<RequestId>> rounds;
+  };
+  auto gate = std::make_shared<Gate>();
+  auto config = [&](bool prefix_cache) {
+    EngineConfig c{.target = default_model_path(), .drafter = "eagle", .device = "host", .draft = {.k = 4}, .max_batch = 8,
+                   .kv_tokens = 4096, .threads = 2};
+    c.prefix_cache = prefix_cache;
+    if (prefix_cache)
+      c.fault_hook = [gate](const std::string& actor, const std::vector<RequestId>& ids) {
+        if (actor != "verifier") return;
+        std::unique_lock lock(gate->mu);
+        gate->rounds.push_back(ids);
+        gate->entered = true;
+        gate->cv.notify_all();
+        gate->cv.wait(lock, [&] { return gate->open; });
+      };
+    return c;
+  };
+  Engine cached(config(true)), fresh(config(false));
+  std::vector<int32_t> prompt = cached.model().tokenizer->encode(
+      "<|im_start|>system\nYou are a careful assistant for a museum of clocks. Answer visitors' questions about "
+      "the collection in short paragraphs, name the clockmakers where you know them, and say so when you do not "
+      "know something rather than guessing. Keep to what the labels in the galleries say about each clock's maker, "
+      "year and movement.<|im_end|>\n<|im_start|>user\n");
+  const std::vector<int32_t>& question = s->prompts[0];
+  prompt.insert(prompt.end(), question.begin(), question.end());
+  ASSERT_GT(prompt.size(), 100u);  // more than the head's 32 rows and a block
+  std::vector<EngineRequest> requests;
+  for (int i = 0; i < 4; ++i) {
+    EngineRequest r = s->request(0, kTokens);
+    r.prompt_ids = prompt;
+    if (i < 2) {
+      r.logprobs = 5;
+    } else {
+      r.sampling = SamplingParams{0.8f, 40, 0.95f, static_cast<uint64_t>(7 + i)};
+    }
+    requests.push_back(r);
+  }
+
+  // A request of another prompt takes the first round and is held in the verifier ...
+  TokenStream other = cached.start(s->request(1, 8));
+  {
+    std::unique_lock lock(gate->mu);
+    ASSERT_TRUE(gate->cv.wait_for(lock, std::chrono::seconds(60), [&] { return gate->entered; }));
+  }
+  // ... while the four arrive.
+  std::vector<TokenStream> streams;
+  for (const EngineRequest& r : requests) streams.push_back(cached.start(r));
+  {
+    std::lock_guard lock(gate->mu);
+    gate->open = true;
+  }
+  gate->cv.notify_all();
+  std::vector<GenerateResult> got(4);
+  for (size_t i = 0; i < 4; ++i)
+    while (!got[i].add(streams[i].next_blocking())) {
+    }
+  GenerateResult other_result;
+  while (!other_result.add(other.next_blocking())) {
+  }
+  ASSERT_TRUE(other_result.error.empty()) << other_result.error;
+  {
+    std::lock_guard lock(gate->mu);
+    const bool together = std::any_of(gate->rounds.begin(), gate->rounds.end(), [&](const std::vector<RequestId>& ids) {
+      return std::all_of(streams.begin(), streams.end(),
+                         [&](const TokenStream& t) { return std::count(ids.begin(), ids.end(), t.id()) == 1; });
+    });
+    ASSERT_TRUE(together) << "the four requests never came into one round; the test shows nothing";
+  }
+
+  // The first prefilled the whole prompt; each other one shared every whole block of it but the
+  // head's last 32 rows (and g's position).
+  const int64_t shareable = static_cast<int64_t>(prompt.size()) - 1 - kEagleCatchUpWindow;
+  int64_t first = -1;
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(got[i].error.empty()) << got[i].error;
+    EXPECT_EQ(got[i].stats.prompt_tokens, static_cast<int64_t>(prompt.size()));
+    if (got[i].stats.cached_prompt_tokens < shareable - 15) {
+      EXPECT_EQ(first, -1) << "more than one request prefilled the whole prompt";
+      first = static_cast<int64_t>(i);
+    } else {
+      EXPECT_LE(got[i].stats.cached_prompt_tokens, shareable) << "request " << i;
+    }
+  }
+  EXPECT_GE(first, 0) << "every request found the prompt cached: it was not new to the engine";
+
+  for (size_t i = 0; i < 4; ++i) {
+    const GenerateResult want = fresh.generate_blocking(requests[i]);
+    ASSERT_TRUE(want.error.empty()) << want.error;
+    EXPECT_EQ(want.stats.cached_prompt_tokens, 0);
+    EXPECT_EQ(got[i].tokens, want.tokens) << "request " << i;
+    if (i < 2) {
+      expect_same_bits(got[i].logprobs, want.logprobs, "a prompt shared within its round against a fresh prefill");
+      EXPECT_EQ(got[i].stats.drafted, want.stats.drafted) << "the head drafted otherwise, request " << i;
+      EXPECT_EQ(got[i].stats.accepted, want.stats.accepted) << "request " << i;
+    }
+  }
+  EXPECT_GT(got[0].stats.accepted, 0);
   EXPECT_TRUE(wait_until_idle_with_full_pool(cached));
 }
 
