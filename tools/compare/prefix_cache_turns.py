@@ -123,31 +123,20 @@ def main():
         finally:
             srv.terminate()
             srv.wait(timeout=60)
-    if a.choices:
-        texts = {tuple(tuple(q["text"]) for q in r["requests"]) for r in runs}
-        summary = {}
-        for config in sorted({r["prefix_cache"] for r in runs}):
-            qs = [q for r in runs if r["prefix_cache"] == config for q in r["requests"]]
-            summary[config] = {"mean_all_first_tokens_ms": round(sum(q["all_first_tokens_ms"] for q in qs) / len(qs), 1),
-                               "mean_total_ms": round(sum(q["total_ms"] for q in qs) / len(qs), 1),
-                               "mean_prompt_tokens": round(sum(q["prompt_tokens"] for q in qs) / len(qs), 1)}
-        for r in runs:
-            for q in r["requests"]:
-                del q["text"]
-        print(json.dumps({"same_text_in_every_run": len(texts) == 1, "summary": summary, "runs": runs}, indent=1))
-        return
-    texts = {tuple(t["text"] for t in r["turns"]) for r in runs}
+    # Per configuration, the mean of each measure over the requests (n) or the turns from the second (chat).
+    items, first, measures = (("requests", 0, {"all_first_tokens_ms": "mean_all_first_tokens_ms", "total_ms": "mean_total_ms",
+                                               "prompt_tokens": "mean_prompt_tokens"}) if a.choices else
+                              ("turns", 1, {"ttft_ms": "mean_ttft_ms_turns_2_on", "prompt_tokens": "mean_prompt_tokens",
+                                            "cached_tokens": "mean_cached_tokens"}))
+    texts = {json.dumps([q["text"] for q in r[items]]) for r in runs}
     summary = {}
     for config in sorted({r["prefix_cache"] for r in runs}):
-        later = [t for r in runs if r["prefix_cache"] == config for t in r["turns"][1:]]
-        summary[config] = {"mean_ttft_ms_turns_2_on": round(sum(t["ttft_ms"] for t in later) / len(later), 1),
-                           "mean_prompt_tokens": round(sum(t["prompt_tokens"] for t in later) / len(later), 1),
-                           "mean_cached_tokens": round(sum(t["cached_tokens"] for t in later) / len(later), 1)}
+        qs = [q for r in runs if r["prefix_cache"] == config for q in r[items][first:]]
+        summary[config] = {name: round(sum(q[key] for q in qs) / len(qs), 1) for key, name in measures.items()}
     for r in runs:
-        for t in r["turns"]:
-            del t["text"]
+        for q in r[items]:
+            del q["text"]
     print(json.dumps({"same_text_in_every_run": len(texts) == 1, "summary": summary, "runs": runs}, indent=1))
-
 
 if __name__ == "__main__":
     main()
