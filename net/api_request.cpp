@@ -196,6 +196,39 @@ std::string model_name_from_path(const std::string& path) {
   return name;
 }
 
+json tokenize_body(const json& body, const actors::Engine& engine) {
+  if (!body.is_object()) throw ApiError("invalid_json", "the request must be a JSON object");
+  const json* messages = field(body, "messages");
+  const json* prompt = field(body, "prompt");
+  if ((messages != nullptr) == (prompt != nullptr)) bad("messages", "give exactly one of messages or prompt");
+  actors::EngineRequest r;
+  if (messages)
+    r.messages = parse_messages(*messages, true);
+  else if (prompt->is_string())
+    r.prompt = prompt->get<std::string>();
+  else
+    bad("prompt", "prompt must be a string, got " + shown(*prompt));
+  std::vector<int32_t> ids;
+  try {
+    ids = engine.tokenize(r);
+  } catch (const actors::RequestError& e) {
+    throw ApiError(e.code, e.what(), e.field);
+  }
+  return {{"count", ids.size()}, {"max_model_len", engine.context_length()}, {"tokens", ids}};
+}
+
+json detokenize_body(const json& body, const actors::Engine& engine) {
+  if (!body.is_object()) throw ApiError("invalid_json", "the request must be a JSON object");
+  const json* tokens = field(body, "tokens");
+  if (!tokens || !tokens->is_array()) bad("tokens", "tokens must be an array of token ids");
+  const LoadedModel& model = engine.model();
+  if (!model.tokenizer) bad("tokens", "the model has no tokenizer");
+  const int64_t vocab = model.weights.config.vocab_size;
+  std::vector<int32_t> ids;
+  for (const json& t : *tokens) ids.push_back(static_cast<int32_t>(integer(t, "tokens", 0, vocab - 1)));
+  return {{"prompt", model.tokenizer->decode(ids)}};
+}
+
 ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::Engine& engine,
                                const RequestDefaults& defaults) {
   if (!body.is_object()) throw ApiError("invalid_json", "the request must be a JSON object");

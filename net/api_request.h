@@ -53,6 +53,14 @@ enum class PromptKind { Chat, Completion, WebSocket };  // messages only / promp
 ParsedRequest parse_generation(const nlohmann::json& body, PromptKind kind, const actors::Engine& engine,
                                const RequestDefaults& defaults);
 
+// vLLM's token routes, for clients that count or inspect tokens before they send a request.
+// /tokenize: {"messages": [...]} templated as /v1/chat/completions would, or {"prompt": "text"} as
+// /v1/completions would (no template) -> {"count", "max_model_len", "tokens"}: the count is the
+// prompt_tokens that request would report. /detokenize: {"tokens": [ids]} -> {"prompt": text}.
+// Throw ApiError (invalid_request naming the field).
+nlohmann::json tokenize_body(const nlohmann::json& body, const actors::Engine& engine);
+nlohmann::json detokenize_body(const nlohmann::json& body, const actors::Engine& engine);
+
 // Parses a request body or message. Throws ApiError invalid_json for text that is not JSON or
 // nests deeper than 64 levels (nlohmann's printer and destructor recurse: a deep enough document
 // would overflow the stack).

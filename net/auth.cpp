@@ -111,7 +111,9 @@ std::string host_authority(std::string_view host) {
 
 }  // namespace
 
-bool needs_key(std::string_view path) { return path.starts_with("/v1/") || path == "/metrics"; }
+bool needs_key(std::string_view path) {
+  return path.starts_with("/v1/") || path == "/metrics" || path == "/tokenize" || path == "/detokenize";
+}
 
 std::string websocket_subprotocol(const HttpRequest& req) {
   if (auto it = req.find(http::field::sec_websocket_protocol); it != req.end())

@@ -23,7 +23,8 @@ struct AccessConfig {
 // on /v1/ws (the key may come as a subprotocol; the Origin is checked).
 std::optional<ApiError> check_access(const AccessConfig& access, const HttpRequest& req, bool websocket);
 
-// Whether `path` needs the key when one is set: the API and /metrics; not /health or the page.
+// Whether `path` needs the key when one is set: the API, the token routes and /metrics; not /health
+// or the page.
 bool needs_key(std::string_view path);
 
 // The subprotocol a WebSocket upgrade's response names: "specula" when the client offered it

@@ -1,5 +1,5 @@
 // One accepted connection: HTTP/1.1 requests with keep-alive, routed to the chat page, health,
-// metrics, models and the OpenAI routes; a WebSocket upgrade on /v1/ws leaves for its session.
+// metrics, models, the token routes and the OpenAI routes; a WebSocket upgrade on /v1/ws leaves for its session.
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -54,6 +54,15 @@ std::optional<HttpResponse> simple_route(ServerState& st, const HttpRequest& req
   if (path == "/v1/models") {
     if (!get) return error_response(ApiError("method_not_allowed", "use GET"), ka, v);
     return json_response(200, models_json(st), ka, v);
+  }
+  if (path == "/tokenize" || path == "/detokenize") {
+    if (req.method() != http::verb::post) return error_response(ApiError("method_not_allowed", "use POST"), ka, v);
+    try {
+      const json body = parse_json(req.body());
+      return json_response(200, path == "/tokenize" ? tokenize_body(body, st.engine) : detokenize_body(body, st.engine), ka, v);
+    } catch (const ApiError& e) {
+      return error_response(e, ka, v);
+    }
   }
   if (path.starts_with("/v1/models/")) {
     if (path.substr(11) != st.model_name)

@@ -38,7 +38,8 @@ def test_the_server_says_on_start_that_a_key_is_required(keyed):
 
 def test_api_routes_and_metrics_refuse_a_missing_or_wrong_key_with_401(keyed):
     for method, path, body in [("POST", "/v1/chat/completions", chat_body()), ("GET", "/v1/models", None),
-                               ("GET", "/metrics", None)]:
+                               ("GET", "/metrics", None), ("POST", "/tokenize", {"prompt": "hi"}),
+                               ("POST", "/detokenize", {"tokens": [1]})]:
         r = httpx.request(method, keyed.url + path, json=body, timeout=30)
         assert r.status_code == 401, (path, r.text)
         assert r.headers["www-authenticate"] == "Bearer"
@@ -55,6 +56,7 @@ def test_the_right_key_opens_the_api_and_metrics_and_health_and_the_page_stay_op
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] is not None
     assert httpx.get(keyed.url + "/metrics", headers=auth, timeout=30).status_code == 200
+    assert httpx.post(keyed.url + "/tokenize", json={"prompt": "hi"}, headers=auth, timeout=30).status_code == 200
     assert httpx.get(keyed.url + "/health", timeout=30).status_code == 200
     assert httpx.get(keyed.url + "/", timeout=30).status_code == 200
 

@@ -365,3 +365,44 @@ def test_a_second_request_sharing_a_long_prefix_reports_cached_tokens_and_gives_
     assert again.usage.prompt_tokens_details.cached_tokens == 0
     assert again.choices[0].message.content == second.choices[0].message.content
     assert off.metrics()["specula_prefix_cache_hits_total"] == 0
+
+
+def test_tokenize_counts_what_a_request_reports_and_detokenize_gives_the_text_back(server, client, model_id):
+    """vLLM's /tokenize and /detokenize: a chat's messages are templated as /v1/chat/completions
+    templates them, so the count is that request's prompt_tokens; a prompt is taken as
+    /v1/completions takes it; the ids decode back to the text."""
+    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a colour."}]
+    t = httpx.post(server.url + "/tokenize", json={"messages": messages}, timeout=30).json()
+    r = client.chat.completions.create(model=model_id, messages=messages, max_tokens=2, temperature=0)
+    assert t["count"] == len(t["tokens"]) == r.usage.prompt_tokens
+    assert t["max_model_len"] == httpx.get(server.url + "/v1/models").json()["data"][0]["max_model_len"]
+    templated = httpx.post(server.url + "/detokenize", json={"tokens": t["tokens"]}, timeout=30).json()["prompt"]
+    assert templated.startswith("<|im_start|>system\nYou are terse.<|im_end|>") and "Name a colour." in templated
+
+    text = "The capital of France is"
+    p = httpx.post(server.url + "/tokenize", json={"prompt": text}, timeout=30).json()
+    assert httpx.post(server.url + "/detokenize", json={"tokens": p["tokens"]}, timeout=30).json() == {"prompt": text}
+    by_text = client.completions.create(model=model_id, prompt=text, max_tokens=4, temperature=0)
+    by_ids = client.completions.create(model=model_id, prompt=p["tokens"], max_tokens=4, temperature=0)
+    assert by_text.usage.prompt_tokens == p["count"] and by_ids.choices[0].text == by_text.choices[0].text
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/tokenize", {}, "messages"),
+    ("/tokenize", {"prompt": "a", "messages": [{"role": "user", "content": "b"}]}, "messages"),
+    ("/tokenize", {"prompt": 5}, "prompt"),
+    ("/tokenize", {"messages": [{"role": "robot", "content": "b"}]}, "messages[0].role"),
+    ("/detokenize", {"tokens": "12"}, "tokens"),
+    ("/detokenize", {"tokens": [1, 10 ** 9]}, "tokens"),
+    ("/detokenize", {"tokens": [-1]}, "tokens"),
+])
+def test_bad_token_route_bodies_are_400s_naming_the_field(server, path, body, param):
+    r = httpx.post(server.url + path, json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param, r.text
+
+
+def test_the_token_routes_take_only_posted_json(server):
+    assert httpx.get(server.url + "/tokenize", timeout=30).status_code == 405
+    r = httpx.post(server.url + "/detokenize", content="{not json", timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json", r.text
