@@ -23,6 +23,7 @@
 #include "actors/verifier.h"
 #include "gpu/llama.h"
 #include "spec/eagle_drafter.h"
+#include "spec/json_mode.h"
 #include "spec/generate.h"
 #include "spec/make_drafter.h"
 
@@ -67,6 +68,8 @@ struct Engine::Impl {
   std::vector<std::thread> threads;
   std::atomic<RequestId> next_id{1};
   std::shared_ptr<StreamRegistry> streams = std::make_shared<StreamRegistry>();
+  std::once_flag json_once;
+  std::shared_ptr<const JsonVocabulary> json;
 };
 
 Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
@@ -216,6 +219,13 @@ std::vector<int32_t> Engine::tokenize(const EngineRequest& request) const {
     throw RequestError("invalid_request", field, e.what());
   }
   return f.tokenizer->encode(text);
+}
+
+std::shared_ptr<const JsonVocabulary> Engine::json_vocabulary() const {
+  std::call_once(impl_->json_once, [this] {
+    if (impl_->files->tokenizer) impl_->json = std::make_shared<const JsonVocabulary>(*impl_->files->tokenizer);
+  });
+  return impl_->json;
 }
 
 int64_t Engine::context_length() const {

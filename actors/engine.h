@@ -172,6 +172,9 @@ class Engine {
   // threads the two streams would share.
   const std::string& why_not_pipelined() const;
   std::vector<int32_t> tokenize(const EngineRequest& request) const;
+  // The vocabulary as JSON mode reads it (SamplingParams::json_object), made on the first call;
+  // nullptr for a model without a tokenizer.
+  std::shared_ptr<const JsonVocabulary> json_vocabulary() const;
   // The positions a request may fill: the model's context, and no more than the KV pool can
   // ever give one request.
   int64_t context_length() const;

@@ -359,6 +359,20 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
   }
   r.draft = draft;
 
+  // --- JSON mode (spec/json_mode.h): response_format {"type": "json_object"} ---
+  if (const json* v = field(body, "response_format")) {
+    const json* type = v->is_object() ? field(*v, "type") : nullptr;
+    const std::string t = !v->is_object() ? "" : !type ? "text" : type->is_string() ? type->get<std::string>() : "";
+    if (t == "json_object") {
+      r.sampling.json_object = engine.json_vocabulary();
+      if (!r.sampling.json_object) bad("response_format", "JSON mode needs the model's tokenizer");
+    } else if (t != "text") {
+      bad("response_format", "response_format must be {\"type\":\"text\"} or {\"type\":\"json_object\"}" +
+                                 std::string(t == "json_schema" ? " (json_schema is not supported)" : "") + ", got " +
+                                 shown(*v));
+    }
+  }
+
   // --- OpenAI-only switches ---
   if (openai) {
     if (const json* v = field(body, "n"); v && !v->is_null()) out.n = static_cast<int>(integer(*v, "n", 1, kMaxChoices));
@@ -388,9 +402,6 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     if (const json* v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
       bad("suffix", "suffix is not supported");
     if (const json* v = field(body, "tools"); v && !(v->is_array() && v->empty())) bad("tools", "tools are not supported");
-    if (const json* v = field(body, "response_format");
-        v && !(v->is_object() && v->value("type", "text") == "text"))
-      bad("response_format", "only response_format {\"type\":\"text\"} is supported");
     if (const json* v = field(body, "stream")) {
       if (!v->is_boolean()) bad("stream", "stream must be true or false, got " + shown(*v));
       out.stream = v->get<bool>();

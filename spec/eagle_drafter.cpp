@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "gpu/host/quant.h"
 #include "model/gguf_hash.h"
@@ -388,6 +389,14 @@ void EagleDrafter::penalize(PenaltyHistory* penalties, PenaltyHistory::Undo& und
     undo.saved.emplace_back(r, logits_[r]);
     logits_[r] = penalties->adjusted(logits_[r], t);
   }
+  // JSON mode: the tokens it can propose that would leave the grammar (spec/json_mode.h) at -inf,
+  // so that its drafts are ones the target's masked rows can accept.
+  if (penalties->json() != nullptr)
+    for (size_t r = 0; r < logits_.size(); ++r)
+      if (!penalties->json_keeps(token_of(r))) {
+        undo.saved.emplace_back(r, logits_[r]);
+        logits_[r] = -std::numeric_limits<float>::infinity();
+      }
 }
 
 int32_t EagleDrafter::token_of(size_t r) const {

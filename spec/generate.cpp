@@ -40,7 +40,7 @@ GenerateStats generate(LlamaModel& model, KvCache& kv, int seq, const GenerateRe
   for (;;) {
     const int64_t position = kv.length(seq);  // where the new token will sit
     penalties.apply(logits, {}, undo);
-    undo.saved.clear();
+    undo.clear();
     const int32_t tok = sample_token(logits, req.sampling, position);
     penalties.push(tok);
     ++st.generated;

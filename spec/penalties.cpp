@@ -12,7 +12,21 @@ namespace {
 constexpr uint8_t kInPrompt = 1, kBiased = 2, kTouched = 4, kStop = 8;
 constexpr uint8_t kKept = kInPrompt | kBiased | kStop;  // touched whatever the output holds
 std::atomic<bool> g_ignore_draft{false};
+
+// The memory of JSON mode's row copies, handed from one Undo to the thread's next: a fresh
+// allocation of a round's rows (a megabyte) would come as new zeroed pages every round.
+std::vector<float>& spare_rows() {
+  thread_local std::vector<float> v;
+  return v;
+}
 }  // namespace
+
+void PenaltyHistory::Undo::clear() {
+  saved.clear();
+  rows.clear();
+  rows_at.clear();
+  if (rows.capacity() > spare_rows().capacity()) spare_rows().swap(rows);
+}
 
 namespace test_seams {
 void set_penalties_ignore_draft(bool on) { g_ignore_draft.store(on, std::memory_order_relaxed); }
@@ -26,6 +40,8 @@ PenaltyHistory::PenaltyHistory(const SamplingParams& sp, std::span<const int32_t
       active_(sp.penalized()),
       vocab_(vocab) {
   if (!active_) return;
+  json_ = sp.json_object;
+  if (json_) json_states_.assign(1, JsonState{});
   bias_list_ = sp.logit_bias;
   prompt_.assign(prompt.begin(), prompt.end());
   stop_ids_.assign(stop_ids.begin(), stop_ids.end());
@@ -64,6 +80,13 @@ void PenaltyHistory::touch(int32_t v) {
 void PenaltyHistory::push(int32_t token) {
   if (!active_) return;
   ++length_;
+  if (json_) {
+    const JsonState& s = json_states_.back();
+    // A stop token ends a closed object as it stands.
+    json_states_.push_back(s.done() && std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end()
+                               ? s
+                               : json_->after(s, token));
+  }
   if (token < 0 || token >= vocab_) return;
   ++count_[static_cast<size_t>(token)];
   touch(token);
@@ -72,6 +95,7 @@ void PenaltyHistory::push(int32_t token) {
 void PenaltyHistory::pop(int32_t token) {
   if (!active_ || length_ == 0) return;
   --length_;
+  if (json_) json_states_.pop_back();
   if (token < 0 || token >= vocab_) return;
   const auto at = static_cast<size_t>(token);
   if (count_[at] == 0) return;
@@ -85,7 +109,7 @@ bool PenaltyHistory::made_for(const SamplingParams& sp, std::span<const int32_t>
   if (sp.penalized() != active_) return false;
   if (!active_) return true;
   return sp.presence_penalty == presence_ && sp.frequency_penalty == frequency_ && sp.repetition_penalty == repetition_ &&
-         sp.logit_bias == bias_list_ && sp.min_tokens == min_tokens_ &&
+         sp.logit_bias == bias_list_ && sp.min_tokens == min_tokens_ && sp.json_object == json_ &&
          std::equal(prompt.begin(), prompt.end(), prompt_.begin(), prompt_.end()) &&
          std::equal(stop_ids.begin(), stop_ids.end(), stop_ids_.begin(), stop_ids_.end());
 }
@@ -129,6 +153,19 @@ void PenaltyHistory::apply(std::span<float> rows, std::span<const int32_t> draft
       row[at] = y;
     }
   }
+  if (json_) {
+    // Row i: the state after the output and draft[0..i-1]. A row after a draft token JSON mode
+    // refuses is never judged (that token has p = 0 at the row before); it is masked as closed.
+    JsonState s = json_states_.back();
+    for (size_t i = 0; i < n; ++i) {
+      if (i > 0 && !ignore_draft) s = json_->after(s, draft[i - 1]);
+      const std::span<float> row = rows.subspan(i * V, V);
+      if (undo.rows.capacity() == 0) undo.rows.swap(spare_rows());
+      undo.rows_at.push_back(i * V);
+      undo.rows.insert(undo.rows.end(), row.begin(), row.end());
+      json_->mask(s, row, stop_ids_, length_ + static_cast<int64_t>(i) >= min_tokens_);
+    }
+  }
   if (!ignore_draft)
     for (size_t i = 1; i < n; ++i) {
       const int32_t t = draft[i - 1];
@@ -146,8 +183,13 @@ void PenaltyHistory::apply(std::span<float> rows, std::span<const int32_t> draft
 }
 
 void PenaltyHistory::restore(std::span<float> rows, Undo& undo) {
+  if (!undo.rows_at.empty()) {
+    const size_t V = undo.rows.size() / undo.rows_at.size();
+    for (size_t k = undo.rows_at.size(); k-- > 0;)
+      std::copy_n(undo.rows.begin() + static_cast<std::ptrdiff_t>(k * V), V, rows.begin() + static_cast<std::ptrdiff_t>(undo.rows_at[k]));
+  }
   for (auto it = undo.saved.rbegin(); it != undo.saved.rend(); ++it) rows[it->first] = it->second;
-  undo.saved.clear();
+  undo.clear();
 }
 
 PenalizedRows::PenalizedRows(PenaltyHistory* history, std::span<float> rows, std::span<const int32_t> draft) : rows_(rows) {

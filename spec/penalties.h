@@ -8,7 +8,10 @@
 //   x_v -= f * c_v                                   (frequency f, c_v = v's count in the output)
 //   x_v -= p                                         (presence p, if c_v > 0)
 // each a float operation in that order; and while fewer than min_tokens tokens are out, x_v = -inf
-// for the request's stop tokens (vLLM's min_tokens). "The output" is what the request generated before the
+// for the request's stop tokens (vLLM's min_tokens). Then, in JSON mode, x_v = -inf for every token
+// that would not keep the output a prefix of one JSON object (spec/json_mode.h); once the object is
+// closed, for all but whitespace and the stop tokens. The drafters' own rows (touched(), adjusted())
+// leave JSON mode out: a proposal outside it is rejected like any token the target gives p = 0. "The output" is what the request generated before the
 // row's position: in a verify round, row i's output is the committed output plus the round's draft
 // tokens t1..ti, the text that row is the target's distribution after. A row judged only when
 // t1..ti were all accepted therefore sees exactly the output target-only sampling would have had
@@ -19,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "spec/json_mode.h"
 #include "spec/sampling.h"
 
 namespace specula {
@@ -42,6 +46,12 @@ class PenaltyHistory {
   // The tokens whose logits change, and one token's adjusted logit with the history as it stands
   // (a drafter adjusting a few entries of its own row: spec/drafter.h, DraftPenalties).
   std::span<const int32_t> touched() const { return touched_; }
+  // JSON mode: the vocabulary, or nullptr; whether it keeps token v after the history as it stands
+  // (a drafter masking the few tokens it can propose).
+  const JsonVocabulary* json() const { return json_.get(); }
+  bool json_keeps(int32_t v) const {
+    return json_->keeps(json_states_.back(), v, stop_ids_, length_ >= min_tokens_);
+  }
   float adjusted(float x, int32_t v) const { return adjusted(x, v, count_[static_cast<size_t>(v)], length_); }
   // The settings, prompt and stop tokens this history was made for.
   bool made_for(const SamplingParams& sp, std::span<const int32_t> prompt, std::span<const int32_t> stop_ids) const;
@@ -49,6 +59,11 @@ class PenaltyHistory {
   // The entries apply() changed, to put back with restore().
   struct Undo {
     std::vector<std::pair<size_t, float>> saved;  // index into the rows, raw value
+    // JSON mode masks most of a row: the rows as they were before it, whole (after the entries
+    // above were changed, so put back first). rows_at[k]: where row k of `rows` starts.
+    std::vector<float> rows;
+    std::vector<size_t> rows_at;
+    void clear();  // forgets them (rows that will not be read again); `rows`' memory is kept for the thread's next
   };
 
   // Adjusts rows [n, vocab] in place: row i as after draft[0..i-1] on top of the output so far
@@ -69,6 +84,8 @@ class PenaltyHistory {
   std::vector<int32_t> prompt_, stop_ids_;
   int min_tokens_ = 0;
   int64_t length_ = 0;  // output tokens pushed
+  std::shared_ptr<const JsonVocabulary> json_;  // JSON mode: the state after each output token, json_states_[0] before any
+  std::vector<JsonState> json_states_;
   bool active_ = false;
   int64_t vocab_ = 0;
   std::vector<int32_t> count_;   // [vocab] output counts (allocated only when active)

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -12,6 +13,8 @@
 #include "spec/philox.h"
 
 namespace specula {
+
+class JsonVocabulary;  // spec/json_mode.h
 
 // OpenAI's limit on logit_bias entries (vLLM takes any number; 300 is what OpenAI documents).
 inline constexpr size_t kMaxLogitBias = 300;
@@ -32,12 +35,17 @@ struct SamplingParams {
   // vLLM's min_tokens: the request's stop tokens get -inf logits (and its stop strings are not
   // looked for) until this many tokens are out; 0 = off. At most the request's max_tokens.
   int min_tokens = 0;
+  // JSON mode (OpenAI's response_format {"type": "json_object"}; spec/json_mode.h): set, the
+  // rows are masked to the tokens that keep the output a prefix of one JSON object, then to the
+  // stop tokens once it is closed. The model's vocabulary as JSON mode reads it
+  // (Engine::json_vocabulary, or one made from the tokenizer).
+  std::shared_ptr<const JsonVocabulary> json_object{};
 
   bool greedy() const { return temperature <= 0.0f; }
-  // Any of the five above away from its neutral value: the rows must be adjusted before judging.
+  // Any of the six above away from its neutral value: the rows must be adjusted before judging.
   bool penalized() const {
     return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f || !logit_bias.empty() ||
-           min_tokens > 0;
+           min_tokens > 0 || json_object != nullptr;
   }
   // Throws std::invalid_argument naming the bad field and value.
   void validate() const;

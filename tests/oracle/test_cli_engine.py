@@ -310,6 +310,23 @@ def test_logit_bias_min_tokens_and_ignore_eos_flags_steer_the_engine_and_the_loo
     assert generate(specula_bin, default_model, *greedy, "--ignore-eos", "--sequential", prompt=short)["ids"] == whole["ids"]
 
 
+def test_json_object_makes_the_engine_and_the_loop_write_the_same_json_object(specula_bin, default_model):
+    """--json-object (JSON mode, docs/speculative.md): the engine drafting with the main job's
+    drafter prints the loop's target-only text, greedy and coupled, and a text a stop token ended
+    parses as one object."""
+    ask = "Describe a cat as a JSON object with its name and age."
+    for mode in (["--temperature", "0"], ["--temperature", "0.8", "--seed", "3", "--spec-sampling", "coupled"]):
+        flags = [*mode, "--json-object", "--max-tokens", "120"]
+        engine = generate(specula_bin, default_model, *flags, "--draft", "ngram:n=3+eagle", prompt=ask)
+        loop = generate(specula_bin, default_model, *flags, "--sequential", prompt=ask)
+        assert engine["ids"] == loop["ids"], (engine["text"], loop["text"])
+        assert engine["text"].lstrip().startswith("{"), engine["text"]
+        if engine["finish_reason"] == "stop":
+            assert isinstance(json.loads(engine["text"]), dict), engine["text"]
+    plain = generate(specula_bin, default_model, "--temperature", "0", "--max-tokens", "120", prompt=ask)
+    assert not plain["text"].lstrip().startswith("{"), "the model writes JSON unasked: the test shows nothing"
+
+
 @pytest.mark.parametrize("flags, words", [
     (["--logit-bias", "5"], ["--logit-bias", "TOKEN_ID:BIAS", "\"5\""]),
     (["--logit-bias", "5:1,x:2"], ["--logit-bias", "\"x:2\""]),

@@ -15,6 +15,7 @@
 
 #include "actors/engine.h"
 #include "spec/generate.h"
+#include "spec/json_mode.h"
 #include "spec/make_drafter.h"
 #include "spec/speculative_generate.h"
 #include "tools/specula/common.h"
@@ -30,7 +31,7 @@ const char* kUsage =
     "usage: specula generate [--model PATH] (--prompt TEXT | --prompt-ids 1,2,3) [--chat] [--system TEXT]\n"
     "                        [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
     "                        [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
-    "                        [--logit-bias ID:BIAS,...] [--min-tokens N] [--ignore-eos]\n"
+    "                        [--logit-bias ID:BIAS,...] [--min-tokens N] [--ignore-eos] [--json-object]\n"
     "                        [--json] [--device auto|host|cuda] [--threads N] [--ctx N]\n"
     "                        [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--spec-k K] [--adaptive]\n"
     "                        [--spec-k-min K] [--spec-k-max K] [--spec-k-max-greedy K] [--draft-entropy NATS]\n"
@@ -43,6 +44,7 @@ const char* kUsage =
     "  penalties off (presence and frequency 0, in [-2, 2]; repetition 1, in (0, 2]: docs/speculative.md).\n"
     "  --logit-bias adds BIAS (in [-100, 100]) to token ID's logit; --min-tokens N holds the stop tokens\n"
     "  back until N tokens are out; --ignore-eos lets no stop token end the text (as vLLM's fields).\n"
+    "  --json-object: JSON mode, the text is one JSON object (OpenAI's response_format json_object).\n"
     "  --json prints one JSON object {prompt_ids, ids, text, finish_reason, ...} instead.\n"
     "  --draft runs exact speculative decoding: ngram (prompt lookup, n = 3 by default), skip:LAYERS\n"
     "  (the model itself with layers skipped, e.g. skip:10-19 or skip:3,5,7-9), eagle (the trained\n"
@@ -185,7 +187,7 @@ int cmd_generate(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
   options.insert({"prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed"});
   options.insert(kEngineRunOptions.begin(), kEngineRunOptions.end());
-  const Args a(argc, argv, options, {"chat", "json", "adaptive", "sequential", "ignore-eos"});
+  const Args a(argc, argv, options, {"chat", "json", "adaptive", "sequential", "ignore-eos", "json-object"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   if (a.has("prompt") == a.has("prompt-ids")) throw UsageError("give exactly one of --prompt or --prompt-ids");
   if (a.flag("sequential") && (a.has("pipeline") || a.has("trace") || a.has("prefix-cache")))
@@ -218,6 +220,7 @@ int generate_sequential(const Args& a) {
   if (req.prompt.empty()) throw UsageError("the prompt is empty");
   req.max_tokens = static_cast<int>(max_tokens);
   req.sampling = sp;
+  if (a.flag("json-object")) req.sampling.json_object = std::make_shared<const JsonVocabulary>(tok);
   req.stop_ids = a.flag("ignore-eos") ? std::vector<int32_t>{} : default_stop_ids(s.loaded);
 
   std::unique_ptr<Drafter> drafter;
@@ -307,6 +310,7 @@ int generate_through_engine(const Args& a) {
   if (a.flag("ignore-eos")) req.stop_ids = std::vector<int32_t>{};
 
   std::unique_ptr<actors::Engine> engine = open_engine(cfg);
+  if (a.flag("json-object")) req.sampling.json_object = engine->json_vocabulary();
   std::optional<actors::TokenStream> stream;
   std::vector<int32_t> prompt_ids;
   try {

@@ -30,6 +30,7 @@
 #include "actors/engine.h"
 #include "gpu/host/host_device.h"
 #include "spec/eagle_drafter.h"
+#include "spec/json_mode.h"
 #include "spec/make_drafter.h"
 #include "spec/speculative_generate.h"
 
@@ -615,6 +616,59 @@ TEST(Engine, WithPenaltiesGreedyOutputAloneAmongOthersAndPipelinedEqualsTargetOn
     for (TokenStream& st : streams) got.push_back(collect(st));
     EXPECT_EQ(got[3].tokens, want) << "among others, prompt " << p;
   }
+  EXPECT_TRUE(wait_until_idle_with_full_pool(*s->ngram));
+}
+
+// JSON mode (spec/json_mode.h) on the default model: the engine's greedy text, alone, among
+// others, pipelined and with the layer-skip draft, equals target-only generate() in JSON mode (the
+// masks are per row, the round's drafts in the grammar's state), and it is a JSON object's start,
+// or a whole object when a stop token ended it.
+TEST(Engine, InJsonModeGreedyOutputAloneAmongOthersAndPipelinedEqualsTargetOnlyGenerateAndIsJson) {
+  REQUIRE_SETUP(s);
+  SamplingParams sp{0.0f, 0, 1.0f, 0};
+  sp.json_object = s->ngram->json_vocabulary();
+  ASSERT_TRUE(sp.json_object);
+  const Tokenizer& tok = *s->ngram->model().tokenizer;
+  const std::vector<int32_t> stops = tok.eos_ids();
+  auto without_stop = [&](std::vector<int32_t> t) {
+    if (!t.empty() && std::find(stops.begin(), stops.end(), t.back()) != stops.end()) t.pop_back();
+    return t;
+  };
+  int64_t accepted = 0;
+  int closed = 0;
+  for (int p = 0; p < kPrompts; ++p) {
+    EngineRequest r = s->request(p, 64, sp);
+    r.stop_ids = stops;
+    GenerateRequest g;
+    g.prompt = r.prompt_ids;
+    g.max_tokens = r.max_tokens;
+    g.sampling = sp;
+    g.stop_ids = stops;
+    std::vector<int32_t> want;
+    s->kv->truncate_to(s->seq, 0);
+    generate(*s->model, *s->kv, s->seq, g, [&](int32_t t) { want.push_back(t); return true; });
+    want = without_stop(want);
+    const std::string text = tok.decode(want);
+    const JsonState state = JsonState{}.feed(text);
+    EXPECT_FALSE(state.dead()) << text;
+    if (state.done()) {
+      ++closed;
+      EXPECT_TRUE(nlohmann::json::parse(text).is_object()) << text;
+    }
+    for (Engine* e : {s->ngram.get(), s->ngram_pipelined.get(), s->skip.get()}) {
+      const GenerateResult got = e->generate_blocking(r);
+      ASSERT_TRUE(got.error.empty()) << got.error;
+      EXPECT_EQ(without_stop(got.tokens), want) << "prompt " << p;
+      accepted += got.stats.accepted;
+    }
+    std::vector<TokenStream> streams;
+    for (int i = 0; i < 6; ++i) streams.push_back(s->ngram->start(i == 3 ? r : s->request(i % kPrompts)));
+    std::vector<Collected> got;
+    for (TokenStream& st : streams) got.push_back(collect(st));
+    EXPECT_EQ(without_stop(got[3].tokens), want) << "among others, prompt " << p;
+  }
+  EXPECT_GT(accepted, 0) << "no draft was accepted: the rows after a draft were never judged";
+  EXPECT_GT(closed, 0) << "no answer closed its object within 64 tokens";
   EXPECT_TRUE(wait_until_idle_with_full_pool(*s->ngram));
 }
 
