@@ -231,15 +231,17 @@ def test_greedy_logprobs_are_the_same_numbers_with_the_main_jobs_speculation_as_
     for args in (["--draft", "none"], MAIN_JOB_ARGS):
         srv = fresh_server(*args)
         c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=60)
-        r = c.chat.completions.create(
+        # Twice on each: the main job's confidence rule and load-adaptive policy decide from measured
+        # costs whether a round drafts, so one short request may happen to keep no draft.
+        results.append([c.chat.completions.create(
             model="any", messages=[{"role": "user", "content": "Explain what a rainbow is in two sentences."}],
-            max_tokens=48, temperature=0, logprobs=True, top_logprobs=2)
-        results.append(r)
+            max_tokens=48, temperature=0, logprobs=True, top_logprobs=2) for _ in range(2)])
     off, on = results
-    assert on.model_extra["speculation"]["accepted"] > 0, "the main job's server drafted nothing that was kept"
-    assert on.choices[0].message.content == off.choices[0].message.content
-    assert [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs]) for t in on.choices[0].logprobs.content] == \
-        [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs]) for t in off.choices[0].logprobs.content]
+    assert max(r.model_extra["speculation"]["accepted"] for r in on) > 0, "the main job's server drafted nothing that was kept"
+    numbers = [[(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs]) for t in r.choices[0].logprobs.content]
+               for r in off + on]
+    assert all(r.choices[0].message.content == off[0].choices[0].message.content for r in on)
+    assert numbers == [numbers[0]] * 4
 
 
 def test_penalties_and_logit_bias_change_the_text_and_give_the_same_text_with_the_main_jobs_speculation_as_without(
@@ -255,17 +257,21 @@ def test_penalties_and_logit_bias_change_the_text_and_give_the_same_text_with_th
         srv = fresh_server(*args)
         c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=60)
         plain = c.chat.completions.create(model="any", messages=messages, max_tokens=64, temperature=0)
-        penalized = c.chat.completions.create(model="any", messages=messages, max_tokens=64, temperature=0, **penalties)
+        # Three times: the main job's confidence rule and load-adaptive policy decide from measured
+        # costs whether a round drafts, so one short request may happen to keep no draft.
+        penalized = [c.chat.completions.create(model="any", messages=messages, max_tokens=64, temperature=0, **penalties)
+                     for _ in range(3)]
         streamed = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
             model="any", messages=messages, max_tokens=64, temperature=0, stream=True, **penalties) if ch.choices)
         biased = c.completions.create(model="any", prompt="Once upon a time", max_tokens=5, temperature=0,
                                       logit_bias={"28": 100}, logprobs=0)
         results.append((plain, penalized, streamed, biased))
     (off_plain, off_pen, off_streamed, off_biased), (on_plain, on_pen, on_streamed, on_biased) = results
-    assert off_pen.choices[0].message.content != off_plain.choices[0].message.content, "the penalties changed nothing"
-    assert on_pen.model_extra["speculation"]["accepted"] > 0, "the main job's server kept no draft with penalties"
-    assert on_pen.choices[0].message.content == off_pen.choices[0].message.content
-    assert on_streamed == off_streamed == off_pen.choices[0].message.content
+    text = off_pen[0].choices[0].message.content
+    assert text != off_plain.choices[0].message.content, "the penalties changed nothing"
+    assert max(r.model_extra["speculation"]["accepted"] for r in on_pen) > 0, "the main job's server kept no draft with penalties"
+    assert [r.choices[0].message.content for r in off_pen + on_pen] == [text] * 6
+    assert on_streamed == off_streamed == text
     tokens = off_biased.choices[0].logprobs.tokens
     assert len(tokens) == 5 and len(set(tokens)) == 1, tokens
     assert on_biased.choices[0].text == off_biased.choices[0].text
