@@ -54,6 +54,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
   std::vector<int64_t> cached(round.items.size(), 0);  // prompt tokens each new sequence shares
   std::vector<std::vector<float>> prefill_rows(round.items.size());
   std::vector<ForwardSeq> batch;
+  const int64_t bt = kv_.config().block_tokens;
   while (!waiting.empty()) {
     std::vector<size_t> now, later;
     for (const size_t i : waiting) {
@@ -65,8 +66,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
           const auto differ = std::mismatch(p.begin(), p.end(), q.begin(), q.end()).first;
           from_now = std::max<int64_t>(from_now, std::min<int64_t>(differ - p.begin(), shareable(i)));
         }
-      const int64_t bt = kv_.config().block_tokens;
-      (from_now / bt > kv_.cached_positions(p, shareable(i)) / bt ? later : now).push_back(i);
+      (from_now >= bt && from_now / bt > kv_.cached_positions(p, shareable(i)) / bt ? later : now).push_back(i);
     }
     batch.clear();
     std::vector<size_t> prefilled;  // round.items index of each sequence in `batch`

@@ -233,12 +233,7 @@ void JsonVocabulary::classify() {
   }
 }
 
-bool JsonVocabulary::allows(const JsonState& s, int32_t v) const {
-  const auto at = static_cast<size_t>(v);
-  if (v < 0 || at >= bytes_.size() || (kind_[at] & kSpecial)) return false;
-  if (s.mode == JsonState::String && s.utf8_left == 0 && (kind_[at] & kPlain)) return true;
-  return !s.feed(bytes_[at]).dead();
-}
+bool JsonVocabulary::allows(const JsonState& s, int32_t v) const { return !after(s, v).dead(); }
 
 JsonState JsonVocabulary::after(const JsonState& s, int32_t v) const {
   const auto at = static_cast<size_t>(v);
@@ -268,25 +263,19 @@ void JsonVocabulary::mask(const JsonState& s, std::span<float> row, std::span<co
   bool after_blank[256];
   const JsonState blank1 = s.feed(static_cast<uint8_t>(' '));
   for (int b = 0; b < 256; ++b) after_blank[b] = !blank1.dead() && !blank1.feed(static_cast<uint8_t>(b)).dead();
-  const bool in_string = s.mode == JsonState::String && s.utf8_left == 0;
-  const bool closed = s.done() || s.dead();
+  const bool structural = !s.done() && !s.dead() && s.mode != JsonState::String;
   auto is_stop = [&](size_t v) {
     for (const int32_t t : stop_ids)
       if (static_cast<size_t>(t) == v) return true;
     return false;
   };
   for (size_t v = 0; v < V; ++v) {
-    bool keep;
-    if (is_stop(v))  // stop tokens end a closed object and nothing else
-      keep = closed && stops_allowed;
-    else if (closed)
-      keep = (kind_[v] & kBlank) != 0;
-    else if ((kind_[v] & kSpecial) || !first[static_cast<uint8_t>(bytes_[v][0])])
-      keep = false;
-    else if (!in_string && after_blank_[v] != 0 && s.mode != JsonState::String && !after_blank[after_blank_[v]])
-      keep = false;
-    else
-      keep = (in_string && (kind_[v] & kPlain)) || !s.feed(bytes_[v]).dead();
+    // Quick refusals while the object is open (a special token, a first byte that cannot come, or
+    // a first byte that cannot come after whitespace); keeps() decides the rest.
+    const bool refused = !s.done() && !s.dead() && !is_stop(v) &&
+                         ((kind_[v] & kSpecial) || !first[static_cast<uint8_t>(bytes_[v][0])] ||
+                          (structural && after_blank_[v] != 0 && !after_blank[after_blank_[v]]));
+    const bool keep = !refused && keeps(s, static_cast<int32_t>(v), stop_ids, stops_allowed);
     if (!keep) row[v] = kNegInf;
   }
 }
