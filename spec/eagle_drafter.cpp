@@ -389,11 +389,11 @@ void EagleDrafter::penalize(PenaltyHistory* penalties, PenaltyHistory::Undo& und
     undo.saved.emplace_back(r, logits_[r]);
     logits_[r] = penalties->adjusted(logits_[r], t);
   }
-  // JSON mode: the tokens it can propose that would leave the grammar (spec/json_mode.h) at -inf,
-  // so that its drafts are ones the target's masked rows can accept.
-  if (penalties->json() != nullptr)
+  // JSON mode or a grammar: the tokens it can propose that would leave it (spec/json_mode.h,
+  // spec/grammar.h) at -inf, so that its drafts are ones the target's masked rows can accept.
+  if (penalties->constrained())
     for (size_t r = 0; r < logits_.size(); ++r)
-      if (!penalties->json_keeps(token_of(r))) {
+      if (!penalties->constraint_keeps(token_of(r))) {
         undo.saved.emplace_back(r, logits_[r]);
         logits_[r] = -std::numeric_limits<float>::infinity();
       }

@@ -42,6 +42,8 @@ PenaltyHistory::PenaltyHistory(const SamplingParams& sp, std::span<const int32_t
   if (!active_) return;
   json_ = sp.json_object;
   if (json_) json_states_.assign(1, JsonState{});
+  grammar_ = sp.grammar;
+  if (grammar_) grammar_states_.assign(1, grammar_->start());
   bias_list_ = sp.logit_bias;
   prompt_.assign(prompt.begin(), prompt.end());
   stop_ids_.assign(stop_ids.begin(), stop_ids.end());
@@ -80,12 +82,12 @@ void PenaltyHistory::touch(int32_t v) {
 void PenaltyHistory::push(int32_t token) {
   if (!active_) return;
   ++length_;
-  if (json_) {
-    const JsonState& s = json_states_.back();
-    // A stop token ends a closed object as it stands.
-    json_states_.push_back(s.done() && std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end()
-                               ? s
-                               : json_->after(s, token));
+  if (json_ || grammar_) {
+    JsonState js = json_ ? json_states_.back() : JsonState{};
+    GrammarMatcher::State gs = grammar_ ? grammar_states_.back() : GrammarMatcher::kDead;
+    advance(js, gs, token);
+    if (json_) json_states_.push_back(js);
+    if (grammar_) grammar_states_.push_back(gs);
   }
   if (token < 0 || token >= vocab_) return;
   ++count_[static_cast<size_t>(token)];
@@ -96,6 +98,7 @@ void PenaltyHistory::pop(int32_t token) {
   if (!active_ || length_ == 0) return;
   --length_;
   if (json_) json_states_.pop_back();
+  if (grammar_) grammar_states_.pop_back();
   if (token < 0 || token >= vocab_) return;
   const auto at = static_cast<size_t>(token);
   if (count_[at] == 0) return;
@@ -109,9 +112,16 @@ bool PenaltyHistory::made_for(const SamplingParams& sp, std::span<const int32_t>
   if (sp.penalized() != active_) return false;
   if (!active_) return true;
   return sp.presence_penalty == presence_ && sp.frequency_penalty == frequency_ && sp.repetition_penalty == repetition_ &&
-         sp.logit_bias == bias_list_ && sp.min_tokens == min_tokens_ && sp.json_object == json_ &&
+         sp.logit_bias == bias_list_ && sp.min_tokens == min_tokens_ && sp.json_object == json_ && sp.grammar == grammar_ &&
          std::equal(prompt.begin(), prompt.end(), prompt_.begin(), prompt_.end()) &&
          std::equal(stop_ids.begin(), stop_ids.end(), stop_ids_.begin(), stop_ids_.end());
+}
+
+void PenaltyHistory::advance(JsonState& js, GrammarMatcher::State& gs, int32_t token) const {
+  // A stop token ends the output as it stands, where the constraint may end there.
+  const bool stop = std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end();
+  if (json_ && !(stop && js.done())) js = json_->after(js, token);
+  if (grammar_ && !(stop && grammar_->accepting(gs))) gs = grammar_->after(gs, token);
 }
 
 float PenaltyHistory::adjusted(float x, int32_t v, int32_t count, int64_t length) const {
@@ -153,17 +163,21 @@ void PenaltyHistory::apply(std::span<float> rows, std::span<const int32_t> draft
       row[at] = y;
     }
   }
-  if (json_) {
-    // Row i: the state after the output and draft[0..i-1]. A row after a draft token JSON mode
-    // refuses is never judged (that token has p = 0 at the row before); it is masked as closed.
-    JsonState s = json_states_.back();
+  if (json_ || grammar_) {
+    // Row i: the state after the output and draft[0..i-1]. A row after a draft token the
+    // constraint refuses is never judged (that token has p = 0 at the row before); it is masked
+    // as closed (JSON mode) or dead (a grammar).
+    JsonState js = json_ ? json_states_.back() : JsonState{};
+    GrammarMatcher::State gs = grammar_ ? grammar_states_.back() : GrammarMatcher::kDead;
     for (size_t i = 0; i < n; ++i) {
-      if (i > 0 && !ignore_draft) s = json_->after(s, draft[i - 1]);
+      if (i > 0 && !ignore_draft) advance(js, gs, draft[i - 1]);
       const std::span<float> row = rows.subspan(i * V, V);
       if (undo.rows.capacity() == 0) undo.rows.swap(spare_rows());
       undo.rows_at.push_back(i * V);
       undo.rows.insert(undo.rows.end(), row.begin(), row.end());
-      json_->mask(s, row, stop_ids_, length_ + static_cast<int64_t>(i) >= min_tokens_);
+      const bool stops_allowed = length_ + static_cast<int64_t>(i) >= min_tokens_;
+      if (json_) json_->mask(js, row, stop_ids_, stops_allowed);
+      else grammar_->mask(gs, row, stop_ids_, stops_allowed);
     }
   }
   if (!ignore_draft)

@@ -10,7 +10,7 @@
 // each a float operation in that order; and while fewer than min_tokens tokens are out, x_v = -inf
 // for the request's stop tokens (vLLM's min_tokens). Then, in JSON mode, x_v = -inf for every token
 // that would not keep the output a prefix of one JSON object (spec/json_mode.h); once the object is
-// closed, for all but whitespace and the stop tokens. The drafters' own rows (touched(), adjusted())
+// closed, for all but whitespace and the stop tokens. A grammar (spec/grammar.h) masks the same way. The drafters' own rows (touched(), adjusted())
 // leave JSON mode out: a proposal outside it is rejected like any token the target gives p = 0. "The output" is what the request generated before the
 // row's position: in a verify round, row i's output is the committed output plus the round's draft
 // tokens t1..ti, the text that row is the target's distribution after. A row judged only when
@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "spec/grammar.h"
 #include "spec/json_mode.h"
 #include "spec/sampling.h"
 
@@ -46,10 +47,11 @@ class PenaltyHistory {
   // The tokens whose logits change, and one token's adjusted logit with the history as it stands
   // (a drafter adjusting a few entries of its own row: spec/drafter.h, DraftPenalties).
   std::span<const int32_t> touched() const { return touched_; }
-  // JSON mode: the vocabulary, or nullptr; whether it keeps token v after the history as it stands
-  // (a drafter masking the few tokens it can propose).
-  const JsonVocabulary* json() const { return json_.get(); }
-  bool json_keeps(int32_t v) const {
+  // JSON mode or a grammar constrains the output; whether it keeps token v after the history as
+  // it stands (a drafter masking the few tokens it can propose).
+  bool constrained() const { return json_ != nullptr || grammar_ != nullptr; }
+  bool constraint_keeps(int32_t v) const {
+    if (grammar_) return grammar_->keeps(grammar_states_.back(), v, stop_ids_, length_ >= min_tokens_);
     return json_->keeps(json_states_.back(), v, stop_ids_, length_ >= min_tokens_);
   }
   float adjusted(float x, int32_t v) const { return adjusted(x, v, count_[static_cast<size_t>(v)], length_); }
@@ -78,6 +80,8 @@ class PenaltyHistory {
 
  private:
   void touch(int32_t v);
+  // The constraint's state after one more token (JSON mode's or the grammar's, whichever is on).
+  void advance(JsonState& js, GrammarMatcher::State& gs, int32_t token) const;
 
   float presence_ = 0, frequency_ = 0, repetition_ = 1;
   std::vector<std::pair<int32_t, float>> bias_list_;
@@ -86,6 +90,8 @@ class PenaltyHistory {
   int64_t length_ = 0;  // output tokens pushed
   std::shared_ptr<const JsonVocabulary> json_;  // JSON mode: the state after each output token, json_states_[0] before any
   std::vector<JsonState> json_states_;
+  std::shared_ptr<const GrammarMatcher> grammar_;  // a grammar: the state after each output token, as json_states_
+  std::vector<GrammarMatcher::State> grammar_states_;
   bool active_ = false;
   int64_t vocab_ = 0;
   std::vector<int32_t> count_;   // [vocab] output counts (allocated only when active)

@@ -31,6 +31,7 @@ void SamplingParams::validate() const {
   if (logit_bias.size() > kMaxLogitBias)
     throw std::invalid_argument("logit_bias: at most " + std::to_string(kMaxLogitBias) + " tokens, got " +
                                 std::to_string(logit_bias.size()));
+  if (json_object && grammar) throw std::invalid_argument("JSON mode and a grammar cannot both constrain one request");
   for (const auto& [token, bias] : logit_bias) {
     if (token < 0) throw std::invalid_argument("logit_bias: token id " + std::to_string(token) + " is negative");
     if (!(bias >= -100.0f && bias <= 100.0f))

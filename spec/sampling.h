@@ -15,6 +15,7 @@
 namespace specula {
 
 class JsonVocabulary;  // spec/json_mode.h
+class GrammarMatcher;  // spec/grammar.h
 
 // OpenAI's limit on logit_bias entries (vLLM takes any number; 300 is what OpenAI documents).
 inline constexpr size_t kMaxLogitBias = 300;
@@ -40,12 +41,16 @@ struct SamplingParams {
   // stop tokens once it is closed. The model's vocabulary as JSON mode reads it
   // (Engine::json_vocabulary, or one made from the tokenizer).
   std::shared_ptr<const JsonVocabulary> json_object{};
+  // A grammar (spec/grammar.h: GBNF, or JSON Schema compiled to it): set, the rows are masked to
+  // the tokens that keep the output a prefix of a sentence of it, and the stop tokens are kept
+  // only where it may end. At most one of json_object and grammar.
+  std::shared_ptr<const GrammarMatcher> grammar{};
 
   bool greedy() const { return temperature <= 0.0f; }
   // Any of the six above away from its neutral value: the rows must be adjusted before judging.
   bool penalized() const {
     return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f || !logit_bias.empty() ||
-           min_tokens > 0 || json_object != nullptr;
+           min_tokens > 0 || json_object != nullptr || grammar != nullptr;
   }
   // Throws std::invalid_argument naming the bad field and value.
   void validate() const;

@@ -1,0 +1,132 @@
+// Grammar-constrained output: a context-free grammar over the output's bytes, written in GBNF
+// (llama.cpp's grammar format), masks each row to the tokens whose bytes keep the output a prefix
+// of a sentence of the grammar, and to the request's stop tokens once the grammar may end there.
+// JSON Schema (spec/json_schema.h) and OpenAI's strict structured outputs compile to it.
+//
+// As with JSON mode (spec/json_mode.h) and the penalties, the mask is one more adjustment of a
+// row that reads the output before it (spec/penalties.h), so speculation stays exact: row i of a
+// round is masked by the output plus the round's drafts t1..ti, which is the mask target-only
+// sampling would use wherever that row is judged.
+//
+// The matcher is a pushdown automaton determinized lazily: a state is the set of parse stacks
+// after a prefix, interned as it is first met, with its byte transitions and its token mask
+// cached. Inside a long string, a number or a repeated element the output comes back to the same
+// state, so a mask is computed once per state (a walk of the vocabulary's trie) and reused.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace specula {
+
+class Tokenizer;
+
+// The vocabulary's tokens as a trie of their bytes (special tokens left out: never grammar text).
+class TokenTrie {
+ public:
+  explicit TokenTrie(const Tokenizer& tokenizer);
+  // Token v's bytes at token_bytes[v]; an empty string stands for a special token.
+  explicit TokenTrie(std::vector<std::string> token_bytes);
+  int64_t size() const { return static_cast<int64_t>(bytes_.size()); }
+  const std::string& bytes(int32_t v) const { return bytes_[static_cast<size_t>(v)]; }  // "" for a special token
+
+  struct Node {
+    uint32_t child_begin = 0, child_end = 0;  // children, contiguous in nodes()
+    uint32_t token_begin = 0, token_end = 0;  // the tokens whose bytes end here, in tokens()
+    uint8_t byte = 0;                         // the edge from the parent
+  };
+  const std::vector<Node>& nodes() const { return nodes_; }  // nodes()[0]: the root
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+
+ private:
+  void build();
+  std::vector<std::string> bytes_;
+  std::vector<Node> nodes_;
+  std::vector<int32_t> tokens_;
+};
+
+// A context-free grammar over bytes. GBNF as llama.cpp reads it:
+//   rule-name ::= alternative | alternative ...     (one rule per line; `|`, `(`...`)` may span lines)
+//   "literal" with \n \r \t \\ \" \xHH \uHHHH \UHHHHHHHH escapes, [a-z_] and [^"\\] classes of
+//   Unicode code points (matched as their UTF-8 bytes), `.` any code point, rule names,
+//   ( groups ), and x*  x+  x?  x{m}  x{m,}  x{m,n} repetition; # comments.
+// The start rule is `root`. Left recursion, undefined rules and counts past 10,000 are refused.
+class Grammar {
+ public:
+  // Throws std::invalid_argument naming the line and what is wrong.
+  static std::shared_ptr<const Grammar> parse(std::string_view gbnf);
+
+  struct Elem {
+    enum Kind : uint8_t { End, Bytes, Rule } kind = End;
+    uint32_t arg = 0;  // Bytes: the set's index in sets(); Rule: the rule
+  };
+  // Every alternative of every rule, back to back, each closed by End.
+  const std::vector<Elem>& elems() const { return elems_; }
+  // alts()[r]: where rule r's alternatives start in elems().
+  const std::vector<std::vector<uint32_t>>& alts() const { return alts_; }
+  bool in_set(uint32_t set, uint8_t byte) const { return (sets_[set][byte >> 6] >> (byte & 63)) & 1; }
+  uint32_t root() const { return root_; }
+
+ private:
+  friend class GrammarBuilder;
+  std::vector<Elem> elems_;
+  std::vector<std::vector<uint32_t>> alts_;
+  std::vector<std::array<uint64_t, 4>> sets_;
+  uint32_t root_ = 0;
+};
+
+// A grammar over one vocabulary. Thread-safe: its caches are shared by the actors that mask rows,
+// advance the output and draft, under one lock.
+class GrammarMatcher {
+ public:
+  using State = uint32_t;
+  static constexpr State kDead = 0;  // no sentence of the grammar continues so
+
+  GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> vocabulary);
+  ~GrammarMatcher();
+  GrammarMatcher(const GrammarMatcher&) = delete;
+  GrammarMatcher& operator=(const GrammarMatcher&) = delete;
+
+  State start() const { return start_; }
+  State feed(State s, std::string_view bytes) const;
+  // The state after token v's bytes (kDead for a special token or one the grammar refuses).
+  State after(State s, int32_t v) const;
+  // The grammar may end after s (the output is a whole sentence).
+  bool accepting(State s) const;
+  // Whether mask() keeps token v after s (a drafter's few tokens, without a whole row).
+  bool keeps(State s, int32_t v, std::span<const int32_t> stop_ids, bool stops_allowed) const;
+  // Writes -inf into `row` for every token that may not follow s. The stop tokens stay where s
+  // is accepting and `stops_allowed` (min_tokens reached), and wherever nothing else may come
+  // (the grammar has ended, or s is dead: a row after a refused draft, never judged).
+  void mask(State s, std::span<float> row, std::span<const int32_t> stop_ids, bool stops_allowed) const;
+  // States met so far (a grammar whose states pass kMaxStates stops growing: new ones are dead).
+  size_t states() const;
+
+  static constexpr size_t kMaxStates = 1 << 18;
+  static constexpr size_t kMaxStacks = 1024;      // parse stacks in one state
+  static constexpr size_t kMaxStackDepth = 1024;  // rules open in one stack
+
+ private:
+  struct StateData;
+  State step_locked(State s, uint8_t byte) const;
+  State intern_locked(std::vector<std::vector<uint32_t>> stacks) const;
+  const StateData& masked_locked(State s) const;
+  bool keeps_locked(const StateData& d, int32_t v, std::span<const int32_t> stop_ids, bool stops_allowed) const;
+  void expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out) const;
+
+  std::shared_ptr<const Grammar> grammar_;
+  std::shared_ptr<const TokenTrie> vocabulary_;
+  mutable std::mutex mu_;
+  mutable std::vector<std::unique_ptr<StateData>> states_;
+  mutable std::unordered_map<std::string, State> ids_;
+  mutable std::unordered_map<uint64_t, State> token_next_;
+  State start_ = kDead;
+};
+
+}  // namespace specula

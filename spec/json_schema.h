@@ -1,0 +1,36 @@
+// JSON Schema to a grammar (spec/grammar.h): OpenAI's response_format {"type": "json_schema"},
+// vLLM's guided_json and llama.cpp's json_schema. The output is one JSON value that the schema
+// accepts, with its object members in the order the schema lists them (as llama.cpp and vLLM's
+// grammar back ends write them).
+//
+// Kept: type (one or a list), properties, required, additionalProperties, items, prefixItems,
+// minItems, maxItems, minLength, maxLength, enum, const, anyOf, oneOf (as anyOf), allOf of one
+// schema, $ref into the document (#, #/$defs/..., #/definitions/...; recursion allowed), nullable.
+// Annotations are read past (title, description, default, examples, format, $schema, $id, ...).
+// Any other assertion (pattern, minimum, multipleOf, uniqueItems, ...) is refused, naming it and
+// where it is, rather than ignored: an output the schema refuses would break the promise.
+//
+// An object writes only the properties the schema lists (a required one always, an optional one
+// where the model chooses), never others, which every additionalProperties setting accepts; an
+// object without listed properties is a map of additionalProperties' values (any value where that
+// is absent or true). Whitespace between tokens is at most 20 bytes in a row; integers have at most
+// 16 digits, fractions 16 and exponents 3, so a model cannot run on forever inside a number.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace specula {
+
+// The GBNF of the values `schema` accepts. Throws std::invalid_argument naming the part of the
+// schema it cannot keep ("json_schema: /properties/age: minimum is not supported").
+std::string gbnf_of_json_schema(const nlohmann::ordered_json& schema);
+
+// GBNF for one of a list of strings, written as they are (vLLM's guided_choice).
+std::string gbnf_of_choices(const std::vector<std::string>& choices);
+
+// A GBNF string literal of `bytes` (quoted, with \" \\ and control bytes escaped).
+std::string gbnf_literal(const std::string& bytes);
+
+}  // namespace specula

@@ -1,0 +1,343 @@
+// Grammars (spec/grammar.h) and JSON Schema compiled to them (spec/json_schema.h): GBNF read as
+// llama.cpp reads it, the matcher's verdicts on whole texts and prefixes, its masks against
+// feeding each token's bytes one by one, JSON Schema's outputs against nlohmann's parser and the
+// schema's rules, and the masks PenaltyHistory writes into a round's rows.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "spec/grammar.h"
+#include "spec/json_schema.h"
+#include "spec/penalties.h"
+
+namespace specula {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+using State = GrammarMatcher::State;
+
+// A matcher over a vocabulary of the 256 single bytes (enough to feed any text).
+std::shared_ptr<const GrammarMatcher> matcher(const std::string& gbnf) {
+  std::vector<std::string> bytes;
+  for (int b = 0; b < 256; ++b) bytes.emplace_back(1, static_cast<char>(b));
+  return std::make_shared<const GrammarMatcher>(Grammar::parse(gbnf), std::make_shared<const TokenTrie>(bytes));
+}
+
+bool accepts(const GrammarMatcher& m, const std::string& text) {
+  const State s = m.feed(m.start(), text);
+  return s != GrammarMatcher::kDead && m.accepting(s);
+}
+bool continues(const GrammarMatcher& m, const std::string& text) { return m.feed(m.start(), text) != GrammarMatcher::kDead; }
+
+std::string error_of(const std::string& gbnf) {
+  try {
+    Grammar::parse(gbnf);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Grammar, BadGbnfIsOneClearErrorNamingTheLineAndTheFault) {
+  EXPECT_NE(error_of("start ::= \"a\"\n").find("no rule named 'root'"), std::string::npos);
+  EXPECT_NE(error_of("root ::= item\n").find("rule 'item' is used but not defined"), std::string::npos);
+  EXPECT_NE(error_of("root ::= root \"a\" | \"b\"\n").find("'root' is left-recursive"), std::string::npos);
+  EXPECT_NE(error_of("root ::= x\nx ::= y? x \"a\"\ny ::= \"b\"\n").find("left-recursive"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"a\"\nroot ::= \"b\"\n").find("line 2: rule 'root' is defined twice"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"abc\n").find("line 1: unterminated string literal"), std::string::npos);
+  EXPECT_NE(error_of("root ::= [a-\n").find("unterminated character class"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"\\q\"\n").find("unknown escape '\\q'"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"a\"{3,1}\n").find("n below m"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"a\"{20000}\n").find("past 10000"), std::string::npos);
+  EXPECT_NE(error_of("root ::= * \"a\"\n").find("nothing before it to repeat"), std::string::npos);
+  EXPECT_NE(error_of("root ::= (\"a\"\n").find("expected ')'"), std::string::npos);
+  EXPECT_NE(error_of("root = \"a\"\n").find("expected ::="), std::string::npos);
+  EXPECT_NE(error_of("root ::= [z-a]\n").find("end comes before its start"), std::string::npos);
+  EXPECT_EQ(error_of("# a comment\nroot ::= \"a\" # more\n  | \"b\"\n"), "");
+}
+
+TEST(Grammar, TextsAreAcceptedWholeAndTheirPrefixesContinue) {
+  const auto m = matcher(R"(root ::= "n=" num ("," ws num)*
+num ::= "-"? [0-9]+
+ws ::= " "?
+)");
+  for (const std::string ok : {"n=1", "n=-12", "n=1,2", "n=1, 2,-3"}) {
+    EXPECT_TRUE(accepts(*m, ok)) << ok;
+    for (size_t k = 0; k < ok.size(); ++k) EXPECT_TRUE(continues(*m, ok.substr(0, k))) << ok.substr(0, k);
+  }
+  for (const std::string bad : {"n=", "n=1,", "n=--1", "n=1,  2", "n=a", "m=1", "n=1;"}) EXPECT_FALSE(accepts(*m, bad)) << bad;
+  EXPECT_FALSE(continues(*m, "n=1,  "));
+  EXPECT_FALSE(continues(*m, "x"));
+}
+
+TEST(Grammar, RepetitionCountsHoldExactly) {
+  const auto m = matcher("root ::= \"x\"{2,4} \"y\"{3} (\"ab\"){1,}\n");
+  EXPECT_TRUE(accepts(*m, "xxyyyab"));
+  EXPECT_TRUE(accepts(*m, "xxxxyyyababab"));
+  EXPECT_FALSE(accepts(*m, "xyyyab"));
+  EXPECT_FALSE(continues(*m, "xxxxx"));
+  EXPECT_FALSE(accepts(*m, "xxyyy"));
+  EXPECT_FALSE(continues(*m, "xxyyyy"));
+  EXPECT_FALSE(accepts(*m, "xxyyyaba"));
+}
+
+// Character classes hold code points, matched as their UTF-8 bytes: every code point of the
+// planes sampled is accepted exactly when the class holds it, and no ill-formed UTF-8 gets by.
+TEST(Grammar, CharacterClassesMatchCodePointsAsWellFormedUtf8) {
+  const auto m = matcher("root ::= [^a\\u00e9-\\u00ff\\u4e00-\\u9fff]\n");
+  auto utf8 = [](uint32_t cp) {
+    std::string s;
+    if (cp < 0x80) s += static_cast<char>(cp);
+    else if (cp < 0x800) s += static_cast<char>(0xC0 | cp >> 6), s += static_cast<char>(0x80 | (cp & 63));
+    else if (cp < 0x10000)
+      s += static_cast<char>(0xE0 | cp >> 12), s += static_cast<char>(0x80 | (cp >> 6 & 63)), s += static_cast<char>(0x80 | (cp & 63));
+    else
+      s += static_cast<char>(0xF0 | cp >> 18), s += static_cast<char>(0x80 | (cp >> 12 & 63)),
+          s += static_cast<char>(0x80 | (cp >> 6 & 63)), s += static_cast<char>(0x80 | (cp & 63));
+    return s;
+  };
+  std::mt19937 rng(7);
+  std::vector<uint32_t> cps = {0, 'a', 'b', 0x7F, 0x80, 0xE8, 0xE9, 0xFF, 0x100, 0x7FF, 0x800, 0x4DFF, 0x4E00, 0x9FFF, 0xA000,
+                               0xD7FF, 0xE000, 0xFFFF, 0x10000, 0x10FFFF};
+  for (int k = 0; k < 3000; ++k) cps.push_back(std::uniform_int_distribution<uint32_t>(0, 0x10FFFF)(rng));
+  for (const uint32_t cp : cps) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+    const bool in = !(cp == 'a' || (cp >= 0xE9 && cp <= 0xFF) || (cp >= 0x4E00 && cp <= 0x9FFF));
+    EXPECT_EQ(accepts(*m, utf8(cp)), in) << std::hex << cp;
+  }
+  for (const std::string bad : {"\xC0\xAF", "\xE0\x80\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\x80", "\xFF"})
+    EXPECT_FALSE(continues(*m, bad));
+  EXPECT_TRUE(accepts(*matcher("root ::= \"\\u00e9t\\u00e9\" .\n"), "\xC3\xA9t\xC3\xA9\xF0\x9F\x98\x80"));
+}
+
+// The mask of a state (a walk of the vocabulary's trie, cached per state) keeps exactly the tokens
+// whose bytes, fed one by one, leave the grammar alive; the stop tokens only where it may end.
+TEST(Grammar, AMaskKeepsExactlyTheTokensWhoseBytesContinueTheGrammar) {
+  const std::string gbnf = R"(root ::= "[" ws (item (ws "," ws item)*)? ws "]"
+item ::= "\"" [a-c]{0,3} "\"" | "0" | [1-9] [0-9]{0,2} | "true"
+ws ::= [ \n]{0,2}
+)";
+  std::mt19937 rng(3);
+  const std::string alphabet = "[]\", \nabc019true";
+  std::vector<std::string> bytes;
+  for (int v = 0; v < 400; ++v) {
+    std::string t;
+    const int len = 1 + static_cast<int>(rng() % 5);
+    for (int k = 0; k < len; ++k) t += alphabet[rng() % alphabet.size()];
+    bytes.push_back(v == 7 ? "" : t);  // token 7: special
+  }
+  auto trie = std::make_shared<const TokenTrie>(bytes);
+  const GrammarMatcher m(Grammar::parse(gbnf), trie);
+  const std::vector<int32_t> stops{7};
+  int checked = 0, ended = 0;
+  for (int walk = 0; walk < 40; ++walk) {
+    State s = m.start();
+    std::string text;
+    for (int step = 0; step < 30; ++step) {
+      std::vector<float> row(bytes.size(), 1.0f);
+      m.mask(s, row, stops, true);
+      std::vector<int32_t> kept;
+      bool any = false;  // a token other than the stop token continues
+      for (int32_t v = 0; v < static_cast<int32_t>(bytes.size()); ++v)
+        any = any || (v != 7 && m.feed(s, bytes[static_cast<size_t>(v)]) != GrammarMatcher::kDead);
+      for (int32_t v = 0; v < static_cast<int32_t>(bytes.size()); ++v) {
+        const bool by_bytes = v == 7 ? m.accepting(s) || !any : m.feed(s, bytes[static_cast<size_t>(v)]) != GrammarMatcher::kDead;
+        ASSERT_EQ(row[static_cast<size_t>(v)] != kNegInf, by_bytes) << "after '" << text << "', token '" << bytes[static_cast<size_t>(v)] << "'";
+        EXPECT_EQ(m.keeps(s, v, stops, true), by_bytes);
+        if (by_bytes) kept.push_back(v);
+        ++checked;
+      }
+      if (m.accepting(s) && (rng() % 4 == 0 || kept.size() == 1)) {
+        ++ended;
+        EXPECT_NO_THROW((void)nlohmann::json::parse(text)) << text;  // this grammar's sentences are JSON
+        break;
+      }
+      if (!any) break;  // a dead end of this vocabulary: only the stop token
+      int32_t v = 7;
+      while (v == 7) v = kept[rng() % kept.size()];
+      text += bytes[static_cast<size_t>(v)];
+      s = m.after(s, v);
+      ASSERT_EQ(s, m.feed(m.start(), text));
+    }
+  }
+  EXPECT_GT(checked, 10000);
+  EXPECT_GT(ended, 5);
+  // While min_tokens holds them back, the stop tokens stay only where nothing else may come.
+  const GrammarMatcher xs(Grammar::parse("root ::= \"x\"+\n"), std::make_shared<const TokenTrie>(std::vector<std::string>{"x", ""}));
+  const std::vector<int32_t> stop1{1};
+  std::vector<float> two(2, 1.0f);
+  xs.mask(xs.feed(xs.start(), "x"), two, stop1, false);
+  EXPECT_EQ(two, (std::vector<float>{1.0f, kNegInf}));
+  std::fill(two.begin(), two.end(), 1.0f);
+  xs.mask(xs.feed(xs.start(), "x"), two, stop1, true);
+  EXPECT_EQ(two, (std::vector<float>{1.0f, 1.0f}));
+  std::vector<float> row(bytes.size(), 1.0f);
+  const State done = m.feed(m.start(), "[]");
+  std::fill(row.begin(), row.end(), 1.0f);
+  m.mask(done, row, stops, false);
+  EXPECT_EQ(row[7], 1.0f);  // nothing else may follow "[]": the stop token stays
+  std::fill(row.begin(), row.end(), 1.0f);
+  m.mask(GrammarMatcher::kDead, row, stops, true);
+  for (size_t v = 0; v < row.size(); ++v) EXPECT_EQ(row[v] != kNegInf, v == 7);
+}
+
+std::string schema_error(const std::string& schema) {
+  try {
+    gbnf_of_json_schema(nlohmann::ordered_json::parse(schema));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::shared_ptr<const GrammarMatcher> schema_matcher(const std::string& schema) {
+  return matcher(gbnf_of_json_schema(nlohmann::ordered_json::parse(schema)));
+}
+
+const char* kPerson = R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "maxLength": 8},
+    "age": {"type": "integer"},
+    "pets": {"type": "array", "items": {"enum": ["cat", "dog", 3]}, "minItems": 1, "maxItems": 2},
+    "nick": {"type": ["string", "null"]},
+    "home": {"$ref": "#/$defs/place"}
+  },
+  "required": ["name", "age", "pets"],
+  "additionalProperties": false,
+  "$defs": {"place": {"type": "object", "properties": {"city": {"const": "Paris"}, "near": {"$ref": "#/$defs/place"}}, "required": ["city"]}}
+})";
+
+TEST(JsonSchema, OutputsFollowTheSchemaInItsOwnOrder) {
+  const auto m = schema_matcher(kPerson);
+  for (const std::string ok : {
+           R"({"name":"Ann","age":31,"pets":["cat"]})",
+           R"({ "name": "Bo", "age": -2, "pets": ["dog", 3], "nick": null })",
+           "{\n  \"name\": \"\\u00e9\",\n  \"age\": 0,\n  \"pets\": [3],\n  \"nick\": \"b\",\n  \"home\": {\"city\": \"Paris\", \"near\": {\"city\": \"Paris\"}}\n}",
+           R"({"name":"12345678","age":5,"pets":[3],"home":{"city":"Paris"}})"})
+    EXPECT_TRUE(accepts(*m, ok)) << ok;
+  for (const std::string bad : {
+           R"({"age":31,"name":"Ann","pets":["cat"]})",          // out of the schema's order
+           R"({"name":"Ann","pets":["cat"]})",                   // a required member missing
+           R"({"name":"Ann","age":31,"pets":[]})",               // minItems
+           R"({"name":"Ann","age":31,"pets":[3,3,3]})",          // maxItems
+           R"({"name":"Ann","age":3.5,"pets":[3]})",             // an integer
+           R"({"name":"Ann","age":31,"pets":["cow"]})",          // enum
+           R"({"name":"123456789","age":1,"pets":[3]})",         // maxLength
+           R"({"name":"Ann","age":31,"pets":[3],"x":1})",        // no other members
+           R"({"name":"Ann","age":31,"pets":[3],"home":{"city":"Rome"}})",  // const
+           R"({"name":"Ann","age":031,"pets":[3]})",             // JSON's numbers
+           R"(["name"])"})
+    EXPECT_FALSE(accepts(*m, bad)) << bad;
+}
+
+// Random sentences of a schema's grammar (each byte drawn among those that keep it alive, ending
+// where it may) are JSON that keeps the schema's rules.
+TEST(JsonSchema, RandomOutputsOfAnObjectSchemaAreJsonThatKeepsItsRules) {
+  const auto m = schema_matcher(kPerson);
+  std::mt19937 rng(11);
+  int made = 0;
+  for (int walk = 0; walk < 300 && made < 60; ++walk) {
+    State s = m->start();
+    std::string text;
+    for (int step = 0; step < 400; ++step) {
+      if (m->accepting(s) && rng() % 3 == 0) break;
+      std::vector<int> next;
+      for (int b = 0; b < 256; ++b)
+        if (m->feed(s, std::string(1, static_cast<char>(b))) != GrammarMatcher::kDead) next.push_back(b);
+      if (next.empty()) break;
+      // Mostly the structural bytes, so that walks end: prefer '"', ',', ']', '}' and digits.
+      int b = next[rng() % next.size()];
+      for (const int pref : {'"', '}', ']', ',', '1', 'P', 'n', 'c'})
+        if (rng() % 2 == 0 && std::find(next.begin(), next.end(), pref) != next.end()) {
+          b = pref;
+          break;
+        }
+      text += static_cast<char>(b);
+      s = m->feed(s, std::string(1, static_cast<char>(b)));
+    }
+    if (!m->accepting(s)) continue;
+    ++made;
+    nlohmann::ordered_json j;
+    ASSERT_NO_THROW(j = nlohmann::ordered_json::parse(text)) << text;
+    ASSERT_TRUE(j.is_object()) << text;
+    ASSERT_TRUE(j.contains("name") && j["name"].is_string()) << text;
+    EXPECT_TRUE(j.contains("age") && j["age"].is_number_integer()) << text;
+    ASSERT_TRUE(j.contains("pets") && j["pets"].is_array()) << text;
+    EXPECT_GE(j["pets"].size(), 1u);
+    EXPECT_LE(j["pets"].size(), 2u);
+    for (const auto& p : j["pets"]) EXPECT_TRUE(p == "cat" || p == "dog" || p == 3) << text;
+    for (const auto& [k, _] : j.items()) EXPECT_TRUE(k == "name" || k == "age" || k == "pets" || k == "nick" || k == "home") << text;
+    if (j.contains("nick")) EXPECT_TRUE(j["nick"].is_string() || j["nick"].is_null()) << text;
+    if (j.contains("home")) EXPECT_EQ(j["home"]["city"], "Paris") << text;
+  }
+  EXPECT_GE(made, 20);
+}
+
+TEST(JsonSchema, WhatItCannotKeepIsOneClearErrorNamingWhere) {
+  EXPECT_EQ(schema_error(R"({"type":"object","properties":{"age":{"type":"integer","minimum":0}}})"),
+            "json_schema: /properties/age: minimum is not supported");
+  EXPECT_EQ(schema_error(R"({"type":"string","pattern":"^a+$"})"), "json_schema: /: pattern is not supported");
+  EXPECT_EQ(schema_error(R"({"type":"thing"})"), "json_schema: /: unknown type \"thing\"");
+  EXPECT_EQ(schema_error(R"({"$ref":"#/$defs/missing"})"), "json_schema: /: $ref \"#/$defs/missing\" names nothing in the schema");
+  EXPECT_EQ(schema_error(R"({"$ref":"http://example.com/s.json"})"),
+            "json_schema: /: $ref must point into this schema (#/...), got \"http://example.com/s.json\"");
+  EXPECT_EQ(schema_error(R"({"type":"array","items":{"type":"string"},"minItems":3,"maxItems":2})"), "json_schema: /: minItems above maxItems");
+  EXPECT_EQ(schema_error("false"), "json_schema: /: the schema false accepts nothing");
+  EXPECT_EQ(schema_error(R"({"allOf":[{"type":"string"},{"type":"integer"}]})"), "json_schema: /: allOf is supported with one schema only");
+  EXPECT_EQ(schema_error(R"({"type":"object","properties":{"a":{"title":"A","description":"d","format":"date","type":"string"}}})"), "");
+}
+
+TEST(JsonSchema, ChoicesAreTheOnlyOutputs) {
+  const auto m = matcher(gbnf_of_choices({"yes", "no", "yes, \"surely\""}));
+  EXPECT_TRUE(accepts(*m, "yes"));
+  EXPECT_TRUE(accepts(*m, "no"));
+  EXPECT_TRUE(accepts(*m, "yes, \"surely\""));
+  EXPECT_FALSE(accepts(*m, "ye"));
+  EXPECT_FALSE(continues(*m, "maybe"));
+  EXPECT_THROW(gbnf_of_choices({}), std::invalid_argument);
+}
+
+// PenaltyHistory with a grammar: a round's row i is masked after the output and draft[0..i-1],
+// and the raw values come back.
+TEST(Grammar, ARoundsRowsAreMaskedAfterTheOutputAndTheDraftBeforeThemAndRestored) {
+  // 0 "a", 1 "b", 2 "c", 3 special (the stop token)
+  auto trie = std::make_shared<const TokenTrie>(std::vector<std::string>{"a", "b", "c", ""});
+  SamplingParams sp;
+  sp.grammar = std::make_shared<const GrammarMatcher>(Grammar::parse("root ::= \"a\" \"b\"* \"c\"\n"), trie);
+  ASSERT_TRUE(sp.penalized());
+  const std::vector<int32_t> stop{3};
+  PenaltyHistory h(sp, {}, 4, stop);
+  const std::vector<int32_t> draft{0, 1, 2};
+  std::vector<float> rows(4 * 4);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i);
+  const std::vector<float> raw = rows;
+  PenaltyHistory::Undo undo;
+  h.apply(rows, draft, undo);
+  auto kept = [&](size_t row) {
+    std::vector<int32_t> k;
+    for (int32_t v = 0; v < 4; ++v)
+      if (rows[row * 4 + static_cast<size_t>(v)] != kNegInf) k.push_back(v);
+    return k;
+  };
+  EXPECT_EQ(kept(0), (std::vector<int32_t>{0}));
+  EXPECT_EQ(kept(1), (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(kept(2), (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(kept(3), (std::vector<int32_t>{3}));  // ended: the stop token alone
+  PenaltyHistory::restore(rows, undo);
+  EXPECT_EQ(rows, raw);
+  for (int32_t t : draft) h.push(t);
+  EXPECT_TRUE(h.constraint_keeps(3));
+  EXPECT_FALSE(h.constraint_keeps(0));
+  h.pop(2);
+  EXPECT_FALSE(h.constraint_keeps(3));
+  EXPECT_TRUE(h.constraint_keeps(1));
+}
+
+}  // namespace
+}  // namespace specula
