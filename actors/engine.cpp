@@ -23,6 +23,7 @@
 #include "actors/verifier.h"
 #include "gpu/llama.h"
 #include "spec/eagle_drafter.h"
+#include "spec/grammar.h"
 #include "spec/json_mode.h"
 #include "spec/generate.h"
 #include "spec/make_drafter.h"
@@ -70,6 +71,12 @@ struct Engine::Impl {
   std::shared_ptr<StreamRegistry> streams = std::make_shared<StreamRegistry>();
   std::once_flag json_once;
   std::shared_ptr<const JsonVocabulary> json;
+  std::once_flag trie_once;
+  std::shared_ptr<const TokenTrie> trie;
+  // The grammars compiled lately, by their text, most recent last: a schema sent again finds its
+  // matcher with the masks it has cached.
+  std::mutex grammars_mu;
+  std::vector<std::pair<std::string, std::shared_ptr<const GrammarMatcher>>> grammars;
 };
 
 Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
@@ -226,6 +233,34 @@ std::shared_ptr<const JsonVocabulary> Engine::json_vocabulary() const {
     if (impl_->files->tokenizer) impl_->json = std::make_shared<const JsonVocabulary>(*impl_->files->tokenizer);
   });
   return impl_->json;
+}
+
+std::shared_ptr<const TokenTrie> Engine::token_trie() const {
+  std::call_once(impl_->trie_once, [this] {
+    if (impl_->files->tokenizer) impl_->trie = std::make_shared<const TokenTrie>(*impl_->files->tokenizer);
+  });
+  return impl_->trie;
+}
+
+std::shared_ptr<const GrammarMatcher> Engine::grammar(const std::string& gbnf) const {
+  constexpr size_t kKept = 16;
+  {
+    std::lock_guard lock(impl_->grammars_mu);
+    auto& g = impl_->grammars;
+    for (size_t i = 0; i < g.size(); ++i)
+      if (g[i].first == gbnf) {
+        std::rotate(g.begin() + static_cast<std::ptrdiff_t>(i), g.begin() + static_cast<std::ptrdiff_t>(i) + 1, g.end());
+        return g.back().second;
+      }
+  }
+  auto trie = token_trie();
+  if (!trie) throw std::invalid_argument("a grammar needs the model's tokenizer");
+  auto matcher = std::make_shared<const GrammarMatcher>(Grammar::parse(gbnf), std::move(trie));
+  std::lock_guard lock(impl_->grammars_mu);
+  auto& g = impl_->grammars;
+  if (g.size() >= kKept) g.erase(g.begin());
+  g.emplace_back(gbnf, matcher);
+  return matcher;
 }
 
 int64_t Engine::context_length() const {

@@ -175,6 +175,13 @@ class Engine {
   // The vocabulary as JSON mode reads it (SamplingParams::json_object), made on the first call;
   // nullptr for a model without a tokenizer.
   std::shared_ptr<const JsonVocabulary> json_vocabulary() const;
+  // The vocabulary as grammars read it (spec/grammar.h), made on the first call; nullptr for a
+  // model without a tokenizer.
+  std::shared_ptr<const TokenTrie> token_trie() const;
+  // The matcher of a GBNF grammar over this vocabulary (SamplingParams::grammar), compiled on first
+  // use and kept for the next requests that send the same text (the last 16). Throws
+  // std::invalid_argument for bad GBNF or a model without a tokenizer.
+  std::shared_ptr<const GrammarMatcher> grammar(const std::string& gbnf) const;
   // The positions a request may fill: the model's context, and no more than the KV pool can
   // ever give one request.
   int64_t context_length() const;

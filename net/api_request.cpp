@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "actors/sampler.h"
+#include "spec/json_schema.h"
 
 namespace specula::net {
 
@@ -230,7 +231,7 @@ json detokenize_body(const json& body, const actors::Engine& engine) {
 }
 
 ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::Engine& engine,
-                               const RequestDefaults& defaults) {
+                               const RequestDefaults& defaults, std::string_view raw) {
   if (!body.is_object()) throw ApiError("invalid_json", "the request must be a JSON object");
   ParsedRequest out;
   actors::EngineRequest& r = out.request;
@@ -359,17 +360,91 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
   }
   r.draft = draft;
 
-  // --- JSON mode (spec/json_mode.h): response_format {"type": "json_object"} ---
+  // --- Constrained output: JSON mode (spec/json_mode.h) or a grammar (spec/grammar.h) ---
+  // OpenAI's response_format (json_object, json_schema), vLLM's guided_json / guided_choice /
+  // guided_grammar and llama.cpp's json_schema / grammar; at most one per request.
+  std::string gbnf, constraint;  // the grammar's text, and the field it came from
+  auto constrain = [&](const std::string& name) {
+    if (!constraint.empty()) bad(name, name + " and " + constraint + " cannot both constrain one request");
+    constraint = name;
+  };
+  // A schema's members in the order the request wrote them: read again from the raw text, since
+  // nlohmann::json keeps an object's keys sorted.
+  auto ordered = [&](const json& schema, const std::vector<std::string>& path) {
+    if (!raw.empty()) {
+      nlohmann::ordered_json full = nlohmann::ordered_json::parse(raw, nullptr, false);
+      const nlohmann::ordered_json* at = &full;
+      for (const std::string& key : path) {
+        if (!at->is_object() || !at->contains(key)) {
+          at = nullptr;
+          break;
+        }
+        at = &(*at)[key];
+      }
+      if (at != nullptr) return *at;
+    }
+    return nlohmann::ordered_json::parse(schema.dump());
+  };
+  auto from_schema = [&](const json& schema, const std::vector<std::string>& path, const std::string& name) {
+    nlohmann::ordered_json s = ordered(schema, path);
+    if (s.is_string()) {  // vLLM takes guided_json as a JSON string too
+      s = nlohmann::ordered_json::parse(s.get<std::string>(), nullptr, false);
+      if (s.is_discarded()) bad(name, name + " is a string that is not JSON");
+    }
+    try {
+      gbnf = gbnf_of_json_schema(s);
+    } catch (const std::invalid_argument& e) {
+      bad(name, e.what());
+    }
+  };
   if (const json* v = field(body, "response_format")) {
     const json* type = v->is_object() ? field(*v, "type") : nullptr;
     const std::string t = !v->is_object() ? "" : !type ? "text" : type->is_string() ? type->get<std::string>() : "";
     if (t == "json_object") {
+      constrain("response_format");
       r.sampling.json_object = engine.json_vocabulary();
       if (!r.sampling.json_object) bad("response_format", "JSON mode needs the model's tokenizer");
+    } else if (t == "json_schema") {
+      constrain("response_format");
+      const json* js = field(*v, "json_schema");
+      const json* schema = js && js->is_object() ? field(*js, "schema") : nullptr;
+      if (!schema) bad("response_format", "response_format json_schema needs {\"json_schema\": {\"name\": ..., \"schema\": {...}}}");
+      from_schema(*schema, {"response_format", "json_schema", "schema"}, "response_format");
     } else if (t != "text") {
-      bad("response_format", "response_format must be {\"type\":\"text\"} or {\"type\":\"json_object\"}" +
-                                 std::string(t == "json_schema" ? " (json_schema is not supported)" : "") + ", got " +
+      bad("response_format", "response_format must be {\"type\":\"text\"}, {\"type\":\"json_object\"} or {\"type\":\"json_schema\", ...}, got " +
                                  shown(*v));
+    }
+  }
+  for (const char* name : {"guided_json", "json_schema"})
+    if (const json* v = field(body, name); v && !v->is_null()) {
+      constrain(name);
+      from_schema(*v, {name}, name);
+    }
+  if (const json* v = field(body, "guided_choice"); v && !v->is_null()) {
+    constrain("guided_choice");
+    std::vector<std::string> choices;
+    if (!v->is_array()) bad("guided_choice", "guided_choice must be an array of strings");
+    for (const json& c : *v) {
+      if (!c.is_string()) bad("guided_choice", "guided_choice must be an array of strings");
+      choices.push_back(c.get<std::string>());
+    }
+    try {
+      gbnf = gbnf_of_choices(choices);
+    } catch (const std::invalid_argument& e) {
+      bad("guided_choice", e.what());
+    }
+  }
+  for (const char* name : {"guided_grammar", "grammar"})
+    if (const json* v = field(body, name); v && !v->is_null()) {
+      constrain(name);
+      if (!v->is_string()) bad(name, std::string(name) + " must be a string of GBNF");
+      gbnf = v->get<std::string>();
+    }
+  if (!gbnf.empty()) {
+    try {
+      r.sampling.grammar = engine.grammar(gbnf);
+    } catch (const std::invalid_argument& e) {
+      bad(constraint, e.what());
     }
   }
 

@@ -49,9 +49,10 @@ enum class PromptKind { Chat, Completion, WebSocket };  // messages only / promp
 
 // Parses the fields of docs/protocol.md from `body` (a JSON object) into an engine request;
 // Engine::start templates and tokenizes it and checks it against the context. Throws ApiError
-// (invalid_request naming the field).
+// (invalid_request naming the field). `raw`: the text `body` was parsed from, where a JSON schema
+// is read again to keep its members' order ("" : in key order).
 ParsedRequest parse_generation(const nlohmann::json& body, PromptKind kind, const actors::Engine& engine,
-                               const RequestDefaults& defaults);
+                               const RequestDefaults& defaults, std::string_view raw = {});
 
 // vLLM's token routes, for clients that count or inspect tokens before they send a request.
 // /tokenize: {"messages": [...]} templated as /v1/chat/completions would, or {"prompt": "text"} as

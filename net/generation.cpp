@@ -54,14 +54,14 @@ GenerationStats GenerationStats::combine(const std::vector<GenerationStats>& cho
 }
 
 Generation::Admitted Generation::admit(ServerState& st, const nlohmann::json& body, PromptKind kind,
-                                       Clock::time_point received) {
+                                       Clock::time_point received, std::string_view raw) {
   auto reject = [&](ApiError e) {
     st.metrics.count_request("rejected");
     return e;
   };
   ParsedRequest parsed;
   try {
-    parsed = parse_generation(body, kind, st.engine, st.config.defaults);
+    parsed = parse_generation(body, kind, st.engine, st.config.defaults, raw);
   } catch (const ApiError& e) {
     throw reject(e);
   }

@@ -70,7 +70,8 @@ class Generation {
     bool include_usage = false;  // OpenAI: stream_options.include_usage
     bool logprobs = false;       // OpenAI: logprobs asked for (the tokens carry them)
   };
-  static Admitted admit(ServerState& st, const nlohmann::json& body, PromptKind kind, Clock::time_point received);
+  static Admitted admit(ServerState& st, const nlohmann::json& body, PromptKind kind, Clock::time_point received,
+                        std::string_view raw = {});  // raw: body's text (parse_generation)
   ~Generation();
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;

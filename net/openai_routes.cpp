@@ -174,7 +174,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   try {
     json body = parse_json(req.body());
     if (!body.is_object()) throw ApiError("invalid_json", "the request body must be a JSON object");
-    admitted = Generation::admit(st, body, chat ? PromptKind::Chat : PromptKind::Completion, received);
+    admitted = Generation::admit(st, body, chat ? PromptKind::Chat : PromptKind::Completion, received, req.body());
   } catch (const ApiError& e) {
     refused = e;
   }

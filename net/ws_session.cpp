@@ -124,7 +124,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (running_.count(key)) return send_error(id, "duplicate_id", "a generation with id " + key + " is still running", "id");
     std::shared_ptr<Generation> g;
     try {
-      g = Generation::admit(st_, msg, PromptKind::WebSocket, received).choices.front();
+      g = Generation::admit(st_, msg, PromptKind::WebSocket, received, text).choices.front();
     } catch (const ApiError& e) {
       return send_error(id, e.code, e.what(), e.param);
     }

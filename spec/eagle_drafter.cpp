@@ -484,7 +484,11 @@ void EagleDrafter::propose(const DraftRequest& req, DraftProposal& out) {
     int32_t t = 0;
     PenaltyHistory::Undo undo;
     penalize(penalties, undo);
-    const bool drafted = req.sampling.greedy() ? draft_greedy(req, i, t, confidence) : draft_reduced(req, i, t, confidence);
+    // A constraint may leave none of the head's tokens (its rows are over a reduced vocabulary):
+    // then the draft ends here.
+    const bool any = penalties == nullptr || !penalties->constrained() ||
+                     std::any_of(logits_.begin(), logits_.end(), [](float x) { return x != -std::numeric_limits<float>::infinity(); });
+    const bool drafted = any && (req.sampling.greedy() ? draft_greedy(req, i, t, confidence) : draft_reduced(req, i, t, confidence));
     PenaltyHistory::restore(logits_, undo);  // a continuation may draft from these logits again
     if (!drafted) break;
     penalties_.push_draft(t);

@@ -679,6 +679,12 @@ size_t GrammarMatcher::states() const {
 
 const GrammarMatcher::StateData& GrammarMatcher::masked_locked(State s) const {
   if (states_[s]->masked) return *states_[s];
+  if (masks_ >= kMaxMasks) {  // bounded memory: start the cache over
+    for (auto& d : states_)
+      if (d->masked) d->allowed = std::vector<uint64_t>(), d->masked = false;
+    masks_ = 0;
+  }
+  ++masks_;
   const size_t V = static_cast<size_t>(vocabulary_->size());
   std::vector<uint64_t> allowed((V + 63) / 64, 0);
   bool any = false;
@@ -708,7 +714,15 @@ const GrammarMatcher::StateData& GrammarMatcher::masked_locked(State s) const {
   return d;
 }
 
+namespace {
+bool any_stop_in(std::span<const int32_t> stop_ids, size_t V) {
+  return std::any_of(stop_ids.begin(), stop_ids.end(), [&](int32_t t) { return t >= 0 && static_cast<size_t>(t) < V; });
+}
+}  // namespace
+
 bool GrammarMatcher::keeps_locked(const StateData& d, int32_t v, std::span<const int32_t> stop_ids, bool stops_allowed) const {
+  if (!d.any_allowed && !any_stop_in(stop_ids, static_cast<size_t>(vocabulary_->size())))
+    return v >= 0 && v < vocabulary_->size();  // nothing would remain: the row is left as it is (mask())
   for (const int32_t t : stop_ids)
     if (t == v) return (d.accepting && stops_allowed) || !d.any_allowed;
   if (v < 0 || v >= vocabulary_->size()) return false;
@@ -725,6 +739,10 @@ void GrammarMatcher::mask(State s, std::span<float> row, std::span<const int32_t
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   std::lock_guard lock(mu_);
   const StateData& d = masked_locked(s);
+  // Where no token and no stop token would remain (a row after a draft token the grammar refuses,
+  // which is never judged; or a grammar that has ended where no stop token may end the text),
+  // the row is left as it is rather than emptied.
+  if (!d.any_allowed && !any_stop_in(stop_ids, std::min(row.size(), static_cast<size_t>(vocabulary_->size())))) return;
   // A stop token is a stop, whatever its bytes: kept only where the output may end, and then
   // as it was.
   const bool stops = (d.accepting && stops_allowed) || !d.any_allowed;

@@ -103,12 +103,14 @@ class GrammarMatcher {
   bool keeps(State s, int32_t v, std::span<const int32_t> stop_ids, bool stops_allowed) const;
   // Writes -inf into `row` for every token that may not follow s. The stop tokens stay where s
   // is accepting and `stops_allowed` (min_tokens reached), and wherever nothing else may come
-  // (the grammar has ended, or s is dead: a row after a refused draft, never judged).
+  // (the grammar has ended, or s is dead: a row after a refused draft, never judged). Where not
+  // even a stop token would stay (no stop tokens: ignore_eos), the row is left as it is.
   void mask(State s, std::span<float> row, std::span<const int32_t> stop_ids, bool stops_allowed) const;
   // States met so far (a grammar whose states pass kMaxStates stops growing: new ones are dead).
   size_t states() const;
 
-  static constexpr size_t kMaxStates = 1 << 18;
+  static constexpr size_t kMaxStates = 1 << 16;
+  static constexpr size_t kMaxMasks = 2048;       // masks cached at once (a vocabulary's bits each); past it all are dropped
   static constexpr size_t kMaxStacks = 1024;      // parse stacks in one state
   static constexpr size_t kMaxStackDepth = 1024;  // rules open in one stack
 
@@ -126,6 +128,7 @@ class GrammarMatcher {
   mutable std::vector<std::unique_ptr<StateData>> states_;
   mutable std::unordered_map<std::string, State> ids_;
   mutable std::unordered_map<uint64_t, State> token_next_;
+  mutable size_t masks_ = 0;
   State start_ = kDead;
 };
 

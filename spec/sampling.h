@@ -16,6 +16,7 @@ namespace specula {
 
 class JsonVocabulary;  // spec/json_mode.h
 class GrammarMatcher;  // spec/grammar.h
+class TokenTrie;       // spec/grammar.h
 
 // OpenAI's limit on logit_bias entries (vLLM takes any number; 300 is what OpenAI documents).
 inline constexpr size_t kMaxLogitBias = 300;

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <memory>
@@ -15,6 +16,8 @@
 
 #include "actors/engine.h"
 #include "spec/generate.h"
+#include "spec/grammar.h"
+#include "spec/json_schema.h"
 #include "spec/json_mode.h"
 #include "spec/make_drafter.h"
 #include "spec/speculative_generate.h"
@@ -32,6 +35,7 @@ const char* kUsage =
     "                        [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
     "                        [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
     "                        [--logit-bias ID:BIAS,...] [--min-tokens N] [--ignore-eos] [--json-object]\n"
+    "                        [--json-schema FILE | --grammar FILE]\n"
     "                        [--json] [--device auto|host|cuda] [--threads N] [--ctx N]\n"
     "                        [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--spec-k K] [--adaptive]\n"
     "                        [--spec-k-min K] [--spec-k-max K] [--spec-k-max-greedy K] [--draft-entropy NATS]\n"
@@ -45,6 +49,8 @@ const char* kUsage =
     "  --logit-bias adds BIAS (in [-100, 100]) to token ID's logit; --min-tokens N holds the stop tokens\n"
     "  back until N tokens are out; --ignore-eos lets no stop token end the text (as vLLM's fields).\n"
     "  --json-object: JSON mode, the text is one JSON object (OpenAI's response_format json_object).\n"
+    "  --json-schema FILE: the text is JSON that the schema in FILE accepts (response_format json_schema);\n"
+    "  --grammar FILE: the text is a sentence of the GBNF grammar in FILE (llama.cpp's format; docs/speculative.md).\n"
     "  --json prints one JSON object {prompt_ids, ids, text, finish_reason, ...} instead.\n"
     "  --draft runs exact speculative decoding: ngram (prompt lookup, n = 3 by default), skip:LAYERS\n"
     "  (the model itself with layers skipped, e.g. skip:10-19 or skip:3,5,7-9), eagle (the trained\n"
@@ -183,13 +189,37 @@ DraftLengthConfig draft_length_from_args(const Args& a) {
   return c;
 }
 
+// The GBNF of --json-schema FILE or --grammar FILE ("" for neither).
+static std::string grammar_from_args(const Args& a) {
+  if (a.has("json-schema") + a.has("grammar") + a.flag("json-object") > 1)
+    throw UsageError("give at most one of --json-object, --json-schema and --grammar");
+  const char* opt = a.has("json-schema") ? "json-schema" : a.has("grammar") ? "grammar" : nullptr;
+  if (opt == nullptr) return "";
+  const std::string path = a.str(opt);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(std::string("--") + opt + ": cannot read " + path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    if (a.has("grammar")) {
+      (void)Grammar::parse(text);  // its errors here, before the model loads
+      return text;
+    }
+    const auto schema = nlohmann::ordered_json::parse(text, nullptr, false);
+    if (schema.is_discarded()) throw std::invalid_argument(path + " is not JSON");
+    return gbnf_of_json_schema(schema);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--") + opt + ": " + e.what());
+  }
+}
+
 int cmd_generate(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
-  options.insert({"prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed"});
+  options.insert({"json-schema", "grammar", "prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed"});
   options.insert(kEngineRunOptions.begin(), kEngineRunOptions.end());
   const Args a(argc, argv, options, {"chat", "json", "adaptive", "sequential", "ignore-eos", "json-object"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   if (a.has("prompt") == a.has("prompt-ids")) throw UsageError("give exactly one of --prompt or --prompt-ids");
+  (void)grammar_from_args(a);
   if (a.flag("sequential") && (a.has("pipeline") || a.has("trace") || a.has("prefix-cache")))
     throw UsageError("--pipeline, --trace and --prefix-cache are the engine's; --sequential runs without it");
   return a.flag("sequential") ? generate_sequential(a) : generate_through_engine(a);
@@ -221,6 +251,8 @@ int generate_sequential(const Args& a) {
   req.max_tokens = static_cast<int>(max_tokens);
   req.sampling = sp;
   if (a.flag("json-object")) req.sampling.json_object = std::make_shared<const JsonVocabulary>(tok);
+  if (const std::string gbnf = grammar_from_args(a); !gbnf.empty())
+    req.sampling.grammar = std::make_shared<const GrammarMatcher>(Grammar::parse(gbnf), std::make_shared<const TokenTrie>(tok));
   req.stop_ids = a.flag("ignore-eos") ? std::vector<int32_t>{} : default_stop_ids(s.loaded);
 
   std::unique_ptr<Drafter> drafter;
@@ -311,6 +343,7 @@ int generate_through_engine(const Args& a) {
 
   std::unique_ptr<actors::Engine> engine = open_engine(cfg);
   if (a.flag("json-object")) req.sampling.json_object = engine->json_vocabulary();
+  if (const std::string gbnf = grammar_from_args(a); !gbnf.empty()) req.sampling.grammar = engine->grammar(gbnf);
   std::optional<actors::TokenStream> stream;
   std::vector<int32_t> prompt_ids;
   try {

@@ -30,7 +30,9 @@
 #include "actors/engine.h"
 #include "gpu/host/host_device.h"
 #include "spec/eagle_drafter.h"
+#include "spec/grammar.h"
 #include "spec/json_mode.h"
+#include "spec/json_schema.h"
 #include "spec/make_drafter.h"
 #include "spec/speculative_generate.h"
 
@@ -619,15 +621,11 @@ TEST(Engine, WithPenaltiesGreedyOutputAloneAmongOthersAndPipelinedEqualsTargetOn
   EXPECT_TRUE(wait_until_idle_with_full_pool(*s->ngram));
 }
 
-// JSON mode (spec/json_mode.h) on the default model: the engine's greedy text, alone, among
-// others, pipelined and with the layer-skip draft, equals target-only generate() in JSON mode (the
-// masks are per row, the round's drafts in the grammar's state), and it is a JSON object's start,
-// or a whole object when a stop token ended it.
-TEST(Engine, InJsonModeGreedyOutputAloneAmongOthersAndPipelinedEqualsTargetOnlyGenerateAndIsJson) {
-  REQUIRE_SETUP(s);
-  SamplingParams sp{0.0f, 0, 1.0f, 0};
-  sp.json_object = s->ngram->json_vocabulary();
-  ASSERT_TRUE(sp.json_object);
+// Greedy output under a constraint (JSON mode or a grammar) on the default model: the engine's
+// text, alone, among others, pipelined and with the layer-skip draft, equals target-only
+// generate() under it (the masks are per row, the round's drafts in the constraint's state).
+// Returns the texts, stop token dropped, for the caller to check against the constraint.
+std::vector<std::string> constrained_greedy_texts(Shared* s, const SamplingParams& sp) {
   const Tokenizer& tok = *s->ngram->model().tokenizer;
   const std::vector<int32_t> stops = tok.eos_ids();
   auto without_stop = [&](std::vector<int32_t> t) {
@@ -635,7 +633,7 @@ TEST(Engine, InJsonModeGreedyOutputAloneAmongOthersAndPipelinedEqualsTargetOnlyG
     return t;
   };
   int64_t accepted = 0;
-  int closed = 0;
+  std::vector<std::string> texts;
   for (int p = 0; p < kPrompts; ++p) {
     EngineRequest r = s->request(p, 64, sp);
     r.stop_ids = stops;
@@ -648,16 +646,10 @@ TEST(Engine, InJsonModeGreedyOutputAloneAmongOthersAndPipelinedEqualsTargetOnlyG
     s->kv->truncate_to(s->seq, 0);
     generate(*s->model, *s->kv, s->seq, g, [&](int32_t t) { want.push_back(t); return true; });
     want = without_stop(want);
-    const std::string text = tok.decode(want);
-    const JsonState state = JsonState{}.feed(text);
-    EXPECT_FALSE(state.dead()) << text;
-    if (state.done()) {
-      ++closed;
-      EXPECT_TRUE(nlohmann::json::parse(text).is_object()) << text;
-    }
+    texts.push_back(tok.decode(want));
     for (Engine* e : {s->ngram.get(), s->ngram_pipelined.get(), s->skip.get()}) {
       const GenerateResult got = e->generate_blocking(r);
-      ASSERT_TRUE(got.error.empty()) << got.error;
+      EXPECT_TRUE(got.error.empty()) << got.error;
       EXPECT_EQ(without_stop(got.tokens), want) << "prompt " << p;
       accepted += got.stats.accepted;
     }
@@ -668,8 +660,52 @@ TEST(Engine, InJsonModeGreedyOutputAloneAmongOthersAndPipelinedEqualsTargetOnlyG
     EXPECT_EQ(without_stop(got[3].tokens), want) << "among others, prompt " << p;
   }
   EXPECT_GT(accepted, 0) << "no draft was accepted: the rows after a draft were never judged";
-  EXPECT_GT(closed, 0) << "no answer closed its object within 64 tokens";
   EXPECT_TRUE(wait_until_idle_with_full_pool(*s->ngram));
+  return texts;
+}
+
+// JSON mode (spec/json_mode.h): the text is a JSON object's start, or a whole object when a stop
+// token ended it.
+TEST(Engine, InJsonModeGreedyOutputAloneAmongOthersAndPipelinedEqualsTargetOnlyGenerateAndIsJson) {
+  REQUIRE_SETUP(s);
+  SamplingParams sp{0.0f, 0, 1.0f, 0};
+  sp.json_object = s->ngram->json_vocabulary();
+  ASSERT_TRUE(sp.json_object);
+  int closed = 0;
+  for (const std::string& text : constrained_greedy_texts(s, sp)) {
+    const JsonState state = JsonState{}.feed(text);
+    EXPECT_FALSE(state.dead()) << text;
+    if (state.done()) {
+      ++closed;
+      EXPECT_TRUE(nlohmann::json::parse(text).is_object()) << text;
+    }
+  }
+  EXPECT_GT(closed, 0) << "no answer closed its object within 64 tokens";
+}
+
+// A JSON schema (spec/json_schema.h, compiled by Engine::grammar): the text is a prefix of the
+// schema's grammar, and where whole, JSON with the schema's members in its order.
+TEST(Engine, UnderAJsonSchemaGreedyOutputAloneAmongOthersAndPipelinedEqualsTargetOnlyGenerateAndKeepsTheSchema) {
+  REQUIRE_SETUP(s);
+  const auto schema = nlohmann::ordered_json::parse(
+      R"({"type":"object","properties":{"topic":{"type":"string","maxLength":24},"answer":{"enum":["yes","no"]},"score":{"type":"integer"}},"required":["topic","answer","score"]})");
+  SamplingParams sp{0.0f, 0, 1.0f, 0};
+  sp.grammar = s->ngram->grammar(gbnf_of_json_schema(schema));
+  ASSERT_TRUE(sp.grammar);
+  EXPECT_EQ(s->ngram->grammar(gbnf_of_json_schema(schema)), sp.grammar) << "the same text compiles once";
+  int whole = 0;
+  for (const std::string& text : constrained_greedy_texts(s, sp)) {
+    const GrammarMatcher::State st = sp.grammar->feed(sp.grammar->start(), text);
+    EXPECT_NE(st, GrammarMatcher::kDead) << text;
+    if (!sp.grammar->accepting(st)) continue;
+    ++whole;
+    const auto j = nlohmann::ordered_json::parse(text);
+    ASSERT_EQ(j.size(), 3u) << text;
+    EXPECT_EQ(j.begin().key(), "topic");
+    EXPECT_TRUE(j["answer"] == "yes" || j["answer"] == "no") << text;
+    EXPECT_TRUE(j["score"].is_number_integer()) << text;
+  }
+  EXPECT_GT(whole, 0) << "no answer finished the schema's object within 64 tokens";
 }
 
 TEST(Engine, ASeededSampledRequestGivesTheSameTextAloneAndAmongFifteenOthers) {

@@ -27,6 +27,7 @@
 #include "spec/lookup_first_drafter.h"
 #include "spec/model_drafter.h"
 #include "spec/ngram_drafter.h"
+#include "spec/grammar.h"
 #include "spec/json_mode.h"
 #include "spec/penalties.h"
 #include "spec/speculative_generate.h"
@@ -245,13 +246,24 @@ const SamplingParams kPenalized{1.0f, 0, 1.0f, 0, 0.0f, 0.8f, 0.6f, 1.5f, {}};
 const SamplingParams kMinTokens{1.0f, 0, 1.0f, 0, 0.0f, 0.0f, 0.0f, 1.0f, {}, 2};
 const SamplingParams kPenalizedTopKTopP{0.7f, 8, 0.9f, 0, 0.0f, -0.5f, 0.7f, 1.3f, {{2, 1.5f}, {9, -2.0f}}};
 
+const std::vector<std::string> kJsonTokens = {"{", "}", "\"", "a", ":", "1", ",", " ", "[", "]", "\"a\"", "{\"", "0", "-", "true", "\":"};
 // JSON mode on the tiny vocabulary (spec/json_mode.h), 16 tokens of JSON's syntax: after "{" the
 // first three tokens take few of the 16^3 outcomes, and the draft model's rows are masked too.
 SamplingParams json_mode(float temperature, float top_p = 1.0f) {
-  static const auto vocab = std::make_shared<const JsonVocabulary>(std::vector<std::string>{
-      "{", "}", "\"", "a", ":", "1", ",", " ", "[", "]", "\"a\"", "{\"", "0", "-", "true", "\":"});
+  static const auto vocab = std::make_shared<const JsonVocabulary>(kJsonTokens);
   SamplingParams sp{temperature, 0, top_p, 0};
   sp.json_object = vocab;
+  return sp;
+}
+
+// A grammar on the tiny vocabulary (spec/grammar.h): pairs of tokens, the second forced by the
+// first, so that each row's mask turns on the tokens before it, drafts included.
+SamplingParams grammar_mode(float temperature, float top_p = 1.0f) {
+  static const auto matcher = std::make_shared<const GrammarMatcher>(
+      Grammar::parse(R"(root ::= ("a" ":" | "1" "," | "{" "}" | "-" "0" | " " "[" | "true" " ")+)"),
+      std::make_shared<const TokenTrie>(kJsonTokens));
+  SamplingParams sp{temperature, 0, top_p, 0};
+  sp.grammar = matcher;
   return sp;
 }
 
@@ -267,7 +279,8 @@ struct Case {
 void PrintTo(const Case& c, std::ostream* os) {
   *os << "K " << c.k << ", T " << c.sp.temperature << ", top-k " << c.sp.top_k << ", top-p " << c.sp.top_p << ", min-p "
       << c.sp.min_p << ", penalties " << c.sp.presence_penalty << "/" << c.sp.frequency_penalty << "/"
-      << c.sp.repetition_penalty << ", " << c.sp.logit_bias.size() << " biased tokens" << (c.sp.json_object ? ", JSON mode" : "");
+      << c.sp.repetition_penalty << ", " << c.sp.logit_bias.size() << " biased tokens" << (c.sp.json_object ? ", JSON mode" : "")
+      << (c.sp.grammar ? ", a grammar" : "");
 }
 
 class JointOfThreeTokens : public ::testing::TestWithParam<Case> {};
@@ -305,7 +318,8 @@ INSTANTIATE_TEST_SUITE_P(KAndTransforms, JointOfThreeTokens,
                                            Case{5, {0.7f, 0, 1.0f, 0}, 0, 0.3f, true},
                                            Case{3, {1.0f, 0, 1.0f, 0, 0.1f}}, Case{3, {0.7f, 0, 0.9f, 0, 0.05f}},
                                            Case{3, kPenalized}, Case{5, kPenalizedTopKTopP}, Case{4, kMinTokens},
-                                           Case{3, json_mode(1.0f)}, Case{5, json_mode(0.7f, 0.9f)}),
+                                           Case{3, json_mode(1.0f)}, Case{5, json_mode(0.7f, 0.9f)},
+                                           Case{3, grammar_mode(1.0f)}, Case{4, grammar_mode(0.7f, 0.9f)}),
                          [](const auto& info) {
                            const Case& c = info.param;
                            std::string n = "K" + std::to_string(c.k) + "_T" + std::to_string(static_cast<int>(c.sp.temperature * 10));
@@ -313,6 +327,7 @@ INSTANTIATE_TEST_SUITE_P(KAndTransforms, JointOfThreeTokens,
                            if (c.sp.top_p < 1) n += "_topp" + std::to_string(static_cast<int>(c.sp.top_p * 100));
                            if (c.sp.min_p > 0) n += "_minp" + std::to_string(static_cast<int>(c.sp.min_p * 100));
                            if (c.sp.json_object) n += "_json";
+                           else if (c.sp.grammar) n += "_grammar";
                            else if (c.sp.penalized()) n += "_penalties";
                            if (!c.sp.logit_bias.empty()) n += "_bias";
                            if (c.sp.min_tokens > 0) n += "_mintokens" + std::to_string(c.sp.min_tokens);
@@ -431,6 +446,24 @@ TEST(JointOfThreeTokensControl, AVerifierThatLeavesTheRoundsDraftsOutOfItsLaterR
   test_seams::set_penalties_ignore_draft(false);
   EXPECT_FALSE(r.chi.pass()) << "the planted bug went unnoticed: " << r.chi.str();
   std::printf("[ stats    ] JSON masks without the round's drafts: %s; %lld drafted, %lld accepted\n", r.chi.str().c_str(),
+              static_cast<long long>(r.drafted), static_cast<long long>(r.accepted));
+}
+
+TEST(JointOfThreeTokensControl, AVerifierThatLeavesTheRoundsDraftsOutOfItsLaterRowsGrammarMasksFails) {
+  test_seams::set_penalties_ignore_draft(true);
+  const JointRun r = speculative_joint(draft_model, grammar_mode(1.0f), 3, 200000);
+  test_seams::set_penalties_ignore_draft(false);
+  EXPECT_FALSE(r.chi.pass()) << "the planted bug went unnoticed: " << r.chi.str();
+  std::printf("[ stats    ] grammar masks without the round's drafts: %s; %lld drafted, %lld accepted\n", r.chi.str().c_str(),
+              static_cast<long long>(r.drafted), static_cast<long long>(r.accepted));
+}
+
+// The head drafts inside a grammar (its tokens the grammar refuses at -inf) and stays exact.
+TEST(JointOfThreeTokensEagle, TheHeadDraftingInsideAGrammarMatchesTargetOnlySampling) {
+  const JointRun r = speculative_joint(eagle_drafter, grammar_mode(1.0f), 3, kJointRuns);
+  EXPECT_TRUE(r.chi.pass()) << r.chi.str();
+  EXPECT_GT(r.accepted, r.drafted / 100);
+  std::printf("[ stats    ] grammar, eagle K 3: %s; %lld drafted, %lld accepted\n", r.chi.str().c_str(),
               static_cast<long long>(r.drafted), static_cast<long long>(r.accepted));
 }
 
