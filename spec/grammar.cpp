@@ -120,7 +120,10 @@ class GrammarBuilder {
     const auto root = ids_.find("root");
     if (root == ids_.end()) throw std::invalid_argument("grammar: no rule named 'root'");
     for (const auto& [name, r] : ids_)
-      if (!defined_[r]) throw std::invalid_argument("grammar: rule '" + name + "' is used but not defined");
+      if (!defined_[r]) {
+        pos_ = first_seen_[r];
+        fail("rule '" + name + "' is used but not defined");
+      }
     check_left_recursion();
     auto g = std::make_shared<Grammar>();
     g->root_ = root->second;
@@ -178,6 +181,7 @@ class GrammarBuilder {
     if (fresh) {
       bodies_.emplace_back();
       defined_.push_back(false);
+      first_seen_.push_back(pos_);
     }
     return it->second;
   }
@@ -539,6 +543,7 @@ class GrammarBuilder {
   std::map<std::string, uint32_t> ids_;
   std::vector<Alts> bodies_;
   std::vector<bool> defined_;
+  std::vector<size_t> first_seen_;  // where each rule's name first came (its line in errors)
   std::vector<ByteSet> sets_;
   std::map<ByteSet, uint32_t> set_ids_;
 };

@@ -1,8 +1,10 @@
 """The OpenAI-compatible routes through the real `openai` client, and their error shapes."""
 import json
 import math
+import re
 
 import httpx
+import jsonschema
 import openai
 import pytest
 from conftest import MAIN_JOB_ARGS
@@ -435,8 +437,91 @@ def test_json_mode_answers_are_json_objects_greedy_and_sampled_streamed_or_not(c
     assert closed >= 1, closed  # the small model often rambles past max_tokens inside its object
 
 
-@pytest.mark.parametrize("value", [{"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}, {"type": 5},
-                                   "json_object", {"type": "yaml"}])
+PERSON = {"type": "object", "additionalProperties": False, "required": ["zeta", "alpha", "pets"],
+          "properties": {"zeta": {"type": "string", "maxLength": 20}, "alpha": {"type": "integer"},
+                         "pets": {"type": "array", "items": {"enum": ["cat", "dog", "fish"]}, "maxItems": 3},
+                         "note": {"type": ["string", "null"], "maxLength": 30}}}
+
+
+def test_json_schema_answers_keep_the_schema_and_its_member_order_greedy_and_sampled_streamed_or_not(client, model_id):
+    """response_format {"type": "json_schema"} (spec/json_schema.h): an answer a stop token ended
+    is JSON the schema accepts (jsonschema, the reference validator, checks it), its members in the
+    schema's order (zeta before alpha); one cut by max_tokens is a prefix; streamed equals whole."""
+    whole = 0
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    for prompt in ["Describe a person as JSON.", "Who are you?", "List your pets."]:
+        for args in (dict(temperature=0), dict(temperature=0.8, seed=3)):
+            call = dict(model=model_id, messages=[{"role": "user", "content": prompt}], max_tokens=120,
+                        response_format=fmt, **args)
+            r = client.chat.completions.create(**call)
+            text, finish = r.choices[0].message.content, r.choices[0].finish_reason
+            if finish == "stop":
+                value = json.loads(text)
+                jsonschema.validate(value, PERSON)
+                assert list(value)[:2] == ["zeta", "alpha"], text
+                whole += 1
+            else:
+                assert finish == "length" and text.lstrip().startswith('{'), (finish, text)
+            streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(**call, stream=True)
+                               if c.choices)
+            assert streamed == text
+    assert whole >= 2, whole
+
+
+def test_the_openai_clients_parse_helper_gets_a_pydantic_object_back(client, model_id):
+    """The client library's own structured-output path: a pydantic model sent as a strict schema
+    (titles, additionalProperties false), the reply parsed back into the model by the client."""
+    import pydantic
+
+    class Answer(pydantic.BaseModel):
+        verdict: bool
+        reason: str = pydantic.Field(max_length=40)
+
+    r = client.chat.completions.parse(model=model_id, messages=[{"role": "user", "content": "Is the sky blue?"}],
+                                      response_format=Answer, max_tokens=80, temperature=0)
+    assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
+    parsed = r.choices[0].message.parsed
+    assert isinstance(parsed, Answer) and isinstance(parsed.verdict, bool), r.choices[0].message.content
+
+
+def test_guided_choice_and_a_gbnf_grammar_constrain_the_answer(client, model_id):
+    """vLLM's guided_choice and llama.cpp's grammar (GBNF), through the client's extra_body."""
+    choices = ["positive", "negative", "neutral"]
+    for seed in range(3):
+        r = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "I love this film!"}],
+                                           max_tokens=10, temperature=1.0, seed=seed, extra_body={"guided_choice": choices})
+        assert r.choices[0].message.content in choices and r.choices[0].finish_reason == "stop", r.choices[0]
+    gbnf = 'root ::= "The answer is " [0-9]{1,3} "."\n'
+    r = client.completions.create(model=model_id, prompt="Two plus two:", max_tokens=16, temperature=0,
+                                  extra_body={"grammar": gbnf})
+    text = r.choices[0].text
+    assert re.fullmatch(r"The answer is [0-9]{1,3}\.", text), text
+    assert r.choices[0].finish_reason == "stop"
+
+
+@pytest.mark.parametrize("extra, param, words", [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a+"}}}},
+     "response_format", "pattern is not supported"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format", "needs"),
+    ({"guided_json": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}}, "guided_json",
+     "/properties/n: minimum is not supported"),
+    ({"guided_json": "{not json"}, "guided_json", "not JSON"),
+    ({"grammar": "root ::= item\n"}, "grammar", "rule 'item' is used but not defined"),
+    ({"grammar": 'root ::= "a" |\n  root "b"\n'}, "grammar", "left-recursive"),
+    ({"guided_grammar": 7}, "guided_grammar", "must be a string"),
+    ({"guided_choice": []}, "guided_choice", "at least one choice"),
+    ({"guided_choice": ["a"], "grammar": 'root ::= "a"\n'}, "grammar", "cannot both"),
+    ({"response_format": {"type": "json_object"}, "guided_json": {}}, "guided_json", "cannot both"),
+])
+def test_a_constraint_the_server_cannot_keep_is_a_400_naming_the_field_and_the_fault(server, extra, param, words):
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=30,
+                   json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 1, **extra})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param, r.text
+    assert words in r.json()["error"]["message"], r.text
+
+
+@pytest.mark.parametrize("value", [{"type": 5}, "json_object", {"type": "yaml"}])
 def test_a_response_format_other_than_text_or_json_object_is_a_400_naming_it(server, value):
     r = httpx.post(server.url + "/v1/chat/completions", timeout=30,
                    json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 1, "response_format": value})

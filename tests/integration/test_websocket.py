@@ -128,3 +128,28 @@ def test_the_same_seed_gives_the_same_sampled_text(server):
                 texts.append("".join(ev["text"] for ev in tokens))
             assert texts[0] == texts[1]
     asyncio.run(main())
+
+
+def test_a_json_schema_and_a_grammar_constrain_a_streamed_generation(server):
+    """response_format json_schema and grammar (docs/protocol.md) on the socket: the streamed text
+    is JSON with the schema's members in its order, or a sentence of the grammar; a bad grammar is
+    an error event naming the field, and the socket keeps serving."""
+    schema = {"type": "object", "required": ["b", "a"],
+              "properties": {"b": {"type": "string", "maxLength": 12}, "a": {"type": "boolean"}}}
+
+    async def main():
+        async with connect(server.ws_url) as ws:
+            await ws.send(generate("j", max_tokens=60, response_format={
+                "type": "json_schema", "json_schema": {"name": "ab", "schema": schema}}))
+            tokens, done = await collect(ws, "j")
+            text = "".join(ev["text"] for ev in tokens)
+            assert done["finish_reason"] == "stop", (done, text)
+            assert list(json.loads(text)) == ["b", "a"], text
+            await ws.send(generate("bad", grammar="root ::= [z-a]\n"))
+            err = json.loads(await ws.recv())
+            assert err["type"] == "error" and err["param"] == "grammar" and "end comes before its start" in err["message"], err
+            await ws.send(generate("g", max_tokens=20, grammar='root ::= "Hello" ("!" | ".")\n'))
+            tokens, done = await collect(ws, "g")
+            assert "".join(ev["text"] for ev in tokens) in ("Hello!", "Hello."), tokens
+            assert done["finish_reason"] == "stop"
+    asyncio.run(main())

@@ -3,6 +3,7 @@ API's path (issue 14, item 3); `generate --sequential` runs the sequential loop 
 method's reference. The engine must print the reference's text for every drafter, greedy and
 coupled, and chat must answer as generate does."""
 import json
+import re
 import os
 import subprocess
 
@@ -327,7 +328,38 @@ def test_json_object_makes_the_engine_and_the_loop_write_the_same_json_object(sp
     assert not plain["text"].lstrip().startswith("{"), "the model writes JSON unasked: the test shows nothing"
 
 
+def test_json_schema_and_grammar_files_make_the_engine_and_the_loop_write_the_same_text(specula_bin, default_model, tmp_path):
+    """--json-schema FILE and --grammar FILE (docs/speculative.md, "Grammars"): the engine drafting
+    with the main job's drafter prints the loop's target-only text, greedy and coupled; a text a
+    stop token ended is JSON with the schema's members in its order, or a sentence of the grammar."""
+    schema = tmp_path / "cat.json"
+    schema.write_text(json.dumps({"type": "object", "required": ["name", "age"], "properties": {
+        "name": {"type": "string", "maxLength": 16}, "age": {"type": "integer"}}}))
+    gbnf = tmp_path / "cat.gbnf"
+    gbnf.write_text('root ::= "Name: " [A-Z] [a-z]{1,10} "\\nAge: " [0-9]{1,2} "\\n"\n')
+    ask = "Describe a cat with its name and age."
+    stopped = 0
+    for constraint in (["--json-schema", str(schema)], ["--grammar", str(gbnf)]):
+        for mode in (["--temperature", "0"], ["--temperature", "0.8", "--seed", "3", "--spec-sampling", "coupled"]):
+            flags = [*mode, *constraint, "--max-tokens", "60"]
+            engine = generate(specula_bin, default_model, *flags, "--draft", "ngram:n=3+eagle", prompt=ask)
+            loop = generate(specula_bin, default_model, *flags, "--sequential", prompt=ask)
+            assert engine["ids"] == loop["ids"], (engine["text"], loop["text"])
+            if engine["finish_reason"] != "stop":
+                continue
+            stopped += 1
+            if constraint[0] == "--json-schema":
+                assert list(json.loads(engine["text"])) == ["name", "age"], engine["text"]
+            else:
+                assert re.fullmatch(r"Name: [A-Z][a-z]{1,10}\nAge: [0-9]{1,2}\n", engine["text"]), engine["text"]
+    assert stopped >= 2, stopped
+
+
 @pytest.mark.parametrize("flags, words", [
+    (["--json-schema", "/nonexistent.json"], ["--json-schema", "cannot read", "/nonexistent.json"]),
+    (["--grammar", "{dir}/bad.gbnf"], ["--grammar", "line 1", "rule 'x' is used but not defined"]),
+    (["--json-schema", "{dir}/bad.json"], ["--json-schema", "/properties/n: minimum is not supported"]),
+    (["--json-schema", "{dir}/bad.json", "--json-object"], ["at most one of --json-object, --json-schema and --grammar"]),
     (["--logit-bias", "5"], ["--logit-bias", "TOKEN_ID:BIAS", "\"5\""]),
     (["--logit-bias", "5:1,x:2"], ["--logit-bias", "\"x:2\""]),
     (["--logit-bias", "5:200"], ["logit_bias", "[-100, 100]"]),
@@ -335,7 +367,10 @@ def test_json_object_makes_the_engine_and_the_loop_write_the_same_json_object(sp
     (["--min-tokens", "50", "--max-tokens", "40"], ["min_tokens (50)", "max_tokens (40)"]),
     (["--min-tokens", "-1"], ["--min-tokens"]),
 ])
-def test_bad_logit_bias_and_min_tokens_flags_are_one_line_errors(specula_bin, default_model, flags, words):
+def test_bad_logit_bias_and_min_tokens_flags_are_one_line_errors(specula_bin, default_model, flags, words, tmp_path):
+    (tmp_path / "bad.gbnf").write_text("root ::= x\n")
+    (tmp_path / "bad.json").write_text('{"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}')
+    flags = [f.replace("{dir}", str(tmp_path)) for f in flags]
     for path in ([], ["--sequential"]):
         p = subprocess.run([str(specula_bin), "generate", "--model", str(default_model), "--prompt", "Hi",
                             *(flags if "--max-tokens" in flags else [*flags, "--max-tokens", "2"]), *path],
