@@ -35,12 +35,10 @@ GenerateStats generate(LlamaModel& model, KvCache& kv, int seq, const GenerateRe
 
   const FinishRule rule = req.finish_rule(ctx);
   PenaltyHistory penalties(req.sampling, req.prompt, model.config().vocab_size, req.stop_ids);
-  PenaltyHistory::Undo undo;  // not restored: the next forward overwrites the row
   auto t1 = std::chrono::steady_clock::now();
   for (;;) {
     const int64_t position = kv.length(seq);  // where the new token will sit
-    penalties.apply(logits, {}, undo);
-    undo.clear();
+    penalties.apply(logits, {});  // not restored: the next forward overwrites the row
     const int32_t tok = sample_token(logits, req.sampling, position);
     penalties.push(tok);
     ++st.generated;

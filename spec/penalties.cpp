@@ -136,7 +136,10 @@ float PenaltyHistory::adjusted(float x, int32_t v, int32_t count, int64_t length
   return x;
 }
 
-void PenaltyHistory::apply(std::span<float> rows, std::span<const int32_t> draft, Undo& undo) {
+void PenaltyHistory::apply(std::span<float> rows, std::span<const int32_t> draft, Undo& undo) { adjust(rows, draft, &undo); }
+void PenaltyHistory::apply(std::span<float> rows, std::span<const int32_t> draft) { adjust(rows, draft, nullptr); }
+
+void PenaltyHistory::adjust(std::span<float> rows, std::span<const int32_t> draft, Undo* undo) {
   if (!active_) return;
   const auto V = static_cast<size_t>(vocab_);
   assert(rows.size() % V == 0);
@@ -159,7 +162,7 @@ void PenaltyHistory::apply(std::span<float> rows, std::span<const int32_t> draft
       const size_t at = static_cast<size_t>(v);
       const float x = row[at];
       const float y = adjusted(x, v, count_[at], length_ + (ignore_draft ? 0 : static_cast<int64_t>(i)));
-      undo.saved.emplace_back(i * V + at, x);
+      if (undo) undo->saved.emplace_back(i * V + at, x);
       row[at] = y;
     }
   }
@@ -172,9 +175,12 @@ void PenaltyHistory::apply(std::span<float> rows, std::span<const int32_t> draft
     for (size_t i = 0; i < n; ++i) {
       if (i > 0 && !ignore_draft) advance(js, gs, draft[i - 1]);
       const std::span<float> row = rows.subspan(i * V, V);
-      if (undo.rows.capacity() == 0) undo.rows.swap(spare_rows());
-      undo.rows_at.push_back(i * V);
-      undo.rows.insert(undo.rows.end(), row.begin(), row.end());
+      if (undo) {
+        if (undo->rows.capacity() == 0) undo->rows.swap(spare_rows());
+        undo->rows.reserve(undo->rows.size() + (n - i) * V);
+        undo->rows_at.push_back(i * V);
+        undo->rows.insert(undo->rows.end(), row.begin(), row.end());
+      }
       const bool stops_allowed = length_ + static_cast<int64_t>(i) >= min_tokens_;
       if (json_) json_->mask(js, row, stop_ids_, stops_allowed);
       else grammar_->mask(gs, row, stop_ids_, stops_allowed);

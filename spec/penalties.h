@@ -72,6 +72,8 @@ class PenaltyHistory {
   // (draft holds at least n - 1 tokens; entries past n - 1 are not read). Appends what it
   // changed to `undo`.
   void apply(std::span<float> rows, std::span<const int32_t> draft, Undo& undo);
+  // The same for rows the caller will not read raw again (nothing kept to put back).
+  void apply(std::span<float> rows, std::span<const int32_t> draft);
   static void restore(std::span<float> rows, Undo& undo);
 
   // The adjusted value of one logit x of token v given its output count and the output's length
@@ -80,6 +82,7 @@ class PenaltyHistory {
 
  private:
   void touch(int32_t v);
+  void adjust(std::span<float> rows, std::span<const int32_t> draft, Undo* undo);
   // The constraint's state after one more token (JSON mode's or the grammar's, whichever is on).
   void advance(JsonState& js, GrammarMatcher::State& gs, int32_t token) const;
 

@@ -47,13 +47,13 @@ RoundOutcome verify_draft_on_device(Ops& ops, const LlamaModel::DeviceLogits& ta
   // Penalties adjust each row by the output before it (spec/penalties.h): on a host copy of the
   // rows, which the device's logits buffer and its judge know nothing of.
   if (penalties != nullptr && penalties->active()) {
-    std::vector<float> host(static_cast<size_t>((k + 1) * vocab));
+    thread_local std::vector<float> host;  // kept: fresh pages every round cost more than the copy
+    host.resize(static_cast<size_t>((k + 1) * vocab));
     if (ops.judges_on_device())
       ops.copy_to_host(target_logits.data, host.data(), host.size());
     else
       std::copy(target_logits.data, target_logits.data + host.size(), host.begin());
-    PenaltyHistory::Undo undo;
-    penalties->apply(host, draft.tokens, undo);
+    penalties->apply(host, draft.tokens);
     return verify_draft(draft, host, sp, position, mode);
   }
   // A device that judges rounds itself implements the token rules (greedy, exact, coupled) over

@@ -16,6 +16,8 @@
 #include "gpu/host/bandwidth.h"
 #include "gpu/host/host_device.h"
 #include "spec/generate.h"
+#include "spec/grammar.h"
+#include "spec/json_mode.h"
 #include "spec/lookup_first_drafter.h"
 #include "spec/make_drafter.h"
 #include "spec/sampling.h"
@@ -65,7 +67,7 @@ const char* kUsage =
     "                          [--draft-entropy NATS] [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                          [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
     "                          [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
-    "                          [--logit-bias ID:BIAS,...] [--min-tokens N]\n"
+    "                          [--logit-bias ID:BIAS,...] [--min-tokens N] [--json-object | --json-schema FILE | --grammar FILE]\n"
     "                          [--spec-sampling exact|block|coupled|both|LIST] [--repeat R] [--threads N] [--device D] [--ctx N]\n"
     "  Runs a prompt set (JSON lines with \"messages\" and an optional \"max_tokens\"; default\n"
     "  ../shared/data/prompts/chat.jsonl) target-only and with each drafter, prompt by prompt so that\n"
@@ -76,6 +78,7 @@ const char* kUsage =
     "  3.8's predicted speedup from the measured a and c (with prompt lookup in front of another\n"
     "  drafter, e.g. ngram:n=3+eagle, also the rounds lookup drafted: rounds_by_lookup).\n"
     "  --drafts: ';'-separated drafter spellings as for generate --draft (default \"ngram;skip:4-7\").\n"
+    "  --json-object, --json-schema, --grammar: every request constrained as by generate's flags.\n"
     "  --spec-k-max-greedy: greedy requests' --spec-k-max (default the same).\n"
     "  --spec-k, --spec-k-max, --spec-k-max-greedy, --draft-entropy, --draft-confidence and\n"
     "  --draft-confidence-greedy may each list values (\"0.3,0.4\"): every drafter then runs once per\n"
@@ -230,7 +233,8 @@ std::vector<DraftLengthConfig> draft_length_grid(const Args& a) {
 }
 
 int bench_spec(const Args& a) {
-  const SamplingParams base = sampling_from_args(a, kBenchSamplingDefaults);
+  SamplingParams base = sampling_from_args(a, kBenchSamplingDefaults);
+  const std::string gbnf = grammar_from_args(a);
   const std::vector<DraftLengthConfig> lengths = draft_length_grid(a);
   std::vector<SpecSampling> modes;
   const std::string which = a.str("spec-sampling", "both");
@@ -250,6 +254,11 @@ int bench_spec(const Args& a) {
   if (repeat < 1 || repeat > 100) throw UsageError("--repeat must be 1..100, got " + std::to_string(repeat));
 
   Session s = open_session(a);
+  // A constraint on every request (JSON mode or a grammar): what its masks cost, and what
+  // speculation gives inside it.
+  if (a.flag("json-object")) base.json_object = std::make_shared<const JsonVocabulary>(*s.loaded.tokenizer);
+  if (!gbnf.empty())
+    base.grammar = std::make_shared<const GrammarMatcher>(Grammar::parse(gbnf), std::make_shared<const TokenTrie>(*s.loaded.tokenizer));
   const std::vector<BenchPrompt> prompts =
       read_prompts(a.str("prompts", "../shared/data/prompts/chat.jsonl"), s.loaded, a.integer("limit", 0), a.integer("max-tokens", 0));
   const int64_t max_positions = s.kv->blocks_total() * s.kv->config().block_tokens;
@@ -396,6 +405,9 @@ int bench_spec(const Args& a) {
   j["repeats"] = repeat;
   j["prompt_file"] = a.str("prompts", "../shared/data/prompts/chat.jsonl");
   j["sampling"] = sampling_json(base);
+  j["constraint"] = a.flag("json-object") ? "json_object" : a.has("json-schema") ? "json_schema " + a.str("json-schema")
+                    : a.has("grammar")    ? "grammar " + a.str("grammar")
+                                          : "none";
   if (lengths.size() == 1) j.update(draft_length_json(lengths[0]));  // with a grid, each run names its own
   j["runs"] = out;
   std::cout << j.dump(2) << "\n";
@@ -411,9 +423,10 @@ int cmd_bench(int argc, char** argv) {
     std::set<std::string> flags;
     if (what == "spec") {
       options.insert({"prompts", "drafts", "limit", "max-tokens", "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence",
-                      "draft-confidence-greedy", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed", "spec-sampling"});
+                      "draft-confidence-greedy", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed", "spec-sampling",
+                      "json-schema", "grammar"});
       options.insert(kEngineBenchOptions.begin(), kEngineBenchOptions.end());
-      flags.insert({"adaptive", "pipeline-always"});
+      flags.insert({"adaptive", "pipeline-always", "json-object"});
     } else {
       options.insert({"prompt-tokens", "decode-tokens", "repeat", "max-verify", "shape", "spec-pair", "spec-k", "spec-pair-engine",
                       "cuda-graphs", "contexts", "paths", "agreement", "prompts", "agreement-tokens", "agreement-out"});

@@ -189,8 +189,7 @@ DraftLengthConfig draft_length_from_args(const Args& a) {
   return c;
 }
 
-// The GBNF of --json-schema FILE or --grammar FILE ("" for neither).
-static std::string grammar_from_args(const Args& a) {
+std::string grammar_from_args(const Args& a) {
   if (a.has("json-schema") + a.has("grammar") + a.flag("json-object") > 1)
     throw UsageError("give at most one of --json-object, --json-schema and --grammar");
   const char* opt = a.has("json-schema") ? "json-schema" : a.has("grammar") ? "grammar" : nullptr;

@@ -43,6 +43,9 @@ struct SamplingDefaults {
 inline const SamplingDefaults kBenchSamplingDefaults{0.0, 0, 1.0, 1};
 // The flags as SamplingParams; a value out of range is a UsageError naming it.
 SamplingParams sampling_from_args(const Args& a, const SamplingDefaults& defaults = {});
+// The GBNF of --json-schema FILE or --grammar FILE ("" for neither; at most one of them and
+// --json-object, else a UsageError, as for a bad file). Defined in cmd_generate.cpp.
+std::string grammar_from_args(const Args& a);
 // --max-tokens in 1..1,000,000 (default `fallback`); UsageError otherwise. Defined in cmd_generate.cpp.
 long long max_tokens_from_args(const Args& a, long long fallback);
 
