@@ -405,9 +405,7 @@ int bench_spec(const Args& a) {
   j["repeats"] = repeat;
   j["prompt_file"] = a.str("prompts", "../shared/data/prompts/chat.jsonl");
   j["sampling"] = sampling_json(base);
-  j["constraint"] = a.flag("json-object") ? "json_object" : a.has("json-schema") ? "json_schema " + a.str("json-schema")
-                    : a.has("grammar")    ? "grammar " + a.str("grammar")
-                                          : "none";
+  j["constraint"] = constraint_name(a);
   if (lengths.size() == 1) j.update(draft_length_json(lengths[0]));  // with a grid, each run names its own
   j["runs"] = out;
   std::cout << j.dump(2) << "\n";

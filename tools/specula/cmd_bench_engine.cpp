@@ -86,7 +86,7 @@ double percentile(std::vector<double> v, double q) {
 }
 
 Result run_once(const Args& a, const Config& c, int concurrency, int64_t requests, const std::vector<BenchPrompt>& prompts,
-                const SamplingParams& base, const DraftLengthConfig& draft, const std::string& trace_path) {
+                SamplingParams base, const std::string& gbnf, const DraftLengthConfig& draft, const std::string& trace_path) {
   int64_t longest = 0;
   for (const BenchPrompt& p : prompts) longest = std::max<int64_t>(longest, static_cast<int64_t>(p.tokens.size()) + p.max_tokens);
   EngineConfig cfg;
@@ -111,6 +111,8 @@ Result run_once(const Args& a, const Config& c, int concurrency, int64_t request
   {
     Engine engine(cfg);
     r.pipelined = engine.pipelined();
+    if (a.flag("json-object")) base.json_object = engine.json_vocabulary();
+    if (!gbnf.empty()) base.grammar = engine.grammar(gbnf);
     {  // warm-up: page in the weights, size the workspaces (not counted)
       EngineRequest w;
       w.prompt_ids = prompts.front().tokens;
@@ -231,6 +233,7 @@ StreamOverlap stream_overlap(const std::string& trace_json) {
 
 int bench_spec_engine(const Args& a) {
   const SamplingParams base = sampling_from_args(a, kBenchSamplingDefaults);
+  const std::string gbnf = grammar_from_args(a);
   const DraftLengthConfig draft = draft_length_from_args(a);
   std::vector<int> levels = a.has("concurrency") ? a.int_list("concurrency") : std::vector<int>{1};
   for (int c : levels)
@@ -270,7 +273,7 @@ int bench_spec_engine(const Args& a) {
                                : trace_prefix + "-c" + std::to_string(level) + "-" + c.draft + (c.pipeline ? "-pipelined" : "") +
                                      (c.load_adaptive ? "" : "-no-load-policy") + "-" + std::to_string(rep) + ".json";
         std::replace(path.begin() + static_cast<std::ptrdiff_t>(trace_prefix.size()), path.end(), ':', '_');
-        Result r = run_once(a, c, level, requests, prompts, base, draft, path);
+        Result r = run_once(a, c, level, requests, prompts, base, gbnf, draft, path);
         r.repeat = rep;
         if (trace_prefix.empty()) std::filesystem::remove(path);
         std::fprintf(stderr, "[bench spec] concurrency %d, %s%s: %lld tokens in %.2fs = %.1f tok/s, overlap %.2f\n", level,
@@ -292,6 +295,7 @@ int bench_spec_engine(const Args& a) {
   j["max_tokens"] = max_tokens;
   j["prompt_file"] = a.str("prompts", "../shared/data/prompts/chat.jsonl");
   j["sampling"] = sampling_json(base);
+  j["constraint"] = constraint_name(a);
   j.update(draft_length_json(draft));
   j["runs"] = runs;
   std::cout << j.dump(2) << "\n";

@@ -211,6 +211,12 @@ std::string grammar_from_args(const Args& a) {
   }
 }
 
+std::string constraint_name(const Args& a) {
+  if (a.flag("json-object")) return "json_object";
+  if (a.has("json-schema")) return "json_schema " + a.str("json-schema");
+  return a.has("grammar") ? "grammar " + a.str("grammar") : "none";
+}
+
 int cmd_generate(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
   options.insert({"json-schema", "grammar", "prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed"});

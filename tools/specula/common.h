@@ -46,6 +46,8 @@ SamplingParams sampling_from_args(const Args& a, const SamplingDefaults& default
 // The GBNF of --json-schema FILE or --grammar FILE ("" for neither; at most one of them and
 // --json-object, else a UsageError, as for a bad file). Defined in cmd_generate.cpp.
 std::string grammar_from_args(const Args& a);
+// "none", "json_object", "json_schema FILE" or "grammar FILE": the constraint the flags ask for.
+std::string constraint_name(const Args& a);
 // --max-tokens in 1..1,000,000 (default `fallback`); UsageError otherwise. Defined in cmd_generate.cpp.
 long long max_tokens_from_args(const Args& a, long long fallback);
 
