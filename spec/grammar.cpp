@@ -389,6 +389,10 @@ class GrammarBuilder {
 
   // item{lo, hi} (hi = UINT32_MAX: unbounded) appended to seq, right-recursive (no left recursion).
   void repeat(Seq& seq, const Seq& item, uint32_t lo, uint32_t hi) {
+    // Repetitions are what can make a short text a huge grammar: count what they write.
+    const uint64_t bounded = hi == std::numeric_limits<uint32_t>::max() ? lo + 1 : hi;
+    written_ += bounded * (item.size() + 2);
+    if (written_ > kMaxWritten) fail("the grammar's repetitions come to more than " + std::to_string(kMaxWritten) + " elements");
     for (uint32_t k = 0; k < lo; ++k) seq.insert(seq.end(), item.begin(), item.end());
     if (hi == std::numeric_limits<uint32_t>::max()) {  // star ::= item star | ""
       const uint32_t star = anonymous({});
@@ -538,6 +542,8 @@ class GrammarBuilder {
     return "?";
   }
 
+  static constexpr uint64_t kMaxWritten = 1 << 20;
+  uint64_t written_ = 0;
   std::string_view text_;
   size_t pos_ = 0;
   std::map<std::string, uint32_t> ids_;

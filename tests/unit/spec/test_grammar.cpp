@@ -54,6 +54,9 @@ TEST(Grammar, BadGbnfIsOneClearErrorNamingTheLineAndTheFault) {
   EXPECT_NE(error_of("root ::= \"\\q\"\n").find("unknown escape '\\q'"), std::string::npos);
   EXPECT_NE(error_of("root ::= \"a\"{3,1}\n").find("n below m"), std::string::npos);
   EXPECT_NE(error_of("root ::= \"a\"{20000}\n").find("past 10000"), std::string::npos);
+  std::string huge = "root ::=";
+  for (int k = 0; k < 200; ++k) huge += " \"a\"{10000}";
+  EXPECT_NE(error_of(huge + "\n").find("more than 1048576 elements"), std::string::npos);
   EXPECT_NE(error_of("root ::= * \"a\"\n").find("nothing before it to repeat"), std::string::npos);
   EXPECT_NE(error_of("root ::= (\"a\"\n").find("expected ')'"), std::string::npos);
   EXPECT_NE(error_of("root = \"a\"\n").find("expected ::="), std::string::npos);
