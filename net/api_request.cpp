@@ -362,7 +362,7 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
 
   // --- Constrained output: JSON mode (spec/json_mode.h) or a grammar (spec/grammar.h) ---
   // OpenAI's response_format (json_object, json_schema), vLLM's guided_json / guided_choice /
-  // guided_grammar and llama.cpp's json_schema / grammar; at most one per request.
+  // guided_regex / guided_grammar and llama.cpp's json_schema / grammar; at most one per request.
   std::string gbnf, constraint;  // the grammar's text, and the field it came from
   auto constrain = [&](const std::string& name) {
     if (!constraint.empty()) bad(name, name + " and " + constraint + " cannot both constrain one request");
@@ -432,6 +432,15 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
       gbnf = gbnf_of_choices(choices);
     } catch (const std::invalid_argument& e) {
       bad("guided_choice", e.what());
+    }
+  }
+  if (const json* v = field(body, "guided_regex"); v && !v->is_null()) {
+    constrain("guided_regex");
+    if (!v->is_string()) bad("guided_regex", "guided_regex must be a string");
+    try {
+      gbnf = gbnf_of_regex(v->get<std::string>());
+    } catch (const std::invalid_argument& e) {
+      bad("guided_regex", e.what());
     }
   }
   for (const char* name : {"guided_grammar", "grammar"})

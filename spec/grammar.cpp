@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "model/tokenizer.h"
+#include "spec/utf8.h"
 
 namespace specula {
 
@@ -69,24 +70,6 @@ namespace {
 
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 constexpr uint32_t kMaxRepeat = 10000;
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 int utf8_length(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 
@@ -209,28 +192,15 @@ class GrammarBuilder {
 
   // One UTF-8 character in the text (the grammar's own bytes are UTF-8).
   uint32_t parse_char_in_text() {
-    const auto b0 = static_cast<uint8_t>(text_[pos_++]);
-    if (b0 < 0x80) return b0;
-    const int n = b0 >= 0xF0 ? 3 : b0 >= 0xE0 ? 2 : b0 >= 0xC0 ? 1 : -1;
-    if (n < 0) fail("the grammar is not UTF-8");
-    uint32_t cp = b0 & (0x3F >> n);
-    for (int k = 0; k < n; ++k) {
-      if (at_end() || (static_cast<uint8_t>(text_[pos_]) & 0xC0) != 0x80) fail("the grammar is not UTF-8");
-      cp = cp << 6 | (static_cast<uint8_t>(text_[pos_++]) & 0x3F);
-    }
-    return cp;
+    const std::optional<uint32_t> cp = utf8::decode(text_, pos_);
+    if (!cp) fail("the grammar is not UTF-8");
+    return *cp;
   }
 
   uint32_t parse_hex(int digits) {
-    uint32_t v = 0;
-    for (int k = 0; k < digits; ++k) {
-      const char c = peek();
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-      if (d < 0) fail("expected " + std::to_string(digits) + " hex digits");
-      v = v << 4 | static_cast<uint32_t>(d);
-      ++pos_;
-    }
-    return v;
+    const std::optional<uint32_t> v = utf8::hex(text_, pos_, digits);
+    if (!v) fail("expected " + std::to_string(digits) + " hex digits");
+    return *v;
   }
 
   // A character of a literal or class, escapes decoded; `raw_byte` is set for \xHH (one byte).
@@ -267,7 +237,7 @@ class GrammarBuilder {
       const uint32_t cp = parse_char(raw);
       std::string bytes;
       if (raw) bytes += static_cast<char>(cp);
-      else append_utf8(bytes, cp);
+      else utf8::append(bytes, cp);
       for (const char b : bytes) seq.push_back(byte_elem(static_cast<uint8_t>(b), static_cast<uint8_t>(b)));
     }
     ++pos_;
@@ -301,8 +271,8 @@ class GrammarBuilder {
       }
     }
     std::string a, b;
-    append_utf8(a, lo);
-    append_utf8(b, hi);
+    utf8::append(a, lo);
+    utf8::append(b, hi);
     Seq seq;
     for (size_t k = 0; k < a.size(); ++k) seq.push_back(byte_elem(static_cast<uint8_t>(a[k]), static_cast<uint8_t>(b[k])));
     out.push_back(std::move(seq));
@@ -514,26 +484,57 @@ class GrammarBuilder {
           }
       }
     }
-    // r -> s where s can be r's first step with nothing consumed.
-    std::vector<std::vector<uint32_t>> left(R);
+    // r -> s where s can be r's first step with nothing consumed; a tail step (s last in its
+    // alternative) ends r's frame first, so a cycle of tail steps only (a repetition of an item
+    // that may be empty: (a*)*) comes back to the same parse stack, which the matcher's
+    // expansion sees and stops at. A cycle with any other step grows the stack forever: refused.
+    struct Step {
+      uint32_t to;
+      bool tail;
+    };
+    std::vector<std::vector<Step>> left(R);
     for (size_t r = 0; r < R; ++r)
       for (const Seq& alt : bodies_[r])
-        for (const Elem& e : alt) {
+        for (size_t j = 0; j < alt.size(); ++j) {
+          const Elem& e = alt[j];
           if (e.kind != Elem::Rule) break;
-          left[r].push_back(e.arg);
+          left[r].push_back({e.arg, j + 1 == alt.size()});
           if (!nullable[e.arg]) break;
         }
-    std::vector<uint8_t> mark(R, 0);  // 1: on the path, 2: done
-    std::function<void(uint32_t)> visit = [&](uint32_t r) {
-      mark[r] = 1;
-      for (const uint32_t s : left[r]) {
-        if (mark[s] == 1) throw std::invalid_argument("grammar: rule '" + shown_name(s) + "' is left-recursive");
-        if (mark[s] == 0) visit(s);
+    // Strongly connected components (Tarjan), then any non-tail step inside one.
+    std::vector<int64_t> index(R, -1), low(R, 0), comp(R, -1);
+    std::vector<uint32_t> stack;
+    std::vector<bool> on(R, false);
+    int64_t counter = 0, comps = 0;
+    std::function<void(uint32_t)> connect = [&](uint32_t r) {
+      index[r] = low[r] = counter++;
+      stack.push_back(r);
+      on[r] = true;
+      for (const Step& st : left[r]) {
+        if (index[st.to] < 0) {
+          connect(st.to);
+          low[r] = std::min(low[r], low[st.to]);
+        } else if (on[st.to]) {
+          low[r] = std::min(low[r], index[st.to]);
+        }
       }
-      mark[r] = 2;
+      if (low[r] == index[r]) {
+        uint32_t x;
+        do {
+          x = stack.back();
+          stack.pop_back();
+          on[x] = false;
+          comp[x] = comps;
+        } while (x != r);
+        ++comps;
+      }
     };
     for (uint32_t r = 0; r < R; ++r)
-      if (mark[r] == 0) visit(r);
+      if (index[r] < 0) connect(r);
+    for (uint32_t r = 0; r < R; ++r)
+      for (const Step& st : left[r])
+        if (!st.tail && comp[st.to] == comp[r])
+          throw std::invalid_argument("grammar: rule '" + shown_name(r == st.to ? r : st.to) + "' is left-recursive");
   }
 
   std::string shown_name(uint32_t r) const {
@@ -590,20 +591,31 @@ GrammarMatcher::~GrammarMatcher() = default;
 // Moves a stack's top rule references into their alternatives until a byte set (or nothing) is on
 // top, appending each result to out.
 void GrammarMatcher::expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out) const {
+  std::vector<std::vector<uint32_t>> path;
+  expand(std::move(stack), out, path);
+}
+
+// `path`: the stacks this expansion has passed through with nothing consumed; meeting one again is
+// a cycle of empty steps (a repetition of an item that may be empty), which adds nothing.
+void GrammarMatcher::expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out,
+                            std::vector<std::vector<uint32_t>>& path) const {
   if (out.size() > kMaxStacks || stack.size() > kMaxStackDepth) return;
   const auto& elems = grammar_->elems();
   if (stack.empty() || elems[stack.back()].kind == Grammar::Elem::Bytes) {
     out.push_back(std::move(stack));
     return;
   }
+  if (std::find(path.begin(), path.end(), stack) != path.end()) return;
+  path.push_back(stack);
   const uint32_t p = stack.back();
   stack.pop_back();
   if (elems[p + 1].kind != Grammar::Elem::End) stack.push_back(p + 1);
   for (const uint32_t a : grammar_->alts()[elems[p].arg]) {
     std::vector<uint32_t> alt = stack;
     if (elems[a].kind != Grammar::Elem::End) alt.push_back(a);
-    expand(std::move(alt), out);
+    expand(std::move(alt), out, path);
   }
+  path.pop_back();
 }
 
 GrammarMatcher::State GrammarMatcher::intern_locked(std::vector<std::vector<uint32_t>> stacks) const {

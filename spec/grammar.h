@@ -56,7 +56,8 @@ class TokenTrie {
 //   "literal" with \n \r \t \\ \" \xHH \uHHHH \UHHHHHHHH escapes, [a-z_] and [^"\\] classes of
 //   Unicode code points (matched as their UTF-8 bytes), `.` any code point, rule names,
 //   ( groups ), and x*  x+  x?  x{m}  x{m,}  x{m,n} repetition; # comments.
-// The start rule is `root`. Left recursion, undefined rules and counts past 10,000 are refused.
+// The start rule is `root`. Left recursion, undefined rules and counts past 10,000 are refused
+// (a repetition of an item that may be empty, (x?)*, is not left recursion: it is kept).
 class Grammar {
  public:
   // Throws std::invalid_argument naming the line and what is wrong.
@@ -121,6 +122,8 @@ class GrammarMatcher {
   const StateData& masked_locked(State s) const;
   bool keeps_locked(const StateData& d, int32_t v, std::span<const int32_t> stop_ids, bool stops_allowed) const;
   void expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out) const;
+  void expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out,
+              std::vector<std::vector<uint32_t>>& path) const;
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenTrie> vocabulary_;

@@ -1,12 +1,16 @@
 // JSON Schema to GBNF (spec/json_schema.h).
 #include "spec/json_schema.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <stdexcept>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "spec/utf8.h"
 
 namespace specula {
 
@@ -45,6 +49,321 @@ std::string gbnf_of_choices(const std::vector<std::string>& choices) {
     root += (i ? " | " : "") + gbnf_literal(choices[i]);
   }
   return root + "\n";
+}
+
+
+namespace {
+
+// A regular expression read into GBNF, as json_schema.h says.
+class RegexReader {
+ public:
+  RegexReader(std::string_view re, bool json_string) : re_(re), json_(json_string) {}
+
+  std::string run() {
+    if (peek() == '^') ++pos_;
+    std::string out = alternation();
+    if (pos_ < re_.size()) {
+      if (re_[pos_] == ')') fail("an unmatched ')'");
+      fail("unexpected '" + std::string(1, re_[pos_]) + "'");
+    }
+    return out;
+  }
+
+ private:
+  using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw std::invalid_argument("regex: " + what + " at byte " + std::to_string(pos_));
+  }
+  char peek() const { return pos_ < re_.size() ? re_[pos_] : '\0'; }
+  bool at_end() const { return pos_ >= re_.size(); }
+
+  // One UTF-8 character of the pattern.
+  uint32_t next_char() {
+    const std::optional<uint32_t> cp = utf8::decode(re_, pos_);
+    if (!cp) fail("the pattern is not UTF-8");
+    return *cp;
+  }
+
+  uint32_t hex(int digits) {
+    const std::optional<uint32_t> v = utf8::hex(re_, pos_, digits);
+    if (!v) fail("expected " + std::to_string(digits) + " hex digits");
+    return *v;
+  }
+
+  static Ranges complement(const Ranges& r) {
+    Ranges out;
+    uint32_t next = 0;
+    for (const auto& [lo, hi] : r) {
+      if (lo > next) out.emplace_back(next, lo - 1);
+      next = hi + 1;
+    }
+    if (next <= 0x10FFFF) out.emplace_back(next, 0x10FFFF);
+    return out;
+  }
+  static Ranges normalized(Ranges r) {
+    std::sort(r.begin(), r.end());
+    Ranges out;
+    for (const auto& x : r) {
+      if (!out.empty() && x.first <= out.back().second + 1) out.back().second = std::max(out.back().second, x.second);
+      else out.push_back(x);
+    }
+    return out;
+  }
+
+  // \d \w \s and their negations as ranges; false for another escape.
+  static bool class_escape(char c, Ranges& out) {
+    const Ranges d = {{'0', '9'}}, w = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}},
+                 sp = {{'\t', '\r'}, {' ', ' '}};  // \t \n \v \f \r and space
+    switch (c) {
+      case 'd': out = d; return true;
+      case 'w': out = w; return true;
+      case 's': out = sp; return true;
+      case 'D': out = complement(d); return true;
+      case 'W': out = complement(w); return true;
+      case 'S': out = complement(sp); return true;
+      default: return false;
+    }
+  }
+
+  // An escape's one character (after the backslash).
+  uint32_t escaped_char() {
+    if (at_end()) fail("a pattern ending in '\\'");
+    const char c = re_[pos_++];
+    switch (c) {
+      case 'n': return '\n';
+      case 't': return '\t';
+      case 'r': return '\r';
+      case 'f': return '\f';
+      case 'v': return '\v';
+      case '0': return 0;
+      case 'x': return hex(2);
+      case 'u': return hex(4);
+      default:
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '1' && c <= '9')) {
+          --pos_;
+          fail(std::string("'\\") + c + "' is not supported");
+        }
+        return static_cast<uint8_t>(c);  // \. \* \\ \/ and the like: the character itself
+    }
+  }
+
+  // A class's ranges in GBNF, JSON's escaped characters left out where json_.
+  std::string ranges_gbnf(Ranges r) {
+    r = normalized(std::move(r));
+    if (json_) {  // take out '"', '\\' and U+0000..U+001F
+      Ranges keep;
+      for (auto [lo, hi] : r) {
+        Ranges pieces{{lo, hi}};
+        for (const auto& cut : Ranges{{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}) {
+          Ranges next;
+          for (const auto& [a, b] : pieces) {
+            if (b < cut.first || a > cut.second) {
+              next.emplace_back(a, b);
+              continue;
+            }
+            if (a < cut.first) next.emplace_back(a, cut.first - 1);
+            if (b > cut.second) next.emplace_back(cut.second + 1, b);
+          }
+          pieces = std::move(next);
+        }
+        keep.insert(keep.end(), pieces.begin(), pieces.end());
+      }
+      r = std::move(keep);
+    }
+    if (r.empty()) fail("a class or character that matches nothing here");
+    std::string out = "[";
+    auto code = [](uint32_t cp) {
+      char buf[16];
+      if (cp < 0x80) std::snprintf(buf, sizeof buf, "\\x%02X", cp);
+      else if (cp < 0x10000) std::snprintf(buf, sizeof buf, "\\u%04X", cp);
+      else std::snprintf(buf, sizeof buf, "\\U%08X", cp);
+      return std::string(buf);
+    };
+    for (const auto& [lo, hi] : r) out += lo == hi ? code(lo) : code(lo) + "-" + code(hi);
+    return out + "]";
+  }
+
+  std::string char_class() {
+    ++pos_;  // '['
+    bool negated = false;
+    if (peek() == '^') {
+      negated = true;
+      ++pos_;
+    }
+    Ranges r;
+    bool first = true;
+    while (true) {
+      if (at_end()) fail("an unterminated character class");
+      if (re_[pos_] == ']' && !first) break;
+      first = false;
+      uint32_t lo;
+      if (re_[pos_] == '\\') {
+        ++pos_;
+        Ranges cls;
+        if (!at_end() && class_escape(re_[pos_], cls)) {
+          ++pos_;
+          r.insert(r.end(), cls.begin(), cls.end());
+          continue;
+        }
+        lo = escaped_char();
+      } else {
+        lo = next_char();
+      }
+      uint32_t hi = lo;
+      if (peek() == '-' && pos_ + 1 < re_.size() && re_[pos_ + 1] != ']') {
+        ++pos_;
+        if (re_[pos_] == '\\') {
+          ++pos_;
+          hi = escaped_char();
+        } else {
+          hi = next_char();
+        }
+        if (hi < lo) fail("a range whose end comes before its start");
+      }
+      r.emplace_back(lo, hi);
+    }
+    ++pos_;
+    r = normalized(std::move(r));
+    return ranges_gbnf(negated ? complement(r) : r);
+  }
+
+  std::string atom() {
+    const char c = peek();
+    if (c == '(') {
+      ++pos_;
+      if (peek() == '?') {
+        ++pos_;
+        if (peek() == ':') {
+          ++pos_;
+        } else if (peek() == 'P' || peek() == '<') {
+          if (peek() == 'P') ++pos_;
+          if (peek() != '<' || (pos_ + 1 < re_.size() && (re_[pos_ + 1] == '=' || re_[pos_ + 1] == '!')))
+            fail("lookaround is not supported");
+          while (!at_end() && re_[pos_] != '>') ++pos_;
+          if (at_end()) fail("an unterminated group name");
+          ++pos_;
+        } else {
+          fail(peek() == '=' || peek() == '!' ? "lookahead is not supported" : "group flags are not supported");
+        }
+      }
+      const std::string inner = alternation();
+      if (peek() != ')') fail("an unterminated group");
+      ++pos_;
+      return "(" + inner + ")";
+    }
+    if (c == '[') return char_class();
+    if (c == '.') {
+      ++pos_;
+      return ranges_gbnf(complement({{'\n', '\n'}}));
+    }
+    if (c == '\\') {
+      ++pos_;
+      Ranges cls;
+      if (!at_end() && class_escape(re_[pos_], cls)) {
+        ++pos_;
+        return ranges_gbnf(cls);
+      }
+      if (!at_end() && (re_[pos_] == 'b' || re_[pos_] == 'B')) fail("word boundaries are not supported");
+      return literal(escaped_char());
+    }
+    if (c == '^') fail("'^' inside the pattern is not supported");
+    if (c == '$') {
+      ++pos_;
+      if (!at_end()) {
+        --pos_;
+        fail("'$' inside the pattern is not supported");
+      }
+      return "";
+    }
+    if (c == '*' || c == '+' || c == '?') fail(std::string("'") + c + "' with nothing to repeat");
+    return literal(next_char());
+  }
+
+  std::string literal(uint32_t cp) {
+    if (json_) return ranges_gbnf({{cp, cp}});  // refused where JSON would need an escape
+    std::string bytes;
+    utf8::append(bytes, cp);
+    return gbnf_literal(bytes);
+  }
+
+  // A quantifier after an atom, or "" (a '{' that does not start one is a literal, as Python reads it).
+  std::string quantifier() {
+    std::string q;
+    const char c = peek();
+    if (c == '*' || c == '+' || c == '?') {
+      ++pos_;
+      q = std::string(1, c);
+    } else if (c == '{') {
+      size_t p = pos_ + 1;
+      auto digits = [&] {
+        const size_t from = p;
+        while (p < re_.size() && re_[p] >= '0' && re_[p] <= '9') ++p;
+        return std::string(re_.substr(from, p - from));
+      };
+      const std::string lo = digits();
+      std::string hi = lo;
+      bool comma = false;
+      if (p < re_.size() && re_[p] == ',') {
+        comma = true;
+        ++p;
+        hi = digits();
+      }
+      if (lo.empty() || p >= re_.size() || re_[p] != '}') return "";
+      pos_ = p + 1;
+      q = "{" + lo + (comma ? "," + hi : "") + "}";
+    } else {
+      return "";
+    }
+    if (peek() == '?') ++pos_;  // lazy: the same texts
+    else if (peek() == '+') fail("possessive quantifiers are not supported");
+    return q;
+  }
+
+  std::string sequence() {
+    std::string out;
+    while (!at_end() && peek() != '|' && peek() != ')') {
+      const std::string a = atom();
+      if (a.empty()) continue;  // a final '$'
+      const std::string q = quantifier();
+      if (!q.empty()) {
+        const size_t here = pos_;
+        if (peek() == '*' || peek() == '+' || !quantifier().empty()) {
+          pos_ = here;
+          fail("a quantifier after a quantifier");
+        }
+        pos_ = here;
+      }
+      out += (out.empty() ? "" : " ") + a + q;
+    }
+    return out.empty() ? "\"\"" : out;
+  }
+
+  std::string alternation() {
+    std::string out = sequence();
+    bool several = false;
+    while (peek() == '|') {
+      ++pos_;
+      out += " | " + sequence();
+      several = true;
+    }
+    return several ? "(" + out + ")" : out;
+  }
+
+  std::string_view re_;
+  bool json_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::string gbnf_expression_of_regex(std::string_view pattern, bool json_string) {
+  return RegexReader(pattern, json_string).run();
+}
+
+std::string gbnf_of_regex(std::string_view pattern) {
+  if (pattern.empty()) throw std::invalid_argument("regex: the pattern is empty");
+  return "root ::= " + gbnf_expression_of_regex(pattern) + "\n";
 }
 
 namespace {
@@ -91,7 +410,7 @@ const std::set<std::string>& annotations() {
 
 const std::set<std::string>& kept() {
   static const std::set<std::string> k = {"type", "properties", "required", "additionalProperties", "items",
-                                          "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "enum",
+                                          "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "enum",
                                           "const", "anyOf", "oneOf", "allOf", "$ref", "nullable"};
   return k;
 }
@@ -233,6 +552,15 @@ class Converter {
 
   std::string string(const json& s, const std::string& path) {
     const int64_t lo = count(s, "minLength", path), hi = count(s, "maxLength", path);
+    if (const auto p = s.find("pattern"); p != s.end()) {
+      if (!p->is_string()) fail(path, "pattern must be a string");
+      if (lo >= 0 || hi >= 0) fail(path, "pattern with minLength or maxLength is not supported");
+      try {
+        return define("pattern", "\"\\\"\" " + gbnf_expression_of_regex(p->get<std::string>(), true) + " \"\\\"\"");
+      } catch (const std::invalid_argument& e) {
+        fail(path + "/pattern", e.what());
+      }
+    }
     if (lo < 0 && hi < 0) return use("string");
     if (hi >= 0 && lo > hi) fail(path, "minLength above maxLength");
     use("char");

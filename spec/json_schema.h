@@ -17,6 +17,7 @@
 // 16 digits, fractions 16 and exponents 3, so a model cannot run on forever inside a number.
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -29,6 +30,18 @@ std::string gbnf_of_json_schema(const nlohmann::ordered_json& schema);
 
 // GBNF for one of a list of strings, written as they are (vLLM's guided_choice).
 std::string gbnf_of_choices(const std::vector<std::string>& choices);
+
+// GBNF for the texts a regular expression matches whole (vLLM's guided_regex). The subset that
+// regular-expression engines agree on: literals and escapes (\n \t \r \f \v \xHH \uHHHH, \.
+// and the like), `.` (any character but a newline), classes with ranges and negation, \d \w \s
+// and their negations, groups ((...), (?:...), (?P<name>...), (?<name>...)), `|`, and the
+// quantifiers * + ? {m} {m,} {m,n} (lazy ones as greedy: the same texts). `^` at the start and `$`
+// at the end are read past. Back-references, lookaround, word boundaries, flags and possessive
+// quantifiers are refused ("regex: ... is not supported at byte N"). With `json_string`, the
+// characters a JSON string would have to escape (", \ and controls) are left out of every class
+// and literal: the texts are those a JSON string holds as they are.
+std::string gbnf_expression_of_regex(std::string_view pattern, bool json_string = false);
+std::string gbnf_of_regex(std::string_view pattern);
 
 // A GBNF string literal of `bytes` (quoted, with \" \\ and control bytes escaped).
 std::string gbnf_literal(const std::string& bytes);

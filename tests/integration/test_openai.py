@@ -484,13 +484,17 @@ def test_the_openai_clients_parse_helper_gets_a_pydantic_object_back(client, mod
     assert isinstance(parsed, Answer) and isinstance(parsed.verdict, bool), r.choices[0].message.content
 
 
-def test_guided_choice_and_a_gbnf_grammar_constrain_the_answer(client, model_id):
-    """vLLM's guided_choice and llama.cpp's grammar (GBNF), through the client's extra_body."""
+def test_guided_choice_a_regex_and_a_gbnf_grammar_constrain_the_answer(client, model_id):
+    """vLLM's guided_choice and guided_regex and llama.cpp's grammar (GBNF), through the client's
+    extra_body."""
     choices = ["positive", "negative", "neutral"]
     for seed in range(3):
         r = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "I love this film!"}],
                                            max_tokens=10, temperature=1.0, seed=seed, extra_body={"guided_choice": choices})
         assert r.choices[0].message.content in choices and r.choices[0].finish_reason == "stop", r.choices[0]
+    r = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "Give me a phone number."}],
+                                       max_tokens=20, temperature=0, extra_body={"guided_regex": r"\(\d{3}\) \d{3}-\d{4}"})
+    assert re.fullmatch(r"\(\d{3}\) \d{3}-\d{4}", r.choices[0].message.content), r.choices[0].message.content
     gbnf = 'root ::= "The answer is " [0-9]{1,3} "."\n'
     r = client.completions.create(model=model_id, prompt="Two plus two:", max_tokens=16, temperature=0,
                                   extra_body={"grammar": gbnf})
@@ -500,8 +504,8 @@ def test_guided_choice_and_a_gbnf_grammar_constrain_the_answer(client, model_id)
 
 
 @pytest.mark.parametrize("extra, param, words", [
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a+"}}}},
-     "response_format", "pattern is not supported"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a(?=b)"}}}},
+     "response_format", "/pattern: regex: lookahead is not supported"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format", "needs"),
     ({"guided_json": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}}, "guided_json",
      "/properties/n: minimum is not supported"),
@@ -509,6 +513,7 @@ def test_guided_choice_and_a_gbnf_grammar_constrain_the_answer(client, model_id)
     ({"grammar": "root ::= item\n"}, "grammar", "rule 'item' is used but not defined"),
     ({"grammar": 'root ::= "a" |\n  root "b"\n'}, "grammar", "left-recursive"),
     ({"guided_grammar": 7}, "guided_grammar", "must be a string"),
+    ({"guided_regex": "(a)\\1"}, "guided_regex", "regex: '\\1' is not supported at byte 4"),
     ({"guided_choice": []}, "guided_choice", "at least one choice"),
     ({"guided_choice": ["a"], "grammar": 'root ::= "a"\n'}, "grammar", "cannot both"),
     ({"response_format": {"type": "json_object"}, "guided_json": {}}, "guided_json", "cannot both"),

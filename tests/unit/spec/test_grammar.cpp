@@ -6,6 +6,7 @@
 
 #include <limits>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -285,7 +286,7 @@ TEST(JsonSchema, RandomOutputsOfAnObjectSchemaAreJsonThatKeepsItsRules) {
 TEST(JsonSchema, WhatItCannotKeepIsOneClearErrorNamingWhere) {
   EXPECT_EQ(schema_error(R"({"type":"object","properties":{"age":{"type":"integer","minimum":0}}})"),
             "json_schema: /properties/age: minimum is not supported");
-  EXPECT_EQ(schema_error(R"({"type":"string","pattern":"^a+$"})"), "json_schema: /: pattern is not supported");
+  EXPECT_EQ(schema_error(R"({"type":"string","format":"email","uniqueItems":true})"), "json_schema: /: uniqueItems is not supported");
   EXPECT_EQ(schema_error(R"({"type":"thing"})"), "json_schema: /: unknown type \"thing\"");
   EXPECT_EQ(schema_error(R"({"$ref":"#/$defs/missing"})"), "json_schema: /: $ref \"#/$defs/missing\" names nothing in the schema");
   EXPECT_EQ(schema_error(R"({"$ref":"http://example.com/s.json"})"),
@@ -294,6 +295,72 @@ TEST(JsonSchema, WhatItCannotKeepIsOneClearErrorNamingWhere) {
   EXPECT_EQ(schema_error("false"), "json_schema: /: the schema false accepts nothing");
   EXPECT_EQ(schema_error(R"({"allOf":[{"type":"string"},{"type":"integer"}]})"), "json_schema: /: allOf is supported with one schema only");
   EXPECT_EQ(schema_error(R"({"type":"object","properties":{"a":{"title":"A","description":"d","format":"date","type":"string"}}})"), "");
+}
+
+// Regular expressions (guided_regex, JSON Schema's pattern) against std::regex (ECMAScript) as the
+// oracle: every string of a random set over the patterns' alphabet is accepted whole exactly when
+// std::regex_match takes it, and every prefix of an accepted one continues.
+TEST(Regex, TextsMatchExactlyWhereStdRegexMatchesThemWhole) {
+  const std::vector<std::string> patterns = {
+      "[a-c]+x?", "(ab|a)*b", "\\d{2,3}-\\d{1,2}", "[^abc]{1,3}", "a.b", "(?:ab){2}|c*", "\\w+@\\w+\\.(com|org)",
+      "x{0,2}y{3}", "[\\d\\s]+", "\\.\\*", "^(a|b|)c$", "[-a]b[a-]", "a{2,}b", "(a*)*b", "[\\W]x", "\\S\\D"};
+  const std::string alphabet = "abcxy-.@ 01*\ncomorg";
+  std::mt19937 rng(5);
+  std::vector<std::string> texts = {"", "b", "abab", "ab", "ccc", "12-3", "a@b.com", "xyyy", "yyy", ".*", "c", "ac", "-ba-", "aab", "aaab", "!x", "x1"};
+  for (int k = 0; k < 4000; ++k) {
+    std::string t;
+    const int len = static_cast<int>(rng() % 9);
+    for (int i = 0; i < len; ++i) t += alphabet[rng() % alphabet.size()];
+    texts.push_back(t);
+  }
+  for (const std::string& re : patterns) {
+    const auto m = matcher(gbnf_of_regex(re));
+    const std::regex oracle(re, std::regex::ECMAScript);
+    int matched = 0;
+    for (const std::string& t : texts) {
+      const bool want = std::regex_match(t, oracle);
+      ASSERT_EQ(accepts(*m, t), want) << "/" << re << "/ on \"" << t << "\"";
+      if (want) {
+        ++matched;
+        for (size_t k = 0; k < t.size(); ++k) ASSERT_TRUE(continues(*m, t.substr(0, k))) << re << " " << t;
+      }
+    }
+    EXPECT_GT(matched, 0) << "/" << re << "/ matched none of the texts";
+  }
+}
+
+TEST(Regex, WhatItCannotKeepIsOneClearError) {
+  auto err = [](const std::string& re) {
+    try {
+      gbnf_of_regex(re);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(err("(a)\\1"), "regex: '\\1' is not supported at byte 4");
+  EXPECT_EQ(err("a(?=b)"), "regex: lookahead is not supported at byte 3");
+  EXPECT_EQ(err("\\bword"), "regex: word boundaries are not supported at byte 1");
+  EXPECT_EQ(err("(?i)a"), "regex: group flags are not supported at byte 2");
+  EXPECT_EQ(err("a**"), "regex: a quantifier after a quantifier at byte 2");
+  EXPECT_EQ(err("(ab"), "regex: an unterminated group at byte 3");
+  EXPECT_EQ(err("ab)"), "regex: an unmatched ')' at byte 2");
+  EXPECT_EQ(err("*a"), "regex: '*' with nothing to repeat at byte 0");
+  EXPECT_EQ(err("[z-a]"), "regex: a range whose end comes before its start at byte 4");
+  EXPECT_EQ(err(""), "regex: the pattern is empty");
+}
+
+// A schema's pattern holds the string's characters; those JSON would escape are left out.
+TEST(JsonSchema, APatternHoldsTheStringsCharacters) {
+  const auto m = schema_matcher(R"({"type":"object","properties":{"id":{"type":"string","pattern":"^[A-Z]{2}-\\d{3}$"},"tag":{"type":"string","pattern":"[^,]+"}},"required":["id","tag"]})");
+  EXPECT_TRUE(accepts(*m, R"({"id":"AB-123","tag":"x y"})"));
+  EXPECT_FALSE(accepts(*m, R"({"id":"AB-12","tag":"x"})"));
+  EXPECT_FALSE(accepts(*m, R"({"id":"ab-123","tag":"x"})"));
+  EXPECT_FALSE(accepts(*m, R"({"id":"AB-123","tag":"a,b"})"));
+  EXPECT_FALSE(continues(*m, R"({"id":"AB-123","tag":"a\)"));  // no escapes inside a pattern's string
+  EXPECT_FALSE(accepts(*m, R"({"id":"AB-123","tag":""})"));
+  EXPECT_EQ(schema_error(R"({"type":"string","pattern":"a","maxLength":3})"), "json_schema: /: pattern with minLength or maxLength is not supported");
+  EXPECT_EQ(schema_error(R"({"type":"string","pattern":"(a"})"), "json_schema: /pattern: regex: an unterminated group at byte 2");
 }
 
 TEST(JsonSchema, ChoicesAreTheOnlyOutputs) {

@@ -1,0 +1,60 @@
+// UTF-8 and hex digits, as the grammar readers (spec/grammar.cpp, spec/json_schema.cpp) need them.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace specula::utf8 {
+
+// The code point whose UTF-8 starts at text[pos], pos moved past it; nullopt (pos where it was
+// cut) for a byte that starts none or a sequence cut short. Overlong forms are not checked: the
+// text is the user's own pattern, read only for its characters.
+inline std::optional<uint32_t> decode(std::string_view text, size_t& pos) {
+  const auto b0 = static_cast<uint8_t>(text[pos++]);
+  if (b0 < 0x80) return b0;
+  const int n = b0 >= 0xF0 ? 3 : b0 >= 0xE0 ? 2 : b0 >= 0xC0 ? 1 : -1;
+  if (n < 0) return std::nullopt;
+  uint32_t cp = b0 & (0x3F >> n);
+  for (int k = 0; k < n; ++k) {
+    if (pos >= text.size() || (static_cast<uint8_t>(text[pos]) & 0xC0) != 0x80) return std::nullopt;
+    cp = cp << 6 | (static_cast<uint8_t>(text[pos++]) & 0x3F);
+  }
+  return cp;
+}
+
+inline void append(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// A hex digit's value, or -1.
+inline int hex_digit(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+// `digits` hex digits at text[pos] as a number, pos moved past them; nullopt if one is not.
+inline std::optional<uint32_t> hex(std::string_view text, size_t& pos, int digits) {
+  uint32_t v = 0;
+  for (int k = 0; k < digits; ++k, ++pos) {
+    const int d = pos < text.size() ? hex_digit(text[pos]) : -1;
+    if (d < 0) return std::nullopt;
+    v = v << 4 | static_cast<uint32_t>(d);
+  }
+  return v;
+}
+
+}  // namespace specula::utf8
