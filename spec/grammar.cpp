@@ -575,34 +575,39 @@ constexpr GrammarMatcher::State kUnknown = std::numeric_limits<GrammarMatcher::S
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> vocabulary)
     : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)) {
   states_.push_back(std::make_unique<StateData>());  // kDead: no stacks
-  std::vector<std::vector<uint32_t>> stacks;
+  Stacks stacks;
   const auto& elems = grammar_->elems();
   for (const uint32_t a : grammar_->alts()[grammar_->root()]) {
     std::vector<uint32_t> st;
     if (elems[a].kind != Grammar::Elem::End) st.push_back(a);
     expand(std::move(st), stacks);
   }
+  const bool too_many = stacks.size() > kMaxStacks;
   std::lock_guard lock(mu_);
   start_ = intern_locked(std::move(stacks));
+  if (start_ == kDead)
+    throw std::invalid_argument(too_many ? "grammar: more than " + std::to_string(kMaxStacks) +
+                                               " ways to parse its start (a grammar this ambiguous is refused)"
+                                         : "grammar: it matches nothing");
 }
 
 GrammarMatcher::~GrammarMatcher() = default;
 
 // Moves a stack's top rule references into their alternatives until a byte set (or nothing) is on
 // top, appending each result to out.
-void GrammarMatcher::expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out) const {
+void GrammarMatcher::expand(std::vector<uint32_t> stack, Stacks& out) const {
   std::vector<std::vector<uint32_t>> path;
   expand(std::move(stack), out, path);
 }
 
 // `path`: the stacks this expansion has passed through with nothing consumed; meeting one again is
 // a cycle of empty steps (a repetition of an item that may be empty), which adds nothing.
-void GrammarMatcher::expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out,
+void GrammarMatcher::expand(std::vector<uint32_t> stack, Stacks& out,
                             std::vector<std::vector<uint32_t>>& path) const {
   if (out.size() > kMaxStacks || stack.size() > kMaxStackDepth) return;
   const auto& elems = grammar_->elems();
   if (stack.empty() || elems[stack.back()].kind == Grammar::Elem::Bytes) {
-    out.push_back(std::move(stack));
+    out.insert(std::move(stack));
     return;
   }
   if (std::find(path.begin(), path.end(), stack) != path.end()) return;
@@ -618,10 +623,9 @@ void GrammarMatcher::expand(std::vector<uint32_t> stack, std::vector<std::vector
   path.pop_back();
 }
 
-GrammarMatcher::State GrammarMatcher::intern_locked(std::vector<std::vector<uint32_t>> stacks) const {
-  if (stacks.empty() || stacks.size() > kMaxStacks) return kDead;
-  std::sort(stacks.begin(), stacks.end());
-  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+GrammarMatcher::State GrammarMatcher::intern_locked(Stacks set) const {
+  if (set.empty() || set.size() > kMaxStacks) return kDead;
+  std::vector<std::vector<uint32_t>> stacks(std::make_move_iterator(set.begin()), std::make_move_iterator(set.end()));
   std::string key;
   for (const auto& st : stacks) {
     for (const uint32_t p : st) key.append(reinterpret_cast<const char*>(&p), sizeof p);
@@ -648,7 +652,7 @@ GrammarMatcher::State GrammarMatcher::step_locked(State s, uint8_t byte) const {
   }
   State& t = (*d.next)[byte];
   if (t != kUnknown) return t;
-  std::vector<std::vector<uint32_t>> out;
+  Stacks out;
   const auto& elems = grammar_->elems();
   for (const auto& st : d.stacks) {
     if (st.empty()) continue;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -89,6 +90,7 @@ class GrammarMatcher {
   using State = uint32_t;
   static constexpr State kDead = 0;  // no sentence of the grammar continues so
 
+  // Throws std::invalid_argument where the start is already dead (more than kMaxStacks parses).
   GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> vocabulary);
   ~GrammarMatcher();
   GrammarMatcher(const GrammarMatcher&) = delete;
@@ -118,11 +120,12 @@ class GrammarMatcher {
  private:
   struct StateData;
   State step_locked(State s, uint8_t byte) const;
-  State intern_locked(std::vector<std::vector<uint32_t>> stacks) const;
+  using Stacks = std::set<std::vector<uint32_t>>;  // parse stacks, each once
+  State intern_locked(Stacks stacks) const;
   const StateData& masked_locked(State s) const;
   bool keeps_locked(const StateData& d, int32_t v, std::span<const int32_t> stop_ids, bool stops_allowed) const;
-  void expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out) const;
-  void expand(std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out,
+  void expand(std::vector<uint32_t> stack, Stacks& out) const;
+  void expand(std::vector<uint32_t> stack, Stacks& out,
               std::vector<std::vector<uint32_t>>& path) const;
 
   std::shared_ptr<const Grammar> grammar_;

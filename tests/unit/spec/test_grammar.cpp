@@ -79,6 +79,24 @@ ws ::= " "?
   EXPECT_FALSE(continues(*m, "x"));
 }
 
+// Items that may be empty, repeated: no left recursion, and the parse stacks stay bounded (the
+// matcher keeps at most kMaxStacks a state; past it the state is dead, never wrong).
+TEST(Grammar, RepeatedItemsThatMayBeEmptyAreKept) {
+  const auto m = matcher("root ::= (\"a\"?)* \"b\" (\"c\"* \"d\"?){2,3}\n");
+  EXPECT_TRUE(accepts(*m, "b"));
+  EXPECT_TRUE(accepts(*m, "aaabccdcd"));
+  EXPECT_FALSE(accepts(*m, "aaacb"));
+  const auto many = matcher("root ::= (\"a\"?){0,500} \"b\"\n");
+  EXPECT_TRUE(accepts(*many, "aab"));
+  EXPECT_FALSE(continues(*many, "ba"));
+  try {
+    matcher("root ::= (\"a\"?){0,5000} \"b\"\n");
+    ADD_FAILURE() << "a start with 5,001 parses was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "grammar: more than 1024 ways to parse its start (a grammar this ambiguous is refused)");
+  }
+}
+
 TEST(Grammar, RepetitionCountsHoldExactly) {
   const auto m = matcher("root ::= \"x\"{2,4} \"y\"{3} (\"ab\"){1,}\n");
   EXPECT_TRUE(accepts(*m, "xxyyyab"));
