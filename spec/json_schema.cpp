@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <vector>
@@ -411,8 +412,322 @@ const std::set<std::string>& annotations() {
 const std::set<std::string>& kept() {
   static const std::set<std::string> k = {"type", "properties", "required", "additionalProperties", "items",
                                           "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "enum",
-                                          "const", "anyOf", "oneOf", "allOf", "$ref", "nullable"};
+                                          "const", "anyOf", "oneOf", "allOf", "$ref", "nullable", "minimum", "maximum",
+                                          "exclusiveMinimum", "exclusiveMaximum"};
   return k;
+}
+
+// ---- Numeric bounds (minimum, maximum, exclusiveMinimum, exclusiveMaximum) ----
+//
+// A bound is read exactly, as the decimal the schema wrote (0.1 is 0.1, not the double nearest
+// it), and the numbers between the bounds are written as a grammar of their digits: a number's
+// magnitude compared with a bound's digit by digit, the integer parts first (a longer one is the
+// larger), then the fraction's digits (a shorter fraction is read as padded with zeros).
+
+constexpr int kMaxWholeDigits = 16;  // as int-part: at most 16 digits before the point
+constexpr int kMaxFracDigits = 16;   // as number: at most 16 after it
+
+// A decimal's magnitude: whole digits without leading zeros ("0" for none), fraction digits
+// without trailing zeros.
+struct Magnitude {
+  std::string whole = "0", frac;
+};
+
+int compare(const Magnitude& a, const Magnitude& b) {
+  if (a.whole.size() != b.whole.size()) return a.whole.size() < b.whole.size() ? -1 : 1;
+  if (const int c = a.whole.compare(b.whole); c != 0) return c < 0 ? -1 : 1;
+  const size_t n = std::max(a.frac.size(), b.frac.size());
+  for (size_t i = 0; i < n; ++i) {
+    const char x = i < a.frac.size() ? a.frac[i] : '0', y = i < b.frac.size() ? b.frac[i] : '0';
+    if (x != y) return x < y ? -1 : 1;
+  }
+  return 0;
+}
+
+bool is_zero(const Magnitude& m) { return m.whole == "0" && m.frac.empty(); }
+
+// One end of an interval: a signed decimal, and whether the end itself is left out.
+struct End {
+  bool negative = false;
+  Magnitude m;
+  bool strict = false;
+};
+
+// A JSON number (as nlohmann writes it: 12, -3, 0.25, 1e-05, 1.5e+20) as a signed decimal.
+// Returns false where it is not a number.
+bool read_decimal(const json& v, bool& negative, Magnitude& m) {
+  if (!v.is_number()) return false;
+  std::string text = v.dump();
+  negative = !text.empty() && text[0] == '-';
+  if (negative) text.erase(0, 1);
+  int exponent = 0;
+  if (const size_t e = text.find_first_of("eE"); e != std::string::npos) {
+    exponent = std::stoi(text.substr(e + 1));
+    text.resize(e);
+  }
+  std::string digits = text;
+  int point = static_cast<int>(digits.size());
+  if (const size_t p = digits.find('.'); p != std::string::npos) {
+    digits.erase(p, 1);
+    point = static_cast<int>(p);
+  }
+  point += exponent;  // the point sits before digits[point]
+  if (point <= 0) {
+    digits.insert(0, static_cast<size_t>(-point), '0');
+    point = 0;
+  }
+  if (point > static_cast<int>(digits.size())) digits.append(static_cast<size_t>(point) - digits.size(), '0');
+  m.whole = digits.substr(0, static_cast<size_t>(point));
+  m.frac = digits.substr(static_cast<size_t>(point));
+  m.whole.erase(0, std::min(m.whole.find_first_not_of('0'), m.whole.size()));
+  if (m.whole.empty()) m.whole = "0";
+  while (!m.frac.empty() && m.frac.back() == '0') m.frac.pop_back();
+  if (is_zero(m)) negative = false;
+  return true;
+}
+
+std::string join_alternatives(const std::vector<std::string>& alts) {
+  if (alts.empty()) return "";
+  if (alts.size() == 1) return alts[0];
+  std::string out = "(";
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+  return out + ")";
+}
+
+std::string digit_class(char lo, char hi) {
+  if (lo == hi) return std::string("\"") + lo + "\"";
+  return std::string("[") + lo + "-" + hi + "]";
+}
+
+std::string any_digits(int lo, int hi) {
+  if (hi <= 0) return "\"\"";
+  return "[0-9]{" + std::to_string(lo) + "," + std::to_string(hi) + "}";
+}
+
+// The strings of lo.size() digits between lo and hi (same length; compared digit by digit),
+// from position p on, where `tl` / `th` say the digits so far equal lo's / hi's.
+std::string digits_between(const std::string& lo, const std::string& hi, size_t p, bool tl, bool th) {
+  const size_t left = lo.size() - p;
+  if (left == 0) return "\"\"";
+  if (!tl && !th) return "[0-9]{" + std::to_string(left) + "}";
+  const char a = tl ? lo[p] : '0', b = th ? hi[p] : '9';
+  std::vector<std::string> alts;
+  if (tl && th && a == b) return join_alternatives({std::string("\"") + a + "\" " + digits_between(lo, hi, p + 1, true, true)});
+  if (tl) alts.push_back(std::string("\"") + a + "\" " + digits_between(lo, hi, p + 1, true, false));
+  const char from = tl ? static_cast<char>(a + 1) : a, to = th ? static_cast<char>(b - 1) : b;
+  if (from <= to) alts.push_back(digit_class(from, to) + (left > 1 ? " [0-9]{" + std::to_string(left - 1) + "}" : ""));
+  if (th) alts.push_back(std::string("\"") + b + "\" " + digits_between(lo, hi, p + 1, false, true));
+  return join_alternatives(alts);
+}
+
+// Whole numbers from lo to hi (decimal strings without leading zeros; hi empty: no end but the
+// 16 digits), written without leading zeros. Empty where there are none.
+std::string whole_between(const std::string& lo, const std::string& hi) {
+  if (lo.size() > static_cast<size_t>(kMaxWholeDigits)) return "";
+  if (!hi.empty() && (hi.size() < lo.size() || (hi.size() == lo.size() && hi < lo))) return "";
+  std::vector<std::string> alts;
+  const size_t last = hi.empty() ? kMaxWholeDigits : hi.size();
+  for (size_t len = lo.size(); len <= last; ++len) {
+    const std::string from = len == lo.size() ? lo : std::string(1, '1').append(len - 1, '0');
+    if (hi.empty() && len > lo.size()) {  // every longer length at once
+      alts.push_back("[1-9] [0-9]{" + std::to_string(len - 1) + "," + std::to_string(kMaxWholeDigits - 1) + "}");
+      break;
+    }
+    const std::string to = !hi.empty() && len == hi.size() ? hi : std::string(len, '9');
+    alts.push_back(digits_between(from, to, 0, true, true));
+  }
+  return join_alternatives(alts);
+}
+
+// A decimal string of whole digits plus one (or minus one).
+std::string plus_one(std::string s) {
+  for (size_t i = s.size(); i-- > 0;) {
+    if (s[i] != '9') {
+      ++s[i];
+      return s;
+    }
+    s[i] = '0';
+  }
+  return "1" + s;
+}
+std::string minus_one(std::string s) {  // s > 0
+  for (size_t i = s.size(); i-- > 0;) {
+    if (s[i] != '0') {
+      --s[i];
+      break;
+    }
+    s[i] = '9';
+  }
+  s.erase(0, std::min(s.find_first_not_of('0'), s.size() - 1));
+  return s;
+}
+
+// The fraction written after a whole part that equals a bound's (`tl`: the lower's, `th`: the
+// upper's): nothing, or "." and 1-16 digits, such that the value stays within the bounds.
+// p digits are written so far.
+std::string fraction(const End* lo, const End* hi, int p, bool tl, bool th) {
+  auto rest_zero = [p](const End* e) { return static_cast<int>(e->m.frac.size()) <= p; };
+  auto digit = [p](const End* e) { return p < static_cast<int>(e->m.frac.size()) ? e->m.frac[static_cast<size_t>(p)] : '0'; };
+  std::vector<std::string> alts;
+  if (!tl && !th) return p == 0 ? "(\".\" [0-9]{1," + std::to_string(kMaxFracDigits) + "})?" : any_digits(0, kMaxFracDigits - p);
+  // Stopping here reads the rest as zeros.
+  bool stop = true;
+  if (tl) stop = stop && rest_zero(lo) && !lo->strict;
+  if (th) stop = stop && !(rest_zero(hi) && hi->strict);
+  if (stop) alts.push_back("\"\"");
+  if (p < kMaxFracDigits) {
+    const std::string dot = p == 0 ? "\".\" " : "";
+    const char a = tl ? digit(lo) : '0', b = th ? digit(hi) : '9';
+    if (tl && th && a == b) {
+      const std::string next = fraction(lo, hi, p + 1, true, true);
+      if (!next.empty()) alts.push_back(dot + "\"" + a + "\" " + next);
+    } else if (a <= b) {
+      if (tl) {
+        const std::string next = fraction(lo, hi, p + 1, true, false);
+        if (!next.empty()) alts.push_back(dot + "\"" + a + "\" " + next);
+      }
+      const char from = tl ? static_cast<char>(a + 1) : a, to = th ? static_cast<char>(b - 1) : b;
+      if (from <= to) alts.push_back(dot + digit_class(from, to) + " " + any_digits(0, kMaxFracDigits - p - 1));
+      if (th) {
+        const std::string next = fraction(lo, hi, p + 1, false, true);
+        if (!next.empty()) alts.push_back(dot + "\"" + b + "\" " + next);
+      }
+    }
+  }
+  return join_alternatives(alts);
+}
+
+// Magnitudes from lo to hi (hi null: no end but the digits' limits), as a number's digits
+// without a sign or an exponent; with `whole_only`, integers only. Empty where there are none.
+std::string magnitudes_between(const End& lo, const End* hi, bool whole_only) {
+  if (hi) {
+    const int c = compare(lo.m, hi->m);
+    if (c > 0 || (c == 0 && (lo.strict || hi->strict))) return "";
+  }
+  if (whole_only) {  // the bounds are whole numbers here (the caller rounds them inward)
+    std::string from = lo.m.whole, to = hi ? hi->m.whole : "";
+    if (lo.strict) from = plus_one(from);
+    if (hi && hi->strict) {
+      if (to == "0") return "";
+      to = minus_one(to);
+    }
+    return whole_between(from, to);
+  }
+  std::vector<std::string> alts;
+  auto whole_then = [&](const std::string& whole, const std::string& frac) {
+    if (!frac.empty() && whole.size() <= static_cast<size_t>(kMaxWholeDigits)) alts.push_back(gbnf_literal(whole) + " " + frac);
+  };
+  if (hi && lo.m.whole == hi->m.whole) {
+    whole_then(lo.m.whole, fraction(&lo, hi, 0, true, true));
+    return join_alternatives(alts);
+  }
+  whole_then(lo.m.whole, fraction(&lo, nullptr, 0, true, false));
+  const std::string from = plus_one(lo.m.whole);
+  if (!hi) {
+    if (const std::string mid = whole_between(from, ""); !mid.empty()) alts.push_back(mid + " " + fraction(nullptr, nullptr, 0, false, false));
+  } else {
+    if (hi->m.whole != from) {
+      const std::string to = minus_one(hi->m.whole);
+      if (const std::string mid = whole_between(from, to); !mid.empty()) alts.push_back(mid + " " + fraction(nullptr, nullptr, 0, false, false));
+    }
+    whole_then(hi->m.whole, fraction(nullptr, hi, 0, false, true));
+  }
+  return join_alternatives(alts);
+}
+
+// The numbers (integers with `whole_only`) between the bounds: non-negative ones as they are,
+// negative ones after "-" (never "-0"). Empty where there are none.
+std::string signed_between(const End* lo, const End* hi, bool whole_only) {
+  static const End zero{};
+  std::vector<std::string> alts;
+  // Non-negative values: from max(lo, 0) to hi.
+  if (!hi || !hi->negative) {
+    End from = zero;
+    if (lo && !lo->negative) from = *lo;
+    if (const std::string s = magnitudes_between(from, hi, whole_only); !s.empty()) alts.push_back(s);
+  }
+  // Negative values: magnitudes from max(-hi, 0) (0 itself left out) to -lo.
+  if (!lo || lo->negative) {
+    End from = zero;
+    from.strict = true;
+    if (hi && hi->negative) from = End{false, hi->m, hi->strict};
+    const End to = lo ? End{false, lo->m, lo->strict} : End{};
+    if (const std::string s = magnitudes_between(from, lo ? &to : nullptr, whole_only); !s.empty()) alts.push_back("\"-\" " + s);
+  }
+  return join_alternatives(alts);
+}
+
+// An end rounded inward to a whole number (for "integer"): 2.5 as a lower end is 3; a strict end
+// stays strict only where it was whole.
+End whole_end(End e, bool lower) {
+  if (e.m.frac.empty()) return e;
+  // The magnitude rounds up where the value moves away from zero: a positive lower end, a
+  // negative upper one.
+  const bool up = lower != e.negative;
+  e.m.frac.clear();
+  if (up) e.m.whole = plus_one(e.m.whole);
+  e.strict = false;
+  if (e.m.whole == "0") e.negative = false;
+  return e;
+}
+
+int compare_signed(const End& a, const End& b) {
+  if (a.negative != b.negative) return a.negative ? -1 : 1;
+  const int c = compare(a.m, b.m);
+  return a.negative ? -c : c;
+}
+
+// ---- String formats ----
+//
+// The formats of JSON Schema's vocabulary that models are asked for most (pydantic writes them for
+// datetime, date, time, timedelta, UUID, EmailStr, IPv4Address, IPv6Address, AnyUrl), as the RFCs
+// their definitions cite write them: RFC 3339 for date, time, date-time and duration (its
+// appendix A), RFC 4122 for uuid, RFC 3986 for ipv6 and uri, RFC 1123 for hostname; email is a
+// dot-atom local part, "@" and a hostname (RFC 5321 without quoted local parts or address literals).
+// What these grammars leave to the validator: a day past its month's end (2023-02-30), a leap
+// second's date, a hostname's 253-byte total. A format not listed is an annotation, as JSON Schema
+// 2020-12 has every format by default: read past.
+const std::map<std::string, std::string>& formats() {
+  static const std::map<std::string, std::string> f = [] {
+    const std::string date = R"([0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]))";
+    const std::string time =
+        R"(([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" ([0-5] [0-9] | "60") ("." [0-9]{1,9})? ([Zz] | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9]))";
+    const std::string n = "[0-9]{1,9}";
+    const std::string second = n + " \"S\"", minute = n + " \"M\" (" + second + ")?", hour = n + " \"H\" (" + minute + ")?";
+    const std::string dtime = "\"T\" (" + hour + " | " + minute + " | " + second + ")";
+    const std::string day = n + " \"D\"", month = n + " \"M\" (" + day + ")?", year = n + " \"Y\" (" + month + ")?";
+    const std::string duration = "\"P\" ((" + day + " | " + month + " | " + year + ") (" + dtime + ")? | " + dtime + " | " + n + " \"W\")";
+    const std::string octet = R"(("25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9]))";
+    const std::string ipv4 = octet + " \".\" " + octet + " \".\" " + octet + " \".\" " + octet;
+    const std::string h16 = "[0-9a-fA-F]{1,4}";
+    const std::string ls32 = "(" + h16 + " \":\" " + h16 + " | " + ipv4 + ")";
+    auto groups = [&](int k) { return k == 0 ? std::string() : "(" + h16 + " \":\"){" + std::to_string(k) + "} "; };
+    auto before = [&](int k) {  // [ *k( h16 ":" ) h16 ]
+      return "(" + (k > 0 ? "(" + h16 + " \":\"){0," + std::to_string(k) + "} " : std::string()) + h16 + ")?";
+    };
+    std::string ipv6 = "(" + groups(6) + ls32 + " | \"::\" " + groups(5) + ls32 + " | " + before(0) + " \"::\" " + groups(4) + ls32;
+    ipv6 += " | " + before(1) + " \"::\" " + groups(3) + ls32 + " | " + before(2) + " \"::\" " + groups(2) + ls32;
+    ipv6 += " | " + before(3) + " \"::\" " + h16 + " \":\" " + ls32 + " | " + before(4) + " \"::\" " + ls32;
+    ipv6 += " | " + before(5) + " \"::\" " + h16 + " | " + before(6) + " \"::\")";
+    const std::string label = R"([a-zA-Z0-9] ([a-zA-Z0-9-]{0,61} [a-zA-Z0-9])?)";
+    const std::string hostname = label + " (\".\" " + label + ")*";
+    const std::string atom = R"([a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]+)";
+    const std::string hex = "[0-9a-fA-F]";
+    const std::string uri_char = R"(([a-zA-Z0-9._~:/?#@!$&'()*+,;=-] | "[" | "]" | "%" )" + hex + " " + hex + ")";
+    return std::map<std::string, std::string>{
+        {"date", date},
+        {"time", time},
+        {"date-time", date + " [Tt] " + time},
+        {"duration", duration},
+        {"uuid", hex + "{8} \"-\" " + hex + "{4} \"-\" " + hex + "{4} \"-\" " + hex + "{4} \"-\" " + hex + "{12}"},
+        {"ipv4", ipv4},
+        {"ipv6", ipv6},
+        {"hostname", hostname},
+        {"email", atom + " (\".\" " + atom + ")* \"@\" " + hostname},
+        {"uri", "[a-zA-Z] [a-zA-Z0-9+.-]* \":\" " + uri_char + "+"},
+    };
+  }();
+  return f;
 }
 
 class Converter {
@@ -447,7 +762,9 @@ class Converter {
       if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) clean += c;
       else if (!clean.empty() && clean.back() != '-') clean += '-';
     if (clean.size() > 24) clean.resize(24);
-    return "s" + std::to_string(next_++) + (clean.empty() ? "" : "-" + clean);
+    std::string name = std::string(1, 's').append(std::to_string(next_++));
+    if (!clean.empty()) name.append(1, '-').append(clean);
+    return name;
   }
 
   std::string define(const std::string& hint, const std::string& body) {
@@ -529,7 +846,13 @@ class Converter {
       if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required"))
         return object(s, path);
       if (s.contains("items") || s.contains("prefixItems")) return array(s, path);
-      return use("value");
+      // Assertions on strings or numbers hold for the values of that type alone.
+      const bool on_strings = s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") || known_format(s);
+      const bool on_numbers = s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum");
+      if (!on_strings && !on_numbers) return use("value");
+      const std::string str = on_strings ? string(s, path) : use("string");
+      const std::string num = on_numbers ? number(s, path, false) : use("number");
+      return define("value", use("object") + " | " + use("array") + " | " + str + " | " + num + " | " + use("boolean") + " | " + use("null"));
     }
     if (type->is_array()) {
       if (type->empty()) fail(path, "type must not be an empty list");
@@ -546,12 +869,69 @@ class Converter {
     if (t == "object") return object(s, path);
     if (t == "array") return array(s, path);
     if (t == "string") return string(s, path);
-    if (t == "number" || t == "integer" || t == "boolean" || t == "null") return use(t);
+    if (t == "number" || t == "integer") return number(s, path, t == "integer");
+    if (t == "boolean" || t == "null") return use(t);
     fail(path, "unknown type \"" + t + "\"");
+  }
+
+  static bool known_format(const json& s) {
+    const auto f = s.find("format");
+    return f != s.end() && f->is_string() && formats().count(f->get<std::string>()) > 0;
+  }
+
+  // One end of the interval of numbers a schema allows: minimum or exclusiveMinimum (the tighter
+  // where both are written), or their maximums; exclusiveMinimum as draft 4's boolean too.
+  static std::optional<End> end_of(const json& s, const std::string& path, bool lower) {
+    const char* plain = lower ? "minimum" : "maximum";
+    const char* strict = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+    std::optional<End> out;
+    auto take = [&](const json& v, const char* key, bool is_strict) {
+      End e;
+      if (!read_decimal(v, e.negative, e.m)) fail(path, std::string(key) + " must be a number");
+      e.strict = is_strict;
+      if (!out) {
+        out = e;
+        return;
+      }
+      const int c = compare_signed(e, *out);
+      if ((lower && c > 0) || (!lower && c < 0) || (c == 0 && is_strict)) out = e;
+    };
+    const auto p = s.find(plain), x = s.find(strict);
+    const bool draft4 = x != s.end() && x->is_boolean();
+    if (p != s.end()) take(*p, plain, draft4 && x->get<bool>());
+    else if (draft4 && x->get<bool>()) fail(path, std::string(strict) + " true needs " + plain);
+    if (x != s.end() && !draft4) take(*x, strict, true);
+    return out;
+  }
+
+  // A number or an integer, within its bounds where it has any (then written without an
+  // exponent: an exponent's digits would put any number within any bound's reach).
+  std::string number(const json& s, const std::string& path, bool whole_only) {
+    std::optional<End> lo = end_of(s, path, true), hi = end_of(s, path, false);
+    if (!lo && !hi) return use(whole_only ? "integer" : "number");
+    // Past 16 digits a bound is beyond every number the grammar writes.
+    static const std::string kFar = "1" + std::string(kMaxWholeDigits, '0');
+    auto beyond = [](const Magnitude& m) { return compare(m, Magnitude{kFar, ""}) >= 0; };
+    if (lo && beyond(lo->m) && lo->negative) lo.reset();
+    if (hi && beyond(hi->m) && !hi->negative) hi.reset();
+    if ((lo && beyond(lo->m)) || (hi && beyond(hi->m)))
+      fail(path, "a bound past 16 digits leaves no number the output can write");
+    if (whole_only) {
+      if (lo) lo = whole_end(*lo, true);
+      if (hi) hi = whole_end(*hi, false);
+    }
+    const std::string body = signed_between(lo ? &*lo : nullptr, hi ? &*hi : nullptr, whole_only);
+    if (body.empty()) fail(path, std::string("no ") + (whole_only ? "integer" : "number") + " lies between the minimum and the maximum");
+    return define(whole_only ? "integer" : "number", body);
   }
 
   std::string string(const json& s, const std::string& path) {
     const int64_t lo = count(s, "minLength", path), hi = count(s, "maxLength", path);
+    if (known_format(s)) {
+      const std::string f = s["format"].get<std::string>();
+      if (s.contains("pattern") || lo >= 0 || hi >= 0) fail(path, "format \"" + f + "\" with pattern, minLength or maxLength is not supported");
+      return define(f, "\"\\\"\" " + formats().at(f) + " \"\\\"\"");
+    }
     if (const auto p = s.find("pattern"); p != s.end()) {
       if (!p->is_string()) fail(path, "pattern must be a string");
       if (lo >= 0 || hi >= 0) fail(path, "pattern with minLength or maxLength is not supported");

@@ -4,11 +4,14 @@
 // grammar back ends write them).
 //
 // Kept: type (one or a list), properties, required, additionalProperties, items, prefixItems,
-// minItems, maxItems, minLength, maxLength, enum, const, anyOf, oneOf (as anyOf), allOf of one
-// schema, $ref into the document (#, #/$defs/..., #/definitions/...; recursion allowed), nullable.
-// Annotations are read past (title, description, default, examples, format, $schema, $id, ...).
-// Any other assertion (pattern, minimum, multipleOf, uniqueItems, ...) is refused, naming it and
-// where it is, rather than ignored: an output the schema refuses would break the promise.
+// minItems, maxItems, minLength, maxLength, pattern, enum, const, anyOf, oneOf (as anyOf), allOf
+// of one schema, $ref into the document (#, #/$defs/..., #/definitions/...; recursion allowed),
+// nullable, minimum / maximum / exclusiveMinimum / exclusiveMaximum (exactly, as the decimals the
+// schema wrote; a bounded number has no exponent), and the formats date, time, date-time,
+// duration, uuid, ipv4, ipv6, hostname, email and uri (docs/speculative.md says how closely).
+// Annotations are read past (title, description, default, examples, other formats, $schema, ...).
+// Any other assertion (multipleOf, uniqueItems, ...) is refused, naming it and where it is,
+// rather than ignored: an output the schema refuses would break the promise.
 //
 // An object writes only the properties the schema lists (a required one always, an optional one
 // where the model chooses), never others, which every additionalProperties setting accepts; an
@@ -25,7 +28,7 @@
 namespace specula {
 
 // The GBNF of the values `schema` accepts. Throws std::invalid_argument naming the part of the
-// schema it cannot keep ("json_schema: /properties/age: minimum is not supported").
+// schema it cannot keep ("json_schema: /properties/age: multipleOf is not supported").
 std::string gbnf_of_json_schema(const nlohmann::ordered_json& schema);
 
 // GBNF for one of a list of strings, written as they are (vLLM's guided_choice).

@@ -484,6 +484,36 @@ def test_the_openai_clients_parse_helper_gets_a_pydantic_object_back(client, mod
     assert isinstance(parsed, Answer) and isinstance(parsed.verdict, bool), r.choices[0].message.content
 
 
+def test_a_pydantic_model_with_bounds_dates_uuids_and_addresses_is_parsed_back_by_the_client(client, model_id):
+    """pydantic writes minimum / exclusiveMaximum for Field(ge=, lt=) and format for datetime, date,
+    UUID and IPv4Address: the reply keeps them (pydantic's own validation in the client's parse, and
+    jsonschema checks the bounds), greedy and sampled."""
+    import datetime
+    import ipaddress
+    import uuid
+
+    import pydantic
+
+    class Booking(pydantic.BaseModel):
+        guests: int = pydantic.Field(ge=1, le=12)
+        score: float = pydantic.Field(gt=0, lt=1)
+        balance: float = pydantic.Field(ge=-99.5, le=-0.25)
+        day: datetime.date
+        starts: datetime.datetime
+        ref: uuid.UUID
+        host: ipaddress.IPv4Address
+
+    schema = Booking.model_json_schema()
+    for args in (dict(temperature=0), dict(temperature=0.8, seed=5)):
+        r = client.chat.completions.parse(model=model_id, messages=[{"role": "user", "content": "Book a table for two tonight."}],
+                                          response_format=Booking, max_tokens=400, **args)
+        assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
+        parsed = r.choices[0].message.parsed
+        assert isinstance(parsed, Booking), r.choices[0].message.content
+        assert 1 <= parsed.guests <= 12 and 0 < parsed.score < 1 and -99.5 <= parsed.balance <= -0.25, parsed
+        jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+
+
 def test_guided_choice_a_regex_and_a_gbnf_grammar_constrain_the_answer(client, model_id):
     """vLLM's guided_choice and guided_regex and llama.cpp's grammar (GBNF), through the client's
     extra_body."""
@@ -507,8 +537,10 @@ def test_guided_choice_a_regex_and_a_gbnf_grammar_constrain_the_answer(client, m
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a(?=b)"}}}},
      "response_format", "/pattern: regex: lookahead is not supported"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format", "needs"),
-    ({"guided_json": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}}, "guided_json",
-     "/properties/n: minimum is not supported"),
+    ({"guided_json": {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 5}}}}, "guided_json",
+     "/properties/n: multipleOf is not supported"),
+    ({"guided_json": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 4}}}}, "guided_json",
+     "/properties/n: no integer lies between the minimum and the maximum"),
     ({"guided_json": "{not json"}, "guided_json", "not JSON"),
     ({"grammar": "root ::= item\n"}, "grammar", "rule 'item' is used but not defined"),
     ({"grammar": 'root ::= "a" |\n  root "b"\n'}, "grammar", "left-recursive"),

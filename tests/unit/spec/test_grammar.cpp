@@ -2,9 +2,11 @@
 // llama.cpp reads it, the matcher's verdicts on whole texts and prefixes, its masks against
 // feeding each token's bytes one by one, JSON Schema's outputs against nlohmann's parser and the
 // schema's rules, and the masks PenaltyHistory writes into a round's rows.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <map>
 #include <random>
 #include <regex>
 #include <string>
@@ -302,8 +304,8 @@ TEST(JsonSchema, RandomOutputsOfAnObjectSchemaAreJsonThatKeepsItsRules) {
 }
 
 TEST(JsonSchema, WhatItCannotKeepIsOneClearErrorNamingWhere) {
-  EXPECT_EQ(schema_error(R"({"type":"object","properties":{"age":{"type":"integer","minimum":0}}})"),
-            "json_schema: /properties/age: minimum is not supported");
+  EXPECT_EQ(schema_error(R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":5}}})"),
+            "json_schema: /properties/age: multipleOf is not supported");
   EXPECT_EQ(schema_error(R"({"type":"string","format":"email","uniqueItems":true})"), "json_schema: /: uniqueItems is not supported");
   EXPECT_EQ(schema_error(R"({"type":"thing"})"), "json_schema: /: unknown type \"thing\"");
   EXPECT_EQ(schema_error(R"({"$ref":"#/$defs/missing"})"), "json_schema: /: $ref \"#/$defs/missing\" names nothing in the schema");
@@ -389,6 +391,177 @@ TEST(JsonSchema, ChoicesAreTheOnlyOutputs) {
   EXPECT_FALSE(accepts(*m, "ye"));
   EXPECT_FALSE(continues(*m, "maybe"));
   EXPECT_THROW(gbnf_of_choices({}), std::invalid_argument);
+}
+
+// Numbers and integers within minimum / maximum / exclusiveMinimum / exclusiveMaximum: every
+// candidate text is accepted exactly when it is a JSON number of the type (without an exponent,
+// never "-0") whose value lies within the bounds, strtod's value against the bound's as the
+// oracle (the candidates have at most 9 significant digits, so the doubles order them exactly).
+TEST(JsonSchema, NumbersAndIntegersAreAcceptedExactlyWithinTheirBounds) {
+  struct Case {
+    const char* schema;
+    bool integer;
+    double lo, hi;
+    bool lo_strict, hi_strict;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<Case> cases = {
+      {R"({"type":"integer","minimum":-7,"maximum":12})", true, -7, 12, false, false},
+      {R"({"type":"integer","exclusiveMinimum":0})", true, 0, inf, true, false},
+      {R"({"type":"integer","minimum":2.5,"exclusiveMaximum":20.5})", true, 2.5, 20.5, false, true},
+      {R"({"type":"integer","maximum":-3})", true, -inf, -3, false, false},
+      {R"({"type":"integer","exclusiveMaximum":-0.5,"minimum":-120})", true, -120, -0.5, false, true},
+      {R"({"type":"integer","minimum":1e3})", true, 1000, inf, false, false},
+      {R"({"type":"number","minimum":0,"maximum":1})", false, 0, 1, false, false},
+      {R"({"type":"number","exclusiveMinimum":-1.25,"exclusiveMaximum":3.5})", false, -1.25, 3.5, true, true},
+      {R"({"type":"number","minimum":0.05,"maximum":0.15})", false, 0.05, 0.15, false, false},
+      {R"({"type":"number","exclusiveMinimum":0})", false, 0, inf, true, false},
+      {R"({"type":"number","maximum":-0.5})", false, -inf, -0.5, false, false},
+      {R"({"type":"number","minimum":10,"exclusiveMinimum":10,"maximum":1000})", false, 10, 1000, true, false},
+      {R"({"type":"number","minimum":1,"exclusiveMinimum":true,"maximum":21,"exclusiveMaximum":false})", false, 1, 21, true, false},
+      {R"({"type":"number","minimum":-2,"maximum":-2})", false, -2, -2, false, false},
+      {R"({"type":"number","minimum":1e-3,"exclusiveMaximum":2.0025e-3})", false, 0.001, 0.0020025, false, true},
+      {R"({"type":"number","minimum":-1000.5,"maximum":-999.25})", false, -1000.5, -999.25, false, false},
+      {R"({"minimum":3})", false, 3, inf, false, false},
+  };
+  std::vector<std::string> candidates = {"", "-", "01", "-01", "1.", ".5", "1e3", "00", "-0", "-0.0", "1.5e1", "+1", "0.", "--1"};
+  std::mt19937 rng(17);
+  const std::vector<std::string> wholes = {"0", "1", "2", "3", "7", "8", "9", "10", "11", "12", "13", "19", "20", "21", "99", "100", "119", "120",
+                                           "121", "999", "1000", "1001", "12345"};
+  std::vector<std::string> fracs = {"", ".0", ".00", ".05", ".049", ".0500", ".051", ".1", ".15", ".150001", ".149", ".25", ".2499", ".251",
+                                    ".5", ".4999", ".50", ".501", ".001", ".0009", ".002", ".0025", ".00200", ".0020025", ".0020024", ".00200251", ".9"};
+  for (int k = 0; k < 30; ++k) {
+    std::string f = ".";
+    const int len = 1 + static_cast<int>(rng() % 5);
+    for (int i = 0; i < len; ++i) f += static_cast<char>('0' + rng() % 10);
+    fracs.push_back(f);
+  }
+  for (const std::string sign : {"", "-"})
+    for (const auto& w : wholes)
+      for (const auto& f : fracs) candidates.push_back(sign + w + f);
+  const std::regex number_form("-?(0|[1-9][0-9]*)(\\.[0-9]+)?"), integer_form("-?(0|[1-9][0-9]*)");
+  for (const Case& c : cases) {
+    const auto m = schema_matcher(c.schema);
+    int taken = 0;
+    for (const std::string& t : candidates) {
+      bool want = std::regex_match(t, c.integer ? integer_form : number_form);
+      if (want) {
+        const double v = std::strtod(t.c_str(), nullptr);
+        want = !(t[0] == '-' && v == 0) && (c.lo_strict ? v > c.lo : v >= c.lo) && (c.hi_strict ? v < c.hi : v <= c.hi);
+      }
+      if (std::string(c.schema) == R"({"minimum":3})" && !want) continue;  // other types are also values there
+      ASSERT_EQ(accepts(*m, t), want) << c.schema << " on \"" << t << "\"";
+      if (want) {
+        ++taken;
+        for (size_t k = 0; k < t.size(); ++k) ASSERT_TRUE(continues(*m, t.substr(0, k))) << c.schema << " " << t;
+      }
+    }
+    EXPECT_GT(taken, 0) << c.schema;
+  }
+  // Without a type, the bounds hold numbers alone: other values pass.
+  const auto any = schema_matcher(R"({"minimum":3,"maxLength":2})");
+  for (const std::string ok : {"3", "\"ab\"", "null", "[1]", "{\"a\":1}", "true"}) EXPECT_TRUE(accepts(*any, ok)) << ok;
+  for (const std::string bad : {"2.5", "\"abc\"", "-4"}) EXPECT_FALSE(accepts(*any, bad)) << bad;
+}
+
+TEST(JsonSchema, BoundsThatCannotBeKeptAreOneClearError) {
+  EXPECT_EQ(schema_error(R"({"type":"integer","minimum":3,"maximum":2})"), "json_schema: /: no integer lies between the minimum and the maximum");
+  EXPECT_EQ(schema_error(R"({"type":"integer","minimum":2.1,"maximum":2.9})"), "json_schema: /: no integer lies between the minimum and the maximum");
+  EXPECT_EQ(schema_error(R"({"type":"number","exclusiveMinimum":1,"exclusiveMaximum":1})"), "json_schema: /: no number lies between the minimum and the maximum");
+  EXPECT_EQ(schema_error(R"({"properties":{"n":{"type":"number","minimum":"1"}}})"), "json_schema: /properties/n: minimum must be a number");
+  EXPECT_EQ(schema_error(R"({"type":"number","exclusiveMinimum":true})"), "json_schema: /: exclusiveMinimum true needs minimum");
+  EXPECT_EQ(schema_error(R"({"type":"number","minimum":1e17})"), "json_schema: /: a bound past 16 digits leaves no number the output can write");
+  EXPECT_EQ(schema_error(R"({"type":"number","minimum":-1e17,"maximum":1e300})"), "");
+  EXPECT_EQ(schema_error(R"({"type":"string","format":"date","maxLength":3})"), "json_schema: /: format \"date\" with pattern, minLength or maxLength is not supported");
+  EXPECT_EQ(schema_error(R"({"type":"string","format":"color"})"), "");  // an unknown format is an annotation
+}
+
+// String formats against oracles that are not this grammar: inet_pton for ipv4 and ipv6 (on
+// candidates built of groups, "::" and dotted tails), and regular expressions written from the
+// RFCs for the rest, on valid and invalid texts; random walks through each format's grammar end
+// in texts the oracle takes.
+TEST(JsonSchema, StringFormatsAcceptWhatTheirRfcsWrite) {
+  const std::map<std::string, std::string> oracle = {
+      {"date", "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"},
+      {"time", "([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"},
+      {"date-time", "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt]([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"},
+      {"duration", "P(([0-9]+D|[0-9]+M([0-9]+D)?|[0-9]+Y([0-9]+M([0-9]+D)?)?)(T([0-9]+H([0-9]+M([0-9]+S)?)?|[0-9]+M([0-9]+S)?|[0-9]+S))?|T([0-9]+H([0-9]+M([0-9]+S)?)?|[0-9]+M([0-9]+S)?|[0-9]+S)|[0-9]+W)"},
+      {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
+      {"hostname", "[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(\\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*"},
+      {"email", "[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]+)*@[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(\\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*"},
+      {"uri", "[a-zA-Z][a-zA-Z0-9+.-]*:([a-zA-Z0-9._~:/?#@!$&'()*+,;=\\[\\]-]|%[0-9a-fA-F]{2})+"},
+  };
+  const std::map<std::string, std::vector<std::string>> texts = {
+      {"date", {"2024-02-29", "1999-12-31", "2024-13-01", "2024-00-10", "2024-1-01", "2024-01-32", "2024-01-00", "24-01-01"}},
+      {"time", {"23:59:60Z", "12:00:00+05:30", "12:00:00.123456789z", "12:00:00", "24:00:00Z", "12:60:00Z", "12:00:00.Z", "12:00:00+5:30"}},
+      {"date-time", {"2024-05-01T12:30:00Z", "2024-05-01t12:30:00.5-01:00", "2024-05-01 12:30:00Z", "2024-05-01T12:30Z"}},
+      {"duration", {"P3Y6M4DT12H30M5S", "P1W", "PT5M", "P4D", "PT1H5S", "P", "PT", "P1Y2W", "P1M1Y", "PT1S2M", "P1DT"}},
+      {"uuid", {"123e4567-e89b-12d3-a456-426614174000", "123E4567-E89B-12D3-A456-42661417400", "123e4567e89b12d3a456426614174000"}},
+      {"hostname", {"example.com", "a-b.c", "-ab.com", "ab-.com", "a..b", "x", std::string(63, 'a') + ".io", std::string(64, 'a') + ".io"}},
+      {"email", {"ann.lee+tag@mail.example.org", "a@b", ".a@b.c", "a..b@c.d", "a@-b.c", "ann@", "@b.c", "a b@c.d"}},
+      {"uri", {"https://example.com/a?b=c#d", "urn:isbn:0451450523", "mailto:a@b.c", "http://[::1]:80/", "a%2Fb:c", "1http://x", "http://a b", "x:%zz", "x:%2f"}},
+  };
+  for (const auto& [format, pattern] : oracle) {
+    const auto m = schema_matcher(R"({"type":"string","format":")" + format + "\"}");
+    const std::regex re(pattern, std::regex::ECMAScript);
+    for (const auto& t : texts.at(format))
+      EXPECT_EQ(accepts(*m, "\"" + t + "\""), std::regex_match(t, re)) << format << " on " << t;
+    std::mt19937 rng(23);
+    int made = 0;
+    for (int walk = 0; walk < 200 && made < 30; ++walk) {
+      State s = m->feed(m->start(), "\"");
+      std::string text;
+      for (int step = 0; step < 80; ++step) {
+        if (m->accepting(m->feed(s, "\"")) && rng() % 4 == 0) break;
+        std::vector<int> next;
+        for (int b = 0; b < 256; ++b)
+          if (b != '"' && m->feed(s, std::string(1, static_cast<char>(b))) != GrammarMatcher::kDead) next.push_back(b);
+        if (next.empty()) break;
+        const int b = next[rng() % next.size()];
+        text += static_cast<char>(b);
+        s = m->feed(s, std::string(1, static_cast<char>(b)));
+      }
+      if (!m->accepting(m->feed(s, "\""))) continue;
+      ++made;
+      EXPECT_TRUE(std::regex_match(text, re)) << format << " wrote " << text;
+    }
+    EXPECT_GE(made, 10) << format;
+  }
+  // ipv4 and ipv6 against the C library's parser.
+  const auto v4 = schema_matcher(R"({"type":"string","format":"ipv4"})");
+  const auto v6 = schema_matcher(R"({"type":"string","format":"ipv6"})");
+  std::mt19937 rng(29);
+  const std::vector<std::string> octets = {"0", "1", "9", "10", "99", "100", "199", "200", "249", "250", "255", "256", "300", "01", "001", "1000"};
+  auto hex_group = [&rng] {
+    std::string g;
+    const int len = 1 + static_cast<int>(rng() % 5);  // 5 digits: too long
+    for (int i = 0; i < len; ++i) g += "0a9fF"[rng() % 5];
+    return g;
+  };
+  int v4_taken = 0, v6_taken = 0;
+  for (int k = 0; k < 3000; ++k) {
+    std::string a;
+    const int parts = 3 + static_cast<int>(rng() % 3);
+    for (int i = 0; i < parts; ++i) a += (i ? "." : "") + octets[rng() % octets.size()];
+    unsigned char buf[16];
+    const bool want4 = inet_pton(AF_INET, a.c_str(), buf) == 1;
+    ASSERT_EQ(accepts(*v4, "\"" + a + "\""), want4) << a;
+    v4_taken += want4;
+    std::string b;
+    const int groups = 1 + static_cast<int>(rng() % 9);
+    const int gap = static_cast<int>(rng() % (groups + 2));  // where "::" goes (past the end: none)
+    for (int i = 0; i < groups; ++i) {
+      if (i == gap) b += "::";
+      else if (i) b += ":";
+      b += (i == groups - 1 && rng() % 4 == 0) ? "1.2.3." + octets[rng() % octets.size()] : hex_group();
+    }
+    if (gap == groups) b += "::";
+    const bool want6 = inet_pton(AF_INET6, b.c_str(), buf) == 1;
+    ASSERT_EQ(accepts(*v6, "\"" + b + "\""), want6) << b;
+    v6_taken += want6;
+  }
+  EXPECT_GT(v4_taken, 100);
+  EXPECT_GT(v6_taken, 100);
 }
 
 // PenaltyHistory with a grammar: a round's row i is masked after the output and draft[0..i-1],
