@@ -30,12 +30,24 @@ void NgramDrafter::propose(const DraftRequest& req, DraftProposal& out) {
   const int64_t start = find_continuation(req.context, max_n_, min_n_);
   if (start < 0) return;
   const int64_t len = static_cast<int64_t>(req.context.size());
+  // Under JSON mode or a grammar the verifier masks each row after the drafts before it, so a
+  // token the constraint refuses there is never accepted: the proposal ends before it (a
+  // function of the context alone, so q stays one-hot at the token proposed).
+  PenaltyHistory* constraint = nullptr;
+  if (req.sampling.json_object || req.sampling.grammar) {
+    constraint = constraint_.sync(req, vocab_);
+    if (constraint && !constraint->constrained()) constraint = nullptr;
+  }
   for (int64_t i = 0; i < req.max_tokens; ++i) {
     // Past the context's end the proposal continues periodically (from its own tokens), so a
     // repeating span yields a full draft rather than the few tokens before the end.
     const int64_t s = start + i;
     const int32_t t = s < len ? req.context[static_cast<size_t>(s)] : out.tokens[static_cast<size_t>(s - len)];
     if (t < 0 || t >= vocab_) break;
+    if (constraint) {
+      if (!constraint->constraint_keeps(t)) break;
+      constraint_.push_draft(t);
+    }
     out.tokens.push_back(t);
     if (!req.verdict_reads_q()) continue;  // no q rows where the verdict does not read them
     out.q.resize(out.q.size() + static_cast<size_t>(vocab_), 0.0f);

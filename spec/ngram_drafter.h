@@ -1,6 +1,7 @@
 // Prompt-lookup drafting: find the last few tokens earlier in the prompt + output and propose
-// what followed them. No model, no state; q is one-hot, which the acceptance rule handles exactly
-// (no q rows where the verdict does not read them: DraftRequest::verdict_reads_q).
+// what followed them. No model, and no state but a constrained request's history; q is one-hot,
+// which the acceptance rule handles exactly (no q rows where the verdict does not read them:
+// DraftRequest::verdict_reads_q).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -30,6 +31,7 @@ class NgramDrafter final : public Drafter {
  private:
   int64_t vocab_;
   int max_n_, min_n_;
+  DraftPenalties constraint_;  // JSON mode or a grammar: the proposal ends where it would leave it
 };
 
 }  // namespace specula

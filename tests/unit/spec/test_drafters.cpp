@@ -10,6 +10,7 @@
 #include "model/gguf.h"
 #include "model/pretokenizer.h"
 #include "spec/adaptive_k.h"
+#include "spec/grammar.h"
 #include "spec/lookup_first_drafter.h"
 #include "spec/make_drafter.h"
 #include "spec/model_drafter.h"
@@ -42,6 +43,29 @@ TEST(NgramDrafter, ProposesWhatFollowedTheMostRecentLongestMatch) {
   ASSERT_EQ(out.q.size(), 300u);
   for (int i = 0; i < 3; ++i)
     for (int v = 0; v < 100; ++v) EXPECT_EQ(out.q[i * 100 + v], v == out.tokens[i] ? 1.0f : 0.0f);
+}
+
+// Under a grammar the verifier masks each row after the drafts before it, so a proposal token the
+// grammar refuses is never accepted: the proposal ends before it, and goes on where it keeps it.
+TEST(NgramDrafter, UnderAGrammarTheProposalEndsWhereTheGrammarWouldRefuseIt) {
+  std::vector<std::string> texts;
+  for (int v = 0; v < 100; ++v) texts.push_back("t" + std::to_string(v) + " ");
+  const auto trie = std::make_shared<const TokenTrie>(texts);
+  const std::vector<int32_t> ctx = {1, 7, 8, 9, 50, 51, 52, 53, 7, 8, 9};
+  auto proposal = [&](const std::string& gbnf) {
+    NgramDrafter d(100, 3);
+    DraftRequest r = request(ctx, 4);
+    r.prompt_tokens = 8;  // the output is 7 8 9
+    if (!gbnf.empty()) r.sampling.grammar = std::make_shared<const GrammarMatcher>(Grammar::parse(gbnf), trie);
+    DraftProposal out;
+    d.propose(r, out);
+    EXPECT_EQ(out.q.size(), out.tokens.size() * 100);
+    return out.tokens;
+  };
+  EXPECT_EQ(proposal(""), (std::vector<int32_t>{50, 51, 52, 53}));
+  EXPECT_EQ(proposal("root ::= (\"t7 \" | \"t8 \" | \"t9 \" | \"t50 \" | \"t51 \" | \"t53 \")*\n"), (std::vector<int32_t>{50, 51}));
+  EXPECT_EQ(proposal("root ::= \"t7 t8 t9 t50 t51 t52 t53 \"\n"), (std::vector<int32_t>{50, 51, 52, 53}));
+  EXPECT_TRUE(proposal("root ::= \"t7 t8 t9 \" (\"t1 \" | \"t2 \")*\n").empty());
 }
 
 TEST(NgramDrafter, WritesQRowsOnlyWhereTheVerdictReadsThemThatIsForExactSampling) {

@@ -178,7 +178,7 @@ ws ::= [ \n]{0,2}
       }
       if (m.accepting(s) && (rng() % 4 == 0 || kept.size() == 1)) {
         ++ended;
-        EXPECT_NO_THROW((void)nlohmann::json::parse(text)) << text;  // this grammar's sentences are JSON
+        EXPECT_TRUE(nlohmann::json::accept(text)) << text;  // this grammar's sentences are JSON
         break;
       }
       if (!any) break;  // a dead end of this vocabulary: only the stop token
@@ -297,8 +297,12 @@ TEST(JsonSchema, RandomOutputsOfAnObjectSchemaAreJsonThatKeepsItsRules) {
     EXPECT_LE(j["pets"].size(), 2u);
     for (const auto& p : j["pets"]) EXPECT_TRUE(p == "cat" || p == "dog" || p == 3) << text;
     for (const auto& [k, _] : j.items()) EXPECT_TRUE(k == "name" || k == "age" || k == "pets" || k == "nick" || k == "home") << text;
-    if (j.contains("nick")) EXPECT_TRUE(j["nick"].is_string() || j["nick"].is_null()) << text;
-    if (j.contains("home")) EXPECT_EQ(j["home"]["city"], "Paris") << text;
+    if (j.contains("nick")) {
+      EXPECT_TRUE(j["nick"].is_string() || j["nick"].is_null()) << text;
+    }
+    if (j.contains("home")) {
+      EXPECT_EQ(j["home"]["city"], "Paris") << text;
+    }
   }
   EXPECT_GE(made, 20);
 }
