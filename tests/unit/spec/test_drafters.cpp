@@ -49,7 +49,7 @@ TEST(NgramDrafter, ProposesWhatFollowedTheMostRecentLongestMatch) {
 // grammar refuses is never accepted: the proposal ends before it, and goes on where it keeps it.
 TEST(NgramDrafter, UnderAGrammarTheProposalEndsWhereTheGrammarWouldRefuseIt) {
   std::vector<std::string> texts;
-  for (int v = 0; v < 100; ++v) texts.push_back("t" + std::to_string(v) + " ");
+  for (int v = 0; v < 100; ++v) texts.push_back(std::string(1, 't').append(std::to_string(v)).append(1, ' '));
   const auto trie = std::make_shared<const TokenTrie>(texts);
   const std::vector<int32_t> ctx = {1, 7, 8, 9, 50, 51, 52, 53, 7, 8, 9};
   auto proposal = [&](const std::string& gbnf) {
