@@ -249,6 +249,12 @@ std::shared_ptr<const GrammarMatcher> Engine::grammar(const std::string& gbnf) c
     auto& g = impl_->grammars;
     for (size_t i = 0; i < g.size(); ++i)
       if (g[i].first == gbnf) {
+        // A matcher past its limits is spent: the next request starts a fresh one (those running
+        // keep theirs).
+        if (g[i].second->full()) {
+          g.erase(g.begin() + static_cast<std::ptrdiff_t>(i));
+          break;
+        }
         std::rotate(g.begin() + static_cast<std::ptrdiff_t>(i), g.begin() + static_cast<std::ptrdiff_t>(i) + 1, g.end());
         return g.back().second;
       }

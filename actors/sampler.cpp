@@ -90,11 +90,29 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
   // coalesces them into one event) instead of racing the sampler token by token.
   std::vector<StreamEvent> batch;
   batch.reserve(tokens.size() + 1);
+  auto end_with = [&](StreamEvent last) {
+    last.stats = st;
+    batch.push_back(std::move(last));
+    request->events->send_all(std::move(batch));
+    o.ended = true;
+    j.finished = true;
+    return true;
+  };
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int32_t tok = tokens[i];
     const int64_t tok_position = position + static_cast<int64_t>(i);
     j.tokens.push_back(tok);
     if (o.penalties) o.penalties->push(tok);
+    if (o.penalties && o.penalties->over_limit()) {
+      // The grammar needs more states than its matcher may hold: the text so far goes out (a
+      // prefix the grammar allows), then an error rather than a silent early stop.
+      StreamEvent err;
+      err.kind = StreamEvent::Kind::Error;
+      err.request_fault = true;
+      err.error = "the grammar needs more parse states than one request may use (" + std::to_string(GrammarMatcher::kMaxStates) +
+                  " states, " + std::to_string(GrammarMatcher::kMaxStacks) + " parses at once); simplify it";
+      return end_with(std::move(err));
+    }
     ++st.generated;
     StreamEvent ev;
     ev.token = tok;
@@ -117,12 +135,7 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
       done.text = stopped ? std::string() : flush(o);
       done.finish_reason = finish;
       st.finish_reason = finish;
-      done.stats = st;
-      batch.push_back(std::move(done));
-      request->events->send_all(std::move(batch));
-      o.ended = true;
-      j.finished = true;
-      return true;
+      return end_with(std::move(done));
     }
   }
   request->events->send_all(std::move(batch));

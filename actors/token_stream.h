@@ -27,6 +27,7 @@ struct StreamEvent {
   std::optional<TokenLogprobs> logprobs;  // Token, when the request asked (EngineRequest::logprobs)
   FinishReason finish_reason = FinishReason::None;  // Done: why the request ended
   std::string error;           // Error: what failed, in one line
+  bool request_fault = false;  // Error: the request asked for more than can be kept (an HTTP 400, not a 500)
   SpeculativeStats stats;      // Done and Error: the request's statistics so far
 
   bool terminal() const { return kind != Kind::Token; }

@@ -196,6 +196,7 @@ void Generation::on_end(const actors::StreamEvent& ev, GenerationUpdate& u) {
   Metrics& m = st_.metrics;
   if (ev.kind == actors::StreamEvent::Kind::Error) {
     u.error = ev.error.empty() ? "the request failed" : ev.error;
+    u.request_fault = ev.request_fault;
     m.count_request("error");
   } else {
     u.finish_reason = ev.finish_reason;

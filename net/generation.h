@@ -35,6 +35,7 @@ struct GenerationUpdate {
   bool terminal = false;
   FinishReason finish_reason = FinishReason::None;  // terminal and not an error
   std::string error;              // terminal with an engine error
+  bool request_fault = false;     // the error is the request's (its grammar's limits): a 400, not a 500
 };
 
 struct GenerationStats {

@@ -220,7 +220,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
         for (const TokenOut& t : u.tokens) logprobs[i].add(t);
       } while (!u.terminal);
       if (!u.error.empty())
-        co_return co_await write_response(stream, error_response(ApiError("internal", u.error), keep_alive, req.version()));
+        co_return co_await write_response(stream, error_response(ApiError(u.request_fault ? "invalid_request" : "internal", u.error), keep_alive, req.version()));
       if (u.finish_reason == FinishReason::Cancelled) co_return false;  // the client went away (or shutdown)
       json choice = {{"index", i},
                      {"logprobs", want_logprobs ? logprobs[i].take() : json(nullptr)},
@@ -279,7 +279,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     if (!u.terminal) continue;
     --open;
     if (!u.error.empty()) {  // the request fails as a whole: the other choices are cancelled on return
-      if (!co_await send_event(dump_json(openai_error(ApiError("internal", u.error))))) co_return false;
+      if (!co_await send_event(dump_json(openai_error(ApiError(u.request_fault ? "invalid_request" : "internal", u.error))))) co_return false;
       break;
     }
     json last = with_usage(shape.chunk(i, "", openai_finish(u.finish_reason)));

@@ -143,7 +143,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       }
       if (!u.terminal) continue;
       if (!u.error.empty()) {
-        send_error(id, "internal", u.error);
+        send_error(id, u.request_fault ? "invalid_request" : "internal", u.error);
       } else {
         send(json{{"type", "done"},
                   {"id", id},

@@ -2,7 +2,6 @@
 #include "spec/grammar.h"
 
 #include <algorithm>
-#include <functional>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -407,11 +406,13 @@ class GrammarBuilder {
         have_last = true;
       } else if (c == '(') {
         ++pos_;
+        if (++nesting_ > kMaxNesting) fail("groups nested deeper than " + std::to_string(kMaxNesting) + " levels");
         skip(true);
         Alts body = parse_alternates(true);
         skip(true);
         if (peek() != ')') fail("expected ')'");
         ++pos_;
+        --nesting_;
         last = seq.size();
         seq.push_back(Elem{Elem::Rule, anonymous(std::move(body))});
         have_last = true;
@@ -472,17 +473,37 @@ class GrammarBuilder {
 
   void check_left_recursion() const {
     const size_t R = bodies_.size();
+    // Nullable rules (those that may match nothing), by a worklist: an alternative of rules only
+    // waits for each of them; the last one found nullable makes its rule nullable. Linear in the
+    // grammar's size, however its rules chain.
     std::vector<bool> nullable(R, false);
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t r = 0; r < R; ++r) {
-        if (nullable[r]) continue;
-        for (const Seq& alt : bodies_[r])
-          if (std::all_of(alt.begin(), alt.end(), [&](const Elem& e) { return e.kind == Elem::Rule && nullable[e.arg]; })) {
-            nullable[r] = changed = true;
-            break;
-          }
+    std::vector<std::vector<uint32_t>> waiting(R);          // per rule, per alternative: rules not yet known nullable
+    std::vector<std::vector<std::pair<uint32_t, uint32_t>>> users(R);  // rule -> (rule, alternative) that wait for it
+    std::vector<uint32_t> found;
+    for (size_t r = 0; r < R; ++r) {
+      waiting[r].assign(bodies_[r].size(), 0);
+      for (size_t a = 0; a < bodies_[r].size(); ++a) {
+        const Seq& alt = bodies_[r][a];
+        if (std::any_of(alt.begin(), alt.end(), [](const Elem& e) { return e.kind != Elem::Rule; })) {
+          waiting[r][a] = std::numeric_limits<uint32_t>::max();
+          continue;
+        }
+        for (const Elem& e : alt) users[e.arg].emplace_back(static_cast<uint32_t>(r), static_cast<uint32_t>(a));
+        waiting[r][a] = static_cast<uint32_t>(alt.size());
+        if (alt.empty() && !nullable[r]) {
+          nullable[r] = true;
+          found.push_back(static_cast<uint32_t>(r));
+        }
       }
+    }
+    while (!found.empty()) {
+      const uint32_t x = found.back();
+      found.pop_back();
+      for (const auto& [r, a] : users[x])
+        if (--waiting[r][a] == 0 && !nullable[r]) {
+          nullable[r] = true;
+          found.push_back(r);
+        }
     }
     // r -> s where s can be r's first step with nothing consumed; a tail step (s last in its
     // alternative) ends r's frame first, so a cycle of tail steps only (a repetition of an item
@@ -501,36 +522,49 @@ class GrammarBuilder {
           left[r].push_back({e.arg, j + 1 == alt.size()});
           if (!nullable[e.arg]) break;
         }
-    // Strongly connected components (Tarjan), then any non-tail step inside one.
+    // Strongly connected components (Tarjan's, with its recursion on a stack of its own: a chain
+    // of many rules must not overflow the thread's), then any non-tail step inside one.
     std::vector<int64_t> index(R, -1), low(R, 0), comp(R, -1);
     std::vector<uint32_t> stack;
     std::vector<bool> on(R, false);
     int64_t counter = 0, comps = 0;
-    std::function<void(uint32_t)> connect = [&](uint32_t r) {
+    struct Frame {
+      uint32_t r;
+      size_t next;  // the step of left[r] to look at next
+    };
+    std::vector<Frame> calls;
+    auto enter = [&](uint32_t r) {
       index[r] = low[r] = counter++;
       stack.push_back(r);
       on[r] = true;
-      for (const Step& st : left[r]) {
-        if (index[st.to] < 0) {
-          connect(st.to);
-          low[r] = std::min(low[r], low[st.to]);
-        } else if (on[st.to]) {
-          low[r] = std::min(low[r], index[st.to]);
-        }
-      }
-      if (low[r] == index[r]) {
-        uint32_t x;
-        do {
-          x = stack.back();
-          stack.pop_back();
-          on[x] = false;
-          comp[x] = comps;
-        } while (x != r);
-        ++comps;
-      }
+      calls.push_back({r, 0});
     };
-    for (uint32_t r = 0; r < R; ++r)
-      if (index[r] < 0) connect(r);
+    for (uint32_t root = 0; root < R; ++root) {
+      if (index[root] >= 0) continue;
+      enter(root);
+      while (!calls.empty()) {
+        Frame& f = calls.back();
+        const uint32_t r = f.r;
+        if (f.next < left[r].size()) {
+          const uint32_t to = left[r][f.next++].to;
+          if (index[to] < 0) enter(to);
+          else if (on[to]) low[r] = std::min(low[r], index[to]);
+          continue;
+        }
+        if (low[r] == index[r]) {
+          uint32_t x;
+          do {
+            x = stack.back();
+            stack.pop_back();
+            on[x] = false;
+            comp[x] = comps;
+          } while (x != r);
+          ++comps;
+        }
+        calls.pop_back();
+        if (!calls.empty()) low[calls.back().r] = std::min(low[calls.back().r], low[r]);
+      }
+    }
     for (uint32_t r = 0; r < R; ++r)
       for (const Step& st : left[r])
         if (!st.tail && comp[st.to] == comp[r])
@@ -544,7 +578,9 @@ class GrammarBuilder {
   }
 
   static constexpr uint64_t kMaxWritten = 1 << 20;
+  static constexpr int kMaxNesting = 256;  // ( groups ) inside one another: the parser recurses per level
   uint64_t written_ = 0;
+  int nesting_ = 0;
   std::string_view text_;
   size_t pos_ = 0;
   std::map<std::string, uint32_t> ids_;
@@ -575,65 +611,77 @@ constexpr GrammarMatcher::State kUnknown = std::numeric_limits<GrammarMatcher::S
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> vocabulary)
     : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)) {
   states_.push_back(std::make_unique<StateData>());  // kDead: no stacks
-  Stacks stacks;
+  states_.push_back(std::make_unique<StateData>());  // kOverLimit: none either
+  std::vector<std::vector<uint32_t>> roots;
   const auto& elems = grammar_->elems();
   for (const uint32_t a : grammar_->alts()[grammar_->root()]) {
     std::vector<uint32_t> st;
     if (elems[a].kind != Grammar::Elem::End) st.push_back(a);
-    expand(std::move(st), stacks);
+    roots.push_back(std::move(st));
   }
-  const bool too_many = stacks.size() > kMaxStacks;
   std::lock_guard lock(mu_);
-  start_ = intern_locked(std::move(stacks));
-  if (start_ == kDead)
-    throw std::invalid_argument(too_many ? "grammar: more than " + std::to_string(kMaxStacks) +
-                                               " ways to parse its start (a grammar this ambiguous is refused)"
-                                         : "grammar: it matches nothing");
+  start_ = expand_and_intern_locked(std::move(roots));
+  if (start_ == kOverLimit)
+    throw std::invalid_argument("grammar: more than " + std::to_string(kMaxStacks) +
+                                " ways to parse its start, or too much work to find them (a grammar this ambiguous is refused)");
+  if (start_ == kDead) throw std::invalid_argument("grammar: it matches nothing");
 }
 
 GrammarMatcher::~GrammarMatcher() = default;
 
-// Moves a stack's top rule references into their alternatives until a byte set (or nothing) is on
-// top, appending each result to out.
-void GrammarMatcher::expand(std::vector<uint32_t> stack, Stacks& out) const {
-  std::vector<std::vector<uint32_t>> path;
-  expand(std::move(stack), out, path);
-}
-
-// `path`: the stacks this expansion has passed through with nothing consumed; meeting one again is
-// a cycle of empty steps (a repetition of an item that may be empty), which adds nothing.
-void GrammarMatcher::expand(std::vector<uint32_t> stack, Stacks& out,
-                            std::vector<std::vector<uint32_t>>& path) const {
-  if (out.size() > kMaxStacks || stack.size() > kMaxStackDepth) return;
+// Moves the stacks' top rule references into their alternatives until a byte set (or nothing) is on
+// top, and interns the stacks that result. Each stack met is expanded once: one reached again, by
+// another route or round a cycle of empty steps (a repetition of an item that may be empty), adds
+// nothing new, so the work is bounded by the distinct stacks and never by the routes to them
+// (("" | ""){0,60} has 2^60). Past kMaxStacks results or kMaxExpandWork stack elements looked at,
+// the state is kOverLimit.
+GrammarMatcher::State GrammarMatcher::expand_and_intern_locked(std::vector<std::vector<uint32_t>> work) const {
   const auto& elems = grammar_->elems();
-  if (stack.empty() || elems[stack.back()].kind == Grammar::Elem::Bytes) {
-    out.insert(std::move(stack));
-    return;
+  Stacks out, seen;
+  size_t spent = 0;
+  while (!work.empty()) {
+    std::vector<uint32_t> stack = std::move(work.back());
+    work.pop_back();
+    if (stack.size() > kMaxStackDepth) continue;  // nested past the limit: this parse is dropped
+    spent += stack.size() + 1;
+    if (spent > kMaxExpandWork) return kOverLimit;
+    if (stack.empty() || elems[stack.back()].kind == Grammar::Elem::Bytes) {
+      out.insert(std::move(stack));
+      if (out.size() > kMaxStacks) return kOverLimit;
+      continue;
+    }
+    if (!seen.insert(stack).second) continue;
+    const uint32_t p = stack.back();
+    stack.pop_back();
+    if (elems[p + 1].kind != Grammar::Elem::End) stack.push_back(p + 1);
+    for (const uint32_t a : grammar_->alts()[elems[p].arg]) {
+      std::vector<uint32_t> alt = stack;
+      if (elems[a].kind != Grammar::Elem::End) alt.push_back(a);
+      work.push_back(std::move(alt));
+    }
   }
-  if (std::find(path.begin(), path.end(), stack) != path.end()) return;
-  path.push_back(stack);
-  const uint32_t p = stack.back();
-  stack.pop_back();
-  if (elems[p + 1].kind != Grammar::Elem::End) stack.push_back(p + 1);
-  for (const uint32_t a : grammar_->alts()[elems[p].arg]) {
-    std::vector<uint32_t> alt = stack;
-    if (elems[a].kind != Grammar::Elem::End) alt.push_back(a);
-    expand(std::move(alt), out, path);
-  }
-  path.pop_back();
+  return intern_locked(std::move(out));
 }
 
 GrammarMatcher::State GrammarMatcher::intern_locked(Stacks set) const {
-  if (set.empty() || set.size() > kMaxStacks) return kDead;
+  if (set.empty()) return kDead;
   std::vector<std::vector<uint32_t>> stacks(std::make_move_iterator(set.begin()), std::make_move_iterator(set.end()));
   std::string key;
+  size_t elements = 0;
   for (const auto& st : stacks) {
     for (const uint32_t p : st) key.append(reinterpret_cast<const char*>(&p), sizeof p);
     const uint32_t sep = kUnknown;
     key.append(reinterpret_cast<const char*>(&sep), sizeof sep);
+    elements += st.size() + 8;  // and its vector's header and allocation, about 8 elements' worth
   }
   if (const auto it = ids_.find(key); it != ids_.end()) return it->second;
-  if (states_.size() >= kMaxStates) return kDead;
+  // Bounded memory: the states' stacks are held twice (as stacks and as the key). (A state's own
+  // few hundred bytes, its transitions and its map entry, are bounded by kMaxStates.)
+  if (states_.size() >= kMaxStates || held_ + elements > kMaxHeldElements) {
+    full_ = true;
+    return kOverLimit;
+  }
+  held_ += elements;
   auto d = std::make_unique<StateData>();
   d->accepting = stacks.front().empty();
   d->stacks = std::move(stacks);
@@ -644,7 +692,7 @@ GrammarMatcher::State GrammarMatcher::intern_locked(Stacks set) const {
 }
 
 GrammarMatcher::State GrammarMatcher::step_locked(State s, uint8_t byte) const {
-  if (s == kDead) return kDead;
+  if (s == kDead || s == kOverLimit) return s;
   StateData& d = *states_[s];
   if (!d.next) {
     d.next = std::make_unique<std::array<State, 256>>();
@@ -652,17 +700,17 @@ GrammarMatcher::State GrammarMatcher::step_locked(State s, uint8_t byte) const {
   }
   State& t = (*d.next)[byte];
   if (t != kUnknown) return t;
-  Stacks out;
+  std::vector<std::vector<uint32_t>> moved;
   const auto& elems = grammar_->elems();
   for (const auto& st : d.stacks) {
     if (st.empty()) continue;
     const uint32_t p = st.back();
     if (!grammar_->in_set(elems[p].arg, byte)) continue;
-    std::vector<uint32_t> moved(st.begin(), st.end() - 1);
-    if (elems[p + 1].kind != Grammar::Elem::End) moved.push_back(p + 1);
-    expand(moved, out);
+    std::vector<uint32_t> m(st.begin(), st.end() - 1);
+    if (elems[p + 1].kind != Grammar::Elem::End) m.push_back(p + 1);
+    moved.push_back(std::move(m));
   }
-  const State next = intern_locked(std::move(out));
+  const State next = expand_and_intern_locked(std::move(moved));
   (*states_[s]->next)[byte] = next;  // states_ may have grown: index again
   return next;
 }
@@ -671,12 +719,13 @@ GrammarMatcher::State GrammarMatcher::feed(State s, std::string_view bytes) cons
   std::lock_guard lock(mu_);
   for (const char c : bytes) {
     s = step_locked(s, static_cast<uint8_t>(c));
-    if (s == kDead) break;
+    if (s == kDead || s == kOverLimit) break;
   }
   return s;
 }
 
 GrammarMatcher::State GrammarMatcher::after(State s, int32_t v) const {
+  if (s == kOverLimit) return kOverLimit;
   if (s == kDead || v < 0 || v >= vocabulary_->size()) return kDead;
   std::lock_guard lock(mu_);
   const uint64_t key = uint64_t{s} << 32 | static_cast<uint32_t>(v);
@@ -687,9 +736,10 @@ GrammarMatcher::State GrammarMatcher::after(State s, int32_t v) const {
     t = s;
     for (const char c : bytes) {
       t = step_locked(t, static_cast<uint8_t>(c));
-      if (t == kDead) break;
+      if (t == kDead || t == kOverLimit) break;
     }
   }
+  if (token_next_.size() >= kMaxTokenSteps) token_next_.clear();  // bounded memory: start the cache over
   token_next_.emplace(key, t);
   return t;
 }
@@ -704,6 +754,11 @@ size_t GrammarMatcher::states() const {
   return states_.size();
 }
 
+bool GrammarMatcher::full() const {
+  std::lock_guard lock(mu_);
+  return full_;
+}
+
 const GrammarMatcher::StateData& GrammarMatcher::masked_locked(State s) const {
   if (states_[s]->masked) return *states_[s];
   if (masks_ >= kMaxMasks) {  // bounded memory: start the cache over
@@ -715,7 +770,7 @@ const GrammarMatcher::StateData& GrammarMatcher::masked_locked(State s) const {
   const size_t V = static_cast<size_t>(vocabulary_->size());
   std::vector<uint64_t> allowed((V + 63) / 64, 0);
   bool any = false;
-  if (s != kDead) {
+  if (s != kDead && s != kOverLimit) {
     const auto& nodes = vocabulary_->nodes();
     const auto& tokens = vocabulary_->tokens();
     std::vector<std::pair<uint32_t, State>> work{{0, s}};
@@ -725,12 +780,14 @@ const GrammarMatcher::StateData& GrammarMatcher::masked_locked(State s) const {
       for (uint32_t c = nodes[n].child_begin; c < nodes[n].child_end; ++c) {
         const State t = step_locked(cur, nodes[c].byte);
         if (t == kDead) continue;
+        // A token into kOverLimit stays: the output meets the limit there and ends with an error,
+        // rather than the mask narrowing silently to the tokens whose states fit.
         for (uint32_t k = nodes[c].token_begin; k < nodes[c].token_end; ++k) {
           const auto v = static_cast<size_t>(tokens[k]);
           allowed[v >> 6] |= uint64_t{1} << (v & 63);
           any = true;
         }
-        if (nodes[c].child_begin < nodes[c].child_end) work.emplace_back(c, t);
+        if (t != kOverLimit && nodes[c].child_begin < nodes[c].child_end) work.emplace_back(c, t);
       }
     }
   }

@@ -89,8 +89,12 @@ class GrammarMatcher {
  public:
   using State = uint32_t;
   static constexpr State kDead = 0;  // no sentence of the grammar continues so
+  // The grammar needs more than this matcher's limits allow to go on (kMaxStates states, or their
+  // stacks past kMaxHeldElements, or one step past kMaxStacks or kMaxExpandWork): masked as kDead,
+  // so the output can only stop, and a request that meets it ends with an error (actors/sampler).
+  static constexpr State kOverLimit = 1;
 
-  // Throws std::invalid_argument where the start is already dead (more than kMaxStacks parses).
+  // Throws std::invalid_argument where the grammar matches nothing or its start is past the limits.
   GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> vocabulary);
   ~GrammarMatcher();
   GrammarMatcher(const GrammarMatcher&) = delete;
@@ -109,10 +113,16 @@ class GrammarMatcher {
   // (the grammar has ended, or s is dead: a row after a refused draft, never judged). Where not
   // even a stop token would stay (no stop tokens: ignore_eos), the row is left as it is.
   void mask(State s, std::span<float> row, std::span<const int32_t> stop_ids, bool stops_allowed) const;
-  // States met so far (a grammar whose states pass kMaxStates stops growing: new ones are dead).
+  // States met so far (a grammar whose states pass kMaxStates stops growing: new ones are kOverLimit).
   size_t states() const;
+  // Some state came out kOverLimit: this matcher is spent for new requests (the engine builds a
+  // fresh one for the next request with the same grammar; those that hold this one keep it).
+  bool full() const;
 
   static constexpr size_t kMaxStates = 1 << 16;
+  static constexpr size_t kMaxHeldElements = size_t{1} << 22;  // stack elements in all states (16 MB, held twice)
+  static constexpr size_t kMaxExpandWork = size_t{1} << 20;    // stack elements looked at in one step
+  static constexpr size_t kMaxTokenSteps = size_t{1} << 20;    // (state, token) steps cached; past it all are dropped
   static constexpr size_t kMaxMasks = 2048;       // masks cached at once (a vocabulary's bits each); past it all are dropped
   static constexpr size_t kMaxStacks = 1024;      // parse stacks in one state
   static constexpr size_t kMaxStackDepth = 1024;  // rules open in one stack
@@ -121,12 +131,10 @@ class GrammarMatcher {
   struct StateData;
   State step_locked(State s, uint8_t byte) const;
   using Stacks = std::set<std::vector<uint32_t>>;  // parse stacks, each once
+  State expand_and_intern_locked(std::vector<std::vector<uint32_t>> stacks) const;
   State intern_locked(Stacks stacks) const;
   const StateData& masked_locked(State s) const;
   bool keeps_locked(const StateData& d, int32_t v, std::span<const int32_t> stop_ids, bool stops_allowed) const;
-  void expand(std::vector<uint32_t> stack, Stacks& out) const;
-  void expand(std::vector<uint32_t> stack, Stacks& out,
-              std::vector<std::vector<uint32_t>>& path) const;
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenTrie> vocabulary_;
@@ -135,6 +143,8 @@ class GrammarMatcher {
   mutable std::unordered_map<std::string, State> ids_;
   mutable std::unordered_map<uint64_t, State> token_next_;
   mutable size_t masks_ = 0;
+  mutable size_t held_ = 0;  // stack elements in states_
+  mutable bool full_ = false;
   State start_ = kDead;
 };
 

@@ -2,10 +2,14 @@
 #include "spec/json_schema.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <stdexcept>
 #include <vector>
 
@@ -248,9 +252,12 @@ class RegexReader {
           fail(peek() == '=' || peek() == '!' ? "lookahead is not supported" : "group flags are not supported");
         }
       }
+      // The reader recurses per group: nesting is bounded, so a pattern cannot exhaust the stack.
+      if (++nesting_ > kMaxNesting) fail("groups nested deeper than " + std::to_string(kMaxNesting) + " levels");
       const std::string inner = alternation();
       if (peek() != ')') fail("an unterminated group");
       ++pos_;
+      --nesting_;
       return "(" + inner + ")";
     }
     if (c == '[') return char_class();
@@ -351,9 +358,11 @@ class RegexReader {
     return several ? "(" + out + ")" : out;
   }
 
+  static constexpr int kMaxNesting = 256;
   std::string_view re_;
   bool json_;
   size_t pos_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace
@@ -671,6 +680,24 @@ End whole_end(End e, bool lower) {
   return e;
 }
 
+// A strict end of a "number", for validators that read the output as a double (Python's json
+// module, so pydantic and jsonschema): a decimal just inside the end may round to the end's own
+// double, 3.4999999999999999 < 3.5 but not once parsed, and be refused there. The end becomes the
+// nearest double inside it, written shortest (nlohmann writes doubles so), and no longer strict:
+// every decimal up to it parses to a double inside the end, since rounding keeps order. What is
+// lost are decimals between that double and the end that round to it, a few at the 17th digit.
+End inside_as_double(const End& e, bool lower) {
+  if (!e.strict) return e;
+  const std::string text = (e.negative ? "-" : "") + e.m.whole + (e.m.frac.empty() ? "" : "." + e.m.frac);
+  double d = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), d);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(d)) return e;
+  const double in = std::nextafter(d, lower ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity());
+  End out;
+  if (!std::isfinite(in) || !read_decimal(json(in), out.negative, out.m)) return e;
+  return out;
+}
+
 int compare_signed(const End& a, const End& b) {
   if (a.negative != b.negative) return a.negative ? -1 : 1;
   const int c = compare(a.m, b.m);
@@ -735,6 +762,16 @@ class Converter {
   explicit Converter(const json& root) : root_(root) {}
 
   std::string run() {
+    // The converter recurses per level of the schema (and writes const and enum values back out,
+    // which recurses too): a schema nested deeper than any real one is refused before either.
+    std::vector<std::pair<const json*, int>> work{{&root_, 1}};
+    while (!work.empty()) {
+      const auto [v, depth] = work.back();
+      work.pop_back();
+      if (depth > kMaxDepth) fail("", "the schema nests deeper than " + std::to_string(kMaxDepth) + " levels");
+      if (v->is_structured())
+        for (const auto& child : *v) work.emplace_back(&child, depth + 1);
+    }
     const std::string top = visit(root_, "");
     std::string out = "root ::= ws " + top + " ws\n";
     use("ws");
@@ -770,7 +807,14 @@ class Converter {
   std::string define(const std::string& hint, const std::string& body) {
     const std::string name = fresh(hint);
     rules_[name] = body;
+    written(body);
     return name;
+  }
+
+  // Bounded output: the grammar's text, past kMaxBytes, is refused.
+  void written(const std::string& body) {
+    bytes_ += body.size();
+    if (bytes_ > kMaxBytes) fail("", "the schema's grammar comes to more than " + std::to_string(kMaxBytes >> 20) + " MB");
   }
 
   static int64_t count(const json& s, const char* key, const std::string& path) {
@@ -796,7 +840,18 @@ class Converter {
     }
   }
 
-  std::string visit(const json& s, const std::string& path) {
+  // A subschema is converted once for each way it is read (as written, with a type of a type list,
+  // or without nullable): a schema whose parts are read from several places (a type list over
+  // arrays of arrays of ...) stays linear rather than doubling per level.
+  std::string visit(const json& s, const std::string& path, const json* type_of_list = nullptr, bool skip_nullable = false) {
+    const auto key = std::make_tuple(&s, type_of_list, skip_nullable);
+    if (const auto it = visited_.find(key); it != visited_.end()) return it->second;
+    std::string name = visit_once(s, path, type_of_list, skip_nullable);
+    visited_.emplace(key, name);
+    return name;
+  }
+
+  std::string visit_once(const json& s, const std::string& path, const json* type_of_list, bool skip_nullable) {
     if (s.is_boolean()) {
       if (!s.get<bool>()) fail(path, "the schema false accepts nothing");
       return use("value");
@@ -813,13 +868,11 @@ class Converter {
       refs_[r] = name;
       rules_[name] = "";  // reserved, so a recursive $ref finds it
       rules_[name] = visit(resolve(r, path), r.substr(1));
+      written(rules_[name]);
       return name;
     }
-    if (const auto n = s.find("nullable"); n != s.end() && n->is_boolean() && n->get<bool>()) {
-      json rest = s;
-      rest.erase("nullable");
-      return define("nullable", visit(rest, path) + " | " + use("null"));
-    }
+    if (const auto n = s.find("nullable"); !skip_nullable && n != s.end() && n->is_boolean() && n->get<bool>())
+      return define("nullable", visit(s, path, type_of_list, true) + " | " + use("null"));
     if (const auto c = s.find("const"); c != s.end()) return define("const", gbnf_literal(c->dump()));
     if (const auto e = s.find("enum"); e != s.end()) {
       if (!e->is_array() || e->empty()) fail(path, "enum must be a non-empty array");
@@ -840,8 +893,9 @@ class Converter {
       return visit((*a)[0], path + "/allOf/0");
     }
 
-    const auto type = s.find("type");
-    if (type == s.end()) {
+    const auto found = s.find("type");
+    const json* type = type_of_list ? type_of_list : found == s.end() ? nullptr : &*found;
+    if (!type) {
       // No type: by the keywords that imply one, else any value.
       if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required"))
         return object(s, path);
@@ -858,9 +912,8 @@ class Converter {
       if (type->empty()) fail(path, "type must not be an empty list");
       std::string body;
       for (const auto& t : *type) {
-        json one = s;
-        one["type"] = t;
-        body += (body.empty() ? "" : " | ") + visit(one, path);
+        if (t.is_array()) fail(path, "type must be a string or a list of strings");
+        body += (body.empty() ? "" : " | ") + visit(s, path, &t, skip_nullable);
       }
       return define("types", body);
     }
@@ -909,6 +962,10 @@ class Converter {
   std::string number(const json& s, const std::string& path, bool whole_only) {
     std::optional<End> lo = end_of(s, path, true), hi = end_of(s, path, false);
     if (!lo && !hi) return use(whole_only ? "integer" : "number");
+    if (!whole_only) {  // (integers are read exactly: Python compares an int with a float exactly)
+      if (lo) lo = inside_as_double(*lo, true);
+      if (hi) hi = inside_as_double(*hi, false);
+    }
     // Past 16 digits a bound is beyond every number the grammar writes.
     static const std::string kFar = "1" + std::string(kMaxWholeDigits, '0');
     auto beyond = [](const Magnitude& m) { return compare(m, Magnitude{kFar, ""}) >= 0; };
@@ -1033,7 +1090,11 @@ class Converter {
     return define("object", "\"{\" ws " + first[0] + " \"}\"");
   }
 
+  static constexpr int kMaxDepth = 128;
+  static constexpr size_t kMaxBytes = size_t{8} << 20;
   const json& root_;
+  std::map<std::tuple<const json*, const json*, bool>, std::string> visited_;
+  size_t bytes_ = 0;
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> refs_;
   int next_ = 0;

@@ -50,6 +50,10 @@ class PenaltyHistory {
   // JSON mode or a grammar constrains the output; whether it keeps token v after the history as
   // it stands (a drafter masking the few tokens it can propose).
   bool constrained() const { return json_ != nullptr || grammar_ != nullptr; }
+  // The output has met its grammar's limits (GrammarMatcher::kOverLimit): it cannot go on.
+  bool over_limit() const {
+    return grammar_ && !grammar_states_.empty() && grammar_states_.back() == GrammarMatcher::kOverLimit;
+  }
   bool constraint_keeps(int32_t v) const {
     if (grammar_) return grammar_->keeps(grammar_states_.back(), v, stop_ids_, length_ >= min_tokens_);
     return json_->keeps(json_states_.back(), v, stop_ids_, length_ >= min_tokens_);

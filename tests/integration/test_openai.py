@@ -533,6 +533,25 @@ def test_guided_choice_a_regex_and_a_gbnf_grammar_constrain_the_answer(client, m
     assert r.choices[0].finish_reason == "stop"
 
 
+def test_a_grammar_past_the_matchers_limits_ends_the_request_with_a_400_and_the_server_goes_on(client, model_id, server):
+    """A run of a's cut into a thousand parts of one to ten has more parses at once than a matcher
+    holds: the answer is an error that says so (the request's fault, so a 400), streamed or not,
+    after the text the grammar allowed; the next request is served."""
+    gbnf = 'root ::= ("a"{1,10}){1000}\n'
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=model_id, prompt="x", max_tokens=300, temperature=0, extra_body={"grammar": gbnf})
+    assert "the grammar needs more parse states" in str(e.value), e.value
+    text = ""
+    with pytest.raises(openai.APIError) as e:
+        for chunk in client.completions.create(model=model_id, prompt="x", max_tokens=300, temperature=0, stream=True,
+                                               extra_body={"grammar": gbnf}):
+            text += chunk.choices[0].text
+    assert "the grammar needs more parse states" in str(e.value), e.value
+    assert text and set(text) == {"a"}, text
+    r = client.completions.create(model=model_id, prompt="Two plus two:", max_tokens=4, temperature=0)
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
 @pytest.mark.parametrize("extra, param, words", [
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a(?=b)"}}}},
      "response_format", "/pattern: regex: lookahead is not supported"),
@@ -549,6 +568,10 @@ def test_guided_choice_a_regex_and_a_gbnf_grammar_constrain_the_answer(client, m
     ({"guided_choice": []}, "guided_choice", "at least one choice"),
     ({"guided_choice": ["a"], "grammar": 'root ::= "a"\n'}, "grammar", "cannot both"),
     ({"response_format": {"type": "json_object"}, "guided_json": {}}, "guided_json", "cannot both"),
+    # Nesting that a recursive reader would follow off its thread's stack: refused, the server lives.
+    ({"grammar": "root ::= " + "(" * 100000 + '"a"' + ")" * 100000 + "\n"}, "grammar", "groups nested deeper than 256 levels"),
+    ({"guided_regex": "(" * 100000 + "a" + ")" * 100000}, "guided_regex", "groups nested deeper than 256 levels"),
+    ({"guided_json": '{"items":' * 50000 + "{}" + "}" * 50000}, "guided_json", "the schema nests deeper than 128 levels"),
 ])
 def test_a_constraint_the_server_cannot_keep_is_a_400_naming_the_field_and_the_fault(server, extra, param, words):
     r = httpx.post(server.url + "/v1/chat/completions", timeout=30,

@@ -708,6 +708,40 @@ TEST(Engine, UnderAJsonSchemaGreedyOutputAloneAmongOthersAndPipelinedEqualsTarge
   EXPECT_GT(whole, 0) << "no answer finished the schema's object within 64 tokens";
 }
 
+// A grammar that needs more parses at once than a matcher holds (a run of a's cut into parts of
+// one to ten): the request ends with an error that says so, not a silent early stop; the engine
+// goes on serving; and a matcher whose cache of states is full is not handed to the next request.
+TEST(Engine, ARequestWhoseGrammarPassesTheMatchersLimitsEndsWithAnErrorAndTheEngineGoesOn) {
+  REQUIRE_SETUP(s);
+  Engine& e = *s->ngram;
+  const std::string gbnf = "root ::= (\"a\"{1,10}){1000}\n";
+  SamplingParams sp{0.0f, 0, 1.0f, 0};
+  sp.grammar = e.grammar(gbnf);
+  ASSERT_TRUE(sp.grammar);
+  TokenStream stream = e.start(s->request(0, 400, sp));
+  const Collected got = collect(stream);
+  ASSERT_EQ(got.last.kind, StreamEvent::Kind::Error) << "finished after " << got.tokens.size() << " tokens: " << got.text;
+  EXPECT_NE(got.last.error.find("the grammar needs more parse states"), std::string::npos) << got.last.error;
+  EXPECT_FALSE(got.text.empty());
+  EXPECT_EQ(got.text.find_first_not_of('a'), std::string::npos) << got.text;
+  EXPECT_EQ(e.grammar(gbnf), sp.grammar) << "too many parses at once is the grammar's own: its matcher stays cached";
+  // A matcher whose cache of states is full is spent: the next request with its grammar gets a new one.
+  const std::string runs = "root ::= (\"a\"{0,10000} \"b\"){7}\n";
+  const auto spent = e.grammar(runs);
+  std::string text;
+  for (int k = 0; k < 7; ++k) text += std::string(10000, 'a') + "b";
+  ASSERT_EQ(spent->feed(spent->start(), text), GrammarMatcher::kOverLimit);
+  ASSERT_TRUE(spent->full());
+  const auto fresh = e.grammar(runs);
+  EXPECT_NE(fresh, spent);
+  EXPECT_FALSE(fresh->full());
+  EXPECT_EQ(e.grammar(runs), fresh);
+  TokenStream after = e.start(s->request(1));
+  const Collected plain = collect(after);
+  EXPECT_EQ(plain.last.kind, StreamEvent::Kind::Done) << plain.last.error;
+  EXPECT_TRUE(wait_until_idle_with_full_pool(e));
+}
+
 TEST(Engine, ASeededSampledRequestGivesTheSameTextAloneAndAmongFifteenOthers) {
   REQUIRE_SETUP(s);
   Engine& e = *s->ngram;

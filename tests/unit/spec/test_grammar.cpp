@@ -5,11 +5,13 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <random>
 #include <regex>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -95,7 +97,7 @@ TEST(Grammar, RepeatedItemsThatMayBeEmptyAreKept) {
     matcher("root ::= (\"a\"?){0,5000} \"b\"\n");
     ADD_FAILURE() << "a start with 5,001 parses was taken";
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "grammar: more than 1024 ways to parse its start (a grammar this ambiguous is refused)");
+    EXPECT_STREQ(e.what(), "grammar: more than 1024 ways to parse its start, or too much work to find them (a grammar this ambiguous is refused)");
   }
 }
 
@@ -112,6 +114,205 @@ TEST(Grammar, RepetitionCountsHoldExactly) {
 
 // Character classes hold code points, matched as their UTF-8 bytes: every code point of the
 // planes sampled is accepted exactly when the class holds it, and no ill-formed UTF-8 gets by.
+TEST(Grammar, ManyRoutesToTheSameParseAreExpandedOnce) {
+  // 2^60 routes of empty steps lead to one parse: expanded route by route, this never finishes.
+  const auto m = matcher("root ::= (\"\" | \"\"){0,60} \"x\"\n");
+  EXPECT_TRUE(accepts(*m, "x"));
+  EXPECT_FALSE(continues(*m, "y"));
+  const auto r = matcher(gbnf_of_regex("(a?|b?){0,60}c"));
+  EXPECT_TRUE(accepts(*r, "c"));
+  EXPECT_TRUE(accepts(*r, "abbac"));
+  EXPECT_FALSE(continues(*r, "abd"));
+}
+
+TEST(Grammar, DeepNestingIsOneClearErrorAndLongRuleChainsWorkWithoutExhaustingTheStack) {
+  const auto nested = [](int n, const std::string& inner) { return std::string(static_cast<size_t>(n), '(') + inner + std::string(static_cast<size_t>(n), ')'); };
+  EXPECT_NE(error_of("root ::= " + nested(100000, "\"a\"") + "\n").find("line 1: groups nested deeper than 256 levels"), std::string::npos);
+  EXPECT_TRUE(accepts(*matcher("root ::= " + nested(200, "\"a\"") + "\n"), "a"));
+  try {
+    gbnf_of_regex(nested(100000, "a"));
+    ADD_FAILURE() << "a pattern nested 100,000 deep was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("regex: groups nested deeper than 256 levels"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(accepts(*matcher(gbnf_of_regex(nested(200, "a") + "b")), "ab"));
+  // 100,000 rules, each nullable only through the next: deeper than a thread's stack for a
+  // recursive walk, and 10^10 steps for a fixed-point loop that finds one per pass.
+  std::string chain = "root ::= r0 \"x\"\n";
+  for (int i = 0; i < 100000; ++i) chain += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + "\n";
+  chain += "r100000 ::= \"a\" | \"\"\n";
+  const auto c = matcher(chain);
+  EXPECT_TRUE(accepts(*c, "x"));
+  EXPECT_TRUE(accepts(*c, "ax"));
+  EXPECT_FALSE(continues(*c, "aa"));
+  std::string cycle = "root ::= r0\n";
+  for (int i = 0; i < 100000; ++i) cycle += "r" + std::to_string(i) + " ::= \"b\" | r" + std::to_string((i + 1) % 100000) + " \"a\"\n";
+  EXPECT_NE(error_of(cycle).find("left-recursive"), std::string::npos);
+}
+
+TEST(Grammar, AMatcherPastItsLimitsSaysSoKeepsOnlyStopsAndIsSpent) {
+  const std::vector<int32_t> stops{0};
+  // Too many parses at once: a run of a's cut into a thousand parts of one to ten.
+  const auto ambiguous = matcher("root ::= (\"a\"{1,10}){1000}\n");
+  State s = ambiguous->start(), before = s;
+  int fed = 0;
+  while (s != GrammarMatcher::kOverLimit && fed < 1000) {
+    before = s;
+    s = ambiguous->feed(s, "a");
+    ++fed;
+    ASSERT_NE(s, GrammarMatcher::kDead) << "after " << fed << " a's";
+  }
+  EXPECT_EQ(s, GrammarMatcher::kOverLimit) << "after " << fed << " a's";
+  EXPECT_FALSE(ambiguous->full()) << "too many parses at once is the grammar's own, not what the matcher has cached";
+  EXPECT_TRUE(ambiguous->keeps(before, 'a', stops, true)) << "the token into the limit is kept: the output meets it";
+  EXPECT_FALSE(ambiguous->accepting(s));
+  EXPECT_EQ(ambiguous->feed(s, "a"), GrammarMatcher::kOverLimit);
+  EXPECT_EQ(ambiguous->after(s, 'a'), GrammarMatcher::kOverLimit);
+  EXPECT_FALSE(ambiguous->keeps(s, 'a', stops, true));
+  EXPECT_TRUE(ambiguous->keeps(s, 0, stops, true));
+  // Too many states: seven runs of up to 10,000 a's, each state met once.
+  const auto m = matcher("root ::= (\"a\"{0,10000} \"b\"){7}\n");
+  EXPECT_FALSE(m->full());
+  std::string text;
+  for (int k = 0; k < 7; ++k) text += std::string(10000, 'a') + "b";
+  EXPECT_TRUE(continues(*m, text.substr(0, 30000)));
+  EXPECT_FALSE(m->full());
+  EXPECT_EQ(m->feed(m->start(), text), GrammarMatcher::kOverLimit);
+  EXPECT_EQ(m->states(), GrammarMatcher::kMaxStates);
+  EXPECT_TRUE(m->full());
+}
+
+// Random texts in each of the three languages a request may send (GBNF, a regular expression, a
+// JSON schema), made of their own syntax's pieces so that most get deep into the readers: each is
+// compiled, or refused with std::invalid_argument, never anything else; a grammar that compiles
+// is then walked on random bytes with masks made on the way.
+namespace fuzz {
+
+std::string pieces(std::mt19937& rng, const std::vector<std::string>& from, int most) {
+  std::string out;
+  const int n = 1 + static_cast<int>(rng() % static_cast<unsigned>(most));
+  for (int i = 0; i < n; ++i) out += from[rng() % from.size()];
+  return out;
+}
+
+// A GBNF expression made the way people write them: literals, classes, rules, groups, repetitions.
+std::string expression(std::mt19937& rng, int depth) {
+  static const std::vector<std::string> atoms = {"\"ab\"", "\"a\"", "\"\"", "[a-c]", "[^x]", "[0-9]", ".", "x", "y", "root", "\"\\u00e9\"", "[\\x41-\\x5a]"};
+  static const std::vector<std::string> repeats = {"*", "+", "?", "{2}", "{0,3}", "{1,}", "{0,60}"};
+  const unsigned pick = depth > 3 ? 0 : rng() % 5;
+  if (pick == 0) return atoms[rng() % atoms.size()];
+  if (pick == 1) return "(" + expression(rng, depth + 1) + " | " + expression(rng, depth + 1) + ")";
+  if (pick == 2) return expression(rng, depth + 1) + " " + expression(rng, depth + 1);
+  if (pick == 3) return "(" + expression(rng, depth + 1) + ")" + repeats[rng() % repeats.size()];
+  return atoms[rng() % atoms.size()] + repeats[rng() % repeats.size()];
+}
+
+// Compiles and walks; returns what went wrong other than a clear refusal ("" where nothing did).
+std::string walk(std::mt19937& rng, const std::string& gbnf, int& compiled) {
+  static const auto trie = std::make_shared<const TokenTrie>(std::vector<std::string>{
+      "a", "b", "x", "y", "ab", "\"", "{", "}", "[", "]", ",", ":", " ", "-", "0", "1", "9", ".", "e", "null", "true", "\xc3\xa9", "\xff", ""});
+  const std::vector<int32_t> stops{23};
+  try {
+    const GrammarMatcher m(Grammar::parse(gbnf), trie);
+    ++compiled;
+    State s = m.start();
+    std::vector<float> row(static_cast<size_t>(trie->size()));
+    for (int step = 0; step < 12 && s != GrammarMatcher::kDead; ++step) {
+      std::fill(row.begin(), row.end(), 0.0f);
+      m.mask(s, row, stops, true);
+      s = m.after(s, static_cast<int32_t>(rng() % static_cast<unsigned>(trie->size())));
+    }
+  } catch (const std::invalid_argument&) {
+  } catch (const std::exception& e) {
+    return std::string("threw ") + typeid(e).name() + ": " + e.what();
+  }
+  return "";
+}
+
+nlohmann::ordered_json schema(std::mt19937& rng, int depth) {
+  using json = nlohmann::ordered_json;
+  auto pick = [&](std::initializer_list<json> xs) { return *(xs.begin() + static_cast<std::ptrdiff_t>(rng() % xs.size())); };
+  const json odd = pick({json(-1), json(2.5), json("x"), json(nullptr), json::array(), json::object(), json(true), json(1e300), json(3)});
+  if (depth > 3 || rng() % 5 == 0) return rng() % 3 ? json{{"type", pick({"string", "integer", "number", "boolean", "null", "array", "object"})}} : odd;
+  json s = json::object();
+  const int keys = 1 + static_cast<int>(rng() % 4);
+  for (int k = 0; k < keys; ++k) {
+    switch (rng() % 22) {
+      case 0: s["type"] = pick({"string", "integer", "number", "boolean", "null", "array", "object", "thing"}); break;
+      case 1: s["type"] = json::array({pick({"string", "integer", "array"}), pick({"null", "object", "number"})}); break;
+      case 2: s["properties"] = json{{"a", schema(rng, depth + 1)}, {"b", schema(rng, depth + 1)}}; break;
+      case 3: s["required"] = rng() % 4 ? json::array({"a", pick({"b", "c"})}) : odd; break;
+      case 4: s["items"] = rng() % 5 ? schema(rng, depth + 1) : odd; break;
+      case 5: s["prefixItems"] = json::array({schema(rng, depth + 1)}); break;
+      case 6: s[pick({"minItems", "maxItems", "minLength", "maxLength"})] = pick({json(0), json(2), json(5), json(-1), json(20000), json(1.5), json("3")}); break;
+      case 7: s[pick({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})] =
+                  pick({json(0), json(-2.5), json(0.1), json(7), json(1e17), json(-1e-7), json(true), json("1"), json(3.4999999999999996)});
+        break;
+      case 8: s["enum"] = rng() % 4 ? json::array({1, "a", nullptr, json::array({2})}) : odd; break;
+      case 9: s["const"] = odd; break;
+      case 10: s[pick({"anyOf", "oneOf", "allOf"})] = json::array({schema(rng, depth + 1), schema(rng, depth + 1)}); break;
+      case 11: s["$ref"] = pick({"#/$defs/a", "#/$defs/b", "#", "#/properties/a", "other.json", "#/nowhere"}); break;
+      case 12: s["$defs"] = json{{"a", schema(rng, depth + 1)}}; break;
+      case 13: s["nullable"] = pick({true, false, 1}); break;
+      case 14: s["format"] = pick({"date", "date-time", "uuid", "email", "ipv6", "uri", "hostname", "color"}); break;
+      case 15: s["pattern"] = pick({"^a+$", "[a-", "(x|y){2,3}", "\\d{3}-\\d{4}", "a(?=b)", "((a)", "\\p{L}", "[^\"]*"}); break;
+      case 16: s["additionalProperties"] = rng() % 2 ? json(rng() % 2 == 0) : schema(rng, depth + 1); break;
+      case 17: s["multipleOf"] = 5; break;
+      case 18: s["description"] = "x"; break;
+      case 19: s["uniqueItems"] = true; break;
+      case 20: s["type"] = "number"; s["minimum"] = pick({json(1), json(0.05)}); s["exclusiveMaximum"] = pick({json(1), json(0.05), json(true)}); break;
+      default: s["title"] = odd; break;
+    }
+  }
+  return s;
+}
+
+}  // namespace fuzz
+
+TEST(Grammar, RandomGbnfRegexesAndSchemasCompileOrAreOneClearErrorAndWalkWithoutFault) {
+  std::mt19937 rng(72);
+  const std::vector<std::string> gbnf_pieces = {
+      "root", " ::= ", "x", "y", " ", "\n", "\"a\"", "\"", "[", "]", "[^", "a-z", "-", "\\", "\\x41", "\\xff", "\\u00e9", "\\U0010ffff",
+      "(", ")", "|", "*", "+", "?", "{", "}", ",", "2", "0", "10000", ".", "#", "\xc3\xa9", "\xff", "\nx ::= ", "\ny ::= ", "\"\"", "x?"};
+  const std::vector<std::string> regex_pieces = {"a", "b", "(", ")", "(?:", "(?P<n>", "|", "*", "+", "?", "{2}", "{1,3}", "{,2}", "{2,}", "[",
+                                                 "]", "[^", "a-z", "\\d", "\\w", "\\s", "\\", "\\x41", "\\u00e9", ".", "^", "$", "\xc3\xa9", "-", ",", "*?"};
+  int gbnfs = 0, regexes = 0, schemas = 0;  // how many compiled: the texts must reach the matcher
+  for (int i = 0; i < 3000; ++i) {
+    std::string gbnf = "root ::= " + fuzz::expression(rng, 0) + "\nx ::= " + fuzz::expression(rng, 0) + "\ny ::= " + fuzz::expression(rng, 0) + "\n";
+    if (rng() % 3 == 0) {  // and now and then a piece put in anywhere
+      const size_t at = rng() % (gbnf.size() + 1);
+      gbnf.insert(at, fuzz::pieces(rng, gbnf_pieces, 3));
+    }
+    ASSERT_EQ(fuzz::walk(rng, gbnf, gbnfs), "") << "GBNF: " << gbnf;
+    const std::string re = fuzz::pieces(rng, regex_pieces, 16);
+    std::string from_re;
+    try {
+      from_re = gbnf_of_regex(re);
+    } catch (const std::invalid_argument&) {
+      continue;
+    } catch (const std::exception& e) {
+      FAIL() << "regex " << re << " threw " << e.what();
+    }
+    ASSERT_EQ(fuzz::walk(rng, from_re, regexes), "") << "regex: " << re << "\nGBNF: " << from_re;
+  }
+  for (int i = 0; i < 3000; ++i) {
+    const nlohmann::ordered_json s = fuzz::schema(rng, 0);
+    std::string gbnf;
+    try {
+      gbnf = gbnf_of_json_schema(s);
+    } catch (const std::invalid_argument&) {
+      continue;
+    } catch (const std::exception& e) {
+      FAIL() << "schema " << s.dump() << " threw " << e.what();
+    }
+    ASSERT_EQ(fuzz::walk(rng, gbnf, schemas), "") << "schema: " << s.dump() << "\nGBNF: " << gbnf;
+  }
+  std::printf("compiled: %d of 3,000 GBNF texts, %d regular expressions, %d schemas\n", gbnfs, regexes, schemas);
+  EXPECT_GT(gbnfs, 1000);
+  EXPECT_GT(regexes, 300);
+  EXPECT_GT(schemas, 300);
+}
+
 TEST(Grammar, CharacterClassesMatchCodePointsAsWellFormedUtf8) {
   const auto m = matcher("root ::= [^a\\u00e9-\\u00ff\\u4e00-\\u9fff]\n");
   auto utf8 = [](uint32_t cp) {
@@ -484,6 +685,51 @@ TEST(JsonSchema, BoundsThatCannotBeKeptAreOneClearError) {
 // candidates built of groups, "::" and dotted tails), and regular expressions written from the
 // RFCs for the rest, on valid and invalid texts; random walks through each format's grammar end
 // in texts the oracle takes.
+TEST(JsonSchema, AStrictBoundRefusesTheDecimalsThatParseOntoIt) {
+  // Validators read the output as a double (Python's json: pydantic, jsonschema): a decimal just
+  // inside a strict end that rounds to the end's own double is refused there, so here too.
+  const auto m = schema_matcher(R"({"type":"number","exclusiveMinimum":-1.25,"exclusiveMaximum":3.5})");
+  for (const std::string t : {"3.4999999999999999", "-1.2499999999999999", "3.5", "-1.25"}) {
+    EXPECT_FALSE(accepts(*m, t)) << t;
+    EXPECT_FALSE(std::strtod(t.c_str(), nullptr) > -1.25 && std::strtod(t.c_str(), nullptr) < 3.5) << "the oracle disagrees on " << t;
+  }
+  for (const std::string t : {"3.4999999999999996", "3.499999999999999", "-1.2499999999999998", "0", "-1.2"}) {
+    EXPECT_TRUE(accepts(*m, t)) << t;
+    EXPECT_TRUE(std::strtod(t.c_str(), nullptr) > -1.25 && std::strtod(t.c_str(), nullptr) < 3.5) << "the oracle disagrees on " << t;
+  }
+  const auto positive = schema_matcher(R"({"type":"number","exclusiveMinimum":0})");
+  EXPECT_TRUE(accepts(*positive, "0.0000000000000001"));
+  for (const std::string t : {"0", "0.0", "-0.0000000000000001"}) EXPECT_FALSE(accepts(*positive, t)) << t;
+  // Integers are compared exactly (an int against a float in Python): a strict end stays as written.
+  const auto whole = schema_matcher(R"({"type":"integer","exclusiveMinimum":0,"exclusiveMaximum":3})");
+  EXPECT_TRUE(accepts(*whole, "1"));
+  EXPECT_TRUE(accepts(*whole, "2"));
+  EXPECT_FALSE(accepts(*whole, "3"));
+}
+
+TEST(JsonSchema, DeepOrSelfMultiplyingSchemasAreOneClearErrorOrLinearWork) {
+  std::string deep;
+  for (int i = 0; i < 100000; ++i) deep += "{\"items\":";
+  deep += "{}" + std::string(100000, '}');
+  EXPECT_EQ(schema_error(deep), "json_schema: /: the schema nests deeper than 128 levels");
+  std::string deep_const = R"({"const":)" + std::string(200, '[') + std::string(200, ']') + "}";
+  EXPECT_EQ(schema_error(deep_const), "json_schema: /: the schema nests deeper than 128 levels");
+  // 40 levels of a type list over arrays: each level read twice over, 2^40 conversions if every
+  // reading converted its parts anew.
+  std::string doubling = R"({"type":"integer"})";
+  for (int i = 0; i < 40; ++i) doubling = R"({"type":["array","array"],"items":)" + doubling + "}";
+  const std::string gbnf = gbnf_of_json_schema(nlohmann::ordered_json::parse(doubling));
+  EXPECT_LT(gbnf.size(), 20000u);
+  const auto m = matcher(gbnf);
+  EXPECT_TRUE(accepts(*m, "[[[]],[]]"));
+  EXPECT_FALSE(continues(*m, "[7"));
+  // nullable and a type list, read together.
+  const auto n = schema_matcher(R"({"type":["integer","string"],"nullable":true,"maxLength":2})");
+  for (const std::string t : {"null", "3", "\"xy\""}) EXPECT_TRUE(accepts(*n, t)) << t;
+  for (const std::string t : {"true", "\"xyz\"", "2.5"}) EXPECT_FALSE(accepts(*n, t)) << t;
+  EXPECT_EQ(schema_error(R"({"type":[["string"]]})"), "json_schema: /: type must be a string or a list of strings");
+}
+
 TEST(JsonSchema, StringFormatsAcceptWhatTheirRfcsWrite) {
   const std::map<std::string, std::string> oracle = {
       {"date", "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"},
