@@ -125,10 +125,12 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
     static const std::vector<std::string> kNoStops;
     ev.text = release_text(o.held, st.generated < req.sampling.min_tokens ? kNoStops : request->stop, stopped);
     batch.push_back(std::move(ev));
-    const FinishReason finish = req.finish_rule(max_positions_).after(tok, st.generated, tok_position, stopped);
+    const bool complete = o.penalties && o.penalties->constraint_complete();
+    const FinishReason finish = req.finish_rule(max_positions_).after(tok, st.generated, tok_position, stopped, complete);
     // The stop token that ends the request is not part of its text, nor of its log-probabilities
-    // (as OpenAI's API leaves it out).
-    if (finish == FinishReason::Stop && !stopped) batch.back().logprobs.reset();
+    // (as OpenAI's API leaves it out). (A grammar's end with no stop tokens ends after a text token.)
+    const bool stop_token = !stopped && !(complete && req.stop_ids.empty());
+    if (finish == FinishReason::Stop && stop_token) batch.back().logprobs.reset();
     if (finish != FinishReason::None) {
       StreamEvent done;
       done.kind = StreamEvent::Kind::Done;

@@ -43,7 +43,7 @@ GenerateStats generate(LlamaModel& model, KvCache& kv, int seq, const GenerateRe
     penalties.push(tok);
     ++st.generated;
     if (st.generated == 1) t1 = std::chrono::steady_clock::now();
-    st.finish_reason = on_token(tok) ? rule.after(tok, st.generated, position) : FinishReason::Cancelled;
+    st.finish_reason = on_token(tok) ? rule.after(tok, st.generated, position, false, penalties.constraint_complete()) : FinishReason::Cancelled;
     if (st.finish_reason != FinishReason::None) break;
     ForwardSeq step{seq, {&tok, 1}, false};
     model.forward({&step, 1}, kv, logits);

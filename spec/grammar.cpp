@@ -814,6 +814,13 @@ bool GrammarMatcher::keeps_locked(const StateData& d, int32_t v, std::span<const
   return (d.allowed[at >> 6] >> (at & 63)) & 1;
 }
 
+bool GrammarMatcher::complete(State s) const {
+  if (s == kDead || s == kOverLimit) return false;
+  std::lock_guard lock(mu_);
+  const StateData& d = masked_locked(s);
+  return d.accepting && !d.any_allowed;
+}
+
 bool GrammarMatcher::keeps(State s, int32_t v, std::span<const int32_t> stop_ids, bool stops_allowed) const {
   std::lock_guard lock(mu_);
   return keeps_locked(masked_locked(s), v, stop_ids, stops_allowed);

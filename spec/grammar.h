@@ -106,12 +106,16 @@ class GrammarMatcher {
   State after(State s, int32_t v) const;
   // The grammar may end after s (the output is a whole sentence).
   bool accepting(State s) const;
+  // The grammar has ended after s: s is accepting and no token may follow it (only a stop token).
+  bool complete(State s) const;
   // Whether mask() keeps token v after s (a drafter's few tokens, without a whole row).
   bool keeps(State s, int32_t v, std::span<const int32_t> stop_ids, bool stops_allowed) const;
   // Writes -inf into `row` for every token that may not follow s. The stop tokens stay where s
   // is accepting and `stops_allowed` (min_tokens reached), and wherever nothing else may come
   // (the grammar has ended, or s is dead: a row after a refused draft, never judged). Where not
-  // even a stop token would stay (no stop tokens: ignore_eos), the row is left as it is.
+  // even a stop token would stay (no stop tokens: ignore_eos), the row is left as it is: a row
+  // after a refused draft, or after the grammar's end, where the request has already finished
+  // (FinishRule::after with complete()).
   void mask(State s, std::span<float> row, std::span<const int32_t> stop_ids, bool stops_allowed) const;
   // States met so far (a grammar whose states pass kMaxStates stops growing: new ones are kOverLimit).
   size_t states() const;

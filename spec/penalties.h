@@ -54,6 +54,8 @@ class PenaltyHistory {
   bool over_limit() const {
     return grammar_ && !grammar_states_.empty() && grammar_states_.back() == GrammarMatcher::kOverLimit;
   }
+  // The grammar has ended after the output: nothing but a stop token may follow.
+  bool constraint_complete() const { return grammar_ && !grammar_states_.empty() && grammar_->complete(grammar_states_.back()); }
   bool constraint_keeps(int32_t v) const {
     if (grammar_) return grammar_->keeps(grammar_states_.back(), v, stop_ids_, length_ >= min_tokens_);
     return json_->keeps(json_states_.back(), v, stop_ids_, length_ >= min_tokens_);

@@ -32,9 +32,10 @@ struct FinishRule {
   std::int64_t max_tokens = 0;
   std::int64_t max_positions = 0;
 
-  // `generated` counts the tokens so far including `token`, which sits at `position`.
+  // `generated` counts the tokens so far including `token`, which sits at `position`;
+  // `grammar_complete`: the request's grammar has ended after it (PenaltyHistory::constraint_complete).
   FinishReason after(std::int32_t token, std::int64_t generated, std::int64_t position,
-                     bool completed_stop_string = false) const;
+                     bool completed_stop_string = false, bool grammar_complete = false) const;
 };
 
 }  // namespace specula

@@ -193,7 +193,7 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
       penalties.push(tok);
       ++st.generated;
       const FinishReason finish =
-          on_token(tok, origin) ? rule.after(tok, st.generated, tok_position) : FinishReason::Cancelled;
+          on_token(tok, origin) ? rule.after(tok, st.generated, tok_position, false, penalties.constraint_complete()) : FinishReason::Cancelled;
       if (finish != FinishReason::None) {
         // As generate() leaves it: everything but the last emitted token in the cache.
         kv.truncate_to(seq, tok_position);

@@ -533,6 +533,17 @@ def test_guided_choice_a_regex_and_a_gbnf_grammar_constrain_the_answer(client, m
     assert r.choices[0].finish_reason == "stop"
 
 
+def test_with_ignore_eos_a_grammars_end_still_ends_the_reply(client, model_id):
+    """vLLM's ignore_eos takes the end tokens away, but a grammar that has ended lets nothing else
+    follow: the reply is the grammar's sentence, finish_reason stop (before, the rows after the end
+    were left unmasked and the reply ran on to max_tokens past the grammar)."""
+    gbnf = 'root ::= "The answer is " [0-9]{1,3} "."\n'
+    r = client.completions.create(model=model_id, prompt="Two plus two:", max_tokens=40, temperature=0,
+                                  extra_body={"grammar": gbnf, "ignore_eos": True})
+    assert re.fullmatch(r"The answer is [0-9]{1,3}\.", r.choices[0].text), r.choices[0].text
+    assert r.choices[0].finish_reason == "stop"
+
+
 def test_a_grammar_past_the_matchers_limits_ends_the_request_with_a_400_and_the_server_goes_on(client, model_id, server):
     """A run of a's cut into a thousand parts of one to ten has more parses at once than a matcher
     holds: the answer is an error that says so (the request's fault, so a 400), streamed or not,

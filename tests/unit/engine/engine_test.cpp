@@ -625,9 +625,10 @@ TEST(Engine, WithPenaltiesGreedyOutputAloneAmongOthersAndPipelinedEqualsTargetOn
 // text, alone, among others, pipelined and with the layer-skip draft, equals target-only
 // generate() under it (the masks are per row, the round's drafts in the constraint's state).
 // Returns the texts, stop token dropped, for the caller to check against the constraint.
-std::vector<std::string> constrained_greedy_texts(Shared* s, const SamplingParams& sp) {
+// `with_stops` false: no stop tokens (vLLM's ignore_eos), so only the constraint or max_tokens ends a text.
+std::vector<std::string> constrained_greedy_texts(Shared* s, const SamplingParams& sp, bool with_stops = true) {
   const Tokenizer& tok = *s->ngram->model().tokenizer;
-  const std::vector<int32_t> stops = tok.eos_ids();
+  const std::vector<int32_t> stops = with_stops ? tok.eos_ids() : std::vector<int32_t>{};
   auto without_stop = [&](std::vector<int32_t> t) {
     if (!t.empty() && std::find(stops.begin(), stops.end(), t.back()) != stops.end()) t.pop_back();
     return t;
@@ -659,7 +660,7 @@ std::vector<std::string> constrained_greedy_texts(Shared* s, const SamplingParam
     for (TokenStream& st : streams) got.push_back(collect(st));
     EXPECT_EQ(without_stop(got[3].tokens), want) << "among others, prompt " << p;
   }
-  EXPECT_GT(accepted, 0) << "no draft was accepted: the rows after a draft were never judged";
+  if (with_stops) EXPECT_GT(accepted, 0) << "no draft was accepted: the rows after a draft were never judged";
   EXPECT_TRUE(wait_until_idle_with_full_pool(*s->ngram));
   return texts;
 }
@@ -740,6 +741,17 @@ TEST(Engine, ARequestWhoseGrammarPassesTheMatchersLimitsEndsWithAnErrorAndTheEng
   const Collected plain = collect(after);
   EXPECT_EQ(plain.last.kind, StreamEvent::Kind::Done) << plain.last.error;
   EXPECT_TRUE(wait_until_idle_with_full_pool(e));
+}
+
+// Without stop tokens (ignore_eos) a grammar's end ends the text, in the engine as in target-only
+// generate: before, the rows after it were left unmasked and the text ran on past the grammar.
+TEST(Engine, WithoutStopTokensAGrammarsEndEndsTheTextAloneAmongOthersAndPipelinedAsTargetOnly) {
+  REQUIRE_SETUP(s);
+  SamplingParams sp{0.0f, 0, 1.0f, 0};
+  sp.grammar = s->ngram->grammar("root ::= \"{\\\"answer\\\": \\\"\" (\"yes\" | \"no\") \"\\\"}\"\n");
+  ASSERT_TRUE(sp.grammar);
+  for (const std::string& text : constrained_greedy_texts(s, sp, false))
+    EXPECT_TRUE(text == R"({"answer": "yes"})" || text == R"({"answer": "no"})") << text;
 }
 
 TEST(Engine, ASeededSampledRequestGivesTheSameTextAloneAndAmongFifteenOthers) {
