@@ -422,7 +422,7 @@ const std::set<std::string>& kept() {
   static const std::set<std::string> k = {"type", "properties", "required", "additionalProperties", "items",
                                           "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "enum",
                                           "const", "anyOf", "oneOf", "allOf", "$ref", "nullable", "minimum", "maximum",
-                                          "exclusiveMinimum", "exclusiveMaximum"};
+                                          "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
   return k;
 }
 
@@ -902,7 +902,8 @@ class Converter {
       if (s.contains("items") || s.contains("prefixItems")) return array(s, path);
       // Assertions on strings or numbers hold for the values of that type alone.
       const bool on_strings = s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") || known_format(s);
-      const bool on_numbers = s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum");
+      const bool on_numbers = s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+                              s.contains("exclusiveMaximum") || s.contains("multipleOf");
       if (!on_strings && !on_numbers) return use("value");
       const std::string str = on_strings ? string(s, path) : use("string");
       const std::string num = on_numbers ? number(s, path, false) : use("number");
@@ -959,8 +960,196 @@ class Converter {
 
   // A number or an integer, within its bounds where it has any (then written without an
   // exponent: an exponent's digits would put any number within any bound's reach).
+  // multipleOf m (m = a / 10^n, a whole): x is a multiple where x * 10^n is a whole multiple of a.
+  // Between two bounds, the multiples there are listed (at most kMaxListed), as a trie of their
+  // digits. Otherwise a grammar of the digits' remainder mod a (a finite automaton: a rules of
+  // whole digits, a * n of fraction digits, fractions of at most n digits), with at most a bound
+  // of 0 (minimum 0: no sign; exclusiveMinimum 0: and not zero; maximum 0 and exclusiveMaximum 0
+  // alike below). Other one-sided bounds with multipleOf are refused, as is a modulus past kMaxModulus.
+  std::string multiple(const json& v, const std::string& path, bool whole_only, const std::optional<End>& lo,
+                       const std::optional<End>& hi) {
+    bool negative = false;
+    Magnitude m;
+    if (!read_decimal(v, negative, m) || negative || is_zero(m)) fail(path, "multipleOf must be a number above 0");
+    std::string digits = (m.whole == "0" ? "" : m.whole) + m.frac;
+    digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size()));
+    const size_t n = m.frac.size();
+    if (digits.size() > 9 || n > kMaxFracDigits) fail(path, "multipleOf " + v.dump() + " is not supported (at most 9 significant digits and 16 after the point)");
+    const auto a = static_cast<uint32_t>(std::stoul(digits));
+    if (lo && hi) return listed_multiples(path, whole_only, a, n, *lo, *hi, v.dump());
+    for (const auto& e : {lo, hi})
+      if (e && !is_zero(e->m)) fail(path, "multipleOf with a single bound other than 0 is not supported (give both bounds)");
+    if (a > kMaxModulus || (!whole_only && static_cast<uint64_t>(a) * (n + 1) > kMaxModulus * 2))
+      fail(path, "multipleOf " + v.dump() + " without both bounds is not supported (its remainders need too many rules)");
+    return define("multiple", modular_multiples(whole_only, a, n, lo, hi));
+  }
+
+  // The grammar of the digits' remainder (see multiple()); its rules are defined here, the sign and
+  // start returned.
+  std::string modular_multiples(bool whole_only, uint32_t a, size_t n, const std::optional<End>& lo, const std::optional<End>& hi) {
+    const size_t F = whole_only ? 0 : n;  // fraction digits the grammar may write
+    std::vector<uint32_t> pow10(n + 1, 1 % a);
+    for (size_t j = 1; j <= n; ++j) pow10[j] = static_cast<uint32_t>(uint64_t{pow10[j - 1]} * 10 % a);
+    // r after f fraction digits may end the number where r * 10^(n - f) = 0 (mod a).
+    auto may_end = [&](uint32_t r, size_t f) { return uint64_t{r} * pow10[n - f] % a == 0; };
+    // Where the number may end after f fraction digits: zeros may still follow (they change
+    // nothing), up to 16 fraction digits in all, as the other numbers of the grammar.
+    auto end_here = [&](size_t f) { return end_suffix(whole_only, f, f > 0); };
+    // Fraction states (r, f) from which an end is reachable within F digits (whole-digit states
+    // always reach one: any prefix extends to a multiple of a).
+    std::vector<std::vector<bool>> alive(F + 2, std::vector<bool>(a, false));
+    for (size_t f = F; f >= 1; --f)
+      for (uint32_t r = 0; r < a; ++r) {
+        bool ok = may_end(r, f);
+        for (uint32_t d = 0; d < 10 && !ok && f < F; ++d) ok = alive[f + 1][(uint64_t{r} * 10 + d) % a];
+        alive[f][r] = ok;
+      }
+    const std::string base = fresh("mult");
+    std::map<std::string, std::string> made;  // rules to define, by name
+    std::vector<std::pair<uint32_t, size_t>> todo;  // (r, f): f = 0 whole digits (the W rules), else fraction digits (H)
+    auto name = [&](uint32_t r, size_t f) {
+      const std::string nm = base + (f == 0 ? "-w" + std::to_string(r) : "-h" + std::to_string(r) + "-" + std::to_string(f));
+      if (!made.count(nm)) {
+        made[nm] = "";
+        todo.emplace_back(r, f);
+      }
+      return nm;
+    };
+    // The digits d from `from` (each to the rule of (10 r + d) mod a at f), grouped by where they go.
+    auto next_digits = [&](uint32_t r, char from, size_t f) {
+      std::map<uint32_t, std::string> by_target;
+      for (char d = from; d <= '9'; ++d) {
+        const auto t = static_cast<uint32_t>((uint64_t{r} * 10 + static_cast<uint32_t>(d - '0')) % a);
+        if (f == 0 || alive[f][t]) by_target[t] += d;
+      }
+      std::vector<std::string> alts;
+      for (const auto& [t, ds] : by_target) alts.push_back((ds.size() == 1 ? "\"" + ds + "\"" : "[" + ds + "]") + " " + name(t, f));
+      return alts;
+    };
+    // After the whole part, with remainder r: the end, or "." and at least one digit.
+    auto after_whole = [&](uint32_t r) {
+      std::vector<std::string> alts;
+      if (may_end(r, 0)) alts.push_back(end_here(0));
+      if (const std::string frac = F >= 1 ? join_alternatives(next_digits(r, '0', 1)) : ""; !frac.empty()) alts.push_back("\".\" " + frac);
+      return alts;
+    };
+    const std::string nonzero_start = join_alternatives(next_digits(0, '1', 0));
+    const std::string zero = "\"0\" " + join_alternatives(after_whole(0));  // (0 may always end)
+    // A positive value from "0.": a fraction with a digit other than 0 (r stays 0 through zeros).
+    std::string zero_point;
+    if (F >= 1) {
+      const std::string z = base + "-z";
+      std::string body;
+      // z_f: f - 1 zeros read after the point; live while a digit other than 0 can still end it.
+      std::vector<bool> live(F + 2, false);
+      for (size_t f = F; f >= 1; --f) {
+        std::vector<std::string> alts = next_digits(0, '1', f);
+        if (f < F && live[f + 1]) alts.push_back("\"0\" " + z + std::to_string(f + 1));
+        live[f] = !alts.empty();
+        if (live[f]) made[z + std::to_string(f)] = join_alternatives(alts);
+      }
+      if (live[1]) zero_point = "\"0\" \".\" " + z + "1";
+    }
+    const std::string positive = zero_point.empty() ? nonzero_start : "(" + nonzero_start + " | " + zero_point + ")";
+    std::string top;
+    if (lo) top = lo->strict ? positive : "(" + nonzero_start + " | " + zero + ")";
+    else if (hi) top = hi->strict ? "\"-\" " + positive : "(\"-\" " + positive + " | \"0\" " + end_here(0) + ")";
+    else top = "(\"-\" " + positive + " | " + nonzero_start + " | " + zero + ")";
+    while (!todo.empty()) {
+      const auto [r, f] = todo.back();
+      todo.pop_back();
+      const std::string nm = base + (f == 0 ? "-w" + std::to_string(r) : "-h" + std::to_string(r) + "-" + std::to_string(f));
+      std::vector<std::string> alts;
+      if (f == 0) {
+        alts = next_digits(r, '0', 0);
+        for (const std::string& x : after_whole(r)) alts.push_back(x);
+      } else {
+        if (may_end(r, f)) alts.push_back(end_here(f));
+        if (f < F)
+          for (const std::string& x : next_digits(r, '0', f + 1)) alts.push_back(x);
+      }
+      made[nm] = join_alternatives(alts);  // never empty: only live states are named
+    }
+    for (const auto& [nm, body] : made) {
+      rules_[nm] = body;
+      written(body);
+    }
+    return top;
+  }
+
+  // The multiples of a / 10^n between lo and hi, listed: a trie of their texts.
+  std::string listed_multiples(const std::string& path, bool whole_only, uint32_t a, size_t n, const End& lo, const End& hi,
+                               const std::string& shown) {
+    using Wide = __int128;
+    const size_t N = std::max({n, lo.m.frac.size(), hi.m.frac.size()});
+    if (N > 18 || lo.m.whole.size() > 18 || hi.m.whole.size() > 18)
+      fail(path, "multipleOf with bounds of more than 18 digits either side of the point is not supported");
+    Wide scale = 1;
+    for (size_t i = 0; i < N; ++i) scale *= 10;
+    auto scaled = [&](const End& e) {
+      Wide x = 0;
+      for (const char c : e.m.whole) x = x * 10 + (c - '0');
+      for (size_t i = 0; i < N; ++i) x = x * 10 + (i < e.m.frac.size() ? e.m.frac[i] - '0' : 0);
+      return e.negative ? -x : x;
+    };
+    Wide step = a;
+    for (size_t i = n; i < N; ++i) step *= 10;
+    auto floor_div = [](Wide x, Wide y) { return x >= 0 ? x / y : -((-x + y - 1) / y); };
+    const Wide lo_s = scaled(lo), hi_s = scaled(hi);
+    Wide k_lo = -floor_div(-lo_s, step), k_hi = floor_div(hi_s, step);
+    if (lo.strict && k_lo * step == lo_s) ++k_lo;
+    if (hi.strict && k_hi * step == hi_s) --k_hi;
+    if (k_hi - k_lo + 1 > static_cast<Wide>(kMaxListed))
+      fail(path, "multipleOf " + shown + " leaves more than " + std::to_string(kMaxListed) + " values between the bounds (not supported)");
+    std::vector<std::string> texts;
+    for (Wide k = k_lo; k <= k_hi; ++k) {
+      const Wide x = k * step;
+      const Wide mag = x < 0 ? -x : x;
+      if (whole_only && mag % scale != 0) continue;
+      std::string whole, frac;
+      for (Wide w = mag / scale; w > 0; w /= 10) whole.insert(whole.begin(), static_cast<char>('0' + static_cast<int>(w % 10)));
+      if (whole.empty()) whole = "0";
+      Wide f = mag % scale;
+      for (size_t i = 0; i < N; ++i, f /= 10) frac.insert(frac.begin(), static_cast<char>('0' + static_cast<int>(f % 10)));
+      while (!frac.empty() && frac.back() == '0') frac.pop_back();
+      texts.push_back((x < 0 ? "-" : "") + whole + (frac.empty() ? "" : "." + frac));
+    }
+    if (texts.empty()) fail(path, std::string("no ") + (whole_only ? "integer" : "number") + " multiple of " + shown + " lies between the minimum and the maximum");
+    std::sort(texts.begin(), texts.end());
+    return define("multiple", trie_of(texts, 0, texts.size(), 0, whole_only));
+  }
+
+  // The end of a number with `f` fraction digits written (`point`: the point among them): zeros
+  // may follow, up to kMaxFracDigits after the point, unless it is an integer.
+  static std::string end_suffix(bool whole_only, size_t f, bool point) {
+    if (whole_only || f >= static_cast<size_t>(kMaxFracDigits)) return "\"\"";
+    if (!point) return "(\".\" \"0\"{1," + std::to_string(kMaxFracDigits) + "})?";
+    return "\"0\"{0," + std::to_string(kMaxFracDigits - static_cast<int>(f)) + "}";
+  }
+
+  // Sorted texts [from, to) sharing their first `depth` bytes, as a grammar that reads each once
+  // (and the zeros that may follow each).
+  static std::string trie_of(const std::vector<std::string>& texts, size_t from, size_t to, size_t depth, bool whole_only) {
+    std::vector<std::string> alts;
+    size_t i = from;
+    if (texts[i].size() == depth) {  // the shared prefix is itself one of the texts (it sorts first)
+      const size_t point = texts[i].find('.');
+      alts.push_back(end_suffix(whole_only, point == std::string::npos ? 0 : depth - point - 1, point != std::string::npos));
+      ++i;
+    }
+    while (i < to) {
+      size_t j = i;
+      while (j < to && texts[j][depth] == texts[i][depth]) ++j;
+      const std::string rest = trie_of(texts, i, j, depth + 1, whole_only);
+      alts.push_back(gbnf_literal(std::string(1, texts[i][depth])) + (rest == "\"\"" ? "" : " " + rest));
+      i = j;
+    }
+    return join_alternatives(alts);
+  }
+
   std::string number(const json& s, const std::string& path, bool whole_only) {
     std::optional<End> lo = end_of(s, path, true), hi = end_of(s, path, false);
+    if (const auto mo = s.find("multipleOf"); mo != s.end()) return multiple(*mo, path, whole_only, lo, hi);
     if (!lo && !hi) return use(whole_only ? "integer" : "number");
     if (!whole_only) {  // (integers are read exactly: Python compares an int with a float exactly)
       if (lo) lo = inside_as_double(*lo, true);
@@ -1091,6 +1280,8 @@ class Converter {
   }
 
   static constexpr int kMaxDepth = 128;
+  static constexpr uint32_t kMaxModulus = 1000;  // multipleOf's a without both bounds (a rules, and a * n for fractions up to twice that)
+  static constexpr int64_t kMaxListed = 1000;    // multiples listed between two bounds
   static constexpr size_t kMaxBytes = size_t{8} << 20;
   const json& root_;
   std::map<std::tuple<const json*, const json*, bool>, std::string> visited_;

@@ -485,7 +485,7 @@ def test_the_openai_clients_parse_helper_gets_a_pydantic_object_back(client, mod
 
 
 def test_a_pydantic_model_with_bounds_dates_uuids_and_addresses_is_parsed_back_by_the_client(client, model_id):
-    """pydantic writes minimum / exclusiveMaximum for Field(ge=, lt=) and format for datetime, date,
+    """pydantic writes minimum / exclusiveMaximum for Field(ge=, lt=), multipleOf for Field(multiple_of=) and format for datetime, date,
     UUID and IPv4Address: the reply keeps them (pydantic's own validation in the client's parse, and
     jsonschema checks the bounds), greedy and sampled."""
     import datetime
@@ -498,6 +498,8 @@ def test_a_pydantic_model_with_bounds_dates_uuids_and_addresses_is_parsed_back_b
         guests: int = pydantic.Field(ge=1, le=12)
         score: float = pydantic.Field(gt=0, lt=1)
         balance: float = pydantic.Field(ge=-99.5, le=-0.25)
+        party: int = pydantic.Field(ge=0, le=100, multiple_of=5)
+        hours: float = pydantic.Field(multiple_of=0.25)
         day: datetime.date
         starts: datetime.datetime
         ref: uuid.UUID
@@ -511,6 +513,7 @@ def test_a_pydantic_model_with_bounds_dates_uuids_and_addresses_is_parsed_back_b
         parsed = r.choices[0].message.parsed
         assert isinstance(parsed, Booking), r.choices[0].message.content
         assert 1 <= parsed.guests <= 12 and 0 < parsed.score < 1 and -99.5 <= parsed.balance <= -0.25, parsed
+        assert parsed.party % 5 == 0 and 0 <= parsed.party <= 100 and (parsed.hours * 4).is_integer(), parsed
         jsonschema.validate(json.loads(r.choices[0].message.content), schema)
 
 
@@ -567,8 +570,10 @@ def test_a_grammar_past_the_matchers_limits_ends_the_request_with_a_400_and_the_
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a(?=b)"}}}},
      "response_format", "/pattern: regex: lookahead is not supported"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format", "needs"),
-    ({"guided_json": {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 5}}}}, "guided_json",
-     "/properties/n: multipleOf is not supported"),
+    ({"guided_json": {"type": "object", "properties": {"n": {"type": "array", "uniqueItems": True}}}}, "guided_json",
+     "/properties/n: uniqueItems is not supported"),
+    ({"guided_json": {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 5, "minimum": 3}}}}, "guided_json",
+     "/properties/n: multipleOf with a single bound other than 0 is not supported (give both bounds)"),
     ({"guided_json": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 4}}}}, "guided_json",
      "/properties/n: no integer lies between the minimum and the maximum"),
     ({"guided_json": "{not json"}, "guided_json", "not JSON"),

@@ -5,9 +5,11 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <regex>
 #include <string>
@@ -257,7 +259,7 @@ nlohmann::ordered_json schema(std::mt19937& rng, int depth) {
       case 14: s["format"] = pick({"date", "date-time", "uuid", "email", "ipv6", "uri", "hostname", "color"}); break;
       case 15: s["pattern"] = pick({"^a+$", "[a-", "(x|y){2,3}", "\\d{3}-\\d{4}", "a(?=b)", "((a)", "\\p{L}", "[^\"]*"}); break;
       case 16: s["additionalProperties"] = rng() % 2 ? json(rng() % 2 == 0) : schema(rng, depth + 1); break;
-      case 17: s["multipleOf"] = 5; break;
+      case 17: s["multipleOf"] = pick({json(5), json(0.25), json(3), json(0), json(-1), json(1001), json(1e-7), json("2")}); break;
       case 18: s["description"] = "x"; break;
       case 19: s["uniqueItems"] = true; break;
       case 20: s["type"] = "number"; s["minimum"] = pick({json(1), json(0.05)}); s["exclusiveMaximum"] = pick({json(1), json(0.05), json(true)}); break;
@@ -509,8 +511,8 @@ TEST(JsonSchema, RandomOutputsOfAnObjectSchemaAreJsonThatKeepsItsRules) {
 }
 
 TEST(JsonSchema, WhatItCannotKeepIsOneClearErrorNamingWhere) {
-  EXPECT_EQ(schema_error(R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":5}}})"),
-            "json_schema: /properties/age: multipleOf is not supported");
+  EXPECT_EQ(schema_error(R"({"type":"object","properties":{"tags":{"type":"array","uniqueItems":true}}})"),
+            "json_schema: /properties/tags: uniqueItems is not supported");
   EXPECT_EQ(schema_error(R"({"type":"string","format":"email","uniqueItems":true})"), "json_schema: /: uniqueItems is not supported");
   EXPECT_EQ(schema_error(R"({"type":"thing"})"), "json_schema: /: unknown type \"thing\"");
   EXPECT_EQ(schema_error(R"({"$ref":"#/$defs/missing"})"), "json_schema: /: $ref \"#/$defs/missing\" names nothing in the schema");
@@ -728,6 +730,80 @@ TEST(JsonSchema, DeepOrSelfMultiplyingSchemasAreOneClearErrorOrLinearWork) {
   for (const std::string t : {"null", "3", "\"xy\""}) EXPECT_TRUE(accepts(*n, t)) << t;
   for (const std::string t : {"true", "\"xyz\"", "2.5"}) EXPECT_FALSE(accepts(*n, t)) << t;
   EXPECT_EQ(schema_error(R"({"type":[["string"]]})"), "json_schema: /: type must be a string or a list of strings");
+}
+
+TEST(JsonSchema, MultiplesAreAcceptedExactlyWithOrWithoutBounds) {
+  // Values scaled by 10^4, exactly; a case's candidates are its schema's numbers written plainly.
+  struct Case {
+    const char* schema;
+    bool integer;
+    int64_t m;                       // multipleOf x 10^4
+    std::optional<int64_t> lo, hi;   // x 10^4
+    bool lo_strict = false, hi_strict = false;
+  };
+  const std::vector<Case> cases = {
+      {R"({"type":"integer","multipleOf":5})", true, 50000, {}, {}},
+      {R"({"type":"integer","multipleOf":12})", true, 120000, {}, {}},
+      {R"({"type":"integer","multipleOf":7,"minimum":0})", true, 70000, 0, {}},
+      {R"({"type":"integer","multipleOf":3,"exclusiveMaximum":0})", true, 30000, {}, 0, false, true},
+      {R"({"type":"number","multipleOf":0.25})", false, 2500, {}, {}},
+      {R"({"type":"number","multipleOf":0.1,"exclusiveMinimum":0})", false, 1000, 0, {}, true},
+      {R"({"type":"number","multipleOf":3})", false, 30000, {}, {}},
+      {R"({"type":"number","multipleOf":0.5,"minimum":-2,"maximum":3})", false, 5000, -20000, 30000},
+      {R"({"type":"number","multipleOf":0.05,"exclusiveMinimum":0.1,"exclusiveMaximum":0.3})", false, 500, 1000, 3000, true, true},
+      {R"({"type":"integer","multipleOf":1.5,"minimum":0,"maximum":10})", true, 15000, 0, 100000},
+      {R"({"multipleOf":4,"maximum":8,"minimum":-8})", false, 40000, -80000, 80000},
+  };
+  std::vector<std::string> candidates;
+  for (int k = -2500; k <= 2500; k += 5)
+    for (int digits : {0, 1, 2}) {
+      if (digits == 0 && k % 100 != 0) continue;
+      if (digits == 1 && (k % 10 != 0 || k % 100 == 0)) continue;
+      if (digits == 2 && k % 10 == 0) continue;
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%d", k < 0 ? "-" : "", std::abs(k) / 100);
+      std::string t = buf;
+      if (digits > 0) {
+        std::snprintf(buf, sizeof buf, ".%02d", std::abs(k) % 100);
+        std::string f = buf;
+        if (digits == 1) f.pop_back();
+        t += f;
+      }
+      candidates.push_back(t);
+    }
+  for (const std::string t : {"0.125", "-0", "05", "1e2", "0.", "+5", "3.0", "2.50", "-1.5000", "0.00", "1.0000000000000000", "1.00000000000000000"})
+    candidates.push_back(t);
+  const std::regex plain("-?(0|[1-9][0-9]*)(\\.[0-9]{1,16})?");
+  for (const Case& c : cases) {
+    const auto m = schema_matcher(c.schema);
+    int taken = 0;
+    for (const std::string& t : candidates) {
+      bool want = std::regex_match(t, plain) && t != "-0" && !(c.integer && t.find('.') != std::string::npos);
+      if (want) {
+        const double x = std::strtod(t.c_str(), nullptr);
+        const auto v = static_cast<int64_t>(std::llround(x * 10000));
+        want = v % c.m == 0 && (!c.integer || v % 10000 == 0) && (!c.lo || (c.lo_strict ? v > *c.lo : v >= *c.lo)) &&
+               (!c.hi || (c.hi_strict ? v < *c.hi : v <= *c.hi));
+      }
+      if (std::string(c.schema).find("\"type\"") == std::string::npos && !want) continue;  // other types are values there
+      ASSERT_EQ(accepts(*m, t), want) << c.schema << " on \"" << t << "\"";
+      taken += want;
+      if (want)
+        for (size_t k = 0; k < t.size(); ++k) ASSERT_TRUE(continues(*m, t.substr(0, k))) << c.schema << " " << t;
+    }
+    EXPECT_GT(taken, 0) << c.schema;
+  }
+  EXPECT_EQ(schema_error(R"({"type":"integer","multipleOf":0})"), "json_schema: /: multipleOf must be a number above 0");
+  EXPECT_EQ(schema_error(R"({"type":"integer","multipleOf":-2})"), "json_schema: /: multipleOf must be a number above 0");
+  EXPECT_EQ(schema_error(R"({"type":"integer","multipleOf":5,"minimum":3})"),
+            "json_schema: /: multipleOf with a single bound other than 0 is not supported (give both bounds)");
+  EXPECT_EQ(schema_error(R"({"type":"integer","multipleOf":1,"minimum":0,"maximum":5000})"),
+            "json_schema: /: multipleOf 1 leaves more than 1000 values between the bounds (not supported)");
+  EXPECT_EQ(schema_error(R"({"type":"integer","multipleOf":5,"minimum":1,"maximum":4})"),
+            "json_schema: /: no integer multiple of 5 lies between the minimum and the maximum");
+  EXPECT_EQ(schema_error(R"({"type":"integer","multipleOf":1001})"),
+            "json_schema: /: multipleOf 1001 without both bounds is not supported (its remainders need too many rules)");
+  EXPECT_EQ(schema_error(R"({"type":"number","multipleOf":"5"})"), "json_schema: /: multipleOf must be a number above 0");
 }
 
 TEST(JsonSchema, StringFormatsAcceptWhatTheirRfcsWrite) {
