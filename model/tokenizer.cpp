@@ -171,6 +171,9 @@ void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>&
   }
   const size_t first = out.size();
   bpe(piece, out);
+  // Only the pieces words are made of: a long run (a megabyte of letters without a space) would
+  // hold its megabyte and its tokens in an entry-counted cache.
+  if (piece.size() > kCachedPieceBytes) return;
   std::lock_guard lock(cache_mutex);
   if (cache.size() >= kCacheLimit) cache.clear();
   cache.emplace(std::string(piece), std::vector<int32_t>(out.begin() + first, out.end()));

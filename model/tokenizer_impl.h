@@ -61,6 +61,7 @@ struct Tokenizer::Impl {
   // Pieces recur constantly (" the", " and"), so BPE results are memoised. Bounded: cleared
   // when full rather than evicted, which is enough to keep a long-running server's memory flat.
   static constexpr size_t kCacheLimit = 1 << 16;
+  static constexpr size_t kCachedPieceBytes = 64;  // longer pieces are not kept (at most about 64 * 2^16 bytes in all)
   mutable std::mutex cache_mutex;
   mutable StringMap<std::vector<int32_t>> cache;
 

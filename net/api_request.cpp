@@ -90,7 +90,8 @@ std::string text_content(const json& content, const std::string& name, bool part
   if (parts_allowed && content.is_array()) {  // OpenAI content parts: [{"type":"text","text":...}]
     std::string s;
     for (const json& part : content) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      const auto type = part.is_object() ? part.find("type") : part.end();
+      if (!part.is_object() || type == part.end() || *type != "text" || !part.contains("text") || !part["text"].is_string())
         bad(name, name + ": only text parts ({\"type\":\"text\",\"text\":...}) are supported");
       s += part["text"].get<std::string>();
     }
@@ -167,8 +168,13 @@ DraftLengthConfig parse_speculation(const json& v, DraftLengthConfig c) {
 }  // namespace
 
 json parse_json(std::string_view text) {
+  // Nesting, which a recursive reader of the value would follow; and an object's members, which
+  // the order-keeping parse of a schema's request (nlohmann::ordered_json finds each key by a
+  // linear search) reads in time quadratic in their number: 90,000 keys were 15 s of the I/O thread.
   constexpr int kMaxDepth = 64;
+  constexpr int kMaxMembers = 4096;
   int depth = 0;
+  int members[kMaxDepth + 1] = {};  // per open object, the commas seen (-1: an array)
   bool in_string = false, escaped = false;
   for (char c : text) {
     if (in_string) {
@@ -180,8 +186,11 @@ json parse_json(std::string_view text) {
     } else if (c == '[' || c == '{') {
       if (++depth > kMaxDepth)
         throw ApiError("invalid_json", "the JSON nests deeper than " + std::to_string(kMaxDepth) + " levels");
+      members[depth] = c == '{' ? 0 : -1;
     } else if (c == ']' || c == '}') {
-      --depth;
+      if (depth > 0) --depth;
+    } else if (c == ',' && depth > 0 && members[depth] >= 0 && ++members[depth] >= kMaxMembers) {
+      throw ApiError("invalid_json", "a JSON object has more than " + std::to_string(kMaxMembers) + " members");
     }
   }
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -225,6 +234,10 @@ json detokenize_body(const json& body, const actors::Engine& engine) {
   const LoadedModel& model = engine.model();
   if (!model.tokenizer) bad("tokens", "the model has no tokenizer");
   const int64_t vocab = model.weights.config.vocab_size;
+  // A text is at most a context's tokens (and its bytes some ten times its ids' JSON).
+  if (static_cast<int64_t>(tokens->size()) > engine.context_length())
+    bad("tokens", "tokens holds " + std::to_string(tokens->size()) + " ids; at most " + std::to_string(engine.context_length()) +
+                      " (the context)");
   std::vector<int32_t> ids;
   for (const json& t : *tokens) ids.push_back(static_cast<int32_t>(integer(t, "tokens", 0, vocab - 1)));
   return {{"prompt", model.tokenizer->decode(ids)}};

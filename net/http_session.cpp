@@ -20,6 +20,16 @@ namespace {
 
 constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
 constexpr std::chrono::seconds kIdleTimeout{120};  // a keep-alive connection with no request
+constexpr std::chrono::seconds kWriteTimeout{30};  // a client that stops reading a response is dropped
+
+// Every response is written under a deadline, so a client that stops reading does not hold the
+// connection, and the response's bytes, past it.
+asio::awaitable<std::tuple<beast::error_code, std::size_t>> timed_write(beast::tcp_stream& stream, HttpResponse& res) {
+  stream.expires_after(kWriteTimeout);
+  auto result = co_await http::async_write(stream, res, kAwait);
+  stream.expires_never();
+  co_return result;
+}
 
 json models_json(const ServerState& st) {
   return {{"object", "list"},
@@ -62,6 +72,8 @@ std::optional<HttpResponse> simple_route(ServerState& st, const HttpRequest& req
       return json_response(200, path == "/tokenize" ? tokenize_body(body, st.engine) : detokenize_body(body, st.engine), ka, v);
     } catch (const ApiError& e) {
       return error_response(e, ka, v);
+    } catch (const std::exception& e) {  // a value of a type the reader did not expect
+      return error_response(ApiError("invalid_request", std::string("the request could not be read: ") + e.what()), ka, v);
     }
   }
   if (path.starts_with("/v1/models/")) {
@@ -96,7 +108,7 @@ asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket so
       HttpResponse res = error_response(
           ApiError("message_too_large", "request bodies are limited to " + std::to_string(st.config.max_body_bytes) + " bytes"),
           false);
-      co_await http::async_write(stream, res, kAwait);
+      co_await timed_write(stream, res);
       break;
     }
     if (ec) break;  // closed, timed out, or not HTTP
@@ -108,7 +120,7 @@ asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket so
     if (upgrade || needs_key(path)) {
       if (std::optional<ApiError> refused = check_access(st.config.access, req, upgrade)) {
         HttpResponse res = error_response(*refused, req.keep_alive(), req.version());
-        auto [wec, wn] = co_await http::async_write(stream, res, kAwait);
+        auto [wec, wn] = co_await timed_write(stream, res);
         if (wec || !req.keep_alive()) break;
         continue;
       }
@@ -121,24 +133,24 @@ asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket so
       }
       HttpResponse res = error_response(ApiError("invalid_request", "/v1/ws takes a WebSocket upgrade"), req.keep_alive(),
                                         req.version());
-      co_await http::async_write(stream, res, kAwait);
+      co_await timed_write(stream, res);
       continue;
     }
     bool keep_alive = req.keep_alive();
     if (std::optional<HttpResponse> res = simple_route(st, req, path)) {
       if (req.method() == http::verb::head) res->body().clear();
-      auto [wec, wn] = co_await http::async_write(stream, *res, kAwait);
+      auto [wec, wn] = co_await timed_write(stream, *res);
       if (wec) break;
     } else if (path == "/v1/chat/completions" || path == "/v1/completions") {
       if (req.method() != http::verb::post) {
         HttpResponse res = error_response(ApiError("method_not_allowed", "use POST"), keep_alive, req.version());
-        co_await http::async_write(stream, res, kAwait);
+        co_await timed_write(stream, res);
       } else {
         keep_alive = co_await serve_openai_completion(st, stream, req, path == "/v1/chat/completions");
       }
     } else {
       HttpResponse res = error_response(ApiError("not_found", "no route for " + std::string(path)), keep_alive, req.version());
-      auto [wec, wn] = co_await http::async_write(stream, res, kAwait);
+      auto [wec, wn] = co_await timed_write(stream, res);
       if (wec) break;
     }
     if (!keep_alive || closed || st.draining) break;

@@ -177,6 +177,8 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     admitted = Generation::admit(st, body, chat ? PromptKind::Chat : PromptKind::Completion, received, req.body());
   } catch (const ApiError& e) {
     refused = e;
+  } catch (const std::exception& e) {  // a value of a type the reader did not expect: the request's fault
+    refused = ApiError("invalid_request", std::string("the request could not be read: ") + e.what());
   }
   if (refused) co_return co_await write_response(stream, error_response(*refused, keep_alive, req.version()));
   const std::vector<std::shared_ptr<Generation>>& choices = admitted.choices;

@@ -27,10 +27,25 @@ namespace {
 constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
 
 asio::awaitable<void> accept_loop(ServerState& st, tcp::acceptor& acceptor) {
+  asio::steady_timer backoff(acceptor.get_executor());
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(kAwait);
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
-    if (ec) continue;  // e.g. out of file descriptors for a moment
+    if (ec) {  // e.g. out of file descriptors: wait a moment rather than spin the I/O thread on it
+      backoff.expires_after(std::chrono::milliseconds(100));
+      co_await backoff.async_wait(kAwait);
+      continue;
+    }
+    if (st.connections.size() >= st.config.max_connections) {
+      // Past the cap a connection gets a 503 and is closed (the kernel takes these few bytes at once).
+      static constexpr std::string_view kBusy =
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: 92\r\n\r\n"
+          "{\"error\":{\"code\":\"overloaded\",\"message\":\"too many open connections\",\"type\":\"server_error\"}}\n";
+      socket.non_blocking(true, ec);
+      socket.write_some(asio::buffer(kBusy), ec);
+      socket.close(ec);
+      continue;
+    }
     socket.set_option(tcp::no_delay(true), ec);
     asio::co_spawn(acceptor.get_executor(), run_http_session(st, std::move(socket)), asio::detached);
   }

@@ -24,6 +24,7 @@ struct ServerConfig {
   std::size_t max_message_bytes = 1 << 20; // WebSocket message (larger: message_too_large)
   std::size_t max_body_bytes = 1 << 20;    // HTTP request body (larger: 413)
   std::size_t send_queue_limit = 1024;     // outgoing WebSocket messages per socket
+  std::size_t max_connections = 4096;      // open HTTP and WebSocket connections (more: a 503 and closed)
   std::chrono::milliseconds shutdown_timeout{10'000};  // in-flight work may finish within this
   std::string served_model_name;           // "" = the model file's name
   RequestDefaults defaults;

@@ -118,7 +118,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       return;  // an id that is not running: ignored (it races with done)
     }
     if (t != "generate")
-      return send_error(id, "unknown_type", "unknown message type \"" + t + "\"; expected generate or cancel", "type");
+      return send_error(id, "unknown_type",
+                        "unknown message type \"" + (t.size() > 40 ? t.substr(0, 37) + "..." : t) + "\"; expected generate or cancel", "type");
     if (id.is_null()) return send_error(nullptr, "invalid_request", "generate needs an id (a string or an integer)", "id");
     const std::string key = dump(id);
     if (running_.count(key)) return send_error(id, "duplicate_id", "a generation with id " + key + " is still running", "id");
@@ -127,6 +128,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       g = Generation::admit(st_, msg, PromptKind::WebSocket, received, text).choices.front();
     } catch (const ApiError& e) {
       return send_error(id, e.code, e.what(), e.param);
+    } catch (const std::exception& e) {  // a value of a type the reader did not expect: the request's fault
+      return send_error(id, "invalid_request", std::string("the request could not be read: ") + e.what());
     }
     running_.emplace(key, g);
     asio::co_spawn(ws_.get_executor(), stream_generation(shared_from_this(), id, key, std::move(g)), asio::detached);

@@ -2,7 +2,9 @@
 and the server keep serving."""
 import asyncio
 import json
+import socket
 
+import httpx
 import pytest
 from websockets.asyncio.client import connect
 
@@ -181,3 +183,64 @@ def test_a_thousand_malformed_messages_get_a_thousand_errors_while_another_clien
     async def main():
         await asyncio.gather(flood(), other())
     asyncio.run(main())
+
+
+def test_an_object_with_more_than_4096_members_gets_invalid_json_on_both_paths(server):
+    """An order-keeping reader of a schema's request reads an object's keys in quadratic time: 90,000
+    keys beside a schema held the I/O thread for 15 s. Such an object is refused before any reading."""
+    junk = "{" + ",".join(f'"k{i}":0' for i in range(90000)) + "}"
+    expect_error(server, '{"type": "generate", "id": 1, "prompt": "x", "junk": ' + junk + "}", "invalid_json")
+    body = ('{"messages":[{"role":"user","content":"hi"}],"max_tokens":1,'
+            '"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"string"}}},"junk":' + junk + "}")
+    r = httpx.post(server.url + "/v1/chat/completions", content=body, headers={"Content-Type": "application/json"}, timeout=30)
+    assert r.status_code == 400 and "more than 4096 members" in r.json()["error"]["message"], r.text
+    assert httpx.get(server.url + "/health", timeout=10).status_code == 200
+
+
+def test_a_content_part_of_the_wrong_shape_is_a_400_not_a_dropped_connection(server):
+    for part in ({"type": 5}, {"type": None, "text": "x"}, 7):
+        r = httpx.post(server.url + "/v1/chat/completions", timeout=30,
+                       json={"messages": [{"role": "user", "content": [part]}], "max_tokens": 1})
+        assert r.status_code == 400, r.text
+        assert "text parts" in r.json()["error"]["message"], r.text
+
+
+def test_an_unknown_message_type_is_echoed_shortened(server):
+    async def main():
+        async with connect(server.ws_url, max_size=None) as ws:
+            ev = await ask(ws, {"type": "x" * 100000, "id": "u"})
+            assert ev["code"] == "unknown_type" and len(ev["message"]) < 200, ev["message"][:300]
+            await still_serves(ws)
+    asyncio.run(main())
+
+
+def test_detokenize_takes_at_most_a_contexts_tokens(server):
+    ctx = httpx.post(server.url + "/tokenize", json={"prompt": "hi"}, timeout=10).json()["max_model_len"]
+    r = httpx.post(server.url + "/detokenize", json={"tokens": [28] * (ctx + 1)}, timeout=30)
+    assert r.status_code == 400 and "(the context)" in r.json()["error"]["message"], r.text
+    r = httpx.post(server.url + "/detokenize", json={"tokens": [28] * 3}, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+def test_past_max_connections_a_new_connection_gets_a_503_and_the_server_recovers(fresh_server):
+    srv = fresh_server("--draft", "none", "--max-connections", "4")
+    idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(4)]
+    try:
+        assert wait_for(lambda: b"503" in _raw_health(srv), timeout=10), "a fifth connection was served"
+        assert b"too many open connections" in _raw_health(srv)
+    finally:
+        for s in idle:
+            s.close()
+    assert wait_for(lambda: b"200 OK" in _raw_health(srv), timeout=10)
+
+
+def _raw_health(srv):
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        try:
+            while chunk := s.recv(4096):
+                data += chunk
+        except (ConnectionResetError, TimeoutError):
+            pass
+        return data

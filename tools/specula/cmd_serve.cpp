@@ -18,12 +18,13 @@ const char* kUsage =
     "                     [--max-batch 16] [--kv-tokens 16384] [--max-queue 256] [--threads 2] [--device auto]\n"
     "                     [--pipeline off|on|always] [--prefix-cache on|off] [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8]\n"
     "                     [--spec-k-max-greedy K] [--draft-entropy NATS] [--draft-confidence P] [--draft-confidence-greedy P]\n"
-    "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10]\n"
+    "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10] [--max-connections 4096]\n"
     "                     [--api-key KEY] [--allowed-origins ORIGIN,...|*]\n"
     "  Serves the model on one port: the chat page at /, the WebSocket protocol at /v1/ws, the\n"
     "  OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models, /health and /metrics\n"
     "  (docs/protocol.md). --max-batch requests run together, --max-queue more wait; beyond that\n"
-    "  requests get 429 / overloaded. --kv-tokens: target KV positions shared by all requests; with\n"
+    "  requests get 429 / overloaded; past --max-connections open connections a new one gets a 503.\n"
+    "  --kv-tokens: target KV positions shared by all requests; with\n"
     "  --prefix-cache on (the default) full blocks of finished requests stay there for later prompts\n"
     "  that start with the same tokens (docs/engine.md, \"The prefix cache\").\n"
     "  --draft as for `specula generate` (scripts/run.sh serves with ngram:n=3+eagle).\n"
@@ -50,7 +51,7 @@ int cmd_serve(int argc, char** argv) {
   const Args a(argc, argv,
                {"model", "draft", "host", "port", "max-batch", "kv-tokens", "max-queue", "threads", "device", "pipeline", "prefix-cache",
                 "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence", "draft-confidence-greedy", "max-tokens", "served-model-name",
-                "shutdown-timeout", "api-key", "allowed-origins"},
+                "shutdown-timeout", "api-key", "allowed-origins", "max-connections"},
                {"adaptive"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   actors::EngineConfig ec;
@@ -73,6 +74,9 @@ int cmd_serve(int argc, char** argv) {
   sc.port = static_cast<int>(port);
   sc.max_queue = static_cast<int>(a.integer("max-queue", 256));
   if (sc.max_queue < 0) throw UsageError("--max-queue must be >= 0");
+  const long long max_connections = a.integer("max-connections", 4096);
+  if (max_connections < 1 || max_connections > 1000000) throw UsageError("--max-connections must be between 1 and 1000000");
+  sc.max_connections = static_cast<std::size_t>(max_connections);
   const double shutdown_s = a.number("shutdown-timeout", 10);
   if (!(shutdown_s >= 0 && shutdown_s <= 3600)) throw UsageError("--shutdown-timeout must be between 0 and 3600 seconds");
   sc.shutdown_timeout = std::chrono::milliseconds(static_cast<int64_t>(shutdown_s * 1000));
