@@ -358,7 +358,7 @@ def test_json_schema_and_grammar_files_make_the_engine_and_the_loop_write_the_sa
 @pytest.mark.parametrize("flags, words", [
     (["--json-schema", "/nonexistent.json"], ["--json-schema", "cannot read", "/nonexistent.json"]),
     (["--grammar", "{dir}/bad.gbnf"], ["--grammar", "line 1", "rule 'x' is used but not defined"]),
-    (["--json-schema", "{dir}/bad.json"], ["--json-schema", "/properties/n: multipleOf is not supported"]),
+    (["--json-schema", "{dir}/bad.json"], ["--json-schema", "/properties/n: uniqueItems is not supported"]),
     (["--json-schema", "{dir}/bad.json", "--json-object"], ["at most one of --json-object, --json-schema and --grammar"]),
     (["--logit-bias", "5"], ["--logit-bias", "TOKEN_ID:BIAS", "\"5\""]),
     (["--logit-bias", "5:1,x:2"], ["--logit-bias", "\"x:2\""]),
@@ -369,7 +369,7 @@ def test_json_schema_and_grammar_files_make_the_engine_and_the_loop_write_the_sa
 ])
 def test_bad_logit_bias_and_min_tokens_flags_are_one_line_errors(specula_bin, default_model, flags, words, tmp_path):
     (tmp_path / "bad.gbnf").write_text("root ::= x\n")
-    (tmp_path / "bad.json").write_text('{"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 5}}}')
+    (tmp_path / "bad.json").write_text('{"type": "object", "properties": {"n": {"type": "array", "uniqueItems": true}}}')
     flags = [f.replace("{dir}", str(tmp_path)) for f in flags]
     for path in ([], ["--sequential"]):
         p = subprocess.run([str(specula_bin), "generate", "--model", str(default_model), "--prompt", "Hi",
