@@ -206,7 +206,7 @@ std::string model_name_from_path(const std::string& path) {
   return name;
 }
 
-json tokenize_body(const json& body, const actors::Engine& engine) {
+actors::EngineRequest parse_tokenize(const json& body) {
   if (!body.is_object()) throw ApiError("invalid_json", "the request must be a JSON object");
   const json* messages = field(body, "messages");
   const json* prompt = field(body, "prompt");
@@ -218,12 +218,10 @@ json tokenize_body(const json& body, const actors::Engine& engine) {
     r.prompt = prompt->get<std::string>();
   else
     bad("prompt", "prompt must be a string, got " + shown(*prompt));
-  std::vector<int32_t> ids;
-  try {
-    ids = engine.tokenize(r);
-  } catch (const actors::RequestError& e) {
-    throw ApiError(e.code, e.what(), e.field);
-  }
+  return r;
+}
+
+json tokenize_reply(const std::vector<int32_t>& ids, const actors::Engine& engine) {
   return {{"count", ids.size()}, {"max_model_len", engine.context_length()}, {"tokens", ids}};
 }
 

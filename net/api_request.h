@@ -58,8 +58,11 @@ ParsedRequest parse_generation(const nlohmann::json& body, PromptKind kind, cons
 // /tokenize: {"messages": [...]} templated as /v1/chat/completions would, or {"prompt": "text"} as
 // /v1/completions would (no template) -> {"count", "max_model_len", "tokens"}: the count is the
 // prompt_tokens that request would report. /detokenize: {"tokens": [ids]} -> {"prompt": text}.
-// Throw ApiError (invalid_request naming the field).
-nlohmann::json tokenize_body(const nlohmann::json& body, const actors::Engine& engine);
+// Throw ApiError (invalid_request naming the field). /tokenize's body is read into the request to
+// tokenize (the server tokenizes it as a generation's prompt: net/generation.h, tokenize_prompt),
+// and the ids into its reply.
+actors::EngineRequest parse_tokenize(const nlohmann::json& body);
+nlohmann::json tokenize_reply(const std::vector<int32_t>& ids, const actors::Engine& engine);
 nlohmann::json detokenize_body(const nlohmann::json& body, const actors::Engine& engine);
 
 // Parses a request body or message. Throws ApiError invalid_json for text that is not JSON or

@@ -4,14 +4,29 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
 namespace specula::net {
 
+namespace asio = boost::asio;
 using nlohmann::json;
 
 namespace {
 
 double ms_between(Generation::Clock::time_point a, Generation::Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// A request with one of these is parsed on the preparation thread: compiling a grammar or a JSON
+// schema into its matcher can take a few hundred milliseconds within the grammar limits.
+constexpr const char* kConstraintFields[] = {"response_format", "guided_json",    "json_schema", "guided_choice",
+                                             "guided_regex",    "guided_grammar", "grammar"};
+
+std::size_t prompt_text_bytes(const actors::EngineRequest& r) {
+  std::size_t bytes = r.prompt.size();
+  for (const ChatMessage& m : r.messages) bytes += m.role.size() + m.content.size();
+  return bytes;
 }
 
 }  // namespace
@@ -53,15 +68,58 @@ GenerationStats GenerationStats::combine(const std::vector<GenerationStats>& cho
   return all;
 }
 
-Generation::Admitted Generation::admit(ServerState& st, const nlohmann::json& body, PromptKind kind,
-                                       Clock::time_point received, std::string_view raw) {
+asio::awaitable<std::vector<int32_t>> tokenize_prompt(ServerState& st, const actors::EngineRequest& request) {
+  if (!st.prep || !request.prompt_ids.empty() || prompt_text_bytes(request) <= kInlinePromptBytes)
+    co_return st.engine.tokenize(request);
+  // The text goes by value: the coroutine waiting here is destroyed with the io_context at
+  // shutdown, perhaps while the preparation thread still reads.
+  actors::EngineRequest text;
+  text.prompt = request.prompt;
+  text.chat = request.chat;
+  text.messages = request.messages;
+  const actors::Engine& engine = st.engine;
+  // (Named, not temporaries within the co_await: GCC 12 destroys such temporaries twice.)
+  auto work = [&engine, text = std::move(text)]() -> asio::awaitable<std::vector<int32_t>> {
+    co_return engine.tokenize(text);
+  };
+  std::vector<int32_t> ids = co_await asio::co_spawn(*st.prep, std::move(work), asio::use_awaitable);
+  co_return ids;
+}
+
+namespace {
+
+// parse_generation, on the preparation thread when the request has a constraint to compile.
+asio::awaitable<ParsedRequest> parse_request(ServerState& st, json body, PromptKind kind, std::string_view raw) {
+  bool constrained = false;
+  for (const char* name : kConstraintFields) constrained = constrained || body.contains(name);
+  if (!st.prep || !constrained) co_return parse_generation(body, kind, st.engine, st.config.defaults, raw);
+  // By value, as tokenize_prompt's text.
+  struct Input {
+    json body;
+    std::string raw;
+    RequestDefaults defaults;
+  };
+  auto in = std::make_shared<const Input>(Input{std::move(body), std::string(raw), st.config.defaults});
+  const actors::Engine& engine = st.engine;
+  auto work = [&engine, in, kind]() -> asio::awaitable<ParsedRequest> {
+    co_return parse_generation(in->body, kind, engine, in->defaults, in->raw);
+  };
+  ParsedRequest parsed = co_await asio::co_spawn(*st.prep, std::move(work), asio::use_awaitable);
+  co_return parsed;
+}
+
+}  // namespace
+
+asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json body, PromptKind kind,
+                                                        Clock::time_point received, std::string_view raw) {
   auto reject = [&](ApiError e) {
     st.metrics.count_request("rejected");
     return e;
   };
   ParsedRequest parsed;
   try {
-    parsed = parse_generation(body, kind, st.engine, st.config.defaults, raw);
+    ParsedRequest p = co_await parse_request(st, std::move(body), kind, raw);
+    parsed = std::move(p);
   } catch (const ApiError& e) {
     throw reject(e);
   }
@@ -75,7 +133,22 @@ Generation::Admitted Generation::admit(ServerState& st, const nlohmann::json& bo
   if (st.inflight + n > st.admission_limit())
     throw reject(ApiError("overloaded", "the server is at its limit of " + std::to_string(st.admission_limit()) +
                                             " running and queued requests; retry later"));
+  // The choices hold their places while the prompt is tokenized (perhaps on the other thread).
+  struct Reservation {
+    ServerState& st;
+    int64_t n;
+    ~Reservation() { st.inflight -= n; }
+  } reservation{st, n};
+  st.inflight += n;
   try {
+    if (parsed.request.prompt_ids.empty()) {
+      std::vector<int32_t> ids = co_await tokenize_prompt(st, parsed.request);
+      if (!ids.empty()) {  // the ids are the prompt now (the messages stay: they name the field)
+        parsed.request.prompt_ids = std::move(ids);
+        parsed.request.prompt.clear();
+        parsed.request.chat = false;
+      }
+    }
     Admitted out{{}, parsed.stream, parsed.include_usage, parsed.request.logprobs >= 0};
     const uint64_t seed = parsed.request.sampling.seed;
     for (int i = 0; i < n; ++i) {
@@ -86,7 +159,7 @@ Generation::Admitted Generation::admit(ServerState& st, const nlohmann::json& bo
       out.choices.push_back(std::shared_ptr<Generation>(
           new Generation(st, std::move(stream), seed + static_cast<uint64_t>(i), admission, received)));
     }
-    return out;
+    co_return out;
   } catch (const actors::RequestError& e) {
     throw reject(ApiError(e.code, e.what(), e.field));
   } catch (const std::invalid_argument& e) {

@@ -56,6 +56,15 @@ struct GenerationStats {
   static GenerationStats combine(const std::vector<GenerationStats>& choices);
 };
 
+// Prompt text (the prompt, or the messages' contents) up to this size is templated and tokenized
+// on the I/O thread: well under a millisecond. Longer text goes to the preparation thread, since a
+// megabyte takes the tokenizer about half a second (docs/serving.md, "Long prompts").
+inline constexpr std::size_t kInlinePromptBytes = 16 * 1024;
+
+// Engine::tokenize(request), on the preparation thread when the text is longer than
+// kInlinePromptBytes; throws as it does (actors::RequestError).
+boost::asio::awaitable<std::vector<int32_t>> tokenize_prompt(ServerState& st, const actors::EngineRequest& request);
+
 class Generation {
  public:
   using Clock = std::chrono::steady_clock;
@@ -71,8 +80,13 @@ class Generation {
     bool include_usage = false;  // OpenAI: stream_options.include_usage
     bool logprobs = false;       // OpenAI: logprobs asked for (the tokens carry them)
   };
-  static Admitted admit(ServerState& st, const nlohmann::json& body, PromptKind kind, Clock::time_point received,
-                        std::string_view raw = {});  // raw: body's text (parse_generation)
+  // A request with a grammar or a JSON schema is parsed (its constraint compiled) on the
+  // preparation thread, and a prompt of more than kInlinePromptBytes is templated and tokenized
+  // there (tokenize_prompt), while the I/O thread serves the other connections; the n choices hold
+  // their places against the admission limit while the prompt is tokenized, and share its ids.
+  static boost::asio::awaitable<Admitted> admit(ServerState& st, nlohmann::json body, PromptKind kind,
+                                                Clock::time_point received,
+                                                std::string_view raw = {});  // raw: body's text (parse_generation)
   ~Generation();
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;

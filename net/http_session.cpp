@@ -5,6 +5,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
 
+#include "net/generation.h"
 #include "net/http_util.h"
 #include "net/openai_routes.h"
 #include "net/sessions.h"
@@ -65,11 +66,10 @@ std::optional<HttpResponse> simple_route(ServerState& st, const HttpRequest& req
     if (!get) return error_response(ApiError("method_not_allowed", "use GET"), ka, v);
     return json_response(200, models_json(st), ka, v);
   }
-  if (path == "/tokenize" || path == "/detokenize") {
+  if (path == "/tokenize" || path == "/detokenize") {  // /tokenize's POST is serve_tokenize's
     if (req.method() != http::verb::post) return error_response(ApiError("method_not_allowed", "use POST"), ka, v);
     try {
-      const json body = parse_json(req.body());
-      return json_response(200, path == "/tokenize" ? tokenize_body(body, st.engine) : detokenize_body(body, st.engine), ka, v);
+      return json_response(200, detokenize_body(parse_json(req.body()), st.engine), ka, v);
     } catch (const ApiError& e) {
       return error_response(e, ka, v);
     } catch (const std::exception& e) {  // a value of a type the reader did not expect
@@ -82,6 +82,25 @@ std::optional<HttpResponse> simple_route(ServerState& st, const HttpRequest& req
     return json_response(200, models_json(st)["data"][0], ka, v);
   }
   return std::nullopt;
+}
+
+// POST /tokenize: a long prompt is tokenized on the preparation thread, as a generation's is.
+asio::awaitable<HttpResponse> serve_tokenize(ServerState& st, const HttpRequest& req) {
+  const bool ka = req.keep_alive();
+  const unsigned v = req.version();
+  std::optional<ApiError> refused;
+  try {
+    const actors::EngineRequest r = parse_tokenize(parse_json(req.body()));
+    const std::vector<int32_t> ids = co_await tokenize_prompt(st, r);
+    co_return json_response(200, tokenize_reply(ids, st.engine), ka, v);
+  } catch (const ApiError& e) {
+    refused = e;
+  } catch (const actors::RequestError& e) {
+    refused = ApiError(e.code, e.what(), e.field);
+  } catch (const std::exception& e) {  // a value of a type the reader did not expect
+    refused = ApiError("invalid_request", std::string("the request could not be read: ") + e.what());
+  }
+  co_return error_response(*refused, ka, v);
 }
 
 }  // namespace
@@ -137,7 +156,11 @@ asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket so
       continue;
     }
     bool keep_alive = req.keep_alive();
-    if (std::optional<HttpResponse> res = simple_route(st, req, path)) {
+    if (path == "/tokenize" && req.method() == http::verb::post) {
+      HttpResponse res = co_await serve_tokenize(st, req);
+      auto [wec, wn] = co_await timed_write(stream, res);
+      if (wec) break;
+    } else if (std::optional<HttpResponse> res = simple_route(st, req, path)) {
       if (req.method() == http::verb::head) res->body().clear();
       auto [wec, wn] = co_await timed_write(stream, *res);
       if (wec) break;

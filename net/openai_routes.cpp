@@ -174,7 +174,9 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   try {
     json body = parse_json(req.body());
     if (!body.is_object()) throw ApiError("invalid_json", "the request body must be a JSON object");
-    admitted = Generation::admit(st, body, chat ? PromptKind::Chat : PromptKind::Completion, received, req.body());
+    const PromptKind kind = chat ? PromptKind::Chat : PromptKind::Completion;
+    Generation::Admitted a = co_await Generation::admit(st, std::move(body), kind, received, req.body());
+    admitted = std::move(a);
   } catch (const ApiError& e) {
     refused = e;
   } catch (const std::exception& e) {  // a value of a type the reader did not expect: the request's fault

@@ -119,6 +119,9 @@ int run_server(actors::Engine& engine, const ServerConfig& config,
     throw std::runtime_error("cannot listen on " + config.host + ":" + std::to_string(config.port) + ": " +
                              e.code().message());
   }
+  // Declared after the io_context, so destroyed (joined) before it.
+  asio::thread_pool prep(1);
+  st.prep = &prep;
   asio::signal_set signals(io, SIGINT, SIGTERM);
   asio::co_spawn(io, accept_loop(st, acceptor), asio::detached);
   asio::co_spawn(io, shutdown_on_signal(st, signals, acceptor, io), asio::detached);

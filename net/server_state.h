@@ -1,12 +1,15 @@
 // What every connection of `specula serve` shares: the engine, the settings, the metrics, the
 // admission count and the registries that shutdown walks. Owner only: everything here is used
-// on the server's one I/O thread (the engine itself is thread-safe).
+// on the server's one I/O thread (the engine itself is thread-safe), but for the preparation
+// thread, which runs work too long for the I/O thread (templating and tokenizing long prompts).
 #pragma once
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
+
+#include <boost/asio/thread_pool.hpp>
 
 #include "actors/engine.h"
 #include "net/api_request.h"
@@ -44,6 +47,9 @@ struct ServerState {
   std::map<uint64_t, Generation*> generations;
   std::map<uint64_t, std::function<void()>> connections;  // closers, for the end of shutdown
   uint64_t next_key = 1;
+  // run_server's preparation thread: joined before the io_context goes, so that what it hands
+  // back always has an I/O thread's queue to land in. Null: everything runs on the I/O thread.
+  boost::asio::thread_pool* prep = nullptr;
 
   int64_t admission_limit() const { return engine.config().max_batch + config.max_queue; }
 };

@@ -1,10 +1,12 @@
 // The WebSocket protocol (docs/protocol.md): a reader that parses and dispatches messages, a
-// writer that drains a bounded outbox, and one coroutine per running generation. All three run on
-// the server's I/O thread, so the session's state needs no lock.
+// writer that drains a bounded outbox, and one coroutine per generation, which admits it and
+// streams it. All three run on the server's I/O thread, so the session's state needs no lock.
 #include <cstdlib>
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -114,7 +116,12 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     const std::string& t = type->get_ref<const std::string&>();
     if (t == "cancel") {
       if (id.is_null()) return send_error(nullptr, "invalid_request", "cancel needs the id of a generation", "id");
-      if (auto g = running_.find(dump(id)); g != running_.end()) g->second->cancel();
+      if (auto g = running_.find(dump(id)); g != running_.end()) {
+        if (g->second)
+          g->second->cancel();
+        else
+          cancelled_early_.insert(g->first);  // still being admitted
+      }
       return;  // an id that is not running: ignored (it races with done)
     }
     if (t != "generate")
@@ -123,20 +130,33 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (id.is_null()) return send_error(nullptr, "invalid_request", "generate needs an id (a string or an integer)", "id");
     const std::string key = dump(id);
     if (running_.count(key)) return send_error(id, "duplicate_id", "a generation with id " + key + " is still running", "id");
-    std::shared_ptr<Generation> g;
-    try {
-      g = Generation::admit(st_, msg, PromptKind::WebSocket, received, text).choices.front();
-    } catch (const ApiError& e) {
-      return send_error(id, e.code, e.what(), e.param);
-    } catch (const std::exception& e) {  // a value of a type the reader did not expect: the request's fault
-      return send_error(id, "invalid_request", std::string("the request could not be read: ") + e.what());
-    }
-    running_.emplace(key, g);
-    asio::co_spawn(ws_.get_executor(), stream_generation(shared_from_this(), id, key, std::move(g)), asio::detached);
+    // The id is taken while the request is admitted (a long prompt is tokenized off the I/O thread,
+    // and the next messages are read meanwhile): a cancel then is kept for when it starts.
+    running_.emplace(key, nullptr);
+    asio::co_spawn(ws_.get_executor(), run_generation(shared_from_this(), std::move(id), key, std::move(msg),
+                                                      std::string(text), received),
+                   asio::detached);
   }
 
-  asio::awaitable<void> stream_generation(std::shared_ptr<WsSession> self, json id, std::string key,
-                                          std::shared_ptr<Generation> g) {
+  asio::awaitable<void> run_generation(std::shared_ptr<WsSession> self, json id, std::string key, json msg,
+                                       std::string text, Generation::Clock::time_point received) {
+    std::shared_ptr<Generation> g;
+    std::optional<ApiError> refused;
+    try {
+      Generation::Admitted admitted = co_await Generation::admit(st_, std::move(msg), PromptKind::WebSocket, received, text);
+      g = admitted.choices.front();
+    } catch (const ApiError& e) {
+      refused = e;
+    } catch (const std::exception& e) {  // a value of a type the reader did not expect: the request's fault
+      refused = ApiError("invalid_request", std::string("the request could not be read: ") + e.what());
+    }
+    const bool cancelled = cancelled_early_.erase(key) > 0;
+    if (refused) {
+      running_.erase(key);
+      co_return send_error(id, refused->code, refused->what(), refused->param);
+    }
+    running_[key] = g;
+    if (cancelled || !open_) g->cancel();
     for (;;) {
       GenerationUpdate u = co_await g->next();
       if (!u.tokens.empty() || !u.text.empty()) {
@@ -206,7 +226,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (!open_) return;
     open_ = false;
     outbox_.clear();
-    for (auto& [key, g] : running_) g->cancel();
+    for (auto& [key, g] : running_)
+      if (g) g->cancel();  // those still being admitted see open_ and cancel once they start
     wake_.cancel();
   }
 
@@ -222,7 +243,9 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   std::deque<std::string> outbox_;
   bool open_ = true;
   bool closing_ = false;
-  std::map<std::string, std::shared_ptr<Generation>> running_;  // by the id's JSON text
+  // By the id's JSON text; null while the request is being admitted.
+  std::map<std::string, std::shared_ptr<Generation>> running_;
+  std::set<std::string> cancelled_early_;  // cancels that came while their request was being admitted
 };
 
 }  // namespace

@@ -2,7 +2,10 @@
 and the server keep serving."""
 import asyncio
 import json
+import random
 import socket
+import string
+import time
 
 import httpx
 import pytest
@@ -244,3 +247,77 @@ def _raw_health(srv):
         except (ConnectionResetError, TimeoutError):
             pass
         return data
+
+
+# Long prompts are templated and tokenized on the server's preparation thread (docs/serving.md,
+# "Long prompts"): the I/O thread goes on serving every other connection meanwhile.
+LONG = " responsibility" * 1134  # 17 KB of text (past the 16 KB tokenized inline), 1,134 tokens
+
+
+def health_while_refused(server, message):
+    """Sends `message` (refused after long work) on a WebSocket and, 50 ms later, GET /health on
+    another connection; returns (the health check's seconds, the refusal's seconds, the refusal)."""
+    async def main():
+        async with connect(server.ws_url, max_size=None) as ws, httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+            assert (await http.get("/health")).status_code == 200  # the connection is open before the clock starts
+            start = time.monotonic()
+            await ws.send(json.dumps(message))
+            await asyncio.sleep(0.05)  # the server has read the message: its work runs
+            asked = time.monotonic()
+            assert (await http.get("/health")).status_code == 200
+            health = time.monotonic() - asked
+            async with asyncio.timeout(60):
+                ev = json.loads(await ws.recv())
+            refused = time.monotonic() - start
+            await still_serves(ws)
+            return health, refused, ev
+    return asyncio.run(main())
+
+
+def test_a_megabyte_prompt_is_tokenized_while_the_server_answers_other_connections(server):
+    rng = random.Random(7)
+    big = "".join(rng.choices(string.ascii_lowercase, k=900_000))  # one word: the tokenizer's slowest text
+    health, refused, ev = health_while_refused(server, {"type": "generate", "id": "big", "prompt": big, "max_tokens": 1})
+    assert ev["type"] == "error" and ev["code"] == "context_length_exceeded", ev
+    # On the I/O thread the tokenization held the health check until it ended (0.82 of `refused`
+    # when measured); beside it, the check takes milliseconds of a ~0.3 s tokenization.
+    assert health < 0.5 * refused, f"/health took {health:.3f} s while the prompt's refusal took {refused:.3f} s"
+
+
+def test_a_schema_slow_to_compile_is_compiled_while_the_server_answers_other_connections(server):
+    props = {f"p{i}": {"type": "integer", "minimum": -123456789, "maximum": 987654321} for i in range(2000)}
+    schema = {"type": "object", "properties": props, "required": list(props)}
+    health, refused, ev = health_while_refused(server, {**GOOD, "id": "s", "json_schema": schema})
+    assert ev["type"] == "error" and ev["code"] == "invalid_request" and "repetitions" in ev["message"], ev
+    assert health < 0.5 * refused, f"/health took {health:.3f} s while the schema's refusal took {refused:.3f} s"
+
+
+def test_a_cancel_or_a_duplicate_id_sent_while_a_long_prompt_is_admitted_is_honoured(server):
+    async def main():
+        async with connect(server.ws_url) as ws:
+            long = {k: v for k, v in GOOD.items() if k != "messages"}
+            await ws.send(json.dumps({**long, "id": "long", "prompt": LONG, "max_tokens": 200}))
+            await ws.send(json.dumps({**GOOD, "id": "long"}))
+            await ws.send(json.dumps({"type": "cancel", "id": "long"}))
+            events = []
+            async with asyncio.timeout(60):
+                while not events or events[-1]["type"] not in ("done",):
+                    events.append(json.loads(await ws.recv()))
+            errors = [e for e in events if e["type"] == "error"]
+            assert [e["code"] for e in errors] == ["duplicate_id"] and errors[0]["id"] == "long", events
+            done = events[-1]
+            assert done["id"] == "long" and done["finish_reason"] == "cancelled", done
+            assert done["stats"]["prompt_tokens"] > 1100, done
+            await still_serves(ws)
+    asyncio.run(main())
+
+
+def test_a_long_prompt_counts_the_same_tokens_in_tokenize_and_in_a_completion(server):
+    count = httpx.post(server.url + "/tokenize", json={"prompt": LONG}, timeout=60).json()["count"]
+    assert count > 1100
+    r = httpx.post(server.url + "/v1/completions", json={"prompt": LONG, "max_tokens": 1, "temperature": 0}, timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == count
+    n = httpx.post(server.url + "/v1/completions", json={"prompt": LONG, "max_tokens": 1, "temperature": 0, "n": 3},
+                   timeout=120)
+    assert n.status_code == 200 and len(n.json()["choices"]) == 3, n.text
