@@ -75,10 +75,15 @@ json speculation_json(const GenerationStats& s) {
 // `logprobs.content` (a token's text, its bytes, its log-probability and the alternatives) and
 // the legacy completions' parallel lists (`tokens`, `token_logprobs`, `top_logprobs` as
 // text -> log-probability, `text_offset`: where each token's text starts in the completion, in
-// bytes). Built token by token; a streamed chunk takes the tokens it carries.
+// bytes). Built token by token; a streamed chunk takes the tokens it carries. A whole response's
+// (`compact`) is kept as JSON text, each token's entries serialized as they come: as a JSON tree
+// it held ~16 KB a token with 20 alternatives (an n = 16 request to the context's end: ~2 GB),
+// as text ~1.6 KB.
 class LogprobsJson {
  public:
-  LogprobsJson(const Tokenizer& tok, bool chat) : tok_(tok), chat_(chat) { clear(); }
+  LogprobsJson(const Tokenizer& tok, bool chat, bool compact = false) : tok_(tok), chat_(chat), compact_(compact) {
+    clear();
+  }
   void add(const TokenOut& t) {
     if (!t.logprobs) return;
     const std::string text = tok_.token_bytes(t.id);
@@ -88,20 +93,44 @@ class LogprobsJson {
         const std::string alt = tok_.token_bytes(id);
         top.push_back({{"token", alt}, {"logprob", lp}, {"bytes", bytes(alt)}});
       }
-      j_["content"].push_back(
-          {{"token", text}, {"logprob", t.logprobs->logprob}, {"bytes", bytes(text)}, {"top_logprobs", std::move(top)}});
+      json entry{{"token", text}, {"logprob", t.logprobs->logprob}, {"bytes", bytes(text)}, {"top_logprobs", std::move(top)}};
+      if (compact_)
+        append(lists_[0], entry);
+      else
+        j_["content"].push_back(std::move(entry));
     } else {
       json top = json::object();
       for (const auto& [id, lp] : t.logprobs->top) top[tok_.token_bytes(id)] = lp;
-      j_["tokens"].push_back(text);
-      j_["token_logprobs"].push_back(t.logprobs->logprob);
-      j_["top_logprobs"].push_back(std::move(top));
-      j_["text_offset"].push_back(offset_);
+      if (compact_) {  // in the order of the keys' names, as a json object dumps them
+        append(lists_[0], offset_);
+        append(lists_[1], t.logprobs->logprob);
+        append(lists_[2], text);
+        append(lists_[3], top);
+      } else {
+        j_["tokens"].push_back(text);
+        j_["token_logprobs"].push_back(t.logprobs->logprob);
+        j_["top_logprobs"].push_back(std::move(top));
+        j_["text_offset"].push_back(offset_);
+      }
     }
     offset_ += static_cast<int64_t>(text.size());
     any_ = true;
   }
   bool any() const { return any_; }
+  // Appends a compact one's object as JSON text (what dump_json(take()) would give) to `out`, and
+  // lets its text go.
+  void move_text_to(std::string& out) {
+    static constexpr const char* kChat[] = {"{\"content\":["};
+    static constexpr const char* kLegacy[] = {"{\"text_offset\":[", "],\"token_logprobs\":[", "],\"tokens\":[",
+                                              "],\"top_logprobs\":["};
+    const std::size_t lists = chat_ ? 1 : 4;
+    for (std::size_t i = 0; i < lists; ++i) {
+      out += chat_ ? kChat[i] : kLegacy[i];
+      out += lists_[i];
+      std::string().swap(lists_[i]);
+    }
+    out += chat_ ? "],\"refusal\":null}" : "]}";
+  }
   // The object so far, and a fresh one for the next chunk (the text offsets run on).
   json take() {
     json out = std::move(j_);
@@ -110,6 +139,10 @@ class LogprobsJson {
   }
 
  private:
+  static void append(std::string& list, const json& value) {
+    if (!list.empty()) list += ',';
+    list += dump_json(value);
+  }
   static json bytes(const std::string& s) {
     json b = json::array();
     for (const unsigned char c : s) b.push_back(static_cast<int>(c));
@@ -123,6 +156,8 @@ class LogprobsJson {
   }
   const Tokenizer& tok_;
   bool chat_;
+  bool compact_;
+  std::string lists_[4];  // compact: the lists' items as JSON text, in the order text() writes them
   bool any_ = false;
   int64_t offset_ = 0;
   json j_;
@@ -206,15 +241,17 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   } stop_watch{stream, finished, choices, nullptr};
 
   const bool want_logprobs = admitted.logprobs;
-  std::vector<LogprobsJson> logprobs(n, LogprobsJson(*st.engine.model().tokenizer, chat));
+  std::vector<LogprobsJson> logprobs(n, LogprobsJson(*st.engine.model().tokenizer, chat, !admitted.stream));
   auto combined_stats = [&] {
     std::vector<GenerationStats> all;
     for (const auto& g : choices) all.push_back(g->stats());
     return GenerationStats::combine(all);
   };
   if (!admitted.stream) {
-    // The engine runs the choices side by side; their streams are read one after another.
-    json out = json::array();
+    // The engine runs the choices side by side; their streams are read one after another. The
+    // body is written as text, each choice's log-probabilities spliced in as they were kept
+    // (LogprobsJson's compact form), in the keys' order as a json object dumps them.
+    std::string body = "{\"choices\":[";
     for (std::size_t i = 0; i < n; ++i) {
       std::string text;
       GenerationUpdate u;
@@ -226,21 +263,26 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       if (!u.error.empty())
         co_return co_await write_response(stream, error_response(ApiError(u.request_fault ? "invalid_request" : "internal", u.error), keep_alive, req.version()));
       if (u.finish_reason == FinishReason::Cancelled) co_return false;  // the client went away (or shutdown)
-      json choice = {{"index", i},
-                     {"logprobs", want_logprobs ? logprobs[i].take() : json(nullptr)},
-                     {"finish_reason", openai_finish(u.finish_reason)}};
-      if (chat)
-        choice["message"] = {{"role", "assistant"}, {"content", text}};
+      if (i > 0) body += ',';
+      body += "{\"finish_reason\":" + dump_json(openai_finish(u.finish_reason)) + ",\"index\":" + std::to_string(i) +
+              ",\"logprobs\":";
+      if (want_logprobs)
+        logprobs[i].move_text_to(body);
       else
-        choice["text"] = text;
-      out.push_back(std::move(choice));
+        body += "null";
+      body += chat ? ",\"message\":" + dump_json(json{{"role", "assistant"}, {"content", text}})
+                   : ",\"text\":" + dump_json(text);
+      body += '}';
     }
     json res = shape.base(chat ? "chat.completion" : "text_completion");
-    res["choices"] = std::move(out);
     const GenerationStats all = combined_stats();
     res["usage"] = usage_json(all);
     res["speculation"] = speculation_json(all);
-    co_return co_await write_response(stream, json_response(200, res, keep_alive, req.version()));
+    const std::string rest = dump_json(res);  // {"created":...}: "choices" sorts first
+    body += "],";
+    body.append(rest, 1);
+    HttpResponse ok = make_response(200, std::move(body), "application/json", keep_alive, req.version());
+    co_return co_await write_response(stream, std::move(ok));
   }
 
   // --- stream: true ---

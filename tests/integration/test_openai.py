@@ -311,6 +311,42 @@ def test_completion_logprobs_have_the_legacy_shape(client, model_id):
     assert streamed == list(zip(lp.tokens, lp.token_logprobs, lp.text_offset))
 
 
+def test_an_unstreamed_body_with_n_choices_and_logprobs_is_the_document_the_streamed_chunks_make(server, model_id):
+    # The unstreamed body is written as text with each choice's log-probabilities spliced in
+    # (net/openai_routes.cpp, LogprobsJson's compact form): it must parse as the OpenAI shape, keys
+    # and all, and carry the same numbers as the streamed chunks of the same seeded request.
+    for route, extra in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "Name a fruit."}],
+                                                   "logprobs": True, "top_logprobs": 2}),
+                         ("/v1/completions", {"prompt": "Fruits: apple,", "logprobs": 2})):
+        body = {"model": model_id, "max_tokens": 6, "n": 3, "seed": 11, "temperature": 1.0, **extra}
+        r = httpx.post(server.url + route, json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        doc = r.json()
+        assert set(doc) >= {"id", "object", "created", "model", "choices", "usage", "speculation"}, doc.keys()
+        assert [c["index"] for c in doc["choices"]] == [0, 1, 2]
+        streamed = {i: [] for i in range(3)}
+        with httpx.stream("POST", server.url + route, json={**body, "stream": True}, timeout=60) as s:
+            for line in s.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                for c in json.loads(line[6:])["choices"]:
+                    if c.get("logprobs"):
+                        lp = c["logprobs"]
+                        streamed[c["index"]] += lp["content"] if "content" in lp else list(
+                            zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], lp["text_offset"]))
+        for c in doc["choices"]:
+            lp = c["logprobs"]
+            if "content" in lp:
+                assert set(c) == {"index", "message", "logprobs", "finish_reason"} and lp["refusal"] is None, c
+                assert "".join(t["token"] for t in lp["content"]) == c["message"]["content"]
+                assert lp["content"] == streamed[c["index"]]
+            else:
+                assert set(c) == {"index", "text", "logprobs", "finish_reason"}, c
+                assert list(zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], lp["text_offset"])) == \
+                    [tuple(x) for x in streamed[c["index"]]]
+                assert "".join(lp["tokens"]) == c["text"]
+
+
 def test_min_p_keeps_every_sampled_token_within_min_p_of_the_most_probable(client, model_id):
     # min_p (vLLM's extension) keeps the tokens whose tempered probability is at least min_p times
     # the most probable one's: (logprob - top logprob) / T >= log(min_p), read off the model's own
