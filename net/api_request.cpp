@@ -273,7 +273,16 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     } else if (openai && p.is_array() && !p.empty() && p[0].is_number()) {
       r.prompt_ids = parse_token_ids(p, vocab);
     } else if (openai && p.is_array() && p.size() > 1) {
-      bad("prompt", "only one prompt per request is supported (batched prompts are not; n gives several choices)");
+      if (p.size() > static_cast<std::size_t>(kMaxPrompts))
+        bad("prompt", "prompt holds " + std::to_string(p.size()) + " prompts; at most " + std::to_string(kMaxPrompts));
+      for (const json& one : p) {
+        if (one.is_string())
+          out.batch.push_back({one.get<std::string>(), {}});
+        else if (one.is_array() && !one.empty())
+          out.batch.push_back({{}, parse_token_ids(one, vocab)});
+        else
+          bad("prompt", "each of several prompts must be a string or a non-empty array of token ids, got " + shown(one));
+      }
     } else {
       bad("prompt", std::string("prompt must be a string") + (openai ? " or an array of token ids" : "") + ", got " +
                         shown(p));

@@ -39,7 +39,18 @@ struct ParsedRequest {
   bool stream = false;             // OpenAI: stream
   bool include_usage = false;      // OpenAI: stream_options.include_usage
   int n = 1;                       // OpenAI: choices, each its own engine request (choice i: seed + i)
+  // /v1/completions with several prompts (an array of strings or of token-id arrays): each is
+  // `request` with its prompt, as if sent alone; prompt p's n choices are choices p * n .. p * n + n - 1.
+  // Empty: the one prompt is in `request`.
+  struct Prompt {
+    std::string text;
+    std::vector<int32_t> ids;  // used when not empty
+  };
+  std::vector<Prompt> batch;
 };
+
+// The most prompts one /v1/completions request may carry.
+inline constexpr int kMaxPrompts = 64;
 
 // The most choices one OpenAI request may ask for (`n`); each is a request of its own against the
 // admission limit.

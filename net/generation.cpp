@@ -48,11 +48,14 @@ json GenerationStats::to_json() const {
                                     : 0.0}};
 }
 
-GenerationStats GenerationStats::combine(const std::vector<GenerationStats>& choices) {
+GenerationStats GenerationStats::combine(const std::vector<GenerationStats>& choices, std::size_t per_prompt) {
   GenerationStats all;
   if (choices.empty()) return all;
-  all.prompt_tokens = choices.front().prompt_tokens;
-  all.cached_prompt_tokens = choices.front().cached_prompt_tokens;
+  if (per_prompt == 0) per_prompt = choices.size();
+  for (std::size_t i = 0; i < choices.size(); i += per_prompt) {
+    all.prompt_tokens += choices[i].prompt_tokens;
+    all.cached_prompt_tokens += choices[i].cached_prompt_tokens;
+  }
   all.ttft_ms = choices.front().ttft_ms;
   double thresholds = 0;
   for (const GenerationStats& c : choices) {
@@ -125,43 +128,63 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
   }
   if (st.draining) throw reject(ApiError("shutting_down", "the server is shutting down"));
   const int n = parsed.n;
-  if (n > st.admission_limit())
+  const int prompts = parsed.batch.empty() ? 1 : static_cast<int>(parsed.batch.size());
+  const int total = n * prompts;
+  if (total > st.admission_limit())
     throw reject(ApiError("invalid_request",
-                          "n = " + std::to_string(n) + " is more than this server's limit of " +
+                          (prompts > 1 ? std::to_string(prompts) + " prompts x " : std::string()) + "n = " +
+                              std::to_string(n) + " is more than this server's limit of " +
                               std::to_string(st.admission_limit()) + " running and queued requests",
-                          "n"));
-  if (st.inflight + n > st.admission_limit())
+                          prompts > 1 ? "prompt" : "n"));
+  if (st.inflight + total > st.admission_limit())
     throw reject(ApiError("overloaded", "the server is at its limit of " + std::to_string(st.admission_limit()) +
                                             " running and queued requests; retry later"));
-  // The choices hold their places while the prompt is tokenized (perhaps on the other thread).
+  // The choices hold their places while the prompts are tokenized (perhaps on the other thread).
   struct Reservation {
     ServerState& st;
     int64_t n;
     ~Reservation() { st.inflight -= n; }
-  } reservation{st, n};
-  st.inflight += n;
+  } reservation{st, total};
+  st.inflight += total;
+  int prompt_index = 0;  // which of several prompts a refusal is about
   try {
-    if (parsed.request.prompt_ids.empty()) {
-      std::vector<int32_t> ids = co_await tokenize_prompt(st, parsed.request);
-      if (!ids.empty()) {  // the ids are the prompt now (the messages stay: they name the field)
-        parsed.request.prompt_ids = std::move(ids);
-        parsed.request.prompt.clear();
-        parsed.request.chat = false;
+    // Every prompt as its own request, tokenized before any starts.
+    std::vector<actors::EngineRequest> requests;
+    for (int p = 0; p < prompts; ++p) {
+      prompt_index = p;
+      actors::EngineRequest request = prompts == 1 ? std::move(parsed.request) : parsed.request;
+      if (prompts > 1) {
+        request.prompt = std::move(parsed.batch[p].text);
+        request.prompt_ids = std::move(parsed.batch[p].ids);
       }
+      if (request.prompt_ids.empty()) {
+        std::vector<int32_t> ids = co_await tokenize_prompt(st, request);
+        if (!ids.empty()) {  // the ids are the prompt now (the messages stay: they name the field)
+          request.prompt_ids = std::move(ids);
+          request.prompt.clear();
+          request.chat = false;
+        }
+      }
+      requests.push_back(std::move(request));
     }
-    Admitted out{{}, parsed.stream, parsed.include_usage, parsed.request.logprobs >= 0};
-    const uint64_t seed = parsed.request.sampling.seed;
-    for (int i = 0; i < n; ++i) {
-      actors::EngineRequest request = i + 1 < n ? parsed.request : std::move(parsed.request);
-      request.sampling.seed = seed + static_cast<uint64_t>(i);
-      actors::Admission admission;
-      actors::TokenStream stream = st.engine.start(std::move(request), &admission);
-      out.choices.push_back(std::shared_ptr<Generation>(
-          new Generation(st, std::move(stream), seed + static_cast<uint64_t>(i), admission, received)));
+    Admitted out{{}, parsed.stream, parsed.include_usage, requests.front().logprobs >= 0};
+    out.choices_per_prompt = n;
+    for (int p = 0; p < prompts; ++p) {
+      prompt_index = p;
+      const uint64_t seed = requests[p].sampling.seed;
+      for (int i = 0; i < n; ++i) {
+        actors::EngineRequest request = i + 1 < n ? requests[p] : std::move(requests[p]);
+        request.sampling.seed = seed + static_cast<uint64_t>(i);
+        actors::Admission admission;
+        actors::TokenStream stream = st.engine.start(std::move(request), &admission);
+        out.choices.push_back(std::shared_ptr<Generation>(
+            new Generation(st, std::move(stream), seed + static_cast<uint64_t>(i), admission, received)));
+      }
     }
     co_return out;
   } catch (const actors::RequestError& e) {
-    throw reject(ApiError(e.code, e.what(), e.field));
+    throw reject(ApiError(e.code, (prompts > 1 ? "prompt " + std::to_string(prompt_index) + ": " : std::string()) + e.what(),
+                          e.field));
   } catch (const std::invalid_argument& e) {
     throw reject(ApiError("invalid_request", e.what()));
   } catch (const std::runtime_error& e) {  // the engine is shutting down

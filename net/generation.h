@@ -51,9 +51,10 @@ struct GenerationStats {
   double ttft_ms = 0;
   double elapsed_ms = 0;
   nlohmann::json to_json() const;  // the `stats` object of a WebSocket `done`
-  // The choices of one request as one: the prompt counted once, tokens, rounds, drafts and
+  // The choices of one request as one: each prompt counted once (choices 0, per_prompt, 2 *
+  // per_prompt, ... are the prompts' first; 0: one prompt for all), tokens, rounds, drafts and
   // acceptances summed, the earliest first token and the latest end.
-  static GenerationStats combine(const std::vector<GenerationStats>& choices);
+  static GenerationStats combine(const std::vector<GenerationStats>& choices, std::size_t per_prompt = 0);
 };
 
 // Prompt text (the prompt, or the messages' contents) up to this size is templated and tokenized
@@ -75,10 +76,12 @@ class Generation {
   // OpenAI's `n` starts n engine requests, choice i with the request's seed + i (as vLLM seeds
   // its child requests), all or none against the admission limit.
   struct Admitted {
-    std::vector<std::shared_ptr<Generation>> choices;  // [n]; the WebSocket's one is choices[0]
+    // [prompts x n], prompt p's choices at p * n ..; the WebSocket's one is choices[0]
+    std::vector<std::shared_ptr<Generation>> choices;
     bool stream = false;         // OpenAI: stream
     bool include_usage = false;  // OpenAI: stream_options.include_usage
     bool logprobs = false;       // OpenAI: logprobs asked for (the tokens carry them)
+    std::size_t choices_per_prompt = 1;  // n
   };
   // A request with a grammar or a JSON schema is parsed (its constraint compiled) on the
   // preparation thread, and a prompt of more than kInlinePromptBytes is templated and tokenized

@@ -245,7 +245,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   auto combined_stats = [&] {
     std::vector<GenerationStats> all;
     for (const auto& g : choices) all.push_back(g->stats());
-    return GenerationStats::combine(all);
+    return GenerationStats::combine(all, admitted.choices_per_prompt);
   };
   if (!admitted.stream) {
     // The engine runs the choices side by side; their streams are read one after another. The

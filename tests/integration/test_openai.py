@@ -114,6 +114,44 @@ def test_n_streamed_choices_interleave_by_index_and_equal_the_unstreamed_ones(cl
     assert roles == [(0, "assistant"), (1, "assistant")]
 
 
+def test_several_prompts_are_each_the_single_request_with_their_n_choices_in_order(client, model_id, server):
+    # vLLM's batched completions: choice p * n + j is prompt p's choice j, i.e. prompt p sent alone
+    # with the seed + j.
+    prompts = ["The sea is", "My favourite fruit is", "Once upon a time"]
+    args = dict(model=model_id, max_tokens=8, temperature=1.0, seed=3)
+    r = client.completions.create(prompt=prompts, n=2, **args)
+    assert [c.index for c in r.choices] == list(range(6))
+    singles = [client.completions.create(prompt=p, **{**args, "seed": 3 + j}) for p in prompts for j in range(2)]
+    assert [c.text for c in r.choices] == [s.choices[0].text for s in singles]
+    assert r.usage.prompt_tokens == sum(s.usage.prompt_tokens for s in singles[::2])
+    assert r.usage.completion_tokens == sum(s.usage.completion_tokens for s in singles)
+    # Token-id prompts, streamed: every choice's text arrives under its own index.
+    ids = [httpx.post(server.url + "/tokenize", json={"prompt": p}, timeout=30).json()["tokens"] for p in prompts[:2]]
+    whole = client.completions.create(prompt=ids, **args)
+    texts = ["", ""]
+    for chunk in client.completions.create(prompt=ids, stream=True, **args):
+        for c in chunk.choices:
+            texts[c.index] += c.text
+    assert texts == [c.text for c in whole.choices] == [s.choices[0].text for s in singles[0:4:2]]
+
+
+def test_several_prompts_are_refused_together_naming_the_prompt_at_fault(server):
+    def post(prompt, **extra):
+        return httpx.post(server.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2, **extra}, timeout=60)
+    r = post(["a"] * 65)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt" and "at most 64" in r.text, r.text
+    r = post(["a", 5])
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
+    r = post(["a", []])
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
+    r = post(["a", "word " * 9000])
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+    assert r.json()["error"]["message"].startswith("prompt 1: "), r.text
+    r = post(["a"] * 20, n=16)  # 320 choices against the fixture's 8 + 32 places
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt" and "20 prompts x n = 16" in r.text, r.text
+    assert post(["a", "b"]).status_code == 200
+
+
 def test_n_outside_one_to_sixteen_and_best_of_above_n_are_400s_naming_the_field(server):
     post = lambda body: httpx.post(server.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 2, **body},
                                    timeout=30)
