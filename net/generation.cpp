@@ -4,9 +4,6 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/use_awaitable.hpp>
-
 namespace specula::net {
 
 namespace asio = boost::asio;
@@ -74,18 +71,13 @@ GenerationStats GenerationStats::combine(const std::vector<GenerationStats>& cho
 asio::awaitable<std::vector<int32_t>> tokenize_prompt(ServerState& st, const actors::EngineRequest& request) {
   if (!st.prep || !request.prompt_ids.empty() || prompt_text_bytes(request) <= kInlinePromptBytes)
     co_return st.engine.tokenize(request);
-  // The text goes by value: the coroutine waiting here is destroyed with the io_context at
-  // shutdown, perhaps while the preparation thread still reads.
-  actors::EngineRequest text;
+  actors::EngineRequest text;  // by value: see on_prep_thread
   text.prompt = request.prompt;
   text.chat = request.chat;
   text.messages = request.messages;
   const actors::Engine& engine = st.engine;
-  // (Named, not temporaries within the co_await: GCC 12 destroys such temporaries twice.)
-  auto work = [&engine, text = std::move(text)]() -> asio::awaitable<std::vector<int32_t>> {
-    co_return engine.tokenize(text);
-  };
-  std::vector<int32_t> ids = co_await asio::co_spawn(*st.prep, std::move(work), asio::use_awaitable);
+  auto tokenize = [&engine, text = std::move(text)] { return engine.tokenize(text); };
+  std::vector<int32_t> ids = co_await on_prep_thread(st, std::move(tokenize));
   co_return ids;
 }
 
@@ -96,18 +88,15 @@ asio::awaitable<ParsedRequest> parse_request(ServerState& st, json body, PromptK
   bool constrained = false;
   for (const char* name : kConstraintFields) constrained = constrained || body.contains(name);
   if (!st.prep || !constrained) co_return parse_generation(body, kind, st.engine, st.config.defaults, raw);
-  // By value, as tokenize_prompt's text.
-  struct Input {
+  struct Input {  // by value: see on_prep_thread
     json body;
     std::string raw;
     RequestDefaults defaults;
   };
   auto in = std::make_shared<const Input>(Input{std::move(body), std::string(raw), st.config.defaults});
   const actors::Engine& engine = st.engine;
-  auto work = [&engine, in, kind]() -> asio::awaitable<ParsedRequest> {
-    co_return parse_generation(in->body, kind, engine, in->defaults, in->raw);
-  };
-  ParsedRequest parsed = co_await asio::co_spawn(*st.prep, std::move(work), asio::use_awaitable);
+  auto parse = [&engine, in, kind] { return parse_generation(in->body, kind, engine, in->defaults, in->raw); };
+  ParsedRequest parsed = co_await on_prep_thread(st, std::move(parse));
   co_return parsed;
 }
 

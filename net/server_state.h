@@ -8,8 +8,13 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <type_traits>
+#include <utility>
 
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include "actors/engine.h"
 #include "net/api_request.h"
@@ -53,6 +58,19 @@ struct ServerState {
 
   int64_t admission_limit() const { return engine.config().max_batch + config.max_queue; }
 };
+
+// fn() on the preparation thread, resuming on the caller's executor with its result. fn owns
+// what it reads (captures by value, or references to what outlives the server such as the
+// engine): the coroutine waiting here is destroyed with the io_context at shutdown, perhaps while
+// the preparation thread still runs fn. Requires st.prep.
+template <class F>
+boost::asio::awaitable<std::invoke_result_t<F&>> on_prep_thread(ServerState& st, F fn) {
+  using Result = std::invoke_result_t<F&>;
+  auto work = [fn = std::move(fn)]() mutable -> boost::asio::awaitable<Result> { co_return fn(); };
+  // (Named, not temporaries within the co_await: GCC 12 destroys such temporaries twice.)
+  Result result = co_await boost::asio::co_spawn(*st.prep, std::move(work), boost::asio::use_awaitable);
+  co_return result;
+}
 
 // A registration that lasts as long as this object (a connection's closer).
 class ConnectionRegistration {
