@@ -310,6 +310,10 @@ TokenStream Engine::start(EngineRequest request, Admission* admission) {
     throw RequestError("invalid_request", "top_logprobs",
                        "top_logprobs must be between 0 and " + std::to_string(kMaxTopLogprobs) + ", got " +
                            std::to_string(request.logprobs));
+  if (request.prompt_logprobs < -1 || request.prompt_logprobs > kMaxTopLogprobs)
+    throw RequestError("invalid_request", "prompt_logprobs",
+                       "prompt_logprobs must be between 0 and " + std::to_string(kMaxTopLogprobs) + ", got " +
+                           std::to_string(request.prompt_logprobs));
   if (r.max_tokens < 1)
     throw RequestError("invalid_request", "max_tokens", "max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
   check("min_tokens", [&] { r.check_min_tokens(); });
@@ -331,6 +335,8 @@ TokenStream Engine::start(EngineRequest request, Admission* admission) {
   info->stop = std::move(request.stop);
   info->speculate = request.speculate && m.cfg.drafter != "none";
   info->logprobs = request.logprobs;
+  info->prompt_logprobs = request.prompt_logprobs;
+  info->stop_token_logprobs = request.stop_token_logprobs;
   {
     std::lock_guard lock(m.streams->mu);
     if (m.streams->closed) throw std::runtime_error("the engine is shutting down");
@@ -344,6 +350,7 @@ TokenStream Engine::start(EngineRequest request, Admission* admission) {
 
 bool GenerateResult::add(StreamEvent ev) {
   text += ev.text;
+  if (ev.prompt_logprobs) prompt_logprobs = std::move(*ev.prompt_logprobs);
   if (ev.kind == StreamEvent::Kind::Token) {
     tokens.push_back(ev.token);
     from_draft.push_back(ev.from_draft);

@@ -120,6 +120,16 @@ struct EngineRequest {
   // most probable alternatives, on its StreamEvent (not on the stop token that ends the request,
   // which is not part of its text either).
   int logprobs = -1;
+  // The prompt's log-probabilities (vLLM's prompt_logprobs; what /v1/completions lists with echo):
+  // -1 = none; 0..20 = each prompt token but the first under the target's distribution given the
+  // tokens before it, and that many alternatives, on the request's first StreamEvent. Such a
+  // prompt is prefilled alone, in pieces of kPromptLogprobsRows (actors/messages.h), past the prefix cache (cached
+  // positions have no logits).
+  int prompt_logprobs = -1;
+  // The stop token that ends the request keeps its log-probabilities (its text stays out). vLLM
+  // lists it; the server asks for this with echo, whose clients drop the generated tokens' entries
+  // by count (lm-evaluation-harness's max_tokens 1).
+  bool stop_token_logprobs = false;
 };
 
 // What Engine::start settled for a request it took.
@@ -134,6 +144,7 @@ struct GenerateResult {
   std::vector<int32_t> tokens;
   std::vector<bool> from_draft;
   std::vector<TokenLogprobs> logprobs;  // when the request asked: one a token but a final stop token
+  std::vector<TokenLogprobs> prompt_logprobs;  // when the request asked: one a prompt token but the first
   FinishReason finish_reason = FinishReason::None;  // None on error
   std::string error;
   SpeculativeStats stats;

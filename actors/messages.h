@@ -17,6 +17,11 @@
 
 namespace specula::actors {
 
+// The rows of one prefill forward of a prompt whose log-probabilities were asked for
+// (EngineRequest::prompt_logprobs): each row's logits, a vocabulary of floats, are reduced to its
+// TokenLogprobs before the next piece runs.
+inline constexpr int64_t kPromptLogprobsRows = 64;
+
 // A request as admitted: immutable, shared by every actor that serves it.
 struct RequestInfo {
   RequestId id = 0;
@@ -24,6 +29,8 @@ struct RequestInfo {
   std::vector<std::string> stop;           // stop strings (the sampler ends the text before one)
   bool speculate = true;                   // false: plain decode rounds (K = 0), no drafting
   int logprobs = -1;                       // EngineRequest::logprobs
+  int prompt_logprobs = -1;                // EngineRequest::prompt_logprobs
+  bool stop_token_logprobs = false;        // EngineRequest::stop_token_logprobs
   std::shared_ptr<EventChannel> events;    // the caller's token stream
 };
 using RequestRef = std::shared_ptr<const RequestInfo>;
@@ -145,6 +152,8 @@ struct Scored {
   std::optional<RoundOutcome> verdict;
   float min_confidence = 0;           // Drafted::min_confidence, for the request's statistics
   int64_t cached_tokens = 0;          // the round that prefilled it: prompt tokens the prefix cache held
+  // The round that prefilled it, when the request asked (RequestInfo::prompt_logprobs).
+  std::optional<std::vector<TokenLogprobs>> prompt_logprobs{};
 };
 
 // verifier -> sampler: the target's distributions for the round (TargetProbsReady and Judge in one).

@@ -26,6 +26,12 @@ Event event_of(actors::StreamEvent ev) {
     out.logprob = ev.logprobs->logprob;
     for (const auto& [id, lp] : ev.logprobs->top) out.top_logprobs.push_back({id, lp});
   }
+  if (ev.prompt_logprobs)
+    for (const TokenLogprobs& t : *ev.prompt_logprobs) {
+      PromptTokenLogprob& p = out.prompt_logprobs.emplace_back();
+      p.logprob = t.logprob;
+      for (const auto& [id, lp] : t.top) p.top.push_back({id, lp});
+    }
   out.finish_reason = std::string(finish_reason_name(ev.finish_reason));
   out.error = std::move(ev.error);
   out.stats = stats_of(ev.stats);
@@ -63,6 +69,7 @@ actors::EngineRequest request_of(Request r) {
   }
   e.stop = std::move(r.stop);
   e.logprobs = r.top_logprobs;
+  e.prompt_logprobs = r.prompt_logprobs;
   return e;
 }
 

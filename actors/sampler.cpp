@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cassert>
 #include <stdexcept>
+#include <utility>
 
 
 namespace specula::actors {
@@ -90,10 +91,15 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
   // coalesces them into one event) instead of racing the sampler token by token.
   std::vector<StreamEvent> batch;
   batch.reserve(tokens.size() + 1);
+  auto send = [&] {
+    if (batch.empty()) return;
+    if (o.prompt_logprobs) batch.front().prompt_logprobs = std::exchange(o.prompt_logprobs, std::nullopt);
+    request->events->send_all(std::move(batch));
+  };
   auto end_with = [&](StreamEvent last) {
     last.stats = st;
     batch.push_back(std::move(last));
-    request->events->send_all(std::move(batch));
+    send();
     o.ended = true;
     j.finished = true;
     return true;
@@ -130,7 +136,7 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
     // The stop token that ends the request is not part of its text, nor of its log-probabilities
     // (as OpenAI's API leaves it out). (A grammar's end with no stop tokens ends after a text token.)
     const bool stop_token = !stopped && !(complete && req.stop_ids.empty());
-    if (finish == FinishReason::Stop && stop_token) batch.back().logprobs.reset();
+    if (finish == FinishReason::Stop && stop_token && !request->stop_token_logprobs) batch.back().logprobs.reset();
     if (finish != FinishReason::None) {
       StreamEvent done;
       done.kind = StreamEvent::Kind::Done;
@@ -140,7 +146,7 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
       return end_with(std::move(done));
     }
   }
-  request->events->send_all(std::move(batch));
+  send();
   return false;
 }
 
@@ -184,6 +190,7 @@ void Sampler::on(Judge& judge) {
     st.verify_seconds += judge.verify_seconds;
     st.count_confidence(k, s.min_confidence);
     st.cached_prompt_tokens += s.cached_tokens;
+    if (s.prompt_logprobs) o.prompt_logprobs = std::move(s.prompt_logprobs);
     Judged j{s.request->id, k, 0, {}, false, false, 0, {}};
     if (!s.continued) {
       const RoundOutcome outcome = s.verdict ? std::move(*s.verdict) : apply_rule(o, s.draft, s.target_logits, s.position, true);

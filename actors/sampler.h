@@ -69,6 +69,8 @@ class Sampler : public Actor<Sampler, SamplerMessage> {
     // The output so far, for a request with penalties or logit bias (made at its first round,
     // when the rows' width is known; every emitted token is pushed).
     std::optional<PenaltyHistory> penalties;
+    // The prompt's log-probabilities (Scored::prompt_logprobs), until the first event carries them.
+    std::optional<std::vector<TokenLogprobs>> prompt_logprobs;
   };
   Open& open(const RequestRef& request);
   // Judges `draft` against `target_logits` (k + 1 rows with the bonus row, k without), adjusted

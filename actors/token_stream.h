@@ -25,6 +25,9 @@ struct StreamEvent {
   int32_t token = -1;          // Token: the token id
   bool from_draft = false;     // Token: an accepted draft token (not the target's recovered / bonus one)
   std::optional<TokenLogprobs> logprobs;  // Token, when the request asked (EngineRequest::logprobs)
+  // The request's first event, when it asked (EngineRequest::prompt_logprobs): one a prompt token
+  // but the first (empty for a prompt of one token).
+  std::optional<std::vector<TokenLogprobs>> prompt_logprobs;
   FinishReason finish_reason = FinishReason::None;  // Done: why the request ended
   std::string error;           // Error: what failed, in one line
   bool request_fault = false;  // Error: the request asked for more than can be kept (an HTTP 400, not a 500)

@@ -53,6 +53,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     if (!seqs_.count(round.items[i].request->id)) waiting.push_back(i);
   std::vector<int64_t> cached(round.items.size(), 0);  // prompt tokens each new sequence shares
   std::vector<std::vector<float>> prefill_rows(round.items.size());
+  std::vector<std::optional<std::vector<TokenLogprobs>>> prompt_logprobs(round.items.size());
   std::vector<ForwardSeq> batch;
   const int64_t bt = kv_.config().block_tokens;
   while (!waiting.empty()) {
@@ -72,6 +73,15 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     std::vector<size_t> prefilled;  // round.items index of each sequence in `batch`
     for (const size_t i : now) {
       const std::span<const int32_t> prompt = prompt_of(i);
+      const int top = round.items[i].request->prompt_logprobs;
+      if (top >= 0) {  // its own forwards, every row scored, nothing taken from the prefix cache
+        const int seq = kv_.create_sequence(prompt, 0);
+        seqs_.emplace(round.items[i].request->id, seq);
+        prefix_queried_.fetch_add(static_cast<int64_t>(prompt.size()), std::memory_order_relaxed);
+        prompt_logprobs[i] = prefill_scored(seq, round.items[i].context, top, prefill_rows[i], judge);
+        kv_.register_prefix(seq, prompt);
+        continue;
+      }
       const int seq = kv_.create_sequence(prompt, shareable(i));
       seqs_.emplace(round.items[i].request->id, seq);
       cached[i] = kv_.length(seq);
@@ -138,6 +148,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     Scored s{d.request, static_cast<int64_t>(d.context.size()), std::move(d.draft), {}, d.continued, {}, {}, std::nullopt,
              d.min_confidence};
     s.cached_tokens = cached[i];
+    s.prompt_logprobs = std::move(prompt_logprobs[i]);
     const size_t rows = windows[i].size();
     judge.forward_tokens += static_cast<int64_t>(rows);
     if (on_device) {
@@ -159,6 +170,31 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     kv_.register_prefix(batch[i].seq, d.context);
     judge.items.push_back(std::move(s));
   }
+}
+
+std::vector<TokenLogprobs> Verifier::prefill_scored(int seq, std::span<const int32_t> context, int top,
+                                                    std::vector<float>& hidden, Judge& judge) {
+  std::vector<TokenLogprobs> out;
+  const size_t prompt = context.size() - 1;
+  out.reserve(prompt);
+  const auto vocab = static_cast<size_t>(target_.config().vocab_size);
+  const size_t H = static_cast<size_t>(target_.feature_width());
+  for (size_t at = 0; at < prompt; at += static_cast<size_t>(kPromptLogprobsRows)) {
+    const size_t rows = std::min(prompt - at, static_cast<size_t>(kPromptLogprobsRows));
+    const ForwardSeq piece{seq, context.subspan(at, rows), true, hand_hidden_};
+    const auto t0 = std::chrono::steady_clock::now();
+    target_.forward({&piece, 1}, kv_, logits_);
+    judge.prefill_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    judge.prefill_tokens += static_cast<int64_t>(rows);
+    // Row r read the tokens up to at + r: it is the distribution of token at + r + 1.
+    for (size_t r = 0; r < rows; ++r)
+      out.push_back(token_logprobs(std::span<const float>(logits_).subspan(r * vocab, vocab), context[at + r + 1], top));
+    if (hand_hidden_) {
+      target_.last_hidden_all(hidden_);
+      hidden.insert(hidden.end(), hidden_.begin(), hidden_.begin() + static_cast<std::ptrdiff_t>(rows * H));
+    }
+  }
+  return out;
 }
 
 boost::asio::awaitable<void> Verifier::on(VerifyRound& round) {

@@ -55,6 +55,12 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
 
  private:
   void verify(VerifyRound& round, Judge& judge);
+  // Prefills sequence `seq` (new, empty) with `prompt` = context minus its last token, in pieces
+  // of kPromptLogprobsRows with every row's logits, each row reduced at once to the log-probability
+  // of the context's next token and `top` alternatives; the final hidden states of every row are
+  // appended to `hidden` when the drafter reads them.
+  std::vector<TokenLogprobs> prefill_scored(int seq, std::span<const int32_t> context, int top,
+                                            std::vector<float>& hidden, Judge& judge);
 
   LlamaModel& target_;
   KvCache kv_;

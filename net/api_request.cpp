@@ -501,8 +501,22 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     } else if (const json* v = field(body, "logprobs"); v && !v->is_null() && !(v->is_boolean() && !v->get<bool>())) {
       r.logprobs = static_cast<int>(integer(*v, "logprobs", 0, 5));
     }
-    if (const json* v = field(body, "echo"); v && !(v->is_boolean() && !v->get<bool>()))
-      bad("echo", "echo is not supported");
+    // echo: the prompt's text before each choice's, and with logprobs its tokens' entries first
+    // (the first token's null), as vLLM gives them; the stop token that ends a choice keeps its
+    // entry, so that a client dropping the generated tokens' entries by count finds them all.
+    if (const json* v = field(body, "echo"); v && !v->is_null()) {
+      if (!v->is_boolean()) bad("echo", "echo must be true or false, got " + shown(*v));
+      out.echo = v->get<bool>();
+      if (out.echo && kind == PromptKind::Chat) bad("echo", "echo is served by /v1/completions only");
+      if (out.echo && r.logprobs >= 0) {
+        r.prompt_logprobs = r.logprobs;
+        r.stop_token_logprobs = true;
+      }
+    }
+    // vLLM's extension in its own shape (token ids -> logprob, rank, decoded token) is not served.
+    if (const json* v = field(body, "prompt_logprobs"); v && !v->is_null())
+      bad("prompt_logprobs", kind == PromptKind::Chat ? "prompt_logprobs is not supported"
+                                                      : "prompt_logprobs is not supported; echo with logprobs lists the prompt's");
     if (const json* v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
       bad("suffix", "suffix is not supported");
     if (const json* v = field(body, "tools"); v && !(v->is_array() && v->empty())) bad("tools", "tools are not supported");

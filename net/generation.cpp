@@ -139,6 +139,7 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
   try {
     // Every prompt as its own request, tokenized before any starts.
     std::vector<actors::EngineRequest> requests;
+    std::vector<Admitted::Echo> echo;
     for (int p = 0; p < prompts; ++p) {
       prompt_index = p;
       actors::EngineRequest request = prompts == 1 ? std::move(parsed.request) : parsed.request;
@@ -146,6 +147,7 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
         request.prompt = std::move(parsed.batch[p].text);
         request.prompt_ids = std::move(parsed.batch[p].ids);
       }
+      std::string sent = parsed.echo && request.prompt_ids.empty() ? request.prompt : std::string();
       if (request.prompt_ids.empty()) {
         std::vector<int32_t> ids = co_await tokenize_prompt(st, request);
         if (!ids.empty()) {  // the ids are the prompt now (the messages stay: they name the field)
@@ -154,10 +156,16 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
           request.chat = false;
         }
       }
+      if (parsed.echo) {
+        const std::vector<int32_t>& ids = request.prompt_ids;  // (empty: the engine refuses the prompt)
+        if (sent.empty() && st.engine.model().tokenizer) sent = st.engine.model().tokenizer->decode(ids);
+        echo.push_back({std::move(sent), ids});
+      }
       requests.push_back(std::move(request));
     }
     Admitted out{{}, parsed.stream, parsed.include_usage, requests.front().logprobs >= 0};
     out.choices_per_prompt = n;
+    out.echo = std::move(echo);
     for (int p = 0; p < prompts; ++p) {
       prompt_index = p;
       const uint64_t seed = requests[p].sampling.seed;
@@ -225,6 +233,7 @@ boost::asio::awaitable<GenerationUpdate> Generation::next() {
       break;
     }
     u.text += ev.text;
+    if (ev.prompt_logprobs) u.prompt_logprobs = std::move(ev.prompt_logprobs);
     u.tokens.push_back(TokenOut{ev.token, std::move(ev.text), ev.from_draft, std::move(ev.logprobs)});
     std::optional<actors::StreamEvent> more = stream_.try_next();
     if (!more) break;

@@ -36,6 +36,8 @@ struct GenerationUpdate {
   FinishReason finish_reason = FinishReason::None;  // terminal and not an error
   std::string error;              // terminal with an engine error
   bool request_fault = false;     // the error is the request's (its grammar's limits): a 400, not a 500
+  // The first update, when the request asked (EngineRequest::prompt_logprobs): prompt tokens 1, 2, ...
+  std::optional<std::vector<TokenLogprobs>> prompt_logprobs;
 };
 
 struct GenerationStats {
@@ -82,6 +84,13 @@ class Generation {
     bool include_usage = false;  // OpenAI: stream_options.include_usage
     bool logprobs = false;       // OpenAI: logprobs asked for (the tokens carry them)
     std::size_t choices_per_prompt = 1;  // n
+    // /v1/completions' echo: each prompt as the client sent it (its text, or its ids decoded) and
+    // its ids; empty without echo.
+    struct Echo {
+      std::string text;
+      std::vector<int32_t> ids;
+    };
+    std::vector<Echo> echo;
   };
   // A request with a grammar or a JSON schema is parsed (its constraint compiled) on the
   // preparation thread, and a prompt of more than kInlinePromptBytes is templated and tokenized

@@ -75,7 +75,8 @@ json speculation_json(const GenerationStats& s) {
 // `logprobs.content` (a token's text, its bytes, its log-probability and the alternatives) and
 // the legacy completions' parallel lists (`tokens`, `token_logprobs`, `top_logprobs` as
 // text -> log-probability, `text_offset`: where each token's text starts in the completion, in
-// bytes). Built token by token; a streamed chunk takes the tokens it carries. A whole response's
+// bytes; with echo the prompt's tokens come first, the first with nulls, and the offsets count
+// from the prompt's start). Built token by token; a streamed chunk takes the tokens it carries. A whole response's
 // (`compact`) is kept as JSON text, each token's entries serialized as they come: as a JSON tree
 // it held ~16 KB a token with 20 alternatives (an n = 16 request to the context's end: ~2 GB),
 // as text ~1.6 KB.
@@ -85,36 +86,11 @@ class LogprobsJson {
     clear();
   }
   void add(const TokenOut& t) {
-    if (!t.logprobs) return;
-    const std::string text = tok_.token_bytes(t.id);
-    if (chat_) {
-      json top = json::array();
-      for (const auto& [id, lp] : t.logprobs->top) {
-        const std::string alt = tok_.token_bytes(id);
-        top.push_back({{"token", alt}, {"logprob", lp}, {"bytes", bytes(alt)}});
-      }
-      json entry{{"token", text}, {"logprob", t.logprobs->logprob}, {"bytes", bytes(text)}, {"top_logprobs", std::move(top)}};
-      if (compact_)
-        append(lists_[0], entry);
-      else
-        j_["content"].push_back(std::move(entry));
-    } else {
-      json top = json::object();
-      for (const auto& [id, lp] : t.logprobs->top) top[tok_.token_bytes(id)] = lp;
-      if (compact_) {  // in the order of the keys' names, as a json object dumps them
-        append(lists_[0], offset_);
-        append(lists_[1], t.logprobs->logprob);
-        append(lists_[2], text);
-        append(lists_[3], top);
-      } else {
-        j_["tokens"].push_back(text);
-        j_["token_logprobs"].push_back(t.logprobs->logprob);
-        j_["top_logprobs"].push_back(std::move(top));
-        j_["text_offset"].push_back(offset_);
-      }
-    }
-    offset_ += static_cast<int64_t>(text.size());
-    any_ = true;
+    if (t.logprobs) add(t.id, &*t.logprobs);
+  }
+  // echo's prompt tokens (legacy lists only): the first with null entries, token k with lps[k - 1].
+  void add_prompt(const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& lps) {
+    for (std::size_t k = 0; k < ids.size(); ++k) add(ids[k], k == 0 || k > lps.size() ? nullptr : &lps[k - 1]);
   }
   bool any() const { return any_; }
   // Appends a compact one's object as JSON text (what dump_json(take()) would give) to `out`, and
@@ -139,6 +115,42 @@ class LogprobsJson {
   }
 
  private:
+  // One token's entries; lp null: the legacy lists' nulls (echo's first prompt token).
+  void add(int32_t id, const TokenLogprobs* lp) {
+    const std::string text = tok_.token_bytes(id);
+    if (chat_) {
+      json top = json::array();
+      for (const auto& [alt_id, alt_lp] : lp->top) {
+        const std::string alt = tok_.token_bytes(alt_id);
+        top.push_back({{"token", alt}, {"logprob", alt_lp}, {"bytes", bytes(alt)}});
+      }
+      json entry{{"token", text}, {"logprob", lp->logprob}, {"bytes", bytes(text)}, {"top_logprobs", std::move(top)}};
+      if (compact_)
+        append(lists_[0], entry);
+      else
+        j_["content"].push_back(std::move(entry));
+    } else {
+      json top = nullptr, logprob = nullptr;
+      if (lp) {
+        top = json::object();
+        for (const auto& [id, alt] : lp->top) top[tok_.token_bytes(id)] = alt;
+        logprob = lp->logprob;
+      }
+      if (compact_) {  // in the order of the keys' names, as a json object dumps them
+        append(lists_[0], offset_);
+        append(lists_[1], logprob);
+        append(lists_[2], text);
+        append(lists_[3], top);
+      } else {
+        j_["tokens"].push_back(text);
+        j_["token_logprobs"].push_back(std::move(logprob));
+        j_["top_logprobs"].push_back(std::move(top));
+        j_["text_offset"].push_back(offset_);
+      }
+    }
+    offset_ += static_cast<int64_t>(text.size());
+    any_ = true;
+  }
   static void append(std::string& list, const json& value) {
     if (!list.empty()) list += ',';
     list += dump_json(value);
@@ -242,6 +254,15 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
 
   const bool want_logprobs = admitted.logprobs;
   std::vector<LogprobsJson> logprobs(n, LogprobsJson(*st.engine.model().tokenizer, chat, !admitted.stream));
+  // echo: a choice's first update starts with its prompt's text and, with logprobs, its tokens.
+  std::vector<bool> echoed(n, admitted.echo.empty());
+  auto echo_into = [&](std::size_t i, GenerationUpdate& u) {
+    if (echoed[i]) return;
+    echoed[i] = true;
+    const Generation::Admitted::Echo& e = admitted.echo[i / admitted.choices_per_prompt];
+    u.text.insert(0, e.text);
+    if (want_logprobs && u.prompt_logprobs) logprobs[i].add_prompt(e.ids, *u.prompt_logprobs);
+  };
   auto combined_stats = [&] {
     std::vector<GenerationStats> all;
     for (const auto& g : choices) all.push_back(g->stats());
@@ -257,6 +278,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       GenerationUpdate u;
       do {
         u = co_await choices[i]->next();
+        echo_into(i, u);
         text += u.text;
         for (const TokenOut& t : u.tokens) logprobs[i].add(t);
       } while (!u.terminal);
@@ -314,6 +336,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   for (std::size_t open = n; open > 0;) {
     auto [ec, i, u] = co_await channel->async_receive(kAwait);
     if (ec) co_return false;
+    echo_into(i, u);
     // A chunk for the update's text, and with log-probabilities asked for, for its tokens even
     // where their text is still held back (mid-character, or maybe a stop string).
     for (const TokenOut& t : u.tokens) logprobs[i].add(t);

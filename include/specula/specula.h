@@ -71,11 +71,20 @@ struct Request {
   // -1: none; 0..20: each token's log-probability under the model's own distribution (log
   // softmax of its raw logits) on its Event, with that many most probable alternatives.
   int top_logprobs = -1;
+  // -1: none; 0..20: each prompt token but the first, its log-probability given the tokens before
+  // it and that many most probable alternatives there, on the first Event (vLLM's prompt_logprobs).
+  // Such a prompt is prefilled on its own, past the prefix cache.
+  int prompt_logprobs = -1;
 };
 
 struct TokenLogprob {
   std::int32_t token = -1;
   float logprob = 0;
+};
+
+struct PromptTokenLogprob {
+  float logprob = 0;              // the prompt token's
+  std::vector<TokenLogprob> top;  // the most probable tokens at its position, most probable first
 };
 
 struct Stats {
@@ -94,6 +103,8 @@ struct Event {
   bool from_draft = false;     // Token: an accepted draft token
   std::optional<float> logprob;            // Token, when the request asked (Request::top_logprobs)
   std::vector<TokenLogprob> top_logprobs;  // Token: the most probable tokens there, most probable first
+  // The first event, when the request asked (Request::prompt_logprobs): prompt tokens 1, 2, ...
+  std::vector<PromptTokenLogprob> prompt_logprobs;
   std::string finish_reason;   // Done: stop | length | context | cancelled
   std::string error;           // Error: what failed, in one line
   Stats stats;                 // Done and Error

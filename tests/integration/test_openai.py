@@ -677,3 +677,77 @@ def test_a_response_format_other_than_text_or_json_object_is_a_400_naming_it(ser
                    json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 1, "response_format": value})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "response_format", r.text
+
+
+def _echo(client, model_id, prompt, **extra):
+    return client.completions.create(model=model_id, prompt=prompt, temperature=0, echo=True, **extra)
+
+
+def test_echo_with_logprobs_scores_a_prompt_as_lm_evaluation_harness_reads_it(server, client, model_id):
+    """lm-evaluation-harness's loglikelihood through an OpenAI completions server: the context and
+    the continuation as one token-id prompt, max_tokens 1, logprobs 1, echo; it sums
+    token_logprobs[ctxlen:-1] and checks each against the largest of top_logprobs. The continuation's
+    entries must be the numbers the server gave when it generated that continuation itself."""
+    context = "The capital of France is"
+    gen = client.completions.create(model=model_id, prompt=context, max_tokens=6, temperature=0, logprobs=2,
+                                    stop=[".", "\n"])
+    gen_lp = gen.choices[0].logprobs
+    tokenize = lambda text: httpx.post(server.url + "/tokenize", json={"prompt": text}, timeout=30).json()["tokens"]
+    ctx_ids, cont_ids = tokenize(context), tokenize(gen.choices[0].text)
+    pieces = [httpx.post(server.url + "/detokenize", json={"tokens": [t]}, timeout=30).json()["prompt"] for t in cont_ids]
+    assert pieces == gen_lp.tokens[:len(cont_ids)], "the continuation tokenizes otherwise alone"
+    ids = ctx_ids + cont_ids
+    r = _echo(client, model_id, [ids], max_tokens=1, logprobs=2)
+    choice, lp = r.choices[0], r.choices[0].logprobs
+    text = httpx.post(server.url + "/detokenize", json={"tokens": ids}, timeout=30).json()["prompt"]
+    assert choice.text.startswith(text) and text == context + gen.choices[0].text
+    assert r.usage.prompt_tokens == len(ids) and r.usage.completion_tokens == 1
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == len(ids) + 1
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None and lp.text_offset[0] == 0
+    assert lp.text_offset[len(ids)] == len(text.encode())
+    ctxlen = len(ctx_ids)
+    assert lp.token_logprobs[ctxlen:-1] == gen_lp.token_logprobs[:len(cont_ids)]
+    assert lp.top_logprobs[ctxlen:-1] == gen_lp.top_logprobs[:len(cont_ids)]
+    assert all(v == max(top.values()) for v, top in zip(lp.token_logprobs[ctxlen:-1], lp.top_logprobs[ctxlen:-1])), \
+        "a greedy continuation is not greedy by its own entries"
+    # Every prompt token after the first has its entry, at most 0, with its alternatives.
+    assert all(v <= 0 and len(top) in (2, 3) for v, top in zip(lp.token_logprobs[1:], lp.top_logprobs[1:]))
+    # The same numbers again, now that the prefix cache holds the prompt's blocks.
+    again = _echo(client, model_id, [ids], max_tokens=1, logprobs=2).choices[0].logprobs
+    assert again.token_logprobs == lp.token_logprobs and again.top_logprobs == lp.top_logprobs
+
+
+def test_echo_streamed_gives_what_the_whole_response_gives_for_several_prompts(client, model_id):
+    prompts = ["Once upon a time", "def add(a, b):"]
+    whole = _echo(client, model_id, prompts, max_tokens=5, logprobs=1, n=2, seed=4)
+    assert [c.index for c in whole.choices] == [0, 1, 2, 3]
+    texts, lists = ["" for _ in range(4)], [{"tokens": [], "token_logprobs": [], "text_offset": []} for _ in range(4)]
+    for chunk in _echo(client, model_id, prompts, max_tokens=5, logprobs=1, n=2, seed=4, stream=True):
+        for c in chunk.choices:
+            texts[c.index] += c.text
+            if c.logprobs:
+                for key in lists[c.index]:
+                    lists[c.index][key] += getattr(c.logprobs, key)
+    for i, c in enumerate(whole.choices):
+        assert c.text.startswith(prompts[i // 2]) and len(c.text) > len(prompts[i // 2])
+        assert texts[i] == c.text
+        assert lists[i] == {key: getattr(c.logprobs, key) for key in lists[i]}
+        assert c.logprobs.token_logprobs[0] is None
+    # Without logprobs the text alone is echoed; echo false is as if left out.
+    plain = _echo(client, model_id, "Once upon a time", max_tokens=5)
+    assert plain.choices[0].logprobs is None and plain.choices[0].text == whole.choices[0].text
+    off = client.completions.create(model=model_id, prompt="Once upon a time", max_tokens=5, temperature=0, echo=False)
+    assert "Once upon a time" + off.choices[0].text == plain.choices[0].text
+
+
+def test_echo_outside_completions_or_not_a_boolean_is_a_400_naming_it(server):
+    post = lambda path, body: httpx.post(server.url + path, json=body, timeout=30)
+    r = post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "echo": True})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "echo" and "/v1/completions" in r.text, r.text
+    for value in ("yes", 1, []):
+        r = post("/v1/completions", {"prompt": "x", "echo": value})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "echo", (value, r.text)
+    r = post("/v1/completions", {"prompt": "x", "echo": None, "max_tokens": 2})
+    assert r.status_code == 200, r.text
+    r = post("/v1/completions", {"prompt": "x", "prompt_logprobs": 1})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt_logprobs" and "echo" in r.text, r.text

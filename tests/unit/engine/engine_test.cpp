@@ -28,6 +28,7 @@
 
 #include "tests/unit/engine/default_model.h"
 #include "actors/engine.h"
+#include "specula/specula.h"
 #include "gpu/host/host_device.h"
 #include "spec/eagle_drafter.h"
 #include "spec/grammar.h"
@@ -419,6 +420,107 @@ TEST(Engine, TheLogprobsOfSpeculativeGreedyTokensAreTheTargetsOwnBitForBit) {
   }
   // Without the ask, no event carries them.
   EXPECT_TRUE(s->ngram->generate_blocking(s->request(0, 4)).logprobs.empty());
+}
+
+// The prompt's log-probabilities (what /v1/completions lists with echo): one a prompt token but the
+// first, the same bits as one teacher-forced forward over the prompt, for a prompt longer than a
+// piece of kPromptLogprobsRows, on an engine whose prefix cache holds that prompt already (a
+// request asking for them takes nothing from it) and whose trained head reads the prefill's
+// hidden states. The text and its own log-probabilities do not change.
+TEST(Engine, ThePromptsLogprobsAreThoseOfOneTeacherForcedForwardBitForBitPastThePrefixCache) {
+  REQUIRE_SETUP(s);
+  EngineConfig c{.target = default_model_path(), .drafter = "eagle", .device = "host", .draft = {.k = 4}, .max_batch = 4,
+                 .kv_tokens = 4096, .threads = 2};
+  c.prefix_cache = true;
+  Engine e(c);
+  std::vector<int32_t> prompt;
+  for (const std::vector<int32_t>& p : s->prompts) prompt.insert(prompt.end(), p.begin(), p.end());
+  ASSERT_GT(prompt.size(), static_cast<size_t>(2 * kPromptLogprobsRows)) << "the prompt should span three pieces";
+  EngineRequest r = s->request(0, 24);
+  r.prompt_ids = prompt;
+  r.logprobs = 5;
+  const GenerateResult plain = e.generate_blocking(r);
+  ASSERT_EQ(plain.finish_reason, FinishReason::Length) << plain.error;
+  EXPECT_TRUE(plain.prompt_logprobs.empty()) << "not asked for";
+
+  r.prompt_logprobs = 3;
+  const GenerateResult scored = e.generate_blocking(r);
+  ASSERT_EQ(scored.finish_reason, FinishReason::Length) << scored.error;
+  EXPECT_EQ(scored.tokens, plain.tokens);
+  expect_same_bits(scored.logprobs, plain.logprobs, "the text's log-probabilities with the prompt's asked for");
+  EXPECT_EQ(scored.stats.cached_prompt_tokens, 0) << "a prompt scored row by row took positions from the cache";
+  EXPECT_GT(scored.stats.accepted, 0) << "the head did not draft from the scored prefill's hidden states";
+
+  s->kv->truncate_to(s->seq, 0);
+  const ForwardSeq fs{s->seq, std::span<const int32_t>(prompt).first(prompt.size() - 1), true};
+  std::vector<float> logits;
+  s->model->forward({&fs, 1}, *s->kv, logits);
+  const size_t vocab = logits.size() / (prompt.size() - 1);
+  std::vector<TokenLogprobs> forced;
+  for (size_t i = 0; i + 1 < prompt.size(); ++i)
+    forced.push_back(token_logprobs(std::span<const float>(logits).subspan(i * vocab, vocab), prompt[i + 1], 3));
+  expect_same_bits(scored.prompt_logprobs, forced, "the prompt's log-probabilities against one teacher-forced forward");
+
+  // A prompt of one token has none to list; the request still runs.
+  r.prompt_ids = {prompt.front()};
+  const GenerateResult one = e.generate_blocking(r);
+  EXPECT_EQ(one.finish_reason, FinishReason::Length) << one.error;
+  EXPECT_TRUE(one.prompt_logprobs.empty());
+  r.prompt_logprobs = kMaxTopLogprobs + 1;
+  EXPECT_THROW(e.start(r), RequestError);
+  EXPECT_TRUE(wait_until_idle_with_full_pool(e));
+}
+
+// The public API (include/specula/specula.h) carries them on the first event, as the engine gives them.
+TEST(Engine, ThePublicApiCarriesThePromptsLogprobsOnItsFirstEventAsTheEngineGivesThem) {
+  REQUIRE_SETUP(s);
+  specula::Engine api(specula::EngineOptions{.model = default_model_path(), .drafter = "ngram", .threads = 2});
+  const std::string text = "The capital of France is Paris. The capital of Italy is";
+  EngineRequest r;
+  r.prompt = text;
+  r.max_tokens = 4;
+  r.prompt_logprobs = 2;
+  const GenerateResult want = s->ngram->generate_blocking(r);
+  ASSERT_TRUE(want.error.empty()) << want.error;
+  ASSERT_EQ(want.prompt_logprobs.size(), s->ngram->tokenize(r).size() - 1);
+  specula::Request q;
+  q.prompt = text;
+  q.max_tokens = 4;
+  q.prompt_logprobs = 2;
+  specula::Stream stream = api.start(q);
+  const specula::Event first = stream.next_blocking();
+  ASSERT_EQ(first.kind, specula::Event::Kind::Token) << first.error;
+  ASSERT_EQ(first.prompt_logprobs.size(), want.prompt_logprobs.size());
+  for (size_t i = 0; i < want.prompt_logprobs.size(); ++i) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(first.prompt_logprobs[i].logprob), std::bit_cast<uint32_t>(want.prompt_logprobs[i].logprob));
+    ASSERT_EQ(first.prompt_logprobs[i].top.size(), 2u);
+    EXPECT_EQ(first.prompt_logprobs[i].top[0].token, want.prompt_logprobs[i].top[0].first);
+  }
+  for (specula::Event ev = stream.next_blocking(); !ev.terminal(); ev = stream.next_blocking())
+    EXPECT_TRUE(ev.prompt_logprobs.empty()) << "a later event carries them again";
+}
+
+// The stop token that ends a request has no log-probabilities on its event unless the request
+// keeps them (stop_token_logprobs, the server's echo): then every token has its entry.
+TEST(Engine, TheStopTokensLogprobsAreKeptOnlyWhenTheRequestAsks) {
+  REQUIRE_SETUP(s);
+  std::vector<int32_t> tokens;
+  const std::vector<TokenLogprobs> all = logprobs_of(*s->ngram, s->request(0, 8), 2, &tokens);
+  ASSERT_EQ(tokens.size(), 8u);
+  const auto stop_at = static_cast<size_t>(std::find(tokens.begin(), tokens.end(), tokens[5]) - tokens.begin());
+  EngineRequest r = s->request(0, 8);
+  r.stop_ids = std::vector<int32_t>{tokens[stop_at]};
+  r.logprobs = 2;
+  const GenerateResult dropped = s->ngram->generate_blocking(r);
+  r.stop_token_logprobs = true;
+  const GenerateResult kept = s->ngram->generate_blocking(r);
+  for (const GenerateResult* g : {&dropped, &kept}) {
+    ASSERT_EQ(g->finish_reason, FinishReason::Stop) << g->error;
+    EXPECT_EQ(g->tokens, std::vector<int32_t>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(stop_at) + 1));
+  }
+  EXPECT_EQ(dropped.logprobs.size(), stop_at);
+  expect_same_bits(kept.logprobs, std::vector<TokenLogprobs>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(stop_at) + 1),
+                   "every token's, the stop token's included");
 }
 
 // The prefix cache: a chat's second turn (the first turn's prompt, its reply and a new message)
