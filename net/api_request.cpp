@@ -294,8 +294,10 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
   const char* max_name = "max_tokens";
   const json* mt = field(body, "max_tokens");
   if (!mt && openai && (mt = field(body, "max_completion_tokens"))) max_name = "max_completion_tokens";
-  if (mt) max_tokens = integer(*mt, max_name, 1, engine.context_length());
-  r.max_tokens = static_cast<int>(max_tokens);
+  // 0 is the prompt alone, with echo (checked below, where echo is read): the engine runs one
+  // token, which the route does not show.
+  if (mt) max_tokens = integer(*mt, max_name, openai && kind != PromptKind::Chat ? 0 : 1, engine.context_length());
+  r.max_tokens = static_cast<int>(std::max<int64_t>(max_tokens, 1));
   r.fit_to_context = true;  // cut to the room the prompt leaves; the finish reason is then "context"
 
   SamplingParams& sp = r.sampling;
@@ -508,6 +510,7 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
       if (!v->is_boolean()) bad("echo", "echo must be true or false, got " + shown(*v));
       out.echo = v->get<bool>();
       if (out.echo && kind == PromptKind::Chat) bad("echo", "echo is served by /v1/completions only");
+      out.prompt_only = out.echo && max_tokens == 0;
       if (out.echo && r.logprobs >= 0) {
         r.prompt_logprobs = r.logprobs;
         r.stop_token_logprobs = true;
@@ -517,6 +520,8 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     if (const json* v = field(body, "prompt_logprobs"); v && !v->is_null())
       bad("prompt_logprobs", kind == PromptKind::Chat ? "prompt_logprobs is not supported"
                                                       : "prompt_logprobs is not supported; echo with logprobs lists the prompt's");
+    if (max_tokens == 0 && !out.echo)
+      bad(max_name, std::string(max_name) + " must be at least 1 (0 only with echo: the prompt alone)");
     if (const json* v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
       bad("suffix", "suffix is not supported");
     if (const json* v = field(body, "tools"); v && !(v->is_array() && v->empty())) bad("tools", "tools are not supported");

@@ -40,6 +40,8 @@ struct ParsedRequest {
   bool include_usage = false;      // OpenAI: stream_options.include_usage
   int n = 1;                       // OpenAI: choices, each its own engine request (choice i: seed + i)
   bool echo = false;               // /v1/completions: the prompt before each choice's text (and tokens)
+  // echo with max_tokens 0: the prompt alone. `request` runs one token, which is not shown.
+  bool prompt_only = false;
   // /v1/completions with several prompts (an array of strings or of token-id arrays): each is
   // `request` with its prompt, as if sent alone; prompt p's n choices are choices p * n .. p * n + n - 1.
   // Empty: the one prompt is in `request`.

@@ -109,6 +109,19 @@ std::string host_authority(std::string_view host) {
   return h;
 }
 
+// The request's Origin header, if it has one.
+std::optional<std::string_view> origin_of(const HttpRequest& req) {
+  const auto it = req.find(http::field::origin);
+  if (it == req.end()) return std::nullopt;
+  return std::string_view(it->value().data(), it->value().size());
+}
+
+// --allowed-origins lists the origin exactly, or holds "*".
+bool listed(const AccessConfig& access, std::string_view origin) {
+  const auto& list = access.allowed_origins;
+  return std::find(list.begin(), list.end(), "*") != list.end() || std::find(list.begin(), list.end(), origin) != list.end();
+}
+
 }  // namespace
 
 bool needs_key(std::string_view path) {
@@ -122,19 +135,46 @@ std::string websocket_subprotocol(const HttpRequest& req) {
   return "";
 }
 
+std::string cors_origin(const AccessConfig& access, const HttpRequest& req) {
+  const std::optional<std::string_view> origin = origin_of(req);
+  return origin && listed(access, *origin) ? std::string(*origin) : std::string();
+}
+
+void allow_origin(http::fields& res, std::string_view origin) {
+  if (origin.empty()) return;
+  res.set(http::field::access_control_allow_origin, origin);
+  res.set(http::field::vary, "Origin");
+}
+
+HttpResponse preflight_response(const AccessConfig& access, const HttpRequest& req) {
+  const std::optional<std::string_view> origin = origin_of(req);
+  if (origin && !listed(access, *origin))
+    return error_response(ApiError("forbidden_origin", "requests from origin '" + std::string(*origin) +
+                                                           "' are not allowed: list it with --allowed-origins"),
+                          req.keep_alive(), req.version());
+  HttpResponse res = make_response(204, "", "text/plain", req.keep_alive(), req.version());
+  res.erase(http::field::content_type);
+  res.set(http::field::allow, "GET, HEAD, POST, OPTIONS");
+  if (origin) {
+    allow_origin(res, *origin);
+    res.set(http::field::access_control_allow_methods, "GET, HEAD, POST, OPTIONS");
+    const auto asked = req.find(http::field::access_control_request_headers);
+    res.set(http::field::access_control_allow_headers,
+            asked != req.end() ? std::string(asked->value()) : std::string("Authorization, Content-Type"));
+    res.set(http::field::access_control_max_age, "600");
+  }
+  return res;
+}
+
 std::optional<ApiError> check_access(const AccessConfig& access, const HttpRequest& req, bool websocket) {
   if (websocket) {
-    if (auto it = req.find(http::field::origin); it != req.end()) {
-      const std::string_view origin(it->value().data(), it->value().size());
-      const bool any = std::find(access.allowed_origins.begin(), access.allowed_origins.end(), "*") !=
-                       access.allowed_origins.end();
-      const bool listed = std::find(access.allowed_origins.begin(), access.allowed_origins.end(), origin) !=
-                          access.allowed_origins.end();
+    if (const std::optional<std::string_view> o = origin_of(req)) {
+      const std::string_view origin = *o;
       const std::optional<std::string> from = origin_authority(origin);
       const auto host = req.find(http::field::host);
       const bool same = from && host != req.end() &&
                         *from == host_authority(std::string_view(host->value().data(), host->value().size()));
-      if (!any && !listed && !same)
+      if (!listed(access, origin) && !same)
         return ApiError("forbidden_origin", "a WebSocket from origin '" + std::string(origin) +
                                                 "' is not allowed: the page must be served by this server, or the "
                                                 "origin listed with --allowed-origins");

@@ -23,6 +23,20 @@ struct AccessConfig {
 // on /v1/ws (the key may come as a subprotocol; the Origin is checked).
 std::optional<ApiError> check_access(const AccessConfig& access, const HttpRequest& req, bool websocket);
 
+// CORS for the HTTP routes: the value of Access-Control-Allow-Origin for a request whose Origin
+// --allowed-origins lists (or with "*" there, any Origin): that origin; "" otherwise (no Origin,
+// the served host's own, or one not listed), and the browser keeps the response from the page.
+std::string cors_origin(const AccessConfig& access, const HttpRequest& req);
+
+// Sets Access-Control-Allow-Origin to `origin` and Vary: Origin, unless `origin` is "".
+void allow_origin(boost::beast::http::fields& res, std::string_view origin);
+
+// The answer to OPTIONS (a browser's CORS preflight before a request with an Authorization or
+// JSON Content-Type header): 204 granting the listed origin GET and POST with the headers it
+// asks for, for ten minutes; 403 forbidden_origin for an Origin not listed; 204 with Allow
+// for a client that sends none.
+HttpResponse preflight_response(const AccessConfig& access, const HttpRequest& req);
+
 // Whether `path` needs the key when one is set: the API, the token routes and /metrics; not /health
 // or the page.
 bool needs_key(std::string_view path);

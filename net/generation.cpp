@@ -166,6 +166,7 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
     Admitted out{{}, parsed.stream, parsed.include_usage, requests.front().logprobs >= 0};
     out.choices_per_prompt = n;
     out.echo = std::move(echo);
+    out.prompt_only = parsed.prompt_only;
     for (int p = 0; p < prompts; ++p) {
       prompt_index = p;
       const uint64_t seed = requests[p].sampling.seed;

@@ -91,6 +91,7 @@ class Generation {
       std::vector<int32_t> ids;
     };
     std::vector<Echo> echo;
+    bool prompt_only = false;  // ParsedRequest::prompt_only
   };
   // A request with a grammar or a JSON schema is parsed (its constraint compiled) on the
   // preparation thread, and a prompt of more than kInlinePromptBytes is templated and tokenized

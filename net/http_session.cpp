@@ -5,6 +5,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
 
+#include "net/auth.h"
 #include "net/generation.h"
 #include "net/http_util.h"
 #include "net/openai_routes.h"
@@ -24,8 +25,11 @@ constexpr std::chrono::seconds kIdleTimeout{120};  // a keep-alive connection wi
 constexpr std::chrono::seconds kWriteTimeout{30};  // a client that stops reading a response is dropped
 
 // Every response is written under a deadline, so a client that stops reading does not hold the
-// connection, and the response's bytes, past it.
-asio::awaitable<std::tuple<beast::error_code, std::size_t>> timed_write(beast::tcp_stream& stream, HttpResponse& res) {
+// connection, and the response's bytes, past it. `cors`: the request's Access-Control-Allow-Origin
+// (cors_origin), "" for none.
+asio::awaitable<std::tuple<beast::error_code, std::size_t>> timed_write(beast::tcp_stream& stream, HttpResponse& res,
+                                                                        std::string_view cors = {}) {
+  allow_origin(res, cors);
   stream.expires_after(kWriteTimeout);
   auto result = co_await http::async_write(stream, res, kAwait);
   stream.expires_never();
@@ -136,10 +140,17 @@ asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket so
     if (auto q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
 
     const bool upgrade = path == "/v1/ws" && beast::websocket::is_upgrade(req);
+    const std::string cors = upgrade ? std::string() : cors_origin(st.config.access, req);
+    if (req.method() == http::verb::options) {  // before the key: a browser's preflight carries none
+      HttpResponse res = preflight_response(st.config.access, req);
+      auto [wec, wn] = co_await timed_write(stream, res);
+      if (wec || !req.keep_alive() || st.draining) break;
+      continue;
+    }
     if (upgrade || needs_key(path)) {
       if (std::optional<ApiError> refused = check_access(st.config.access, req, upgrade)) {
         HttpResponse res = error_response(*refused, req.keep_alive(), req.version());
-        auto [wec, wn] = co_await timed_write(stream, res);
+        auto [wec, wn] = co_await timed_write(stream, res, cors);
         if (wec || !req.keep_alive()) break;
         continue;
       }
@@ -152,28 +163,28 @@ asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket so
       }
       HttpResponse res = error_response(ApiError("invalid_request", "/v1/ws takes a WebSocket upgrade"), req.keep_alive(),
                                         req.version());
-      co_await timed_write(stream, res);
+      co_await timed_write(stream, res, cors);
       continue;
     }
     bool keep_alive = req.keep_alive();
     if (path == "/tokenize" && req.method() == http::verb::post) {
       HttpResponse res = co_await serve_tokenize(st, req);
-      auto [wec, wn] = co_await timed_write(stream, res);
+      auto [wec, wn] = co_await timed_write(stream, res, cors);
       if (wec) break;
     } else if (std::optional<HttpResponse> res = simple_route(st, req, path)) {
       if (req.method() == http::verb::head) res->body().clear();
-      auto [wec, wn] = co_await timed_write(stream, *res);
+      auto [wec, wn] = co_await timed_write(stream, *res, cors);
       if (wec) break;
     } else if (path == "/v1/chat/completions" || path == "/v1/completions") {
       if (req.method() != http::verb::post) {
         HttpResponse res = error_response(ApiError("method_not_allowed", "use POST"), keep_alive, req.version());
-        co_await timed_write(stream, res);
+        co_await timed_write(stream, res, cors);
       } else {
-        keep_alive = co_await serve_openai_completion(st, stream, req, path == "/v1/chat/completions");
+        keep_alive = co_await serve_openai_completion(st, stream, req, path == "/v1/chat/completions", cors);
       }
     } else {
       HttpResponse res = error_response(ApiError("not_found", "no route for " + std::string(path)), keep_alive, req.version());
-      auto [wec, wn] = co_await timed_write(stream, res);
+      auto [wec, wn] = co_await timed_write(stream, res, cors);
       if (wec) break;
     }
     if (!keep_alive || closed || st.draining) break;

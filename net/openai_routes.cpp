@@ -9,6 +9,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include "net/auth.h"
 #include "net/generation.h"
 #include "net/http_util.h"
 #include "net/openai_routes.h"
@@ -203,7 +204,8 @@ struct Shape {
   }
 };
 
-asio::awaitable<bool> write_response(beast::tcp_stream& stream, HttpResponse res) {
+asio::awaitable<bool> write_response(beast::tcp_stream& stream, HttpResponse res, std::string_view cors) {
+  allow_origin(res, cors);
   stream.expires_after(kWriteTimeout);
   auto [ec, n] = co_await http::async_write(stream, res, kAwait);
   stream.expires_never();
@@ -213,7 +215,7 @@ asio::awaitable<bool> write_response(beast::tcp_stream& stream, HttpResponse res
 }  // namespace
 
 asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream& stream, const HttpRequest& req,
-                                              bool chat) {
+                                              bool chat, std::string_view cors) {
   const auto received = Generation::Clock::now();
   const bool keep_alive = req.keep_alive();
   Generation::Admitted admitted;
@@ -229,7 +231,10 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   } catch (const std::exception& e) {  // a value of a type the reader did not expect: the request's fault
     refused = ApiError("invalid_request", std::string("the request could not be read: ") + e.what());
   }
-  if (refused) co_return co_await write_response(stream, error_response(*refused, keep_alive, req.version()));
+  if (refused) {
+    HttpResponse res = error_response(*refused, keep_alive, req.version());
+    co_return co_await write_response(stream, std::move(res), cors);
+  }
   const std::vector<std::shared_ptr<Generation>>& choices = admitted.choices;
   const std::size_t n = choices.size();
 
@@ -257,6 +262,11 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   // echo: a choice's first update starts with its prompt's text and, with logprobs, its tokens.
   std::vector<bool> echoed(n, admitted.echo.empty());
   auto echo_into = [&](std::size_t i, GenerationUpdate& u) {
+    if (admitted.prompt_only) {  // the one token the engine ran is not shown
+      u.text.clear();
+      u.tokens.clear();
+      if (u.terminal && u.error.empty() && u.finish_reason != FinishReason::Cancelled) u.finish_reason = FinishReason::Length;
+    }
     if (echoed[i]) return;
     echoed[i] = true;
     const Generation::Admitted::Echo& e = admitted.echo[i / admitted.choices_per_prompt];
@@ -265,7 +275,10 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   };
   auto combined_stats = [&] {
     std::vector<GenerationStats> all;
-    for (const auto& g : choices) all.push_back(g->stats());
+    for (const auto& g : choices) {
+      all.push_back(g->stats());
+      if (admitted.prompt_only) all.back().completion_tokens = 0;
+    }
     return GenerationStats::combine(all, admitted.choices_per_prompt);
   };
   if (!admitted.stream) {
@@ -282,8 +295,11 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
         text += u.text;
         for (const TokenOut& t : u.tokens) logprobs[i].add(t);
       } while (!u.terminal);
-      if (!u.error.empty())
-        co_return co_await write_response(stream, error_response(ApiError(u.request_fault ? "invalid_request" : "internal", u.error), keep_alive, req.version()));
+      if (!u.error.empty()) {
+        HttpResponse res = error_response(ApiError(u.request_fault ? "invalid_request" : "internal", u.error), keep_alive,
+                                          req.version());
+        co_return co_await write_response(stream, std::move(res), cors);
+      }
       if (u.finish_reason == FinishReason::Cancelled) co_return false;  // the client went away (or shutdown)
       if (i > 0) body += ',';
       body += "{\"finish_reason\":" + dump_json(openai_finish(u.finish_reason)) + ",\"index\":" + std::to_string(i) +
@@ -304,12 +320,13 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     body += "],";
     body.append(rest, 1);
     HttpResponse ok = make_response(200, std::move(body), "application/json", keep_alive, req.version());
-    co_return co_await write_response(stream, std::move(ok));
+    co_return co_await write_response(stream, std::move(ok), cors);
   }
 
   // --- stream: true ---
   http::response<http::empty_body> head{http::status::ok, req.version()};
   head.set(http::field::server, "specula");
+  allow_origin(head, cors);
   head.set(http::field::content_type, "text/event-stream");
   head.set(http::field::cache_control, "no-cache");
   head.keep_alive(keep_alive);

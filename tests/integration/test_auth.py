@@ -1,11 +1,15 @@
 """API keys and WebSocket origins (docs/serving.md, "API keys and origins") against a real server:
 the key is required as a bearer token on the API routes, /metrics and the WebSocket upgrade (or as
 the chat page's subprotocol); /health and the page stay open; a cross-site WebSocket is refused;
-the chat page asks for the key once and chats with it."""
+the chat page asks for the key once and chats with it; pages of the origins --allowed-origins lists
+may call the HTTP routes (CORS), in a real browser too, and other origins may not."""
 import asyncio
 import base64
+import functools
+import http.server
 import json
 import shutil
+import threading
 
 import httpx
 import pytest
@@ -148,5 +152,85 @@ def test_the_chat_page_asks_for_the_key_once_and_chats_with_it(keyed):
             page.reload()  # the key is kept for the session: no question this time
             page.wait_for_selector("#conn.ok", timeout=15000)
             assert len(asked) == 2, asked
+        finally:
+            browser.close()
+
+
+SITE = "https://chat.example.org"
+
+
+def test_a_listed_origin_gets_cors_headers_and_its_preflight_and_another_origin_does_not(keyed, fresh_server):
+    srv = fresh_server("--draft", "none", "--api-key", KEY, "--allowed-origins", SITE)
+    auth = {"Authorization": "Bearer " + KEY}
+    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"}
+    with httpx.Client(base_url=srv.url, timeout=60) as c:
+        r = c.options("/v1/chat/completions", headers={"Origin": SITE, **preflight})
+        assert r.status_code == 204, r.text
+        assert r.headers["access-control-allow-origin"] == SITE and r.headers["vary"] == "Origin"
+        assert "POST" in r.headers["access-control-allow-methods"]
+        assert r.headers["access-control-allow-headers"] == "authorization,content-type"
+        assert r.headers["access-control-max-age"] == "600"
+        r = c.options("/v1/chat/completions", headers={"Origin": "http://evil.example", **preflight})
+        assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden_origin", r.text
+        assert "access-control-allow-origin" not in r.headers
+        r = c.options("/v1/models")  # not a browser: what the route takes
+        assert r.status_code == 204 and "POST" in r.headers["allow"] and "access-control-allow-origin" not in r.headers
+        # The listed origin reads every answer, a 401 included; another origin's answers carry no grant.
+        for headers, status in [({"Origin": SITE, **auth}, 200), ({"Origin": SITE}, 401), ({"Origin": "http://evil.example", **auth}, 200)]:
+            r = c.get("/v1/models", headers=headers)
+            assert r.status_code == status, r.text
+            assert r.headers.get("access-control-allow-origin") == (SITE if headers["Origin"] == SITE else None), headers
+        r = c.post("/v1/completions", headers={"Origin": SITE, **auth}, json={"prompt": "Hi", "max_tokens": 3})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == SITE
+        with c.stream("POST", "/v1/completions", headers={"Origin": SITE, **auth},
+                      json={"prompt": "Hi", "max_tokens": 3, "stream": True}) as r:
+            assert r.status_code == 200 and r.headers["access-control-allow-origin"] == SITE
+            assert "[DONE]" in "".join(r.iter_text())
+    # A server that lists no origin grants none.
+    r = httpx.options(keyed.url + "/v1/chat/completions", headers={"Origin": SITE, **preflight}, timeout=30)
+    assert r.status_code == 403 and "--allowed-origins" in r.text, r.text
+
+
+@pytest.fixture
+def other_site(tmp_path):
+    """A page served from another origin (a plain HTTP server on a port of its own)."""
+    (tmp_path / "index.html").write_text("<!doctype html><title>another site</title><p>elsewhere</p>")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{site.server_address[1]}"
+    site.shutdown()
+
+
+FETCH = """async ([url, key]) => {
+  try {
+    const r = await fetch(url + "/v1/completions", {method: "POST",
+      headers: {"Authorization": "Bearer " + key, "Content-Type": "application/json"},
+      body: JSON.stringify({prompt: "Once upon a time", max_tokens: 4, temperature: 0, stream: true})});
+    return {status: r.status, body: await r.text()};
+  } catch (e) {
+    return {error: String(e)};
+  }
+}"""
+
+
+def test_a_page_of_a_listed_origin_streams_a_completion_in_a_browser_and_another_origins_page_cannot(
+        keyed, fresh_server, other_site):
+    from playwright.sync_api import sync_playwright
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is missing: run scripts/setup.sh --tests"
+    srv = fresh_server("--draft", "none", "--api-key", KEY, "--allowed-origins", other_site)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(other_site + "/")
+            got = page.evaluate(FETCH, [srv.url, KEY])
+            assert got.get("status") == 200, got
+            assert got["body"].count("data: ") >= 3 and got["body"].rstrip().endswith("data: [DONE]"), got
+            # The same page against a server that does not list its origin: the preflight is
+            # refused and the browser keeps the answer from the page.
+            refused = page.evaluate(FETCH, [keyed.url, KEY])
+            assert "error" in refused and "Failed to fetch" in refused["error"], refused
         finally:
             browser.close()

@@ -751,3 +751,25 @@ def test_echo_outside_completions_or_not_a_boolean_is_a_400_naming_it(server):
     assert r.status_code == 200, r.text
     r = post("/v1/completions", {"prompt": "x", "prompt_logprobs": 1})
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt_logprobs" and "echo" in r.text, r.text
+
+
+def test_echo_with_max_tokens_zero_gives_the_prompt_alone_scored_streamed_and_not(server, client, model_id):
+    """The old OpenAI way to score a text: max_tokens 0, echo, logprobs 0."""
+    prompt = "The sky is blue because"
+    r = _echo(client, model_id, prompt, max_tokens=0, logprobs=0)
+    c = r.choices[0]
+    assert c.text == prompt and c.finish_reason == "length"
+    assert r.usage.completion_tokens == 0 and r.usage.total_tokens == r.usage.prompt_tokens
+    assert len(c.logprobs.tokens) == r.usage.prompt_tokens and "".join(c.logprobs.tokens) == prompt
+    assert c.logprobs.token_logprobs[0] is None and all(v < 0 for v in c.logprobs.token_logprobs[1:])
+    one = _echo(client, model_id, prompt, max_tokens=1, logprobs=0).choices[0].logprobs
+    assert one.token_logprobs[:-1] == c.logprobs.token_logprobs
+    chunks = [ch for ch in _echo(client, model_id, prompt, max_tokens=0, logprobs=0, stream=True) if ch.choices]
+    assert "".join(ch.choices[0].text for ch in chunks) == prompt
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices[0].finish_reason] == ["length"]
+    for body in ({"prompt": prompt, "max_tokens": 0}, {"prompt": prompt, "max_tokens": 0, "echo": False}):
+        r = httpx.post(server.url + "/v1/completions", json=body, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens" and "echo" in r.text, r.text
+    r = httpx.post(server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 0},
+                   timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens", r.text

@@ -39,7 +39,8 @@ const char* kUsage =
     "  --api-key (or SPECULA_API_KEY): required as 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
     "  (/health and the chat page stay open; the page asks for the key). Without a key the server\n"
     "  listens on loopback unless --host says otherwise. A WebSocket upgrade whose Origin is not\n"
-    "  this server is refused unless --allowed-origins lists it (docs/serving.md).\n";
+    "  this server is refused unless --allowed-origins lists it, and pages of the origins it lists\n"
+    "  may call the HTTP routes (CORS; the key is still needed) (docs/serving.md).\n";
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.starts_with("127.");
