@@ -180,13 +180,15 @@ std::optional<ApiError> check_access(const AccessConfig& access, const HttpReque
                                                 "origin listed with --allowed-origins");
     }
   }
-  if (access.api_key.empty()) return std::nullopt;
+  if (access.api_keys.empty()) return std::nullopt;
   const std::optional<std::string> key = presented_key(req, websocket);
   if (!key)
     return ApiError("missing_api_key", websocket ? "this server requires an API key: send 'Authorization: Bearer KEY' "
                                                    "(or the subprotocol specula.key.<base64url of KEY>)"
                                                  : "this server requires an API key: send 'Authorization: Bearer KEY'");
-  if (!same_key(*key, access.api_key)) return ApiError("invalid_api_key", "the API key is not valid");
+  bool valid = false;  // every key compared, so the time does not say which one matched
+  for (const std::string& k : access.api_keys) valid = same_key(*key, k) || valid;
+  if (!valid) return ApiError("invalid_api_key", "the API key is not valid");
   return std::nullopt;
 }
 

@@ -15,7 +15,7 @@
 namespace specula::net {
 
 struct AccessConfig {
-  std::string api_key;                       // "" = no key required
+  std::vector<std::string> api_keys;         // none = no key required; any one of them opens the API
   std::vector<std::string> allowed_origins;  // besides the served host; "*" = any
 };
 

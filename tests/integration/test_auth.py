@@ -9,6 +9,7 @@ import functools
 import http.server
 import json
 import shutil
+import subprocess
 import threading
 
 import httpx
@@ -16,7 +17,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from conftest import Server, collect
+from conftest import SPECULA_BIN, Server, collect
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -234,3 +235,30 @@ def test_a_page_of_a_listed_origin_streams_a_completion_in_a_browser_and_another
             assert "error" in refused and "Failed to fetch" in refused["error"], refused
         finally:
             browser.close()
+
+
+def test_every_key_of_an_api_key_file_opens_the_api_and_another_does_not(fresh_server, tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("# team a\nsk-team-a-1111\n\n  sk-team-b-2222  \n#sk-commented-out\n")
+    srv = fresh_server("--draft", "none", "--api-key", KEY, "--api-key-file", str(keys))
+    assert "(3 keys accepted)" in srv.output()
+    for key, status in [(KEY, 200), ("sk-team-a-1111", 200), ("sk-team-b-2222", 200), ("sk-commented-out", 401),
+                        ("sk-team-a-111", 401), ("# team a", 401)]:
+        r = httpx.get(srv.url + "/v1/models", headers={"Authorization": "Bearer " + key}, timeout=30)
+        assert r.status_code == status, (key, r.text)
+
+    async def main():  # the chat page's way: the key as a subprotocol
+        async with connect(srv.ws_url, subprotocols=["specula", key_protocol("sk-team-b-2222")]) as ws:
+            assert ws.subprotocol == "specula"
+    asyncio.run(main())
+
+
+def test_a_bad_api_key_file_stops_the_server_with_one_line_naming_it(tmp_path):
+    empty, spaced = tmp_path / "empty", tmp_path / "spaced"
+    empty.write_text("# no keys yet\n\n")
+    spaced.write_text("sk-good\nsk bad\n")
+    for path, says in [(tmp_path / "missing", "cannot read"), (empty, "holds no key"), (spaced, "line 2")]:
+        run = subprocess.run([SPECULA_BIN, "serve", "--draft", "none", "--port", "0", "--api-key-file", str(path)],
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode != 0 and says in run.stderr and str(path) in run.stderr, (path, run.returncode, run.stderr)
+        assert "loading" not in run.stderr, "the model was loaded before the flags were checked"

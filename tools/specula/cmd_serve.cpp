@@ -1,6 +1,9 @@
 // `specula serve`: the engine behind the HTTP / WebSocket server of net/ (docs/serving.md).
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include "actors/engine.h"
 #include "net/server.h"
@@ -19,7 +22,7 @@ const char* kUsage =
     "                     [--pipeline off|on|always] [--prefix-cache on|off] [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8]\n"
     "                     [--spec-k-max-greedy K] [--draft-entropy NATS] [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10] [--max-connections 4096]\n"
-    "                     [--api-key KEY] [--allowed-origins ORIGIN,...|*]\n"
+    "                     [--api-key KEY] [--api-key-file FILE] [--allowed-origins ORIGIN,...|*]\n"
     "  Serves the model on one port: the chat page at /, the WebSocket protocol at /v1/ws, the\n"
     "  OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models, /health and /metrics\n"
     "  (docs/protocol.md). --max-batch requests run together, --max-queue more wait; beyond that\n"
@@ -37,10 +40,36 @@ const char* kUsage =
     "  --max-tokens: the default for requests that set none. SIGINT / SIGTERM drain: running\n"
     "  requests get --shutdown-timeout seconds to finish, then are cancelled; the exit status is 0.\n"
     "  --api-key (or SPECULA_API_KEY): required as 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
-    "  (/health and the chat page stay open; the page asks for the key). Without a key the server\n"
+    "  (/health and the chat page stay open; the page asks for the key); --api-key-file: more keys,\n"
+    "  one a line ('#' comments), any of them accepted. Without a key the server\n"
     "  listens on loopback unless --host says otherwise. A WebSocket upgrade whose Origin is not\n"
     "  this server is refused unless --allowed-origins lists it, and pages of the origins it lists\n"
     "  may call the HTTP routes (CORS; the key is still needed) (docs/serving.md).\n";
+
+// A key as the server takes it (printable ASCII without spaces: it travels in a header); `what`
+// names where it came from in the error.
+const std::string& checked_key(const std::string& key, const std::string& what) {
+  for (unsigned char c : key)
+    if (c < 0x21 || c > 0x7e) throw UsageError(what + " must be printable ASCII without spaces");
+  return key;
+}
+
+// --api-key-file: one key a line (as llama.cpp's server reads it), blank lines and lines starting
+// with '#' skipped, spaces around a key trimmed.
+std::vector<std::string> read_key_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("--api-key-file: cannot read " + path);
+  std::vector<std::string> keys;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    const size_t last = line.find_last_not_of(" \t\r");
+    keys.push_back(checked_key(line.substr(first, last - first + 1), "--api-key-file " + path + " line " + std::to_string(n)));
+  }
+  if (keys.empty()) throw UsageError("--api-key-file " + path + " holds no key");
+  return keys;
+}
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.starts_with("127.");
@@ -52,7 +81,7 @@ int cmd_serve(int argc, char** argv) {
   const Args a(argc, argv,
                {"model", "draft", "host", "port", "max-batch", "kv-tokens", "max-queue", "threads", "device", "pipeline", "prefix-cache",
                 "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence", "draft-confidence-greedy", "max-tokens", "served-model-name",
-                "shutdown-timeout", "api-key", "allowed-origins", "max-connections"},
+                "shutdown-timeout", "api-key", "api-key-file", "allowed-origins", "max-connections"},
                {"adaptive"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   actors::EngineConfig ec;
@@ -87,13 +116,15 @@ int cmd_serve(int argc, char** argv) {
   if (max_tokens < 1 || max_tokens > 1'000'000) throw UsageError("--max-tokens must be between 1 and 1000000");
   sc.defaults.max_tokens = static_cast<int>(max_tokens);
   if (a.has("api-key")) {
-    sc.access.api_key = a.str("api-key");
-  } else if (const char* env = std::getenv("SPECULA_API_KEY")) {
-    sc.access.api_key = env;
+    if (a.str("api-key").empty()) throw UsageError("--api-key must not be empty");
+    sc.access.api_keys.push_back(checked_key(a.str("api-key"), "the API key"));
+  } else if (const char* env = std::getenv("SPECULA_API_KEY"); env && *env) {
+    sc.access.api_keys.push_back(checked_key(env, "SPECULA_API_KEY"));
   }
-  if (a.has("api-key") && sc.access.api_key.empty()) throw UsageError("--api-key must not be empty");
-  for (unsigned char c : sc.access.api_key)
-    if (c < 0x21 || c > 0x7e) throw UsageError("the API key must be printable ASCII without spaces");
+  if (a.has("api-key-file")) {
+    const std::vector<std::string> keys = read_key_file(a.str("api-key-file"));
+    sc.access.api_keys.insert(sc.access.api_keys.end(), keys.begin(), keys.end());
+  }
   if (a.has("allowed-origins")) sc.access.allowed_origins = split(a.str("allowed-origins"), ',');
 
   std::fprintf(stderr, "specula serve: loading %s (draft %s)\n", ec.target.c_str(), ec.drafter.c_str());
@@ -103,8 +134,9 @@ int cmd_serve(int argc, char** argv) {
     std::printf("specula serve: %s with draft %s, max batch %d; listening on %s (chat page: %s/)\n",
                 net::model_name_from_path(ec.target).c_str(), ec.drafter.c_str(), ec.max_batch, url.c_str(),
                 url.c_str());
-    if (!sc.access.api_key.empty())
-      std::printf("specula serve: an API key is required on /v1/* and /metrics\n");
+    if (!sc.access.api_keys.empty())
+      std::printf("specula serve: an API key is required on /v1/* and /metrics (%zu key%s accepted)\n",
+                  sc.access.api_keys.size(), sc.access.api_keys.size() == 1 ? "" : "s");
     else if (is_loopback(sc.host))
       std::printf("specula serve: no API key, so listening on loopback only (--api-key or SPECULA_API_KEY to "
                   "require one; --host to listen elsewhere)\n");
