@@ -44,9 +44,9 @@ void check_messages(const std::vector<ChatMessage>& messages) {
   if (messages.empty()) throw std::invalid_argument("chat template: the conversation has no messages");
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& r = messages[i].role;
-    if (r != "system" && r != "user" && r != "assistant") {
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
       throw std::invalid_argument("chat template: message " + std::to_string(i) + " has role '" + r +
-                                  "' (expected system, user or assistant)");
+                                  "' (expected system, user, assistant or tool)");
     }
   }
 }
@@ -73,7 +73,8 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
     case Kind::Llama3:
       out += "<|begin_of_text|>";
       for (const ChatMessage& m : messages) {
-        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
+        // A tool's result is Llama 3.1's "ipython" turn.
+        out += "<|start_header_id|>" + (m.role == "tool" ? std::string("ipython") : m.role) + "<|end_header_id|>\n\n";
         out += trim(m.content);
         out += "<|eot_id|>";
       }

@@ -6,7 +6,7 @@
 namespace specula {
 
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant"
+  std::string role;  // "system", "user", "assistant", "tool" (a tool call's result)
   std::string content;
 };
 

@@ -1,6 +1,8 @@
 // Request fields -> EngineRequest, with errors that name the field (docs/protocol.md).
 #include "net/api_request.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -112,15 +114,121 @@ std::vector<ChatMessage> parse_messages(const json& v, bool openai) {
     if (!role || !role->is_string()) bad(where + ".role", where + ".role must be a string");
     std::string r = role->get<std::string>();
     if (openai && r == "developer") r = "system";
-    if (r != "system" && r != "user" && r != "assistant")
-      bad(where + ".role", where + ".role must be system, user or assistant, got " + shown(*role));
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool")
+      bad(where + ".role", where + ".role must be system, user, assistant or tool, got " + shown(*role));
     const json* content = field(m, "content");
-    if (!content) {
-      if (r == "assistant") { out.push_back({r, ""}); continue; }
+    if (content && content->is_null() && r == "assistant") content = nullptr;
+    std::string text;
+    if (content)
+      text = text_content(*content, where + ".content", openai);
+    else if (r != "assistant")
       bad(where + ".content", where + ".content is missing");
+    // An assistant's earlier tool calls are shown to the model as the JSON it writes for
+    // tool_choice "required" ([{"name": ..., "parameters": {...}}]), after its text.
+    if (const json* calls = r == "assistant" ? field(m, "tool_calls") : nullptr; calls && !calls->is_null()) {
+      if (!calls->is_array()) bad(where + ".tool_calls", where + ".tool_calls must be an array");
+      json written = json::array();
+      for (const json& c : *calls) {
+        const json* fn = c.is_object() ? field(c, "function") : nullptr;
+        const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+        const json* args = fn && fn->is_object() ? field(*fn, "arguments") : nullptr;
+        if (!name || !name->is_string() || !args || !args->is_string())
+          bad(where + ".tool_calls", where + ".tool_calls items must be {\"function\": {\"name\": string, \"arguments\": string}}");
+        json parameters = json::parse(args->get<std::string>(), nullptr, false);
+        if (parameters.is_discarded()) bad(where + ".tool_calls", where + ".tool_calls: arguments must be a JSON text");
+        written.push_back({{"name", *name}, {"parameters", std::move(parameters)}});
+      }
+      if (!text.empty()) text += '\n';
+      text += written.dump();
     }
-    out.push_back({r, text_content(*content, where + ".content", openai)});
+    out.push_back({r, std::move(text)});
   }
+  return out;
+}
+
+// OpenAI's tools and tool_choice on /v1/chat/completions, as vLLM serves them without a tool-call
+// parser: a named function or "required" is guided decoding of a schema (docs/protocol.md,
+// "Tools"); "none" generates text; "auto" would need the model's own tool-call format read back.
+ToolCalls parse_tools(const json& body, std::string_view raw) {
+  ToolCalls out;
+  const json* tools = field(body, "tools");
+  const json* choice = field(body, "tool_choice");
+  if (tools && tools->is_null()) tools = nullptr;
+  if (choice && choice->is_null()) choice = nullptr;
+  if (tools && !tools->is_array()) bad("tools", "tools must be an array of {\"type\": \"function\", \"function\": {...}}");
+  if (!tools || tools->empty()) {
+    if (choice && !(choice->is_string() && choice->get<std::string>() == "none"))
+      bad("tool_choice", "tool_choice needs tools");
+    return out;
+  }
+  if (tools->size() > 128) bad("tools", "at most 128 tools, got " + std::to_string(tools->size()));
+  // The parameters' members in the order the request wrote them (as response_format's schema).
+  nlohmann::ordered_json written = raw.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(raw, nullptr, false);
+  const bool in_order = written.is_object() && written.contains("tools") && written["tools"].is_array() &&
+                        written["tools"].size() == tools->size();
+  std::vector<std::string> names;
+  std::vector<nlohmann::ordered_json> params;
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const std::string where = "tools[" + std::to_string(i) + "]";
+    const json& t = (*tools)[i];
+    const json* type = t.is_object() ? field(t, "type") : nullptr;
+    if (!type || *type != "function") bad("tools", where + ".type must be \"function\"");
+    const json* fn = field(t, "function");
+    if (!fn || !fn->is_object()) bad("tools", where + ".function must be an object with a name");
+    const json* name = field(*fn, "name");
+    if (!name || !name->is_string()) bad("tools", where + ".function.name must be a string");
+    const std::string n = name->get<std::string>();
+    if (n.empty() || n.size() > 64 ||
+        !std::all_of(n.begin(), n.end(), [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; }))
+      bad("tools", where + ".function.name must be 1-64 letters, digits, '_' or '-', got " + shown(*name));
+    if (std::find(names.begin(), names.end(), n) != names.end()) bad("tools", "two tools are named '" + n + "'");
+    names.push_back(n);
+    const json* p = field(*fn, "parameters");
+    if (p && !p->is_null() && !p->is_object()) bad("tools", where + ".function.parameters must be a JSON schema object");
+    if (!p || p->is_null())
+      params.push_back({{"type", "object"}, {"properties", nlohmann::ordered_json::object()}});
+    else if (in_order && written["tools"][i].is_object() && written["tools"][i].contains("function") &&
+             written["tools"][i]["function"].contains("parameters"))
+      params.push_back(written["tools"][i]["function"]["parameters"]);
+    else
+      params.push_back(nlohmann::ordered_json::parse(p->dump()));
+  }
+  std::string mode = "auto";
+  if (choice && choice->is_string()) {
+    mode = choice->get<std::string>();
+    if (mode != "none" && mode != "auto" && mode != "required")
+      bad("tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}, got " +
+                             shown(*choice));
+  } else if (choice) {
+    const json* fn = choice->is_object() ? field(*choice, "function") : nullptr;
+    const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+    if (!name || !name->is_string())
+      bad("tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    const auto it = std::find(names.begin(), names.end(), name->get<std::string>());
+    if (it == names.end()) bad("tool_choice", "tool_choice names '" + name->get<std::string>() + "', which is not among the tools");
+    out.mode = ToolCalls::Mode::Named;
+    out.name = *it;
+    out.schema = params[static_cast<size_t>(it - names.begin())];
+    return out;
+  }
+  if (mode == "none") return out;
+  if (mode == "auto")
+    bad("tool_choice", "tool_choice \"auto\" (the default with tools) is not supported: this server has no parser for the "
+                       "model's own tool-call format; send \"required\", name a function, or \"none\"");
+  bool parallel = true;
+  if (const json* v = field(body, "parallel_tool_calls"); v && !v->is_null()) {
+    if (!v->is_boolean()) bad("parallel_tool_calls", "parallel_tool_calls must be true or false, got " + shown(*v));
+    parallel = v->get<bool>();
+  }
+  // "required": [{"name": N, "parameters": {...}}, ...], one item per call (vLLM's format).
+  nlohmann::ordered_json any = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < names.size(); ++i)
+    any.push_back({{"type", "object"},
+                   {"properties", {{"name", {{"const", names[i]}}}, {"parameters", params[i]}}},
+                   {"required", {"name", "parameters"}}});
+  out.mode = ToolCalls::Mode::Required;
+  out.schema = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", std::move(any)}}}};
+  if (!parallel) out.schema["maxItems"] = 1;
   return out;
 }
 
@@ -471,6 +579,17 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
       if (!v->is_string()) bad(name, std::string(name) + " must be a string of GBNF");
       gbnf = v->get<std::string>();
     }
+  if (kind == PromptKind::Chat) {
+    out.tools = parse_tools(body, raw);
+    if (out.tools.mode != ToolCalls::Mode::None) {
+      constrain("tool_choice");
+      try {
+        gbnf = gbnf_of_json_schema(out.tools.schema);
+      } catch (const std::invalid_argument& e) {
+        bad("tools", std::string("tools: ") + e.what());
+      }
+    }
+  }
   if (!gbnf.empty()) {
     try {
       r.sampling.grammar = engine.grammar(gbnf);
@@ -524,7 +643,8 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
       bad(max_name, std::string(max_name) + " must be at least 1 (0 only with echo: the prompt alone)");
     if (const json* v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
       bad("suffix", "suffix is not supported");
-    if (const json* v = field(body, "tools"); v && !(v->is_array() && v->empty())) bad("tools", "tools are not supported");
+    if (const json* v = field(body, "tools"); kind != PromptKind::Chat && v && !v->is_null() && !(v->is_array() && v->empty()))
+      bad("tools", "tools are served by /v1/chat/completions");
     if (const json* v = field(body, "stream")) {
       if (!v->is_boolean()) bad("stream", "stream must be true or false, got " + shown(*v));
       out.stream = v->get<bool>();

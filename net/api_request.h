@@ -33,6 +33,16 @@ struct RequestDefaults {
   DraftLengthConfig draft;   // the server's --spec-k / --adaptive
 };
 
+// /v1/chat/completions' tool calls (OpenAI's tools and tool_choice): a named function's arguments,
+// or "required"'s list of calls, are generated under `schema` (guided decoding) and returned as
+// message.tool_calls. None: no tools, or tool_choice "none".
+struct ToolCalls {
+  enum class Mode { None, Named, Required };
+  Mode mode = Mode::None;
+  std::string name;                // Named: the function
+  nlohmann::ordered_json schema;   // what the output is held to
+};
+
 // A request ready for Engine::start, and what the server needs to report on it.
 struct ParsedRequest {
   actors::EngineRequest request;   // messages, prompt text or token ids: the engine tokenizes
@@ -42,6 +52,7 @@ struct ParsedRequest {
   bool echo = false;               // /v1/completions: the prompt before each choice's text (and tokens)
   // echo with max_tokens 0: the prompt alone. `request` runs one token, which is not shown.
   bool prompt_only = false;
+  ToolCalls tools;                 // /v1/chat/completions
   // /v1/completions with several prompts (an array of strings or of token-id arrays): each is
   // `request` with its prompt, as if sent alone; prompt p's n choices are choices p * n .. p * n + n - 1.
   // Empty: the one prompt is in `request`.

@@ -167,18 +167,17 @@ HttpResponse preflight_response(const AccessConfig& access, const HttpRequest& r
 }
 
 std::optional<ApiError> check_access(const AccessConfig& access, const HttpRequest& req, bool websocket) {
-  if (websocket) {
-    if (const std::optional<std::string_view> o = origin_of(req)) {
-      const std::string_view origin = *o;
-      const std::optional<std::string> from = origin_authority(origin);
-      const auto host = req.find(http::field::host);
-      const bool same = from && host != req.end() &&
-                        *from == host_authority(std::string_view(host->value().data(), host->value().size()));
-      if (!listed(access, origin) && !same)
-        return ApiError("forbidden_origin", "a WebSocket from origin '" + std::string(origin) +
-                                                "' is not allowed: the page must be served by this server, or the "
-                                                "origin listed with --allowed-origins");
-    }
+  if (const std::optional<std::string_view> o = origin_of(req)) {
+    const std::string_view origin = *o;
+    const std::optional<std::string> from = origin_authority(origin);
+    const auto host = req.find(http::field::host);
+    const bool same = from && host != req.end() &&
+                      *from == host_authority(std::string_view(host->value().data(), host->value().size()));
+    if (!listed(access, origin) && !same)
+      return ApiError("forbidden_origin", std::string(websocket ? "a WebSocket" : "a request") + " from origin '" +
+                                              std::string(origin) +
+                                              "' is not allowed: the page must be served by this server, or the "
+                                              "origin listed with --allowed-origins");
   }
   if (access.api_keys.empty()) return std::nullopt;
   const std::optional<std::string> key = presented_key(req, websocket);

@@ -1,9 +1,10 @@
 // Access control of `specula serve` (docs/serving.md, "API keys and origins"): an API key required
 // as `Authorization: Bearer KEY` on the API routes and the WebSocket upgrade (a browser, which
 // cannot set that header on a WebSocket, offers it as the subprotocol "specula.key.<base64url of
-// the key>" next to "specula"), compared in constant time; and the WebSocket upgrade's Origin
-// checked against the served host (cross-site WebSocket hijacking). /health and the chat page
-// stay open.
+// the key>" next to "specula"), compared in constant time; and the Origin of the WebSocket upgrade
+// and of every API request checked against the served host and --allowed-origins (cross-site
+// WebSocket hijacking; a page of another site posting to a server without a key). /health and the
+// chat page stay open.
 #pragma once
 #include <optional>
 #include <string>
@@ -19,8 +20,9 @@ struct AccessConfig {
   std::vector<std::string> allowed_origins;  // besides the served host; "*" = any
 };
 
-// The refusal for a request, or nothing when it may go on. `websocket`: the request is an upgrade
-// on /v1/ws (the key may come as a subprotocol; the Origin is checked).
+// The refusal for a request, or nothing when it may go on: an Origin that is neither this server
+// nor listed (forbidden_origin), then the key. `websocket`: the request is an upgrade on /v1/ws
+// (the key may come as a subprotocol).
 std::optional<ApiError> check_access(const AccessConfig& access, const HttpRequest& req, bool websocket);
 
 // CORS for the HTTP routes: the value of Access-Control-Allow-Origin for a request whose Origin

@@ -92,6 +92,8 @@ class Generation {
     };
     std::vector<Echo> echo;
     bool prompt_only = false;  // ParsedRequest::prompt_only
+    ToolCalls::Mode tool_mode = ToolCalls::Mode::None;  // ParsedRequest::tools
+    std::string tool_name;
   };
   // A request with a grammar or a JSON schema is parsed (its constraint compiled) on the
   // preparation thread, and a prompt of more than kInlinePromptBytes is templated and tokenized

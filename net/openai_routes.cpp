@@ -2,6 +2,8 @@
 // `stream: true` as server-sent events (docs/protocol.md). A client that goes away cancels.
 #include <ctime>
 
+#include <utility>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -204,6 +206,29 @@ struct Shape {
   }
 };
 
+// The message of a chat choice generated under tool_choice (a named function or "required"):
+// its calls (ids `id_prefix` + 0, 1, ...), or the text as content where it is not a complete call
+// (cut by max_tokens). A named function's arguments are the text as generated.
+json tool_message(const Generation::Admitted& a, const std::string& text, const std::string& id_prefix) {
+  json calls = json::array();
+  auto call = [&](const std::string& name, std::string arguments) {
+    calls.push_back({{"id", id_prefix + std::to_string(calls.size())},
+                     {"type", "function"},
+                     {"function", {{"name", name}, {"arguments", std::move(arguments)}}}});
+  };
+  if (a.tool_mode == ToolCalls::Mode::Named) {
+    if (json::accept(text)) call(a.tool_name, text);
+  } else {
+    const json parsed = json::parse(text, nullptr, false);
+    if (parsed.is_array())
+      for (const json& c : parsed)
+        if (c.is_object() && c.contains("name") && c["name"].is_string() && c.contains("parameters"))
+          call(c["name"].get<std::string>(), dump_json(c["parameters"]));
+  }
+  if (calls.empty()) return {{"role", "assistant"}, {"content", text}};
+  return {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", std::move(calls)}};
+}
+
 asio::awaitable<bool> write_response(beast::tcp_stream& stream, HttpResponse res, std::string_view cors) {
   allow_origin(res, cors);
   stream.expires_after(kWriteTimeout);
@@ -259,6 +284,10 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
 
   const bool want_logprobs = admitted.logprobs;
   std::vector<LogprobsJson> logprobs(n, LogprobsJson(*st.engine.model().tokenizer, chat, !admitted.stream));
+  // Tool calls: a choice's text is kept back and sent as its calls at its end (tool_message).
+  const bool tools = chat && admitted.tool_mode != ToolCalls::Mode::None;
+  std::vector<std::string> tool_text(tools ? n : 0);
+  auto call_prefix = [&](std::size_t i) { return "call_" + shape.id.substr(shape.id.find('-') + 1) + "_" + std::to_string(i) + "_"; };
   // echo: a choice's first update starts with its prompt's text and, with logprobs, its tokens.
   std::vector<bool> echoed(n, admitted.echo.empty());
   auto echo_into = [&](std::size_t i, GenerationUpdate& u) {
@@ -308,8 +337,10 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
         logprobs[i].move_text_to(body);
       else
         body += "null";
-      body += chat ? ",\"message\":" + dump_json(json{{"role", "assistant"}, {"content", text}})
-                   : ",\"text\":" + dump_json(text);
+      const bool tool = chat && admitted.tool_mode != ToolCalls::Mode::None;
+      body += tool   ? ",\"message\":" + dump_json(tool_message(admitted, text, call_prefix(i)))
+              : chat ? ",\"message\":" + dump_json(json{{"role", "assistant"}, {"content", text}})
+                     : ",\"text\":" + dump_json(text);
       body += '}';
     }
     json res = shape.base(chat ? "chat.completion" : "text_completion");
@@ -354,6 +385,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     auto [ec, i, u] = co_await channel->async_receive(kAwait);
     if (ec) co_return false;
     echo_into(i, u);
+    if (tools) tool_text[i] += std::exchange(u.text, std::string());
     // A chunk for the update's text, and with log-probabilities asked for, for its tokens even
     // where their text is still held back (mid-character, or maybe a stop string).
     for (const TokenOut& t : u.tokens) logprobs[i].add(t);
@@ -367,6 +399,19 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     if (!u.error.empty()) {  // the request fails as a whole: the other choices are cancelled on return
       if (!co_await send_event(dump_json(openai_error(ApiError(u.request_fault ? "invalid_request" : "internal", u.error))))) co_return false;
       break;
+    }
+    if (tools) {  // the calls in one delta, each with its index (clients put the pieces of a call together by it)
+      json calls = with_usage(shape.chunk(i, "", nullptr));
+      json& delta = calls["choices"][0]["delta"];
+      json message = tool_message(admitted, tool_text[i], call_prefix(i));
+      if (message.contains("tool_calls")) {
+        delta.erase("content");
+        for (std::size_t k = 0; k < message["tool_calls"].size(); ++k) message["tool_calls"][k]["index"] = k;
+        delta["tool_calls"] = std::move(message["tool_calls"]);
+      } else {
+        delta["content"] = message["content"];
+      }
+      if (!co_await send_event(dump_json(calls))) co_return false;
     }
     json last = with_usage(shape.chunk(i, "", openai_finish(u.finish_reason)));
     last["speculation"] = speculation_json(choices[i]->stats());

@@ -63,10 +63,12 @@ struct ServerState {
 // what it reads (captures by value, or references to what outlives the server such as the
 // engine): the coroutine waiting here is destroyed with the io_context at shutdown, perhaps while
 // the preparation thread still runs fn. Requires st.prep.
+// (A forwarding reference: a by-value parameter would be a temporary made within the caller's
+// co_await, which GCC 12 destroys twice.)
 template <class F>
-boost::asio::awaitable<std::invoke_result_t<F&>> on_prep_thread(ServerState& st, F fn) {
-  using Result = std::invoke_result_t<F&>;
-  auto work = [fn = std::move(fn)]() mutable -> boost::asio::awaitable<Result> { co_return fn(); };
+boost::asio::awaitable<std::invoke_result_t<std::decay_t<F>&>> on_prep_thread(ServerState& st, F&& fn) {
+  using Result = std::invoke_result_t<std::decay_t<F>&>;
+  auto work = [fn = std::forward<F>(fn)]() mutable -> boost::asio::awaitable<Result> { co_return fn(); };
   // (Named, not temporaries within the co_await: GCC 12 destroys such temporaries twice.)
   Result result = co_await boost::asio::co_spawn(*st.prep, std::move(work), boost::asio::use_awaitable);
   co_return result;

@@ -6,11 +6,11 @@
 // Kept: type (one or a list), properties, required, additionalProperties, items, prefixItems,
 // minItems, maxItems, minLength, maxLength, pattern, enum, const, anyOf, oneOf (as anyOf), allOf
 // of one schema, $ref into the document (#, #/$defs/..., #/definitions/...; recursion allowed),
-// nullable, minimum / maximum / exclusiveMinimum / exclusiveMaximum (exactly, as the decimals the
+// nullable, minimum / maximum / exclusiveMinimum / exclusiveMaximum / multipleOf (exactly, as the decimals the
 // schema wrote; a bounded number has no exponent), and the formats date, time, date-time,
 // duration, uuid, ipv4, ipv6, hostname, email and uri (docs/speculative.md says how closely).
 // Annotations are read past (title, description, default, examples, other formats, $schema, ...).
-// Any other assertion (multipleOf, uniqueItems, ...) is refused, naming it and where it is,
+// Any other assertion (uniqueItems, ...) is refused, naming it and where it is,
 // rather than ignored: an output the schema refuses would break the promise.
 //
 // An object writes only the properties the schema lists (a required one always, an optional one

@@ -127,6 +127,14 @@ def test_without_a_key_the_server_says_it_listens_on_loopback_only(fresh_server)
     srv = fresh_server("--draft", "none")
     assert "no API key, so listening on loopback only" in srv.output()
     assert httpx.get(srv.url + "/v1/models", timeout=30).status_code == 200
+    # A page of another site may still post a "simple" request (text/plain, no preflight) to a
+    # server on the user's machine: the Origin it carries refuses it; the server's own page is not.
+    body = json.dumps({"prompt": "Hi", "max_tokens": 2})
+    for origin, status in [("http://evil.example", 403), (f"http://127.0.0.1:{srv.port}", 200)]:
+        r = httpx.post(srv.url + "/v1/completions", content=body, headers={"Origin": origin, "Content-Type": "text/plain"},
+                       timeout=30)
+        assert r.status_code == status, (origin, r.text)
+    assert r.json()["choices"][0]["text"] is not None
 
 
 def test_the_chat_page_asks_for_the_key_once_and_chats_with_it(keyed):
@@ -176,8 +184,8 @@ def test_a_listed_origin_gets_cors_headers_and_its_preflight_and_another_origin_
         assert "access-control-allow-origin" not in r.headers
         r = c.options("/v1/models")  # not a browser: what the route takes
         assert r.status_code == 204 and "POST" in r.headers["allow"] and "access-control-allow-origin" not in r.headers
-        # The listed origin reads every answer, a 401 included; another origin's answers carry no grant.
-        for headers, status in [({"Origin": SITE, **auth}, 200), ({"Origin": SITE}, 401), ({"Origin": "http://evil.example", **auth}, 200)]:
+        # The listed origin reads every answer, a 401 included; another origin is refused, without a grant.
+        for headers, status in [({"Origin": SITE, **auth}, 200), ({"Origin": SITE}, 401), ({"Origin": "http://evil.example", **auth}, 403)]:
             r = c.get("/v1/models", headers=headers)
             assert r.status_code == status, r.text
             assert r.headers.get("access-control-allow-origin") == (SITE if headers["Origin"] == SITE else None), headers

@@ -773,3 +773,92 @@ def test_echo_with_max_tokens_zero_gives_the_prompt_alone_scored_streamed_and_no
     r = httpx.post(server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 0},
                    timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens", r.text
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather now in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
+                                                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city", "unit"]}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 30}},
+                                       "required": ["zone"]}}}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def test_a_named_tool_choice_returns_a_call_whose_arguments_keep_the_schema_streamed_and_not(client, model_id):
+    args = dict(model=model_id, messages=ASK, tools=[WEATHER, TIME], max_tokens=60, temperature=0,
+                tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    r = client.chat.completions.create(**args)
+    message = r.choices[0].message
+    assert message.content is None and len(message.tool_calls) == 1, message
+    call = message.tool_calls[0]
+    assert call.type == "function" and call.function.name == "get_weather" and call.id
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+    # The arguments are what the same schema gives as guided decoding's content.
+    guided = client.chat.completions.create(model=model_id, messages=ASK, max_tokens=60, temperature=0,
+                                            extra_body={"guided_json": WEATHER["function"]["parameters"]})
+    assert call.function.arguments == guided.choices[0].message.content
+    streamed, finishes = {}, []
+    for chunk in client.chat.completions.create(**args, stream=True):
+        delta = chunk.choices[0].delta
+        assert not delta.content, delta
+        for tc in delta.tool_calls or []:
+            got = streamed.setdefault(tc.index, {"name": "", "arguments": ""})
+            got["name"] += tc.function.name or ""
+            got["arguments"] += tc.function.arguments or ""
+        if chunk.choices[0].finish_reason:
+            finishes.append(chunk.choices[0].finish_reason)
+    assert streamed == {0: {"name": "get_weather", "arguments": call.function.arguments}} and finishes == ["stop"]
+
+
+def test_tool_choice_required_returns_calls_of_the_listed_tools_and_one_without_parallel_calls(client, model_id):
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, TIME)}
+    for parallel in (True, False):
+        r = client.chat.completions.create(model=model_id, messages=ASK, tools=[WEATHER, TIME], tool_choice="required",
+                                           parallel_tool_calls=parallel, max_tokens=120, temperature=0)
+        calls = r.choices[0].message.tool_calls
+        assert calls and (parallel or len(calls) == 1), r.choices[0].message
+        assert len({c.id for c in calls}) == len(calls)
+        for c in calls:
+            jsonschema.validate(json.loads(c.function.arguments), schemas[c.function.name])
+
+
+def test_a_conversation_with_earlier_tool_calls_and_their_results_is_answered(client, model_id):
+    history = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather",
+                                                               "arguments": '{"city": "Paris", "unit": "celsius"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 18, "sky": "clear"}'}]
+    r = client.chat.completions.create(model=model_id, messages=history, tools=[WEATHER], tool_choice="none",
+                                       max_tokens=16, temperature=0)
+    assert r.choices[0].message.content and not r.choices[0].message.tool_calls
+    plain = client.chat.completions.create(model=model_id, messages=history, max_tokens=16, temperature=0)
+    assert plain.choices[0].message.content == r.choices[0].message.content  # "none": as if no tools were sent
+    assert r.usage.prompt_tokens > client.chat.completions.create(
+        model=model_id, messages=ASK, max_tokens=1, temperature=0).usage.prompt_tokens + 20
+
+
+def test_bad_tools_and_tool_choices_are_400s_naming_the_field(server):
+    post = lambda path, body: httpx.post(server.url + path, json=body, timeout=30)
+    base = {"messages": ASK, "max_tokens": 4}
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for body, param, says in [
+            ({"tools": [WEATHER]}, "tool_choice", "auto"),
+            ({"tools": [WEATHER], "tool_choice": "auto"}, "tool_choice", "auto"),
+            ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "nope"),
+            ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice", "sometimes"),
+            ({"tool_choice": "required"}, "tool_choice", "needs tools"),
+            ({"tools": [{"type": "function", "function": {"name": "bad name"}}], "tool_choice": "required"}, "tools", "name"),
+            ({"tools": [WEATHER, WEATHER], "tool_choice": "required"}, "tools", "two tools"),
+            ({"tools": [{"type": "retrieval"}], "tool_choice": "required"}, "tools", "function"),
+            ({"tools": [WEATHER], "tool_choice": named, "response_format": {"type": "json_object"}}, "tool_choice", "cannot both"),
+            ({"tools": [WEATHER], "tool_choice": "required", "parallel_tool_calls": "yes"}, "parallel_tool_calls", "true or false"),
+            ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+                "n": {"type": "array", "uniqueItems": True}}}}}], "tool_choice": "required"}, "tools", "uniqueItems"),
+            ({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}]}, "messages[0].tool_calls",
+             "JSON")]:
+        r = post("/v1/chat/completions", {**base, **body})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param and says in r.json()["error"]["message"], (body, r.text)
+    r = post("/v1/completions", {"prompt": "x", "tools": [WEATHER]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools" and "chat" in r.text, r.text

@@ -74,6 +74,16 @@ TEST(ChatTemplate, Llama3WrapsEveryTurnInHeadersAndEndsWithTheAssistantHeader) {
             "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
 }
 
+TEST(ChatTemplate, AToolsResultIsAToolTurnInChatMLAndAnIpythonTurnInLlama3) {
+  const std::vector<ChatMessage> turns{{"user", "Weather?"}, {"assistant", "[{\"name\":\"w\",\"parameters\":{}}]"},
+                                       {"tool", "{\"t\":18}"}};
+  EXPECT_EQ(ChatTemplate::from_template_text(kBareChatMLTemplate).render(turns, false),
+            "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n[{\"name\":\"w\",\"parameters\":{}}]<|im_end|>\n"
+            "<|im_start|>tool\n{\"t\":18}<|im_end|>\n");
+  EXPECT_EQ(ChatTemplate(ChatTemplate::Kind::Llama3).render({turns[2]}, false),
+            "<|begin_of_text|><|start_header_id|>ipython<|end_header_id|>\n\n{\"t\":18}<|eot_id|>");
+}
+
 TEST(ChatTemplate, PlainJoinsContentsWithNewlines) {
   const ChatTemplate t;
   EXPECT_EQ(t.render({{"system", "one"}, {"user", "two"}, {"assistant", "three"}}), "one\ntwo\nthree");
