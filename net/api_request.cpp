@@ -406,6 +406,12 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
   // token, which the route does not show.
   if (mt) max_tokens = integer(*mt, max_name, openai && kind != PromptKind::Chat ? 0 : 1, engine.context_length());
   r.max_tokens = static_cast<int>(std::max<int64_t>(max_tokens, 1));
+  if (const json* v = field(body, "truncate_prompt_tokens"); v && !v->is_null()) {
+    // -1: as many as the context holds with room for one token (vLLM's "the model's length").
+    const int64_t k = integer(*v, "truncate_prompt_tokens", -1, engine.context_length() - 1);
+    if (k == 0) bad("truncate_prompt_tokens", "truncate_prompt_tokens must be -1 or at least 1, got 0");
+    out.truncate_prompt_tokens = k < 0 ? engine.context_length() - 1 : k;
+  }
   r.fit_to_context = true;  // cut to the room the prompt leaves; the finish reason is then "context"
 
   SamplingParams& sp = r.sampling;

@@ -53,6 +53,8 @@ struct ParsedRequest {
   // echo with max_tokens 0: the prompt alone. `request` runs one token, which is not shown.
   bool prompt_only = false;
   ToolCalls tools;                 // /v1/chat/completions
+  // vLLM's truncate_prompt_tokens: the prompt's last k tokens only (after templating); 0: all.
+  int64_t truncate_prompt_tokens = 0;
   // /v1/completions with several prompts (an array of strings or of token-id arrays): each is
   // `request` with its prompt, as if sent alone; prompt p's n choices are choices p * n .. p * n + n - 1.
   // Empty: the one prompt is in `request`.

@@ -156,6 +156,12 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
           request.chat = false;
         }
       }
+      if (const auto keep = static_cast<std::size_t>(parsed.truncate_prompt_tokens);
+          keep > 0 && request.prompt_ids.size() > keep) {
+        request.prompt_ids.erase(request.prompt_ids.begin(),
+                                 request.prompt_ids.end() - static_cast<std::ptrdiff_t>(keep));
+        sent.clear();  // echo shows the prompt the model read
+      }
       if (parsed.echo) {
         const std::vector<int32_t>& ids = request.prompt_ids;  // (empty: the engine refuses the prompt)
         if (sent.empty() && st.engine.model().tokenizer) sent = st.engine.model().tokenizer->decode(ids);

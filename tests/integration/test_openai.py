@@ -862,3 +862,26 @@ def test_bad_tools_and_tool_choices_are_400s_naming_the_field(server):
         assert r.status_code == 400 and r.json()["error"]["param"] == param and says in r.json()["error"]["message"], (body, r.text)
     r = post("/v1/completions", {"prompt": "x", "tools": [WEATHER]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools" and "chat" in r.text, r.text
+
+
+def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens_as_vllm_does(server, client, model_id):
+    prompt = "The history of the city begins with a small village on the river, where fishermen traded salt and"
+    ids = httpx.post(server.url + "/tokenize", json={"prompt": prompt}, timeout=30).json()["tokens"]
+    k = 8
+    cut = client.completions.create(model=model_id, prompt=prompt, max_tokens=6, temperature=0,
+                                    extra_body={"truncate_prompt_tokens": k})
+    tail = client.completions.create(model=model_id, prompt=ids[-k:], max_tokens=6, temperature=0)
+    assert cut.usage.prompt_tokens == k and cut.choices[0].text == tail.choices[0].text
+    echoed = client.completions.create(model=model_id, prompt=prompt, max_tokens=1, temperature=0, echo=True,
+                                       extra_body={"truncate_prompt_tokens": k})
+    text = httpx.post(server.url + "/detokenize", json={"tokens": ids[-k:]}, timeout=30).json()["prompt"]
+    assert echoed.choices[0].text.startswith(text) and not echoed.choices[0].text.startswith(prompt)
+    whole = client.completions.create(model=model_id, prompt=prompt, max_tokens=2, temperature=0,
+                                      extra_body={"truncate_prompt_tokens": len(ids) + 5})
+    assert whole.usage.prompt_tokens == len(ids)  # shorter than k: left as it is
+    chat = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": prompt}], max_tokens=2,
+                                          temperature=0, extra_body={"truncate_prompt_tokens": 12})
+    assert chat.usage.prompt_tokens == 12
+    for value in (0, -2, 10 ** 9, "8"):
+        r = httpx.post(server.url + "/v1/completions", json={"prompt": prompt, "truncate_prompt_tokens": value}, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "truncate_prompt_tokens", (value, r.text)
