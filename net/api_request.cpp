@@ -124,7 +124,7 @@ std::vector<ChatMessage> parse_messages(const json& v, bool openai) {
     else if (r != "assistant")
       bad(where + ".content", where + ".content is missing");
     // An assistant's earlier tool calls are shown to the model as the JSON it writes for
-    // tool_choice "required" ([{"name": ..., "parameters": {...}}]), after its text.
+    // tool_choice "auto" ({"tool_calls": [{"name": ..., "parameters": {...}}]}), after its text.
     if (const json* calls = r == "assistant" ? field(m, "tool_calls") : nullptr; calls && !calls->is_null()) {
       if (!calls->is_array()) bad(where + ".tool_calls", where + ".tool_calls must be an array");
       json written = json::array();
@@ -134,21 +134,40 @@ std::vector<ChatMessage> parse_messages(const json& v, bool openai) {
         const json* args = fn && fn->is_object() ? field(*fn, "arguments") : nullptr;
         if (!name || !name->is_string() || !args || !args->is_string())
           bad(where + ".tool_calls", where + ".tool_calls items must be {\"function\": {\"name\": string, \"arguments\": string}}");
-        json parameters = json::parse(args->get<std::string>(), nullptr, false);
-        if (parameters.is_discarded()) bad(where + ".tool_calls", where + ".tool_calls: arguments must be a JSON text");
+        json parameters;
+        try {  // through the body's limits: a value nested past them would overflow the printer's stack
+          parameters = parse_json(args->get<std::string>());
+        } catch (const ApiError& e) {
+          bad(where + ".tool_calls", where + ".tool_calls: arguments must be a JSON text (" + e.what() + ")");
+        }
         written.push_back({{"name", *name}, {"parameters", std::move(parameters)}});
       }
       if (!text.empty()) text += '\n';
-      text += written.dump();
+      text += json{{"tool_calls", std::move(written)}}.dump();
     }
     out.push_back({r, std::move(text)});
   }
   return out;
 }
 
-// OpenAI's tools and tool_choice on /v1/chat/completions, as vLLM serves them without a tool-call
-// parser: a named function or "required" is guided decoding of a schema (docs/protocol.md,
-// "Tools"); "none" generates text; "auto" would need the model's own tool-call format read back.
+// A schema moved to `base` (a JSON pointer) of another: its "#..." references made "#<base>...".
+void rebase_refs(nlohmann::ordered_json& s, const std::string& base) {
+  if (s.is_array()) {
+    for (nlohmann::ordered_json& v : s) rebase_refs(v, base);
+  } else if (s.is_object()) {
+    for (auto& [key, v] : s.items()) {
+      if (key == "$ref" && v.is_string() && v.get<std::string>().starts_with("#"))
+        v = "#" + base + v.get<std::string>().substr(1);
+      else
+        rebase_refs(v, base);
+    }
+  }
+}
+
+// OpenAI's tools and tool_choice on /v1/chat/completions (docs/protocol.md, "Tools"): a named
+// function or "required" is guided decoding of a schema, as vLLM serves them; "auto" is llama.cpp's
+// generic format (the tools described in a system message, the reply one JSON object: calls or a
+// response); "none" generates text.
 ToolCalls parse_tools(const json& body, std::string_view raw) {
   ToolCalls out;
   const json* tools = field(body, "tools");
@@ -168,6 +187,7 @@ ToolCalls parse_tools(const json& body, std::string_view raw) {
                         written["tools"].size() == tools->size();
   std::vector<std::string> names;
   std::vector<nlohmann::ordered_json> params;
+  std::string described;  // "auto": each tool as the system message lists it
   for (size_t i = 0; i < tools->size(); ++i) {
     const std::string where = "tools[" + std::to_string(i) + "]";
     const json& t = (*tools)[i];
@@ -185,13 +205,17 @@ ToolCalls parse_tools(const json& body, std::string_view raw) {
     names.push_back(n);
     const json* p = field(*fn, "parameters");
     if (p && !p->is_null() && !p->is_object()) bad("tools", where + ".function.parameters must be a JSON schema object");
-    if (!p || p->is_null())
+    if (!p || p->is_null() || p->empty())  // {} as vLLM takes it: no parameters
       params.push_back({{"type", "object"}, {"properties", nlohmann::ordered_json::object()}});
     else if (in_order && written["tools"][i].is_object() && written["tools"][i].contains("function") &&
              written["tools"][i]["function"].contains("parameters"))
       params.push_back(written["tools"][i]["function"]["parameters"]);
     else
       params.push_back(nlohmann::ordered_json::parse(p->dump()));
+    nlohmann::ordered_json d = {{"name", n}};
+    if (const json* desc = field(*fn, "description"); desc && desc->is_string()) d["description"] = *desc;
+    d["parameters"] = params.back();
+    described += d.dump() + "\n";
   }
   std::string mode = "auto";
   if (choice && choice->is_string()) {
@@ -212,23 +236,41 @@ ToolCalls parse_tools(const json& body, std::string_view raw) {
     return out;
   }
   if (mode == "none") return out;
-  if (mode == "auto")
-    bad("tool_choice", "tool_choice \"auto\" (the default with tools) is not supported: this server has no parser for the "
-                       "model's own tool-call format; send \"required\", name a function, or \"none\"");
   bool parallel = true;
   if (const json* v = field(body, "parallel_tool_calls"); v && !v->is_null()) {
     if (!v->is_boolean()) bad("parallel_tool_calls", "parallel_tool_calls must be true or false, got " + shown(*v));
     parallel = v->get<bool>();
   }
-  // "required": [{"name": N, "parameters": {...}}, ...], one item per call (vLLM's format).
-  nlohmann::ordered_json any = nlohmann::ordered_json::array();
-  for (size_t i = 0; i < names.size(); ++i)
+  // "required": [{"name": N, "parameters": {...}}, ...], one item per call (vLLM's format). Each
+  // tool's parameters sit at #/$defs/tool_I of the schema, their own $refs rebased there.
+  nlohmann::ordered_json any = nlohmann::ordered_json::array(), defs = nlohmann::ordered_json::object();
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string def = "tool_" + std::to_string(i);
+    rebase_refs(params[i], "/$defs/" + def);
+    defs[def] = std::move(params[i]);
     any.push_back({{"type", "object"},
-                   {"properties", {{"name", {{"const", names[i]}}}, {"parameters", params[i]}}},
+                   {"properties", {{"name", {{"const", names[i]}}}, {"parameters", {{"$ref", "#/$defs/" + def}}}}},
                    {"required", {"name", "parameters"}}});
-  out.mode = ToolCalls::Mode::Required;
-  out.schema = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", std::move(any)}}}};
-  if (!parallel) out.schema["maxItems"] = 1;
+  }
+  nlohmann::ordered_json calls = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", std::move(any)}}}};
+  if (!parallel) calls["maxItems"] = 1;
+  if (mode == "required") {
+    out.mode = ToolCalls::Mode::Required;
+    out.schema = std::move(calls);
+    out.schema["$defs"] = std::move(defs);
+    return out;
+  }
+  // "auto": {"tool_calls": [...]} or {"response": "..."}.
+  out.mode = ToolCalls::Mode::Auto;
+  out.schema = {{"anyOf",
+                 {{{"type", "object"}, {"properties", {{"tool_calls", std::move(calls)}}}, {"required", {"tool_calls"}}},
+                  {{"type", "object"},
+                   {"properties", {{"response", {{"type", "string"}}}}},
+                   {"required", {"response"}}}}},
+                {"$defs", std::move(defs)}};
+  out.system = "You can call these tools (their parameters as JSON Schema):\n" + described +
+               "Reply with one JSON object: {\"tool_calls\": [{\"name\": <a tool's name>, \"parameters\": {...}}]} to "
+               "call tools, or {\"response\": \"<your reply>\"} to answer without them.";
   return out;
 }
 
@@ -587,6 +629,12 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     }
   if (kind == PromptKind::Chat) {
     out.tools = parse_tools(body, raw);
+    if (!out.tools.system.empty()) {  // "auto": the tools described to the model
+      if (r.messages.front().role == "system")
+        r.messages.front().content += "\n\n" + out.tools.system;
+      else
+        r.messages.insert(r.messages.begin(), ChatMessage{"system", out.tools.system});
+    }
     if (out.tools.mode != ToolCalls::Mode::None) {
       constrain("tool_choice");
       try {

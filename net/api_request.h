@@ -34,13 +34,15 @@ struct RequestDefaults {
 };
 
 // /v1/chat/completions' tool calls (OpenAI's tools and tool_choice): a named function's arguments,
-// or "required"'s list of calls, are generated under `schema` (guided decoding) and returned as
-// message.tool_calls. None: no tools, or tool_choice "none".
+// "required"'s list of calls, or "auto"'s calls-or-response object, are generated under `schema`
+// (guided decoding) and returned as message.tool_calls (or "auto"'s response as content). None:
+// no tools, or tool_choice "none".
 struct ToolCalls {
-  enum class Mode { None, Named, Required };
+  enum class Mode { None, Named, Required, Auto };
   Mode mode = Mode::None;
   std::string name;                // Named: the function
   nlohmann::ordered_json schema;   // what the output is held to
+  std::string system;              // Auto: the tools described, added to the conversation's system message
 };
 
 // A request ready for Engine::start, and what the server needs to report on it.

@@ -18,7 +18,7 @@ double ms_between(Generation::Clock::time_point a, Generation::Clock::time_point
 // A request with one of these is parsed on the preparation thread: compiling a grammar or a JSON
 // schema into its matcher can take a few hundred milliseconds within the grammar limits.
 constexpr const char* kConstraintFields[] = {"response_format", "guided_json",    "json_schema", "guided_choice",
-                                             "guided_regex",    "guided_grammar", "grammar",     "tool_choice"};
+                                             "guided_regex",    "guided_grammar", "grammar",     "tool_choice",   "tools"};
 
 std::size_t prompt_text_bytes(const actors::EngineRequest& r) {
   std::size_t bytes = r.prompt.size();

@@ -206,9 +206,10 @@ struct Shape {
   }
 };
 
-// The message of a chat choice generated under tool_choice (a named function or "required"):
-// its calls (ids `id_prefix` + 0, 1, ...), or the text as content where it is not a complete call
-// (cut by max_tokens). A named function's arguments are the text as generated.
+// The message of a chat choice generated under tool_choice (a named function, "required" or
+// "auto"): its calls (ids `id_prefix` + 0, 1, ...), "auto"'s response as content, or the text as
+// content where it is not a complete reply (cut by max_tokens). A named function's arguments are
+// the text as generated.
 json tool_message(const Generation::Admitted& a, const std::string& text, const std::string& id_prefix) {
   json calls = json::array();
   auto call = [&](const std::string& name, std::string arguments) {
@@ -219,11 +220,19 @@ json tool_message(const Generation::Admitted& a, const std::string& text, const 
   if (a.tool_mode == ToolCalls::Mode::Named) {
     if (json::accept(text)) call(a.tool_name, text);
   } else {
-    const json parsed = json::parse(text, nullptr, false);
-    if (parsed.is_array())
-      for (const json& c : parsed)
+    // (ordered: the arguments keep the order their members were generated in)
+    using ordered = nlohmann::ordered_json;
+    const ordered parsed = ordered::parse(text, nullptr, false);
+    const ordered* list = parsed.is_array() ? &parsed : nullptr;
+    if (a.tool_mode == ToolCalls::Mode::Auto && parsed.is_object()) {
+      if (const auto r = parsed.find("response"); r != parsed.end() && r->is_string())
+        return {{"role", "assistant"}, {"content", r->get<std::string>()}};
+      if (const auto t = parsed.find("tool_calls"); t != parsed.end() && t->is_array()) list = &*t;
+    }
+    if (list)
+      for (const ordered& c : *list)
         if (c.is_object() && c.contains("name") && c["name"].is_string() && c.contains("parameters"))
-          call(c["name"].get<std::string>(), dump_json(c["parameters"]));
+          call(c["name"].get<std::string>(), c["parameters"].dump(-1, ' ', false, ordered::error_handler_t::replace));
   }
   if (calls.empty()) return {{"role", "assistant"}, {"content", text}};
   return {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", std::move(calls)}};
@@ -288,6 +297,11 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   const bool tools = chat && admitted.tool_mode != ToolCalls::Mode::None;
   std::vector<std::string> tool_text(tools ? n : 0);
   auto call_prefix = [&](std::size_t i) { return "call_" + shape.id.substr(shape.id.find('-') + 1) + "_" + std::to_string(i) + "_"; };
+  // "auto" that called tools ends with "tool_calls", as OpenAI's does; otherwise the generation's reason.
+  auto finish_of = [&](const GenerationUpdate& u, const json& message) {
+    const bool called = admitted.tool_mode == ToolCalls::Mode::Auto && message.is_object() && message.contains("tool_calls");
+    return called ? std::string("tool_calls") : openai_finish(u.finish_reason);
+  };
   // echo: a choice's first update starts with its prompt's text and, with logprobs, its tokens.
   std::vector<bool> echoed(n, admitted.echo.empty());
   auto echo_into = [&](std::size_t i, GenerationUpdate& u) {
@@ -331,16 +345,16 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       }
       if (u.finish_reason == FinishReason::Cancelled) co_return false;  // the client went away (or shutdown)
       if (i > 0) body += ',';
-      body += "{\"finish_reason\":" + dump_json(openai_finish(u.finish_reason)) + ",\"index\":" + std::to_string(i) +
+      const json message = tools  ? tool_message(admitted, text, call_prefix(i))
+                           : chat ? json{{"role", "assistant"}, {"content", text}}
+                                  : json();
+      body += "{\"finish_reason\":" + dump_json(finish_of(u, message)) + ",\"index\":" + std::to_string(i) +
               ",\"logprobs\":";
       if (want_logprobs)
         logprobs[i].move_text_to(body);
       else
         body += "null";
-      const bool tool = chat && admitted.tool_mode != ToolCalls::Mode::None;
-      body += tool   ? ",\"message\":" + dump_json(tool_message(admitted, text, call_prefix(i)))
-              : chat ? ",\"message\":" + dump_json(json{{"role", "assistant"}, {"content", text}})
-                     : ",\"text\":" + dump_json(text);
+      body += chat ? ",\"message\":" + dump_json(message) : ",\"text\":" + dump_json(text);
       body += '}';
     }
     json res = shape.base(chat ? "chat.completion" : "text_completion");
@@ -400,20 +414,22 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       if (!co_await send_event(dump_json(openai_error(ApiError(u.request_fault ? "invalid_request" : "internal", u.error))))) co_return false;
       break;
     }
+    json message;
     if (tools) {  // the calls in one delta, each with its index (clients put the pieces of a call together by it)
       json calls = with_usage(shape.chunk(i, "", nullptr));
       json& delta = calls["choices"][0]["delta"];
-      json message = tool_message(admitted, tool_text[i], call_prefix(i));
+      message = tool_message(admitted, tool_text[i], call_prefix(i));
       if (message.contains("tool_calls")) {
         delta.erase("content");
         for (std::size_t k = 0; k < message["tool_calls"].size(); ++k) message["tool_calls"][k]["index"] = k;
-        delta["tool_calls"] = std::move(message["tool_calls"]);
+        delta["tool_calls"] = message["tool_calls"];
       } else {
         delta["content"] = message["content"];
       }
-      if (!co_await send_event(dump_json(calls))) co_return false;
+      const std::string event = dump_json(calls);
+      if (!co_await send_event(event)) co_return false;
     }
-    json last = with_usage(shape.chunk(i, "", openai_finish(u.finish_reason)));
+    json last = with_usage(shape.chunk(i, "", finish_of(u, message)));
     last["speculation"] = speculation_json(choices[i]->stats());
     if (!co_await send_event(dump_json(last))) co_return false;
     if (open == 0 && admitted.include_usage) {

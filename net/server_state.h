@@ -63,8 +63,9 @@ struct ServerState {
 // what it reads (captures by value, or references to what outlives the server such as the
 // engine): the coroutine waiting here is destroyed with the io_context at shutdown, perhaps while
 // the preparation thread still runs fn. Requires st.prep.
-// (A forwarding reference: a by-value parameter would be a temporary made within the caller's
-// co_await, which GCC 12 destroys twice.)
+// (A forwarding reference, and callers pass a named callable: a by-value parameter, or a lambda
+// written in the call, would be a temporary made within the caller's co_await, which GCC 12
+// destroys twice.)
 template <class F>
 boost::asio::awaitable<std::invoke_result_t<std::decay_t<F>&>> on_prep_thread(ServerState& st, F&& fn) {
   using Result = std::invoke_result_t<std::decay_t<F>&>;

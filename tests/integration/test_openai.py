@@ -812,16 +812,36 @@ def test_a_named_tool_choice_returns_a_call_whose_arguments_keep_the_schema_stre
     assert streamed == {0: {"name": "get_weather", "arguments": call.function.arguments}} and finishes == ["stop"]
 
 
+# A pydantic-style schema: its parts under $defs, referred to from #/$defs (and itself from "#").
+TRIP = {"type": "function", "function": {"name": "plan_trip", "parameters": {
+    "type": "object", "properties": {"to": {"$ref": "#/$defs/Place"}, "via": {"type": "array", "maxItems": 1,
+                                                                             "items": {"$ref": "#/$defs/Place"}}},
+    "required": ["to", "via"],
+    "$defs": {"Place": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}}}}}
+
+
 def test_tool_choice_required_returns_calls_of_the_listed_tools_and_one_without_parallel_calls(client, model_id):
-    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, TIME)}
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, TIME, TRIP)}
     for parallel in (True, False):
-        r = client.chat.completions.create(model=model_id, messages=ASK, tools=[WEATHER, TIME], tool_choice="required",
+        r = client.chat.completions.create(model=model_id, messages=ASK, tools=[WEATHER, TIME, TRIP], tool_choice="required",
                                            parallel_tool_calls=parallel, max_tokens=120, temperature=0)
         calls = r.choices[0].message.tool_calls
         assert calls and (parallel or len(calls) == 1), r.choices[0].message
         assert len({c.id for c in calls}) == len(calls)
         for c in calls:
             jsonschema.validate(json.loads(c.function.arguments), schemas[c.function.name])
+    # Each tool's $refs point into its own schema wherever the list puts it.
+    r = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "Plan a trip to Rome."}],
+                                       tools=[WEATHER, TRIP], tool_choice="required", max_tokens=120, temperature=0)
+    assert "plan_trip" in [c.function.name for c in r.choices[0].message.tool_calls]
+    for c in r.choices[0].message.tool_calls:
+        jsonschema.validate(json.loads(c.function.arguments), schemas[c.function.name])
+    named = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "Plan a trip to Rome."}],
+                                           tools=[TRIP], tool_choice={"type": "function", "function": {"name": "plan_trip"}},
+                                           max_tokens=120, temperature=0)
+    args = json.loads(named.choices[0].message.tool_calls[0].function.arguments)
+    jsonschema.validate(args, TRIP["function"]["parameters"])
+    assert list(args) == ["to", "via"]
 
 
 def test_a_conversation_with_earlier_tool_calls_and_their_results_is_answered(client, model_id):
@@ -839,13 +859,48 @@ def test_a_conversation_with_earlier_tool_calls_and_their_results_is_answered(cl
         model=model_id, messages=ASK, max_tokens=1, temperature=0).usage.prompt_tokens + 20
 
 
+def test_tool_choice_auto_replies_with_calls_or_text_the_same_streamed_and_not(client, model_id):
+    """llama.cpp's generic format: the tools described in a system message and the reply held to
+    {"tool_calls": [...]} or {"response": "..."}, returned as calls (finish "tool_calls") or text."""
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, TIME)}
+    kinds, prompt_tokens = set(), []
+    for messages in (ASK, [{"role": "user", "content": "Tell me a joke."}]):
+        args = dict(model=model_id, messages=messages, tools=[WEATHER], max_tokens=80, temperature=0)
+        r = client.chat.completions.create(**args)  # tool_choice left out: "auto" is the default with tools
+        prompt_tokens.append(r.usage.prompt_tokens)
+        choice = r.choices[0]
+        if choice.message.tool_calls:
+            kinds.add("calls")
+            assert choice.finish_reason == "tool_calls" and choice.message.content is None
+            for c in choice.message.tool_calls:
+                jsonschema.validate(json.loads(c.function.arguments), schemas[c.function.name])
+        else:
+            kinds.add("text")
+            assert choice.finish_reason in ("stop", "length") and isinstance(choice.message.content, str)
+            assert not choice.message.content.lstrip().startswith('{"response"'), "the wrapper was not taken off"
+        content, calls, finishes = "", {}, []
+        for chunk in client.chat.completions.create(**args, stream=True):
+            delta = chunk.choices[0].delta
+            content += delta.content or ""
+            for tc in delta.tool_calls or []:
+                calls[tc.index] = (tc.function.name, tc.function.arguments)
+            if chunk.choices[0].finish_reason:
+                finishes.append(chunk.choices[0].finish_reason)
+        assert finishes == [choice.finish_reason]
+        assert content == (choice.message.content or "")
+        assert calls == {k: (c.function.name, c.function.arguments) for k, c in enumerate(choice.message.tool_calls or [])}
+    # The tools are described to the model: the prompt is longer than without them.
+    plain = client.chat.completions.create(model=model_id, messages=ASK, max_tokens=1, temperature=0)
+    assert prompt_tokens[0] > plain.usage.prompt_tokens + 50, (prompt_tokens, plain.usage)
+    # Greedy on the default model: the weather question is a call and the joke is text.
+    assert kinds == {"calls", "text"}, kinds
+
+
 def test_bad_tools_and_tool_choices_are_400s_naming_the_field(server):
     post = lambda path, body: httpx.post(server.url + path, json=body, timeout=30)
     base = {"messages": ASK, "max_tokens": 4}
     named = {"type": "function", "function": {"name": "get_weather"}}
     for body, param, says in [
-            ({"tools": [WEATHER]}, "tool_choice", "auto"),
-            ({"tools": [WEATHER], "tool_choice": "auto"}, "tool_choice", "auto"),
             ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "nope"),
             ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice", "sometimes"),
             ({"tool_choice": "required"}, "tool_choice", "needs tools"),
@@ -857,7 +912,9 @@ def test_bad_tools_and_tool_choices_are_400s_naming_the_field(server):
             ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
                 "n": {"type": "array", "uniqueItems": True}}}}}], "tool_choice": "required"}, "tools", "uniqueItems"),
             ({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}]}, "messages[0].tool_calls",
-             "JSON")]:
+             "JSON"),
+            ({"messages": ASK + [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[" * 300000 + "]" * 300000}}]}]},
+             "messages[1].tool_calls", "deeper")]:
         r = post("/v1/chat/completions", {**base, **body})
         assert r.status_code == 400 and r.json()["error"]["param"] == param and says in r.json()["error"]["message"], (body, r.text)
     r = post("/v1/completions", {"prompt": "x", "tools": [WEATHER]})
