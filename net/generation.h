@@ -90,10 +90,10 @@ class Generation {
       std::string text;
       std::vector<int32_t> ids;
     };
-    std::vector<Echo> echo;
+    std::vector<Echo> echo{};
     bool prompt_only = false;  // ParsedRequest::prompt_only
     ToolCalls::Mode tool_mode = ToolCalls::Mode::None;  // ParsedRequest::tools
-    std::string tool_name;
+    std::string tool_name{};
   };
   // A request with a grammar or a JSON schema is parsed (its constraint compiled) on the
   // preparation thread, and a prompt of more than kInlinePromptBytes is templated and tokenized
