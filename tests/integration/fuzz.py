@@ -61,6 +61,21 @@ def valid_http_body(rng: random.Random, chat: bool) -> dict:
             b["stream_options"] = {"include_usage": True}
     if rng.random() < 0.3:
         b["stop"] = ["\n"]
+    if chat and rng.random() < 0.2:  # tools, each way of choosing, and a history with a call and its result
+        b["tools"] = [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"x": {"$ref": "#/$defs/X"}}, "required": ["x"],
+            "$defs": {"X": {"type": "string", "maxLength": 8}}}}}]
+        b["tool_choice"] = rng.choice(["auto", "required", "none", {"type": "function", "function": {"name": "f"}}])
+        if rng.random() < 0.5:
+            b["messages"] += [{"role": "assistant", "content": None,
+                               "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"x": "a"}'}}]},
+                              {"role": "tool", "tool_call_id": "c", "content": "done"}]
+    if not chat and rng.random() < 0.2:
+        b["echo"] = True
+        b["logprobs"] = rng.choice([0, 2])
+        b["max_tokens"] = rng.choice([0, 1])
+    if rng.random() < 0.1:
+        b["truncate_prompt_tokens"] = rng.choice([1, 4, -1])
     return b
 
 
@@ -113,7 +128,8 @@ def mutate_structure(rng: random.Random, obj) -> str:
         elif op < 0.75 and isinstance(container, dict):
             del container[key]
         elif isinstance(container, dict):
-            container[rng.choice(["zz", "model", "n", "logprobs", "echo", "suffix", "best_of"])] = random_value(rng)
+            container[rng.choice(["zz", "model", "n", "logprobs", "echo", "suffix", "best_of", "tools", "tool_choice",
+                                  "tool_calls", "parameters", "$ref", "truncate_prompt_tokens"])] = random_value(rng)
     text = json.dumps(obj, ensure_ascii=rng.random() < 0.5)
     r = rng.random()
     if r < 0.05:  # a duplicated key (JSON allows it; the parser keeps one)

@@ -36,8 +36,20 @@ def valid_request_works(srv):
 def test_mutated_messages_each_get_an_error_or_a_reply_and_the_server_survives(tmp_path):
     srv = Server(ARGS, tmp_path / "serve.log")
     try:
-        # Warm up (the allocator's arenas, the engine's scratch) before the memory baseline.
+        # Warm up (the allocator's arenas, the engine's scratch, and the vocabulary's trie, ~70 MB
+        # made once by the first grammar: tools and schemas) before the memory baseline. The
+        # forward's scratch grows to the longest prefill it has run (a whole prompt is one forward:
+        # 210-310 MB more resident at this server's context of 4,079 tokens, which
+        # truncate_prompt_tokens -1 lets a mutated 70 KB prompt reach), so one prompt that fills the
+        # context is part of the warm-up.
         fuzz.run(srv, SEED + 1, ws_messages=400, http_requests=100, slow=0)
+        r = httpx.post(srv.url + "/v1/chat/completions", timeout=60,
+                       json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "guided_json": {"type": "object"}})
+        assert r.status_code == 200, r.text
+        r = httpx.post(srv.url + "/v1/completions", timeout=120,
+                       json={"prompt": "x" * 70_000, "max_tokens": 1, "truncate_prompt_tokens": -1})
+        context = httpx.get(srv.url + "/v1/models", timeout=30).json()["data"][0]["max_model_len"]
+        assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == context - 1, r.text
         before = rss_mb(srv.proc.pid)
         http = MESSAGES // 5
         report = fuzz.run(srv, SEED, ws_messages=MESSAGES - http, http_requests=http, slow=20)
