@@ -85,12 +85,14 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   m.cfg.draft.validate();
   if (m.cfg.max_batch < 1) throw std::invalid_argument("max_batch must be >= 1, got " + std::to_string(m.cfg.max_batch));
   if (m.cfg.io_threads < 1) throw std::invalid_argument("io_threads must be >= 1, got " + std::to_string(m.cfg.io_threads));
+  if (m.cfg.ubatch < 1) throw std::invalid_argument("ubatch must be >= 1, got " + std::to_string(m.cfg.ubatch));
   if (m.cfg.kv_tokens < 16)
     throw std::invalid_argument("kv_tokens must be >= 16, got " + std::to_string(m.cfg.kv_tokens));
   const auto device = [&](const DeviceOptions& o) { return m.cfg.device_factory ? m.cfg.device_factory(o) : make_device(o); };
   m.ops = device(DeviceOptions{m.cfg.device, m.cfg.threads, ""});
   m.files = m.cfg.target_model ? m.cfg.target_model : std::make_shared<const LoadedModel>(load_model(m.cfg.target));
   m.model = std::make_unique<LlamaModel>(m.files->weights, *m.ops);
+  m.model->set_max_forward_rows(m.cfg.ubatch);
   m.default_stop = default_stop_ids(*m.files);
   LlamaModel* draft_target = m.model.get();
   const int draft_threads = m.cfg.draft_threads > 0 ? m.cfg.draft_threads : m.cfg.threads;
@@ -105,6 +107,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   if (m.pipelined) {
     m.draft_ops = device(DeviceOptions{m.cfg.device, draft_threads, ""});
     m.draft_model = std::make_unique<LlamaModel>(m.files->weights, *m.draft_ops);
+    m.draft_model->set_max_forward_rows(m.cfg.ubatch);
     draft_target = m.draft_model.get();
   }
   // A bad spelling or draft model fails here, not per request; a draft model is uploaded once,
@@ -121,8 +124,9 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   // The head reads the target's rows of the last kEagleCatchUpWindow prompt positions at its first
   // draft: those are computed even where the cache holds them, so it drafts as without the cache.
   m.verifier->set_prefix_cache(m.cfg.prefix_cache, drafters->wants_target_hidden() ? kEagleCatchUpWindow : 0);
+  m.verifier->set_prefill_budget(m.cfg.ubatch);
   SchedulerLimits limits{m.cfg.max_batch, m.verifier->blocks_total(), m.verifier->block_tokens(),
-                         m.model->config().max_positions, m.pipelined, m.cfg.load_adaptive};
+                         m.model->config().max_positions, m.pipelined, m.cfg.load_adaptive, m.cfg.ubatch};
   m.scheduler = std::make_unique<Scheduler>(ex, limits);
   // Each actor drives its device through a stream that device makes: two on the host (worker
   // threads), two CUDA streams on a GPU when pipelining gives the draft its own device.

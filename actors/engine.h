@@ -44,6 +44,12 @@ struct EngineConfig {
   int max_batch = 16;                  // active requests per round
   int64_t kv_tokens = 16384;           // target KV positions shared by all requests (the admission budget)
   int threads = 2;                     // compute threads of the host device
+  // The most prompt rows a round prefills, and the most rows one target forward runs at a time
+  // (llama.cpp's ubatch): a longer prompt is prefilled in pieces of this many, one a round, while
+  // the other requests keep decoding; the activations' scratch stays bounded by it
+  // (docs/engine.md, "Prefill in pieces"). A prompt whose log-probabilities are asked for is
+  // prefilled whole in its first round (in 64-row forwards).
+  int64_t ubatch = LlamaModel::kDefaultMaxForwardRows;
   int draft_threads = 0;               // with pipelining, the draft device's threads (0 = `threads`)
   int io_threads = 1;                  // threads running the actors (they only route; compute is on streams)
   // Two rounds in flight over disjoint halves of the active set (ping-pong micro-batches), so the

@@ -84,6 +84,7 @@ struct Judged {
   // (the prompt's rows in the round that prefilled it, then g and the accepted drafts).
   int64_t hidden_first = 0;
   std::vector<float> hidden;
+  bool prefilling = false;        // Scored::prefilling: nothing judged, the prompt goes on next round
 };
 
 // sampler -> scheduler.
@@ -154,6 +155,10 @@ struct Scored {
   int64_t cached_tokens = 0;          // the round that prefilled it: prompt tokens the prefix cache held
   // The round that prefilled it, when the request asked (RequestInfo::prompt_logprobs).
   std::optional<std::vector<TokenLogprobs>> prompt_logprobs{};
+  // Its prompt is not all in the cache yet (docs/engine.md, "Prefill in pieces"): this round
+  // prefilled part of it or none, and verified nothing; `draft` is dropped.
+  bool prefilling = false;
+  int64_t prefill_first = 0;          // the context index of prefill_hidden's first row
 };
 
 // verifier -> sampler: the target's distributions for the round (TargetProbsReady and Judge in one).

@@ -183,6 +183,14 @@ void Sampler::on(Judge& judge) {
   for (Scored& s : judge.items) {
     Open& o = open(s.request);
     o.judged_round = judge.round;  // a continuation of an earlier round is stale from now on
+    if (s.prefilling) {
+      // Nothing to judge: its prompt's rows so far go to the drafter's side, and the next round
+      // goes on with the prompt (an optimistic continuation of this round is stale).
+      o.stats.cached_prompt_tokens += s.cached_tokens;
+      Judged j{s.request->id, 0, 0, {}, false, false, s.prefill_first, std::move(s.prefill_hidden), true};
+      verdict.items.push_back(std::move(j));
+      continue;
+    }
     const int k = static_cast<int>(s.draft.k());
     SpeculativeStats& st = o.stats;
     ++st.rounds;

@@ -98,7 +98,7 @@ int64_t Scheduler::k_limit(const Active& a, int64_t context_size, int64_t genera
 }
 
 std::optional<DraftRound> Scheduler::draft_optimistically(Active& a, Drafted& window) {
-  if (!limits_.pipeline || !a.request->speculate || a.cancelled || a.spec_round != 0) return std::nullopt;
+  if (!limits_.pipeline || !a.request->speculate || a.prefilling || a.cancelled || a.spec_round != 0) return std::nullopt;
   // The context if every draft of `window` is accepted; the optimistic draft's first token
   // t_{k+1} then stands where the bonus token would be drawn, the rest are the next window.
   std::vector<int32_t> context = window.context;
@@ -141,7 +141,8 @@ void Scheduler::on(Verdict& verdict) {
   // (draft_item, which an optimistic draft below already calls).
   size_t committed = 0;
   for (const Judged& j : verdict.items) committed += j.tokens.size();
-  round_rate_.observe(static_cast<double>(committed), verdict.draft_seconds + verdict.verify_seconds);
+  // (A round that only prefilled part of a prompt commits nothing and says nothing of the rate.)
+  if (committed > 0) round_rate_.observe(static_cast<double>(committed), verdict.draft_seconds + verdict.verify_seconds);
   for (const Judged& j : verdict.items) {
     Active* a = find(j.id);
     if (!a) continue;
@@ -150,8 +151,15 @@ void Scheduler::on(Verdict& verdict) {
       if (a->hidden.empty()) a->hidden_first = j.hidden_first;
       a->hidden.insert(a->hidden.end(), j.hidden.begin(), j.hidden.end());
     }
-    a->length.observe(j.drafted, j.accepted, verdict.draft_seconds, verdict.verify_seconds);
-    a->length.observe_confidence(a->confidence, j.drafted, j.accepted);
+    // A round that only prefilled part of the prompt drafted for nothing: no measurement.
+    a->prefilling = j.prefilling;
+    if (!j.prefilling) {
+      // The round's verify time without its prefill forwards (a prompt's, maybe another request's
+      // piece): not a cost of drafting.
+      a->length.observe(j.drafted, j.accepted, verdict.draft_seconds,
+                        std::max(0.0, verdict.verify_seconds - verdict.prefill_seconds));
+      a->length.observe_confidence(a->confidence, j.drafted, j.accepted);
+    }
     a->confidence.clear();
     a->finished = a->finished || j.finished;
     a->busy = false;
@@ -241,6 +249,8 @@ void Scheduler::next_round() {
     blocks_reserved_ += need;
     active_.push_back(Active{r, r->request.prompt, DraftLength(r->request.draft), need, false, false, false, false, {},
                              0, 0, std::nullopt, 0, 0, {}, {}});
+    active_.back().prefilling =
+        limits_.prefill_budget > 0 && static_cast<int64_t>(r->request.prompt.size()) - 1 > limits_.prefill_budget;
   }
   std::vector<Active*> idle;
   for (Active& a : active_)
@@ -266,7 +276,8 @@ std::vector<int> Scheduler::draft_lengths(const std::vector<Active*>& members,
     const Active& a = *members[i];
     const SpeculativeRequest& r = a.request->request;
     const int64_t size = context_sizes[i];
-    const int64_t limit = a.request->speculate ? k_limit(a, size, size - static_cast<int64_t>(r.prompt.size())) : 0;
+    const int64_t limit =
+        a.request->speculate && !a.prefilling ? k_limit(a, size, size - static_cast<int64_t>(r.prompt.size())) : 0;
     PolicyRequest p{a.length.acceptance(), static_cast<int>(std::min<int64_t>(a.length.next(), limit)), true};
     if (limits_.load_adaptive && r.draft.adaptive && limit > 0) {
       // Until the cost of a row is known, draft at most one token: a full window for a large
@@ -331,7 +342,7 @@ void Scheduler::start_round(std::vector<Active*> members) {
   DraftRound round{++round_, {}, false};
   for (size_t i = 0; i < members.size(); ++i) {
     Active* a = members[i];
-    a->undrafted = k[i] > 0 ? 0 : a->undrafted + 1;
+    if (!a->prefilling) a->undrafted = k[i] > 0 ? 0 : a->undrafted + 1;
     round.items.push_back(draft_item(*a, a->context, k[i]));
     a->busy = true;
     a->round = round.round;

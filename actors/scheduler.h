@@ -35,6 +35,10 @@ struct SchedulerLimits {
   // Requests with adaptive K get their K from the load-adaptive policy (actors/load_policy.h),
   // chosen over the whole round, down to 0; off: from their own DraftLength.
   bool load_adaptive = true;
+  // The verifier's prefill budget (Verifier::set_prefill_budget; 0: none): a request whose prompt
+  // has more rows starts as prefilling, so that its first round drafts nothing either (a drafter
+  // made then would take in the whole prompt at once, and its draft would be dropped).
+  int64_t prefill_budget = 0;
 };
 
 class Scheduler : public Actor<Scheduler, SchedulerMessage> {
@@ -79,6 +83,9 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
     // The confidence row of its draft in the round in flight (DraftProposal::confidence), for
     // its DraftLength's calibration when the verdict comes.
     std::vector<float> confidence;
+    // Its last round prefilled part of its prompt (Judged::prefilling): it drafts nothing until
+    // the prompt is in.
+    bool prefilling = false;
   };
   // A draft item for `a`; one that drafts takes its pending rows along (moved out of `a`). Its
   // confidence threshold is priced by the batch's rounds once the verify cost model knows a row's

@@ -27,6 +27,11 @@ void Verifier::connect(Mailbox<SchedulerMessage>::Sender to_scheduler, Mailbox<S
   to_sampler_.emplace(std::move(to_sampler));
 }
 
+void Verifier::set_prefill_budget(int64_t rows) {
+  if (rows < 1) throw std::invalid_argument("the prefill budget must be at least 1 row, got " + std::to_string(rows));
+  prefill_budget_ = rows;
+}
+
 void Verifier::set_prefix_cache(bool on, int64_t hidden_tail) {
   kv_.set_prefix_cache(on);
   hidden_tail_ = hidden_tail;
@@ -38,91 +43,137 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     for (const Drafted& d : round.items) ids.push_back(d.request->id);
     hook_("verifier", ids);
   }
-  // Prefill the sequences seen for the first time: a forward over their prompts (minus g). With
-  // the prefix cache, a prompt that shares more whole blocks with another new prompt of this
-  // round than the cache holds waits for that one's forward and then starts with its blocks (the
-  // n choices of one OpenAI request, requests with one system prompt that arrive together), so a
-  // round prefills in as many forwards as it has such layers, usually one or two.
+  // Prefill: the sequences whose prompt is partly in the cache go on first, then the sequences seen
+  // for the first time, at most prefill_budget_ prompt rows in all (docs/engine.md, "Prefill in
+  // pieces"); a prompt with rows left when the budget runs out goes on next round, and a new one
+  // that gets no rows waits as it was. With the prefix cache, a prompt that shares more whole
+  // blocks with a prompt prefilled this round (or still going in) than the cache holds waits for
+  // that one's blocks and then starts with them (the n choices of one OpenAI request, requests
+  // with one system prompt that arrive together), so a round prefills in as many forwards as it
+  // has such layers, usually one or two.
   const auto prompt_of = [&](size_t i) {
     const std::vector<int32_t>& c = round.items[i].context;
     return std::span<const int32_t>(c).first(c.size() - 1);
   };
   const auto shareable = [&](size_t i) { return static_cast<int64_t>(prompt_of(i).size()) - hidden_tail_; };
-  std::vector<size_t> waiting;
-  for (size_t i = 0; i < round.items.size(); ++i)
-    if (!seqs_.count(round.items[i].request->id)) waiting.push_back(i);
+  const auto id_of = [&](size_t i) { return round.items[i].request->id; };
+  std::vector<size_t> waiting, going;
+  for (size_t i = 0; i < round.items.size(); ++i) {
+    if (!seqs_.count(id_of(i)))
+      waiting.push_back(i);
+    else if (partial_.count(id_of(i)))
+      going.push_back(i);
+  }
   std::vector<int64_t> cached(round.items.size(), 0);  // prompt tokens each new sequence shares
+  std::vector<int64_t> prefill_from(round.items.size(), 0);  // the first prompt position this round's rows are of
   std::vector<std::vector<float>> prefill_rows(round.items.size());
   std::vector<std::optional<std::vector<TokenLogprobs>>> prompt_logprobs(round.items.size());
   std::vector<ForwardSeq> batch;
   const int64_t bt = kv_.config().block_tokens;
-  while (!waiting.empty()) {
+  int64_t budget = prefill_budget_;
+  // Item i's next piece: at most the budget's rows of what its prompt has left.
+  std::vector<size_t> prefilled;  // round.items index of each sequence in `batch`
+  const auto take_piece = [&](size_t i) {
+    const int seq = seqs_.at(id_of(i));
+    const std::span<const int32_t> prompt = prompt_of(i);
+    const int64_t at = kv_.length(seq), left = static_cast<int64_t>(prompt.size()) - at;
+    const int64_t n = std::min(left, budget);
+    if (n < left)
+      partial_.insert(id_of(i));
+    else
+      partial_.erase(id_of(i));
+    if (n == 0) return;
+    prefill_from[i] = at;
+    batch.push_back({seq, prompt.subspan(static_cast<size_t>(at), static_cast<size_t>(n)), false, hand_hidden_});
+    prefilled.push_back(i);
+    budget -= n;
+  };
+  const auto run_batch = [&] {
+    if (batch.empty()) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    target_.forward(batch, kv_, logits_);
+    judge.prefill_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const ForwardSeq& f : batch) judge.prefill_tokens += static_cast<int64_t>(f.tokens.size());
+    if (hand_hidden_) {
+      target_.last_hidden_all(hidden_);
+      const size_t H = static_cast<size_t>(target_.feature_width());
+      size_t at = 0;
+      for (size_t b = 0; b < batch.size(); ++b) {
+        const size_t n = batch[b].tokens.size() * H;
+        prefill_rows[prefilled[b]].assign(hidden_.begin() + static_cast<std::ptrdiff_t>(at),
+                                          hidden_.begin() + static_cast<std::ptrdiff_t>(at + n));
+        at += n;
+      }
+    }
+    for (size_t b = 0; b < batch.size(); ++b) kv_.register_prefix(batch[b].seq, prompt_of(prefilled[b]));
+    batch.clear();
+    prefilled.clear();
+  };
+  for (const size_t i : going) take_piece(i);
+  for (bool first = true; !waiting.empty() && (first || budget > 0); first = false) {
     std::vector<size_t> now, later;
     for (const size_t i : waiting) {
       const std::span<const int32_t> p = prompt_of(i);
-      int64_t from_now = 0;  // whole blocks' positions an item of this forward would register for it
-      if (kv_.prefix_cache())
-        for (const size_t j : now) {
+      int64_t from_now = 0;  // whole blocks' positions a sequence being prefilled would register for it
+      if (kv_.prefix_cache()) {
+        const auto share = [&](size_t j) {
           const std::span<const int32_t> q = prompt_of(j);
           const auto differ = std::mismatch(p.begin(), p.end(), q.begin(), q.end()).first;
           from_now = std::max<int64_t>(from_now, std::min<int64_t>(differ - p.begin(), shareable(i)));
-        }
+        };
+        for (const size_t j : now) share(j);
+        for (const size_t j : going) share(j);
+      }
       (from_now >= bt && from_now / bt > kv_.cached_positions(p, shareable(i)) / bt ? later : now).push_back(i);
     }
-    batch.clear();
-    std::vector<size_t> prefilled;  // round.items index of each sequence in `batch`
     for (const size_t i : now) {
       const std::span<const int32_t> prompt = prompt_of(i);
       const int top = round.items[i].request->prompt_logprobs;
       if (top >= 0) {  // its own forwards, every row scored, nothing taken from the prefix cache
         const int seq = kv_.create_sequence(prompt, 0);
-        seqs_.emplace(round.items[i].request->id, seq);
+        seqs_.emplace(id_of(i), seq);
         prefix_queried_.fetch_add(static_cast<int64_t>(prompt.size()), std::memory_order_relaxed);
         prompt_logprobs[i] = prefill_scored(seq, round.items[i].context, top, prefill_rows[i], judge);
         kv_.register_prefix(seq, prompt);
+        budget = std::max<int64_t>(0, budget - static_cast<int64_t>(prompt.size()));
+        continue;
+      }
+      // Nothing to start with: it waits for a round with rows to spare, as a request not yet here.
+      const int64_t hit = kv_.cached_positions(prompt, shareable(i));
+      if (budget == 0 && hit < static_cast<int64_t>(prompt.size())) {
+        later.push_back(i);
         continue;
       }
       const int seq = kv_.create_sequence(prompt, shareable(i));
-      seqs_.emplace(round.items[i].request->id, seq);
+      seqs_.emplace(id_of(i), seq);
       cached[i] = kv_.length(seq);
       prefix_queried_.fetch_add(static_cast<int64_t>(prompt.size()), std::memory_order_relaxed);
       prefix_hit_.fetch_add(cached[i], std::memory_order_relaxed);
-      if (static_cast<int64_t>(prompt.size()) > cached[i]) {
-        batch.push_back({seq, prompt.subspan(static_cast<size_t>(cached[i])), false, hand_hidden_});
-        prefilled.push_back(i);
-      }
+      take_piece(i);
+      if (partial_.count(id_of(i))) going.push_back(i);
     }
-    if (!batch.empty()) {
-      const auto t0 = std::chrono::steady_clock::now();
-      target_.forward(batch, kv_, logits_);
-      judge.prefill_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      for (const ForwardSeq& f : batch) judge.prefill_tokens += static_cast<int64_t>(f.tokens.size());
-      if (hand_hidden_) {
-        target_.last_hidden_all(hidden_);
-        const size_t H = static_cast<size_t>(target_.feature_width());
-        size_t at = 0;
-        for (size_t b = 0; b < batch.size(); ++b) {
-          const size_t n = batch[b].tokens.size() * H;
-          prefill_rows[prefilled[b]].assign(hidden_.begin() + static_cast<std::ptrdiff_t>(at),
-                                            hidden_.begin() + static_cast<std::ptrdiff_t>(at + n));
-          at += n;
-        }
-      }
-      for (size_t b = 0; b < batch.size(); ++b) kv_.register_prefix(batch[b].seq, prompt_of(prefilled[b]));
-    }
+    run_batch();
+    // The sequences still partly in: only their blocks so far are registered; prompts sharing
+    // more wait for the next round.
+    std::erase_if(going, [&](size_t j) { return !partial_.count(id_of(j)); });
     waiting = std::move(later);
   }
+  run_batch();  // the going sequences' pieces, when no new sequence came
 
-  // One forward over every sequence's [g, t1..tk], after rolling each back to n0 - 1 positions.
+  // One forward over every sequence's [g, t1..tk], after rolling each back to n0 - 1 positions;
+  // a sequence whose prompt is not all in the cache yet has no rows in it this round.
+  const auto prefilling = [&](size_t i) { return !seqs_.count(id_of(i)) || partial_.count(id_of(i)); };
   std::vector<std::vector<int32_t>> windows(round.items.size());
-  batch.clear();
+  std::vector<size_t> verified;  // round.items index of each sequence in `batch`
   for (size_t i = 0; i < round.items.size(); ++i) {
+    if (prefilling(i)) continue;
     const Drafted& d = round.items[i];
     const int seq = seqs_.at(d.request->id);
     kv_.truncate_to(seq, static_cast<int64_t>(d.context.size()) - 1);
     windows[i].assign(1, d.context.back());
     windows[i].insert(windows[i].end(), d.draft.tokens.begin(), d.draft.tokens.end());
     batch.push_back({seq, windows[i], true});
+    verified.push_back(i);
   }
   // Where the device judges, the logits stay there and only verdicts come back; a round with an
   // optimistic continuation keeps its rows on the host (the sampler judges the continuation
@@ -132,23 +183,33 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
   const bool on_device = device_judge_ && std::none_of(round.items.begin(), round.items.end(), [](const Drafted& d) {
                            return d.continued || d.request->logprobs >= 0 || d.request->request.sampling.penalized();
                          });
-  const auto t0 = std::chrono::steady_clock::now();
   LlamaModel::DeviceLogits device_logits;
-  if (on_device)
-    device_logits = target_.forward_on_device(batch, kv_);
-  else
-    target_.forward(batch, kv_, logits_);
-  judge.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!batch.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (on_device)
+      device_logits = target_.forward_on_device(batch, kv_);
+    else
+      target_.forward(batch, kv_, logits_);
+    judge.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (hand_hidden_) target_.last_hidden(hidden_);
+  }
   const int64_t vocab = target_.config().vocab_size;
-  if (hand_hidden_) target_.last_hidden(hidden_);
   const size_t H = static_cast<size_t>(target_.feature_width());
-  size_t row = 0;
+  size_t row = 0, b = 0;
   for (size_t i = 0; i < round.items.size(); ++i) {
     Drafted& d = round.items[i];
     Scored s{d.request, static_cast<int64_t>(d.context.size()), std::move(d.draft), {}, d.continued, {}, {}, std::nullopt,
              d.min_confidence};
     s.cached_tokens = cached[i];
     s.prompt_logprobs = std::move(prompt_logprobs[i]);
+    s.prefill_first = prefill_from[i];
+    if (hand_hidden_) s.prefill_hidden = std::move(prefill_rows[i]);
+    if (prefilling(i)) {
+      s.prefilling = true;
+      s.continued = false;
+      judge.items.push_back(std::move(s));
+      continue;
+    }
     const size_t rows = windows[i].size();
     judge.forward_tokens += static_cast<int64_t>(rows);
     if (on_device) {
@@ -159,15 +220,13 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
       s.target_logits.assign(logits_.begin() + static_cast<std::ptrdiff_t>(row * vocab),
                              logits_.begin() + static_cast<std::ptrdiff_t>((row + rows) * vocab));
     }
-    if (hand_hidden_) {
-      s.prefill_hidden = std::move(prefill_rows[i]);
+    if (hand_hidden_)
       s.hidden.assign(hidden_.begin() + static_cast<std::ptrdiff_t>(row * H),
                       hidden_.begin() + static_cast<std::ptrdiff_t>((row + rows) * H));
-    }
     row += rows;
     // The committed positions (the context, g included, whose K/V this forward wrote) for later
     // sequences that start with them.
-    kv_.register_prefix(batch[i].seq, d.context);
+    kv_.register_prefix(batch[b++].seq, d.context);
     judge.items.push_back(std::move(s));
   }
 }
@@ -226,6 +285,7 @@ void Verifier::on(Release& release) {
     if (it == seqs_.end()) continue;
     kv_.free_sequence(it->second);
     seqs_.erase(it);
+    partial_.erase(r->id);
   }
   blocks_free_.store(kv_.blocks_free(), std::memory_order_release);
   releases_done_.fetch_add(1, std::memory_order_release);

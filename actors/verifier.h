@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "actors/actor.h"
 #include "actors/messages.h"
@@ -35,6 +36,11 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
   // last `hidden_tail` prompt positions are always computed (the drafter reads their hidden
   // states); every round registers the committed positions' full blocks.
   void set_prefix_cache(bool on, int64_t hidden_tail);
+  // Owner only, before start(): the most prompt rows a round prefills, over all its new sequences
+  // (docs/engine.md, "Prefill in pieces"). A prompt with more left goes on in the next rounds
+  // while the other sequences keep decoding; it is verified in the round its last piece runs.
+  // Throws std::invalid_argument below 1.
+  void set_prefill_budget(int64_t rows);
 
   // Any thread: prompt tokens the prefill was asked for and those the prefix cache held, so far.
   int64_t prefix_queried_tokens() const { return prefix_queried_.load(std::memory_order_relaxed); }
@@ -67,6 +73,9 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
   FaultHook hook_;
   std::unique_ptr<streams::Stream> stream_;
   std::map<RequestId, int> seqs_;  // request -> KV sequence
+  // Requests whose prompt is partly in the cache: their sequence's length is how far it is.
+  std::set<RequestId> partial_;
+  int64_t prefill_budget_ = LlamaModel::kDefaultMaxForwardRows;
   std::atomic<int64_t> blocks_free_;
   std::atomic<std::uint64_t> releases_done_{0};
   std::vector<float> logits_;

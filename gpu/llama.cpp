@@ -2,6 +2,7 @@
 // MLP -> residual, per layer; then the final norm and the output head on the rows wanted.
 #include "gpu/llama.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -112,19 +113,121 @@ void LlamaModel::forward(std::span<const ForwardSeq> batch, KvCache& kv, std::ve
   ops_.copy_to_host(out.data, logits.data(), logits.size());
 }
 
+int64_t LlamaModel::checked_start(const ForwardSeq& s, const KvCache& kv) const {
+  if (s.tokens.empty()) throw std::invalid_argument("forward: a sequence with no new tokens");
+  const int64_t start = kv.length(s.seq), n = static_cast<int64_t>(s.tokens.size());
+  if (start + n > cfg_.max_positions && cfg_.max_positions > 0)
+    throw std::invalid_argument("context overflow: " + std::to_string(start + n) + " positions > the model's " +
+                                std::to_string(cfg_.max_positions));
+  return start;
+}
+
+void LlamaModel::set_max_forward_rows(int64_t rows) {
+  if (rows < 1) throw std::invalid_argument("the rows of a forward's piece must be at least 1, not " + std::to_string(rows));
+  max_forward_rows_ = rows;
+}
+
 LlamaModel::DeviceLogits LlamaModel::forward_on_device(std::span<const ForwardSeq> batch, KvCache& kv,
                                                        const std::vector<bool>* skip_layers) {
+  int64_t rows = 0;
+  for (const ForwardSeq& s : batch) rows += static_cast<int64_t>(s.tokens.size());
+  return rows > max_forward_rows_ ? forward_in_pieces(batch, kv, skip_layers, rows) : forward_piece(batch, kv, skip_layers);
+}
+
+LlamaModel::DeviceLogits LlamaModel::forward_in_pieces(std::span<const ForwardSeq> batch, KvCache& kv,
+                                                       const std::vector<bool>* skip_layers, int64_t rows) {
+  // What would refuse the whole batch refuses it before any piece has run.
+  std::vector<int64_t> start;
+  int64_t n_out = 0;
+  bool all_hidden = false;
+  for (const ForwardSeq& s : batch) {
+    const int64_t at = checked_start(s, kv), n = static_cast<int64_t>(s.tokens.size());
+    start.push_back(at);
+    n_out += s.all_logits ? n : 1;
+    all_hidden = all_hidden || s.all_hidden;
+  }
+  const int64_t H = cfg_.hidden, V = cfg_.vocab_size, C = static_cast<int64_t>(feature_layers_.size());
+  pieces_logits_.ensure(ops_, static_cast<size_t>(n_out * V));
+  pieces_out_final_.ensure(ops_, static_cast<size_t>(n_out * H));
+  if (C > 0) pieces_out_layers_.ensure(ops_, static_cast<size_t>(C * n_out * H));
+  if (all_hidden) {
+    pieces_all_final_.ensure(ops_, static_cast<size_t>(rows * H));
+    if (C > 0) pieces_all_layers_.ensure(ops_, static_cast<size_t>(C * rows * H));
+  }
+  // Each piece takes the next max_forward_rows_ tokens in batch order, so a sequence's tokens are
+  // split only across consecutive pieces. A piece's logits row for a sequence whose tokens go on
+  // in the next piece is computed (the piece's forward gives each sequence its last row) and
+  // dropped: one row of the output head a piece. With any sequence asking for every row's
+  // features, every row of every piece keeps them, as one forward would.
+  std::vector<size_t> taken(batch.size(), 0);
+  std::vector<ForwardSeq> piece;
+  std::vector<int64_t> keep, all_rows;
+  int64_t out_at = 0, row_at = 0;
+  size_t i = 0;
+  try {
+    while (i < batch.size()) {
+      piece.clear();
+      keep.clear();
+      int64_t room = max_forward_rows_, piece_out = 0;
+      for (; i < batch.size() && room > 0;) {
+        const ForwardSeq& s = batch[i];
+        const size_t n = std::min(static_cast<size_t>(room), s.tokens.size() - taken[i]);
+        const bool last = taken[i] + n == s.tokens.size();
+        piece.push_back({s.seq, s.tokens.subspan(taken[i], n), s.all_logits, all_hidden});
+        const int64_t outs = s.all_logits ? static_cast<int64_t>(n) : 1;
+        if (s.all_logits || last)
+          for (int64_t k = 0; k < outs; ++k) keep.push_back(piece_out + k);
+        piece_out += outs;
+        taken[i] += n;
+        room -= static_cast<int64_t>(n);
+        if (last) ++i;
+      }
+      forward_piece(piece, kv, skip_layers);
+      if (!keep.empty()) {  // empty: the piece held only the start of one sequence's tokens
+        ops_.gather_rows(logits_rows_.get(), V, keep, pieces_logits_.get() + out_at * V);
+        ops_.gather_rows(out_final_, H, keep, pieces_out_final_.get() + out_at * H);
+        for (int64_t c = 0; c < C; ++c)
+          ops_.gather_rows(out_layers_ + c * out_stride_ * H, H, keep,
+                           pieces_out_layers_.get() + (c * n_out + out_at) * H);
+        out_at += static_cast<int64_t>(keep.size());
+      }
+      if (all_hidden) {
+        all_rows.resize(static_cast<size_t>(last_all_hidden_rows_));
+        for (size_t r = 0; r < all_rows.size(); ++r) all_rows[r] = static_cast<int64_t>(r);
+        ops_.gather_rows(all_final_, H, all_rows, pieces_all_final_.get() + row_at * H);
+        for (int64_t c = 0; c < C; ++c)
+          ops_.gather_rows(all_layers_ + c * all_stride_ * H, H, all_rows,
+                           pieces_all_layers_.get() + (c * rows + row_at) * H);
+        row_at += last_all_hidden_rows_;
+      }
+    }
+  } catch (...) {
+    for (size_t j = 0; j < batch.size(); ++j) kv.truncate_to(batch[j].seq, start[j]);
+    last_out_rows_ = last_all_hidden_rows_ = 0;  // no features of a failed forward
+    throw;
+  }
+  out_final_ = pieces_out_final_.get();
+  out_layers_ = pieces_out_layers_.get();
+  out_stride_ = n_out;
+  last_out_rows_ = n_out;
+  if (all_hidden) {
+    all_final_ = pieces_all_final_.get();
+    all_layers_ = pieces_all_layers_.get();
+    all_stride_ = rows;
+    last_all_hidden_rows_ = rows;
+  }
+  return DeviceLogits{pieces_logits_.get(), n_out};
+}
+
+LlamaModel::DeviceLogits LlamaModel::forward_piece(std::span<const ForwardSeq> batch, KvCache& kv,
+                                                   const std::vector<bool>* skip_layers) {
   // Lay the batch out as rows and reserve KV positions; on failure undo the reservations.
   std::vector<SeqSlice> slices;
   std::vector<int32_t> tokens, positions;
   std::vector<int64_t> out_rows;
   int64_t rows = 0;
   for (const ForwardSeq& s : batch) {
-    if (s.tokens.empty()) throw std::invalid_argument("forward: a sequence with no new tokens");
-    const int64_t start = kv.length(s.seq), n = static_cast<int64_t>(s.tokens.size());
-    if (start + n > cfg_.max_positions && cfg_.max_positions > 0)
-      throw std::invalid_argument("context overflow: " + std::to_string(start + n) + " positions > the model's " +
-                                  std::to_string(cfg_.max_positions));
+    const int64_t start = checked_start(s, kv), n = static_cast<int64_t>(s.tokens.size());
     slices.push_back(SeqSlice{s.seq, start, n, rows});
     for (int64_t i = 0; i < n; ++i) {
       tokens.push_back(s.tokens[i]);
@@ -154,6 +257,9 @@ LlamaModel::DeviceLogits LlamaModel::forward_on_device(std::span<const ForwardSe
       run_layers(tokens, positions, slices, out_rows, kv, skip_layers, true);
       ops_.rmsnorm(x_.get(), output_norm_, cfg_.rms_eps, rows, cfg_.hidden, hidden_all_.get());
       last_all_hidden_rows_ = rows;
+      all_final_ = hidden_all_.get();
+      all_layers_ = layer_feat_all_.get();
+      all_stride_ = rows;
     } else {
       const Ops::RecordingKey key = recording_key(batch, rows, static_cast<int64_t>(out_rows.size()), kv, skip_layers);
       if (key.shape.empty() || !run_recorded(key, tokens, positions, slices, out_rows, kv, skip_layers))
@@ -164,6 +270,9 @@ LlamaModel::DeviceLogits LlamaModel::forward_on_device(std::span<const ForwardSe
     throw;
   }
   last_out_rows_ = static_cast<int64_t>(out_rows.size());
+  out_final_ = xn_.get();
+  out_layers_ = layer_feat_.get();
+  out_stride_ = capacity_out_rows_;
   return DeviceLogits{logits_rows_.get(), last_out_rows_};
 }
 
@@ -254,11 +363,11 @@ void LlamaModel::copy_features(const float* final_rows, const float* layer_rows,
 }
 
 void LlamaModel::last_hidden_all(std::vector<float>& out) {
-  copy_features(hidden_all_.get(), layer_feat_all_.get(), last_all_hidden_rows_, last_all_hidden_rows_, out);
+  copy_features(all_final_, all_layers_, last_all_hidden_rows_, all_stride_, out);
 }
 
 void LlamaModel::last_hidden(std::vector<float>& out) {
-  copy_features(xn_.get(), layer_feat_.get(), last_out_rows_, capacity_out_rows_, out);
+  copy_features(out_final_, out_layers_, last_out_rows_, out_stride_, out);
 }
 
 Ops::RecordingKey LlamaModel::recording_key(std::span<const ForwardSeq> batch, int64_t rows, int64_t n_out,

@@ -57,6 +57,16 @@ class LlamaModel {
   void set_recorded_steps(bool on) { recorded_steps_ = on; }
   bool recorded_steps() const { return recorded_steps_; }
 
+  // A forward of more new tokens than this runs as forwards of at most this many rows in turn
+  // (llama.cpp's ubatch; docs/engine.md, "Prefill in pieces"): the activations' scratch, which
+  // is kept at the widest forward seen, stays bounded whatever the prompt's length. The results
+  // are those of one forward: every sequence's tokens stay in order, the K/V of a piece is in the
+  // cache before the next piece attends to it, and a row's result does not depend on the rows
+  // beside it (docs/kernels.md, "Bit-identical rows"). Throws std::invalid_argument below 1.
+  static constexpr int64_t kDefaultMaxForwardRows = 512;
+  void set_max_forward_rows(int64_t rows);
+  int64_t max_forward_rows() const { return max_forward_rows_; }
+
   const LlamaConfig& config() const { return cfg_; }
   Ops& ops() const { return ops_; }
   // A KV cache sized for `max_tokens` positions across all sequences.
@@ -104,6 +114,13 @@ class LlamaModel {
 
  private:
   void ensure_workspace(int64_t rows, int64_t out_rows);
+  // A sequence's first new position in `kv`; throws std::invalid_argument for no new tokens or a
+  // context overflow.
+  int64_t checked_start(const ForwardSeq& s, const KvCache& kv) const;
+  // The batch as one forward, and as forwards of at most max_forward_rows_ rows (`rows` in all).
+  DeviceLogits forward_piece(std::span<const ForwardSeq> batch, KvCache& kv, const std::vector<bool>* skip_layers);
+  DeviceLogits forward_in_pieces(std::span<const ForwardSeq> batch, KvCache& kv, const std::vector<bool>* skip_layers,
+                                 int64_t rows);
   // The feature layers' rows for `out_rows` logits rows (nothing without feature layers).
   void ensure_layer_features(int64_t out_rows);
   // The step's recording key, or an empty shape when the step is not recordable.
@@ -135,8 +152,16 @@ class LlamaModel {
   // rows) into [rows, feature_width()] on the host.
   void copy_features(const float* final_rows, const float* layer_rows, int64_t rows, int64_t stride, std::vector<float>& out);
   std::vector<float> feature_chunk_;  // copy_features' host staging, kept across forwards
-  int64_t last_out_rows_ = 0;
-  int64_t last_all_hidden_rows_ = 0;  // rows of hidden_all_ the last forward filled (0: none asked)  // logits rows of the last forward (their normed hidden states are in xn_)
+  int64_t last_out_rows_ = 0;         // logits rows of the last forward
+  int64_t last_all_hidden_rows_ = 0;  // rows of every-row features the last forward filled (0: none asked)
+  // Where the last forward's features are: the logits rows' (final rows, then the layer chunks
+  // `out_stride` rows apart) and every row's (`all_stride` rows apart). A one-piece forward's are
+  // its workspace (xn_, layer_feat_, hidden_all_, layer_feat_all_); a forward in pieces gathers
+  // each piece's into the pieces' buffers below.
+  const float *out_final_ = nullptr, *out_layers_ = nullptr, *all_final_ = nullptr, *all_layers_ = nullptr;
+  int64_t out_stride_ = 0, all_stride_ = 0;
+  DeviceBuffer pieces_logits_, pieces_out_final_, pieces_out_layers_, pieces_all_final_, pieces_all_layers_;
+  int64_t max_forward_rows_ = kDefaultMaxForwardRows;
   int64_t capacity_rows_ = 0, capacity_out_rows_ = 0;
   // Recorded steps: bumped when the activations are reallocated (recordings hold their addresses).
   bool recorded_steps_ = false;

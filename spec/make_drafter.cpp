@@ -151,6 +151,7 @@ void DrafterFactory::use_draft_model(std::shared_ptr<const LoadedModel> draft, c
   kind_ = Kind::Model;
   draft_files_ = std::move(draft);
   draft_model_ = std::make_unique<LlamaModel>(draft_files_->weights, target_.ops());
+  draft_model_->set_max_forward_rows(target_.max_forward_rows());
 }
 
 std::vector<int> DrafterFactory::target_feature_layers() const {

@@ -40,6 +40,9 @@ struct EngineOptions {
                                      // has cores of its own (a GPU, or 2 x threads fitting the CPUs)
   int spec_k = 4;                    // draft tokens per round, for requests that set none
   bool adaptive = false;             // K per round from the running acceptance
+  std::int64_t ubatch_size = 512;    // the most prompt rows a round prefills (a longer prompt goes
+                                     // in over several rounds while others decode) and the most
+                                     // rows of one forward, as llama.cpp's --ubatch-size
 };
 
 struct Message {

@@ -153,3 +153,43 @@ def test_a_json_schema_and_a_grammar_constrain_a_streamed_generation(server):
             assert "".join(ev["text"] for ev in tokens) in ("Hello!", "Hello."), tokens
             assert done["finish_reason"] == "stop"
     asyncio.run(main())
+
+
+def test_a_stream_goes_on_while_a_long_prompt_is_prefilled_in_pieces(fresh_server):
+    """With --ubatch-size 64 a prompt of ~1,100 tokens goes into the cache over ~17 rounds, and a
+    generation already streaming on the same socket is verified in each of them (docs/engine.md,
+    "Prefill in pieces"): its events keep coming between the long prompt's arrival and its first
+    token, where a prefill in one forward would hold them back until it ends."""
+    srv = fresh_server("--draft", "ngram", "--ubatch-size", "64")
+    long_text = " ".join(f"item {i} of the list is number {i * 7 % 100};" for i in range(110))
+
+    async def main():
+        async with connect(srv.ws_url) as ws:
+            await ws.send(json.dumps({"type": "generate", "id": "a", "prompt": "Count from one to a hundred: one, two,",
+                                      "max_tokens": 300, "temperature": 0, "ignore_eos": True}))
+            first = json.loads(await ws.recv())
+            assert first["id"] == "a" and first["type"] == "token", first
+            await ws.send(json.dumps({"type": "generate", "id": "b", "prompt": long_text, "max_tokens": 4,
+                                      "temperature": 0}))
+            a_events_before_b, b_started, done = 0, False, set()
+            async with asyncio.timeout(120):
+                while done != {"a", "b"}:
+                    ev = json.loads(await ws.recv())
+                    if ev["type"] == "done":
+                        done.add(ev["id"])
+                        if ev["id"] == "b":
+                            assert ev["stats"]["prompt_tokens"] > 1000, ev
+                    elif ev["type"] == "token" and ev["id"] == "b":
+                        b_started = True
+                    elif ev["type"] == "token" and ev["id"] == "a" and not b_started:
+                        a_events_before_b += ev.get("count", 1)
+                    assert ev["type"] != "error", ev
+            assert a_events_before_b >= 8, f"only {a_events_before_b} of a's tokens came while b's prompt went in"
+    asyncio.run(main())
+
+
+def test_an_ubatch_size_below_one_stops_the_server_at_start_naming_it():
+    import subprocess
+    from conftest import SPECULA_BIN
+    r = subprocess.run([str(SPECULA_BIN), "serve", "--ubatch-size", "0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--ubatch-size must be between 1 and 65536" in r.stderr, (r.returncode, r.stderr)

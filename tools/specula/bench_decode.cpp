@@ -60,11 +60,12 @@ struct Options {
 // One path: its own device, model and caches, so its load time and memory are its own.
 class PathBench {
  public:
-  PathBench(const LoadedModel& files, const DeviceOptions& dev, int64_t max_ctx) {
+  PathBench(const LoadedModel& files, const DeviceOptions& dev, int64_t max_ctx, int64_t ubatch) {
     const double rss0 = resident_mb();
     const auto t0 = Clock::now();
     ops_ = make_device(dev);
     model_ = std::make_unique<LlamaModel>(files.weights, *ops_);
+    model_->set_max_forward_rows(ubatch);
     load_seconds_ = seconds_since(t0);
     kv_ = std::make_unique<KvCache>(*ops_, model_->kv_config(max_ctx + 32));
     rss_added_mb_ = resident_mb() - rss0;
@@ -383,6 +384,8 @@ int bench_decode(const Args& a) {
   out["model"] = files.path;
   out["threads"] = a.integer("threads", 2);
   out["contexts"] = o.contexts;
+  const int64_t ubatch = ubatch_from_args(a);
+  out["ubatch_size"] = ubatch;
   std::vector<std::unique_ptr<PathBench>> benches;
   nlohmann::json results = nlohmann::json::array();
   for (const std::string& p : paths) {
@@ -392,7 +395,7 @@ int bench_decode(const Args& a) {
     dev.threads = static_cast<int>(a.integer("threads", 2));
     dev.host_path = p == "reference" ? "reference" : "";
     const int64_t ctx_max = std::max<int64_t>(o.contexts.back() + o.max_verify, 2048 + o.max_verify) + kDecodeSettleTokens + o.decode_tokens;
-    auto b = std::make_unique<PathBench>(files, dev, ctx_max);
+    auto b = std::make_unique<PathBench>(files, dev, ctx_max, ubatch);
     nlohmann::json r = b->run(*files.tokenizer, o);
     r["path"] = p;
     results.push_back(r);

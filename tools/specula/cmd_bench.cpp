@@ -34,7 +34,7 @@ namespace specula::cli {
 namespace {
 
 const char* kUsage =
-    "usage: specula bench decode [--model PATH] [--threads N] [--contexts 128,1024,4096] [--decode-tokens N (64)]\n"
+    "usage: specula bench decode [--model PATH] [--threads N] [--ubatch-size 512] [--contexts 128,1024,4096] [--decode-tokens N (64)]\n"
     "                            [--repeat R (3)] [--max-verify N (16)] [--paths fast,reference] [--device D]\n"
     "                            [--agreement on|off] [--prompts FILE] [--agreement-tokens N (64)]\n"
     "                            [--agreement-out FILE.jsonl]\n"
@@ -68,7 +68,7 @@ const char* kUsage =
     "                          [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
     "                          [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
     "                          [--logit-bias ID:BIAS,...] [--min-tokens N] [--json-object | --json-schema FILE | --grammar FILE]\n"
-    "                          [--spec-sampling exact|block|coupled|both|LIST] [--repeat R] [--threads N] [--device D] [--ctx N]\n"
+    "                          [--spec-sampling exact|block|coupled|both|LIST] [--repeat R] [--threads N] [--device D] [--ctx N] [--ubatch-size 512]\n"
     "  Runs a prompt set (JSON lines with \"messages\" and an optional \"max_tokens\"; default\n"
     "  ../shared/data/prompts/chat.jsonl) target-only and with each drafter, prompt by prompt so that\n"
     "  changes in machine load hit every configuration alike, and prints JSON per configuration:\n"

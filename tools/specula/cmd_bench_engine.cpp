@@ -97,6 +97,7 @@ Result run_once(const Args& a, const Config& c, int concurrency, int64_t request
   cfg.max_batch = concurrency;
   cfg.kv_tokens = concurrency * (longest + kMaxDraftTokens + 2 + 16) + 64;
   cfg.threads = static_cast<int>(a.integer("threads", 2));
+  cfg.ubatch = ubatch_from_args(a);
   cfg.draft_threads = static_cast<int>(a.integer("draft-threads", 0));
   cfg.pipeline = c.pipeline;
   cfg.pipeline_on_shared_cores = a.flag("pipeline-always");

@@ -19,7 +19,7 @@ namespace {
 
 const char* kUsage =
     "usage: specula chat [--model PATH] [--system TEXT] [--max-tokens N] [--temperature T] [--top-k K]\n"
-    "                    [--top-p P] [--min-p P] [--seed S] [--device D] [--threads N] [--ctx N]\n"
+    "                    [--top-p P] [--min-p P] [--seed S] [--device D] [--threads N] [--ctx N] [--ubatch-size 512]\n"
     "                    [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
     "                    [--logit-bias ID:BIAS,...] [--min-tokens N]\n"
     "                    [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--spec-k K] [--adaptive]\n"

@@ -36,7 +36,7 @@ const char* kUsage =
     "                        [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
     "                        [--logit-bias ID:BIAS,...] [--min-tokens N] [--ignore-eos] [--json-object]\n"
     "                        [--json-schema FILE | --grammar FILE]\n"
-    "                        [--json] [--device auto|host|cuda] [--threads N] [--ctx N]\n"
+    "                        [--json] [--device auto|host|cuda] [--threads N] [--ctx N] [--ubatch-size 512]\n"
     "                        [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--spec-k K] [--adaptive]\n"
     "                        [--spec-k-min K] [--spec-k-max K] [--spec-k-max-greedy K] [--draft-entropy NATS]\n"
     "                        [--draft-confidence P] [--draft-confidence-greedy P]\n"
@@ -469,6 +469,7 @@ actors::EngineConfig engine_config_from_args(const Args& a, std::shared_ptr<cons
   cfg.draft = draft_length_from_args(a);
   cfg.max_batch = 1;
   cfg.threads = static_cast<int>(a.integer("threads", 2));
+  cfg.ubatch = ubatch_from_args(a);
   pipelining_from_args(a, cfg);
   prefix_cache_from_args(a, cfg);
   cfg.trace_path = a.str("trace", "");

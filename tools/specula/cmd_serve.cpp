@@ -18,8 +18,8 @@ namespace {
 
 const char* kUsage =
     "usage: specula serve [--model PATH] [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--host 127.0.0.1] [--port 8080]\n"
-    "                     [--max-batch 16] [--kv-tokens 16384] [--max-queue 256] [--threads 2] [--device auto]\n"
-    "                     [--pipeline off|on|always] [--prefix-cache on|off] [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8]\n"
+    "                     [--max-batch 16] [--kv-tokens 16384] [--max-queue 256] [--threads 2] [--ubatch-size 512]\n"
+    "                     [--device auto] [--pipeline off|on|always] [--prefix-cache on|off] [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8]\n"
     "                     [--spec-k-max-greedy K] [--draft-entropy NATS] [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10] [--max-connections 4096]\n"
     "                     [--api-key KEY] [--api-key-file FILE] [--allowed-origins ORIGIN,...|*]\n"
@@ -30,6 +30,8 @@ const char* kUsage =
     "  --kv-tokens: target KV positions shared by all requests; with\n"
     "  --prefix-cache on (the default) full blocks of finished requests stay there for later prompts\n"
     "  that start with the same tokens (docs/engine.md, \"The prefix cache\").\n"
+    "  --ubatch-size: the most rows a forward runs at a time; a longer prompt is prefilled in pieces\n"
+    "  of that many, which bounds the memory its prefill takes (docs/engine.md, \"Prefill in pieces\").\n"
     "  --draft as for `specula generate` (scripts/run.sh serves with ngram:n=3+eagle).\n"
     "  --spec-k / --adaptive / --draft-entropy / --draft-confidence: the draft length for requests\n"
     "  that set none (the entropy rule ends a draft where the draft's distribution has more than\n"
@@ -79,7 +81,7 @@ bool is_loopback(const std::string& host) {
 
 int cmd_serve(int argc, char** argv) {
   const Args a(argc, argv,
-               {"model", "draft", "host", "port", "max-batch", "kv-tokens", "max-queue", "threads", "device", "pipeline", "prefix-cache",
+               {"model", "draft", "host", "port", "max-batch", "kv-tokens", "max-queue", "threads", "ubatch-size", "device", "pipeline", "prefix-cache",
                 "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence", "draft-confidence-greedy", "max-tokens", "served-model-name",
                 "shutdown-timeout", "api-key", "api-key-file", "allowed-origins", "max-connections"},
                {"adaptive"});
@@ -92,6 +94,7 @@ int cmd_serve(int argc, char** argv) {
   ec.max_batch = static_cast<int>(a.integer("max-batch", 16));
   ec.kv_tokens = a.integer("kv-tokens", 16384);
   ec.threads = static_cast<int>(a.integer("threads", 2));
+  ec.ubatch = ubatch_from_args(a);
   pipelining_from_args(a, ec);
   prefix_cache_from_args(a, ec);
   if (ec.max_batch < 1 || ec.max_batch > 1024) throw UsageError("--max-batch must be between 1 and 1024");

@@ -21,6 +21,12 @@ std::string default_model_path() {
   return cache + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
+int64_t ubatch_from_args(const Args& a) {
+  const long long rows = a.integer("ubatch-size", LlamaModel::kDefaultMaxForwardRows);
+  if (rows < 1 || rows > 65536) throw UsageError("--ubatch-size must be between 1 and 65536, got " + std::to_string(rows));
+  return rows;
+}
+
 Session open_session(const Args& a) {
   Session s;
   DeviceOptions dev;
@@ -29,6 +35,7 @@ Session open_session(const Args& a) {
   s.ops = make_device(dev);  // argument errors before the (slower) model load
   s.loaded = load_model(a.str("model", default_model_path()));
   s.model = std::make_unique<LlamaModel>(s.loaded.weights, *s.ops);
+  s.model->set_max_forward_rows(ubatch_from_args(a));
   const int64_t model_ctx = s.loaded.weights.config.max_positions > 0 ? s.loaded.weights.config.max_positions : 8192;
   const int64_t ctx = a.integer("ctx", std::min<int64_t>(model_ctx, 8192));
   if (ctx < 16 || ctx > model_ctx)

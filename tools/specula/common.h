@@ -19,7 +19,11 @@ namespace specula::cli {
 std::string default_model_path();
 
 // Options every model-running command takes.
-inline const std::set<std::string> kModelOptions = {"model", "device", "threads", "ctx"};
+inline const std::set<std::string> kModelOptions = {"model", "device", "threads", "ctx", "ubatch-size"};
+
+// --ubatch-size: the most rows one forward runs at a time, longer prompts going in pieces of that
+// many (LlamaModel::set_max_forward_rows; as llama.cpp's option of that name).
+int64_t ubatch_from_args(const Args& a);
 
 // A model loaded onto a device with one KV cache.
 struct Session {

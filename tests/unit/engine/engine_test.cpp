@@ -682,6 +682,95 @@ TEST(Engine, RequestsOfOnePromptNewInOneRoundPrefillItOnceAndGiveWhatFreshPrefil
   EXPECT_TRUE(wait_until_idle_with_full_pool(cached));
 }
 
+// Prefill in pieces across rounds (docs/engine.md, "Prefill in pieces"): with a budget of 32 prompt
+// rows a round, a prompt of ~600 tokens goes into the cache over ~19 rounds, and a request already
+// decoding is verified in every one of them instead of waiting for the whole prefill. The long
+// request's text, and the trained head's drafts (it reads the target's rows of the prompt, handed
+// over piece by piece), equal those of the same request prefilled in one forward; a second request
+// of that prompt arriving meanwhile waits for its blocks rather than prefilling its own copy; and
+// a pipelined request alone (its first round drafts optimistically, then turns out to be a
+// prefill) gives the same text too.
+TEST(Engine, ALongPromptIsPrefilledInPiecesWhileAnotherRequestKeepsDecodingAndGivesWhatOneForwardGives) {
+  REQUIRE_SETUP(s);
+  constexpr int64_t kBudget = 32;
+  struct Rounds {
+    std::mutex mu;
+    std::vector<std::vector<RequestId>> verifier;
+  };
+  auto rounds = std::make_shared<Rounds>();
+  auto config = [&](int64_t ubatch, bool pipeline) {
+    EngineConfig c{.target = default_model_path(), .drafter = "eagle", .device = "host", .draft = {.k = 4}, .max_batch = 4,
+                   .kv_tokens = 4096, .threads = 2};
+    c.ubatch = ubatch;
+    c.pipeline = c.pipeline_on_shared_cores = pipeline;
+    c.fault_hook = [rounds](const std::string& actor, const std::vector<RequestId>& ids) {
+      if (actor != "verifier") return;
+      std::lock_guard lock(rounds->mu);
+      rounds->verifier.push_back(ids);
+    };
+    return c;
+  };
+  Engine pieces(config(kBudget, false)), whole(config(4096, false));
+  std::vector<int32_t> longer;
+  while (longer.size() < 600)
+    for (int p = 1; p < kPrompts; ++p) longer.insert(longer.end(), s->prompts[p].begin(), s->prompts[p].end());
+  EngineRequest decoding = s->request(0, 160);
+  EngineRequest b = s->request(1, kTokens), c = s->request(1, kTokens, SamplingParams{0.8f, 40, 0.95f, 11});
+  b.prompt_ids = c.prompt_ids = longer;
+
+  // The first request decodes; the two of the long prompt arrive while it does.
+  TokenStream first = pieces.start(decoding);
+  GenerateResult first_result;
+  ASSERT_FALSE(first_result.add(first.next_blocking())) << first_result.error;
+  TokenStream tb = pieces.start(b), tc = pieces.start(c);
+  GenerateResult got_b, got_c;
+  while (!got_b.add(tb.next_blocking())) {
+  }
+  while (!got_c.add(tc.next_blocking())) {
+  }
+  while (!first_result.add(first.next_blocking())) {
+  }
+  ASSERT_TRUE(first_result.error.empty() && got_b.error.empty() && got_c.error.empty())
+      << first_result.error << got_b.error << got_c.error;
+
+  // b's rounds: its prefill-only rounds first, then one verify round each (stats.rounds).
+  const int64_t rows = static_cast<int64_t>(longer.size()) - 1 - got_b.stats.cached_prompt_tokens;
+  const int64_t pieces_needed = (rows + kBudget - 1) / kBudget;
+  std::vector<std::vector<RequestId>> with_b;
+  {
+    std::lock_guard lock(rounds->mu);
+    for (const auto& ids : rounds->verifier)
+      if (std::count(ids.begin(), ids.end(), tb.id())) with_b.push_back(ids);
+  }
+  ASSERT_EQ(static_cast<int64_t>(with_b.size()), pieces_needed - 1 + got_b.stats.rounds)
+      << "the prompt's " << rows << " rows not cached should take " << pieces_needed << " rounds of " << kBudget;
+  for (int64_t r = 0; r + 1 < pieces_needed; ++r)
+    EXPECT_EQ(std::count(with_b[static_cast<size_t>(r)].begin(), with_b[static_cast<size_t>(r)].end(), first.id()), 1)
+        << "the decoding request was not verified in the long prompt's prefill round " << r;
+  // c came while b's prompt was going in: it waited for b's blocks (all but the head's last rows).
+  const int64_t shareable = static_cast<int64_t>(longer.size()) - 1 - kEagleCatchUpWindow;
+  EXPECT_GE(got_c.stats.cached_prompt_tokens, shareable - 15) << "the second copy of the prompt prefilled it again";
+  EXPECT_LT(got_b.stats.cached_prompt_tokens, 64) << "b's prompt was in the cache before it came (the chat template's start is)";
+
+  for (const auto& [got, request] : {std::pair{&first_result, &decoding}, {&got_b, &b}, {&got_c, &c}}) {
+    const GenerateResult want = whole.generate_blocking(*request);
+    ASSERT_TRUE(want.error.empty()) << want.error;
+    EXPECT_EQ(got->tokens, want.tokens);
+    EXPECT_EQ(got->stats.drafted, want.stats.drafted) << "the head drafted otherwise after its rows came in pieces";
+    EXPECT_EQ(got->stats.accepted, want.stats.accepted);
+  }
+  EXPECT_GT(got_b.stats.accepted, 0);
+  EXPECT_TRUE(wait_until_idle_with_full_pool(pieces));
+
+  Engine pipelined(config(kBudget, true)), pipelined_whole(config(4096, true));
+  const GenerateResult alone = pipelined.generate_blocking(b), alone_whole = pipelined_whole.generate_blocking(b);
+  ASSERT_TRUE(alone.error.empty() && alone_whole.error.empty()) << alone.error << alone_whole.error;
+  EXPECT_EQ(alone.tokens, got_b.tokens) << "pipelined, alone";
+  EXPECT_EQ(alone.stats.drafted, alone_whole.stats.drafted) << "pipelined, alone: the head drafted otherwise";
+  EXPECT_EQ(alone.stats.accepted, alone_whole.stats.accepted) << "pipelined, alone";
+  EXPECT_TRUE(wait_until_idle_with_full_pool(pipelined));
+}
+
 // Penalties and logit bias on the default model: the engine's greedy text with them, alone, among
 // others, pipelined, and with speculation off, equals target-only generate() with them (each
 // verify row adjusted by the output before it, the round's drafts included), and it is not the

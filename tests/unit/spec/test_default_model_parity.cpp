@@ -239,5 +239,87 @@ TEST(DefaultModelRows, OverAKVCacheInBf16PairsAVerifyForwardEqualsItsDecodeSteps
   expect_rows_equal_decode_steps(model, ops, m->prompts);
 }
 
+// Prefill in pieces (LlamaModel::set_max_forward_rows, docs/engine.md "Prefill in pieces"): a
+// forward of more rows than a piece holds runs as pieces in turn, and gives what one forward gives
+// bit for bit: the logits (last rows and every row), the features of the logits rows and of every
+// row (the trained head's, with EAGLE-3's layers), and the K/V the next step reads. Pieces of 7
+// rows split a sequence across pieces and put the end of one with the start of the next.
+TEST(DefaultModelRows, AForwardInPiecesGivesTheLogitsFeaturesAndCacheOfOneForwardBitForBit) {
+  DefaultModel* m = DefaultModel::get();
+  ASSERT_TRUE(m) << "no default model at " << default_model_path() << ": run scripts/setup.sh (the test command always fetches it)";
+  ASSERT_EQ(static_cast<int>(m->prompts.size()), kPrompts) << "chat.jsonl not found under " << SPECULA_SHARED_DIR;
+  HostOps ops(2);
+  if (ops.path().reference) GTEST_SKIP() << "SPECULA_SIMD selects the f32 reference path, whose GEMV and GEMM round differently";
+  LlamaModel model(m->files.weights, ops);
+  model.set_feature_layers({2, 14});
+  std::vector<int32_t> longer = m->prompts[0];  // three prompts end to end: a few hundred tokens
+  longer.insert(longer.end(), m->prompts[1].begin(), m->prompts[1].end());
+  longer.insert(longer.end(), m->prompts[2].begin(), m->prompts[2].end());
+  const std::vector<int32_t>& shorter = m->prompts[5];
+  const int32_t next[] = {42};
+  struct Out {
+    std::vector<float> logits, hidden, hidden_all, step;
+  };
+  const auto run = [&](int64_t piece_rows, bool all_logits, bool all_hidden) {
+    model.set_max_forward_rows(piece_rows);
+    KvCache kv(ops, model.kv_config(kCtx));
+    const int a = kv.create_sequence(), b = kv.create_sequence();
+    const ForwardSeq batch[] = {{a, shorter, all_logits, all_hidden}, {b, longer, all_logits, all_hidden}};
+    Out o;
+    model.forward(batch, kv, o.logits);
+    model.last_hidden(o.hidden);
+    model.last_hidden_all(o.hidden_all);
+    EXPECT_EQ(kv.length(a), static_cast<int64_t>(shorter.size()));
+    EXPECT_EQ(kv.length(b), static_cast<int64_t>(longer.size()));
+    // A decode step on each sequence reads every position's K/V the forward wrote.
+    const ForwardSeq steps[] = {{a, next, false}, {b, next, false}};
+    model.forward(steps, kv, o.step);
+    return o;
+  };
+  const int64_t vocab = model.config().vocab_size, F = model.feature_width();
+  const int64_t rows = static_cast<int64_t>(shorter.size() + longer.size());
+  for (const bool all_logits : {false, true})
+    for (const bool all_hidden : {false, true}) {
+      const Out whole = run(4096, all_logits, all_hidden);
+      const int64_t out_rows = all_logits ? rows : 2;
+      ASSERT_EQ(static_cast<int64_t>(whole.logits.size()), out_rows * vocab);
+      ASSERT_EQ(static_cast<int64_t>(whole.hidden.size()), out_rows * F);
+      ASSERT_EQ(static_cast<int64_t>(whole.hidden_all.size()), all_hidden ? rows * F : 0);
+      for (const int64_t piece : {7, 64}) {
+        const Out pieces = run(piece, all_logits, all_hidden);
+        const std::string what = "pieces of " + std::to_string(piece) + (all_logits ? ", every row's logits" : ", last rows") +
+                                 (all_hidden ? ", every row's features" : "");
+        EXPECT_EQ(pieces.logits, whole.logits) << what;
+        EXPECT_EQ(pieces.hidden, whole.hidden) << what;
+        EXPECT_EQ(pieces.hidden_all, whole.hidden_all) << what;
+        EXPECT_EQ(pieces.step, whole.step) << what << ": the next step after it";
+      }
+    }
+}
+
+// A forward in pieces that runs out of cache blocks part way leaves the cache as it was, as one
+// forward does: the pieces already run are rolled back.
+TEST(DefaultModelRows, AForwardInPiecesThatRunsOutOfBlocksPartWayLeavesTheCacheAsItWas) {
+  DefaultModel* m = DefaultModel::get();
+  ASSERT_TRUE(m) << "no default model at " << default_model_path() << ": run scripts/setup.sh (the test command always fetches it)";
+  ASSERT_EQ(static_cast<int>(m->prompts.size()), kPrompts) << "chat.jsonl not found under " << SPECULA_SHARED_DIR;
+  const std::vector<int32_t>& prompt = m->prompts[0];
+  ASSERT_GT(prompt.size(), 40u);
+  KvCache kv(m->ops, m->model->kv_config(32));  // two blocks of 16: the first pieces fit, the rest do not
+  const int other = kv.create_sequence(), seq = kv.create_sequence();
+  std::vector<float> logits;
+  const ForwardSeq first{other, std::span<const int32_t>(prompt).first(3), false};
+  m->model->forward({&first, 1}, kv, logits);
+  const int64_t free_before = kv.blocks_free();
+  m->model->set_max_forward_rows(8);
+  const ForwardSeq batch[] = {{other, std::span<const int32_t>(prompt).subspan(3, 5), false}, {seq, prompt, false}};
+  EXPECT_THROW(m->model->forward(batch, kv, logits), KvCacheFull);
+  m->model->set_max_forward_rows(LlamaModel::kDefaultMaxForwardRows);
+  EXPECT_EQ(kv.length(other), 3);
+  EXPECT_EQ(kv.length(seq), 0);
+  EXPECT_EQ(kv.blocks_free(), free_before);
+  EXPECT_THROW(m->model->set_max_forward_rows(0), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace specula
