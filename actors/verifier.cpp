@@ -109,7 +109,36 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     batch.clear();
     prefilled.clear();
   };
-  for (const size_t i : going) take_piece(i);
+  // A new sequence: its KV sequence, with what the cache holds of its prompt, and its first piece
+  // (`later`: where it goes when the round has no rows left for it).
+  const auto start = [&](size_t i, std::vector<size_t>& later) {
+    const std::span<const int32_t> prompt = prompt_of(i);
+    const int top = round.items[i].request->prompt_logprobs;
+    if (top >= 0) {  // its own forwards, every row scored, nothing taken from the prefix cache
+      const int seq = kv_.create_sequence(prompt, 0);
+      seqs_.emplace(id_of(i), seq);
+      prefix_queried_.fetch_add(static_cast<int64_t>(prompt.size()), std::memory_order_relaxed);
+      prompt_logprobs[i] = prefill_scored(seq, round.items[i].context, top, prefill_rows[i], judge);
+      kv_.register_prefix(seq, prompt);
+      budget = std::max<int64_t>(0, budget - static_cast<int64_t>(prompt.size()));
+      return;
+    }
+    // Nothing to start with: it waits for a round with rows to spare, as a request not yet here.
+    const int64_t hit = kv_.cached_positions(prompt, shareable(i));
+    if (budget == 0 && hit < static_cast<int64_t>(prompt.size())) {
+      later.push_back(i);
+      return;
+    }
+    const int seq = kv_.create_sequence(prompt, shareable(i));
+    seqs_.emplace(id_of(i), seq);
+    cached[i] = kv_.length(seq);
+    prefix_queried_.fetch_add(static_cast<int64_t>(prompt.size()), std::memory_order_relaxed);
+    prefix_hit_.fetch_add(cached[i], std::memory_order_relaxed);
+    take_piece(i);
+    if (partial_.count(id_of(i))) going.push_back(i);
+  };
+  const std::vector<size_t> resumed = going;  // prompts going in since an earlier round
+  bool resumed_taken = false;
   for (bool first = true; !waiting.empty() && (first || budget > 0); first = false) {
     std::vector<size_t> now, later;
     for (const size_t i : waiting) {
@@ -126,38 +155,35 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
       }
       (from_now >= bt && from_now / bt > kv_.cached_positions(p, shareable(i)) / bt ? later : now).push_back(i);
     }
-    for (const size_t i : now) {
-      const std::span<const int32_t> prompt = prompt_of(i);
-      const int top = round.items[i].request->prompt_logprobs;
-      if (top >= 0) {  // its own forwards, every row scored, nothing taken from the prefix cache
-        const int seq = kv_.create_sequence(prompt, 0);
-        seqs_.emplace(id_of(i), seq);
-        prefix_queried_.fetch_add(static_cast<int64_t>(prompt.size()), std::memory_order_relaxed);
-        prompt_logprobs[i] = prefill_scored(seq, round.items[i].context, top, prefill_rows[i], judge);
-        kv_.register_prefix(seq, prompt);
-        budget = std::max<int64_t>(0, budget - static_cast<int64_t>(prompt.size()));
-        continue;
+    if (!resumed_taken) {
+      // New prompts short enough to fit in half the round's rows go before the prompts going in
+      // (as vLLM lets short prefills past long ones), so that a chat turn arriving behind a long
+      // prompt does not wait for all of its pieces; then the prompts going in; then the rest.
+      int64_t share = resumed.empty() ? 0 : budget / 2;
+      std::vector<size_t> rest;
+      for (const size_t i : now) {
+        const int64_t need =
+            static_cast<int64_t>(prompt_of(i).size()) - kv_.cached_positions(prompt_of(i), shareable(i));
+        if (round.items[i].request->prompt_logprobs < 0 && need <= share) {
+          share -= need;
+          start(i, later);
+        } else {
+          rest.push_back(i);
+        }
       }
-      // Nothing to start with: it waits for a round with rows to spare, as a request not yet here.
-      const int64_t hit = kv_.cached_positions(prompt, shareable(i));
-      if (budget == 0 && hit < static_cast<int64_t>(prompt.size())) {
-        later.push_back(i);
-        continue;
-      }
-      const int seq = kv_.create_sequence(prompt, shareable(i));
-      seqs_.emplace(id_of(i), seq);
-      cached[i] = kv_.length(seq);
-      prefix_queried_.fetch_add(static_cast<int64_t>(prompt.size()), std::memory_order_relaxed);
-      prefix_hit_.fetch_add(cached[i], std::memory_order_relaxed);
-      take_piece(i);
-      if (partial_.count(id_of(i))) going.push_back(i);
+      for (const size_t i : resumed) take_piece(i);
+      resumed_taken = true;
+      now = std::move(rest);
     }
+    for (const size_t i : now) start(i, later);
     run_batch();
     // The sequences still partly in: only their blocks so far are registered; prompts sharing
     // more wait for the next round.
     std::erase_if(going, [&](size_t j) { return !partial_.count(id_of(j)); });
     waiting = std::move(later);
   }
+  if (!resumed_taken)
+    for (const size_t i : resumed) take_piece(i);
   run_batch();  // the going sequences' pieces, when no new sequence came
 
   // One forward over every sequence's [g, t1..tk], after rolling each back to n0 - 1 positions;

@@ -682,6 +682,36 @@ TEST(Engine, RequestsOfOnePromptNewInOneRoundPrefillItOnceAndGiveWhatFreshPrefil
   EXPECT_TRUE(wait_until_idle_with_full_pool(cached));
 }
 
+// The request ids of each verifier round, recorded by a fault hook that fails nothing; and a long
+// prompt of ~600 tokens made of the chat prompts after the first.
+struct VerifierRounds {
+  std::mutex mu;
+  std::vector<std::vector<RequestId>> rounds;
+
+  static FaultHook hook(std::shared_ptr<VerifierRounds> r) {
+    return [r](const std::string& actor, const std::vector<RequestId>& ids) {
+      if (actor != "verifier") return;
+      std::lock_guard lock(r->mu);
+      r->rounds.push_back(ids);
+    };
+  }
+  // The indices of the rounds that held request `id`.
+  std::vector<size_t> with(RequestId id) {
+    std::lock_guard lock(mu);
+    std::vector<size_t> at;
+    for (size_t i = 0; i < rounds.size(); ++i)
+      if (std::count(rounds[i].begin(), rounds[i].end(), id)) at.push_back(i);
+    return at;
+  }
+};
+
+std::vector<int32_t> long_prompt(const Shared& s) {
+  std::vector<int32_t> longer;
+  while (longer.size() < 600)
+    for (int p = 1; p < kPrompts; ++p) longer.insert(longer.end(), s.prompts[p].begin(), s.prompts[p].end());
+  return longer;
+}
+
 // Prefill in pieces across rounds (docs/engine.md, "Prefill in pieces"): with a budget of 32 prompt
 // rows a round, a prompt of ~600 tokens goes into the cache over ~19 rounds, and a request already
 // decoding is verified in every one of them instead of waiting for the whole prefill. The long
@@ -693,27 +723,17 @@ TEST(Engine, RequestsOfOnePromptNewInOneRoundPrefillItOnceAndGiveWhatFreshPrefil
 TEST(Engine, ALongPromptIsPrefilledInPiecesWhileAnotherRequestKeepsDecodingAndGivesWhatOneForwardGives) {
   REQUIRE_SETUP(s);
   constexpr int64_t kBudget = 32;
-  struct Rounds {
-    std::mutex mu;
-    std::vector<std::vector<RequestId>> verifier;
-  };
-  auto rounds = std::make_shared<Rounds>();
+  auto rounds = std::make_shared<VerifierRounds>();
   auto config = [&](int64_t ubatch, bool pipeline) {
     EngineConfig c{.target = default_model_path(), .drafter = "eagle", .device = "host", .draft = {.k = 4}, .max_batch = 4,
                    .kv_tokens = 4096, .threads = 2};
     c.ubatch = ubatch;
     c.pipeline = c.pipeline_on_shared_cores = pipeline;
-    c.fault_hook = [rounds](const std::string& actor, const std::vector<RequestId>& ids) {
-      if (actor != "verifier") return;
-      std::lock_guard lock(rounds->mu);
-      rounds->verifier.push_back(ids);
-    };
+    c.fault_hook = VerifierRounds::hook(rounds);
     return c;
   };
   Engine pieces(config(kBudget, false)), whole(config(4096, false));
-  std::vector<int32_t> longer;
-  while (longer.size() < 600)
-    for (int p = 1; p < kPrompts; ++p) longer.insert(longer.end(), s->prompts[p].begin(), s->prompts[p].end());
+  const std::vector<int32_t> longer = long_prompt(*s);
   EngineRequest decoding = s->request(0, 160);
   EngineRequest b = s->request(1, kTokens), c = s->request(1, kTokens, SamplingParams{0.8f, 40, 0.95f, 11});
   b.prompt_ids = c.prompt_ids = longer;
@@ -737,11 +757,7 @@ TEST(Engine, ALongPromptIsPrefilledInPiecesWhileAnotherRequestKeepsDecodingAndGi
   const int64_t rows = static_cast<int64_t>(longer.size()) - 1 - got_b.stats.cached_prompt_tokens;
   const int64_t pieces_needed = (rows + kBudget - 1) / kBudget;
   std::vector<std::vector<RequestId>> with_b;
-  {
-    std::lock_guard lock(rounds->mu);
-    for (const auto& ids : rounds->verifier)
-      if (std::count(ids.begin(), ids.end(), tb.id())) with_b.push_back(ids);
-  }
+  for (const size_t r : rounds->with(tb.id())) with_b.push_back(rounds->rounds[r]);
   ASSERT_EQ(static_cast<int64_t>(with_b.size()), pieces_needed - 1 + got_b.stats.rounds)
       << "the prompt's " << rows << " rows not cached should take " << pieces_needed << " rounds of " << kBudget;
   for (int64_t r = 0; r + 1 < pieces_needed; ++r)
@@ -769,6 +785,49 @@ TEST(Engine, ALongPromptIsPrefilledInPiecesWhileAnotherRequestKeepsDecodingAndGi
   EXPECT_EQ(alone.stats.drafted, alone_whole.stats.drafted) << "pipelined, alone: the head drafted otherwise";
   EXPECT_EQ(alone.stats.accepted, alone_whole.stats.accepted) << "pipelined, alone";
   EXPECT_TRUE(wait_until_idle_with_full_pool(pipelined));
+}
+
+// A short prompt arriving while a long one goes in piece by piece is prefilled in the next round
+// (it fits in half a round's rows, which new short prompts get before the prompts going in) and is
+// verified there, before the long prompt is in; its text is what it is alone.
+TEST(Engine, AShortPromptArrivingBehindALongOneGoesInAtOnceAndKeepsItsText) {
+  REQUIRE_SETUP(s);
+  constexpr int64_t kBudget = 32;
+  auto rounds = std::make_shared<VerifierRounds>();
+  EngineConfig c{.target = default_model_path(), .drafter = "ngram", .device = "host", .draft = {.k = 4}, .max_batch = 4,
+                 .kv_tokens = 4096, .threads = 2};
+  c.ubatch = kBudget;
+  c.fault_hook = VerifierRounds::hook(rounds);
+  Engine e(c);
+  const std::vector<int32_t> longer = long_prompt(*s);
+  // The short prompt's blocks but its last partial one are in the cache after a first request of it.
+  EngineRequest shorter = s->request(0, 8);
+  const GenerateResult alone = e.generate_blocking(shorter);
+  ASSERT_TRUE(alone.error.empty()) << alone.error;
+  EngineRequest b = s->request(1, 4);
+  b.prompt_ids = longer;
+  TokenStream tb = e.start(b);
+  const auto rounds_with = [&](RequestId id) { return rounds->with(id); };
+  // Once the long prompt has had two rounds, the short one comes.
+  for (int i = 0; i < 6000 && rounds_with(tb.id()).size() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_GE(rounds_with(tb.id()).size(), 2u);
+  TokenStream td = e.start(shorter);
+  GenerateResult got_b, got_d;
+  while (!got_d.add(td.next_blocking())) {
+  }
+  while (!got_b.add(tb.next_blocking())) {
+  }
+  ASSERT_TRUE(got_b.error.empty() && got_d.error.empty()) << got_b.error << got_d.error;
+  EXPECT_EQ(got_d.tokens, alone.tokens);
+  const std::vector<size_t> with_b = rounds_with(tb.id()), with_d = rounds_with(td.id());
+  const int64_t prefill_only = static_cast<int64_t>(with_b.size()) - got_b.stats.rounds;
+  ASSERT_GE(prefill_only, 3) << "the long prompt went in too fast for the test to show anything";
+  ASSERT_GE(static_cast<int64_t>(with_d.size()), got_d.stats.rounds);
+  // The short request's first verify round came before the long prompt's last prefill-only round.
+  const size_t d_verified = with_d[with_d.size() - static_cast<size_t>(got_d.stats.rounds)];
+  EXPECT_LT(d_verified, with_b[static_cast<size_t>(prefill_only - 1)]) << "the short prompt waited for the long one's pieces";
+  EXPECT_EQ(got_d.stats.rounds, static_cast<int64_t>(with_d.size())) << "the short prompt had a prefill-only round";
+  EXPECT_TRUE(wait_until_idle_with_full_pool(e));
 }
 
 // Penalties and logit bias on the default model: the engine's greedy text with them, alone, among
