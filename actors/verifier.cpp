@@ -43,9 +43,9 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     for (const Drafted& d : round.items) ids.push_back(d.request->id);
     hook_("verifier", ids);
   }
-  // Prefill: the sequences whose prompt is partly in the cache go on first, then the sequences seen
-  // for the first time, at most prefill_budget_ prompt rows in all (docs/engine.md, "Prefill in
-  // pieces"); a prompt with rows left when the budget runs out goes on next round, and a new one
+  // Prefill: new prompts that fit in half the round's rows, then the sequences whose prompt is
+  // partly in the cache, then the other sequences seen for the first time, at most
+  // prefill_budget_ prompt rows in all (docs/engine.md, "Prefill in pieces"); a prompt with rows left when the budget runs out goes on next round, and a new one
   // that gets no rows waits as it was. With the prefix cache, a prompt that shares more whole
   // blocks with a prompt prefilled this round (or still going in) than the cache holds waits for
   // that one's blocks and then starts with them (the n choices of one OpenAI request, requests
