@@ -45,12 +45,13 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
   }
   // Prefill: new prompts that fit in half the round's rows, then the sequences whose prompt is
   // partly in the cache, then the other sequences seen for the first time, at most
-  // prefill_budget_ prompt rows in all (docs/engine.md, "Prefill in pieces"); a prompt with rows left when the budget runs out goes on next round, and a new one
-  // that gets no rows waits as it was. With the prefix cache, a prompt that shares more whole
-  // blocks with a prompt prefilled this round (or still going in) than the cache holds waits for
-  // that one's blocks and then starts with them (the n choices of one OpenAI request, requests
-  // with one system prompt that arrive together), so a round prefills in as many forwards as it
-  // has such layers, usually one or two.
+  // prefill_budget_ prompt rows in all (docs/engine.md, "Prefill in pieces"); a prompt with rows
+  // left when the budget runs out goes on next round, and a new one that gets no rows waits as it
+  // was. With the prefix cache, a prompt that shares more whole blocks with a prompt prefilled
+  // this round (or still going in) than the cache holds waits for that one's blocks and then
+  // starts with them (the n choices of one OpenAI request, requests with one system prompt that
+  // arrive together), so a round prefills in as many forwards as it has such layers, usually one
+  // or two.
   const auto prompt_of = [&](size_t i) {
     const std::vector<int32_t>& c = round.items[i].context;
     return std::span<const int32_t>(c).first(c.size() - 1);
@@ -159,13 +160,13 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
       // New prompts short enough to fit in half the round's rows go before the prompts going in
       // (as vLLM lets short prefills past long ones), so that a chat turn arriving behind a long
       // prompt does not wait for all of its pieces; then the prompts going in; then the rest.
-      int64_t share = resumed.empty() ? 0 : budget / 2;
+      int64_t short_rows = resumed.empty() ? 0 : budget / 2;
       std::vector<size_t> rest;
       for (const size_t i : now) {
         const int64_t need =
             static_cast<int64_t>(prompt_of(i).size()) - kv_.cached_positions(prompt_of(i), shareable(i));
-        if (round.items[i].request->prompt_logprobs < 0 && need <= share) {
-          share -= need;
+        if (round.items[i].request->prompt_logprobs < 0 && need <= short_rows) {
+          short_rows -= need;
           start(i, later);
         } else {
           rest.push_back(i);

@@ -161,7 +161,9 @@ LlamaModel::DeviceLogits LlamaModel::forward_in_pieces(std::span<const ForwardSe
   // features, every row of every piece keeps them, as one forward would.
   std::vector<size_t> taken(batch.size(), 0);
   std::vector<ForwardSeq> piece;
-  std::vector<int64_t> keep, all_rows;
+  std::vector<int64_t> keep, all_rows;  // all_rows: 0, 1, ... (a piece's every row, gathered as is)
+  if (all_hidden)
+    for (int64_t r = 0; r < std::min(rows, max_forward_rows_); ++r) all_rows.push_back(r);
   int64_t out_at = 0, row_at = 0;
   size_t i = 0;
   try {
@@ -192,11 +194,10 @@ LlamaModel::DeviceLogits LlamaModel::forward_in_pieces(std::span<const ForwardSe
         out_at += static_cast<int64_t>(keep.size());
       }
       if (all_hidden) {
-        all_rows.resize(static_cast<size_t>(last_all_hidden_rows_));
-        for (size_t r = 0; r < all_rows.size(); ++r) all_rows[r] = static_cast<int64_t>(r);
-        ops_.gather_rows(all_final_, H, all_rows, pieces_all_final_.get() + row_at * H);
+        const auto piece_rows = std::span<const int64_t>(all_rows).first(static_cast<size_t>(last_all_hidden_rows_));
+        ops_.gather_rows(all_final_, H, piece_rows, pieces_all_final_.get() + row_at * H);
         for (int64_t c = 0; c < C; ++c)
-          ops_.gather_rows(all_layers_ + c * all_stride_ * H, H, all_rows,
+          ops_.gather_rows(all_layers_ + c * all_stride_ * H, H, piece_rows,
                            pieces_all_layers_.get() + (c * rows + row_at) * H);
         row_at += last_all_hidden_rows_;
       }

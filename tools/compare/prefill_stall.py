@@ -16,12 +16,12 @@ import argparse
 import json
 import pathlib
 import shlex
-import socket
-import subprocess
 import threading
 import time
 
 import httpx
+
+from specula_server import serving
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHORT = "Explain in a few paragraphs how a mechanical clock keeps time, from the spring to the hands."
@@ -35,12 +35,6 @@ def long_prompt(notes):
              f"on one winding." for i in range(notes)]
     return "Here are the museum's notes on its clocks.\n" + "\n".join(lines) + \
         "\nWhich clock is the oldest, and who made it? Answer in one sentence."
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stream(url, body, stamps, texts, key, started=None):
@@ -109,24 +103,8 @@ def main():
     args = shlex.split((ROOT / "scripts" / "main_job.args").read_text())
     runs = []
     for ubatch in a.order.split(","):
-        port = free_port()
-        cmd = [a.specula, "serve", "--port", str(port), "--threads", "2", "--ubatch-size", ubatch, *args]
-        if a.model:
-            cmd += ["--model", a.model]
-        srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            for _ in range(600):
-                try:
-                    if httpx.get(url + "/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.1)
-            runs.append({"ubatch_size": int(ubatch), **run(url, srv.pid, a.notes)})
-        finally:
-            srv.terminate()
-            srv.wait(timeout=60)
+        with serving(a.specula, ["--threads", "2", "--ubatch-size", ubatch, *args], a.model) as (url, pid):
+            runs.append({"ubatch_size": int(ubatch), **run(url, pid, a.notes)})
     texts = {json.dumps(r.pop("texts")) for r in runs}
     summary = {}
     for u in sorted({r["ubatch_size"] for r in runs}):

@@ -18,11 +18,11 @@ import argparse
 import json
 import pathlib
 import shlex
-import socket
-import subprocess
 import time
 
 import httpx
+
+from specula_server import serving
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SYSTEM = ("You are a patient tutor who explains everyday science to curious adults. Answer in a short "
@@ -30,12 +30,6 @@ SYSTEM = ("You are a patient tutor who explains everyday science to curious adul
 TURNS = ["Why is the sky blue?", "Then why are sunsets red?", "Does the same thing happen on Mars?",
          "What colour would the sky be on the Moon?", "Why do clouds look white but sometimes grey?",
          "How do rainbows form?", "Why can't I reach the end of a rainbow?", "Summarise what we talked about."]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stream(client, url, body):
@@ -102,27 +96,11 @@ def main():
     args = shlex.split((ROOT / "scripts" / "main_job.args").read_text())
     runs = []
     for config in a.order.split(","):
-        port = free_port()
-        cmd = [a.specula, "serve", "--port", str(port), "--prefix-cache", config, "--threads", "2", *args]
-        if a.model:
-            cmd += ["--model", a.model]
-        srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            for _ in range(600):
-                try:
-                    if httpx.get(url + "/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.1)
+        with serving(a.specula, ["--prefix-cache", config, "--threads", "2", *args], a.model) as (url, _):
             if a.choices:
                 runs.append({"prefix_cache": config, "requests": play_choices(url, a.choices, a.max_tokens)})
             else:
                 runs.append({"prefix_cache": config, "turns": play(url, a.max_tokens)})
-        finally:
-            srv.terminate()
-            srv.wait(timeout=60)
     # Per configuration, the mean of each measure over the requests (n) or the turns from the second (chat).
     items, first, measures = (("requests", 0, {"all_first_tokens_ms": "mean_all_first_tokens_ms", "total_ms": "mean_total_ms",
                                                "prompt_tokens": "mean_prompt_tokens"}) if a.choices else
