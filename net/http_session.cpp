@@ -1,5 +1,7 @@
 // One accepted connection: HTTP/1.1 requests with keep-alive, routed to the chat page, health,
 // metrics, models, the token routes and the OpenAI routes; a WebSocket upgrade on /v1/ws leaves for its session.
+#include <chrono>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -34,6 +36,17 @@ asio::awaitable<std::tuple<beast::error_code, std::size_t>> timed_write(beast::t
   auto result = co_await http::async_write(stream, res, kAwait);
   stream.expires_never();
   co_return result;
+}
+
+// Counts an answered request in the metrics (status 0: none was written, the client left first,
+// counted as 499 as nginx logs it). `path` without its query.
+void count_exchange(ServerState& st, std::string_view path, const HttpRequest& req, unsigned status,
+                    std::chrono::steady_clock::time_point received) {
+  if (auto q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - received;
+  const beast::string_view method = req.method_string();
+  st.metrics.count_http(http_route_label(path), http_method_label(std::string_view(method.data(), method.size())),
+                        status == 0 ? 499 : status, took.count());
 }
 
 json models_json(const ServerState& st) {
@@ -127,23 +140,30 @@ asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket so
     stream.expires_after(kIdleTimeout);
     auto [ec, n] = co_await http::async_read(stream, buffer, parser, kAwait);
     stream.expires_never();
-    if (ec == http::error::body_limit) {
+    const auto received = std::chrono::steady_clock::now();
+    if (ec == http::error::body_limit) {  // the header was read: the route and the Origin are known
+      const HttpRequest& head = parser.get();
       HttpResponse res = error_response(
           ApiError("message_too_large", "request bodies are limited to " + std::to_string(st.config.max_body_bytes) + " bytes"),
           false);
-      co_await timed_write(stream, res);
+      const std::string cors = cors_origin(st.config.access, head);  // (named: no temporaries in a co_await)
+      co_await timed_write(stream, res, cors);
+      const std::string_view target(head.target().data(), head.target().size());
+      count_exchange(st, target, head, res.result_int(), received);
       break;
     }
     if (ec) break;  // closed, timed out, or not HTTP
     HttpRequest req = parser.release();
     std::string_view path(req.target().data(), req.target().size());
     if (auto q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
+    unsigned status = 0;  // the response's, for the metrics; 499 when the client left before one
 
     const bool upgrade = path == "/v1/ws" && beast::websocket::is_upgrade(req);
     const std::string cors = upgrade ? std::string() : cors_origin(st.config.access, req);
     if (req.method() == http::verb::options) {  // before the key: a browser's preflight carries none
       HttpResponse res = preflight_response(st.config.access, req);
       auto [wec, wn] = co_await timed_write(stream, res);
+      count_exchange(st, path, req, res.result_int(), received);
       if (wec || !req.keep_alive() || st.draining) break;
       continue;
     }
@@ -151,6 +171,7 @@ asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket so
       if (std::optional<ApiError> refused = check_access(st.config.access, req, upgrade)) {
         HttpResponse res = error_response(*refused, req.keep_alive(), req.version());
         auto [wec, wn] = co_await timed_write(stream, res, cors);
+        count_exchange(st, path, req, res.result_int(), received);
         if (wec || !req.keep_alive()) break;
         continue;
       }
@@ -158,36 +179,44 @@ asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket so
     if (path == "/v1/ws") {
       if (upgrade) {
         registration.reset();  // the WebSocket session registers itself
+        count_exchange(st, path, req, 101, received);
         co_await run_websocket_session(st, std::move(stream), std::move(req));
         co_return;
       }
       HttpResponse res = error_response(ApiError("invalid_request", "/v1/ws takes a WebSocket upgrade"), req.keep_alive(),
                                         req.version());
       co_await timed_write(stream, res, cors);
+      count_exchange(st, path, req, res.result_int(), received);
       continue;
     }
     bool keep_alive = req.keep_alive();
+    bool write_failed = false;
     if (path == "/tokenize" && req.method() == http::verb::post) {
       HttpResponse res = co_await serve_tokenize(st, req);
       auto [wec, wn] = co_await timed_write(stream, res, cors);
-      if (wec) break;
+      status = res.result_int();
+      write_failed = static_cast<bool>(wec);
     } else if (std::optional<HttpResponse> res = simple_route(st, req, path)) {
       if (req.method() == http::verb::head) res->body().clear();
       auto [wec, wn] = co_await timed_write(stream, *res, cors);
-      if (wec) break;
+      status = res->result_int();
+      write_failed = static_cast<bool>(wec);
     } else if (path == "/v1/chat/completions" || path == "/v1/completions") {
       if (req.method() != http::verb::post) {
         HttpResponse res = error_response(ApiError("method_not_allowed", "use POST"), keep_alive, req.version());
         co_await timed_write(stream, res, cors);
+        status = res.result_int();
       } else {
-        keep_alive = co_await serve_openai_completion(st, stream, req, path == "/v1/chat/completions", cors);
+        keep_alive = co_await serve_openai_completion(st, stream, req, path == "/v1/chat/completions", status, cors);
       }
     } else {
       HttpResponse res = error_response(ApiError("not_found", "no route for " + std::string(path)), keep_alive, req.version());
       auto [wec, wn] = co_await timed_write(stream, res, cors);
-      if (wec) break;
+      status = res.result_int();
+      write_failed = static_cast<bool>(wec);
     }
-    if (!keep_alive || closed || st.draining) break;
+    count_exchange(st, path, req, status, received);
+    if (write_failed || !keep_alive || closed || st.draining) break;
   }
   if (!closed) {
     beast::error_code ignored;

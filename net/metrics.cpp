@@ -47,15 +47,42 @@ void Histogram::observe(double x) {
   ++count_;
 }
 
-void Histogram::render(std::string& out, const std::string& name) const {
+void Histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
+  const std::string bucket = name + "_bucket{" + labels + (labels.empty() ? "" : ",") + "le=\"";
+  const std::string own = labels.empty() ? std::string(" ") : "{" + labels + "} ";
   uint64_t cumulative = 0;
   for (size_t i = 0; i < bounds_.size(); ++i) {
     cumulative += counts_[i];
-    out += name + "_bucket{le=\"" + num(bounds_[i]) + "\"} " + std::to_string(cumulative) + '\n';
+    out += bucket + num(bounds_[i]) + "\"} " + std::to_string(cumulative) + '\n';
   }
-  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(count_) + '\n';
-  out += name + "_sum " + num(sum_) + '\n';
-  out += name + "_count " + std::to_string(count_) + '\n';
+  out += bucket + "+Inf\"} " + std::to_string(count_) + '\n';
+  out += name + "_sum" + own + num(sum_) + '\n';
+  out += name + "_count" + own + std::to_string(count_) + '\n';
+}
+
+std::string_view http_route_label(std::string_view path) {
+  static constexpr std::string_view kRoutes[] = {"/",         "/health",     "/metrics",       "/v1/models",
+                                                 "/tokenize", "/detokenize", "/v1/completions", "/v1/chat/completions",
+                                                 "/v1/ws"};
+  if (path == "/index.html") return "/";
+  for (std::string_view r : kRoutes)
+    if (path == r) return r;
+  if (path.starts_with("/v1/models/")) return "/v1/models/{model}";
+  return "other";
+}
+
+std::string_view http_method_label(std::string_view method) {
+  for (std::string_view m : {"GET", "HEAD", "POST", "OPTIONS"})
+    if (method == m) return m;
+  return "other";
+}
+
+void Metrics::count_http(std::string_view route, std::string_view method, unsigned status, double seconds) {
+  ++http_requests[{std::string(route), std::string(method), status}];
+  auto it = http_duration.find(route);
+  if (it == http_duration.end())
+    it = http_duration.emplace(std::string(route), Histogram({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300})).first;
+  it->second.observe(seconds);
 }
 
 Metrics::Metrics()
@@ -100,12 +127,28 @@ std::string Metrics::render(const EngineReadings& engine) const {
   scalar(out, "specula_requests_waiting", "gauge", "Requests submitted and without a token yet.", waiting);
   scalar(out, "specula_kv_blocks_used", "gauge", "Target KV cache blocks in use.", kv_blocks_total - kv_blocks_free);
   scalar(out, "specula_kv_blocks_free", "gauge", "Target KV cache blocks free.", kv_blocks_free);
-  scalar(out, "specula_kv_blocks_total", "gauge", "Target KV cache blocks.", kv_blocks_total);
+  scalar(out, "specula_kv_blocks_capacity", "gauge", "Target KV cache blocks in all (used + free).", kv_blocks_total);
   scalar(out, "specula_prefix_cache_queries_total", "counter",
          "Prompt tokens looked up in the prefix cache (every prompt token but the last).", engine.prefix_queried_tokens);
   scalar(out, "specula_prefix_cache_hits_total", "counter", "Prompt tokens whose KV the prefix cache held.",
          engine.prefix_hit_tokens);
   scalar(out, "specula_websocket_connections", "gauge", "Open WebSocket connections.", websocket_connections);
+  header(out, "specula_http_requests_total", "counter",
+         "HTTP requests answered, by route (other: no such route), method and status (499: the client left "
+         "before an answer; a WebSocket upgrade counts once, as 101).");
+  for (const auto& [key, n] : http_requests) {
+    const auto& [route, method, status] = key;
+    out += "specula_http_requests_total{route=\"" + route + "\",method=\"" + method + "\",status=\"" +
+           std::to_string(status) + "\"} " + std::to_string(n) + '\n';
+  }
+  header(out, "specula_http_request_duration_seconds", "histogram",
+         "Per HTTP request: its last byte read to its response's last byte written (a stream's whole length).");
+  for (const auto& [route, h] : http_duration) h.render(out, "specula_http_request_duration_seconds", "route=\"" + route + "\"");
+  if (!key_reloads.empty()) {
+    header(out, "specula_api_key_reloads_total", "counter", "SIGHUP reads of --api-key-file, by result (error: the keys in use stayed).");
+    for (const auto& [result, n] : key_reloads)
+      out += "specula_api_key_reloads_total{result=\"" + result + "\"} " + std::to_string(n) + '\n';
+  }
   return out;
 }
 

@@ -3,8 +3,11 @@
 // updates and renders them.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 namespace specula::net {
@@ -13,8 +16,9 @@ class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds);
   void observe(double x);
-  // Appends the _bucket / _sum / _count lines of metric `name`.
-  void render(std::string& out, const std::string& name) const;
+  // Appends the _bucket / _sum / _count lines of metric `name`; `labels` ("route=\"/x\"", or
+  // "") go before each line's own.
+  void render(std::string& out, const std::string& name, const std::string& labels = {}) const;
 
  private:
   std::vector<double> bounds_;
@@ -40,8 +44,15 @@ struct Metrics {
   int64_t running = 0;           // started and past their first token
   int64_t waiting = 0;           // started, no token yet
   int64_t websocket_connections = 0;
+  // Every HTTP request answered (a WebSocket upgrade counts once, as its 101), by route label
+  // (http_route_label), method and status, and the seconds from its last byte read to its
+  // response's last byte written, by route.
+  std::map<std::tuple<std::string, std::string, unsigned>, uint64_t> http_requests;
+  std::map<std::string, Histogram, std::less<>> http_duration;
+  std::map<std::string, uint64_t> key_reloads;  // "ok" / "error": SIGHUP reads of --api-key-file
 
   void count_request(const std::string& outcome) { ++requests[outcome]; }
+  void count_http(std::string_view route, std::string_view method, unsigned status, double seconds);
   // What the engine reports at render time (any thread may ask it).
   struct EngineReadings {
     int64_t kv_blocks_free = 0, kv_blocks_total = 0;
@@ -50,5 +61,12 @@ struct Metrics {
   // The text page.
   std::string render(const EngineReadings& engine) const;
 };
+
+// The route label of a request's path: one of the server's routes ("/v1/models/{model}" for
+// any model's), or "other", so that requests for made-up paths do not add series.
+std::string_view http_route_label(std::string_view path);
+
+// The method label: GET, HEAD, POST, OPTIONS, or "other".
+std::string_view http_method_label(std::string_view method);
 
 }  // namespace specula::net

@@ -238,8 +238,9 @@ json tool_message(const Generation::Admitted& a, const std::string& text, const 
   return {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", std::move(calls)}};
 }
 
-asio::awaitable<bool> write_response(beast::tcp_stream& stream, HttpResponse res, std::string_view cors) {
+asio::awaitable<bool> write_response(beast::tcp_stream& stream, HttpResponse res, std::string_view cors, unsigned& status) {
   allow_origin(res, cors);
+  status = res.result_int();
   stream.expires_after(kWriteTimeout);
   auto [ec, n] = co_await http::async_write(stream, res, kAwait);
   stream.expires_never();
@@ -249,7 +250,7 @@ asio::awaitable<bool> write_response(beast::tcp_stream& stream, HttpResponse res
 }  // namespace
 
 asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream& stream, const HttpRequest& req,
-                                              bool chat, std::string_view cors) {
+                                              bool chat, unsigned& status, std::string_view cors) {
   const auto received = Generation::Clock::now();
   const bool keep_alive = req.keep_alive();
   Generation::Admitted admitted;
@@ -267,7 +268,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   }
   if (refused) {
     HttpResponse res = error_response(*refused, keep_alive, req.version());
-    co_return co_await write_response(stream, std::move(res), cors);
+    co_return co_await write_response(stream, std::move(res), cors, status);
   }
   const std::vector<std::shared_ptr<Generation>>& choices = admitted.choices;
   const std::size_t n = choices.size();
@@ -341,7 +342,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       if (!u.error.empty()) {
         HttpResponse res = error_response(ApiError(u.request_fault ? "invalid_request" : "internal", u.error), keep_alive,
                                           req.version());
-        co_return co_await write_response(stream, std::move(res), cors);
+        co_return co_await write_response(stream, std::move(res), cors, status);
       }
       if (u.finish_reason == FinishReason::Cancelled) co_return false;  // the client went away (or shutdown)
       if (i > 0) body += ',';
@@ -365,7 +366,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     body += "],";
     body.append(rest, 1);
     HttpResponse ok = make_response(200, std::move(body), "application/json", keep_alive, req.version());
-    co_return co_await write_response(stream, std::move(ok), cors);
+    co_return co_await write_response(stream, std::move(ok), cors, status);
   }
 
   // --- stream: true ---
@@ -379,6 +380,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   http::response_serializer<http::empty_body> serializer{head};
   stream.expires_after(kWriteTimeout);
   if (auto [ec, bytes] = co_await http::async_write_header(stream, serializer, kAwait); ec) co_return false;
+  status = head.result_int();
   auto send_event = [&](const std::string& data) -> asio::awaitable<bool> {
     std::string event = "data: " + data + "\n\n";
     stream.expires_after(kWriteTimeout);

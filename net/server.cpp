@@ -96,6 +96,25 @@ asio::awaitable<void> shutdown_on_signal(ServerState& st, asio::signal_set& sign
   io.stop();
 }
 
+// SIGHUP: the key list read again (ServerConfig::reload_keys). Requests check the key each time,
+// so a key taken out is refused from the next request on; open WebSocket connections go on.
+asio::awaitable<void> reload_keys_on_signal(ServerState& st, asio::signal_set& hup) {
+  for (;;) {
+    auto [ec, signo] = co_await hup.async_wait(kAwait);
+    if (ec) co_return;
+    try {
+      std::vector<std::string> keys = st.config.reload_keys();
+      st.config.access.api_keys = std::move(keys);
+      ++st.metrics.key_reloads["ok"];
+      std::fprintf(stderr, "specula serve: SIGHUP: keys read again, %zu accepted now\n", st.config.access.api_keys.size());
+    } catch (const std::exception& e) {
+      ++st.metrics.key_reloads["error"];
+      std::fprintf(stderr, "specula serve: SIGHUP: %s; the %zu key(s) in use stay\n", e.what(),
+                   st.config.access.api_keys.size());
+    }
+  }
+}
+
 }  // namespace
 
 ServerState::ServerState(actors::Engine& engine_, ServerConfig config_)
@@ -125,6 +144,12 @@ int run_server(actors::Engine& engine, const ServerConfig& config,
   asio::signal_set signals(io, SIGINT, SIGTERM);
   asio::co_spawn(io, accept_loop(st, acceptor), asio::detached);
   asio::co_spawn(io, shutdown_on_signal(st, signals, acceptor, io), asio::detached);
+  asio::signal_set hup(io);
+  if (st.config.reload_keys) {
+    hup.add(SIGHUP);
+    st.metrics.key_reloads = {{"ok", 0}, {"error", 0}};
+    asio::co_spawn(io, reload_keys_on_signal(st, hup), asio::detached);
+  }
   if (on_listening) {
     const tcp::endpoint local = acceptor.local_endpoint();
     std::string host = local.address().to_string();

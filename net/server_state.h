@@ -10,6 +10,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -37,6 +38,9 @@ struct ServerConfig {
   std::string served_model_name;           // "" = the model file's name
   RequestDefaults defaults;
   AccessConfig access;                     // API key and allowed WebSocket origins
+  // The whole key list read again on SIGHUP (--api-key-file's keys beside --api-key's), or an
+  // exception saying why not, and the keys in use stay. Empty: SIGHUP keeps its default action.
+  std::function<std::vector<std::string>()> reload_keys;
 };
 
 struct ServerState {

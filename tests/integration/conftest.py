@@ -77,7 +77,7 @@ class Server:
 def parse_metrics(text):
     """Prometheus text -> {'name{labels}': value}; checks every line has the format's shape."""
     out = {}
-    sample = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*(\{[^}]*\})?) (\S+)$')
+    sample = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?) (\S+)$')  # label values may hold braces
     for line in text.splitlines():
         if not line or line.startswith("#"):
             assert line == "" or line.startswith("# HELP ") or line.startswith("# TYPE "), line

@@ -9,6 +9,7 @@ import functools
 import http.server
 import json
 import shutil
+import signal
 import subprocess
 import threading
 
@@ -17,7 +18,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from conftest import SPECULA_BIN, Server, collect
+from conftest import SPECULA_BIN, Server, collect, wait_for
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -195,6 +196,11 @@ def test_a_listed_origin_gets_cors_headers_and_its_preflight_and_another_origin_
                       json={"prompt": "Hi", "max_tokens": 3, "stream": True}) as r:
             assert r.status_code == 200 and r.headers["access-control-allow-origin"] == SITE
             assert "[DONE]" in "".join(r.iter_text())
+    # A body past the limit is refused before it is read, with the grant, so the page reads why.
+    r = httpx.post(srv.url + "/v1/completions", headers={"Origin": SITE, **auth, "Content-Type": "application/json"},
+                   content=b"{" + b" " * (2 << 20) + b"}", timeout=60)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "message_too_large", r.text
+    assert r.headers["access-control-allow-origin"] == SITE
     # A server that lists no origin grants none.
     r = httpx.options(keyed.url + "/v1/chat/completions", headers={"Origin": SITE, **preflight}, timeout=30)
     assert r.status_code == 403 and "--allowed-origins" in r.text, r.text
@@ -249,7 +255,7 @@ def test_every_key_of_an_api_key_file_opens_the_api_and_another_does_not(fresh_s
     keys = tmp_path / "keys"
     keys.write_text("# team a\nsk-team-a-1111\n\n  sk-team-b-2222  \n#sk-commented-out\n")
     srv = fresh_server("--draft", "none", "--api-key", KEY, "--api-key-file", str(keys))
-    assert "(3 keys accepted)" in srv.output()
+    assert "(3 keys accepted; SIGHUP reads --api-key-file again)" in srv.output()
     for key, status in [(KEY, 200), ("sk-team-a-1111", 200), ("sk-team-b-2222", 200), ("sk-commented-out", 401),
                         ("sk-team-a-111", 401), ("# team a", 401)]:
         r = httpx.get(srv.url + "/v1/models", headers={"Authorization": "Bearer " + key}, timeout=30)
@@ -270,3 +276,47 @@ def test_a_bad_api_key_file_stops_the_server_with_one_line_naming_it(tmp_path):
                              capture_output=True, text=True, timeout=60)
         assert run.returncode != 0 and says in run.stderr and str(path) in run.stderr, (path, run.returncode, run.stderr)
         assert "loading" not in run.stderr, "the model was loaded before the flags were checked"
+
+
+def test_sighup_reads_the_api_key_file_again_and_a_bad_file_leaves_the_keys_in_use(fresh_server, tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("sk-old-1111\n")
+    srv = fresh_server("--draft", "none", "--api-key", KEY, "--api-key-file", str(keys))
+    assert "SIGHUP reads --api-key-file again" in srv.output()
+
+    def status(key):
+        return httpx.get(srv.url + "/v1/models", headers={"Authorization": "Bearer " + key}, timeout=30).status_code
+
+    def reloads():
+        return httpx.get(srv.url + "/metrics", headers={"Authorization": "Bearer " + KEY}, timeout=30).text
+
+    def kept_lines():  # the server's lines about a read that failed
+        return [line for line in srv.output().splitlines() if "the 2 key(s) in use stay" in line]
+
+    # A keep-alive connection opened with the old key: its next request is checked against the new list.
+    with httpx.Client(base_url=srv.url, headers={"Authorization": "Bearer sk-old-1111"}, timeout=30) as old:
+        assert old.get("/v1/models").status_code == 200 and status("sk-new-2222") == 401
+        keys.write_text("# rotated\nsk-new-2222\n")
+        srv.proc.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: "keys read again, 2 accepted now" in srv.output()), srv.output()
+        assert old.get("/v1/models").status_code == 401
+    assert status("sk-new-2222") == 200 and status(KEY) == 200 and status("sk-old-1111") == 401
+    assert 'specula_api_key_reloads_total{result="ok"} 1' in reloads()
+    # A file that holds no key, has a bad line or is gone: one line on stderr, and the keys stay.
+    for n, (content, says) in enumerate([("# all keys withdrawn\n", "holds no key"), ("sk-good\nsk bad\n", "line 2"),
+                                         (None, "cannot read")], start=1):
+        if content is None:
+            keys.unlink()
+        else:
+            keys.write_text(content)
+        srv.proc.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: len(kept_lines()) == n and says in kept_lines()[-1]), srv.output()
+        assert status("sk-new-2222") == 200 and status("sk-good") == 401
+    assert srv.proc.poll() is None
+    assert 'specula_api_key_reloads_total{result="error"} 3' in reloads()
+
+
+def test_without_a_key_file_sighup_is_not_handled_and_ends_the_server(fresh_server):
+    srv = fresh_server("--draft", "none", "--api-key", KEY)
+    srv.proc.send_signal(signal.SIGHUP)
+    assert srv.proc.wait(30) == -signal.SIGHUP

@@ -143,7 +143,7 @@ def test_a_running_id_used_again_gets_duplicate_id(server):
 
 
 def test_a_client_that_disconnects_mid_stream_returns_its_kv_blocks(server):
-    total = server.metrics()["specula_kv_blocks_total"]
+    total = server.metrics()["specula_kv_blocks_capacity"]
     async def main():
         ws = await connect(server.ws_url)
         for i in range(3):

@@ -206,7 +206,7 @@ def test_bad_requests_get_openai_errors_with_status_type_code_and_param(server):
 def test_an_http_client_that_leaves_mid_request_cancels_it_and_frees_its_kv(server):
     import socket
     from conftest import wait_for
-    total = server.metrics()["specula_kv_blocks_total"]
+    total = server.metrics()["specula_kv_blocks_capacity"]
     cancelled = server.metrics()['specula_requests_total{outcome="cancelled"}']
     # A streaming request dropped after its first event.
     with httpx.stream("POST", server.url + "/v1/completions", timeout=60,

@@ -43,7 +43,8 @@ const char* kUsage =
     "  requests get --shutdown-timeout seconds to finish, then are cancelled; the exit status is 0.\n"
     "  --api-key (or SPECULA_API_KEY): required as 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
     "  (/health and the chat page stay open; the page asks for the key); --api-key-file: more keys,\n"
-    "  one a line ('#' comments), any of them accepted. Without a key the server\n"
+    "  one a line ('#' comments), any of them accepted, read again on SIGHUP (a file that cannot be\n"
+    "  read or holds no key then leaves the keys in use, with one line on stderr). Without a key the server\n"
     "  listens on loopback unless --host says otherwise. A WebSocket upgrade whose Origin is not\n"
     "  this server is refused unless --allowed-origins lists it, and pages of the origins it lists\n"
     "  may call the HTTP routes (CORS; the key is still needed) (docs/serving.md).\n";
@@ -125,8 +126,14 @@ int cmd_serve(int argc, char** argv) {
     sc.access.api_keys.push_back(checked_key(env, "SPECULA_API_KEY"));
   }
   if (a.has("api-key-file")) {
-    const std::vector<std::string> keys = read_key_file(a.str("api-key-file"));
-    sc.access.api_keys.insert(sc.access.api_keys.end(), keys.begin(), keys.end());
+    const std::string path = a.str("api-key-file");
+    sc.reload_keys = [fixed = sc.access.api_keys, path] {  // on SIGHUP: the file again, beside --api-key's
+      std::vector<std::string> keys = fixed;
+      const std::vector<std::string> read = read_key_file(path);
+      keys.insert(keys.end(), read.begin(), read.end());
+      return keys;
+    };
+    sc.access.api_keys = sc.reload_keys();
   }
   if (a.has("allowed-origins")) sc.access.allowed_origins = split(a.str("allowed-origins"), ',');
 
@@ -138,8 +145,9 @@ int cmd_serve(int argc, char** argv) {
                 net::model_name_from_path(ec.target).c_str(), ec.drafter.c_str(), ec.max_batch, url.c_str(),
                 url.c_str());
     if (!sc.access.api_keys.empty())
-      std::printf("specula serve: an API key is required on /v1/* and /metrics (%zu key%s accepted)\n",
-                  sc.access.api_keys.size(), sc.access.api_keys.size() == 1 ? "" : "s");
+      std::printf("specula serve: an API key is required on /v1/* and /metrics (%zu key%s accepted%s)\n",
+                  sc.access.api_keys.size(), sc.access.api_keys.size() == 1 ? "" : "s",
+                  sc.reload_keys ? "; SIGHUP reads --api-key-file again" : "");
     else if (is_loopback(sc.host))
       std::printf("specula serve: no API key, so listening on loopback only (--api-key or SPECULA_API_KEY to "
                   "require one; --host to listen elsewhere)\n");
