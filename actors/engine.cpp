@@ -341,6 +341,7 @@ TokenStream Engine::start(EngineRequest request, Admission* admission) {
   info->logprobs = request.logprobs;
   info->prompt_logprobs = request.prompt_logprobs;
   info->stop_token_logprobs = request.stop_token_logprobs;
+  info->priority = request.priority;
   {
     std::lock_guard lock(m.streams->mu);
     if (m.streams->closed) throw std::runtime_error("the engine is shutting down");

@@ -136,6 +136,9 @@ struct EngineRequest {
   // lists it; the server asks for this with echo, whose clients drop the generated tokens' entries
   // by count (lm-evaluation-harness's max_tokens 1).
   bool stop_token_logprobs = false;
+  // Among requests waiting for a place in the batch, a lower priority is admitted first (vLLM's
+  // sense), equal ones first come first served; a request in the batch is never preempted.
+  int priority = 0;
 };
 
 // What Engine::start settled for a request it took.

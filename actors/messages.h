@@ -31,6 +31,7 @@ struct RequestInfo {
   int logprobs = -1;                       // EngineRequest::logprobs
   int prompt_logprobs = -1;                // EngineRequest::prompt_logprobs
   bool stop_token_logprobs = false;        // EngineRequest::stop_token_logprobs
+  int priority = 0;                        // EngineRequest::priority: its place in the waiting queue
   std::shared_ptr<EventChannel> events;    // the caller's token stream
 };
 using RequestRef = std::shared_ptr<const RequestInfo>;

@@ -70,6 +70,7 @@ actors::EngineRequest request_of(Request r) {
   e.stop = std::move(r.stop);
   e.logprobs = r.top_logprobs;
   e.prompt_logprobs = r.prompt_logprobs;
+  e.priority = r.priority;
   return e;
 }
 

@@ -56,7 +56,10 @@ void Scheduler::on(SubmitRequest& submit) {
                                   std::to_string(limits_.kv_blocks));
     return;
   }
-  queue_.push_back(std::move(submit.request));
+  // In priority order, behind every waiting request of the same or a lower priority value.
+  const int priority = submit.request->priority;
+  const auto behind = std::find_if(queue_.begin(), queue_.end(), [&](const RequestRef& r) { return r->priority > priority; });
+  queue_.insert(behind, std::move(submit.request));
   next_round();
 }
 
@@ -240,7 +243,7 @@ void Scheduler::next_round() {
   release(std::move(done), "");
   for (auto& [error, requests] : failed) release(std::move(requests), error);
 
-  // Join: first come, first served, while the batch and the KV budget allow.
+  // Join in the queue's order (priority, then first come first served) while the batch and the KV budget allow.
   while (!queue_.empty() && static_cast<int>(active_.size()) < limits_.max_batch) {
     const int64_t need = blocks_for(queue_.front()->request);
     if (blocks_reserved_ + need > limits_.kv_blocks) break;

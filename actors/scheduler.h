@@ -1,8 +1,8 @@
 // The scheduler actor: admission against the target's KV block budget, the active set, each
 // request's K (fixed, adaptive, or chosen for the whole round by the load-adaptive policy), and
 // the rounds. Continuous batching: requests join and leave only between rounds; each round drafts
-// and verifies the whole active set (at most max_batch requests, admitted first come first served,
-// so every active request advances every round).
+// and verifies the whole active set (at most max_batch requests, admitted by priority and then first
+// come first served (RequestInfo::priority), so every active request advances every round).
 #pragma once
 #include <atomic>
 #include <deque>

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -511,6 +512,11 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     sp.seed = rng() & ((uint64_t{1} << 53) - 1);  // exact in a JavaScript number, so the page can echo it
   }
   if (const json* v = field(body, "stop")) r.stop = parse_stop(*v);
+  if (const json* v = field(body, "priority")) {
+    r.priority = static_cast<int>(integer(*v, "priority", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+    if (r.priority != 0 && !defaults.priority_scheduling)
+      bad("priority", "priority needs the server started with --scheduling-policy priority (it serves first come, first served)");
+  }
 
   // --- speculation ---
   DraftLengthConfig draft = defaults.draft;

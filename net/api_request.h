@@ -31,6 +31,9 @@ struct RequestDefaults {
   int top_k = 40;
   float top_p = 0.95f;
   DraftLengthConfig draft;   // the server's --spec-k / --adaptive
+  // --scheduling-policy priority: requests may set `priority` (EngineRequest::priority); with
+  // fcfs (the default) a priority other than 0 is refused, as vLLM refuses it.
+  bool priority_scheduling = false;
 };
 
 // /v1/chat/completions' tool calls (OpenAI's tools and tool_choice): a named function's arguments,

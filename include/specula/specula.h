@@ -78,6 +78,10 @@ struct Request {
   // it and that many most probable alternatives there, on the first Event (vLLM's prompt_logprobs).
   // Such a prompt is prefilled on its own, past the prefix cache.
   int prompt_logprobs = -1;
+  // Among requests waiting for a place in the batch (Options::max_batch), a lower value is admitted
+  // first, equal values first come first served (vLLM's `priority`); a running request is not
+  // preempted.
+  int priority = 0;
 };
 
 struct TokenLogprob {

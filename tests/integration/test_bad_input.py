@@ -321,3 +321,8 @@ def test_a_long_prompt_counts_the_same_tokens_in_tokenize_and_in_a_completion(se
     n = httpx.post(server.url + "/v1/completions", json={"prompt": LONG, "max_tokens": 1, "temperature": 0, "n": 3},
                    timeout=120)
     assert n.status_code == 200 and len(n.json()["choices"]) == 3, n.text
+
+
+def test_a_priority_on_a_server_that_serves_first_come_first_served_is_refused_naming_it(server):
+    expect_error(server, {**GOOD, "id": "p", "priority": 2}, "invalid_request", param="priority", msg_id="p")
+    expect_error(server, {**GOOD, "id": "q", "priority": "urgent"}, "invalid_request", param="priority", msg_id="q")

@@ -1,4 +1,5 @@
 """The OpenAI-compatible routes through the real `openai` client, and their error shapes."""
+import asyncio
 import json
 import math
 import re
@@ -942,3 +943,49 @@ def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens_as_vllm_does(serve
     for value in (0, -2, 10 ** 9, "8"):
         r = httpx.post(server.url + "/v1/completions", json={"prompt": prompt, "truncate_prompt_tokens": value}, timeout=30)
         assert r.status_code == 400 and r.json()["error"]["param"] == "truncate_prompt_tokens", (value, r.text)
+
+
+def test_a_priority_is_refused_unless_the_server_schedules_by_priority(server, client, model_id):
+    r = httpx.post(server.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 2, "priority": 3}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "priority", r.text
+    assert "--scheduling-policy priority" in r.json()["error"]["message"]
+    for bad in ("high", 1.5, 2 ** 40):
+        r = httpx.post(server.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 2, "priority": bad}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "priority", (bad, r.text)
+    # 0 is every request's priority first come first served; the client library passes it as vLLM's extra field.
+    c = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
+                                       extra_body={"priority": 0})
+    assert c.choices[0].finish_reason in ("stop", "length")
+
+
+def test_with_the_priority_policy_a_waiting_request_of_lower_priority_value_goes_first(fresh_server):
+    srv = fresh_server("--draft", "ngram", "--max-batch", "1", "--scheduling-policy", "priority")
+    openai_client = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    finished = []
+
+    async def ask(name, priority, max_tokens):
+        r = await openai_client.completions.create(model="x", prompt="Count: one, two,", max_tokens=max_tokens,
+                                                   temperature=0, extra_body={"priority": priority, "ignore_eos": True})
+        finished.append(name)
+        return r.choices[0].text
+
+    async def gauge(name, n):  # waits until /metrics shows the gauge at n
+        async with httpx.AsyncClient() as c:
+            for _ in range(500):
+                if f"\n{name} {n}\n" in (await c.get(srv.url + "/metrics")).text:
+                    return True
+                await asyncio.sleep(0.02)
+        return False
+
+    async def main():
+        running = asyncio.create_task(ask("running", 0, 400))
+        assert await gauge("specula_requests_running", 1), "the first request did not start"
+        later = asyncio.create_task(ask("later", 5, 4))
+        assert await gauge("specula_requests_waiting", 1), "the first waiting request was not queued"
+        sooner = asyncio.create_task(ask("sooner", -5, 4))
+        assert await gauge("specula_requests_waiting", 2)
+        return await asyncio.gather(running, later, sooner)
+
+    texts = asyncio.run(main())
+    assert finished == ["running", "sooner", "later"], finished
+    assert texts[1] == texts[2]  # the same prompt and settings: the same greedy text, whatever its turn

@@ -22,11 +22,15 @@ const char* kUsage =
     "                     [--device auto] [--pipeline off|on|always] [--prefix-cache on|off] [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8]\n"
     "                     [--spec-k-max-greedy K] [--draft-entropy NATS] [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10] [--max-connections 4096]\n"
+    "                     [--scheduling-policy fcfs|priority]\n"
     "                     [--api-key KEY] [--api-key-file FILE] [--allowed-origins ORIGIN,...|*]\n"
     "  Serves the model on one port: the chat page at /, the WebSocket protocol at /v1/ws, the\n"
     "  OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models, /health and /metrics\n"
     "  (docs/protocol.md). --max-batch requests run together, --max-queue more wait; beyond that\n"
     "  requests get 429 / overloaded; past --max-connections open connections a new one gets a 503.\n"
+    "  --scheduling-policy priority: waiting requests are admitted by their `priority` (lower first,\n"
+    "  then first come first served; running ones are not preempted); with fcfs (the default) a\n"
+    "  request's priority other than 0 is refused.\n"
     "  --kv-tokens: target KV positions shared by all requests; with\n"
     "  --prefix-cache on (the default) full blocks of finished requests stay there for later prompts\n"
     "  that start with the same tokens (docs/engine.md, \"The prefix cache\").\n"
@@ -84,7 +88,7 @@ int cmd_serve(int argc, char** argv) {
   const Args a(argc, argv,
                {"model", "draft", "host", "port", "max-batch", "kv-tokens", "max-queue", "threads", "ubatch-size", "device", "pipeline", "prefix-cache",
                 "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence", "draft-confidence-greedy", "max-tokens", "served-model-name",
-                "shutdown-timeout", "api-key", "api-key-file", "allowed-origins", "max-connections"},
+                "shutdown-timeout", "api-key", "api-key-file", "allowed-origins", "max-connections", "scheduling-policy"},
                {"adaptive"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   actors::EngineConfig ec;
@@ -119,6 +123,9 @@ int cmd_serve(int argc, char** argv) {
   const long long max_tokens = a.integer("max-tokens", 512);
   if (max_tokens < 1 || max_tokens > 1'000'000) throw UsageError("--max-tokens must be between 1 and 1000000");
   sc.defaults.max_tokens = static_cast<int>(max_tokens);
+  const std::string policy = a.str("scheduling-policy", "fcfs");
+  if (policy != "fcfs" && policy != "priority") throw UsageError("--scheduling-policy must be fcfs or priority, got '" + policy + "'");
+  sc.defaults.priority_scheduling = policy == "priority";
   if (a.has("api-key")) {
     if (a.str("api-key").empty()) throw UsageError("--api-key must not be empty");
     sc.access.api_keys.push_back(checked_key(a.str("api-key"), "the API key"));

@@ -830,6 +830,54 @@ TEST(Engine, AShortPromptArrivingBehindALongOneGoesInAtOnceAndKeepsItsText) {
   EXPECT_TRUE(wait_until_idle_with_full_pool(e));
 }
 
+// Priority (EngineRequest::priority, vLLM's sense): with one place in the batch, requests that
+// wait for it are admitted lowest value first, equal values in the order they came; the running one
+// is not preempted, and each gives the text it gives alone.
+TEST(Engine, WaitingRequestsAreAdmittedLowestPriorityFirstAndInArrivalOrderAmongEquals) {
+  REQUIRE_SETUP(s);
+  auto rounds = std::make_shared<VerifierRounds>();
+  EngineConfig c{.target = default_model_path(), .drafter = "ngram", .device = "host", .draft = {.k = 4}, .max_batch = 1,
+                 .kv_tokens = 4096, .threads = 2};
+  c.fault_hook = VerifierRounds::hook(rounds);
+  Engine e(c);
+  EngineRequest first = s->request(0, 48);
+  TokenStream running = e.start(first);
+  for (int i = 0; i < 6000 && rounds->with(running.id()).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Sent in this order while the first runs: priorities 1, -1, 0, -1, 0.
+  const std::vector<int> priorities = {1, -1, 0, -1, 0};
+  std::vector<TokenStream> waiting;
+  for (size_t i = 0; i < priorities.size(); ++i) {
+    EngineRequest r = s->request(static_cast<int>(1 + i % 3), 4);
+    r.priority = priorities[i];
+    waiting.push_back(e.start(r));
+  }
+  std::vector<GenerateResult> got(waiting.size());
+  GenerateResult got_first;
+  while (!got_first.add(running.next_blocking())) {
+  }
+  for (size_t i = 0; i < waiting.size(); ++i)
+    while (!got[i].add(waiting[i].next_blocking())) {
+    }
+  ASSERT_TRUE(got_first.error.empty()) << got_first.error;
+  const size_t first_last = rounds->with(running.id()).back();
+  std::vector<std::pair<size_t, size_t>> start_of;  // (first round, index in `waiting`)
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    ASSERT_TRUE(got[i].error.empty()) << got[i].error;
+    const std::vector<int32_t>& alone = s->greedy(kNgram, static_cast<int>(1 + i % 3));
+    ASSERT_GE(alone.size(), 4u);
+    EXPECT_EQ(got[i].tokens, std::vector<int32_t>(alone.begin(), alone.begin() + 4)) << i;
+    const std::vector<size_t> at = rounds->with(waiting[i].id());
+    ASSERT_FALSE(at.empty());
+    EXPECT_GT(at.front(), first_last) << "request " << i << " ran beside the first with max_batch 1";
+    start_of.emplace_back(at.front(), i);
+  }
+  std::sort(start_of.begin(), start_of.end());
+  std::vector<size_t> order;
+  for (const auto& [round, i] : start_of) order.push_back(i);
+  EXPECT_EQ(order, (std::vector<size_t>{1, 3, 2, 4, 0}));
+  EXPECT_TRUE(wait_until_idle_with_full_pool(e));
+}
+
 // Penalties and logit bias on the default model: the engine's greedy text with them, alone, among
 // others, pipelined, and with speculation off, equals target-only generate() with them (each
 // verify row adjusted by the output before it, the round's drafts included), and it is not the
