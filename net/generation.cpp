@@ -68,6 +68,13 @@ GenerationStats GenerationStats::combine(const std::vector<GenerationStats>& cho
   return all;
 }
 
+asio::awaitable<json> parse_json_text(ServerState& st, std::string_view text) {
+  if (!st.prep || text.size() <= kInlineJsonBytes) co_return parse_json(text);
+  auto parse = [copy = std::string(text)] { return parse_json(copy); };  // by value: see on_prep_thread
+  json parsed = co_await on_prep_thread(st, std::move(parse));
+  co_return parsed;
+}
+
 asio::awaitable<std::vector<int32_t>> tokenize_prompt(ServerState& st, const actors::EngineRequest& request) {
   if (!st.prep || !request.prompt_ids.empty() || prompt_text_bytes(request) <= kInlinePromptBytes)
     co_return st.engine.tokenize(request);

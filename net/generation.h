@@ -64,6 +64,16 @@ struct GenerationStats {
 // megabyte takes the tokenizer about half a second (docs/serving.md, "Long prompts").
 inline constexpr std::size_t kInlinePromptBytes = 16 * 1024;
 
+// A request's JSON text (an HTTP body, a WebSocket message) of up to this size is parsed on the
+// I/O thread: nlohmann's parse takes ~70 ms a megabyte, so well under a millisecond here. Longer
+// text goes to the preparation thread, so that the I/O thread keeps other requests' tokens flowing.
+inline constexpr std::size_t kInlineJsonBytes = 16 * 1024;
+
+// parse_json(text) (net/api_request.h), on the preparation thread when `text` is longer than
+// kInlineJsonBytes (it is copied first; the caller's text need not outlive the call's start);
+// throws ApiError as parse_json does.
+boost::asio::awaitable<nlohmann::json> parse_json_text(ServerState& st, std::string_view text);
+
 // Engine::tokenize(request), on the preparation thread when the text is longer than
 // kInlinePromptBytes; throws as it does (actors::RequestError).
 boost::asio::awaitable<std::vector<int32_t>> tokenize_prompt(ServerState& st, const actors::EngineRequest& request);

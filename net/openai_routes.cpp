@@ -256,7 +256,8 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   Generation::Admitted admitted;
   std::optional<ApiError> refused;
   try {
-    json body = parse_json(req.body());
+    const std::string_view text = req.body();  // (named: no temporaries in a co_await)
+    json body = co_await parse_json_text(st, text);
     if (!body.is_object()) throw ApiError("invalid_json", "the request body must be a JSON object");
     const PromptKind kind = chat ? PromptKind::Chat : PromptKind::Completion;
     Generation::Admitted a = co_await Generation::admit(st, std::move(body), kind, received, req.body());

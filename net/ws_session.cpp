@@ -83,19 +83,29 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
         send_error(nullptr, "invalid_json", "binary messages are not accepted; send JSON text");
         continue;
       }
+      const auto received = Generation::Clock::now();
       const auto data = buf.cdata();
-      handle(std::string_view(static_cast<const char*>(data.data()), data.size()));
+      const std::string_view text(static_cast<const char*>(data.data()), data.size());
+      // A long message is parsed on the preparation thread; this socket's next message waits for it.
+      json msg;
+      std::optional<ApiError> unreadable;
+      try {
+        json parsed = co_await parse_json_text(st_, text);
+        msg = std::move(parsed);
+      } catch (const ApiError& e) {
+        unreadable = e;
+      }
+      if (!open_) co_return;
+      if (unreadable) {
+        send_error(nullptr, unreadable->code, unreadable->what());
+        continue;
+      }
+      handle(text, std::move(msg), received);
     }
   }
 
-  void handle(std::string_view text) {
-    const auto received = Generation::Clock::now();
-    json msg;
-    try {
-      msg = parse_json(text);
-    } catch (const ApiError& e) {
-      return send_error(nullptr, e.code, e.what());
-    }
+  // A message, parsed from `text`.
+  void handle(std::string_view text, json msg, Generation::Clock::time_point received) {
     if (!msg.is_object()) return send_error(nullptr, "invalid_json", "the message must be a JSON object");
 #ifdef SPECULA_PLANTED_CRASH
     // Only in the specula-planted-crash build, the message fuzzer's control (tests/integration/

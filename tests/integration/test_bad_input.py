@@ -326,3 +326,33 @@ def test_a_long_prompt_counts_the_same_tokens_in_tokenize_and_in_a_completion(se
 def test_a_priority_on_a_server_that_serves_first_come_first_served_is_refused_naming_it(server):
     expect_error(server, {**GOOD, "id": "p", "priority": 2}, "invalid_request", param="priority", msg_id="p")
     expect_error(server, {**GOOD, "id": "q", "priority": "urgent"}, "invalid_request", param="priority", msg_id="q")
+
+
+def test_long_messages_and_bodies_parsed_off_the_io_thread_are_served_or_refused_as_short_ones(server):
+    # Past 16 KB (net/generation.h, kInlineJsonBytes) the JSON is read on the preparation thread.
+    filler = {"metadata": {"items": [{"k": i, "v": "abc"} for i in range(8000)]}}
+    assert len(json.dumps(filler)) > 64 * 1024
+    broken = json.dumps({**GOOD, **filler})[:-2]
+    expect_error(server, broken, "invalid_json")
+    expect_error(server, json.dumps([GOOD] * 800), "invalid_json")  # not an object
+
+    async def main():  # a long valid message on a socket is answered, and in order with the next
+        async with connect(server.ws_url, max_size=None) as ws:
+            await ws.send(json.dumps({**GOOD, "id": "long", **filler}))
+            await ws.send(json.dumps({**GOOD, "id": "short"}))
+            ends = []
+            async with asyncio.timeout(60):
+                while len(ends) < 2:
+                    ev = json.loads(await ws.recv())
+                    if ev["type"] in ("done", "error"):
+                        ends.append((ev["id"], ev["type"]))
+            assert sorted(ends) == [("long", "done"), ("short", "done")], ends
+    asyncio.run(main())
+    body = {"prompt": "Hi", "max_tokens": 2, "temperature": 0, **filler}
+    r = httpx.post(server.url + "/v1/completions", json=body, timeout=60)
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] is not None, r.text[:300]
+    r = httpx.post(server.url + "/v1/completions", content=json.dumps(body)[:-1], timeout=60,
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json", r.text[:300]
+    r = httpx.post(server.url + "/tokenize", content=json.dumps({"prompt": "x" * 100_000}), timeout=60)
+    assert r.status_code == 200 and r.json()["count"] > 0, r.text[:300]
