@@ -28,25 +28,15 @@ constexpr std::chrono::seconds kWriteTimeout{30};  // a client that stops readin
 
 // Every response is written under a deadline, so a client that stops reading does not hold the
 // connection, and the response's bytes, past it. `cors`: the request's Access-Control-Allow-Origin
-// (cors_origin), "" for none.
+// (cors_origin), "" for none; `head`: the request was a HEAD.
 asio::awaitable<std::tuple<beast::error_code, std::size_t>> timed_write(beast::tcp_stream& stream, HttpResponse& res,
-                                                                        std::string_view cors = {}) {
+                                                                        std::string_view cors = {}, bool head = false) {
   allow_origin(res, cors);
+  if (head) res.body().clear();  // HEAD: the headers (Content-Length too) of what GET would answer, no body
   stream.expires_after(kWriteTimeout);
   auto result = co_await http::async_write(stream, res, kAwait);
   stream.expires_never();
   co_return result;
-}
-
-// Counts an answered request in the metrics (status 0: none was written, the client left first,
-// counted as 499 as nginx logs it). `path` without its query.
-void count_exchange(ServerState& st, std::string_view path, const HttpRequest& req, unsigned status,
-                    std::chrono::steady_clock::time_point received) {
-  if (auto q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
-  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - received;
-  const beast::string_view method = req.method_string();
-  st.metrics.count_http(http_route_label(path), http_method_label(std::string_view(method.data(), method.size())),
-                        status == 0 ? 499 : status, took.count());
 }
 
 json models_json(const ServerState& st) {
@@ -124,6 +114,15 @@ asio::awaitable<HttpResponse> serve_tokenize(ServerState& st, const HttpRequest&
 
 }  // namespace
 
+void count_exchange(ServerState& st, std::string_view path, const HttpRequest& req, unsigned status,
+                    std::chrono::steady_clock::time_point received) {
+  if (auto q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - received;
+  const beast::string_view method = req.method_string();
+  st.metrics.count_http(http_route_label(path), http_method_label(std::string_view(method.data(), method.size())),
+                        status == 0 ? 499 : status, took.count());
+}
+
 asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket socket) {
   beast::tcp_stream stream(std::move(socket));
   bool closed = false;
@@ -149,76 +148,61 @@ asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket so
           ApiError("message_too_large", "request bodies are limited to " + std::to_string(st.config.max_body_bytes) + " bytes"),
           false);
       const std::string cors = cors_origin(st.config.access, head);  // (named: no temporaries in a co_await)
-      co_await timed_write(stream, res, cors);
+      auto [wec, wn] = co_await timed_write(stream, res, cors);
       const std::string_view target(head.target().data(), head.target().size());
-      count_exchange(st, target, head, res.result_int(), received);
+      count_exchange(st, target, head, wec ? 0 : res.result_int(), received);
       break;
     }
     if (ec) break;  // closed, timed out, or not HTTP
     HttpRequest req = parser.release();
     std::string_view path(req.target().data(), req.target().size());
     if (auto q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
-    unsigned status = 0;  // the response's, for the metrics; 499 when the client left before one
+    const bool head = req.method() == http::verb::head;
+    bool keep_alive = req.keep_alive();
+    unsigned status = 0;  // the response's once written, for the metrics (0: none reached the client)
+    // Writes `res` and notes its status; a failed write ends the connection.
+    // (Called as `co_await answer(res)` with `res` named: no temporaries in a co_await.)
+    auto answer = [&](HttpResponse& res, std::string_view cors) -> asio::awaitable<void> {
+      auto [wec, wn] = co_await timed_write(stream, res, cors, head);
+      status = wec ? 0 : res.result_int();
+      if (wec) keep_alive = false;
+    };
 
     const bool upgrade = path == "/v1/ws" && beast::websocket::is_upgrade(req);
     const std::string cors = upgrade ? std::string() : cors_origin(st.config.access, req);
     if (req.method() == http::verb::options) {  // before the key: a browser's preflight carries none
       HttpResponse res = preflight_response(st.config.access, req);
-      auto [wec, wn] = co_await timed_write(stream, res);
-      count_exchange(st, path, req, res.result_int(), received);
-      if (wec || !req.keep_alive() || st.draining) break;
-      continue;
-    }
-    if (upgrade || needs_key(path)) {
-      if (std::optional<ApiError> refused = check_access(st.config.access, req, upgrade)) {
-        HttpResponse res = error_response(*refused, req.keep_alive(), req.version());
-        auto [wec, wn] = co_await timed_write(stream, res, cors);
-        count_exchange(st, path, req, res.result_int(), received);
-        if (wec || !req.keep_alive()) break;
-        continue;
-      }
-    }
-    if (path == "/v1/ws") {
-      if (upgrade) {
-        registration.reset();  // the WebSocket session registers itself
-        count_exchange(st, path, req, 101, received);
-        co_await run_websocket_session(st, std::move(stream), std::move(req));
-        co_return;
-      }
-      HttpResponse res = error_response(ApiError("invalid_request", "/v1/ws takes a WebSocket upgrade"), req.keep_alive(),
+      co_await answer(res, {});
+    } else if (std::optional<ApiError> refused =
+                   upgrade || needs_key(path) ? check_access(st.config.access, req, upgrade) : std::nullopt) {
+      HttpResponse res = error_response(*refused, keep_alive, req.version());
+      co_await answer(res, cors);
+    } else if (upgrade) {
+      registration.reset();  // the WebSocket session registers itself, and counts the upgrade
+      co_await run_websocket_session(st, std::move(stream), std::move(req), received);
+      co_return;
+    } else if (path == "/v1/ws") {
+      HttpResponse res = error_response(ApiError("invalid_request", "/v1/ws takes a WebSocket upgrade"), keep_alive,
                                         req.version());
-      co_await timed_write(stream, res, cors);
-      count_exchange(st, path, req, res.result_int(), received);
-      continue;
-    }
-    bool keep_alive = req.keep_alive();
-    bool write_failed = false;
-    if (path == "/tokenize" && req.method() == http::verb::post) {
+      co_await answer(res, cors);
+    } else if (path == "/tokenize" && req.method() == http::verb::post) {
       HttpResponse res = co_await serve_tokenize(st, req);
-      auto [wec, wn] = co_await timed_write(stream, res, cors);
-      status = res.result_int();
-      write_failed = static_cast<bool>(wec);
+      co_await answer(res, cors);
     } else if (std::optional<HttpResponse> res = simple_route(st, req, path)) {
-      if (req.method() == http::verb::head) res->body().clear();
-      auto [wec, wn] = co_await timed_write(stream, *res, cors);
-      status = res->result_int();
-      write_failed = static_cast<bool>(wec);
+      co_await answer(*res, cors);
     } else if (path == "/v1/chat/completions" || path == "/v1/completions") {
       if (req.method() != http::verb::post) {
         HttpResponse res = error_response(ApiError("method_not_allowed", "use POST"), keep_alive, req.version());
-        co_await timed_write(stream, res, cors);
-        status = res.result_int();
+        co_await answer(res, cors);
       } else {
         keep_alive = co_await serve_openai_completion(st, stream, req, path == "/v1/chat/completions", status, cors);
       }
     } else {
       HttpResponse res = error_response(ApiError("not_found", "no route for " + std::string(path)), keep_alive, req.version());
-      auto [wec, wn] = co_await timed_write(stream, res, cors);
-      status = res.result_int();
-      write_failed = static_cast<bool>(wec);
+      co_await answer(res, cors);
     }
     count_exchange(st, path, req, status, received);
-    if (write_failed || !keep_alive || closed || st.draining) break;
+    if (!keep_alive || closed || st.draining) break;
   }
   if (!closed) {
     beast::error_code ignored;

@@ -134,8 +134,8 @@ std::string Metrics::render(const EngineReadings& engine) const {
          engine.prefix_hit_tokens);
   scalar(out, "specula_websocket_connections", "gauge", "Open WebSocket connections.", websocket_connections);
   header(out, "specula_http_requests_total", "counter",
-         "HTTP requests answered, by route (other: no such route), method and status (499: the client left "
-         "before an answer; a WebSocket upgrade counts once, as 101).");
+         "HTTP requests, by route (other: no such route), method and status (499: no answer reached the client, "
+         "which left or was closed at shutdown first; a WebSocket upgrade counts once, as 101).");
   for (const auto& [key, n] : http_requests) {
     const auto& [route, method, status] = key;
     out += "specula_http_requests_total{route=\"" + route + "\",method=\"" + method + "\",status=\"" +

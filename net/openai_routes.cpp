@@ -240,10 +240,10 @@ json tool_message(const Generation::Admitted& a, const std::string& text, const 
 
 asio::awaitable<bool> write_response(beast::tcp_stream& stream, HttpResponse res, std::string_view cors, unsigned& status) {
   allow_origin(res, cors);
-  status = res.result_int();
   stream.expires_after(kWriteTimeout);
   auto [ec, n] = co_await http::async_write(stream, res, kAwait);
   stream.expires_never();
+  if (!ec) status = res.result_int();
   co_return !ec && res.keep_alive();
 }
 

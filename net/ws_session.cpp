@@ -38,7 +38,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
  public:
   WsSession(ServerState& st, beast::tcp_stream stream) : st_(st), ws_(std::move(stream)), wake_(ws_.get_executor()) {}
 
-  asio::awaitable<void> run(beast::http::request<beast::http::string_body> req) {
+  asio::awaitable<void> run(beast::http::request<beast::http::string_body> req, std::chrono::steady_clock::time_point received) {
     auto self = shared_from_this();
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
     ws_.set_option(websocket::stream_base::decorator([protocol = websocket_subprotocol(req)](websocket::response_type& res) {
@@ -47,6 +47,13 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     }));
     ws_.read_message_max(kHardMessageMax);
     auto [ec] = co_await ws_.async_accept(req, kAwait);
+    // Counted once the handshake ends: 101; a request Beast refused (no key, another version) as
+    // its 400 / 426; a client gone first as no answer.
+    const unsigned status = !ec                                             ? 101
+                            : ec == websocket::error::bad_sec_version       ? 426
+                            : ec == websocket::condition::handshake_failed ? 400
+                                                                            : 0;
+    count_exchange(st_, "/v1/ws", req, status, received);
     if (ec) co_return;
     ++st_.metrics.websocket_connections;
     std::weak_ptr<WsSession> weak = self;
@@ -94,6 +101,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
         msg = std::move(parsed);
       } catch (const ApiError& e) {
         unreadable = e;
+      } catch (const std::exception& e) {  // out of memory for the copy or the value: this message fails, not the socket
+        unreadable = ApiError("internal", std::string("the message could not be read: ") + e.what());
       }
       if (!open_) co_return;
       if (unreadable) {
@@ -261,9 +270,10 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 }  // namespace
 
 asio::awaitable<void> run_websocket_session(ServerState& st, beast::tcp_stream stream,
-                                            beast::http::request<beast::http::string_body> req) {
+                                            beast::http::request<beast::http::string_body> req,
+                                            std::chrono::steady_clock::time_point received) {
   auto session = std::make_shared<WsSession>(st, std::move(stream));
-  co_await session->run(std::move(req));
+  co_await session->run(std::move(req), received);
 }
 
 }  // namespace specula::net

@@ -315,8 +315,3 @@ def test_sighup_reads_the_api_key_file_again_and_a_bad_file_leaves_the_keys_in_u
     assert srv.proc.poll() is None
     assert 'specula_api_key_reloads_total{result="error"} 3' in reloads()
 
-
-def test_without_a_key_file_sighup_is_not_handled_and_ends_the_server(fresh_server):
-    srv = fresh_server("--draft", "none", "--api-key", KEY)
-    srv.proc.send_signal(signal.SIGHUP)
-    assert srv.proc.wait(30) == -signal.SIGHUP

@@ -92,9 +92,17 @@ def test_http_requests_are_counted_by_route_method_and_status_and_timed(server):
         assert c.post("/v1/completions", content=b"{not json").status_code == 400
         assert c.get("/v1/completions").status_code == 405
         assert c.request("PUT", "/v1/chat/completions").status_code == 405
+        # HEAD answers carry no body, so the keep-alive connection reads the next answer right.
+        r = c.head("/no/such/path")
+        assert r.status_code == 404 and r.content == b"" and int(r.headers["content-length"]) > 0
+        # An upgrade Beast refuses (no Sec-WebSocket-Key) is counted as its 400, not as 101.
+        r = httpx.get(server.url + "/v1/ws", headers={"Connection": "Upgrade", "Upgrade": "websocket",
+                                                      "Sec-WebSocket-Version": "13"}, timeout=30)
+        assert r.status_code == 400, r.text
+        assert c.get("/health").status_code == 200
     # A client that leaves before its answer (nginx logs these as 499).
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(server.url + "/v1/completions", json={"prompt": "Count to a thousand:", "max_tokens": 400, "ignore_eos": True,
+        httpx.post(server.url + "/v1/completions", json={"prompt": "Count to a thousand:", "max_tokens": 2000, "ignore_eos": True,
                                                          "temperature": 0}, timeout=httpx.Timeout(30, read=0.3))
 
     async def ws():
@@ -102,7 +110,8 @@ def test_http_requests_are_counted_by_route_method_and_status_and_timed(server):
             pass
     asyncio.run(ws())
 
-    expected = {("/health", "GET", 200): 1, ("/v1/models", "HEAD", 200): 1, ("other", "GET", 404): 1,
+    expected = {("/health", "GET", 200): 2, ("/v1/models", "HEAD", 200): 1, ("other", "GET", 404): 1,
+                ("other", "HEAD", 404): 1, ("/v1/ws", "GET", 400): 1,
                 ("/v1/models/{model}", "GET", 404): 1, ("/v1/completions", "POST", 200): 2,
                 ("/v1/completions", "POST", 400): 1, ("/v1/completions", "GET", 405): 1,
                 ("/v1/chat/completions", "other", 405): 1, ("/v1/ws", "GET", 101): 1, ("/v1/completions", "POST", 499): 1}

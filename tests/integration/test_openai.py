@@ -978,7 +978,7 @@ def test_with_the_priority_policy_a_waiting_request_of_lower_priority_value_goes
         return False
 
     async def main():
-        running = asyncio.create_task(ask("running", 0, 400))
+        running = asyncio.create_task(ask("running", 0, 2000))
         assert await gauge("specula_requests_running", 1), "the first request did not start"
         later = asyncio.create_task(ask("later", 5, 4))
         assert await gauge("specula_requests_waiting", 1), "the first waiting request was not queued"
