@@ -1,5 +1,6 @@
 #include "tools/specula-load/prompts.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -35,6 +36,12 @@ Prompt parse_prompt_line(const nlohmann::json& j, const std::string& where) {
   if (j.contains("max_tokens")) {
     if (!j["max_tokens"].is_number_integer() || j["max_tokens"].get<long long>() < 1) fail("\"max_tokens\" must be a positive integer");
     p.max_tokens = j["max_tokens"].get<int>();
+  }
+  if (j.contains("priority")) {
+    const auto& v = j["priority"];
+    if (!v.is_number_integer() || v.get<long long>() < INT32_MIN || v.get<long long>() > INT32_MAX)
+      fail("\"priority\" must be an integer");
+    p.priority = v.get<int>();
   }
   return p;
 }

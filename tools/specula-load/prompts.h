@@ -1,5 +1,5 @@
 // Prompts for the load: one JSON object a line, with "messages" (chat) or "prompt" (plain text),
-// and optionally "id" and "max_tokens" (see ../shared/data/prompts/chat.jsonl).
+// and optionally "id", "max_tokens" and "priority" (see ../shared/data/prompts/chat.jsonl).
 #pragma once
 #include <optional>
 #include <string>
@@ -14,6 +14,8 @@ struct Prompt {
   nlohmann::json messages;        // [{"role", "content"}, ...], or null when the line has "prompt"
   std::string prompt;             // the plain-text prompt when messages is null
   std::optional<int> max_tokens;  // the line's own "max_tokens"
+  std::optional<int> priority;    // the line's own "priority", sent with its requests (specula serve
+                                  // --scheduling-policy priority, vLLM's field)
 };
 
 // Throws std::runtime_error naming the file and line: missing file, bad JSON, neither

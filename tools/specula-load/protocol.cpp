@@ -11,6 +11,7 @@ namespace {
 void add_sampling(json& body, const Prompt& p, const LoadOptions& o, int index) {
   if (o.max_tokens) body["max_tokens"] = *o.max_tokens;
   else if (p.max_tokens) body["max_tokens"] = *p.max_tokens;
+  if (p.priority) body["priority"] = *p.priority;
   if (o.temperature) body["temperature"] = *o.temperature;
   if (o.top_p) body["top_p"] = *o.top_p;
   if (o.top_k) body["top_k"] = *o.top_k;

@@ -1,6 +1,7 @@
 // What one request measured, as the sessions fill it in. Times are seconds since the run began
 // (steady clock); -1 where an event did not happen.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@ struct RequestRecord {
   int index = 0;          // 0-based, in the order requests were issued
   int session = 0;        // which session (connection slot) ran it
   std::string prompt_id;
+  std::optional<int> priority;  // its prompt's "priority", when the line had one
   double scheduled_s = -1;    // Poisson arrival time (open loop only)
   double start_s = -1;        // request written to the socket
   double first_token_s = -1;  // first event carrying text

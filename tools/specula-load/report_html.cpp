@@ -82,6 +82,13 @@ std::string html_report(const LoadOptions& o, size_t prompt_count, const RunResu
   if (o.rate > 0) h << dist_row("queued before send (ms)", s.queue_ms);
   h << dist_row("request tokens/s (output / end-to-end)", s.request_tokens_per_s)
     << dist_row("session tokens/s", s.session_tokens_per_s) << "</table>\n";
+  if (!s.by_priority.empty()) {
+    h << "<h2>By priority</h2><table>\n" << row({"metric", "n", "mean", "p50", "p90", "p99", "min", "max"}, "th");
+    for (const auto& [priority, c] : s.by_priority)
+      h << dist_row("priority " + std::to_string(priority) + ": time to first token (ms)", c.ttft_ms)
+        << dist_row("priority " + std::to_string(priority) + ": end-to-end latency (ms)", c.e2e_ms);
+    h << "</table>\n";
+  }
 
   const Acceptance& a = s.acceptance;
   h << "<h2>Speculation</h2><table>\n"

@@ -53,6 +53,7 @@ json request_json(const RequestRecord& r) {
             {"mean_accepted_length", or_null(r.server.mean_accepted_length)},
             {"mean_confidence_threshold", or_null(r.server.mean_confidence_threshold)}};
   if (r.scheduled_s >= 0) j["scheduled_ms"] = r.scheduled_s * 1e3;
+  if (r.priority) j["priority"] = *r.priority;
   if (!r.ok()) j["error"] = {{"kind", r.error_kind}, {"message", r.error_message}};
   return j;
 }
@@ -96,6 +97,13 @@ json result_json(const LoadOptions& o, size_t prompt_count, const RunResult& run
                   {"errors", s.failed},
                   {"errors_by_kind", errors}};
   if (o.rate > 0) summary["queue_ms"] = distribution_json(s.queue_ms);
+  if (!s.by_priority.empty()) {
+    json classes = json::object();
+    for (const auto& [priority, c] : s.by_priority)
+      classes[std::to_string(priority)] = {{"requests", c.requests}, {"succeeded", c.succeeded},
+                                           {"ttft_ms", distribution_json(c.ttft_ms)}, {"e2e_ms", distribution_json(c.e2e_ms)}};
+    summary["by_priority"] = classes;
+  }
   json sessions = json::array();
   for (const auto& ss : s.sessions)
     sessions.push_back({{"session", ss.session},

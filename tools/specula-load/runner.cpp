@@ -129,6 +129,7 @@ class Load {
       r.session = s;
       const Prompt& p = prompts_[static_cast<size_t>(i) % prompts_.size()];
       r.prompt_id = p.id;
+      r.priority = p.priority;
       if (r.scheduled_s >= 0) co_await sleep_until(r.scheduled_s);
       if (stopping_) {
         r.start_s = r.end_s = clock_.now();

@@ -82,8 +82,13 @@ Summary summarize(const std::vector<RequestRecord>& records) {
   long long streamed = 0, draft_flagged = 0;
   std::map<int, SessionSummary> sessions;
   std::map<int, std::pair<double, double>> session_span;
+  std::map<int, std::pair<std::vector<double>, std::vector<double>>> by_priority;  // ttft, e2e in ms
   for (const auto& r : records) {
     ++s.requests;
+    if (r.priority) {
+      ++s.by_priority[*r.priority].requests;
+      by_priority[*r.priority];  // described even when all of its requests failed
+    }
     if (r.start_s >= 0) first = std::min(first, r.start_s);
     if (r.end_s >= 0) last = std::max(last, r.end_s);
     if (!r.ok()) {
@@ -98,6 +103,11 @@ Summary summarize(const std::vector<RequestRecord>& records) {
     s.output_tokens += out;
     if (r.server.prompt_tokens >= 0) s.prompt_tokens += r.server.prompt_tokens;
     e2e.push_back(e2e_s * 1e3);
+    if (r.priority) {
+      ++s.by_priority[*r.priority].succeeded;
+      by_priority[*r.priority].second.push_back(e2e_s * 1e3);
+      if (r.first_token_s >= 0) by_priority[*r.priority].first.push_back((r.first_token_s - r.start_s) * 1e3);
+    }
     if (r.first_token_s >= 0) {
       const double ttft_s = r.first_token_s - r.start_s;
       ttft.push_back(ttft_s * 1e3);
@@ -156,6 +166,10 @@ Summary summarize(const std::vector<RequestRecord>& records) {
     s.sessions.push_back(ss);
   }
   s.session_tokens_per_s = describe(session_tps);
+  for (auto& [priority, samples] : by_priority) {
+    s.by_priority[priority].ttft_ms = describe(std::move(samples.first));
+    s.by_priority[priority].e2e_ms = describe(std::move(samples.second));
+  }
   return s;
 }
 

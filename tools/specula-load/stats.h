@@ -68,6 +68,12 @@ struct Acceptance {
   Distribution confidence_threshold;  // each request's mean confidence threshold, where the rule was on
 };
 
+// The requests of one priority value (a prompt line's "priority"), for a run that sends some.
+struct PriorityClass {
+  int requests = 0, succeeded = 0;
+  Distribution ttft_ms, e2e_ms;  // of its successful requests
+};
+
 struct Summary {
   int requests = 0, succeeded = 0, failed = 0;
   double wall_s = 0;                 // first send to last end
@@ -82,6 +88,8 @@ struct Summary {
   std::map<std::string, int> errors;               // kind -> count
   std::map<std::string, std::string> error_examples; // kind -> first message
   std::vector<SessionSummary> sessions;
+  // By priority value, when any request had one (requests without one are not in it).
+  std::map<int, PriorityClass> by_priority;
 };
 
 // Latencies cover successful requests only; errors are counted by kind.

@@ -104,6 +104,20 @@ TEST(Prompts, ReadsMessagesAndPlainPromptsAndSkipsBlankLines) {
   std::remove(path.c_str());
 }
 
+TEST(Prompts, ALinesPriorityIsReadAndMustBeAnInteger) {
+  EXPECT_EQ(parse_prompt_line(nlohmann::json::parse(R"({"prompt":"a","priority":-3})"), "f:1").priority, -3);
+  EXPECT_FALSE(parse_prompt_line(nlohmann::json::parse(R"({"prompt":"a"})"), "f:1").priority);
+  for (const char* bad : {R"({"prompt":"a","priority":"high"})", R"({"prompt":"a","priority":1.5})",
+                          R"({"prompt":"a","priority":9999999999})"}) {
+    try {
+      parse_prompt_line(nlohmann::json::parse(bad), "f:2");
+      FAIL() << bad;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("f:2: \"priority\""), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Prompts, ProblemsNameTheFileAndLine) {
   const std::string path = testing::TempDir() + "/load_bad_prompts.jsonl";
   std::ofstream(path) << R"({"prompt":"ok"})" << "\n" << R"({"messages":"not a list"})" << "\n";

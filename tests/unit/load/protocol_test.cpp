@@ -42,6 +42,16 @@ TEST(GenerateMessage, OptionsOverrideThePromptAndSampledRequestsGetDistinctSeeds
   EXPECT_EQ(b["seed"], 102);
 }
 
+TEST(GenerateMessage, APromptsPriorityGoesWithItsRequestsOnBothProtocols) {
+  LoadOptions o;
+  Prompt p = chat_prompt();
+  EXPECT_FALSE(ws_generate_message(p, o, 0).contains("priority"));
+  p.priority = -2;
+  EXPECT_EQ(ws_generate_message(p, o, 0)["priority"], -2);
+  o.target = parse_url("http://127.0.0.1:8080/v1/chat/completions");
+  EXPECT_EQ(http_request_body(p, o, 0)["priority"], -2);
+}
+
 TEST(HttpBody, ChatCompletionsStreamWithUsageAndAPlainPromptBecomesAUserMessage) {
   LoadOptions o;
   o.target = parse_url("http://127.0.0.1:8080/v1/chat/completions");

@@ -143,6 +143,30 @@ TEST(Summarize, LatenciesCoverSuccessesAndErrorsAreCountedByKind) {
   EXPECT_DOUBLE_EQ(s.sessions[1].tokens_per_s, 4 / 0.8);
 }
 
+TEST(Summarize, RequestsWithAPriorityAreDescribedByItsValue) {
+  std::vector<RequestRecord> rs = {request(0, 0.0, {0.1}, {1}, 0.5), request(1, 0.0, {0.4}, {1}, 0.9),
+                                   request(0, 0.5, {0.7}, {1}, 1.0), request(1, 0.9, {1.0}, {1}, 1.2)};
+  rs[0].priority = -1;
+  rs[1].priority = 1;
+  rs[2].priority = -1;
+  rs[3].priority = 1;
+  rs[3].error_kind = "timeout";
+  const Summary s = summarize(rs);
+  ASSERT_EQ(s.by_priority.size(), 2u);
+  const PriorityClass& high = s.by_priority.at(-1);
+  const PriorityClass& low = s.by_priority.at(1);
+  EXPECT_EQ(high.requests, 2);
+  EXPECT_EQ(high.succeeded, 2);
+  EXPECT_NEAR(high.ttft_ms.mean, (100 + 200) / 2.0, 1e-9);
+  EXPECT_NEAR(high.e2e_ms.max, 500, 1e-9);
+  EXPECT_EQ(low.requests, 2);
+  EXPECT_EQ(low.succeeded, 1);  // the timed-out one is counted, not described
+  EXPECT_EQ(low.ttft_ms.n, 1u);
+  EXPECT_NEAR(low.ttft_ms.mean, 400, 1e-9);
+  rs[0].priority = rs[1].priority = rs[2].priority = rs[3].priority = std::nullopt;
+  EXPECT_TRUE(summarize(rs).by_priority.empty());
+}
+
 TEST(Summarize, WithoutSpeculationStatsAcceptanceIsAbsentNotZero) {
   const Summary s = summarize({request(0, 0, {0.1}, {1}, 0.2)});
   EXPECT_EQ(s.acceptance.requests_with_stats, 0);
