@@ -135,28 +135,30 @@ std::string websocket_subprotocol(const HttpRequest& req) {
   return "";
 }
 
-std::string cors_origin(const AccessConfig& access, const HttpRequest& req) {
+CorsAnswer cors_answer(const AccessConfig& access, const HttpRequest& req) {
   const std::optional<std::string_view> origin = origin_of(req);
-  return origin && listed(access, *origin) ? std::string(*origin) : std::string();
+  return {origin && listed(access, *origin) ? std::string(*origin) : std::string(), !access.allowed_origins.empty()};
 }
 
-void allow_origin(http::fields& res, std::string_view origin) {
-  if (origin.empty()) return;
-  res.set(http::field::access_control_allow_origin, origin);
-  res.set(http::field::vary, "Origin");
+void apply_cors(http::fields& res, const CorsAnswer& cors) {
+  if (!cors.allow_origin.empty()) res.set(http::field::access_control_allow_origin, cors.allow_origin);
+  if (cors.vary || !cors.allow_origin.empty()) res.set(http::field::vary, "Origin");
 }
 
 HttpResponse preflight_response(const AccessConfig& access, const HttpRequest& req) {
   const std::optional<std::string_view> origin = origin_of(req);
-  if (origin && !listed(access, *origin))
-    return error_response(ApiError("forbidden_origin", "requests from origin '" + std::string(*origin) +
-                                                           "' are not allowed: list it with --allowed-origins"),
-                          req.keep_alive(), req.version());
+  if (origin && !listed(access, *origin)) {
+    HttpResponse res = error_response(ApiError("forbidden_origin", "requests from origin '" + std::string(*origin) +
+                                                                       "' are not allowed: list it with --allowed-origins"),
+                                      req.keep_alive(), req.version());
+    apply_cors(res, cors_answer(access, req));  // Vary: Origin when the server lists any
+    return res;
+  }
   HttpResponse res = make_response(204, "", "text/plain", req.keep_alive(), req.version());
   res.erase(http::field::content_type);
   res.set(http::field::allow, "GET, HEAD, POST, OPTIONS");
   if (origin) {
-    allow_origin(res, *origin);
+    apply_cors(res, cors_answer(access, req));
     res.set(http::field::access_control_allow_methods, "GET, HEAD, POST, OPTIONS");
     const auto asked = req.find(http::field::access_control_request_headers);
     res.set(http::field::access_control_allow_headers,

@@ -25,13 +25,20 @@ struct AccessConfig {
 // (the key may come as a subprotocol).
 std::optional<ApiError> check_access(const AccessConfig& access, const HttpRequest& req, bool websocket);
 
-// CORS for the HTTP routes: the value of Access-Control-Allow-Origin for a request whose Origin
-// --allowed-origins lists (or with "*" there, any Origin): that origin; "" otherwise (no Origin,
-// the served host's own, or one not listed), and the browser keeps the response from the page.
-std::string cors_origin(const AccessConfig& access, const HttpRequest& req);
+// CORS for the HTTP routes, what a response to a request carries.
+struct CorsAnswer {
+  // Access-Control-Allow-Origin: the request's Origin when --allowed-origins lists it (or with
+  // "*" there, any Origin); "" otherwise (no Origin, the served host's own, or one not listed), and
+  // the browser keeps the response from the page.
+  std::string allow_origin;
+  // Vary: Origin, on every answer of a server that lists origins (granted or not), so that a cache
+  // between the server and the browsers keeps one copy an Origin.
+  bool vary = false;
+};
+CorsAnswer cors_answer(const AccessConfig& access, const HttpRequest& req);
 
-// Sets Access-Control-Allow-Origin to `origin` and Vary: Origin, unless `origin` is "".
-void allow_origin(boost::beast::http::fields& res, std::string_view origin);
+// Sets the headers of `cors` on a response.
+void apply_cors(boost::beast::http::fields& res, const CorsAnswer& cors);
 
 // The answer to OPTIONS (a browser's CORS preflight before a request with an Authorization or
 // JSON Content-Type header): 204 granting the listed origin GET and POST with the headers it

@@ -27,11 +27,11 @@ constexpr std::chrono::seconds kIdleTimeout{120};  // a keep-alive connection wi
 constexpr std::chrono::seconds kWriteTimeout{30};  // a client that stops reading a response is dropped
 
 // Every response is written under a deadline, so a client that stops reading does not hold the
-// connection, and the response's bytes, past it. `cors`: the request's Access-Control-Allow-Origin
-// (cors_origin), "" for none; `head`: the request was a HEAD.
+// connection, and the response's bytes, past it. `cors`: the request's CORS headers (cors_answer);
+// `head`: the request was a HEAD.
 asio::awaitable<std::tuple<beast::error_code, std::size_t>> timed_write(beast::tcp_stream& stream, HttpResponse& res,
-                                                                        std::string_view cors = {}, bool head = false) {
-  allow_origin(res, cors);
+                                                                        const CorsAnswer& cors, bool head = false) {
+  apply_cors(res, cors);
   if (head) res.body().clear();  // HEAD: the headers (Content-Length too) of what GET would answer, no body
   stream.expires_after(kWriteTimeout);
   auto result = co_await http::async_write(stream, res, kAwait);
@@ -147,7 +147,7 @@ asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket so
       HttpResponse res = error_response(
           ApiError("message_too_large", "request bodies are limited to " + std::to_string(st.config.max_body_bytes) + " bytes"),
           false);
-      const std::string cors = cors_origin(st.config.access, head);  // (named: no temporaries in a co_await)
+      const CorsAnswer cors = cors_answer(st.config.access, head);  // (named: no temporaries in a co_await)
       auto [wec, wn] = co_await timed_write(stream, res, cors);
       const std::string_view target(head.target().data(), head.target().size());
       count_exchange(st, target, head, wec ? 0 : res.result_int(), received);
@@ -162,17 +162,18 @@ asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket so
     unsigned status = 0;  // the response's once written, for the metrics (0: none reached the client)
     // Writes `res` and notes its status; a failed write ends the connection.
     // (Called as `co_await answer(res)` with `res` named: no temporaries in a co_await.)
-    auto answer = [&](HttpResponse& res, std::string_view cors) -> asio::awaitable<void> {
+    auto answer = [&](HttpResponse& res, const CorsAnswer& cors) -> asio::awaitable<void> {
       auto [wec, wn] = co_await timed_write(stream, res, cors, head);
       status = wec ? 0 : res.result_int();
       if (wec) keep_alive = false;
     };
 
     const bool upgrade = path == "/v1/ws" && beast::websocket::is_upgrade(req);
-    const std::string cors = upgrade ? std::string() : cors_origin(st.config.access, req);
+    const CorsAnswer cors = upgrade ? CorsAnswer() : cors_answer(st.config.access, req);
+    const CorsAnswer no_cors;  // the preflight's answer sets its own
     if (req.method() == http::verb::options) {  // before the key: a browser's preflight carries none
       HttpResponse res = preflight_response(st.config.access, req);
-      co_await answer(res, {});
+      co_await answer(res, no_cors);
     } else if (std::optional<ApiError> refused =
                    upgrade || needs_key(path) ? check_access(st.config.access, req, upgrade) : std::nullopt) {
       HttpResponse res = error_response(*refused, keep_alive, req.version());

@@ -238,8 +238,8 @@ json tool_message(const Generation::Admitted& a, const std::string& text, const 
   return {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", std::move(calls)}};
 }
 
-asio::awaitable<bool> write_response(beast::tcp_stream& stream, HttpResponse res, std::string_view cors, unsigned& status) {
-  allow_origin(res, cors);
+asio::awaitable<bool> write_response(beast::tcp_stream& stream, HttpResponse res, const CorsAnswer& cors, unsigned& status) {
+  apply_cors(res, cors);
   stream.expires_after(kWriteTimeout);
   auto [ec, n] = co_await http::async_write(stream, res, kAwait);
   stream.expires_never();
@@ -250,7 +250,7 @@ asio::awaitable<bool> write_response(beast::tcp_stream& stream, HttpResponse res
 }  // namespace
 
 asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream& stream, const HttpRequest& req,
-                                              bool chat, unsigned& status, std::string_view cors) {
+                                              bool chat, unsigned& status, const CorsAnswer& cors) {
   const auto received = Generation::Clock::now();
   const bool keep_alive = req.keep_alive();
   Generation::Admitted admitted;
@@ -373,7 +373,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   // --- stream: true ---
   http::response<http::empty_body> head{http::status::ok, req.version()};
   head.set(http::field::server, "specula");
-  allow_origin(head, cors);
+  apply_cors(head, cors);
   head.set(http::field::content_type, "text/event-stream");
   head.set(http::field::cache_control, "no-cache");
   head.keep_alive(keep_alive);

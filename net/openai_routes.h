@@ -10,11 +10,10 @@ namespace specula::net {
 
 // POST /v1/chat/completions (chat) or /v1/completions: answers `req` on `stream`; returns
 // whether the connection may read another request, and sets `status` to the response's status
-// (left 0 when the client went away before one was written). `cors`: the
-// Access-Control-Allow-Origin its response carries ("" for none; net/auth.h, cors_origin), alive
-// until this returns.
+// (left 0 when the client went away before one was written). `cors`: the CORS headers its
+// response carries (net/auth.h, cors_answer), alive until this returns.
 boost::asio::awaitable<bool> serve_openai_completion(ServerState& st, boost::beast::tcp_stream& stream,
                                                      const HttpRequest& req, bool chat, unsigned& status,
-                                                     std::string_view cors = {});
+                                                     const CorsAnswer& cors);
 
 }  // namespace specula::net

@@ -190,6 +190,9 @@ def test_a_listed_origin_gets_cors_headers_and_its_preflight_and_another_origin_
             r = c.get("/v1/models", headers=headers)
             assert r.status_code == status, r.text
             assert r.headers.get("access-control-allow-origin") == (SITE if headers["Origin"] == SITE else None), headers
+            assert r.headers.get("vary") == "Origin", headers  # granted or not: caches keep one copy an Origin
+        r = c.get("/v1/models", headers=auth)  # no Origin: no grant, but the answer still varies by it
+        assert r.status_code == 200 and "access-control-allow-origin" not in r.headers and r.headers["vary"] == "Origin"
         r = c.post("/v1/completions", headers={"Origin": SITE, **auth}, json={"prompt": "Hi", "max_tokens": 3})
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == SITE
         with c.stream("POST", "/v1/completions", headers={"Origin": SITE, **auth},
@@ -201,9 +204,12 @@ def test_a_listed_origin_gets_cors_headers_and_its_preflight_and_another_origin_
                    content=b"{" + b" " * (2 << 20) + b"}", timeout=60)
     assert r.status_code == 413 and r.json()["error"]["code"] == "message_too_large", r.text
     assert r.headers["access-control-allow-origin"] == SITE
-    # A server that lists no origin grants none.
+    # A server that lists no origin grants none, and its answers do not vary by Origin.
     r = httpx.options(keyed.url + "/v1/chat/completions", headers={"Origin": SITE, **preflight}, timeout=30)
     assert r.status_code == 403 and "--allowed-origins" in r.text, r.text
+    assert "vary" not in r.headers
+    r = httpx.get(keyed.url + "/v1/models", headers={"Authorization": "Bearer " + KEY, "Origin": SITE}, timeout=30)
+    assert "vary" not in r.headers and "access-control-allow-origin" not in r.headers
 
 
 @pytest.fixture
