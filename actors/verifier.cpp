@@ -191,7 +191,6 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
   // a sequence whose prompt is not all in the cache yet has no rows in it this round.
   const auto prefilling = [&](size_t i) { return !seqs_.count(id_of(i)) || partial_.count(id_of(i)); };
   std::vector<std::vector<int32_t>> windows(round.items.size());
-  std::vector<size_t> verified;  // round.items index of each sequence in `batch`
   for (size_t i = 0; i < round.items.size(); ++i) {
     if (prefilling(i)) continue;
     const Drafted& d = round.items[i];
@@ -200,7 +199,6 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     windows[i].assign(1, d.context.back());
     windows[i].insert(windows[i].end(), d.draft.tokens.begin(), d.draft.tokens.end());
     batch.push_back({seq, windows[i], true});
-    verified.push_back(i);
   }
   // Where the device judges, the logits stay there and only verdicts come back; a round with an
   // optimistic continuation keeps its rows on the host (the sampler judges the continuation

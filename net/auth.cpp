@@ -148,17 +148,14 @@ void apply_cors(http::fields& res, const CorsAnswer& cors) {
 HttpResponse preflight_response(const AccessConfig& access, const HttpRequest& req) {
   const std::optional<std::string_view> origin = origin_of(req);
   if (origin && !listed(access, *origin)) {
-    HttpResponse res = error_response(ApiError("forbidden_origin", "requests from origin '" + std::string(*origin) +
-                                                                       "' are not allowed: list it with --allowed-origins"),
-                                      req.keep_alive(), req.version());
-    apply_cors(res, cors_answer(access, req));  // Vary: Origin when the server lists any
-    return res;
+    return error_response(ApiError("forbidden_origin", "requests from origin '" + std::string(*origin) +
+                                                           "' are not allowed: list it with --allowed-origins"),
+                          req.keep_alive(), req.version());
   }
   HttpResponse res = make_response(204, "", "text/plain", req.keep_alive(), req.version());
   res.erase(http::field::content_type);
   res.set(http::field::allow, "GET, HEAD, POST, OPTIONS");
   if (origin) {
-    apply_cors(res, cors_answer(access, req));
     res.set(http::field::access_control_allow_methods, "GET, HEAD, POST, OPTIONS");
     const auto asked = req.find(http::field::access_control_request_headers);
     res.set(http::field::access_control_allow_headers,

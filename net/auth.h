@@ -43,7 +43,8 @@ void apply_cors(boost::beast::http::fields& res, const CorsAnswer& cors);
 // The answer to OPTIONS (a browser's CORS preflight before a request with an Authorization or
 // JSON Content-Type header): 204 granting the listed origin GET and POST with the headers it
 // asks for, for ten minutes; 403 forbidden_origin for an Origin not listed; 204 with Allow
-// for a client that sends none.
+// for a client that sends none. Access-Control-Allow-Origin and Vary are the caller's to set
+// (apply_cors with cors_answer), as on every other answer.
 HttpResponse preflight_response(const AccessConfig& access, const HttpRequest& req);
 
 // Whether `path` needs the key when one is set: the API, the token routes and /metrics; not /health

@@ -170,10 +170,9 @@ asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket so
 
     const bool upgrade = path == "/v1/ws" && beast::websocket::is_upgrade(req);
     const CorsAnswer cors = upgrade ? CorsAnswer() : cors_answer(st.config.access, req);
-    const CorsAnswer no_cors;  // the preflight's answer sets its own
     if (req.method() == http::verb::options) {  // before the key: a browser's preflight carries none
       HttpResponse res = preflight_response(st.config.access, req);
-      co_await answer(res, no_cors);
+      co_await answer(res, cors);
     } else if (std::optional<ApiError> refused =
                    upgrade || needs_key(path) ? check_access(st.config.access, req, upgrade) : std::nullopt) {
       HttpResponse res = error_response(*refused, keep_alive, req.version());

@@ -29,6 +29,14 @@ void header(std::string& out, const char* name, const char* type, const char* he
   out += '\n';
 }
 
+// A counter family with one label: a line for each (label value, count).
+void counters_by(std::string& out, const char* name, const char* help, const char* label,
+                 const std::map<std::string, uint64_t>& counts) {
+  header(out, name, "counter", help);
+  for (const auto& [value, n] : counts)
+    out += std::string(name) + '{' + label + "=\"" + value + "\"} " + std::to_string(n) + '\n';
+}
+
 void scalar(std::string& out, const char* name, const char* type, const char* help, double value) {
   header(out, name, type, help);
   out += name;
@@ -100,10 +108,8 @@ Metrics::Metrics()
 std::string Metrics::render(const EngineReadings& engine) const {
   const int64_t kv_blocks_free = engine.kv_blocks_free, kv_blocks_total = engine.kv_blocks_total;
   std::string out;
-  header(out, "specula_requests_total", "counter",
-         "Finished requests by outcome (rejected: refused before starting).");
-  for (const auto& [outcome, n] : requests)
-    out += "specula_requests_total{outcome=\"" + outcome + "\"} " + std::to_string(n) + '\n';
+  counters_by(out, "specula_requests_total", "Finished requests by outcome (rejected: refused before starting).", "outcome",
+              requests);
   scalar(out, "specula_prompt_tokens_total", "counter", "Prompt tokens of started requests.", prompt_tokens);
   scalar(out, "specula_generation_tokens_total", "counter", "Generated tokens.", generation_tokens);
   scalar(out, "specula_draft_tokens_total", "counter", "Draft tokens proposed.", draft_tokens);
@@ -144,11 +150,9 @@ std::string Metrics::render(const EngineReadings& engine) const {
   header(out, "specula_http_request_duration_seconds", "histogram",
          "Per HTTP request: its last byte read to its response's last byte written (a stream's whole length).");
   for (const auto& [route, h] : http_duration) h.render(out, "specula_http_request_duration_seconds", "route=\"" + route + "\"");
-  if (!key_reloads.empty()) {
-    header(out, "specula_api_key_reloads_total", "counter", "SIGHUP reads of --api-key-file, by result (error: the keys in use stayed).");
-    for (const auto& [result, n] : key_reloads)
-      out += "specula_api_key_reloads_total{result=\"" + result + "\"} " + std::to_string(n) + '\n';
-  }
+  if (!key_reloads.empty())
+    counters_by(out, "specula_api_key_reloads_total", "SIGHUP reads of --api-key-file, by result (error: the keys in use stayed).",
+                "result", key_reloads);
   return out;
 }
 

@@ -85,10 +85,7 @@ Summary summarize(const std::vector<RequestRecord>& records) {
   std::map<int, std::pair<std::vector<double>, std::vector<double>>> by_priority;  // ttft, e2e in ms
   for (const auto& r : records) {
     ++s.requests;
-    if (r.priority) {
-      ++s.by_priority[*r.priority].requests;
-      by_priority[*r.priority];  // described even when all of its requests failed
-    }
+    if (r.priority) ++s.by_priority[*r.priority].requests;
     if (r.start_s >= 0) first = std::min(first, r.start_s);
     if (r.end_s >= 0) last = std::max(last, r.end_s);
     if (!r.ok()) {
@@ -166,9 +163,10 @@ Summary summarize(const std::vector<RequestRecord>& records) {
     s.sessions.push_back(ss);
   }
   s.session_tokens_per_s = describe(session_tps);
-  for (auto& [priority, samples] : by_priority) {
-    s.by_priority[priority].ttft_ms = describe(std::move(samples.first));
-    s.by_priority[priority].e2e_ms = describe(std::move(samples.second));
+  for (auto& [priority, c] : s.by_priority) {  // a class whose requests all failed has no samples
+    auto& samples = by_priority[priority];
+    c.ttft_ms = describe(std::move(samples.first));
+    c.e2e_ms = describe(std::move(samples.second));
   }
   return s;
 }
