@@ -95,12 +95,16 @@ boost::asio::awaitable<void> DraftActor::on(DraftRound& round) {
   to_scheduler_->send(SchedulerMessage(std::move(ready)));
 }
 
-void DraftActor::on(Release& release) {
-  for (const RequestRef& r : release.requests) {
+void DraftActor::forget(const std::vector<RequestRef>& requests) {
+  for (const RequestRef& r : requests) {
     drafters_.erase(r->id);
     last_draft_.erase(r->id);
   }
 }
+
+void DraftActor::on(Release& release) { forget(release.requests); }
+
+void DraftActor::on(Preempt& preempt) { forget(preempt.requests); }
 
 void DraftActor::on_failure(DraftMessage& message, std::exception_ptr error) {
   if (auto* round = std::get_if<DraftRound>(&message)) {

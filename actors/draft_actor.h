@@ -33,11 +33,14 @@ class DraftActor : public Actor<DraftActor, DraftMessage> {
 
   boost::asio::awaitable<void> on(DraftRound& round);
   void on(Release& release);
+  void on(Preempt& preempt);  // drops the drafters as Release does; the requests come back later
 
  protected:
   void on_failure(DraftMessage& message, std::exception_ptr error) override;
 
  private:
+  // Drops the requests' drafters (Release, Preempt).
+  void forget(const std::vector<RequestRef>& requests);
   Drafter* drafter_for(const DraftItem& item);
 
   std::unique_ptr<DrafterFactory> factory_;  // before drafters_: they use its models

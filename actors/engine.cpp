@@ -202,6 +202,7 @@ bool Engine::idle() const {
 int64_t Engine::kv_blocks_free() const { return impl_->verifier->blocks_free(); }
 int64_t Engine::prefix_queried_tokens() const { return impl_->verifier->prefix_queried_tokens(); }
 int64_t Engine::prefix_hit_tokens() const { return impl_->verifier->prefix_hit_tokens(); }
+std::uint64_t Engine::preemptions() const { return impl_->scheduler->preemptions(); }
 int64_t Engine::kv_blocks_total() const { return impl_->verifier->blocks_total(); }
 std::uint64_t Engine::failures() const {
   const Impl& m = *impl_;

@@ -137,7 +137,9 @@ struct EngineRequest {
   // by count (lm-evaluation-harness's max_tokens 1).
   bool stop_token_logprobs = false;
   // Among requests waiting for a place in the batch, a lower priority is admitted first (vLLM's
-  // sense), equal ones first come first served; a request in the batch is never preempted.
+  // sense), equal ones first come first served; one that does not fit preempts requests in the batch
+  // of higher values between rounds, which wait again and resume where they stopped
+  // (docs/engine.md, "Preemption").
   int priority = 0;
 };
 
@@ -211,6 +213,8 @@ class Engine {
   // Prompt tokens the engine prefilled or found in the prefix cache, and those it found, so far.
   int64_t prefix_queried_tokens() const;
   int64_t prefix_hit_tokens() const;
+  // Running requests preempted so far for waiting ones of lower priority values (docs/engine.md, "Preemption").
+  std::uint64_t preemptions() const;
   std::uint64_t failures() const;   // rounds that failed in any actor
   std::string trace_json() const;   // the trace so far ("" when trace_path is empty)
 

@@ -160,6 +160,10 @@ struct Scored {
   // prefilled part of it or none, and verified nothing; `draft` is dropped.
   bool prefilling = false;
   int64_t prefill_first = 0;          // the context index of prefill_hidden's first row
+  // This round made its KV sequence again after a preemption (Preempt): the context it prefills
+  // is its prompt and the tokens it had committed (no prompt log-probabilities, no cached tokens
+  // counted again).
+  bool resumed = false;
 };
 
 // verifier -> sampler: the target's distributions for the round (TargetProbsReady and Judge in one).
@@ -192,8 +196,17 @@ struct Release {
   std::string error;
 };
 
-using DraftMessage = std::variant<DraftRound, Release>;
-using VerifierMessage = std::variant<VerifyRound, Release>;
+// scheduler -> draft, verifier: these requests were preempted (between rounds) for a waiting
+// request of a lower priority value: free their KV sequence and drafter. Their streams stay open
+// (the sampler keeps each one's text, stop and penalty state); they wait in the queue with their
+// committed tokens, and on admission the verifier prefills prompt + committed tokens again, so
+// the output goes on where it stopped (docs/engine.md, "Preemption").
+struct Preempt {
+  std::vector<RequestRef> requests;
+};
+
+using DraftMessage = std::variant<DraftRound, Release, Preempt>;
+using VerifierMessage = std::variant<VerifyRound, Release, Preempt>;
 using SamplerMessage = std::variant<Judge, Continuation, Release>;
 
 // A test hook: called inside each actor's round work with the actor's name ("draft",

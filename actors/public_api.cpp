@@ -11,7 +11,7 @@ namespace specula {
 namespace {
 
 Stats stats_of(const SpeculativeStats& s) {
-  return {s.prompt_tokens, s.generated, s.rounds, s.drafted, s.accepted};
+  return {s.prompt_tokens, s.generated, s.rounds, s.drafted, s.accepted, s.preemptions};
 }
 
 Event event_of(actors::StreamEvent ev) {

@@ -183,6 +183,7 @@ void Sampler::on(Judge& judge) {
   for (Scored& s : judge.items) {
     Open& o = open(s.request);
     o.judged_round = judge.round;  // a continuation of an earlier round is stale from now on
+    if (s.resumed) ++o.stats.preemptions;
     if (s.prefilling) {
       // Nothing to judge: its prompt's rows so far go to the drafter's side, and the next round
       // goes on with the prompt (an optimistic continuation of this round is stale).

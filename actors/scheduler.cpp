@@ -56,20 +56,64 @@ void Scheduler::on(SubmitRequest& submit) {
                                   std::to_string(limits_.kv_blocks));
     return;
   }
-  // In priority order, behind every waiting request of the same or a lower priority value.
-  const int priority = submit.request->priority;
-  const auto behind = std::find_if(queue_.begin(), queue_.end(), [&](const RequestRef& r) { return r->priority > priority; });
-  queue_.insert(behind, std::move(submit.request));
+  RequestRef r = std::move(submit.request);
+  std::vector<int32_t> prompt = r->request.prompt;
+  enqueue(Active{.request = r, .context = std::move(prompt), .length = DraftLength(r->request.draft)});
   next_round();
+}
+
+void Scheduler::enqueue(Active a) {
+  const int priority = a.request->priority;
+  const RequestId id = a.request->id;
+  const auto behind = std::find_if(queue_.begin(), queue_.end(), [&](const Active& w) {
+    return w.request->priority > priority || (w.request->priority == priority && w.request->id > id);
+  });
+  queue_.insert(behind, std::move(a));
+}
+
+bool Scheduler::preempt_for(int priority, int64_t blocks) {
+  std::vector<Active*> victims;
+  for (Active& a : active_)
+    if (!a.busy && a.request->priority > priority) victims.push_back(&a);
+  std::sort(victims.begin(), victims.end(), [](const Active* x, const Active* y) {
+    if (x->request->priority != y->request->priority) return x->request->priority > y->request->priority;
+    return x->request->id > y->request->id;
+  });
+  auto running = static_cast<int64_t>(active_.size());
+  int64_t reserved = blocks_reserved_;
+  size_t n = 0;
+  const auto fits = [&] { return running < limits_.max_batch && reserved + blocks <= limits_.kv_blocks; };
+  for (; !fits() && n < victims.size(); ++n) {
+    --running;
+    reserved -= victims[n]->blocks;
+  }
+  if (!fits()) return false;
+  std::vector<RequestId> ids;
+  for (size_t i = 0; i < n; ++i) ids.push_back(victims[i]->request->id);
+  Preempt preempt;
+  for (const RequestId id : ids) {
+    const auto it = std::find_if(active_.begin(), active_.end(), [&](const Active& a) { return a.request->id == id; });
+    Active& a = *it;
+    blocks_reserved_ -= a.blocks;
+    preempt.requests.push_back(a.request);
+    // What it keeps: its committed tokens and its draft-length measurements; the rest is state of
+    // a KV sequence and a drafter that are freed now.
+    enqueue(Active{.request = a.request, .context = std::move(a.context), .length = std::move(a.length)});
+    active_.erase(it);
+  }
+  preemptions_.fetch_add(ids.size(), std::memory_order_relaxed);
+  to_draft_->send(DraftMessage(preempt));
+  to_verifier_->send(VerifierMessage(std::move(preempt)));
+  return true;
 }
 
 void Scheduler::on(Cancel& cancel) {
   if (Active* a = find(cancel.id)) {
     a->cancelled = true;
   } else {
-    auto it = std::find_if(queue_.begin(), queue_.end(), [&](const RequestRef& r) { return r->id == cancel.id; });
+    auto it = std::find_if(queue_.begin(), queue_.end(), [&](const Active& w) { return w.request->id == cancel.id; });
     if (it != queue_.end()) {
-      RequestRef r = *it;
+      RequestRef r = it->request;
       queue_.erase(it);
       release({r}, "");
     }
@@ -243,17 +287,19 @@ void Scheduler::next_round() {
   release(std::move(done), "");
   for (auto& [error, requests] : failed) release(std::move(requests), error);
 
-  // Join in the queue's order (priority, then first come first served) while the batch and the KV budget allow.
-  while (!queue_.empty() && static_cast<int>(active_.size()) < limits_.max_batch) {
-    const int64_t need = blocks_for(queue_.front()->request);
-    if (blocks_reserved_ + need > limits_.kv_blocks) break;
-    RequestRef r = std::move(queue_.front());
+  // Join in the queue's order (priority, then first come first served) while the batch and the KV
+  // budget allow, or while preempting running requests of higher priority values makes them allow.
+  while (!queue_.empty()) {
+    const int64_t need = blocks_for(queue_.front().request->request);
+    const bool fits = static_cast<int>(active_.size()) < limits_.max_batch && blocks_reserved_ + need <= limits_.kv_blocks;
+    // (The preempted go into the queue behind it: their priority values are higher.)
+    if (!fits && !preempt_for(queue_.front().request->priority, need)) break;
+    Active a = std::move(queue_.front());
     queue_.pop_front();
     blocks_reserved_ += need;
-    active_.push_back(Active{r, r->request.prompt, DraftLength(r->request.draft), need, false, false, false, false, {},
-                             0, 0, std::nullopt, 0, 0, {}, {}});
-    active_.back().prefilling =
-        limits_.prefill_budget > 0 && static_cast<int64_t>(r->request.prompt.size()) - 1 > limits_.prefill_budget;
+    a.blocks = need;
+    a.prefilling = limits_.prefill_budget > 0 && static_cast<int64_t>(a.context.size()) - 1 > limits_.prefill_budget;
+    active_.push_back(std::move(a));
   }
   std::vector<Active*> idle;
   for (Active& a : active_)

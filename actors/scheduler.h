@@ -58,31 +58,35 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
 
   // Any thread: no request queued or active and no round in flight.
   bool idle() const { return pending_.load(std::memory_order_acquire) == 0; }
+  // Any thread: running requests preempted so far (Preempt).
+  std::uint64_t preemptions() const { return preemptions_.load(std::memory_order_relaxed); }
   // Any thread: Release messages sent so far (the verifier counts those it has handled; the
   // engine is settled, its KV freed, when the two agree).
   std::uint64_t releases_sent() const { return releases_sent_.load(std::memory_order_acquire); }
 
  private:
+  // A request in the active set, or waiting in the queue: new (context = its prompt) or preempted
+  // (its committed tokens kept, its KV and drafter freed, its round state cleared).
   struct Active {
     RequestRef request;
     std::vector<int32_t> context;  // prompt + committed tokens
     DraftLength length;
-    int64_t blocks = 0;            // reserved for prompt + max_tokens + a full draft window
+    int64_t blocks = 0;            // reserved for prompt + max_tokens + a full draft window (0 while waiting)
     bool busy = false;             // in a round in flight
     bool cancelled = false, finished = false, failed = false;
-    std::string error;
+    std::string error{};
     std::uint64_t round = 0;       // the round it is in, while busy
     // Its optimistic draft of the next round (in flight, or `spec` once ready); 0: none.
     std::uint64_t spec_round = 0;
-    std::optional<Drafted> spec;   // context = this round's context + drafts; draft = t_{k+1}, then the window
+    std::optional<Drafted> spec{}; // context = this round's context + drafts; draft = t_{k+1}, then the window
     int undrafted = 0;             // rounds in a row the load-adaptive policy gave it K = 0
     // The target's rows from verdicts not yet handed to the draft side (Judged::hidden): they go
     // with its next draft item that drafts (k > 0), when its drafter exists or is made.
     int64_t hidden_first = 0;
-    std::vector<float> hidden;
+    std::vector<float> hidden{};
     // The confidence row of its draft in the round in flight (DraftProposal::confidence), for
     // its DraftLength's calibration when the verdict comes.
-    std::vector<float> confidence;
+    std::vector<float> confidence{};
     // Its last round prefilled part of its prompt (Judged::prefilling): it drafts nothing until
     // the prompt is in.
     bool prefilling = false;
@@ -98,6 +102,13 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   static constexpr double kProbeAcceptance = 0.8;
   int64_t blocks_for(const SpeculativeRequest& r) const;
   Active* find(RequestId id);
+  // Into the queue: behind every waiting request of a lower priority value, or of the same value
+  // and an earlier arrival (a preempted request goes back before those that came after it).
+  void enqueue(Active a);
+  // Makes room for a waiting request of `priority` that needs `blocks` KV blocks by preempting
+  // running requests of higher priority values that are between rounds, the highest value and
+  // latest arrival first, as few as make it fit; false (and none preempted) if they cannot.
+  bool preempt_for(int priority, int64_t blocks);
   void release(std::vector<RequestRef> requests, const std::string& error);
   // At a round boundary: let finished / cancelled / failed requests go, admit from the queue,
   // and start rounds for the requests not in one (two halves when pipelining and none is in flight).
@@ -118,7 +129,7 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   void publish();
 
   SchedulerLimits limits_;
-  std::deque<RequestRef> queue_;
+  std::deque<Active> queue_;
   std::vector<Active> active_;
   std::vector<RequestId> cancel_queued_;
   int64_t blocks_reserved_ = 0;
@@ -130,6 +141,7 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   ForgettingRatio round_rate_{VerifyCostModel::kDecay};  // a round's committed tokens per its draft + verify seconds
   std::atomic<int64_t> pending_{0};
   std::atomic<std::uint64_t> releases_sent_{0};
+  std::atomic<std::uint64_t> preemptions_{0};
   std::optional<Mailbox<DraftMessage>::Sender> to_draft_;
   std::optional<Mailbox<VerifierMessage>::Sender> to_verifier_;
   std::optional<Mailbox<SamplerMessage>::Sender> to_sampler_;

@@ -58,6 +58,9 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
   };
   const auto shareable = [&](size_t i) { return static_cast<int64_t>(prompt_of(i).size()) - hidden_tail_; };
   const auto id_of = [&](size_t i) { return round.items[i].request->id; };
+  // Admitted again after a preemption: its context is its prompt and the tokens it had committed.
+  const auto again = [&](size_t i) { return round.items[i].context.size() > round.items[i].request->request.prompt.size(); };
+  std::vector<char> made(round.items.size(), 0);  // its KV sequence was made this round
   std::vector<size_t> waiting, going;
   for (size_t i = 0; i < round.items.size(); ++i) {
     if (!seqs_.count(id_of(i)))
@@ -114,10 +117,12 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
   // (`later`: where it goes when the round has no rows left for it).
   const auto start = [&](size_t i, std::vector<size_t>& later) {
     const std::span<const int32_t> prompt = prompt_of(i);
-    const int top = round.items[i].request->prompt_logprobs;
+    // (The prompt's log-probabilities went out with its first admission.)
+    const int top = again(i) ? -1 : round.items[i].request->prompt_logprobs;
     if (top >= 0) {  // its own forwards, every row scored, nothing taken from the prefix cache
       const int seq = kv_.create_sequence(prompt, 0);
       seqs_.emplace(id_of(i), seq);
+      made[i] = 1;
       prefix_queried_.fetch_add(static_cast<int64_t>(prompt.size()), std::memory_order_relaxed);
       prompt_logprobs[i] = prefill_scored(seq, round.items[i].context, top, prefill_rows[i], judge);
       kv_.register_prefix(seq, prompt);
@@ -132,6 +137,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     }
     const int seq = kv_.create_sequence(prompt, shareable(i));
     seqs_.emplace(id_of(i), seq);
+    made[i] = 1;
     cached[i] = kv_.length(seq);
     prefix_queried_.fetch_add(static_cast<int64_t>(prompt.size()), std::memory_order_relaxed);
     prefix_hit_.fetch_add(cached[i], std::memory_order_relaxed);
@@ -165,7 +171,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
       for (const size_t i : now) {
         const int64_t need =
             static_cast<int64_t>(prompt_of(i).size()) - kv_.cached_positions(prompt_of(i), shareable(i));
-        if (round.items[i].request->prompt_logprobs < 0 && need <= short_rows) {
+        if ((again(i) || round.items[i].request->prompt_logprobs < 0) && need <= short_rows) {
           short_rows -= need;
           start(i, later);
         } else {
@@ -225,7 +231,8 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     Drafted& d = round.items[i];
     Scored s{d.request, static_cast<int64_t>(d.context.size()), std::move(d.draft), {}, d.continued, {}, {}, std::nullopt,
              d.min_confidence};
-    s.cached_tokens = cached[i];
+    s.resumed = made[i] && again(i);
+    s.cached_tokens = s.resumed ? 0 : cached[i];  // prompt tokens the cache held, counted once
     s.prompt_logprobs = std::move(prompt_logprobs[i]);
     s.prefill_first = prefill_from[i];
     if (hand_hidden_) s.prefill_hidden = std::move(prefill_rows[i]);
@@ -304,8 +311,8 @@ boost::asio::awaitable<void> Verifier::on(VerifyRound& round) {
   to_sampler_->send(SamplerMessage(std::move(judge)));
 }
 
-void Verifier::on(Release& release) {
-  for (const RequestRef& r : release.requests) {
+void Verifier::forget(const std::vector<RequestRef>& requests) {
+  for (const RequestRef& r : requests) {
     auto it = seqs_.find(r->id);
     if (it == seqs_.end()) continue;
     kv_.free_sequence(it->second);
@@ -313,8 +320,14 @@ void Verifier::on(Release& release) {
     partial_.erase(r->id);
   }
   blocks_free_.store(kv_.blocks_free(), std::memory_order_release);
+}
+
+void Verifier::on(Release& release) {
+  forget(release.requests);
   releases_done_.fetch_add(1, std::memory_order_release);
 }
+
+void Verifier::on(Preempt& preempt) { forget(preempt.requests); }
 
 void Verifier::on_failure(VerifierMessage& message, std::exception_ptr error) {
   if (auto* round = std::get_if<VerifyRound>(&message)) {

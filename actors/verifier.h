@@ -48,6 +48,7 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
 
   boost::asio::awaitable<void> on(VerifyRound& round);
   void on(Release& release);
+  void on(Preempt& preempt);  // frees the KV sequences as Release does (not counted as a release)
 
   // Any thread: the pool as of the last message handled.
   int64_t blocks_free() const { return blocks_free_.load(std::memory_order_acquire); }
@@ -60,6 +61,8 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
   void on_failure(VerifierMessage& message, std::exception_ptr error) override;
 
  private:
+  // Frees the requests' KV sequences (Release, Preempt).
+  void forget(const std::vector<RequestRef>& requests);
   void verify(VerifyRound& round, Judge& judge);
   // Prefills sequence `seq` (new, empty) with `prompt` = context minus its last token, in pieces
   // of kPromptLogprobsRows with every row's logits, each row reduced at once to the log-probability

@@ -39,6 +39,7 @@ json GenerationStats::to_json() const {
               {"acceptance_rate", drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0},
               {"mean_accepted_length", rounds > 0 ? static_cast<double>(accepted) / rounds : 0.0},
               {"mean_confidence_threshold", mean_confidence_threshold},
+              {"preemptions", preemptions},
               {"ttft_ms", ttft_ms},
               {"elapsed_ms", elapsed_ms},
               {"tokens_per_second", decode_ms > 0 && completion_tokens > 1 ? (completion_tokens - 1) * 1000.0 / decode_ms
@@ -60,6 +61,7 @@ GenerationStats GenerationStats::combine(const std::vector<GenerationStats>& cho
     all.rounds += c.rounds;
     all.drafted += c.drafted;
     all.accepted += c.accepted;
+    all.preemptions += c.preemptions;
     thresholds += c.mean_confidence_threshold * static_cast<double>(c.rounds);
     all.ttft_ms = std::min(all.ttft_ms, c.ttft_ms);
     all.elapsed_ms = std::max(all.elapsed_ms, c.elapsed_ms);
@@ -302,6 +304,7 @@ void Generation::on_end(const actors::StreamEvent& ev, GenerationUpdate& u) {
   stats_.cached_prompt_tokens = ev.stats.cached_prompt_tokens;
   stats_.drafted = ev.stats.drafted;
   stats_.accepted = ev.stats.accepted;
+  stats_.preemptions = ev.stats.preemptions;
   stats_.mean_confidence_threshold = ev.stats.mean_confidence_threshold();
   Metrics& m = st_.metrics;
   if (ev.kind == actors::StreamEvent::Kind::Error) {

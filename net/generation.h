@@ -50,6 +50,7 @@ struct GenerationStats {
   // The confidence rule's mean threshold over the rounds that drafted under it (with
   // `--draft-confidence auto`, what the request's measurements set); 0 when the rule was off.
   double mean_confidence_threshold = 0;
+  int64_t preemptions = 0;        // times the engine preempted it for a request of a lower priority value
   double ttft_ms = 0;
   double elapsed_ms = 0;
   nlohmann::json to_json() const;  // the `stats` object of a WebSocket `done`

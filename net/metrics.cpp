@@ -138,6 +138,10 @@ std::string Metrics::render(const EngineReadings& engine) const {
          "Prompt tokens looked up in the prefix cache (every prompt token but the last).", engine.prefix_queried_tokens);
   scalar(out, "specula_prefix_cache_hits_total", "counter", "Prompt tokens whose KV the prefix cache held.",
          engine.prefix_hit_tokens);
+  scalar(out, "specula_preemptions_total", "counter",
+         "Running requests preempted for waiting requests of lower priority values (their prompt and output "
+         "prefilled again when they resume).",
+         engine.preemptions);
   scalar(out, "specula_websocket_connections", "gauge", "Open WebSocket connections.", websocket_connections);
   header(out, "specula_http_requests_total", "counter",
          "HTTP requests, by route (other: no such route), method and status (499: no answer reached the client, "

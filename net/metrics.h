@@ -57,6 +57,7 @@ struct Metrics {
   struct EngineReadings {
     int64_t kv_blocks_free = 0, kv_blocks_total = 0;
     int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;  // Engine::prefix_*_tokens
+    uint64_t preemptions = 0;                                    // Engine::preemptions
   };
   // The text page.
   std::string render(const EngineReadings& engine) const;

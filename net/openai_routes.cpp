@@ -70,6 +70,7 @@ json speculation_json(const GenerationStats& s) {
           {"acceptance_rate", j["acceptance_rate"]},
           {"mean_accepted_length", j["mean_accepted_length"]},
           {"mean_confidence_threshold", j["mean_confidence_threshold"]},
+          {"preemptions", j["preemptions"]},
           {"ttft_ms", j["ttft_ms"]},
           {"tokens_per_second", j["tokens_per_second"]}};
 }

@@ -47,6 +47,9 @@ struct SpeculativeStats : GenerateStats {
   // sampler counts them too (Scored::min_confidence).
   double confidence_threshold_sum = 0;
   int64_t confidence_rounds = 0;
+  // The engine's: times the request was preempted for one of a lower priority value and its
+  // prompt and output prefilled again on resumption (docs/engine.md, "Preemption").
+  int64_t preemptions = 0;
 
   double acceptance_rate() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0; }
   // Per-token acceptance a of Theorem 3.8: accepted / judged (drafts after a rejection are never judged).

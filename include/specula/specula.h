@@ -79,8 +79,9 @@ struct Request {
   // Such a prompt is prefilled on its own, past the prefix cache.
   int prompt_logprobs = -1;
   // Among requests waiting for a place in the batch (Options::max_batch), a lower value is admitted
-  // first, equal values first come first served (vLLM's `priority`); a running request is not
-  // preempted.
+  // first, equal values first come first served (vLLM's `priority`); one that finds the batch or
+  // the KV pool full preempts running requests of higher values, which resume later with the same
+  // text (docs/engine.md, "Preemption").
   int priority = 0;
 };
 
@@ -100,6 +101,7 @@ struct Stats {
   std::int64_t rounds = 0;     // target forwards
   std::int64_t drafted = 0;    // draft tokens proposed
   std::int64_t accepted = 0;   // draft tokens accepted
+  std::int64_t preemptions = 0;  // times preempted for a request of a lower priority value
 };
 
 struct Event {

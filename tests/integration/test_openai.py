@@ -958,16 +958,18 @@ def test_a_priority_is_refused_unless_the_server_schedules_by_priority(server, c
     assert c.choices[0].finish_reason in ("stop", "length")
 
 
-def test_with_the_priority_policy_a_waiting_request_of_lower_priority_value_goes_first(fresh_server):
-    srv = fresh_server("--draft", "ngram", "--max-batch", "1", "--scheduling-policy", "priority")
+def test_with_the_priority_policy_a_lower_value_goes_first_and_preempts_a_running_higher_one(fresh_server):
+    # The main job's drafter (the trained head reads the target's rows, which a resumed request's
+    # prefill hands it again), one request at a time.
+    srv = fresh_server(*MAIN_JOB_ARGS, "--max-batch", "1", "--scheduling-policy", "priority")
     openai_client = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
     finished = []
 
-    async def ask(name, priority, max_tokens):
-        r = await openai_client.completions.create(model="x", prompt="Count: one, two,", max_tokens=max_tokens,
+    async def ask(name, priority, max_tokens, prompt="Count: one, two,"):
+        r = await openai_client.completions.create(model="x", prompt=prompt, max_tokens=max_tokens,
                                                    temperature=0, extra_body={"priority": priority, "ignore_eos": True})
         finished.append(name)
-        return r.choices[0].text
+        return r
 
     async def gauge(name, n):  # waits until /metrics shows the gauge at n
         async with httpx.AsyncClient() as c:
@@ -977,15 +979,27 @@ def test_with_the_priority_policy_a_waiting_request_of_lower_priority_value_goes
                 await asyncio.sleep(0.02)
         return False
 
+    story = "Once upon a time, in a quiet village by the sea,"
+    before = srv.metrics()["specula_preemptions_total"]
+
     async def main():
-        running = asyncio.create_task(ask("running", 0, 2000))
+        running = asyncio.create_task(ask("running", 0, 400, story))
         assert await gauge("specula_requests_running", 1), "the first request did not start"
         later = asyncio.create_task(ask("later", 5, 4))
-        assert await gauge("specula_requests_waiting", 1), "the first waiting request was not queued"
+        assert await gauge("specula_requests_waiting", 1), "the waiting request was not queued"
         sooner = asyncio.create_task(ask("sooner", -5, 4))
-        assert await gauge("specula_requests_waiting", 2)
-        return await asyncio.gather(running, later, sooner)
+        done = await asyncio.gather(running, later, sooner)
+        return *done, await ask("alone", 0, 400, story)
 
-    texts = asyncio.run(main())
-    assert finished == ["running", "sooner", "later"], finished
-    assert texts[1] == texts[2]  # the same prompt and settings: the same greedy text, whatever its turn
+    running, later, sooner, alone = asyncio.run(main())
+    # The later one (5) waited; the sooner one (-5) preempted the running one (0), which then went on
+    # before the later one and ended with the text it has alone.
+    assert finished == ["sooner", "running", "later", "alone"], finished
+    assert running.model_extra["speculation"]["preemptions"] == 1
+    assert later.model_extra["speculation"]["preemptions"] == 0
+    assert sooner.model_extra["speculation"]["preemptions"] == 0
+    assert srv.metrics()["specula_preemptions_total"] - before == 1
+    assert later.choices[0].text == sooner.choices[0].text  # the same prompt and settings: the same greedy text
+    assert running.choices[0].text == alone.choices[0].text
+    assert running.usage.completion_tokens == 400
+    assert alone.model_extra["speculation"]["preemptions"] == 0

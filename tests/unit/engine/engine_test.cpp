@@ -705,6 +705,19 @@ struct VerifierRounds {
   }
 };
 
+// An engine of its own with the n-gram drafter (K 4) that records each verify round's requests.
+std::unique_ptr<Engine> ngram_engine_with_rounds(const std::shared_ptr<VerifierRounds>& rounds, int max_batch, int64_t kv_tokens) {
+  EngineConfig c{.target = default_model_path(), .drafter = "ngram", .device = "host", .draft = {.k = 4},
+                 .max_batch = max_batch, .kv_tokens = kv_tokens, .threads = 2};
+  c.fault_hook = VerifierRounds::hook(rounds);
+  return std::make_unique<Engine>(c);
+}
+
+// Waits (up to 6 s) until `stream`'s request has been in a verify round.
+void wait_for_a_round(VerifierRounds& rounds, const TokenStream& stream) {
+  for (int i = 0; i < 6000 && rounds.with(stream.id()).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 std::vector<int32_t> long_prompt(const Shared& s) {
   std::vector<int32_t> longer;
   while (longer.size() < 600)
@@ -832,18 +845,20 @@ TEST(Engine, AShortPromptArrivingBehindALongOneGoesInAtOnceAndKeepsItsText) {
 
 // Priority (EngineRequest::priority, vLLM's sense): with one place in the batch, requests that
 // wait for it are admitted lowest value first, equal values in the order they came; the running one
-// is not preempted, and each gives the text it gives alone.
-TEST(Engine, WaitingRequestsAreAdmittedLowestPriorityFirstAndInArrivalOrderAmongEquals) {
+// (0) is preempted by the -1s, not by the 0s that came after it nor the 1, resumes before those 0s,
+// and each gives the text it gives alone.
+TEST(Engine, WaitingRequestsAreAdmittedLowestPriorityFirstAndPreemptARunningOneOfHigherValue) {
   REQUIRE_SETUP(s);
   auto rounds = std::make_shared<VerifierRounds>();
-  EngineConfig c{.target = default_model_path(), .drafter = "ngram", .device = "host", .draft = {.k = 4}, .max_batch = 1,
-                 .kv_tokens = 4096, .threads = 2};
-  c.fault_hook = VerifierRounds::hook(rounds);
-  Engine e(c);
+  const std::unique_ptr<Engine> engine = ngram_engine_with_rounds(rounds, 1, 4096);
+  Engine& e = *engine;
   EngineRequest first = s->request(0, 48);
+  const GenerateResult first_alone = e.generate_blocking(first);
+  ASSERT_TRUE(first_alone.error.empty()) << first_alone.error;
+  ASSERT_EQ(first_alone.stats.preemptions, 0);
   TokenStream running = e.start(first);
-  for (int i = 0; i < 6000 && rounds->with(running.id()).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  // Sent in this order while the first runs: priorities 1, -1, 0, -1, 0.
+  wait_for_a_round(*rounds, running);
+  // Sent in this order while the first (priority 0) runs: priorities 1, -1, 0, -1, 0.
   const std::vector<int> priorities = {1, -1, 0, -1, 0};
   std::vector<TokenStream> waiting;
   for (size_t i = 0; i < priorities.size(); ++i) {
@@ -859,22 +874,113 @@ TEST(Engine, WaitingRequestsAreAdmittedLowestPriorityFirstAndInArrivalOrderAmong
     while (!got[i].add(waiting[i].next_blocking())) {
     }
   ASSERT_TRUE(got_first.error.empty()) << got_first.error;
-  const size_t first_last = rounds->with(running.id()).back();
+  // The -1s preempted it (max_batch 1); it resumed after them with the text it has alone.
+  EXPECT_EQ(got_first.stats.preemptions, 1);
+  EXPECT_EQ(got_first.tokens, first_alone.tokens);
+  EXPECT_EQ(e.preemptions(), 1u);
   std::vector<std::pair<size_t, size_t>> start_of;  // (first round, index in `waiting`)
   for (size_t i = 0; i < waiting.size(); ++i) {
     ASSERT_TRUE(got[i].error.empty()) << got[i].error;
+    EXPECT_EQ(got[i].stats.preemptions, 0) << i;
     const std::vector<int32_t>& alone = s->greedy(kNgram, static_cast<int>(1 + i % 3));
     ASSERT_GE(alone.size(), 4u);
     EXPECT_EQ(got[i].tokens, std::vector<int32_t>(alone.begin(), alone.begin() + 4)) << i;
     const std::vector<size_t> at = rounds->with(waiting[i].id());
     ASSERT_FALSE(at.empty());
-    EXPECT_GT(at.front(), first_last) << "request " << i << " ran beside the first with max_batch 1";
     start_of.emplace_back(at.front(), i);
   }
   std::sort(start_of.begin(), start_of.end());
   std::vector<size_t> order;
   for (const auto& [round, i] : start_of) order.push_back(i);
   EXPECT_EQ(order, (std::vector<size_t>{1, 3, 2, 4, 0}));
+  // The first ran, stopped while the -1s ran, and went on before the later 0s (it came first).
+  const std::vector<size_t> first_at = rounds->with(running.id());
+  const size_t minus_from = rounds->with(waiting[1].id()).front(), minus_to = rounds->with(waiting[3].id()).back();
+  EXPECT_LT(first_at.front(), minus_from);
+  EXPECT_GT(first_at.back(), minus_to);
+  EXPECT_EQ(std::count_if(first_at.begin(), first_at.end(), [&](size_t r) { return r > minus_from && r < minus_to; }), 0);
+  EXPECT_LT(first_at.back(), rounds->with(waiting[2].id()).front()) << "an equal priority preempted it";
+  EXPECT_TRUE(wait_until_idle_with_full_pool(e));
+}
+
+// The KV budget: a request that fits the batch but not the pool preempts a running one of a higher
+// priority value, which then resumes with the text it has alone, here sampled in coupled mode (its
+// seed's text, drafts or none); one of the same value waits instead.
+TEST(Engine, ARequestThatDoesNotFitTheKvPoolPreemptsAHigherValueOneWhichResumesWithItsOwnText) {
+  REQUIRE_SETUP(s);
+  EngineRequest big = s->request(0, 96, SamplingParams{0.8f, 0, 1.0f, 17});
+  big.mode = SpecSampling::Coupled;
+  big.priority = 1;
+  EngineRequest small = s->request(1, 8);
+  const auto blocks = [](const EngineRequest& r) {
+    return (static_cast<int64_t>(r.prompt_ids.size()) + r.max_tokens + kMaxDraftTokens + 1 + 15) / 16;
+  };
+  const int64_t pool = blocks(big) + blocks(small) - 1;  // either fits alone, not both
+  auto rounds = std::make_shared<VerifierRounds>();
+  const std::unique_ptr<Engine> engine = ngram_engine_with_rounds(rounds, 4, pool * 16);
+  Engine& e = *engine;
+  ASSERT_EQ(e.kv_blocks_total(), pool);
+  const GenerateResult big_alone = e.generate_blocking(big);
+  ASSERT_TRUE(big_alone.error.empty()) << big_alone.error;
+  for (const int priority : {1, 0}) {
+    SCOPED_TRACE("the small request's priority " + std::to_string(priority));
+    const std::uint64_t before = e.preemptions();
+    TokenStream running = e.start(big);
+    wait_for_a_round(*rounds, running);
+    small.priority = priority;
+    TokenStream late = e.start(small);
+    GenerateResult got_big, got_small;
+    while (!got_small.add(late.next_blocking())) {
+    }
+    while (!got_big.add(running.next_blocking())) {
+    }
+    ASSERT_TRUE(got_big.error.empty()) << got_big.error;
+    ASSERT_TRUE(got_small.error.empty()) << got_small.error;
+    EXPECT_EQ(got_big.tokens, big_alone.tokens);
+    const std::vector<int32_t>& alone = s->greedy(kNgram, 1);
+    EXPECT_EQ(got_small.tokens, std::vector<int32_t>(alone.begin(), alone.begin() + 8));
+    const std::vector<size_t> big_at = rounds->with(running.id()), small_at = rounds->with(late.id());
+    ASSERT_FALSE(big_at.empty());
+    ASSERT_FALSE(small_at.empty());
+    if (priority == 0) {
+      EXPECT_EQ(got_big.stats.preemptions, 1);
+      EXPECT_EQ(e.preemptions() - before, 1u);
+      EXPECT_LT(small_at.back(), big_at.back()) << "the small request did not run before the big one ended";
+    } else {
+      EXPECT_EQ(got_big.stats.preemptions, 0);
+      EXPECT_EQ(e.preemptions(), before);
+      EXPECT_GT(small_at.front(), big_at.back()) << "it ran beside the big one: the pool holds only one";
+    }
+    EXPECT_TRUE(wait_until_idle_with_full_pool(e));
+  }
+}
+
+// A preempted request cancelled while it waits to resume ends as cancelled, its text so far kept.
+TEST(Engine, APreemptedRequestCancelledWhileItWaitsEndsCancelledWithItsTextSoFar) {
+  REQUIRE_SETUP(s);
+  const std::unique_ptr<Engine> engine = ngram_engine_with_rounds(std::make_shared<VerifierRounds>(), 1, 4096);
+  Engine& e = *engine;
+  EngineRequest low = s->request(0, 64);
+  low.priority = 1;
+  const std::vector<int32_t> alone = e.generate_blocking(low).tokens;
+  TokenStream running = e.start(low);
+  GenerateResult got_low;
+  ASSERT_FALSE(got_low.add(running.next_blocking()));
+  EngineRequest high = s->request(1, 64);
+  TokenStream first = e.start(high);
+  GenerateResult got_high;
+  ASSERT_FALSE(got_high.add(first.next_blocking()));  // running: the low one is preempted (max_batch 1)
+  running.cancel();
+  while (!got_high.add(first.next_blocking())) {
+  }
+  while (!got_low.add(running.next_blocking())) {
+  }
+  ASSERT_TRUE(got_low.error.empty()) << got_low.error;
+  EXPECT_EQ(got_low.finish_reason, FinishReason::Cancelled);
+  EXPECT_EQ(got_low.stats.preemptions, 0) << "it never resumed";
+  ASSERT_LT(got_low.tokens.size(), alone.size());
+  EXPECT_EQ(got_low.tokens, std::vector<int32_t>(alone.begin(), alone.begin() + static_cast<std::ptrdiff_t>(got_low.tokens.size())));
+  EXPECT_EQ(e.preemptions(), 1u);
   EXPECT_TRUE(wait_until_idle_with_full_pool(e));
 }
 
