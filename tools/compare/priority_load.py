@@ -3,8 +3,9 @@
 drafter, scripts/main_job.args; `--max-batch 4`, so that most of the sessions' requests wait), once
 with the prompt lines alternately at priority -1 ("interactive") and 1 ("batch"), once with every
 line at 0 (first come, first served); the class of a request is its line's parity in both runs.
-Reported per run and class: requests, time to first token and end-to-end latency (mean, p50, p90,
-ms), from specula-load's own records. Prints one JSON object.
+Reported per run: tokens/s in all and the server's preemptions (a -1 request that finds the batch
+full preempts a running 1, docs/engine.md, "Preemption"); per class: requests, time to first token
+and end-to-end latency (mean, p50, p90, ms), from specula-load's own records. Prints one JSON object.
 
     build/venv/bin/python tools/compare/priority_load.py [--specula build/specula] [--load build/specula-load]
         [--prompts ../shared/data/prompts/chat.jsonl] [--concurrency 16] [--requests 96] [--max-tokens 64]
@@ -16,6 +17,7 @@ import shlex
 import statistics
 import subprocess
 import tempfile
+import urllib.request
 
 from specula_server import serving
 
@@ -33,6 +35,15 @@ def lines_with_priorities(src, dst, priorities):
             ids.append(j["id"])
             out.write(json.dumps(j) + "\n")
     return ids
+
+
+def preemptions(url):
+    """The server's specula_preemptions_total."""
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("specula_preemptions_total "):
+                return int(float(line.split()[1]))
+    raise RuntimeError("no specula_preemptions_total on " + url + "/metrics")
 
 
 def describe(xs):
@@ -60,6 +71,7 @@ def main():
             prompts = pathlib.Path(tmp) / "prompts.jsonl"
             lines_with_priorities(args.prompts, prompts, priorities)
             out = pathlib.Path(tmp) / "load.json"
+            before = preemptions(url)
             subprocess.run([args.load, "--url", url + "/v1/chat/completions", "--prompts", str(prompts),
                             "--concurrency", str(args.concurrency), "--requests", str(args.requests),
                             "--max-tokens", str(args.max_tokens), "--temperature", "0", "--quiet", "--out", str(out)],
@@ -77,6 +89,7 @@ def main():
                     c["failed"] += 1
             result[name] = {
                 "tokens_per_s": round(run["summary"]["total_tokens_per_s"], 1),
+                "preemptions": preemptions(url) - before,
                 "classes": {k: {"ttft_ms": describe(v["ttft"]), "e2e_ms": describe(v["e2e"]), "failed": v["failed"]}
                             for k, v in sorted(classes.items())}}
     print(json.dumps(result, indent=1))
