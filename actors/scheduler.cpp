@@ -88,8 +88,17 @@ bool Scheduler::preempt_for(int priority, int64_t blocks) {
     reserved -= victims[n]->blocks;
   }
   if (!fits()) return false;
+  // The KV budget may be met without some of them (a small one taken before a large one): from the
+  // last taken back, keep running each that is not needed.
   std::vector<RequestId> ids;
-  for (size_t i = 0; i < n; ++i) ids.push_back(victims[i]->request->id);
+  for (size_t i = n; i-- > 0;) {
+    ++running;
+    reserved += victims[i]->blocks;
+    if (fits()) continue;
+    --running;
+    reserved -= victims[i]->blocks;
+    ids.push_back(victims[i]->request->id);
+  }
   Preempt preempt;
   for (const RequestId id : ids) {
     const auto it = std::find_if(active_.begin(), active_.end(), [&](const Active& a) { return a.request->id == id; });
@@ -210,7 +219,10 @@ void Scheduler::on(Verdict& verdict) {
     a->confidence.clear();
     a->finished = a->finished || j.finished;
     a->busy = false;
-    if (!j.continued || !a->spec || a->finished || a->cancelled || a->failed) {
+    // (A waiting request of a lower priority value breaks the chain: only a request between rounds
+    // can be preempted for it.)
+    const bool outranked = !queue_.empty() && queue_.front().request->priority < a->request->priority;
+    if (!j.continued || !a->spec || a->finished || a->cancelled || a->failed || outranked) {
       a->spec_round = 0;  // discarded; if still in flight it is dropped when it arrives
       a->spec.reset();
       continue;

@@ -59,7 +59,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
   const auto shareable = [&](size_t i) { return static_cast<int64_t>(prompt_of(i).size()) - hidden_tail_; };
   const auto id_of = [&](size_t i) { return round.items[i].request->id; };
   // Admitted again after a preemption: its context is its prompt and the tokens it had committed.
-  const auto again = [&](size_t i) { return round.items[i].context.size() > round.items[i].request->request.prompt.size(); };
+  const auto again = [&](size_t i) { return preempted_.count(id_of(i)) > 0; };
   std::vector<char> made(round.items.size(), 0);  // its KV sequence was made this round
   std::vector<size_t> waiting, going;
   for (size_t i = 0; i < round.items.size(); ++i) {
@@ -139,8 +139,10 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     seqs_.emplace(id_of(i), seq);
     made[i] = 1;
     cached[i] = kv_.length(seq);
-    prefix_queried_.fetch_add(static_cast<int64_t>(prompt.size()), std::memory_order_relaxed);
-    prefix_hit_.fetch_add(cached[i], std::memory_order_relaxed);
+    if (!again(i)) {  // (the prefix cache's counters are of prompts)
+      prefix_queried_.fetch_add(static_cast<int64_t>(prompt.size()), std::memory_order_relaxed);
+      prefix_hit_.fetch_add(cached[i], std::memory_order_relaxed);
+    }
     take_piece(i);
     if (partial_.count(id_of(i))) going.push_back(i);
   };
@@ -233,6 +235,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
              d.min_confidence};
     s.resumed = made[i] && again(i);
     s.cached_tokens = s.resumed ? 0 : cached[i];  // prompt tokens the cache held, counted once
+    if (made[i]) preempted_.erase(d.request->id);
     s.prompt_logprobs = std::move(prompt_logprobs[i]);
     s.prefill_first = prefill_from[i];
     if (hand_hidden_) s.prefill_hidden = std::move(prefill_rows[i]);
@@ -313,6 +316,7 @@ boost::asio::awaitable<void> Verifier::on(VerifyRound& round) {
 
 void Verifier::forget(const std::vector<RequestRef>& requests) {
   for (const RequestRef& r : requests) {
+    preempted_.erase(r->id);
     auto it = seqs_.find(r->id);
     if (it == seqs_.end()) continue;
     kv_.free_sequence(it->second);
@@ -327,7 +331,10 @@ void Verifier::on(Release& release) {
   releases_done_.fetch_add(1, std::memory_order_release);
 }
 
-void Verifier::on(Preempt& preempt) { forget(preempt.requests); }
+void Verifier::on(Preempt& preempt) {
+  forget(preempt.requests);
+  for (const RequestRef& r : preempt.requests) preempted_.insert(r->id);
+}
 
 void Verifier::on_failure(VerifierMessage& message, std::exception_ptr error) {
   if (auto* round = std::get_if<VerifyRound>(&message)) {

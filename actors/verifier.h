@@ -78,6 +78,8 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
   std::map<RequestId, int> seqs_;  // request -> KV sequence
   // Requests whose prompt is partly in the cache: their sequence's length is how far it is.
   std::set<RequestId> partial_;
+  // Preempted (Preempt) and not yet made again: the round that makes its sequence is its resumption.
+  std::set<RequestId> preempted_;
   int64_t prefill_budget_ = LlamaModel::kDefaultMaxForwardRows;
   std::atomic<int64_t> blocks_free_;
   std::atomic<std::uint64_t> releases_done_{0};

@@ -983,13 +983,13 @@ def test_with_the_priority_policy_a_lower_value_goes_first_and_preempts_a_runnin
     before = srv.metrics()["specula_preemptions_total"]
 
     async def main():
-        running = asyncio.create_task(ask("running", 0, 400, story))
+        running = asyncio.create_task(ask("running", 0, 1000, story))
         assert await gauge("specula_requests_running", 1), "the first request did not start"
         later = asyncio.create_task(ask("later", 5, 4))
         assert await gauge("specula_requests_waiting", 1), "the waiting request was not queued"
         sooner = asyncio.create_task(ask("sooner", -5, 4))
         done = await asyncio.gather(running, later, sooner)
-        return *done, await ask("alone", 0, 400, story)
+        return *done, await ask("alone", 0, 1000, story)
 
     running, later, sooner, alone = asyncio.run(main())
     # The later one (5) waited; the sooner one (-5) preempted the running one (0), which then went on
@@ -1001,5 +1001,5 @@ def test_with_the_priority_policy_a_lower_value_goes_first_and_preempts_a_runnin
     assert srv.metrics()["specula_preemptions_total"] - before == 1
     assert later.choices[0].text == sooner.choices[0].text  # the same prompt and settings: the same greedy text
     assert running.choices[0].text == alone.choices[0].text
-    assert running.usage.completion_tokens == 400
+    assert running.usage.completion_tokens == 1000
     assert alone.model_extra["speculation"]["preemptions"] == 0

@@ -686,14 +686,30 @@ TEST(Engine, RequestsOfOnePromptNewInOneRoundPrefillItOnceAndGiveWhatFreshPrefil
 // prompt of ~600 tokens made of the chat prompts after the first.
 struct VerifierRounds {
   std::mutex mu;
+  std::condition_variable cv;
+  bool closed = false;
   std::vector<std::vector<RequestId>> rounds;
 
+  // While closed, each verify round waits, once recorded, until open() (the scheduler meanwhile
+  // takes the requests sent, so they all wait for the round in flight).
   static FaultHook hook(std::shared_ptr<VerifierRounds> r) {
     return [r](const std::string& actor, const std::vector<RequestId>& ids) {
       if (actor != "verifier") return;
-      std::lock_guard lock(r->mu);
+      std::unique_lock lock(r->mu);
       r->rounds.push_back(ids);
+      r->cv.wait(lock, [&] { return !r->closed; });
     };
+  }
+  void close() {
+    std::lock_guard lock(mu);
+    closed = true;
+  }
+  void open() {
+    {
+      std::lock_guard lock(mu);
+      closed = false;
+    }
+    cv.notify_all();
   }
   // The indices of the rounds that held request `id`.
   std::vector<size_t> with(RequestId id) {
@@ -706,16 +722,15 @@ struct VerifierRounds {
 };
 
 // An engine of its own with the n-gram drafter (K 4) that records each verify round's requests.
-std::unique_ptr<Engine> ngram_engine_with_rounds(const std::shared_ptr<VerifierRounds>& rounds, int max_batch, int64_t kv_tokens) {
+// (`pipeline`: pipelined on the machine's shared cores too, so at batch 1 with the optimistic continuation.)
+std::unique_ptr<Engine> ngram_engine_with_rounds(const std::shared_ptr<VerifierRounds>& rounds, int max_batch, int64_t kv_tokens,
+                                                 bool pipeline = false, JudgeRule rule = {}) {
   EngineConfig c{.target = default_model_path(), .drafter = "ngram", .device = "host", .draft = {.k = 4},
                  .max_batch = max_batch, .kv_tokens = kv_tokens, .threads = 2};
+  c.pipeline = c.pipeline_on_shared_cores = pipeline;
+  c.judge_rule = std::move(rule);
   c.fault_hook = VerifierRounds::hook(rounds);
   return std::make_unique<Engine>(c);
-}
-
-// Waits (up to 6 s) until `stream`'s request has been in a verify round.
-void wait_for_a_round(VerifierRounds& rounds, const TokenStream& stream) {
-  for (int i = 0; i < 6000 && rounds.with(stream.id()).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 std::vector<int32_t> long_prompt(const Shared& s) {
@@ -856,9 +871,9 @@ TEST(Engine, WaitingRequestsAreAdmittedLowestPriorityFirstAndPreemptARunningOneO
   const GenerateResult first_alone = e.generate_blocking(first);
   ASSERT_TRUE(first_alone.error.empty()) << first_alone.error;
   ASSERT_EQ(first_alone.stats.preemptions, 0);
+  rounds->close();
   TokenStream running = e.start(first);
-  wait_for_a_round(*rounds, running);
-  // Sent in this order while the first (priority 0) runs: priorities 1, -1, 0, -1, 0.
+  // Sent in this order while the first (priority 0) is in its first round: priorities 1, -1, 0, -1, 0.
   const std::vector<int> priorities = {1, -1, 0, -1, 0};
   std::vector<TokenStream> waiting;
   for (size_t i = 0; i < priorities.size(); ++i) {
@@ -866,6 +881,7 @@ TEST(Engine, WaitingRequestsAreAdmittedLowestPriorityFirstAndPreemptARunningOneO
     r.priority = priorities[i];
     waiting.push_back(e.start(r));
   }
+  rounds->open();
   std::vector<GenerateResult> got(waiting.size());
   GenerateResult got_first;
   while (!got_first.add(running.next_blocking())) {
@@ -925,10 +941,11 @@ TEST(Engine, ARequestThatDoesNotFitTheKvPoolPreemptsAHigherValueOneWhichResumesW
   for (const int priority : {1, 0}) {
     SCOPED_TRACE("the small request's priority " + std::to_string(priority));
     const std::uint64_t before = e.preemptions();
+    rounds->close();
     TokenStream running = e.start(big);
-    wait_for_a_round(*rounds, running);
     small.priority = priority;
-    TokenStream late = e.start(small);
+    TokenStream late = e.start(small);  // while the big one is in its first round
+    rounds->open();
     GenerateResult got_big, got_small;
     while (!got_small.add(late.next_blocking())) {
     }
@@ -955,29 +972,77 @@ TEST(Engine, ARequestThatDoesNotFitTheKvPoolPreemptsAHigherValueOneWhichResumesW
   }
 }
 
-// A preempted request cancelled while it waits to resume ends as cancelled, its text so far kept.
-TEST(Engine, APreemptedRequestCancelledWhileItWaitsEndsCancelledWithItsTextSoFar) {
+// With pipelining at batch 1 a request whose drafts keep being accepted goes from round to round
+// without a boundary between them (the optimistic continuation); a waiting request of a lower value
+// breaks that chain and preempts it, and it resumes with its own text. (A rule that accepts every
+// draft, the bonus token the target's argmax, makes the chain: the text is not the target's, but it
+// is a function of the context, so the same alone and preempted.)
+TEST(Engine, WithPipeliningAtBatchOneARunningRequestIsPreemptedAndResumesWithItsOwnText) {
   REQUIRE_SETUP(s);
-  const std::unique_ptr<Engine> engine = ngram_engine_with_rounds(std::make_shared<VerifierRounds>(), 1, 4096);
+  auto rounds = std::make_shared<VerifierRounds>();
+  JudgeRule accept_all = [](const DraftProposal& d, std::span<const float> logits, const SamplingParams&, int64_t,
+                            SpecSampling, bool bonus) {
+    RoundOutcome out{static_cast<int>(d.k()), d.tokens, bonus};
+    if (bonus) {
+      const size_t vocab = logits.size() / static_cast<size_t>(d.k() + 1);
+      out.tokens.push_back(static_cast<int32_t>(argmax(logits.subspan(static_cast<size_t>(d.k()) * vocab, vocab))));
+    }
+    return out;
+  };
+  const std::unique_ptr<Engine> engine = ngram_engine_with_rounds(rounds, 1, 4096, true, accept_all);
   Engine& e = *engine;
-  EngineRequest low = s->request(0, 64);
+  ASSERT_TRUE(e.pipelined());
+  EngineRequest low = s->request(0, 96);
   low.priority = 1;
-  const std::vector<int32_t> alone = e.generate_blocking(low).tokens;
+  const GenerateResult alone = e.generate_blocking(low);
+  ASSERT_TRUE(alone.error.empty()) << alone.error;
+  rounds->close();
   TokenStream running = e.start(low);
-  GenerateResult got_low;
-  ASSERT_FALSE(got_low.add(running.next_blocking()));
-  EngineRequest high = s->request(1, 64);
-  TokenStream first = e.start(high);
-  GenerateResult got_high;
-  ASSERT_FALSE(got_high.add(first.next_blocking()));  // running: the low one is preempted (max_batch 1)
-  running.cancel();
-  while (!got_high.add(first.next_blocking())) {
+  TokenStream high = e.start(s->request(2, 8));  // while the low one is in its first round
+  rounds->open();
+  GenerateResult got_low, got_high;
+  while (!got_high.add(high.next_blocking())) {
   }
   while (!got_low.add(running.next_blocking())) {
   }
   ASSERT_TRUE(got_low.error.empty()) << got_low.error;
+  ASSERT_TRUE(got_high.error.empty()) << got_high.error;
+  EXPECT_EQ(got_low.stats.preemptions, 1);
+  EXPECT_EQ(got_low.tokens, alone.tokens);
+  EXPECT_GT(alone.stats.accepted, 48) << "the rule accepted too few drafts to chain rounds";
+  // Preempted at the end of the round it was in when the high one came, continued or not.
+  const std::vector<size_t> low_at = rounds->with(running.id()), high_at = rounds->with(high.id());
+  EXPECT_EQ(std::count_if(low_at.begin(), low_at.end(), [&](size_t r) { return r < high_at.front(); }), 1);
+  EXPECT_LT(high_at.back(), low_at.back());
+  EXPECT_TRUE(wait_until_idle_with_full_pool(e));
+}
+
+// A preempted request cancelled while it waits to resume ends as cancelled, its text so far kept.
+TEST(Engine, APreemptedRequestCancelledWhileItWaitsEndsCancelledWithItsTextSoFar) {
+  REQUIRE_SETUP(s);
+  auto rounds = std::make_shared<VerifierRounds>();
+  const std::unique_ptr<Engine> engine = ngram_engine_with_rounds(rounds, 1, 4096);
+  Engine& e = *engine;
+  EngineRequest low = s->request(0, 64);
+  low.priority = 1;
+  const std::vector<int32_t> alone = e.generate_blocking(low).tokens;
+  rounds->close();
+  TokenStream running = e.start(low);
+  TokenStream first = e.start(s->request(1, 64));  // while the low one is in its first round
+  rounds->open();
+  GenerateResult got_high, got_low;
+  ASSERT_FALSE(got_high.add(first.next_blocking()));  // running: the low one is preempted (max_batch 1)
+  rounds->close();  // the high one cannot end while the low one is cancelled
+  running.cancel();
+  while (!got_low.add(running.next_blocking())) {
+  }
+  rounds->open();
+  while (!got_high.add(first.next_blocking())) {
+  }
+  ASSERT_TRUE(got_low.error.empty()) << got_low.error;
   EXPECT_EQ(got_low.finish_reason, FinishReason::Cancelled);
   EXPECT_EQ(got_low.stats.preemptions, 0) << "it never resumed";
+  ASSERT_FALSE(got_low.tokens.empty()) << "its first round's tokens";
   ASSERT_LT(got_low.tokens.size(), alone.size());
   EXPECT_EQ(got_low.tokens, std::vector<int32_t>(alone.begin(), alone.begin() + static_cast<std::ptrdiff_t>(got_low.tokens.size())));
   EXPECT_EQ(e.preemptions(), 1u);
