@@ -695,10 +695,13 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
         r.stop_token_logprobs = true;
       }
     }
-    // vLLM's extension in its own shape (token ids -> logprob, rank, decoded token) is not served.
-    if (const json* v = field(body, "prompt_logprobs"); v && !v->is_null())
-      bad("prompt_logprobs", kind == PromptKind::Chat ? "prompt_logprobs is not supported"
-                                                      : "prompt_logprobs is not supported; echo with logprobs lists the prompt's");
+    // vLLM's extension in its own shape: each prompt token's log-probability, rank and decoded
+    // text, with that many alternatives (docs/protocol.md, "Prompt log-probabilities"). Whole
+    // responses only, as vLLM has it.
+    if (const json* v = field(body, "prompt_logprobs"); v && !v->is_null()) {
+      out.prompt_logprobs = static_cast<int>(integer(*v, "prompt_logprobs", 0, actors::kMaxTopLogprobs));
+      r.prompt_logprobs = std::max(r.prompt_logprobs, out.prompt_logprobs);
+    }
     if (max_tokens == 0 && !out.echo)
       bad(max_name, std::string(max_name) + " must be at least 1 (0 only with echo: the prompt alone)");
     if (const json* v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
@@ -716,6 +719,8 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
         out.include_usage = u->get<bool>();
       }
     }
+    if (out.stream && out.prompt_logprobs >= 0)
+      bad("prompt_logprobs", "prompt_logprobs is not available with stream: true (as in vLLM)");
   }
   return out;
 }

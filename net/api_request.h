@@ -58,6 +58,9 @@ struct ParsedRequest {
   // echo with max_tokens 0: the prompt alone. `request` runs one token, which is not shown.
   bool prompt_only = false;
   ToolCalls tools;                 // /v1/chat/completions
+  // vLLM's prompt_logprobs: the alternatives listed for each prompt token (0..20); -1: not asked.
+  // (request.prompt_logprobs is the larger of it and echo's logprobs: one prefill scores both.)
+  int prompt_logprobs = -1;
   // vLLM's truncate_prompt_tokens: the prompt's last k tokens only (after templating); 0: all.
   int64_t truncate_prompt_tokens = 0;
   // /v1/completions with several prompts (an array of strings or of token-id arrays): each is

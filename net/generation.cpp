@@ -149,6 +149,7 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
     // Every prompt as its own request, tokenized before any starts.
     std::vector<actors::EngineRequest> requests;
     std::vector<Admitted::Echo> echo;
+    std::vector<std::vector<int32_t>> prompt_ids;
     for (int p = 0; p < prompts; ++p) {
       prompt_index = p;
       actors::EngineRequest request = prompts == 1 ? std::move(parsed.request) : parsed.request;
@@ -176,11 +177,15 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
         if (sent.empty() && st.engine.model().tokenizer) sent = st.engine.model().tokenizer->decode(ids);
         echo.push_back({std::move(sent), ids});
       }
+      if (parsed.prompt_logprobs >= 0) prompt_ids.push_back(request.prompt_ids);
       requests.push_back(std::move(request));
     }
     Admitted out{{}, parsed.stream, parsed.include_usage, requests.front().logprobs >= 0};
     out.choices_per_prompt = n;
     out.echo = std::move(echo);
+    out.prompt_logprobs = parsed.prompt_logprobs;
+    out.logprobs_top = std::max(0, requests.front().logprobs);
+    out.prompt_ids = std::move(prompt_ids);
     out.prompt_only = parsed.prompt_only;
     out.tool_mode = parsed.tools.mode;
     out.tool_name = parsed.tools.name;

@@ -102,6 +102,11 @@ class Generation {
       std::vector<int32_t> ids;
     };
     std::vector<Echo> echo{};
+    // ParsedRequest::prompt_logprobs, and then each prompt's ids (the keys of its entries). The
+    // engine lists max(logprobs, prompt_logprobs) alternatives a prompt token; echo shows `logprobs_top`.
+    int prompt_logprobs = -1;
+    int logprobs_top = 0;
+    std::vector<std::vector<int32_t>> prompt_ids{};
     bool prompt_only = false;  // ParsedRequest::prompt_only
     ToolCalls::Mode tool_mode = ToolCalls::Mode::None;  // ParsedRequest::tools
     std::string tool_name{};

@@ -75,6 +75,32 @@ json speculation_json(const GenerationStats& s) {
           {"tokens_per_second", j["tokens_per_second"]}};
 }
 
+// vLLM's prompt_logprobs: null for the first prompt token (nothing scores it), then for each token
+// an object from token ids (as strings) to {logprob, rank, decoded_token}: the token's own entry
+// and its `top` likeliest alternatives (ranks 1..top; the token itself once if it is among them).
+// Entries the engine did not send (a one-token prompt has none) are null.
+json prompt_logprobs_json(const Tokenizer& tok, const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& lps,
+                          int top) {
+  json out = json::array();
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    if (k == 0 || k > lps.size()) {
+      out.push_back(nullptr);
+      continue;
+    }
+    const TokenLogprobs& lp = lps[k - 1];
+    json entry = json::object();
+    const auto put = [&](int32_t id, float logprob, int32_t rank) {
+      const std::string key = std::to_string(id);
+      if (!entry.contains(key)) entry[key] = {{"logprob", logprob}, {"rank", rank}, {"decoded_token", tok.token_bytes(id)}};
+    };
+    put(ids[k], lp.logprob, lp.rank);
+    for (std::size_t j = 0; j < lp.top.size() && j < static_cast<std::size_t>(top); ++j)
+      put(lp.top[j].first, lp.top[j].second, static_cast<int32_t>(j + 1));
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 // The log-probabilities of a response's tokens in OpenAI's two shapes (docs/protocol.md): chat's
 // `logprobs.content` (a token's text, its bytes, its log-probability and the alternatives) and
 // the legacy completions' parallel lists (`tokens`, `token_logprobs`, `top_logprobs` as
@@ -92,9 +118,18 @@ class LogprobsJson {
   void add(const TokenOut& t) {
     if (t.logprobs) add(t.id, &*t.logprobs);
   }
-  // echo's prompt tokens (legacy lists only): the first with null entries, token k with lps[k - 1].
-  void add_prompt(const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& lps) {
-    for (std::size_t k = 0; k < ids.size(); ++k) add(ids[k], k == 0 || k > lps.size() ? nullptr : &lps[k - 1]);
+  // echo's prompt tokens (legacy lists only): the first with null entries, token k with lps[k - 1]
+  // and its first `top` alternatives (the engine may have listed more for prompt_logprobs).
+  void add_prompt(const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& lps, std::size_t top) {
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      if (k == 0 || k > lps.size()) {
+        add(ids[k], nullptr);
+        continue;
+      }
+      TokenLogprobs lp = lps[k - 1];
+      if (lp.top.size() > top) lp.top.resize(top);
+      add(ids[k], &lp);
+    }
   }
   bool any() const { return any_; }
   // Appends a compact one's object as JSON text (what dump_json(take()) would give) to `out`, and
@@ -317,7 +352,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     echoed[i] = true;
     const Generation::Admitted::Echo& e = admitted.echo[i / admitted.choices_per_prompt];
     u.text.insert(0, e.text);
-    if (want_logprobs && u.prompt_logprobs) logprobs[i].add_prompt(e.ids, *u.prompt_logprobs);
+    if (want_logprobs && u.prompt_logprobs) logprobs[i].add_prompt(e.ids, *u.prompt_logprobs, admitted.logprobs_top);
   };
   auto combined_stats = [&] {
     std::vector<GenerationStats> all;
@@ -332,11 +367,18 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     // body is written as text, each choice's log-probabilities spliced in as they were kept
     // (LogprobsJson's compact form), in the keys' order as a json object dumps them.
     std::string body = "{\"choices\":[";
+    // prompt_logprobs: each choice's prompt's entries, as the engine sent them with its first update.
+    std::vector<std::vector<TokenLogprobs>> prompt_lps(admitted.prompt_logprobs >= 0 ? n : 0);
+    const auto prompt_lps_json = [&](std::size_t i) {
+      return prompt_logprobs_json(*st.engine.model().tokenizer, admitted.prompt_ids[i / admitted.choices_per_prompt],
+                                  prompt_lps[i], admitted.prompt_logprobs);
+    };
     for (std::size_t i = 0; i < n; ++i) {
       std::string text;
       GenerationUpdate u;
       do {
         u = co_await choices[i]->next();
+        if (!prompt_lps.empty() && u.prompt_logprobs) prompt_lps[i] = *u.prompt_logprobs;
         echo_into(i, u);
         text += u.text;
         for (const TokenOut& t : u.tokens) logprobs[i].add(t);
@@ -357,13 +399,17 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
         logprobs[i].move_text_to(body);
       else
         body += "null";
-      body += chat ? ",\"message\":" + dump_json(message) : ",\"text\":" + dump_json(text);
+      if (chat) body += ",\"message\":" + dump_json(message);
+      // (vLLM's: a completion choice carries its prompt's, a chat response one list for all.)
+      if (!chat && !prompt_lps.empty()) body += ",\"prompt_logprobs\":" + dump_json(prompt_lps_json(i));
+      if (!chat) body += ",\"text\":" + dump_json(text);
       body += '}';
     }
     json res = shape.base(chat ? "chat.completion" : "text_completion");
     const GenerationStats all = combined_stats();
     res["usage"] = usage_json(all);
     res["speculation"] = speculation_json(all);
+    if (chat && !prompt_lps.empty()) res["prompt_logprobs"] = prompt_lps_json(0);
     const std::string rest = dump_json(res);  // {"created":...}: "choices" sorts first
     body += "],";
     body.append(rest, 1);

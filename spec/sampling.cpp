@@ -308,6 +308,8 @@ TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int t
   auto lp = [&](size_t v) { return static_cast<float>(host_kernels::sampler_arg(logits[v], 1.0f, mx) - log_sum); };
   TokenLogprobs out;
   out.logprob = lp(static_cast<size_t>(token));
+  const float mine = logits[static_cast<size_t>(token)];
+  out.rank = 1 + static_cast<int32_t>(std::count_if(logits.begin(), logits.end(), [&](float x) { return x > mine; }));
   if (top <= 0) return out;
   thread_local std::vector<Candidate> best;
   leading_tokens(logits, std::min(static_cast<size_t>(top), logits.size()), best);  // larger first, then lower id

@@ -99,7 +99,8 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& sp, in
 // probable tokens with theirs, most probable first (the lower id first on ties).
 struct TokenLogprobs {
   float logprob = 0;
-  std::vector<std::pair<int32_t, float>> top;
+  int32_t rank = 1;  // 1 + the tokens of a larger logit (vLLM's rank: 1 is the likeliest)
+  std::vector<std::pair<int32_t, float>> top;  // the likeliest first, ties to the lower id
 };
 TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top);
 

@@ -750,8 +750,67 @@ def test_echo_outside_completions_or_not_a_boolean_is_a_400_naming_it(server):
         assert r.status_code == 400 and r.json()["error"]["param"] == "echo", (value, r.text)
     r = post("/v1/completions", {"prompt": "x", "echo": None, "max_tokens": 2})
     assert r.status_code == 200, r.text
-    r = post("/v1/completions", {"prompt": "x", "prompt_logprobs": 1})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt_logprobs" and "echo" in r.text, r.text
+
+
+def test_prompt_logprobs_give_vllms_entries_the_numbers_echo_gives(server, client, model_id):
+    """vLLM's prompt_logprobs: per prompt token (the first null) its id -> logprob, rank and decoded
+    text, with that many alternatives ranked 1..k; the numbers are echo's for the same prompt."""
+    prompt = "The sky is blue because the air scatters"
+    echo = _echo(client, model_id, prompt, max_tokens=1, logprobs=3)
+    lp = echo.choices[0].logprobs
+    n_prompt = echo.usage.prompt_tokens
+    r = client.completions.create(model=model_id, prompt=prompt, max_tokens=1, temperature=0,
+                                  extra_body={"prompt_logprobs": 2})
+    entries = r.choices[0].model_extra["prompt_logprobs"]
+    assert len(entries) == n_prompt and entries[0] is None
+    ids = httpx.post(server.url + "/tokenize", json={"prompt": prompt}, timeout=30).json()["tokens"]
+    assert len(ids) == n_prompt
+    ranked_first = 0
+    for k in range(1, n_prompt):
+        e = entries[k]
+        mine = e[str(ids[k])]
+        assert mine["decoded_token"] == lp.tokens[k]
+        assert mine["logprob"] == pytest.approx(lp.token_logprobs[k], abs=1e-6)
+        assert 2 <= len(e) <= 3, e  # the token and two alternatives, once if it is one of them
+        ranks = sorted(v["rank"] for key, v in e.items() if key != str(ids[k]))
+        assert ranks in ([1, 2], [1], [2]), e
+        top = lp.top_logprobs[k]  # echo's three alternatives: text -> logprob
+        best = max(top.values())
+        rank1 = [v for v in e.values() if v["rank"] == 1]
+        assert rank1 and rank1[0]["logprob"] == pytest.approx(best, abs=1e-6)
+        # rank: 1 + the tokens more probable than it, so 1 exactly when it is the likeliest
+        assert (mine["rank"] == 1) == (mine["logprob"] >= best - 1e-6)
+        assert mine["rank"] >= 1 + sum(1 for v in top.values() if v > mine["logprob"] + 1e-6)
+        ranked_first += mine["rank"] == 1
+    assert 0 < ranked_first < n_prompt - 1, "every or no prompt token the likeliest: the ranks say nothing"
+    # Both at once: one prefill scores both; echo keeps its own count of alternatives.
+    both = _echo(client, model_id, prompt, max_tokens=1, logprobs=1, extra_body={"prompt_logprobs": 3})
+    assert [len(t) for t in both.choices[0].logprobs.top_logprobs[1:n_prompt]] == [1] * (n_prompt - 1)
+    assert both.choices[0].logprobs.token_logprobs[:n_prompt] == lp.token_logprobs[:n_prompt]
+    for k, e in enumerate(both.choices[0].model_extra["prompt_logprobs"][1:], start=1):
+        assert len(e) == 3 + (e[str(ids[k])]["rank"] > 3), e  # three alternatives, and the token if not one
+    # Chat: one list for the response, over the templated prompt; 0 alternatives: the token alone.
+    c = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
+                                       n=2, extra_body={"prompt_logprobs": 0})
+    chat_entries = c.model_extra["prompt_logprobs"]
+    assert len(chat_entries) == c.usage.prompt_tokens and chat_entries[0] is None
+    assert all(len(e) == 1 and next(iter(e.values()))["rank"] >= 1 for e in chat_entries[1:])
+    assert "prompt_logprobs" not in c.choices[0].model_extra
+    # Without the ask there are none.
+    plain = client.completions.create(model=model_id, prompt=prompt, max_tokens=1)
+    assert "prompt_logprobs" not in (plain.choices[0].model_extra or {})
+
+
+def test_prompt_logprobs_streamed_or_out_of_range_is_a_400_naming_it(server):
+    post = lambda path, body: httpx.post(server.url + path, json=body, timeout=30)
+    for path, body in [("/v1/completions", {"prompt": "x"}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})]:
+        r = post(path, {**body, "prompt_logprobs": 1, "stream": True})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "prompt_logprobs" and "stream" in r.text, r.text
+        for value in (21, -1, "2", 1.5):
+            r = post(path, {**body, "prompt_logprobs": value})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "prompt_logprobs", (value, r.text)
+        assert post(path, {**body, "prompt_logprobs": None, "max_tokens": 1}).status_code == 200
 
 
 def test_echo_with_max_tokens_zero_gives_the_prompt_alone_scored_streamed_and_not(server, client, model_id):

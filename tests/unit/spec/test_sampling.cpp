@@ -423,6 +423,11 @@ TEST(Sampling, ATokensLogprobsAreTheLogSoftmaxOfTheRawLogitsWithTheMostProbableF
   EXPECT_EQ(all.top[2].first, 0);
   EXPECT_THROW(token_logprobs(three, 3, 1), std::invalid_argument);
   EXPECT_THROW(token_logprobs(three, -1, 1), std::invalid_argument);
+  // vLLM's rank: 1 + the tokens of a larger logit (tied tokens share it).
+  const std::vector<float> ties = logits_of({1.0f, 3.0f, 3.0f, 0.0f, 2.0f});
+  std::vector<int32_t> ranks;
+  for (int32_t v = 0; v < 5; ++v) ranks.push_back(token_logprobs(ties, v, 0).rank);
+  EXPECT_EQ(ranks, (std::vector<int32_t>{4, 1, 1, 5, 3}));
 }
 
 TEST(Sampling, TemperatureZeroIsArgmaxWithTheLowestIndexOnTies) {
