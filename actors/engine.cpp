@@ -296,6 +296,17 @@ TokenStream Engine::start(EngineRequest request, Admission* admission) {
   r.max_tokens = request.max_tokens;
   r.sampling = request.sampling;
   r.stop_ids = request.stop_ids ? *request.stop_ids : m.default_stop;
+  const int64_t vocab = m.model->config().vocab_size;
+  if (request.stop_token_ids.size() > kMaxStopTokenIds)
+    throw RequestError("invalid_request", "stop_token_ids",
+                       "stop_token_ids has " + std::to_string(request.stop_token_ids.size()) + " ids; the limit is " +
+                           std::to_string(kMaxStopTokenIds));
+  for (const int32_t id : request.stop_token_ids) {
+    if (id < 0 || id >= vocab)
+      throw RequestError("invalid_request", "stop_token_ids",
+                         "stop_token_ids: " + std::to_string(id) + " is not a token id (0 .. " + std::to_string(vocab - 1) + ")");
+    if (std::find(r.stop_ids.begin(), r.stop_ids.end(), id) == r.stop_ids.end()) r.stop_ids.push_back(id);
+  }
   r.draft = request.draft ? *request.draft : m.cfg.draft;
   r.mode = request.mode;
   auto check = [](const char* field, auto&& validate) {
@@ -338,6 +349,8 @@ TokenStream Engine::start(EngineRequest request, Admission* admission) {
   info->id = m.next_id.fetch_add(1);
   info->events = std::make_shared<EventChannel>();
   info->stop = std::move(request.stop);
+  info->include_stop = request.include_stop_str_in_output;
+  info->skip_special_tokens = request.skip_special_tokens;
   info->speculate = request.speculate && m.cfg.drafter != "none";
   info->logprobs = request.logprobs;
   info->prompt_logprobs = request.prompt_logprobs;

@@ -104,6 +104,9 @@ struct RequestError : std::invalid_argument {
 // The most alternatives a token's log-probabilities list (OpenAI's top_logprobs limit).
 inline constexpr int kMaxTopLogprobs = 20;
 
+// The most ids EngineRequest::stop_token_ids may hold.
+inline constexpr std::size_t kMaxStopTokenIds = 64;
+
 struct EngineRequest {
   std::string prompt;                          // text, used when prompt_ids is empty
   std::vector<int32_t> prompt_ids;             // token ids (taken as they are)
@@ -118,6 +121,14 @@ struct EngineRequest {
   std::optional<DraftLengthConfig> draft;      // default: the engine's
   bool speculate = true;                       // false: plain decode rounds (K = 0) through the same actors
   std::optional<std::vector<int32_t>> stop_ids;  // default: the model's end tokens
+  // vLLM's stop_token_ids: more tokens that end the request as the end tokens do (their text left
+  // out), on top of stop_ids (so with ignore_eos's empty stop_ids too).
+  std::vector<int32_t> stop_token_ids;
+  // vLLM's include_stop_str_in_output: the stop string, or the stop token's text, that ends the
+  // request stays at the end of its text.
+  bool include_stop_str_in_output = false;
+  // vLLM's skip_special_tokens: false puts special tokens' text (such as "<|im_start|>") in the text.
+  bool skip_special_tokens = true;
   // Stop strings: the text ends before the first one that appears (it is not shown), with
   // FinishReason::Stop. Text that might still become one is held back until it cannot.
   std::vector<std::string> stop;

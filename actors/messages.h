@@ -27,6 +27,8 @@ struct RequestInfo {
   RequestId id = 0;
   SpeculativeRequest request;              // prompt ids, max_tokens, sampling, stop ids, K, mode
   std::vector<std::string> stop;           // stop strings (the sampler ends the text before one)
+  bool include_stop = false;               // EngineRequest::include_stop_str_in_output
+  bool skip_special_tokens = true;         // EngineRequest::skip_special_tokens
   bool speculate = true;                   // false: plain decode rounds (K = 0), no drafting
   int logprobs = -1;                       // EngineRequest::logprobs
   int prompt_logprobs = -1;                // EngineRequest::prompt_logprobs

@@ -21,12 +21,16 @@ void validate_stop_strings(const std::vector<std::string>& stops) {
   }
 }
 
-std::string release_text(std::string& held, const std::vector<std::string>& stops, bool& stopped) {
+std::string release_text(std::string& held, const std::vector<std::string>& stops, bool& stopped, bool keep_stop) {
   stopped = false;
-  size_t first = std::string::npos;
-  for (const std::string& s : stops) first = std::min(first, held.find(s));
+  size_t first = std::string::npos, length = 0;
+  for (const std::string& s : stops)
+    if (const size_t at = held.find(s); at < first) {
+      first = at;
+      length = s.size();
+    }
   if (first != std::string::npos) {
-    std::string shown = held.substr(0, first);
+    std::string shown = held.substr(0, first + (keep_stop ? length : 0));
     held.clear();
     stopped = true;
     return shown;
@@ -64,7 +68,7 @@ Sampler::Open& Sampler::open(const RequestRef& request) {
 std::string Sampler::flush(Open& o) const {
   o.held += o.decoder.flush();
   bool stopped = false;
-  std::string shown = release_text(o.held, o.request->stop, stopped);
+  std::string shown = release_text(o.held, o.request->stop, stopped, o.request->include_stop);
   if (!stopped) shown += o.held;  // the end: a partial stop string is text after all
   o.held.clear();
   return shown;
@@ -125,11 +129,15 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
     ev.from_draft = static_cast<int>(i) < from_draft;
     if (request->logprobs >= 0 && vocab > 0 && rows.size() >= (i + 1) * vocab)
       ev.logprobs = token_logprobs(rows.subspan(i * vocab, vocab), tok, request->logprobs);
-    o.held += o.decoder.push(tok);
+    // A stop token's text is not the request's (vLLM's rule; the end tokens are special and have
+    // none shown), unless it asked for it (include_stop_str_in_output).
+    const bool stop_id = std::find(req.stop_ids.begin(), req.stop_ids.end(), tok) != req.stop_ids.end();
+    if (!stop_id || request->include_stop) o.held += o.decoder.push(tok);
     bool stopped = false;
     // Before min_tokens tokens are out no stop string ends the text (vLLM's rule): all of it goes.
     static const std::vector<std::string> kNoStops;
-    ev.text = release_text(o.held, st.generated < req.sampling.min_tokens ? kNoStops : request->stop, stopped);
+    ev.text = release_text(o.held, st.generated < req.sampling.min_tokens ? kNoStops : request->stop, stopped,
+                           request->include_stop);
     batch.push_back(std::move(ev));
     const bool complete = o.penalties && o.penalties->constraint_complete();
     const FinishReason finish = req.finish_rule(max_positions_).after(tok, st.generated, tok_position, stopped, complete);

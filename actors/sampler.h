@@ -24,9 +24,10 @@ inline constexpr std::size_t kMaxStopStringBytes = 256;
 void validate_stop_strings(const std::vector<std::string>& stops);
 
 // Moves from `held` what can be shown now. If a stop string occurs in it, returns the text before
-// the first occurrence, clears `held` and sets `stopped`; otherwise returns all but the longest
-// tail of `held` that is the start of some stop string, which stays held.
-std::string release_text(std::string& held, const std::vector<std::string>& stops, bool& stopped);
+// the first occurrence (through its end with `keep_stop`: the first of `stops` found there), clears
+// `held` and sets `stopped`; otherwise returns all but the longest tail of `held` that is the start
+// of some stop string, which stays held.
+std::string release_text(std::string& held, const std::vector<std::string>& stops, bool& stopped, bool keep_stop = false);
 
 class Sampler : public Actor<Sampler, SamplerMessage> {
  public:
@@ -55,7 +56,8 @@ class Sampler : public Actor<Sampler, SamplerMessage> {
     Verdict verdict;  // the round's, without this item yet
   };
   struct Open {
-    Open(RequestRef r, std::shared_ptr<const Tokenizer> tok) : request(std::move(r)), decoder(std::move(tok), true) {}
+    Open(RequestRef r, std::shared_ptr<const Tokenizer> tok)
+        : request(std::move(r)), decoder(std::move(tok), request->skip_special_tokens) {}
     RequestRef request;
     StreamDecoder decoder;
     SpeculativeStats stats;

@@ -503,6 +503,24 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     if (!v->is_boolean()) bad("ignore_eos", "ignore_eos must be true or false, got " + shown(*v));
     if (v->get<bool>()) r.stop_ids = std::vector<int32_t>{};
   }
+  // stop_token_ids: more tokens that end the text (left out of it, as the end tokens are);
+  // include_stop_str_in_output: the stop string or token that ended it stays; skip_special_tokens
+  // false: special tokens' text is shown.
+  if (const json* v = field(body, "stop_token_ids"); v && !v->is_null()) {
+    if (!v->is_array()) bad("stop_token_ids", "stop_token_ids must be an array of token ids, got " + shown(*v));
+    if (v->size() > actors::kMaxStopTokenIds)
+      bad("stop_token_ids", "stop_token_ids has " + std::to_string(v->size()) + " ids; the limit is " +
+                                std::to_string(actors::kMaxStopTokenIds));
+    for (const json& t : *v) r.stop_token_ids.push_back(static_cast<int32_t>(integer(t, "stop_token_ids", 0, vocab - 1)));
+  }
+  const auto flag = [&](const char* name, bool& to) {
+    if (const json* v = field(body, name); v && !v->is_null()) {
+      if (!v->is_boolean()) bad(name, std::string(name) + " must be true or false, got " + shown(*v));
+      to = v->get<bool>();
+    }
+  };
+  flag("include_stop_str_in_output", r.include_stop_str_in_output);
+  flag("skip_special_tokens", r.skip_special_tokens);
   if (const json* v = field(body, "top_k")) sp.top_k = static_cast<int>(std::max<int64_t>(0, integer(*v, "top_k", -1, vocab)));
   if (const json* v = field(body, "seed")) {
     if (!v->is_number_integer()) bad("seed", "seed must be an integer, got " + shown(*v));

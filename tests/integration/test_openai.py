@@ -332,6 +332,47 @@ def test_min_tokens_and_ignore_eos_keep_a_short_answer_going(client, model_id):
     assert endless.choices[0].message.content.startswith(short.choices[0].message.content)
 
 
+def test_stop_token_ids_include_stop_str_in_output_and_skip_special_tokens_do_what_vllm_does(server, client, model_id):
+    # stop_token_ids: the text ends before the token (left out, as the end tokens are), finish "stop";
+    # include_stop_str_in_output keeps it, and a stop string too; skip_special_tokens false shows the
+    # special tokens a reply runs past with ignore_eos.
+    args = dict(model=model_id, prompt="Write three short sentences about cats.\n", max_tokens=80, temperature=0)
+    whole = client.completions.create(**args, extra_body={"ignore_eos": True}).choices[0].text
+    period = httpx.post(server.url + "/tokenize", json={"prompt": "."}, timeout=30).json()["tokens"]
+    assert len(period) == 1
+    cut = client.completions.create(**args, extra_body={"ignore_eos": True, "stop_token_ids": period}).choices[0]
+    kept = client.completions.create(**args, extra_body={"ignore_eos": True, "stop_token_ids": period,
+                                                         "include_stop_str_in_output": True}).choices[0]
+    assert cut.finish_reason == "stop" and kept.finish_reason == "stop"
+    assert len(cut.text) < len(whole) and whole.startswith(cut.text)
+    assert kept.text == cut.text + "." and whole.startswith(kept.text)
+    word = whole.split()[3]
+    by_string = client.completions.create(**args, stop=[word], extra_body={"include_stop_str_in_output": True}).choices[0]
+    assert by_string.finish_reason == "stop" and by_string.text == whole[:whole.index(word) + len(word)]
+    chat = dict(model=model_id, messages=[{"role": "user", "content": "Say hi."}], max_tokens=64, temperature=0)
+    plain = client.chat.completions.create(**chat, extra_body={"ignore_eos": True}).choices[0].message.content
+    raw = client.chat.completions.create(**chat, extra_body={"ignore_eos": True, "skip_special_tokens": False})
+    shown = raw.choices[0].message.content
+    assert "<|im_end|>" in shown and "<|im_end|>" not in plain
+    assert shown.replace("<|im_end|>", "").replace("<|im_start|>", "") == plain
+    # The default end token ends it and stays out of the text with skip_special_tokens false too.
+    ended = client.chat.completions.create(**chat, extra_body={"skip_special_tokens": False}).choices[0]
+    assert ended.finish_reason == "stop" and "<|im_end|>" not in ended.message.content
+
+
+def test_stop_token_ids_and_the_stop_flags_refuse_bad_values_naming_the_field(server):
+    post = lambda body: httpx.post(server.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2, **body},
+                                   timeout=30)
+    for body, param in [({"stop_token_ids": 5}, "stop_token_ids"), ({"stop_token_ids": [-1]}, "stop_token_ids"),
+                        ({"stop_token_ids": [49152]}, "stop_token_ids"), ({"stop_token_ids": ["a"]}, "stop_token_ids"),
+                        ({"stop_token_ids": list(range(65))}, "stop_token_ids"),
+                        ({"include_stop_str_in_output": "yes"}, "include_stop_str_in_output"),
+                        ({"skip_special_tokens": 0}, "skip_special_tokens")]:
+        r = post(body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
+    assert post({"stop_token_ids": [], "include_stop_str_in_output": None, "skip_special_tokens": True}).status_code == 200
+
+
 def test_completion_logprobs_have_the_legacy_shape(client, model_id):
     r = client.completions.create(model=model_id, prompt="The capital of France is", max_tokens=8, temperature=0,
                                   logprobs=2)

@@ -52,6 +52,18 @@ TEST(StopStrings, APartialStopStringAtTheEndOfTheRequestIsShown) {
   EXPECT_FALSE(stopped);
 }
 
+TEST(StopStrings, WithKeepStopTheTextEndsAfterTheFirstStopStringTheFirstListedOnATie) {
+  std::string held = "say cats and dogs";
+  bool stopped = false;
+  EXPECT_EQ(release_text(held, {"dogs", "cats"}, stopped, true), "say cats");
+  EXPECT_TRUE(stopped);
+  held = "say cats and dogs";
+  EXPECT_EQ(release_text(held, {"cat", "cats"}, stopped, true), "say cat");
+  held = "say cats and dogs";
+  EXPECT_EQ(release_text(held, {"cats", "cat"}, stopped, true), "say cats");
+  EXPECT_EQ(held, "");
+}
+
 TEST(StopStrings, BadStopListsAreRefusedNamingTheProblem) {
   EXPECT_THROW(validate_stop_strings({""}), std::invalid_argument);
   EXPECT_THROW(validate_stop_strings(std::vector<std::string>(kMaxStopStrings + 1, "x")), std::invalid_argument);
