@@ -350,6 +350,7 @@ TokenStream Engine::start(EngineRequest request, Admission* admission) {
   info->events = std::make_shared<EventChannel>();
   info->stop = std::move(request.stop);
   info->include_stop = request.include_stop_str_in_output;
+  info->stop_token_ids = std::move(request.stop_token_ids);
   info->skip_special_tokens = request.skip_special_tokens;
   info->speculate = request.speculate && m.cfg.drafter != "none";
   info->logprobs = request.logprobs;

@@ -28,6 +28,7 @@ struct RequestInfo {
   SpeculativeRequest request;              // prompt ids, max_tokens, sampling, stop ids, K, mode
   std::vector<std::string> stop;           // stop strings (the sampler ends the text before one)
   bool include_stop = false;               // EngineRequest::include_stop_str_in_output
+  std::vector<int32_t> stop_token_ids;     // EngineRequest::stop_token_ids (also in request.stop_ids)
   bool skip_special_tokens = true;         // EngineRequest::skip_special_tokens
   bool speculate = true;                   // false: plain decode rounds (K = 0), no drafting
   int logprobs = -1;                       // EngineRequest::logprobs

@@ -21,13 +21,15 @@ void validate_stop_strings(const std::vector<std::string>& stops) {
   }
 }
 
-std::string release_text(std::string& held, const std::vector<std::string>& stops, bool& stopped, bool keep_stop) {
+std::string release_text(std::string& held, const std::vector<std::string>& stops, bool& stopped, bool keep_stop,
+                         std::size_t* which) {
   stopped = false;
   size_t first = std::string::npos, length = 0;
-  for (const std::string& s : stops)
-    if (const size_t at = held.find(s); at < first) {
+  for (size_t i = 0; i < stops.size(); ++i)
+    if (const size_t at = held.find(stops[i]); at < first) {
       first = at;
-      length = s.size();
+      length = stops[i].size();
+      if (which) *which = i;
     }
   if (first != std::string::npos) {
     std::string shown = held.substr(0, first + (keep_stop ? length : 0));
@@ -134,10 +136,11 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
     const bool stop_id = std::find(req.stop_ids.begin(), req.stop_ids.end(), tok) != req.stop_ids.end();
     if (!stop_id || request->include_stop) o.held += o.decoder.push(tok);
     bool stopped = false;
+    std::size_t which = 0;
     // Before min_tokens tokens are out no stop string ends the text (vLLM's rule): all of it goes.
     static const std::vector<std::string> kNoStops;
     ev.text = release_text(o.held, st.generated < req.sampling.min_tokens ? kNoStops : request->stop, stopped,
-                           request->include_stop);
+                           request->include_stop, &which);
     batch.push_back(std::move(ev));
     const bool complete = o.penalties && o.penalties->constraint_complete();
     const FinishReason finish = req.finish_rule(max_positions_).after(tok, st.generated, tok_position, stopped, complete);
@@ -151,6 +154,10 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
       done.text = stopped ? std::string() : flush(o);
       done.finish_reason = finish;
       st.finish_reason = finish;
+      if (finish == FinishReason::Stop && stopped) done.stop_string = request->stop[which];
+      const auto& own = request->stop_token_ids;
+      if (finish == FinishReason::Stop && !stopped && std::find(own.begin(), own.end(), tok) != own.end())
+        done.stop_token = tok;
       return end_with(std::move(done));
     }
   }

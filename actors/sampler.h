@@ -27,7 +27,9 @@ void validate_stop_strings(const std::vector<std::string>& stops);
 // the first occurrence (through its end with `keep_stop`: the first of `stops` found there), clears
 // `held` and sets `stopped`; otherwise returns all but the longest tail of `held` that is the start
 // of some stop string, which stays held.
-std::string release_text(std::string& held, const std::vector<std::string>& stops, bool& stopped, bool keep_stop = false);
+// `which`, if given, is set to the index in `stops` of the one found.
+std::string release_text(std::string& held, const std::vector<std::string>& stops, bool& stopped, bool keep_stop = false,
+                         std::size_t* which = nullptr);
 
 class Sampler : public Actor<Sampler, SamplerMessage> {
  public:

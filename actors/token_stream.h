@@ -29,6 +29,11 @@ struct StreamEvent {
   // but the first (empty for a prompt of one token).
   std::optional<std::vector<TokenLogprobs>> prompt_logprobs;
   FinishReason finish_reason = FinishReason::None;  // Done: why the request ended
+  // Done with FinishReason::Stop (vLLM's stop_reason): the stop string that ended the text, or the
+  // token of the request's own stop_token_ids; neither (-1, empty) for the model's end tokens or a
+  // grammar's end.
+  int32_t stop_token = -1;
+  std::string stop_string;
   std::string error;           // Error: what failed, in one line
   bool request_fault = false;  // Error: the request asked for more than can be kept (an HTTP 400, not a 500)
   SpeculativeStats stats;      // Done and Error: the request's statistics so far

@@ -318,6 +318,8 @@ void Generation::on_end(const actors::StreamEvent& ev, GenerationUpdate& u) {
     m.count_request("error");
   } else {
     u.finish_reason = ev.finish_reason;
+    if (!ev.stop_string.empty()) u.stop_reason = ev.stop_string;
+    if (ev.stop_token >= 0) u.stop_reason = ev.stop_token;
     // max_tokens was lowered to fit the context, so running out of it is running out of context.
     if (clamped_ && u.finish_reason == FinishReason::Length) u.finish_reason = FinishReason::Context;
     m.count_request(std::string(finish_reason_name(u.finish_reason)));

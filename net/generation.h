@@ -34,6 +34,8 @@ struct GenerationUpdate {
   std::vector<TokenOut> tokens;
   bool terminal = false;
   FinishReason finish_reason = FinishReason::None;  // terminal and not an error
+  // vLLM's stop_reason at the end: the stop string or token id that ended the text (StreamEvent's), else null.
+  nlohmann::json stop_reason = nullptr;
   std::string error;              // terminal with an engine error
   bool request_fault = false;     // the error is the request's (its grammar's limits): a 400, not a 500
   // The first update, when the request asked (EngineRequest::prompt_logprobs): prompt tokens 1, 2, ...

@@ -402,6 +402,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       if (chat) body += ",\"message\":" + dump_json(message);
       // (vLLM's: a completion choice carries its prompt's, a chat response one list for all.)
       if (!chat && !prompt_lps.empty()) body += ",\"prompt_logprobs\":" + dump_json(prompt_lps_json(i));
+      body += ",\"stop_reason\":" + dump_json(u.stop_reason);
       if (!chat) body += ",\"text\":" + dump_json(text);
       body += '}';
     }
@@ -480,6 +481,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       if (!co_await send_event(event)) co_return false;
     }
     json last = with_usage(shape.chunk(i, "", finish_of(u, message)));
+    last["choices"][0]["stop_reason"] = u.stop_reason;
     last["speculation"] = speculation_json(choices[i]->stats());
     if (!co_await send_event(dump_json(last))) co_return false;
     if (open == 0 && admitted.include_usage) {

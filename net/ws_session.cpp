@@ -190,6 +190,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
         send(json{{"type", "done"},
                   {"id", id},
                   {"finish_reason", finish_reason_name(u.finish_reason)},
+                  {"stop_reason", u.stop_reason},
                   {"seed", g->seed()},
                   {"stats", g->stats().to_json()}});
       }

@@ -347,8 +347,17 @@ def test_stop_token_ids_include_stop_str_in_output_and_skip_special_tokens_do_wh
     assert len(cut.text) < len(whole) and whole.startswith(cut.text)
     assert kept.text == cut.text + "." and whole.startswith(kept.text)
     word = whole.split()[3]
-    by_string = client.completions.create(**args, stop=[word], extra_body={"include_stop_str_in_output": True}).choices[0]
+    by_string = client.completions.create(**args, stop=["no such words", word],
+                                          extra_body={"include_stop_str_in_output": True}).choices[0]
     assert by_string.finish_reason == "stop" and by_string.text == whole[:whole.index(word) + len(word)]
+    # vLLM's stop_reason: the stop token's id or the stop string that ended it, else null; streamed
+    # on the choice's last chunk.
+    assert cut.model_extra["stop_reason"] == period[0] and kept.model_extra["stop_reason"] == period[0]
+    assert by_string.model_extra["stop_reason"] == word
+    lengthy = client.completions.create(**args, extra_body={"ignore_eos": True}).choices[0]
+    assert lengthy.finish_reason == "length" and lengthy.model_extra["stop_reason"] is None
+    last = [c for c in client.completions.create(**args, stop=[word], stream=True) if c.choices][-1].choices[0]
+    assert last.finish_reason == "stop" and last.model_extra["stop_reason"] == word
     chat = dict(model=model_id, messages=[{"role": "user", "content": "Say hi."}], max_tokens=64, temperature=0)
     plain = client.chat.completions.create(**chat, extra_body={"ignore_eos": True}).choices[0].message.content
     raw = client.chat.completions.create(**chat, extra_body={"ignore_eos": True, "skip_special_tokens": False})
@@ -358,6 +367,7 @@ def test_stop_token_ids_include_stop_str_in_output_and_skip_special_tokens_do_wh
     # The default end token ends it and stays out of the text with skip_special_tokens false too.
     ended = client.chat.completions.create(**chat, extra_body={"skip_special_tokens": False}).choices[0]
     assert ended.finish_reason == "stop" and "<|im_end|>" not in ended.message.content
+    assert ended.model_extra["stop_reason"] is None  # the model's own end token
 
 
 def test_stop_token_ids_and_the_stop_flags_refuse_bad_values_naming_the_field(server):

@@ -10,7 +10,7 @@ from conftest import collect, collect_all
 # A prompt that repeats itself, so the n-gram drafter finds matches and drafts get accepted.
 REPEAT = "one two three four five six seven eight nine ten " * 6
 STATS = {"prompt_tokens", "completion_tokens", "rounds", "drafted", "accepted", "acceptance_rate",
-         "mean_accepted_length", "mean_confidence_threshold", "ttft_ms", "elapsed_ms", "tokens_per_second"}
+         "mean_accepted_length", "mean_confidence_threshold", "preemptions", "ttft_ms", "elapsed_ms", "tokens_per_second"}
 
 
 def generate(gen_id, **fields):
@@ -104,7 +104,8 @@ def test_a_stop_string_ends_the_text_before_it(server):
     async def main():
         async with connect(server.ws_url) as ws:
             await ws.send(generate("free", max_tokens=16))
-            tokens, _ = await collect(ws, "free")
+            tokens, free = await collect(ws, "free")
+            assert free["stop_reason"] is None, free  # the end token or max_tokens
             text = "".join(ev["text"] for ev in tokens)
             words = text.split()
             assert len(words) >= 3, text
@@ -114,6 +115,10 @@ def test_a_stop_string_ends_the_text_before_it(server):
             cut = "".join(ev["text"] for ev in tokens)
             assert done["finish_reason"] == "stop", (done, cut)
             assert cut == text[:text.index(stop)]
+            assert done["stop_reason"] == stop  # which one ended it
+            await ws.send(generate("kept", max_tokens=16, stop=[stop], include_stop_str_in_output=True))
+            tokens, done = await collect(ws, "kept")
+            assert "".join(ev["text"] for ev in tokens) == text[:text.index(stop) + len(stop)]
     asyncio.run(main())
 
 
