@@ -30,9 +30,12 @@ Event event_of(actors::StreamEvent ev) {
     for (const TokenLogprobs& t : *ev.prompt_logprobs) {
       PromptTokenLogprob& p = out.prompt_logprobs.emplace_back();
       p.logprob = t.logprob;
+      p.rank = t.rank;
       for (const auto& [id, lp] : t.top) p.top.push_back({id, lp});
     }
   out.finish_reason = std::string(finish_reason_name(ev.finish_reason));
+  out.stop_string = std::move(ev.stop_string);
+  if (ev.stop_token >= 0) out.stop_token = ev.stop_token;
   out.error = std::move(ev.error);
   out.stats = stats_of(ev.stats);
   return out;
@@ -68,6 +71,9 @@ actors::EngineRequest request_of(Request r) {
     throw std::invalid_argument("mode must be \"exact\", \"block\" or \"coupled\", got \"" + r.mode + "\"");
   }
   e.stop = std::move(r.stop);
+  e.stop_token_ids = std::move(r.stop_token_ids);
+  e.include_stop_str_in_output = r.include_stop_str_in_output;
+  e.skip_special_tokens = r.skip_special_tokens;
   e.logprobs = r.top_logprobs;
   e.prompt_logprobs = r.prompt_logprobs;
   e.priority = r.priority;

@@ -145,9 +145,11 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
     const bool complete = o.penalties && o.penalties->constraint_complete();
     const FinishReason finish = req.finish_rule(max_positions_).after(tok, st.generated, tok_position, stopped, complete);
     // The stop token that ends the request is not part of its text, nor of its log-probabilities
-    // (as OpenAI's API leaves it out). (A grammar's end with no stop tokens ends after a text token.)
+    // (as OpenAI's API leaves it out), unless include_stop_str_in_output kept its text. (A grammar's
+    // end with no stop tokens ends after a text token.)
     const bool stop_token = !stopped && !(complete && req.stop_ids.empty());
-    if (finish == FinishReason::Stop && stop_token && !request->stop_token_logprobs) batch.back().logprobs.reset();
+    if (finish == FinishReason::Stop && stop_token && !request->stop_token_logprobs && !(stop_id && request->include_stop))
+      batch.back().logprobs.reset();
     if (finish != FinishReason::None) {
       StreamEvent done;
       done.kind = StreamEvent::Kind::Done;

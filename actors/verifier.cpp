@@ -117,14 +117,16 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
   // (`later`: where it goes when the round has no rows left for it).
   const auto start = [&](size_t i, std::vector<size_t>& later) {
     const std::span<const int32_t> prompt = prompt_of(i);
-    // (The prompt's log-probabilities went out with its first admission.)
-    const int top = again(i) ? -1 : round.items[i].request->prompt_logprobs;
+    // (The prompt's log-probabilities go out once: a resumed request whose prompt was scored
+    // before its preemption is prefilled as any other.)
+    const int top = scored_.count(id_of(i)) ? -1 : round.items[i].request->prompt_logprobs;
     if (top >= 0) {  // its own forwards, every row scored, nothing taken from the prefix cache
       const int seq = kv_.create_sequence(prompt, 0);
       seqs_.emplace(id_of(i), seq);
       made[i] = 1;
       prefix_queried_.fetch_add(static_cast<int64_t>(prompt.size()), std::memory_order_relaxed);
       prompt_logprobs[i] = prefill_scored(seq, round.items[i].context, top, prefill_rows[i], judge);
+      scored_.insert(id_of(i));
       kv_.register_prefix(seq, prompt);
       budget = std::max<int64_t>(0, budget - static_cast<int64_t>(prompt.size()));
       return;
@@ -173,7 +175,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
       for (const size_t i : now) {
         const int64_t need =
             static_cast<int64_t>(prompt_of(i).size()) - kv_.cached_positions(prompt_of(i), shareable(i));
-        if ((again(i) || round.items[i].request->prompt_logprobs < 0) && need <= short_rows) {
+        if ((scored_.count(id_of(i)) || round.items[i].request->prompt_logprobs < 0) && need <= short_rows) {
           short_rows -= need;
           start(i, later);
         } else {
@@ -328,6 +330,7 @@ void Verifier::forget(const std::vector<RequestRef>& requests) {
 
 void Verifier::on(Release& release) {
   forget(release.requests);
+  for (const RequestRef& r : release.requests) scored_.erase(r->id);
   releases_done_.fetch_add(1, std::memory_order_release);
 }
 

@@ -80,6 +80,8 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
   std::set<RequestId> partial_;
   // Preempted (Preempt) and not yet made again: the round that makes its sequence is its resumption.
   std::set<RequestId> preempted_;
+  // Those whose prompt was scored (EngineRequest::prompt_logprobs): not again when they resume.
+  std::set<RequestId> scored_;
   int64_t prefill_budget_ = LlamaModel::kDefaultMaxForwardRows;
   std::atomic<int64_t> blocks_free_;
   std::atomic<std::uint64_t> releases_done_{0};

@@ -78,13 +78,15 @@ json speculation_json(const GenerationStats& s) {
 // vLLM's prompt_logprobs: null for the first prompt token (nothing scores it), then for each token
 // an object from token ids (as strings) to {logprob, rank, decoded_token}: the token's own entry
 // and its `top` likeliest alternatives (ranks 1..top; the token itself once if it is among them).
-// Entries the engine did not send (a one-token prompt has none) are null.
-json prompt_logprobs_json(const Tokenizer& tok, const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& lps,
-                          int top) {
-  json out = json::array();
+// Entries the engine did not send (a one-token prompt has none) are null. As JSON text, each
+// entry serialized as it is made (a tree of a long prompt's entries would hold ~0.5 KB an alternative).
+std::string prompt_logprobs_json(const Tokenizer& tok, const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& lps,
+                                 int top) {
+  std::string out = "[";
   for (std::size_t k = 0; k < ids.size(); ++k) {
+    if (k > 0) out += ',';
     if (k == 0 || k > lps.size()) {
-      out.push_back(nullptr);
+      out += "null";
       continue;
     }
     const TokenLogprobs& lp = lps[k - 1];
@@ -96,9 +98,9 @@ json prompt_logprobs_json(const Tokenizer& tok, const std::vector<int32_t>& ids,
     put(ids[k], lp.logprob, lp.rank);
     for (std::size_t j = 0; j < lp.top.size() && j < static_cast<std::size_t>(top); ++j)
       put(lp.top[j].first, lp.top[j].second, static_cast<int32_t>(j + 1));
-    out.push_back(std::move(entry));
+    out += dump_json(entry);
   }
-  return out;
+  return out + ']';
 }
 
 // The log-probabilities of a response's tokens in OpenAI's two shapes (docs/protocol.md): chat's
@@ -378,8 +380,8 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       GenerationUpdate u;
       do {
         u = co_await choices[i]->next();
-        if (!prompt_lps.empty() && u.prompt_logprobs) prompt_lps[i] = *u.prompt_logprobs;
         echo_into(i, u);
+        if (!prompt_lps.empty() && u.prompt_logprobs) prompt_lps[i] = std::move(*u.prompt_logprobs);
         text += u.text;
         for (const TokenOut& t : u.tokens) logprobs[i].add(t);
       } while (!u.terminal);
@@ -401,7 +403,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
         body += "null";
       if (chat) body += ",\"message\":" + dump_json(message);
       // (vLLM's: a completion choice carries its prompt's, a chat response one list for all.)
-      if (!chat && !prompt_lps.empty()) body += ",\"prompt_logprobs\":" + dump_json(prompt_lps_json(i));
+      if (!chat && !prompt_lps.empty()) body += ",\"prompt_logprobs\":" + prompt_lps_json(i);
       body += ",\"stop_reason\":" + dump_json(u.stop_reason);
       if (!chat) body += ",\"text\":" + dump_json(text);
       body += '}';
@@ -410,8 +412,8 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     const GenerationStats all = combined_stats();
     res["usage"] = usage_json(all);
     res["speculation"] = speculation_json(all);
-    if (chat && !prompt_lps.empty()) res["prompt_logprobs"] = prompt_lps_json(0);
-    const std::string rest = dump_json(res);  // {"created":...}: "choices" sorts first
+    std::string rest = dump_json(res);  // {"created":...}: "choices" sorts first
+    if (chat && !prompt_lps.empty()) rest.insert(rest.size() - 1, ",\"prompt_logprobs\":" + prompt_lps_json(0));
     body += "],";
     body.append(rest, 1);
     HttpResponse ok = make_response(200, std::move(body), "application/json", keep_alive, req.version());

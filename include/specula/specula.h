@@ -71,6 +71,9 @@ struct Request {
   std::optional<std::uint64_t> seed;  // none: a random seed
   std::string mode;                   // "exact" (rejection sampling), "block" (block verification) or "coupled"; "" = coupled with a seed, else exact
   std::vector<std::string> stop;      // the text ends before the first of these
+  std::vector<std::int32_t> stop_token_ids;  // vLLM's: more tokens that end the text (their text left out)
+  bool include_stop_str_in_output = false;   // vLLM's: the stop string or stop token's text stays
+  bool skip_special_tokens = true;           // vLLM's: false shows special tokens' text
   // -1: none; 0..20: each token's log-probability under the model's own distribution (log
   // softmax of its raw logits) on its Event, with that many most probable alternatives.
   int top_logprobs = -1;
@@ -92,6 +95,7 @@ struct TokenLogprob {
 
 struct PromptTokenLogprob {
   float logprob = 0;              // the prompt token's
+  std::int32_t rank = 1;          // 1 + the tokens more probable there (vLLM's rank)
   std::vector<TokenLogprob> top;  // the most probable tokens at its position, most probable first
 };
 
@@ -115,6 +119,10 @@ struct Event {
   // The first event, when the request asked (Request::prompt_logprobs): prompt tokens 1, 2, ...
   std::vector<PromptTokenLogprob> prompt_logprobs;
   std::string finish_reason;   // Done: stop | length | context | cancelled
+  // Done with finish_reason stop (vLLM's stop_reason): the stop string that ended the text, or the
+  // token of Request::stop_token_ids that did; neither for the model's end tokens.
+  std::string stop_string;
+  std::optional<std::int32_t> stop_token;
   std::string error;           // Error: what failed, in one line
   Stats stats;                 // Done and Error
   bool terminal() const { return kind != Kind::Token; }

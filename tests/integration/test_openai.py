@@ -348,7 +348,7 @@ def test_stop_token_ids_include_stop_str_in_output_and_skip_special_tokens_do_wh
     assert kept.text == cut.text + "." and whole.startswith(kept.text)
     word = whole.split()[3]
     by_string = client.completions.create(**args, stop=["no such words", word],
-                                          extra_body={"include_stop_str_in_output": True}).choices[0]
+                                          extra_body={"ignore_eos": True, "include_stop_str_in_output": True}).choices[0]
     assert by_string.finish_reason == "stop" and by_string.text == whole[:whole.index(word) + len(word)]
     # vLLM's stop_reason: the stop token's id or the stop string that ended it, else null; streamed
     # on the choice's last chunk.
@@ -356,7 +356,8 @@ def test_stop_token_ids_include_stop_str_in_output_and_skip_special_tokens_do_wh
     assert by_string.model_extra["stop_reason"] == word
     lengthy = client.completions.create(**args, extra_body={"ignore_eos": True}).choices[0]
     assert lengthy.finish_reason == "length" and lengthy.model_extra["stop_reason"] is None
-    last = [c for c in client.completions.create(**args, stop=[word], stream=True) if c.choices][-1].choices[0]
+    last = [c for c in client.completions.create(**args, stop=[word], stream=True, extra_body={"ignore_eos": True})
+            if c.choices][-1].choices[0]
     assert last.finish_reason == "stop" and last.model_extra["stop_reason"] == word
     chat = dict(model=model_id, messages=[{"role": "user", "content": "Say hi."}], max_tokens=64, temperature=0)
     plain = client.chat.completions.create(**chat, extra_body={"ignore_eos": True}).choices[0].message.content
@@ -374,7 +375,7 @@ def test_stop_token_ids_and_the_stop_flags_refuse_bad_values_naming_the_field(se
     post = lambda body: httpx.post(server.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2, **body},
                                    timeout=30)
     for body, param in [({"stop_token_ids": 5}, "stop_token_ids"), ({"stop_token_ids": [-1]}, "stop_token_ids"),
-                        ({"stop_token_ids": [49152]}, "stop_token_ids"), ({"stop_token_ids": ["a"]}, "stop_token_ids"),
+                        ({"stop_token_ids": [10**9]}, "stop_token_ids"), ({"stop_token_ids": ["a"]}, "stop_token_ids"),
                         ({"stop_token_ids": list(range(65))}, "stop_token_ids"),
                         ({"include_stop_str_in_output": "yes"}, "include_stop_str_in_output"),
                         ({"skip_special_tokens": 0}, "skip_special_tokens")]:
@@ -427,11 +428,11 @@ def test_an_unstreamed_body_with_n_choices_and_logprobs_is_the_document_the_stre
         for c in doc["choices"]:
             lp = c["logprobs"]
             if "content" in lp:
-                assert set(c) == {"index", "message", "logprobs", "finish_reason"} and lp["refusal"] is None, c
+                assert set(c) == {"index", "message", "logprobs", "finish_reason", "stop_reason"} and lp["refusal"] is None, c
                 assert "".join(t["token"] for t in lp["content"]) == c["message"]["content"]
                 assert lp["content"] == streamed[c["index"]]
             else:
-                assert set(c) == {"index", "text", "logprobs", "finish_reason"}, c
+                assert set(c) == {"index", "text", "logprobs", "finish_reason", "stop_reason"}, c
                 assert list(zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], lp["text_offset"])) == \
                     [tuple(x) for x in streamed[c["index"]]]
                 assert "".join(lp["tokens"]) == c["text"]

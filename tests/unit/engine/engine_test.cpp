@@ -500,6 +500,53 @@ TEST(Engine, ThePublicApiCarriesThePromptsLogprobsOnItsFirstEventAsTheEngineGive
     EXPECT_TRUE(ev.prompt_logprobs.empty()) << "a later event carries them again";
 }
 
+// The public API's stop_token_ids end the text before the token (its text left out, or kept with
+// include_stop_str_in_output) and the Done event names it; a stop string is named too.
+TEST(Engine, ThePublicApiEndsTheTextAtAStopTokenIdAndNamesWhatEndedIt) {
+  REQUIRE_SETUP(s);
+  specula::Engine api(specula::EngineOptions{.model = default_model_path(), .drafter = "ngram", .threads = 2});
+  const auto run = [&](specula::Request q) {
+    std::pair<std::string, specula::Event> out;
+    specula::Stream stream = api.start(std::move(q));
+    for (specula::Event ev = stream.next_blocking();; ev = stream.next_blocking()) {
+      out.first += ev.text;
+      if (ev.terminal()) {
+        out.second = std::move(ev);
+        return out;
+      }
+    }
+  };
+  specula::Request q;
+  q.prompt = "The capital of France is Paris. The capital of Italy is";
+  q.max_tokens = 12;
+  q.ignore_eos = true;
+  const auto [whole, end] = run(q);
+  ASSERT_EQ(end.finish_reason, "length") << end.error;
+  EXPECT_EQ(end.stop_token, std::nullopt);
+  const std::vector<int32_t> ids = s->ngram->model().tokenizer->encode(whole);
+  ASSERT_GE(ids.size(), 4u);
+  // A token of the greedy text (its third, once the text is tokenized again; the text generated
+  // may have spelled it with other tokens first, so the cut is wherever the token first came).
+  const int32_t stop = ids[2];
+  q.stop_token_ids = {stop};
+  const auto [cut, cut_end] = run(q);
+  EXPECT_EQ(cut_end.finish_reason, "stop");
+  EXPECT_EQ(cut_end.stop_token, stop);
+  EXPECT_TRUE(cut_end.stop_string.empty());
+  q.include_stop_str_in_output = true;
+  const auto [kept, kept_end] = run(q);
+  EXPECT_EQ(kept_end.stop_token, stop);
+  EXPECT_EQ(kept, cut + s->ngram->model().tokenizer->decode(std::vector<int32_t>{stop}));
+  EXPECT_TRUE(whole.starts_with(kept)) << whole << " / " << kept;
+  q.stop_token_ids.clear();
+  q.include_stop_str_in_output = false;
+  q.stop = {"no such text", whole.substr(cut.size(), 3)};
+  const auto [by_string, string_end] = run(q);
+  EXPECT_EQ(string_end.stop_string, q.stop[1]);
+  EXPECT_EQ(string_end.stop_token, std::nullopt);
+  EXPECT_EQ(by_string, whole.substr(0, whole.find(q.stop[1])));
+}
+
 // The stop token that ends a request has no log-probabilities on its event unless the request
 // keeps them (stop_token_logprobs, the server's echo): then every token has its entry.
 TEST(Engine, TheStopTokensLogprobsAreKeptOnlyWhenTheRequestAsks) {
@@ -731,6 +778,23 @@ std::unique_ptr<Engine> ngram_engine_with_rounds(const std::shared_ptr<VerifierR
   c.judge_rule = std::move(rule);
   c.fault_hook = VerifierRounds::hook(rounds);
   return std::make_unique<Engine>(c);
+}
+
+EngineRequest at_priority(EngineRequest r, int priority) {
+  r.priority = priority;
+  return r;
+}
+
+// Sends `first` and then `second` while `first`'s first verify round is held, so that the scheduler
+// has both when that round ends (with one place in the batch and `second` of a lower priority
+// value, `second` preempts `first` then).
+std::pair<TokenStream, TokenStream> start_during_first_round(Engine& e, VerifierRounds& rounds, const EngineRequest& first,
+                                                             const EngineRequest& second) {
+  rounds.close();
+  TokenStream a = e.start(first);
+  TokenStream b = e.start(second);
+  rounds.open();
+  return {std::move(a), std::move(b)};
 }
 
 std::vector<int32_t> long_prompt(const Shared& s) {
@@ -992,14 +1056,10 @@ TEST(Engine, WithPipeliningAtBatchOneARunningRequestIsPreemptedAndResumesWithIts
   const std::unique_ptr<Engine> engine = ngram_engine_with_rounds(rounds, 1, 4096, true, accept_all);
   Engine& e = *engine;
   ASSERT_TRUE(e.pipelined());
-  EngineRequest low = s->request(0, 96);
-  low.priority = 1;
+  EngineRequest low = at_priority(s->request(0, 96), 1);
   const GenerateResult alone = e.generate_blocking(low);
   ASSERT_TRUE(alone.error.empty()) << alone.error;
-  rounds->close();
-  TokenStream running = e.start(low);
-  TokenStream high = e.start(s->request(2, 8));  // while the low one is in its first round
-  rounds->open();
+  auto [running, high] = start_during_first_round(e, *rounds, low, s->request(2, 8));
   GenerateResult got_low, got_high;
   while (!got_high.add(high.next_blocking())) {
   }
@@ -1017,19 +1077,47 @@ TEST(Engine, WithPipeliningAtBatchOneARunningRequestIsPreemptedAndResumesWithIts
   EXPECT_TRUE(wait_until_idle_with_full_pool(e));
 }
 
+// A request that asked for its prompt's log-probabilities gets them once, on its first event, and
+// a preemption after that neither scores the prompt again nor changes its text.
+TEST(Engine, APreemptedRequestsPromptLogprobsComeOnceAndItsTextIsItsOwn) {
+  REQUIRE_SETUP(s);
+  auto rounds = std::make_shared<VerifierRounds>();
+  const std::unique_ptr<Engine> engine = ngram_engine_with_rounds(rounds, 1, 4096);
+  Engine& e = *engine;
+  EngineRequest low = at_priority(s->request(0, 32), 1);
+  low.prompt_logprobs = 2;
+  const GenerateResult alone = e.generate_blocking(low);
+  ASSERT_TRUE(alone.error.empty()) << alone.error;
+  ASSERT_EQ(alone.prompt_logprobs.size(), low.prompt_ids.size() - 1);
+  auto [running, high] = start_during_first_round(e, *rounds, low, s->request(1, 8));
+  int with_prompt_logprobs = 0;
+  GenerateResult got;
+  for (bool end = false; !end;) {
+    StreamEvent ev = running.next_blocking();
+    with_prompt_logprobs += ev.prompt_logprobs.has_value();
+    end = got.add(std::move(ev));
+  }
+  ASSERT_TRUE(got.error.empty()) << got.error;
+  EXPECT_EQ(got.stats.preemptions, 1);
+  EXPECT_EQ(with_prompt_logprobs, 1);
+  ASSERT_EQ(got.prompt_logprobs.size(), alone.prompt_logprobs.size());
+  for (size_t i = 0; i < alone.prompt_logprobs.size(); ++i)
+    EXPECT_EQ(std::bit_cast<uint32_t>(got.prompt_logprobs[i].logprob), std::bit_cast<uint32_t>(alone.prompt_logprobs[i].logprob));
+  EXPECT_EQ(got.tokens, alone.tokens);
+  while (!GenerateResult().add(high.next_blocking())) {
+  }
+  EXPECT_TRUE(wait_until_idle_with_full_pool(e));
+}
+
 // A preempted request cancelled while it waits to resume ends as cancelled, its text so far kept.
 TEST(Engine, APreemptedRequestCancelledWhileItWaitsEndsCancelledWithItsTextSoFar) {
   REQUIRE_SETUP(s);
   auto rounds = std::make_shared<VerifierRounds>();
   const std::unique_ptr<Engine> engine = ngram_engine_with_rounds(rounds, 1, 4096);
   Engine& e = *engine;
-  EngineRequest low = s->request(0, 64);
-  low.priority = 1;
+  EngineRequest low = at_priority(s->request(0, 64), 1);
   const std::vector<int32_t> alone = e.generate_blocking(low).tokens;
-  rounds->close();
-  TokenStream running = e.start(low);
-  TokenStream first = e.start(s->request(1, 64));  // while the low one is in its first round
-  rounds->open();
+  auto [running, first] = start_during_first_round(e, *rounds, low, s->request(1, 64));
   GenerateResult got_high, got_low;
   ASSERT_FALSE(got_high.add(first.next_blocking()));  // running: the low one is preempted (max_batch 1)
   rounds->close();  // the high one cannot end while the low one is cancelled
