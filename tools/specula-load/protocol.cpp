@@ -155,6 +155,7 @@ Outcome apply_ws_message(const std::string& text, const std::string& id, double 
     s.acceptance_rate = number_or(stats, "acceptance_rate", -1);
     s.mean_accepted_length = number_or(stats, "mean_accepted_length", -1);
     s.mean_confidence_threshold = number_or(stats, "mean_confidence_threshold", -1);
+    s.preemptions = integer_or(stats, "preemptions", -1);
     s.ttft_ms = number_or(stats, "ttft_ms", -1);
     s.elapsed_ms = number_or(stats, "elapsed_ms", -1);
     return Outcome::Done;
@@ -216,6 +217,7 @@ Outcome apply_sse_data(const std::string& payload, double now_s, RequestRecord& 
       r.server.mean_accepted_length = number_or(*s, "mean_accepted_length", r.server.mean_accepted_length);
       r.server.mean_confidence_threshold =
           number_or(*s, "mean_confidence_threshold", r.server.mean_confidence_threshold);
+      r.server.preemptions = integer_or(*s, "preemptions", r.server.preemptions);
     }
   }
   auto choices = c.find("choices");

@@ -17,6 +17,7 @@ struct ServerStats {
   double acceptance_rate = -1;
   double mean_accepted_length = -1;
   double mean_confidence_threshold = -1;  // 0: the server drafted without the confidence rule
+  long long preemptions = -1;             // times the server preempted it (priority scheduling)
   double ttft_ms = -1;
   double elapsed_ms = -1;
 };

@@ -87,7 +87,10 @@ std::string html_report(const LoadOptions& o, size_t prompt_count, const RunResu
     for (const auto& [priority, c] : s.by_priority)
       h << dist_row("priority " + std::to_string(priority) + ": time to first token (ms)", c.ttft_ms)
         << dist_row("priority " + std::to_string(priority) + ": end-to-end latency (ms)", c.e2e_ms);
-    h << "</table>\n";
+    h << "</table>\n<p>Preempted by the server:";
+    for (const auto& [priority, c] : s.by_priority)
+      h << " priority " << priority << ": " << c.preemptions << (c.preemptions == 1 ? " time;" : " times;");
+    h << "</p>\n";
   }
 
   const Acceptance& a = s.acceptance;

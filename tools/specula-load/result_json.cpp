@@ -51,7 +51,8 @@ json request_json(const RequestRecord& r) {
             {"rounds", or_null(r.server.rounds)},
             {"acceptance_rate", or_null(r.server.acceptance_rate)},
             {"mean_accepted_length", or_null(r.server.mean_accepted_length)},
-            {"mean_confidence_threshold", or_null(r.server.mean_confidence_threshold)}};
+            {"mean_confidence_threshold", or_null(r.server.mean_confidence_threshold)},
+            {"preemptions", or_null(r.server.preemptions)}};
   if (r.scheduled_s >= 0) j["scheduled_ms"] = r.scheduled_s * 1e3;
   if (r.priority) j["priority"] = *r.priority;
   if (!r.ok()) j["error"] = {{"kind", r.error_kind}, {"message", r.error_message}};
@@ -101,7 +102,8 @@ json result_json(const LoadOptions& o, size_t prompt_count, const RunResult& run
     json classes = json::object();
     for (const auto& [priority, c] : s.by_priority)
       classes[std::to_string(priority)] = {{"requests", c.requests}, {"succeeded", c.succeeded},
-                                           {"ttft_ms", distribution_json(c.ttft_ms)}, {"e2e_ms", distribution_json(c.e2e_ms)}};
+                                           {"preemptions", c.preemptions}, {"ttft_ms", distribution_json(c.ttft_ms)},
+                                           {"e2e_ms", distribution_json(c.e2e_ms)}};
     summary["by_priority"] = classes;
   }
   json sessions = json::array();

@@ -102,6 +102,7 @@ Summary summarize(const std::vector<RequestRecord>& records) {
     e2e.push_back(e2e_s * 1e3);
     if (r.priority) {
       ++s.by_priority[*r.priority].succeeded;
+      s.by_priority[*r.priority].preemptions += std::max(0LL, r.server.preemptions);
       by_priority[*r.priority].second.push_back(e2e_s * 1e3);
       if (r.first_token_s >= 0) by_priority[*r.priority].first.push_back((r.first_token_s - r.start_s) * 1e3);
     }

@@ -71,6 +71,7 @@ struct Acceptance {
 // The requests of one priority value (a prompt line's "priority"), for a run that sends some.
 struct PriorityClass {
   int requests = 0, succeeded = 0;
+  long long preemptions = 0;     // the server's count over its requests (their "preemptions" stat)
   Distribution ttft_ms, e2e_ms;  // of its successful requests
 };
 

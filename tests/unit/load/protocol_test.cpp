@@ -74,7 +74,7 @@ TEST(WsMessages, TokenEventsAccumulateAndDoneFillsTheStats) {
   EXPECT_EQ(apply_ws_message(R"({"type":"token","id":"r3","text":"c","tokens":[{"id":7}]})", "r3", 1.3, r), Outcome::Pending);
   EXPECT_EQ(apply_ws_message(R"({"type":"token","id":"r9","text":"x","count":1})", "r3", 1.35, r), Outcome::Pending);
   const std::string done = R"({"type":"done","id":"r3","finish_reason":"length","stats":{"prompt_tokens":10,
-      "completion_tokens":3,"rounds":2,"drafted":4,"accepted":1,"acceptance_rate":0.25,"mean_accepted_length":0.5,"mean_confidence_threshold":0.42}})";
+      "completion_tokens":3,"rounds":2,"drafted":4,"accepted":1,"acceptance_rate":0.25,"mean_accepted_length":0.5,"mean_confidence_threshold":0.42,"preemptions":1}})";
   EXPECT_EQ(apply_ws_message(done, "r3", 1.4, r), Outcome::Done);
   EXPECT_TRUE(r.ok());
   EXPECT_DOUBLE_EQ(r.first_token_s, 1.2);
@@ -86,6 +86,7 @@ TEST(WsMessages, TokenEventsAccumulateAndDoneFillsTheStats) {
   EXPECT_EQ(r.server.drafted, 4);
   EXPECT_DOUBLE_EQ(r.server.acceptance_rate, 0.25);
   EXPECT_DOUBLE_EQ(r.server.mean_confidence_threshold, 0.42);
+  EXPECT_EQ(r.server.preemptions, 1);
 }
 
 TEST(WsMessages, AnErrorEventIsAServerErrorNamedByItsCode) {
@@ -128,7 +129,7 @@ TEST(SseData, ContentChunksAreEventsUsageIsCountedAndDoneEnds) {
   EXPECT_EQ(apply_sse_data(R"({"choices":[{"index":0,"delta":{"content":"Hi"}}]})", 0.2, r), Outcome::Pending);
   EXPECT_EQ(apply_sse_data(R"({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null,
       "speculation":{"rounds":1,"drafted":3,"accepted":1,"acceptance_rate":0.33,"mean_accepted_length":1,
-      "mean_confidence_threshold":0.6}})", 0.3, r),
+      "mean_confidence_threshold":0.6,"preemptions":2}})", 0.3, r),
             Outcome::Pending);
   EXPECT_EQ(apply_sse_data(R"({"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2}})", 0.3, r), Outcome::Pending);
   EXPECT_EQ(apply_sse_data("[DONE]", 0.4, r), Outcome::Done);
@@ -138,6 +139,7 @@ TEST(SseData, ContentChunksAreEventsUsageIsCountedAndDoneEnds) {
   EXPECT_EQ(r.server.drafted, 3);
   EXPECT_EQ(r.server.accepted, 1);
   EXPECT_DOUBLE_EQ(r.server.mean_confidence_threshold, 0.6);
+  EXPECT_EQ(r.server.preemptions, 2);
   EXPECT_TRUE(r.ok());
 }
 

@@ -151,6 +151,8 @@ TEST(Summarize, RequestsWithAPriorityAreDescribedByItsValue) {
   rs[2].priority = -1;
   rs[3].priority = 1;
   rs[3].error_kind = "timeout";
+  rs[1].server.preemptions = 2;  // a low one preempted twice; the others report 0 or nothing
+  rs[0].server.preemptions = 0;
   const Summary s = summarize(rs);
   ASSERT_EQ(s.by_priority.size(), 2u);
   const PriorityClass& high = s.by_priority.at(-1);
@@ -159,7 +161,9 @@ TEST(Summarize, RequestsWithAPriorityAreDescribedByItsValue) {
   EXPECT_EQ(high.succeeded, 2);
   EXPECT_NEAR(high.ttft_ms.mean, (100 + 200) / 2.0, 1e-9);
   EXPECT_NEAR(high.e2e_ms.max, 500, 1e-9);
+  EXPECT_EQ(high.preemptions, 0);
   EXPECT_EQ(low.requests, 2);
+  EXPECT_EQ(low.preemptions, 2);
   EXPECT_EQ(low.succeeded, 1);  // the timed-out one is counted, not described
   EXPECT_EQ(low.ttft_ms.n, 1u);
   EXPECT_NEAR(low.ttft_ms.mean, 400, 1e-9);
