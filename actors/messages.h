@@ -164,8 +164,8 @@ struct Scored {
   bool prefilling = false;
   int64_t prefill_first = 0;          // the context index of prefill_hidden's first row
   // This round made its KV sequence again after a preemption (Preempt): the context it prefills
-  // is its prompt and the tokens it had committed (no prompt log-probabilities, no cached tokens
-  // counted again).
+  // is its prompt and the tokens it had committed (no cached tokens counted again; its prompt's
+  // log-probabilities, if it asked, are not scored again once sent).
   bool resumed = false;
 };
 

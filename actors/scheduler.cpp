@@ -56,18 +56,22 @@ void Scheduler::on(SubmitRequest& submit) {
                                   std::to_string(limits_.kv_blocks));
     return;
   }
-  RequestRef r = std::move(submit.request);
-  std::vector<int32_t> prompt = r->request.prompt;
-  enqueue(Active{.request = r, .context = std::move(prompt), .length = DraftLength(r->request.draft)});
+  const RequestRef& r = submit.request;
+  enqueue(Active{.request = r, .context = r->request.prompt, .length = DraftLength(r->request.draft)});
   next_round();
 }
 
+bool Scheduler::admitted_before(const RequestInfo& x, const RequestInfo& y) {
+  return x.priority != y.priority ? x.priority < y.priority : x.id < y.id;
+}
+
+bool Scheduler::fits(int64_t running, int64_t reserved, int64_t blocks) const {
+  return running < limits_.max_batch && reserved + blocks <= limits_.kv_blocks;
+}
+
 void Scheduler::enqueue(Active a) {
-  const int priority = a.request->priority;
-  const RequestId id = a.request->id;
-  const auto behind = std::find_if(queue_.begin(), queue_.end(), [&](const Active& w) {
-    return w.request->priority > priority || (w.request->priority == priority && w.request->id > id);
-  });
+  const auto behind = std::find_if(queue_.begin(), queue_.end(),
+                                   [&](const Active& w) { return admitted_before(*a.request, *w.request); });
   queue_.insert(behind, std::move(a));
 }
 
@@ -75,14 +79,13 @@ bool Scheduler::preempt_for(int priority, int64_t blocks) {
   std::vector<Active*> victims;
   for (Active& a : active_)
     if (!a.busy && a.request->priority > priority) victims.push_back(&a);
-  std::sort(victims.begin(), victims.end(), [](const Active* x, const Active* y) {
-    if (x->request->priority != y->request->priority) return x->request->priority > y->request->priority;
-    return x->request->id > y->request->id;
-  });
+  // The last to be admitted first.
+  std::sort(victims.begin(), victims.end(),
+            [](const Active* x, const Active* y) { return admitted_before(*y->request, *x->request); });
   auto running = static_cast<int64_t>(active_.size());
   int64_t reserved = blocks_reserved_;
   size_t n = 0;
-  const auto fits = [&] { return running < limits_.max_batch && reserved + blocks <= limits_.kv_blocks; };
+  const auto fits = [&] { return this->fits(running, reserved, blocks); };
   for (; !fits() && n < victims.size(); ++n) {
     --running;
     reserved -= victims[n]->blocks;
@@ -303,9 +306,10 @@ void Scheduler::next_round() {
   // budget allow, or while preempting running requests of higher priority values makes them allow.
   while (!queue_.empty()) {
     const int64_t need = blocks_for(queue_.front().request->request);
-    const bool fits = static_cast<int>(active_.size()) < limits_.max_batch && blocks_reserved_ + need <= limits_.kv_blocks;
     // (The preempted go into the queue behind it: their priority values are higher.)
-    if (!fits && !preempt_for(queue_.front().request->priority, need)) break;
+    if (!fits(static_cast<int64_t>(active_.size()), blocks_reserved_, need) &&
+        !preempt_for(queue_.front().request->priority, need))
+      break;
     Active a = std::move(queue_.front());
     queue_.pop_front();
     blocks_reserved_ += need;

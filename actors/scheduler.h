@@ -102,8 +102,12 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   static constexpr double kProbeAcceptance = 0.8;
   int64_t blocks_for(const SpeculativeRequest& r) const;
   Active* find(RequestId id);
-  // Into the queue: behind every waiting request of a lower priority value, or of the same value
-  // and an earlier arrival (a preempted request goes back before those that came after it).
+  // The queue's order: a lower priority value first, then the earlier arrival (ids are given in
+  // arrival order), so a preempted request goes back before those of its value that came after it.
+  static bool admitted_before(const RequestInfo& x, const RequestInfo& y);
+  // Whether a request of `blocks` KV blocks can join `running` requests holding `reserved` blocks.
+  bool fits(int64_t running, int64_t reserved, int64_t blocks) const;
+  // Into the queue, in admitted_before's order.
   void enqueue(Active a);
   // Makes room for a waiting request of `priority` that needs `blocks` KV blocks by preempting
   // running requests of higher priority values that are between rounds, the highest value and
@@ -131,7 +135,6 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   SchedulerLimits limits_;
   std::deque<Active> queue_;
   std::vector<Active> active_;
-  std::vector<RequestId> cancel_queued_;
   int64_t blocks_reserved_ = 0;
   int in_flight_ = 0;              // rounds in flight (at most 2 with pipelining, else 1)
   std::set<std::uint64_t> optimistic_;  // optimistic draft rounds in flight (current or stale)

@@ -148,7 +148,7 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
   try {
     // Every prompt as its own request, tokenized before any starts.
     std::vector<actors::EngineRequest> requests;
-    std::vector<Admitted::Echo> echo;
+    std::vector<std::string> echo;
     std::vector<std::vector<int32_t>> prompt_ids;
     for (int p = 0; p < prompts; ++p) {
       prompt_index = p;
@@ -175,9 +175,9 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
       if (parsed.echo) {
         const std::vector<int32_t>& ids = request.prompt_ids;  // (empty: the engine refuses the prompt)
         if (sent.empty() && st.engine.model().tokenizer) sent = st.engine.model().tokenizer->decode(ids);
-        echo.push_back({std::move(sent), ids});
+        echo.push_back(std::move(sent));
       }
-      if (parsed.prompt_logprobs >= 0) prompt_ids.push_back(request.prompt_ids);
+      if (parsed.echo || parsed.prompt_logprobs >= 0) prompt_ids.push_back(request.prompt_ids);
       requests.push_back(std::move(request));
     }
     Admitted out{{}, parsed.stream, parsed.include_usage, requests.front().logprobs >= 0};

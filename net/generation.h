@@ -97,17 +97,14 @@ class Generation {
     bool include_usage = false;  // OpenAI: stream_options.include_usage
     bool logprobs = false;       // OpenAI: logprobs asked for (the tokens carry them)
     std::size_t choices_per_prompt = 1;  // n
-    // /v1/completions' echo: each prompt as the client sent it (its text, or its ids decoded) and
-    // its ids; empty without echo.
-    struct Echo {
-      std::string text;
-      std::vector<int32_t> ids;
-    };
-    std::vector<Echo> echo{};
-    // ParsedRequest::prompt_logprobs, and then each prompt's ids (the keys of its entries). The
-    // engine lists max(logprobs, prompt_logprobs) alternatives a prompt token; echo shows `logprobs_top`.
+    // /v1/completions' echo: each prompt as the client sent it (its text, or its ids decoded);
+    // empty without echo.
+    std::vector<std::string> echo{};
+    // ParsedRequest::prompt_logprobs. The engine lists max(logprobs, prompt_logprobs) alternatives
+    // a prompt token; echo shows `logprobs_top`.
     int prompt_logprobs = -1;
     int logprobs_top = 0;
+    // Each prompt's ids, with echo or prompt_logprobs (the tokens their entries are of); else empty.
     std::vector<std::vector<int32_t>> prompt_ids{};
     bool prompt_only = false;  // ParsedRequest::prompt_only
     ToolCalls::Mode tool_mode = ToolCalls::Mode::None;  // ParsedRequest::tools

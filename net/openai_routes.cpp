@@ -128,9 +128,13 @@ class LogprobsJson {
         add(ids[k], nullptr);
         continue;
       }
-      TokenLogprobs lp = lps[k - 1];
-      if (lp.top.size() > top) lp.top.resize(top);
-      add(ids[k], &lp);
+      const TokenLogprobs* lp = &lps[k - 1];
+      TokenLogprobs fewer;  // only when the engine listed more alternatives than echo shows
+      if (lp->top.size() > top) {
+        fewer = {lp->logprob, lp->rank, {lp->top.begin(), lp->top.begin() + static_cast<std::ptrdiff_t>(top)}};
+        lp = &fewer;
+      }
+      add(ids[k], lp);
     }
   }
   bool any() const { return any_; }
@@ -352,9 +356,10 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     }
     if (echoed[i]) return;
     echoed[i] = true;
-    const Generation::Admitted::Echo& e = admitted.echo[i / admitted.choices_per_prompt];
-    u.text.insert(0, e.text);
-    if (want_logprobs && u.prompt_logprobs) logprobs[i].add_prompt(e.ids, *u.prompt_logprobs, admitted.logprobs_top);
+    const std::size_t prompt = i / admitted.choices_per_prompt;
+    u.text.insert(0, admitted.echo[prompt]);
+    if (want_logprobs && u.prompt_logprobs)
+      logprobs[i].add_prompt(admitted.prompt_ids[prompt], *u.prompt_logprobs, admitted.logprobs_top);
   };
   auto combined_stats = [&] {
     std::vector<GenerationStats> all;
