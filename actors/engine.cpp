@@ -125,8 +125,14 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   // draft: those are computed even where the cache holds them, so it drafts as without the cache.
   m.verifier->set_prefix_cache(m.cfg.prefix_cache, drafters->wants_target_hidden() ? kEagleCatchUpWindow : 0);
   m.verifier->set_prefill_budget(m.cfg.ubatch);
-  SchedulerLimits limits{m.cfg.max_batch, m.verifier->blocks_total(), m.verifier->block_tokens(),
-                         m.model->config().max_positions, m.pipelined, m.cfg.load_adaptive, m.cfg.ubatch};
+  SchedulerLimits limits{.max_batch = m.cfg.max_batch,
+                         .kv_blocks = m.verifier->blocks_total(),
+                         .block_tokens = m.verifier->block_tokens(),
+                         .max_positions = m.model->config().max_positions,
+                         .reserve_max_tokens = m.cfg.reserve_max_tokens,
+                         .pipeline = m.pipelined,
+                         .load_adaptive = m.cfg.load_adaptive,
+                         .prefill_budget = m.cfg.ubatch};
   m.scheduler = std::make_unique<Scheduler>(ex, limits);
   // Each actor drives its device through a stream that device makes: two on the host (worker
   // threads), two CUDA streams on a GPU when pipelining gives the draft its own device.
@@ -203,6 +209,7 @@ int64_t Engine::kv_blocks_free() const { return impl_->verifier->blocks_free(); 
 int64_t Engine::prefix_queried_tokens() const { return impl_->verifier->prefix_queried_tokens(); }
 int64_t Engine::prefix_hit_tokens() const { return impl_->verifier->prefix_hit_tokens(); }
 std::uint64_t Engine::preemptions() const { return impl_->scheduler->preemptions(); }
+int64_t Engine::preempted_waiting() const { return impl_->scheduler->preempted_waiting(); }
 int64_t Engine::kv_blocks_total() const { return impl_->verifier->blocks_total(); }
 std::uint64_t Engine::failures() const {
   const Impl& m = *impl_;

@@ -43,6 +43,10 @@ struct EngineConfig {
   DraftLengthConfig draft;             // default K (fixed or adaptive) for requests that set none
   int max_batch = 16;                  // active requests per round
   int64_t kv_tokens = 16384;           // target KV positions shared by all requests (the admission budget)
+  // A request's KV blocks reserved for its whole prompt + max_tokens at admission (llama.cpp's
+  // slots), instead of as it grows with the latest admitted request preempted when the pool runs
+  // out (vLLM's; the default: docs/engine.md, "Admission").
+  bool reserve_max_tokens = false;
   int threads = 2;                     // compute threads of the host device
   // The most prompt rows a round prefills, and the most rows one target forward runs at a time
   // (llama.cpp's ubatch): a longer prompt is prefilled in pieces of this many, one a round, while
@@ -224,8 +228,11 @@ class Engine {
   // Prompt tokens the engine prefilled or found in the prefix cache, and those it found, so far.
   int64_t prefix_queried_tokens() const;
   int64_t prefix_hit_tokens() const;
-  // Running requests preempted so far for waiting ones of lower priority values (docs/engine.md, "Preemption").
+  // Running requests preempted so far, for waiting ones of lower priority values or for the KV
+  // blocks of earlier ones (docs/engine.md, "Preemption"); those of them that had committed tokens
+  // and wait to resume now.
   std::uint64_t preemptions() const;
+  int64_t preempted_waiting() const;
   std::uint64_t failures() const;   // rounds that failed in any actor
   std::string trace_json() const;   // the trace so far ("" when trace_path is empty)
 

@@ -100,6 +100,7 @@ Engine::Engine(EngineOptions o) {
   c.threads = o.threads;
   c.max_batch = o.max_batch;
   c.kv_tokens = o.kv_tokens;
+  c.reserve_max_tokens = o.reserve_max_tokens;
   c.ubatch = o.ubatch_size;
   c.pipeline = o.pipeline;
   c.draft.k = o.spec_k;

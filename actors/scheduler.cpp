@@ -27,6 +27,13 @@ int64_t Scheduler::blocks_for(const SpeculativeRequest& r) const {
   return (positions + limits_.block_tokens - 1) / limits_.block_tokens;
 }
 
+int64_t Scheduler::blocks_for_round(const Active& a) const {
+  const int64_t whole = blocks_for(a.request->request);
+  if (limits_.reserve_max_tokens) return whole;
+  const int64_t positions = static_cast<int64_t>(a.context.size()) + kMaxDraftTokens + 1;
+  return std::min(whole, (positions + limits_.block_tokens - 1) / limits_.block_tokens);
+}
+
 Scheduler::Active* Scheduler::find(RequestId id) {
   for (Active& a : active_)
     if (a.request->id == id) return &a;
@@ -43,6 +50,9 @@ void Scheduler::release(std::vector<RequestRef> requests, const std::string& err
 }
 
 void Scheduler::publish() {
+  preempted_waiting_.store(std::count_if(queue_.begin(), queue_.end(),
+                                         [](const Active& w) { return w.context.size() > w.request->request.prompt.size(); }),
+                           std::memory_order_relaxed);
   pending_.store(static_cast<int64_t>(queue_.size() + active_.size() + optimistic_.size()) + in_flight_,
                  std::memory_order_release);
 }
@@ -66,7 +76,8 @@ bool Scheduler::admitted_before(const RequestInfo& x, const RequestInfo& y) {
 }
 
 bool Scheduler::fits(int64_t running, int64_t reserved, int64_t blocks) const {
-  return running < limits_.max_batch && reserved + blocks <= limits_.kv_blocks;
+  const int64_t room = limits_.reserve_max_tokens ? 0 : running;
+  return running < limits_.max_batch && reserved + blocks + room <= limits_.kv_blocks;
 }
 
 void Scheduler::enqueue(Active a) {
@@ -102,10 +113,17 @@ bool Scheduler::preempt_for(int priority, int64_t blocks) {
     reserved -= victims[i]->blocks;
     ids.push_back(victims[i]->request->id);
   }
+  preempt(ids);
+  return true;
+}
+
+void Scheduler::preempt(const std::vector<RequestId>& ids) {
+  if (ids.empty()) return;
   Preempt preempt;
   for (const RequestId id : ids) {
     const auto it = std::find_if(active_.begin(), active_.end(), [&](const Active& a) { return a.request->id == id; });
     Active& a = *it;
+    assert(!a.busy);
     blocks_reserved_ -= a.blocks;
     preempt.requests.push_back(a.request);
     // What it keeps: its committed tokens and its draft-length measurements; the rest is state of
@@ -116,7 +134,32 @@ bool Scheduler::preempt_for(int priority, int64_t blocks) {
   preemptions_.fetch_add(ids.size(), std::memory_order_relaxed);
   to_draft_->send(DraftMessage(preempt));
   to_verifier_->send(VerifierMessage(std::move(preempt)));
-  return true;
+}
+
+std::vector<RequestId> Scheduler::grow() {
+  std::vector<Active*> order;
+  for (Active& a : active_)
+    if (!a.busy) order.push_back(&a);
+  std::sort(order.begin(), order.end(),
+            [](const Active* x, const Active* y) { return admitted_before(*x->request, *y->request); });
+  // order[0, kept) grow; order[kept, end) are preempted, the latest admitted first.
+  size_t kept = order.size();
+  for (size_t i = 0; i < kept; ++i) {
+    Active& a = *order[i];
+    const int64_t more = blocks_for_round(a) - a.blocks;
+    if (more <= 0) continue;
+    while (kept > i && blocks_reserved_ + more > limits_.kv_blocks) blocks_reserved_ -= order[--kept]->blocks;
+    if (kept == i) break;  // it was the latest left: it waits instead
+    a.blocks += more;
+    blocks_reserved_ += more;
+  }
+  std::vector<RequestId> ids;
+  for (size_t i = order.size(); i-- > kept;) {
+    blocks_reserved_ += order[i]->blocks;  // preempt() gives them back
+    ids.push_back(order[i]->request->id);
+  }
+  preempt(ids);
+  return ids;
 }
 
 void Scheduler::on(Cancel& cancel) {
@@ -225,13 +268,19 @@ void Scheduler::on(Verdict& verdict) {
     // (A waiting request of a lower priority value breaks the chain: only a request between rounds
     // can be preempted for it.)
     const bool outranked = !queue_.empty() && queue_.front().request->priority < a->request->priority;
-    if (!j.continued || !a->spec || a->finished || a->cancelled || a->failed || outranked) {
+    // (Nor can its next window be verified without the blocks it writes: it comes between rounds,
+    // where growing may preempt.)
+    const int64_t more = std::max<int64_t>(0, blocks_for_round(*a) - a->blocks);
+    const bool no_room = blocks_reserved_ + more > limits_.kv_blocks;
+    if (!j.continued || !a->spec || a->finished || a->cancelled || a->failed || outranked || no_room) {
       a->spec_round = 0;  // discarded; if still in flight it is dropped when it arrives
       a->spec.reset();
       continue;
     }
     // The continuation token was accepted: the optimistic draft's other tokens are the next
     // window, already drafted; verify them at once (and draft the round after meanwhile).
+    a->blocks += more;
+    blocks_reserved_ += more;
     Drafted spec = std::move(*a->spec);
     assert(spec.draft.k() >= 1);
     const std::uint64_t id = a->spec_round;
@@ -302,10 +351,14 @@ void Scheduler::next_round() {
   release(std::move(done), "");
   for (auto& [error, requests] : failed) release(std::move(requests), error);
 
+  // The running requests' blocks for their next rounds first; one preempted for them here does not
+  // come back before a round has run.
+  const std::vector<RequestId> out_of_room = limits_.reserve_max_tokens ? std::vector<RequestId>{} : grow();
   // Join in the queue's order (priority, then first come first served) while the batch and the KV
   // budget allow, or while preempting running requests of higher priority values makes them allow.
   while (!queue_.empty()) {
-    const int64_t need = blocks_for(queue_.front().request->request);
+    if (std::count(out_of_room.begin(), out_of_room.end(), queue_.front().request->id)) break;
+    const int64_t need = blocks_for_round(queue_.front());
     // (The preempted go into the queue behind it: their priority values are higher.)
     if (!fits(static_cast<int64_t>(active_.size()), blocks_reserved_, need) &&
         !preempt_for(queue_.front().request->priority, need))

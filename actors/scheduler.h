@@ -1,4 +1,5 @@
-// The scheduler actor: admission against the target's KV block budget, the active set, each
+// The scheduler actor: admission against the target's KV block budget (each request's blocks
+// reserved as it grows, or its whole prompt + max_tokens at admission), the active set, each
 // request's K (fixed, adaptive, or chosen for the whole round by the load-adaptive policy), and
 // the rounds. Continuous batching: requests join and leave only between rounds; each round drafts
 // and verifies the whole active set (at most max_batch requests, admitted by priority and then first
@@ -27,6 +28,10 @@ struct SchedulerLimits {
   int64_t kv_blocks = 0;       // the target cache's pool
   int64_t block_tokens = 16;   // positions per block
   int64_t max_positions = 0;   // the target's context (0 = unlimited)
+  // A request's KV blocks: reserved for prompt + max_tokens at admission (llama.cpp's slots: a
+  // running request can always finish), or, false, as it grows, a round's window at a time, with
+  // the latest admitted request preempted when the pool runs out (vLLM's scheduler).
+  bool reserve_max_tokens = false;
   // Two rounds in flight over disjoint halves of the active set (ping-pong micro-batches): the
   // draft actor drafts one half while the verifier verifies the other; with one active request,
   // the optimistic continuation (its next round drafted while this one is verified). Off: one
@@ -60,6 +65,8 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   bool idle() const { return pending_.load(std::memory_order_acquire) == 0; }
   // Any thread: running requests preempted so far (Preempt).
   std::uint64_t preemptions() const { return preemptions_.load(std::memory_order_relaxed); }
+  // Any thread: preempted requests with committed tokens waiting in the queue to resume.
+  int64_t preempted_waiting() const { return preempted_waiting_.load(std::memory_order_relaxed); }
   // Any thread: Release messages sent so far (the verifier counts those it has handled; the
   // engine is settled, its KV freed, when the two agree).
   std::uint64_t releases_sent() const { return releases_sent_.load(std::memory_order_acquire); }
@@ -71,7 +78,7 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
     RequestRef request;
     std::vector<int32_t> context;  // prompt + committed tokens
     DraftLength length;
-    int64_t blocks = 0;            // reserved for prompt + max_tokens + a full draft window (0 while waiting)
+    int64_t blocks = 0;            // KV blocks reserved (blocks_for_round; 0 while waiting)
     bool busy = false;             // in a round in flight
     bool cancelled = false, finished = false, failed = false;
     std::string error{};
@@ -100,12 +107,18 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   // updates) can recover: a few bad rounds do not lock it out while drafting could pay.
   static constexpr int kProbeAfter = 8;
   static constexpr double kProbeAcceptance = 0.8;
+  // KV blocks for prompt + max_tokens and a full verify window past them: the most a request holds.
   int64_t blocks_for(const SpeculativeRequest& r) const;
+  // KV blocks `a` must hold to run its next round from its context (every position its verify
+  // window may write: kMaxDraftTokens + 1 past it), or all of blocks_for under reserve_max_tokens.
+  int64_t blocks_for_round(const Active& a) const;
   Active* find(RequestId id);
   // The queue's order: a lower priority value first, then the earlier arrival (ids are given in
   // arrival order), so a preempted request goes back before those of its value that came after it.
   static bool admitted_before(const RequestInfo& x, const RequestInfo& y);
   // Whether a request of `blocks` KV blocks can join `running` requests holding `reserved` blocks.
+  // Reserving as requests grow, a block of room must stay for each running one too, so that the
+  // admission does not preempt one of them at the next round.
   bool fits(int64_t running, int64_t reserved, int64_t blocks) const;
   // Into the queue, in admitted_before's order.
   void enqueue(Active a);
@@ -113,6 +126,13 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   // running requests of higher priority values that are between rounds, the highest value and
   // latest arrival first, as few as make it fit; false (and none preempted) if they cannot.
   bool preempt_for(int priority, int64_t blocks);
+  // Reserving as requests grow: each request between rounds gets the blocks of its next round, the
+  // earliest admitted first; when the pool has too few, the latest admitted between rounds is
+  // preempted (it may be the one growing), as vLLM's scheduler preempts. Returns the preempted.
+  std::vector<RequestId> grow();
+  // Takes the active requests `ids` (between rounds) out of the batch into the queue with their
+  // committed tokens, and tells the draft actor and the verifier to free their drafters and KV.
+  void preempt(const std::vector<RequestId>& ids);
   void release(std::vector<RequestRef> requests, const std::string& error);
   // At a round boundary: let finished / cancelled / failed requests go, admit from the queue,
   // and start rounds for the requests not in one (two halves when pipelining and none is in flight).
@@ -145,6 +165,7 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   std::atomic<int64_t> pending_{0};
   std::atomic<std::uint64_t> releases_sent_{0};
   std::atomic<std::uint64_t> preemptions_{0};
+  std::atomic<int64_t> preempted_waiting_{0};
   std::optional<Mailbox<DraftMessage>::Sender> to_draft_;
   std::optional<Mailbox<VerifierMessage>::Sender> to_verifier_;
   std::optional<Mailbox<SamplerMessage>::Sender> to_sampler_;

@@ -66,7 +66,8 @@ std::optional<HttpResponse> simple_route(ServerState& st, const HttpRequest& req
   if (path == "/metrics") {
     if (!get) return error_response(ApiError("method_not_allowed", "use GET"), ka, v);
     return make_response(200, st.metrics.render({st.engine.kv_blocks_free(), st.engine.kv_blocks_total(), st.engine.prefix_queried_tokens(),
-                                                st.engine.prefix_hit_tokens(), st.engine.preemptions()}),
+                                                st.engine.prefix_hit_tokens(), st.engine.preemptions(),
+                                                st.engine.preempted_waiting()}),
                          "text/plain; version=0.0.4; charset=utf-8", ka, v);
   }
   if (path == "/v1/models") {

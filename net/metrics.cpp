@@ -3,6 +3,7 @@
 
 #include "spec/round.h"
 
+#include <algorithm>
 #include <charconv>
 
 namespace specula::net {
@@ -129,8 +130,14 @@ std::string Metrics::render(const EngineReadings& engine) const {
   inter_token.render(out, "specula_inter_token_latency_seconds");
   header(out, "specula_e2e_request_latency_seconds", "histogram", "Request received to its end.");
   e2e.render(out, "specula_e2e_request_latency_seconds");
-  scalar(out, "specula_requests_running", "gauge", "Requests generating (past their first token).", running);
-  scalar(out, "specula_requests_waiting", "gauge", "Requests submitted and without a token yet.", waiting);
+  // A preempted request is past its first token; while it waits to resume it counts as waiting, as
+  // vLLM counts it. (The engine's count and the server's are read apart: clamped, so that a
+  // request the server has not yet seen past its first token is not taken twice.)
+  const int64_t preempted = std::clamp<int64_t>(engine.preempted_waiting, 0, running);
+  scalar(out, "specula_requests_running", "gauge", "Requests generating (past their first token, not preempted).",
+         running - preempted);
+  scalar(out, "specula_requests_waiting", "gauge",
+         "Requests submitted and without a token yet, or preempted and waiting to resume.", waiting + preempted);
   scalar(out, "specula_kv_blocks_used", "gauge", "Target KV cache blocks in use.", kv_blocks_total - kv_blocks_free);
   scalar(out, "specula_kv_blocks_free", "gauge", "Target KV cache blocks free.", kv_blocks_free);
   scalar(out, "specula_kv_blocks_capacity", "gauge", "Target KV cache blocks in all (used + free).", kv_blocks_total);
@@ -139,8 +146,8 @@ std::string Metrics::render(const EngineReadings& engine) const {
   scalar(out, "specula_prefix_cache_hits_total", "counter", "Prompt tokens whose KV the prefix cache held.",
          engine.prefix_hit_tokens);
   scalar(out, "specula_preemptions_total", "counter",
-         "Running requests preempted for waiting requests of lower priority values (their prompt and output "
-         "prefilled again when they resume).",
+         "Running requests preempted, for waiting requests of lower priority values or for the KV blocks of "
+         "earlier ones (their prompt and output prefilled again when they resume).",
          engine.preemptions);
   scalar(out, "specula_websocket_connections", "gauge", "Open WebSocket connections.", websocket_connections);
   header(out, "specula_http_requests_total", "counter",

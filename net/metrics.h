@@ -41,8 +41,10 @@ struct Metrics {
   Histogram ttft;                  // seconds
   Histogram inter_token;           // seconds
   Histogram e2e;                   // seconds
-  int64_t running = 0;           // started and past their first token
-  int64_t waiting = 0;           // started, no token yet
+  // Started and past their first token (a preempted one among them is shown as waiting: render),
+  // and started with no token yet.
+  int64_t running = 0;
+  int64_t waiting = 0;
   int64_t websocket_connections = 0;
   // Every HTTP request answered (a WebSocket upgrade counts once, as its 101), by route label
   // (http_route_label), method and status, and the seconds from its last byte read to its
@@ -58,6 +60,7 @@ struct Metrics {
     int64_t kv_blocks_free = 0, kv_blocks_total = 0;
     int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;  // Engine::prefix_*_tokens
     uint64_t preemptions = 0;                                    // Engine::preemptions
+    int64_t preempted_waiting = 0;                               // Engine::preempted_waiting
   };
   // The text page.
   std::string render(const EngineReadings& engine) const;

@@ -36,6 +36,9 @@ struct EngineOptions {
   int threads = 2;                   // compute threads of the host device
   int max_batch = 16;                // requests decoded together
   std::int64_t kv_tokens = 16384;    // KV positions shared by all requests
+  bool reserve_max_tokens = false;   // reserve each request's prompt + max_tokens at admission
+                                     // (a running request never waits) instead of as it grows
+                                     // (the latest admitted preempted when the pool runs out)
   bool pipeline = false;             // draft round n+1 while round n is verified, where the draft
                                      // has cores of its own (a GPU, or 2 x threads fitting the CPUs)
   int spec_k = 4;                    // draft tokens per round, for requests that set none

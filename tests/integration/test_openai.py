@@ -1093,16 +1093,31 @@ def test_with_the_priority_policy_a_lower_value_goes_first_and_preempts_a_runnin
     story = "Once upon a time, in a quiet village by the sea,"
     before = srv.metrics()["specula_preemptions_total"]
 
+    async def gauges(until):  # (running, waiting) as /metrics shows them until `until` is done
+        seen = []
+        async with httpx.AsyncClient() as c:
+            while not until.done():
+                page = (await c.get(srv.url + "/metrics")).text
+                seen.append(tuple(int(re.search(rf"\n{name} (\d+)\n", page).group(1))
+                                  for name in ("specula_requests_running", "specula_requests_waiting")))
+                await asyncio.sleep(0.01)
+        return seen
+
     async def main():
         running = asyncio.create_task(ask("running", 0, 1000, story))
         assert await gauge("specula_requests_running", 1), "the first request did not start"
-        later = asyncio.create_task(ask("later", 5, 4))
+        later = asyncio.create_task(ask("later", 5, 64))
         assert await gauge("specula_requests_waiting", 1), "the waiting request was not queued"
-        sooner = asyncio.create_task(ask("sooner", -5, 4))
+        sooner = asyncio.create_task(ask("sooner", -5, 64))
+        seen = asyncio.create_task(gauges(sooner))
         done = await asyncio.gather(running, later, sooner)
-        return *done, await ask("alone", 0, 1000, story)
+        return *done, await seen, await ask("alone", 0, 1000, story)
 
-    running, later, sooner, alone = asyncio.run(main())
+    running, later, sooner, seen, alone = asyncio.run(main())
+    # One runs at a time (--max-batch 1): the preempted one, waiting to resume, is shown as waiting
+    # beside the later one while the sooner one runs.
+    assert max(r for r, _ in seen) == 1, seen
+    assert (1, 2) in seen, seen
     # The later one (5) waited; the sooner one (-5) preempted the running one (0), which then went on
     # before the later one and ended with the text it has alone.
     assert finished == ["sooner", "running", "later", "alone"], finished
@@ -1114,3 +1129,51 @@ def test_with_the_priority_policy_a_lower_value_goes_first_and_preempts_a_runnin
     assert running.choices[0].text == alone.choices[0].text
     assert running.usage.completion_tokens == 1000
     assert alone.model_extra["speculation"]["preemptions"] == 0
+
+
+def test_reserving_kv_as_requests_grow_runs_more_at_once_and_a_preempted_one_keeps_its_text(fresh_server):
+    # 64 blocks of 16 positions: each request's prompt + 300 tokens needs ~20, so reserving
+    # max_tokens at admission runs three at a time; reserving as they grow (the default) starts all
+    # four, and when the pool runs out the latest admitted is preempted and later resumes.
+    srv = fresh_server(*MAIN_JOB_ARGS, "--kv-tokens", "1024", "--prefix-cache", "off")
+    openai_client = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    prompts = ["Once upon a time, in a quiet village by the sea,", "The three laws of motion say",
+               "A recipe for bread: first,", "Dear diary, today I"]
+
+    async def ask(prompt):
+        return await openai_client.completions.create(model="x", prompt=prompt, max_tokens=300, temperature=0,
+                                                      extra_body={"ignore_eos": True})
+
+    async def most_running(task):  # the running gauge's largest value while `task` runs
+        most = 0
+        async with httpx.AsyncClient() as c:
+            while not task.done():
+                m = re.search(r"\nspecula_requests_running (\d+)\n", (await c.get(srv.url + "/metrics")).text)
+                most = max(most, int(m.group(1)))
+                await asyncio.sleep(0.02)
+        return most
+
+    before = srv.metrics()["specula_preemptions_total"]
+
+    async def main():
+        task = asyncio.gather(*(ask(p) for p in prompts))
+        most = await most_running(task)
+        got = await task
+        preempted = srv.metrics()["specula_preemptions_total"] - before
+        return got, most, preempted, [await ask(p) for p in prompts]
+
+    got, most, preempted, alone = asyncio.run(main())
+    assert most == 4, f"at most {most} of the 4 requests ran at once"
+    assert preempted >= 1
+    assert sum(r.model_extra["speculation"]["preemptions"] for r in got) == preempted
+    assert all(a.model_extra["speculation"]["preemptions"] == 0 for a in alone)
+    for prompt, r, alone in zip(prompts, got, alone):
+        assert r.usage.completion_tokens == 300
+        assert r.choices[0].text == alone.choices[0].text, prompt
+
+
+def test_a_kv_reservation_other_than_as_needed_or_max_tokens_stops_the_server_at_start_naming_it():
+    import subprocess
+    from conftest import SPECULA_BIN
+    r = subprocess.run([str(SPECULA_BIN), "serve", "--kv-reserve", "whole"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--kv-reserve must be as-needed or max-tokens, got 'whole'" in r.stderr, (r.returncode, r.stderr)

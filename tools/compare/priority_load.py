@@ -14,12 +14,10 @@ import argparse
 import json
 import pathlib
 import shlex
-import statistics
 import subprocess
 import tempfile
-import urllib.request
 
-from specula_server import serving
+from specula_server import add_load_args, describe, metric, serving
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -37,31 +35,9 @@ def lines_with_priorities(src, dst, priorities):
     return ids
 
 
-def preemptions(url):
-    """The server's specula_preemptions_total."""
-    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("specula_preemptions_total "):
-                return int(float(line.split()[1]))
-    raise RuntimeError("no specula_preemptions_total on " + url + "/metrics")
-
-
-def describe(xs):
-    xs = sorted(xs)
-    if not xs:
-        return {"n": 0}
-    return {"n": len(xs), "mean": round(statistics.fmean(xs), 1), "p50": round(xs[len(xs) // 2], 1),
-            "p90": round(xs[min(len(xs) - 1, int(0.9 * len(xs)))], 1)}
-
-
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--specula", default=str(ROOT / "build" / "specula"))
-    ap.add_argument("--load", default=str(ROOT / "build" / "specula-load"))
-    ap.add_argument("--prompts", default=str(ROOT.parent / "shared" / "data" / "prompts" / "chat.jsonl"))
-    ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--requests", type=int, default=96)
-    ap.add_argument("--max-tokens", type=int, default=64)
+    add_load_args(ap, ROOT, requests=96, max_tokens=64)
     args = ap.parse_args()
     job = shlex.split((ROOT / "scripts" / "main_job.args").read_text())
     result = {}
@@ -71,7 +47,7 @@ def main():
             prompts = pathlib.Path(tmp) / "prompts.jsonl"
             lines_with_priorities(args.prompts, prompts, priorities)
             out = pathlib.Path(tmp) / "load.json"
-            before = preemptions(url)
+            before = metric(url, "specula_preemptions_total")
             subprocess.run([args.load, "--url", url + "/v1/chat/completions", "--prompts", str(prompts),
                             "--concurrency", str(args.concurrency), "--requests", str(args.requests),
                             "--max-tokens", str(args.max_tokens), "--temperature", "0", "--quiet", "--out", str(out)],
@@ -89,7 +65,7 @@ def main():
                     c["failed"] += 1
             result[name] = {
                 "tokens_per_s": round(run["summary"]["total_tokens_per_s"], 1),
-                "preemptions": preemptions(url) - before,
+                "preemptions": metric(url, "specula_preemptions_total") - before,
                 "classes": {k: {"ttft_ms": describe(v["ttft"]), "e2e_ms": describe(v["e2e"]), "failed": v["failed"]}
                             for k, v in sorted(classes.items())}}
     print(json.dumps(result, indent=1))

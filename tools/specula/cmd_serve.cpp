@@ -18,8 +18,9 @@ namespace {
 
 const char* kUsage =
     "usage: specula serve [--model PATH] [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--host 127.0.0.1] [--port 8080]\n"
-    "                     [--max-batch 16] [--kv-tokens 16384] [--max-queue 256] [--threads 2] [--ubatch-size 512]\n"
-    "                     [--device auto] [--pipeline off|on|always] [--prefix-cache on|off] [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8]\n"
+    "                     [--max-batch 16] [--kv-tokens 16384] [--kv-reserve as-needed|max-tokens] [--max-queue 256] [--threads 2]\n"
+    "                     [--ubatch-size 512] [--device auto] [--pipeline off|on|always] [--prefix-cache on|off]\n"
+    "                     [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8]\n"
     "                     [--spec-k-max-greedy K] [--draft-entropy NATS] [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10] [--max-connections 4096]\n"
     "                     [--scheduling-policy fcfs|priority]\n"
@@ -32,7 +33,10 @@ const char* kUsage =
     "  then first come first served), and one that finds the batch or the KV pool full preempts\n"
     "  running requests of higher values, which resume where they stopped (docs/engine.md,\n"
     "  \"Preemption\"); with fcfs (the default) a request's priority other than 0 is refused.\n"
-    "  --kv-tokens: target KV positions shared by all requests; with\n"
+    "  --kv-tokens: target KV positions shared by all requests. --kv-reserve: a request's blocks are\n"
+    "  reserved as it grows, and when the pool runs out the latest admitted request is preempted and\n"
+    "  resumes later where it stopped (as-needed, the default, as vLLM); or its whole prompt +\n"
+    "  max_tokens at admission, so that a running request never waits (max-tokens). With\n"
     "  --prefix-cache on (the default) full blocks of finished requests stay there for later prompts\n"
     "  that start with the same tokens (docs/engine.md, \"The prefix cache\").\n"
     "  --ubatch-size: the most rows a forward runs at a time; a longer prompt is prefilled in pieces\n"
@@ -87,7 +91,7 @@ bool is_loopback(const std::string& host) {
 
 int cmd_serve(int argc, char** argv) {
   const Args a(argc, argv,
-               {"model", "draft", "host", "port", "max-batch", "kv-tokens", "max-queue", "threads", "ubatch-size", "device", "pipeline", "prefix-cache",
+               {"model", "draft", "host", "port", "max-batch", "kv-tokens", "kv-reserve", "max-queue", "threads", "ubatch-size", "device", "pipeline", "prefix-cache",
                 "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence", "draft-confidence-greedy", "max-tokens", "served-model-name",
                 "shutdown-timeout", "api-key", "api-key-file", "allowed-origins", "max-connections", "scheduling-policy"},
                {"adaptive"});
@@ -99,6 +103,10 @@ int cmd_serve(int argc, char** argv) {
   ec.draft = draft_length_from_args(a);
   ec.max_batch = static_cast<int>(a.integer("max-batch", 16));
   ec.kv_tokens = a.integer("kv-tokens", 16384);
+  const std::string reserve = a.str("kv-reserve", "as-needed");
+  if (reserve != "as-needed" && reserve != "max-tokens")
+    throw UsageError("--kv-reserve must be as-needed or max-tokens, got '" + reserve + "'");
+  ec.reserve_max_tokens = reserve == "max-tokens";
   ec.threads = static_cast<int>(a.integer("threads", 2));
   ec.ubatch = ubatch_from_args(a);
   pipelining_from_args(a, ec);

@@ -770,14 +770,18 @@ struct VerifierRounds {
 
 // An engine of its own with the n-gram drafter (K 4) that records each verify round's requests.
 // (`pipeline`: pipelined on the machine's shared cores too, so at batch 1 with the optimistic continuation.)
-std::unique_ptr<Engine> ngram_engine_with_rounds(const std::shared_ptr<VerifierRounds>& rounds, int max_batch, int64_t kv_tokens,
-                                                 bool pipeline = false, JudgeRule rule = {}) {
+EngineConfig ngram_config_with_rounds(const std::shared_ptr<VerifierRounds>& rounds, int max_batch, int64_t kv_tokens,
+                                      bool pipeline = false, JudgeRule rule = {}) {
   EngineConfig c{.target = default_model_path(), .drafter = "ngram", .device = "host", .draft = {.k = 4},
                  .max_batch = max_batch, .kv_tokens = kv_tokens, .threads = 2};
   c.pipeline = c.pipeline_on_shared_cores = pipeline;
   c.judge_rule = std::move(rule);
   c.fault_hook = VerifierRounds::hook(rounds);
-  return std::make_unique<Engine>(c);
+  return c;
+}
+std::unique_ptr<Engine> ngram_engine_with_rounds(const std::shared_ptr<VerifierRounds>& rounds, int max_batch, int64_t kv_tokens,
+                                                 bool pipeline = false, JudgeRule rule = {}) {
+  return std::make_unique<Engine>(ngram_config_with_rounds(rounds, max_batch, kv_tokens, pipeline, std::move(rule)));
 }
 
 EngineRequest at_priority(EngineRequest r, int priority) {
@@ -983,10 +987,11 @@ TEST(Engine, WaitingRequestsAreAdmittedLowestPriorityFirstAndPreemptARunningOneO
   EXPECT_TRUE(wait_until_idle_with_full_pool(e));
 }
 
-// The KV budget: a request that fits the batch but not the pool preempts a running one of a higher
-// priority value, which then resumes with the text it has alone, here sampled in coupled mode (its
-// seed's text, drafts or none); one of the same value waits instead.
-TEST(Engine, ARequestThatDoesNotFitTheKvPoolPreemptsAHigherValueOneWhichResumesWithItsOwnText) {
+// The KV budget, with each request's prompt + max_tokens reserved at admission: a request that fits
+// the batch but not the pool preempts a running one of a higher priority value, which then resumes
+// with the text it has alone, here sampled in coupled mode (its seed's text, drafts or none); one of
+// the same value waits instead.
+TEST(Engine, ReservingMaxTokensARequestThatDoesNotFitTheKvPoolPreemptsAHigherValueOneWhichResumesWithItsOwnText) {
   REQUIRE_SETUP(s);
   EngineRequest big = s->request(0, 96, SamplingParams{0.8f, 0, 1.0f, 17});
   big.mode = SpecSampling::Coupled;
@@ -997,8 +1002,9 @@ TEST(Engine, ARequestThatDoesNotFitTheKvPoolPreemptsAHigherValueOneWhichResumesW
   };
   const int64_t pool = blocks(big) + blocks(small) - 1;  // either fits alone, not both
   auto rounds = std::make_shared<VerifierRounds>();
-  const std::unique_ptr<Engine> engine = ngram_engine_with_rounds(rounds, 4, pool * 16);
-  Engine& e = *engine;
+  EngineConfig config = ngram_config_with_rounds(rounds, 4, pool * 16);
+  config.reserve_max_tokens = true;
+  Engine e(config);
   ASSERT_EQ(e.kv_blocks_total(), pool);
   const GenerateResult big_alone = e.generate_blocking(big);
   ASSERT_TRUE(big_alone.error.empty()) << big_alone.error;
@@ -1031,6 +1037,63 @@ TEST(Engine, ARequestThatDoesNotFitTheKvPoolPreemptsAHigherValueOneWhichResumesW
       EXPECT_EQ(got_big.stats.preemptions, 0);
       EXPECT_EQ(e.preemptions(), before);
       EXPECT_GT(small_at.front(), big_at.back()) << "it ran beside the big one: the pool holds only one";
+    }
+    EXPECT_TRUE(wait_until_idle_with_full_pool(e));
+  }
+}
+
+// Reserving KV as requests grow (the default, vLLM's): two requests whose prompt + max_tokens do not
+// fit the pool together both run at once; when the pool runs out the later one is preempted, waits
+// while the earlier one goes on, and resumes with the text it has alone (greedy, and sampled in
+// coupled mode); reserving max_tokens at admission, the later one waits for the earlier one's end.
+TEST(Engine, ReservingAsTheyGrowTwoRequestsThatDoNotFitTogetherRunAtOnceAndTheLaterIsPreemptedWithItsOwnText) {
+  REQUIRE_SETUP(s);
+  EngineRequest first = s->request(0, 112), later = s->request(1, 112, SamplingParams{0.8f, 0, 1.0f, 23});
+  later.mode = SpecSampling::Coupled;
+  const auto blocks = [](const EngineRequest& r) {
+    return (static_cast<int64_t>(r.prompt_ids.size()) + r.max_tokens + kMaxDraftTokens + 1 + 15) / 16;
+  };
+  const int64_t pool = std::max(blocks(first), blocks(later)) + 2;  // either fits alone, not both to their ends
+  ASSERT_LT(pool, blocks(first) + blocks(later));
+  for (const bool reserve_max_tokens : {false, true}) {
+    SCOPED_TRACE(reserve_max_tokens ? "reserving max_tokens" : "reserving as they grow");
+    auto rounds = std::make_shared<VerifierRounds>();
+    EngineConfig config = ngram_config_with_rounds(rounds, 4, pool * 16);
+    config.reserve_max_tokens = reserve_max_tokens;
+    Engine e(config);
+    ASSERT_EQ(e.kv_blocks_total(), pool);
+    const GenerateResult first_alone = e.generate_blocking(first), later_alone = e.generate_blocking(later);
+    ASSERT_TRUE(first_alone.error.empty()) << first_alone.error;
+    ASSERT_TRUE(later_alone.error.empty()) << later_alone.error;
+    ASSERT_EQ(first_alone.tokens.size(), 112u);
+    ASSERT_EQ(later_alone.tokens.size(), 112u);
+    auto [a, b] = start_during_first_round(e, *rounds, first, later);
+    GenerateResult got_first, got_later;
+    while (!got_first.add(a.next_blocking())) {
+    }
+    while (!got_later.add(b.next_blocking())) {
+    }
+    ASSERT_TRUE(got_first.error.empty()) << got_first.error;
+    ASSERT_TRUE(got_later.error.empty()) << got_later.error;
+    EXPECT_EQ(got_first.tokens, first_alone.tokens);
+    EXPECT_EQ(got_later.tokens, later_alone.tokens);
+    EXPECT_EQ(got_first.stats.preemptions, 0);
+    const std::vector<size_t> first_at = rounds->with(a.id()), later_at = rounds->with(b.id());
+    ASSERT_FALSE(first_at.empty());
+    ASSERT_FALSE(later_at.empty());
+    if (reserve_max_tokens) {
+      EXPECT_EQ(got_later.stats.preemptions, 0);
+      EXPECT_EQ(e.preemptions(), 0u);
+      EXPECT_GT(later_at.front(), first_at.back()) << "it ran beside the first: the pool holds only one";
+    } else {
+      EXPECT_GE(got_later.stats.preemptions, 1);
+      EXPECT_EQ(e.preemptions(), static_cast<std::uint64_t>(got_later.stats.preemptions));
+      EXPECT_LT(later_at.front(), first_at.back()) << "it did not run beside the first";
+      EXPECT_GT(later_at.back(), first_at.back()) << "it ended before the first: nothing was preempted";
+      // Preempted, it stopped while the first went on: rounds of the first alone after it had begun.
+      EXPECT_TRUE(std::any_of(first_at.begin(), first_at.end(), [&](size_t r) {
+        return r > later_at.front() && !std::binary_search(later_at.begin(), later_at.end(), r);
+      }));
     }
     EXPECT_TRUE(wait_until_idle_with_full_pool(e));
   }
