@@ -283,8 +283,8 @@ std::shared_ptr<const GrammarMatcher> Engine::grammar(const std::string& gbnf) c
 
 int64_t Engine::context_length() const {
   int64_t ctx = impl_->model->config().max_positions;
-  // The scheduler reserves prompt + max_tokens + kMaxDraftTokens + 1 positions in whole blocks;
-  // beyond the pool a request could never be admitted.
+  // A request may come to hold prompt + max_tokens + kMaxDraftTokens + 1 positions in whole blocks
+  // (reserved at admission, or as it grows), so the scheduler refuses one whose need passes the pool.
   const int64_t blocks = kv_blocks_total();
   if (blocks > 0) {
     const int64_t block_tokens = std::max<int64_t>(1, impl_->cfg.kv_tokens / blocks);

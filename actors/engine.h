@@ -229,9 +229,10 @@ class Engine {
   int64_t prefix_queried_tokens() const;
   int64_t prefix_hit_tokens() const;
   // Running requests preempted so far, for waiting ones of lower priority values or for the KV
-  // blocks of earlier ones (docs/engine.md, "Preemption"); those of them that had committed tokens
-  // and wait to resume now.
+  // blocks of earlier ones (docs/engine.md, "Preemption").
   std::uint64_t preemptions() const;
+  // Preempted requests with committed tokens waiting to resume now (the server shows them as
+  // waiting, not running).
   int64_t preempted_waiting() const;
   std::uint64_t failures() const;   // rounds that failed in any actor
   std::string trace_json() const;   // the trace so far ("" when trace_path is empty)

@@ -76,7 +76,10 @@ bool Scheduler::admitted_before(const RequestInfo& x, const RequestInfo& y) {
 }
 
 bool Scheduler::fits(int64_t running, int64_t reserved, int64_t blocks) const {
-  const int64_t room = limits_.reserve_max_tokens ? 0 : running;
+  // A round adds at most kMaxDraftTokens + 1 positions to a request. (Alone, a request's whole
+  // reservation fits the pool: on(SubmitRequest).)
+  const int64_t round = (kMaxDraftTokens + 1 + limits_.block_tokens - 1) / limits_.block_tokens;
+  const int64_t room = limits_.reserve_max_tokens || running == 0 ? 0 : (running + 1) * round;
   return running < limits_.max_batch && reserved + blocks + room <= limits_.kv_blocks;
 }
 
@@ -136,28 +139,51 @@ void Scheduler::preempt(const std::vector<RequestId>& ids) {
   to_verifier_->send(VerifierMessage(std::move(preempt)));
 }
 
+GrowthPlan plan_growth(const std::vector<GrowthCandidate>& order, int64_t reserved, int64_t kv_blocks) {
+  GrowthPlan plan;
+  plan.kept = order.size();  // `reserved` below: without the blocks of candidates [kept, end)
+  for (size_t i = 0; i < plan.kept; ++i) {
+    const GrowthCandidate& c = order[i];
+    if (c.more <= 0) continue;
+    if (reserved + c.more > kv_blocks) {
+      int64_t later = 0;
+      for (size_t j = i + 1; j < plan.kept; ++j) later += order[j].blocks;
+      if (reserved - later + c.more > kv_blocks && c.later_in_flight) {
+        plan.held.push_back(i);
+        continue;
+      }
+      while (plan.kept > i + 1 && reserved + c.more > kv_blocks) reserved -= order[--plan.kept].blocks;
+      if (reserved + c.more > kv_blocks) {  // the latest left: it waits
+        plan.kept = i;
+        break;
+      }
+    }
+    plan.grown.push_back(i);
+    reserved += c.more;
+  }
+  return plan;
+}
+
 std::vector<RequestId> Scheduler::grow() {
+  held_.clear();
   std::vector<Active*> order;
   for (Active& a : active_)
     if (!a.busy) order.push_back(&a);
   std::sort(order.begin(), order.end(),
             [](const Active* x, const Active* y) { return admitted_before(*x->request, *y->request); });
-  // order[0, kept) grow; order[kept, end) are preempted, the latest admitted first.
-  size_t kept = order.size();
-  for (size_t i = 0; i < kept; ++i) {
-    Active& a = *order[i];
-    const int64_t more = blocks_for_round(a) - a.blocks;
-    if (more <= 0) continue;
-    while (kept > i && blocks_reserved_ + more > limits_.kv_blocks) blocks_reserved_ -= order[--kept]->blocks;
-    if (kept == i) break;  // it was the latest left: it waits instead
-    a.blocks += more;
-    blocks_reserved_ += more;
+  std::vector<GrowthCandidate> candidates;
+  for (const Active* a : order)
+    candidates.push_back({a->blocks, blocks_for_round(*a) - a->blocks, std::any_of(active_.begin(), active_.end(), [&](const Active& b) {
+                            return b.busy && admitted_before(*a->request, *b.request);
+                          })});
+  const GrowthPlan plan = plan_growth(candidates, blocks_reserved_, limits_.kv_blocks);
+  for (const size_t i : plan.grown) {
+    order[i]->blocks += candidates[i].more;
+    blocks_reserved_ += candidates[i].more;
   }
+  for (const size_t i : plan.held) held_.push_back(order[i]->request->id);
   std::vector<RequestId> ids;
-  for (size_t i = order.size(); i-- > kept;) {
-    blocks_reserved_ += order[i]->blocks;  // preempt() gives them back
-    ids.push_back(order[i]->request->id);
-  }
+  for (size_t i = order.size(); i-- > plan.kept;) ids.push_back(order[i]->request->id);
   preempt(ids);
   return ids;
 }
@@ -351,13 +377,13 @@ void Scheduler::next_round() {
   release(std::move(done), "");
   for (auto& [error, requests] : failed) release(std::move(requests), error);
 
-  // The running requests' blocks for their next rounds first; one preempted for them here does not
-  // come back before a round has run.
+  // The running requests' blocks for their next rounds first. One preempted for them here does not
+  // come back before a round has run (when two were, the earlier may find the later's blocks free).
   const std::vector<RequestId> out_of_room = limits_.reserve_max_tokens ? std::vector<RequestId>{} : grow();
   // Join in the queue's order (priority, then first come first served) while the batch and the KV
   // budget allow, or while preempting running requests of higher priority values makes them allow.
   while (!queue_.empty()) {
-    if (std::count(out_of_room.begin(), out_of_room.end(), queue_.front().request->id)) break;
+    if (std::ranges::find(out_of_room, queue_.front().request->id) != out_of_room.end()) break;
     const int64_t need = blocks_for_round(queue_.front());
     // (The preempted go into the queue behind it: their priority values are higher.)
     if (!fits(static_cast<int64_t>(active_.size()), blocks_reserved_, need) &&
@@ -372,7 +398,7 @@ void Scheduler::next_round() {
   }
   std::vector<Active*> idle;
   for (Active& a : active_)
-    if (!a.busy) idle.push_back(&a);
+    if (!a.busy && std::ranges::find(held_, a.request->id) == held_.end()) idle.push_back(&a);
   const int lanes = limits_.pipeline ? 2 : 1;
   if (idle.empty() || in_flight_ >= lanes) return publish();
   if (lanes == 2 && in_flight_ == 0 && idle.size() >= 2) {

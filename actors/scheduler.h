@@ -46,6 +46,26 @@ struct SchedulerLimits {
   int64_t prefill_budget = 0;
 };
 
+// One round boundary's growth of the reservations (Scheduler::grow), apart from the actor: the
+// requests between rounds in admission order, each with its blocks, the blocks its next round
+// needs more, and whether a request admitted after it is in a round in flight (holding blocks no
+// preemption can take now).
+struct GrowthCandidate {
+  int64_t blocks = 0;
+  int64_t more = 0;
+  bool later_in_flight = false;
+};
+struct GrowthPlan {
+  std::vector<size_t> grown;  // candidates given their `more`
+  std::vector<size_t> held;   // short, waiting for a later request's round in flight to end
+  size_t kept = 0;            // candidates [kept, end) are preempted
+};
+// Earliest first, each short candidate preempts the latest candidates (not held or grown) until
+// its `more` fits `kv_blocks` with `reserved` (all reservations now); if even all of them would not
+// do, it is held when a later request is in flight (none preempted for it), else preempted itself
+// with every later one.
+GrowthPlan plan_growth(const std::vector<GrowthCandidate>& order, int64_t reserved, int64_t kv_blocks);
+
 class Scheduler : public Actor<Scheduler, SchedulerMessage> {
  public:
   Scheduler(boost::asio::any_io_executor executor, SchedulerLimits limits);
@@ -117,8 +137,9 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   // arrival order), so a preempted request goes back before those of its value that came after it.
   static bool admitted_before(const RequestInfo& x, const RequestInfo& y);
   // Whether a request of `blocks` KV blocks can join `running` requests holding `reserved` blocks.
-  // Reserving as requests grow, a block of room must stay for each running one too, so that the
-  // admission does not preempt one of them at the next round.
+  // Reserving as requests grow, the most one round may add to a request's blocks must stay free
+  // for each running request and for the newcomer besides, so that the admission does not make
+  // one of them be preempted at the next round boundary (not beyond it).
   bool fits(int64_t running, int64_t reserved, int64_t blocks) const;
   // Into the queue, in admitted_before's order.
   void enqueue(Active a);
@@ -127,8 +148,11 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   // latest arrival first, as few as make it fit; false (and none preempted) if they cannot.
   bool preempt_for(int priority, int64_t blocks);
   // Reserving as requests grow: each request between rounds gets the blocks of its next round, the
-  // earliest admitted first; when the pool has too few, the latest admitted between rounds is
-  // preempted (it may be the one growing), as vLLM's scheduler preempts. Returns the preempted.
+  // earliest admitted first; when the pool has too few, the latest admitted between rounds are
+  // preempted, as vLLM's scheduler preempts, down to the one growing itself, unless a request
+  // admitted after it holds blocks in a round in flight (pipelining): then it sits this boundary
+  // out (held_) and grows at the next, where that one can be preempted instead. Returns the
+  // preempted.
   std::vector<RequestId> grow();
   // Takes the active requests `ids` (between rounds) out of the batch into the queue with their
   // committed tokens, and tells the draft actor and the verifier to free their drafters and KV.
@@ -156,6 +180,7 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   std::deque<Active> queue_;
   std::vector<Active> active_;
   int64_t blocks_reserved_ = 0;
+  std::vector<RequestId> held_;    // between rounds, waiting for blocks a later request's round holds (grow)
   int in_flight_ = 0;              // rounds in flight (at most 2 with pipelining, else 1)
   std::set<std::uint64_t> optimistic_;  // optimistic draft rounds in flight (current or stale)
   std::uint64_t round_ = 0;

@@ -1106,18 +1106,20 @@ def test_with_the_priority_policy_a_lower_value_goes_first_and_preempts_a_runnin
     async def main():
         running = asyncio.create_task(ask("running", 0, 1000, story))
         assert await gauge("specula_requests_running", 1), "the first request did not start"
-        later = asyncio.create_task(ask("later", 5, 64))
+        later = asyncio.create_task(ask("later", 5, 128))
         assert await gauge("specula_requests_waiting", 1), "the waiting request was not queued"
-        sooner = asyncio.create_task(ask("sooner", -5, 64))
+        sooner = asyncio.create_task(ask("sooner", -5, 128))
         seen = asyncio.create_task(gauges(sooner))
         done = await asyncio.gather(running, later, sooner)
         return *done, await seen, await ask("alone", 0, 1000, story)
 
     running, later, sooner, seen, alone = asyncio.run(main())
     # One runs at a time (--max-batch 1): the preempted one, waiting to resume, is shown as waiting
-    # beside the later one while the sooner one runs.
-    assert max(r for r, _ in seen) == 1, seen
-    assert (1, 2) in seen, seen
+    # beside the later one while the sooner one runs (shown as running beside the sooner one, it
+    # would make 2 running all along). The engine's count and the server's are read apart, so for a
+    # moment as the sooner one ends and the preempted one resumes both may show as running.
+    assert sum(1 for s in seen if s == (1, 2)) >= 5, seen
+    assert sum(1 for r, _ in seen if r > 1) <= 2, seen
     # The later one (5) waited; the sooner one (-5) preempted the running one (0), which then went on
     # before the later one and ended with the text it has alone.
     assert finished == ["sooner", "running", "later", "alone"], finished

@@ -1045,7 +1045,9 @@ TEST(Engine, ReservingMaxTokensARequestThatDoesNotFitTheKvPoolPreemptsAHigherVal
 // Reserving KV as requests grow (the default, vLLM's): two requests whose prompt + max_tokens do not
 // fit the pool together both run at once; when the pool runs out the later one is preempted, waits
 // while the earlier one goes on, and resumes with the text it has alone (greedy, and sampled in
-// coupled mode); reserving max_tokens at admission, the later one waits for the earlier one's end.
+// coupled mode); the earlier one is never preempted, also with pipelining, where the two run in
+// alternate rounds and the earlier may need blocks while the later one's round holds them.
+// Reserving max_tokens at admission, the later one waits for the earlier one's end.
 TEST(Engine, ReservingAsTheyGrowTwoRequestsThatDoNotFitTogetherRunAtOnceAndTheLaterIsPreemptedWithItsOwnText) {
   REQUIRE_SETUP(s);
   EngineRequest first = s->request(0, 112), later = s->request(1, 112, SamplingParams{0.8f, 0, 1.0f, 23});
@@ -1055,10 +1057,11 @@ TEST(Engine, ReservingAsTheyGrowTwoRequestsThatDoNotFitTogetherRunAtOnceAndTheLa
   };
   const int64_t pool = std::max(blocks(first), blocks(later)) + 2;  // either fits alone, not both to their ends
   ASSERT_LT(pool, blocks(first) + blocks(later));
-  for (const bool reserve_max_tokens : {false, true}) {
-    SCOPED_TRACE(reserve_max_tokens ? "reserving max_tokens" : "reserving as they grow");
+  for (const auto& [reserve_max_tokens, pipeline] : {std::pair{false, false}, {false, true}, {true, false}}) {
+    SCOPED_TRACE(std::string(reserve_max_tokens ? "reserving max_tokens" : "reserving as they grow") +
+                 (pipeline ? ", pipelined" : ""));
     auto rounds = std::make_shared<VerifierRounds>();
-    EngineConfig config = ngram_config_with_rounds(rounds, 4, pool * 16);
+    EngineConfig config = ngram_config_with_rounds(rounds, 4, pool * 16, pipeline);
     config.reserve_max_tokens = reserve_max_tokens;
     Engine e(config);
     ASSERT_EQ(e.kv_blocks_total(), pool);
