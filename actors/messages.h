@@ -89,6 +89,7 @@ struct Judged {
   int64_t hidden_first = 0;
   std::vector<float> hidden;
   bool prefilling = false;        // Scored::prefilling: nothing judged, the prompt goes on next round
+  std::vector<int32_t> registered_blocks{};  // Scored::registered_blocks
 };
 
 // sampler -> scheduler.
@@ -167,6 +168,9 @@ struct Scored {
   // is its prompt and the tokens it had committed (no cached tokens counted again; its prompt's
   // log-probabilities, if it asked, are not scored again once sent).
   bool resumed = false;
+  // The pool blocks of its sequence that became registered (or were found registered) since the
+  // last round said: those other sequences may share, which the scheduler counts once.
+  std::vector<int32_t> registered_blocks{};
 };
 
 // verifier -> sampler: the target's distributions for the round (TargetProbsReady and Judge in one).

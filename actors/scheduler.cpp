@@ -34,6 +34,41 @@ int64_t Scheduler::blocks_for_round(const Active& a) const {
   return std::min(whole, (positions + limits_.block_tokens - 1) / limits_.block_tokens);
 }
 
+std::vector<int64_t> Scheduler::freed_by(const std::vector<Active*>& requests) const {
+  std::unordered_map<int32_t, int> left;  // holders not yet preempted, of the blocks these share
+  std::vector<int64_t> freed;
+  for (const Active* a : requests) {
+    int64_t n = a->blocks;
+    for (const int32_t b : a->shared) {
+      auto [it, fresh] = left.try_emplace(b, shared_refs_.at(b));
+      if (--it->second == 0) ++n;
+    }
+    freed.push_back(n);
+  }
+  return freed;
+}
+
+void Scheduler::share(Active& a, const std::vector<int32_t>& registered) {
+  for (const int32_t b : registered) {
+    assert(a.blocks > 0);
+    --a.blocks;
+    --blocks_reserved_;
+    a.shared.push_back(b);
+    if (shared_refs_[b]++ == 0) ++blocks_reserved_;
+  }
+}
+
+void Scheduler::unreserve(const Active& a) {
+  blocks_reserved_ -= a.blocks;
+  for (const int32_t b : a.shared) {
+    const auto it = shared_refs_.find(b);
+    if (--it->second == 0) {
+      shared_refs_.erase(it);
+      --blocks_reserved_;
+    }
+  }
+}
+
 Scheduler::Active* Scheduler::find(RequestId id) {
   for (Active& a : active_)
     if (a.request->id == id) return &a;
@@ -99,21 +134,23 @@ bool Scheduler::preempt_for(int priority, int64_t blocks) {
   auto running = static_cast<int64_t>(active_.size());
   int64_t reserved = blocks_reserved_;
   size_t n = 0;
+  const std::vector<int64_t> freed = freed_by(victims);
   const auto fits = [&] { return this->fits(running, reserved, blocks); };
   for (; !fits() && n < victims.size(); ++n) {
     --running;
-    reserved -= victims[n]->blocks;
+    reserved -= freed[n];
   }
   if (!fits()) return false;
   // The KV budget may be met without some of them (a small one taken before a large one): from the
-  // last taken back, keep running each that is not needed.
+  // last taken back, keep running each that is not needed (counting all it holds, shared blocks
+  // too: the others it shares them with may be kept as well).
   std::vector<RequestId> ids;
   for (size_t i = n; i-- > 0;) {
     ++running;
-    reserved += victims[i]->blocks;
+    reserved += held(*victims[i]);
     if (fits()) continue;
     --running;
-    reserved -= victims[i]->blocks;
+    reserved -= held(*victims[i]);
     ids.push_back(victims[i]->request->id);
   }
   preempt(ids);
@@ -127,7 +164,7 @@ void Scheduler::preempt(const std::vector<RequestId>& ids) {
     const auto it = std::find_if(active_.begin(), active_.end(), [&](const Active& a) { return a.request->id == id; });
     Active& a = *it;
     assert(!a.busy);
-    blocks_reserved_ -= a.blocks;
+    unreserve(a);
     preempt.requests.push_back(a.request);
     // What it keeps: its committed tokens and its draft-length measurements; the rest is state of
     // a KV sequence and a drafter that are freed now.
@@ -171,11 +208,16 @@ std::vector<RequestId> Scheduler::grow() {
     if (!a.busy) order.push_back(&a);
   std::sort(order.begin(), order.end(),
             [](const Active* x, const Active* y) { return admitted_before(*x->request, *y->request); });
+  // (Preempted, if at all, the latest first.)
+  const std::vector<int64_t> freed = freed_by({order.rbegin(), order.rend()});
   std::vector<GrowthCandidate> candidates;
-  for (const Active* a : order)
-    candidates.push_back({a->blocks, blocks_for_round(*a) - a->blocks, std::any_of(active_.begin(), active_.end(), [&](const Active& b) {
-                            return b.busy && admitted_before(*a->request, *b.request);
-                          })});
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Active& a = *order[i];
+    const bool later_in_flight = std::any_of(active_.begin(), active_.end(), [&](const Active& b) {
+      return b.busy && admitted_before(*a.request, *b.request);
+    });
+    candidates.push_back({freed[order.size() - 1 - i], blocks_for_round(a) - held(a), later_in_flight});
+  }
   const GrowthPlan plan = plan_growth(candidates, blocks_reserved_, limits_.kv_blocks);
   for (const size_t i : plan.grown) {
     order[i]->blocks += candidates[i].more;
@@ -274,6 +316,7 @@ void Scheduler::on(Verdict& verdict) {
   for (const Judged& j : verdict.items) {
     Active* a = find(j.id);
     if (!a) continue;
+    share(*a, j.registered_blocks);
     a->context.insert(a->context.end(), j.tokens.begin(), j.tokens.end());
     if (!j.hidden.empty()) {
       if (a->hidden.empty()) a->hidden_first = j.hidden_first;
@@ -296,7 +339,7 @@ void Scheduler::on(Verdict& verdict) {
     const bool outranked = !queue_.empty() && queue_.front().request->priority < a->request->priority;
     // (Nor can its next window be verified without the blocks it writes: it comes between rounds,
     // where growing may preempt.)
-    const int64_t more = std::max<int64_t>(0, blocks_for_round(*a) - a->blocks);
+    const int64_t more = std::max<int64_t>(0, blocks_for_round(*a) - held(*a));
     const bool no_room = blocks_reserved_ + more > limits_.kv_blocks;
     if (!j.continued || !a->spec || a->finished || a->cancelled || a->failed || outranked || no_room) {
       a->spec_round = 0;  // discarded; if still in flight it is dropped when it arrives
@@ -364,7 +407,7 @@ void Scheduler::next_round() {
   std::vector<std::pair<std::string, std::vector<RequestRef>>> failed;
   std::erase_if(active_, [&](Active& a) {
     if (a.busy || (!a.cancelled && !a.finished && !a.failed)) return false;
-    blocks_reserved_ -= a.blocks;
+    unreserve(a);
     if (a.failed && !a.finished) {
       auto it = std::find_if(failed.begin(), failed.end(), [&](const auto& f) { return f.first == a.error; });
       if (it == failed.end()) it = failed.insert(failed.end(), {a.error, {}});

@@ -9,6 +9,7 @@
 #include <deque>
 #include <optional>
 #include <set>
+#include <unordered_map>
 #include <vector>
 
 #include "actors/actor.h"
@@ -47,9 +48,9 @@ struct SchedulerLimits {
 };
 
 // One round boundary's growth of the reservations (Scheduler::grow), apart from the actor: the
-// requests between rounds in admission order, each with its blocks, the blocks its next round
-// needs more, and whether a request admitted after it is in a round in flight (holding blocks no
-// preemption can take now).
+// requests between rounds in admission order, each with what preempting it frees once every later
+// one is preempted, the blocks its next round needs more, and whether a request admitted after it
+// is in a round in flight (holding blocks no preemption can take now).
 struct GrowthCandidate {
   int64_t blocks = 0;
   int64_t more = 0;
@@ -98,7 +99,11 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
     RequestRef request;
     std::vector<int32_t> context;  // prompt + committed tokens
     DraftLength length;
-    int64_t blocks = 0;            // KV blocks reserved (blocks_for_round; 0 while waiting)
+    // KV blocks reserved (blocks_for_round; 0 while waiting): `blocks` its own, and `shared`, the
+    // pool blocks of its sequence the verifier has named registered (Judged::registered_blocks),
+    // which other sequences may share and which count once however many hold them (shared_refs_).
+    int64_t blocks = 0;
+    std::vector<int32_t> shared{};
     bool busy = false;             // in a round in flight
     bool cancelled = false, finished = false, failed = false;
     std::string error{};
@@ -132,6 +137,16 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   // KV blocks `a` must hold to run its next round from its context (every position its verify
   // window may write: kMaxDraftTokens + 1 past it), or all of blocks_for under reserve_max_tokens.
   int64_t blocks_for_round(const Active& a) const;
+  // The blocks `a` holds (its own and its shared ones).
+  static int64_t held(const Active& a) { return a.blocks + static_cast<int64_t>(a.shared.size()); }
+  // What preempting `requests` one after another frees, each: its own blocks, and its shared ones
+  // whose other holders are all among those before it.
+  std::vector<int64_t> freed_by(const std::vector<Active*>& requests) const;
+  // Its blocks the verifier has just named registered (Judged::registered_blocks) move from its own
+  // to the shared ones: a block another active request holds too is counted once from now on.
+  void share(Active& a, const std::vector<int32_t>& registered);
+  // Gives back what `a` holds as it leaves the active set (released or preempted).
+  void unreserve(const Active& a);
   Active* find(RequestId id);
   // The queue's order: a lower priority value first, then the earlier arrival (ids are given in
   // arrival order), so a preempted request goes back before those of its value that came after it.
@@ -179,7 +194,8 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   SchedulerLimits limits_;
   std::deque<Active> queue_;
   std::vector<Active> active_;
-  int64_t blocks_reserved_ = 0;
+  int64_t blocks_reserved_ = 0;    // the active requests' own blocks, and each shared block once
+  std::unordered_map<int32_t, int> shared_refs_;  // shared pool block -> active requests holding it
   std::vector<RequestId> held_;    // between rounds, waiting for blocks a later request's round holds (grow)
   int in_flight_ = 0;              // rounds in flight (at most 2 with pipelining, else 1)
   std::set<std::uint64_t> optimistic_;  // optimistic draft rounds in flight (current or stale)

@@ -3,6 +3,7 @@
 #include "actors/verifier.h"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 
 
@@ -244,6 +245,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     if (prefilling(i)) {
       s.prefilling = true;
       s.continued = false;
+      report_registered(s);
       judge.items.push_back(std::move(s));
       continue;
     }
@@ -264,8 +266,22 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     // The committed positions (the context, g included, whose K/V this forward wrote) for later
     // sequences that start with them.
     kv_.register_prefix(batch[b++].seq, d.context);
+    report_registered(s);
     judge.items.push_back(std::move(s));
   }
+}
+
+void Verifier::report_registered(Scored& s) {
+  const auto it = seqs_.find(s.request->id);
+  if (it == seqs_.end()) return;
+  const std::vector<int32_t>& table = kv_.block_table(it->second);
+  size_t& named = reported_[s.request->id];
+  const size_t registered = kv_.registered_blocks(it->second);
+  // (A rollback never reaches a registered block: a round commits at least one token.)
+  assert(named <= registered && registered <= table.size());
+  s.registered_blocks.assign(table.begin() + static_cast<std::ptrdiff_t>(named),
+                             table.begin() + static_cast<std::ptrdiff_t>(registered));
+  named = registered;
 }
 
 std::vector<TokenLogprobs> Verifier::prefill_scored(int seq, std::span<const int32_t> context, int top,
@@ -324,6 +340,7 @@ void Verifier::forget(const std::vector<RequestRef>& requests) {
     kv_.free_sequence(it->second);
     seqs_.erase(it);
     partial_.erase(r->id);
+    reported_.erase(r->id);
   }
   blocks_free_.store(kv_.blocks_free(), std::memory_order_release);
 }

@@ -70,6 +70,8 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
   // appended to `hidden` when the drafter reads them.
   std::vector<TokenLogprobs> prefill_scored(int seq, std::span<const int32_t> context, int top,
                                             std::vector<float>& hidden, Judge& judge);
+  // Names in `s` the blocks of its request's sequence registered since the last report.
+  void report_registered(Scored& s);
 
   LlamaModel& target_;
   KvCache kv_;
@@ -82,6 +84,8 @@ class Verifier : public Actor<Verifier, VerifierMessage> {
   std::set<RequestId> preempted_;
   // Those whose prompt was scored (EngineRequest::prompt_logprobs): not again when they resume.
   std::set<RequestId> scored_;
+  // Of each sequence's registered blocks, how many its Scored::registered_blocks have named.
+  std::map<RequestId, size_t> reported_;
   int64_t prefill_budget_ = LlamaModel::kDefaultMaxForwardRows;
   std::atomic<int64_t> blocks_free_;
   std::atomic<std::uint64_t> releases_done_{0};

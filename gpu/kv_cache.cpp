@@ -199,6 +199,8 @@ int64_t KvCache::length(int id) const { return seq(id).length; }
 
 const std::vector<int32_t>& KvCache::block_table(int id) const { return seq(id).blocks; }
 
+size_t KvCache::registered_blocks(int id) const { return seq(id).registered; }
+
 void KvCache::reserve(int id, int64_t new_length) {
   Seq& s = seq(id);
   if (new_length < s.length) throw std::invalid_argument("KV reserve cannot shrink; use truncate_to");

@@ -79,6 +79,10 @@ class KvCache {
   // Rolls the sequence back to `len` positions (len <= length) and frees the blocks past it.
   void truncate_to(int seq, int64_t len);
   const std::vector<int32_t>& block_table(int seq) const;
+  // The sequence's first blocks that it registered or found registered (block_table's first ones):
+  // the only ones another sequence may have come to share. (One may since have been unregistered,
+  // e.g. replaced in the index; it stays in the tables that hold it.)
+  size_t registered_blocks(int seq) const;
 
   // --- The prefix cache (off by default; turning it on makes the whole pool resident) ---
   // A block is registered under its tokens and the registered block before it, so a block stands

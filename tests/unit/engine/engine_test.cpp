@@ -1102,6 +1102,54 @@ TEST(Engine, ReservingAsTheyGrowTwoRequestsThatDoNotFitTogetherRunAtOnceAndTheLa
   }
 }
 
+// Blocks that requests share through the prefix cache count once in the KV budget: four requests
+// that start with one ~600-token prompt each reserve ~41 blocks at admission (its 38 and their own), so only two fit a
+// pool of 110 blocks at first; once the verifier has named the blocks they share, each holds its
+// own few, and all four run in one round, each with the text it has alone. Without the prefix
+// cache (nothing shared) no more than two run at once.
+TEST(Engine, RequestsSharingAPromptsBlocksCountThemOnceAndRunTogetherWhereTheirWholeContextsWouldNotFit) {
+  REQUIRE_SETUP(s);
+  const std::vector<int32_t> common = long_prompt(*s);
+  std::vector<EngineRequest> requests;
+  for (int p = 0; p < 4; ++p) {
+    EngineRequest r = s->request(p, 32);
+    r.prompt_ids.insert(r.prompt_ids.begin(), common.begin(), common.end());
+    requests.push_back(std::move(r));
+  }
+  const int64_t pool = 110;
+  const auto blocks = [](const EngineRequest& r) {
+    return (static_cast<int64_t>(r.prompt_ids.size()) + kMaxDraftTokens + 1 + 15) / 16;
+  };
+  ASSERT_GT(blocks(requests[0]) + blocks(requests[1]) + blocks(requests[2]), pool) << "three would fit unshared";
+  for (const bool prefix_cache : {true, false}) {
+    SCOPED_TRACE(prefix_cache ? "prefix cache on" : "prefix cache off");
+    auto rounds = std::make_shared<VerifierRounds>();
+    EngineConfig config = ngram_config_with_rounds(rounds, 4, pool * 16);
+    config.prefix_cache = prefix_cache;
+    Engine e(config);
+    std::vector<TokenStream> streams;
+    for (const EngineRequest& r : requests) streams.push_back(e.start(r));
+    std::vector<GenerateResult> got(streams.size());
+    for (size_t i = 0; i < streams.size(); ++i)
+      while (!got[i].add(streams[i].next_blocking())) {
+      }
+    size_t most = 0;
+    {
+      std::lock_guard lock(rounds->mu);
+      for (const std::vector<RequestId>& round : rounds->rounds) most = std::max(most, round.size());
+    }
+    EXPECT_EQ(most, prefix_cache ? 4u : 2u);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i].error.empty()) << got[i].error;
+      const GenerateResult alone = e.generate_blocking(requests[i]);
+      ASSERT_TRUE(alone.error.empty()) << alone.error;
+      EXPECT_EQ(got[i].tokens, alone.tokens) << i;
+      EXPECT_EQ(got[i].stats.preemptions, 0) << i;
+    }
+    EXPECT_TRUE(wait_until_idle_with_full_pool(e));
+  }
+}
+
 // With pipelining at batch 1 a request whose drafts keep being accepted goes from round to round
 // without a boundary between them (the optimistic continuation); a waiting request of a lower value
 // breaks that chain and preempts it, and it resumes with its own text. (A rule that accepts every
