@@ -40,7 +40,7 @@ std::vector<int64_t> Scheduler::freed_by(const std::vector<Active*>& requests) c
   for (const Active* a : requests) {
     int64_t n = a->blocks;
     for (const int32_t b : a->shared) {
-      auto [it, fresh] = left.try_emplace(b, shared_refs_.at(b));
+      const auto it = left.try_emplace(b, shared_refs_.at(b)).first;
       if (--it->second == 0) ++n;
     }
     freed.push_back(n);
