@@ -229,7 +229,7 @@ class Engine {
   int64_t prefix_queried_tokens() const;
   int64_t prefix_hit_tokens() const;
   // Running requests preempted so far, for waiting ones of lower priority values or for the KV
-  // blocks of earlier ones (docs/engine.md, "Preemption").
+  // blocks of their own or an earlier admitted request's next round (docs/engine.md, "Preemption").
   std::uint64_t preemptions() const;
   // Preempted requests with committed tokens waiting to resume now (the server shows them as
   // waiting, not running).

@@ -147,10 +147,10 @@ bool Scheduler::preempt_for(int priority, int64_t blocks) {
   std::vector<RequestId> ids;
   for (size_t i = n; i-- > 0;) {
     ++running;
-    reserved += held(*victims[i]);
+    reserved += blocks_held(*victims[i]);
     if (fits()) continue;
     --running;
-    reserved -= held(*victims[i]);
+    reserved -= blocks_held(*victims[i]);
     ids.push_back(victims[i]->request->id);
   }
   preempt(ids);
@@ -184,13 +184,13 @@ GrowthPlan plan_growth(const std::vector<GrowthCandidate>& order, int64_t reserv
     if (c.more <= 0) continue;
     if (reserved + c.more > kv_blocks) {
       int64_t later = 0;
-      for (size_t j = i + 1; j < plan.kept; ++j) later += order[j].blocks;
+      for (size_t j = i + 1; j < plan.kept; ++j) later += order[j].freed;
       if (reserved - later + c.more > kv_blocks && c.later_in_flight) {
-        plan.held.push_back(i);
+        plan.sit_out.push_back(i);
         continue;
       }
-      while (plan.kept > i + 1 && reserved + c.more > kv_blocks) reserved -= order[--plan.kept].blocks;
-      if (reserved + c.more > kv_blocks) {  // the latest left: it waits
+      while (plan.kept > i + 1 && reserved + c.more > kv_blocks) reserved -= order[--plan.kept].freed;
+      if (reserved + c.more > kv_blocks) {  // the latest left: preempted itself, with every later one
         plan.kept = i;
         break;
       }
@@ -202,7 +202,7 @@ GrowthPlan plan_growth(const std::vector<GrowthCandidate>& order, int64_t reserv
 }
 
 std::vector<RequestId> Scheduler::grow() {
-  held_.clear();
+  sitting_out_.clear();
   std::vector<Active*> order;
   for (Active& a : active_)
     if (!a.busy) order.push_back(&a);
@@ -216,14 +216,14 @@ std::vector<RequestId> Scheduler::grow() {
     const bool later_in_flight = std::any_of(active_.begin(), active_.end(), [&](const Active& b) {
       return b.busy && admitted_before(*a.request, *b.request);
     });
-    candidates.push_back({freed[order.size() - 1 - i], blocks_for_round(a) - held(a), later_in_flight});
+    candidates.push_back({freed[order.size() - 1 - i], blocks_for_round(a) - blocks_held(a), later_in_flight});
   }
   const GrowthPlan plan = plan_growth(candidates, blocks_reserved_, limits_.kv_blocks);
   for (const size_t i : plan.grown) {
     order[i]->blocks += candidates[i].more;
     blocks_reserved_ += candidates[i].more;
   }
-  for (const size_t i : plan.held) held_.push_back(order[i]->request->id);
+  for (const size_t i : plan.sit_out) sitting_out_.push_back(order[i]->request->id);
   std::vector<RequestId> ids;
   for (size_t i = order.size(); i-- > plan.kept;) ids.push_back(order[i]->request->id);
   preempt(ids);
@@ -339,7 +339,7 @@ void Scheduler::on(Verdict& verdict) {
     const bool outranked = !queue_.empty() && queue_.front().request->priority < a->request->priority;
     // (Nor can its next window be verified without the blocks it writes: it comes between rounds,
     // where growing may preempt.)
-    const int64_t more = std::max<int64_t>(0, blocks_for_round(*a) - held(*a));
+    const int64_t more = std::max<int64_t>(0, blocks_for_round(*a) - blocks_held(*a));
     const bool no_room = blocks_reserved_ + more > limits_.kv_blocks;
     if (!j.continued || !a->spec || a->finished || a->cancelled || a->failed || outranked || no_room) {
       a->spec_round = 0;  // discarded; if still in flight it is dropped when it arrives
@@ -421,7 +421,7 @@ void Scheduler::next_round() {
   for (auto& [error, requests] : failed) release(std::move(requests), error);
 
   // The running requests' blocks for their next rounds first. One preempted for them here does not
-  // come back before a round has run (when two were, the earlier may find the later's blocks free).
+  // come back in this boundary (when two were, the earlier may find the later's blocks free).
   const std::vector<RequestId> out_of_room = limits_.reserve_max_tokens ? std::vector<RequestId>{} : grow();
   // Join in the queue's order (priority, then first come first served) while the batch and the KV
   // budget allow, or while preempting running requests of higher priority values makes them allow.
@@ -441,7 +441,7 @@ void Scheduler::next_round() {
   }
   std::vector<Active*> idle;
   for (Active& a : active_)
-    if (!a.busy && std::ranges::find(held_, a.request->id) == held_.end()) idle.push_back(&a);
+    if (!a.busy && std::ranges::find(sitting_out_, a.request->id) == sitting_out_.end()) idle.push_back(&a);
   const int lanes = limits_.pipeline ? 2 : 1;
   if (idle.empty() || in_flight_ >= lanes) return publish();
   if (lanes == 2 && in_flight_ == 0 && idle.size() >= 2) {

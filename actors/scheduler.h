@@ -48,23 +48,22 @@ struct SchedulerLimits {
 };
 
 // One round boundary's growth of the reservations (Scheduler::grow), apart from the actor: the
-// requests between rounds in admission order, each with what preempting it frees once every later
-// one is preempted, the blocks its next round needs more, and whether a request admitted after it
-// is in a round in flight (holding blocks no preemption can take now).
+// requests between rounds in admission order.
 struct GrowthCandidate {
-  int64_t blocks = 0;
-  int64_t more = 0;
-  bool later_in_flight = false;
+  int64_t freed = 0;             // what preempting it frees, once every later candidate is preempted
+  int64_t more = 0;              // the blocks its next round needs beyond those it holds
+  bool later_in_flight = false;  // a request admitted after it is in a round in flight (its blocks
+                                 // no preemption can take now)
 };
 struct GrowthPlan {
-  std::vector<size_t> grown;  // candidates given their `more`
-  std::vector<size_t> held;   // short, waiting for a later request's round in flight to end
-  size_t kept = 0;            // candidates [kept, end) are preempted
+  std::vector<size_t> grown;    // candidates given their `more`
+  std::vector<size_t> sit_out;  // short, starting no round until a later request's round in flight ends
+  size_t kept = 0;              // candidates [kept, end) are preempted
 };
-// Earliest first, each short candidate preempts the latest candidates (not held or grown) until
-// its `more` fits `kv_blocks` with `reserved` (all reservations now); if even all of them would not
-// do, it is held when a later request is in flight (none preempted for it), else preempted itself
-// with every later one.
+// Earliest first, each short candidate preempts the latest candidates (those not yet grown or
+// sitting out) until its `more` fits `kv_blocks` with `reserved` (all reservations now); if even
+// all of them would not do, it sits out when a later request is in flight (none preempted for
+// it), else it is preempted itself with every later one.
 GrowthPlan plan_growth(const std::vector<GrowthCandidate>& order, int64_t reserved, int64_t kv_blocks);
 
 class Scheduler : public Actor<Scheduler, SchedulerMessage> {
@@ -138,7 +137,7 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   // window may write: kMaxDraftTokens + 1 past it), or all of blocks_for under reserve_max_tokens.
   int64_t blocks_for_round(const Active& a) const;
   // The blocks `a` holds (its own and its shared ones).
-  static int64_t held(const Active& a) { return a.blocks + static_cast<int64_t>(a.shared.size()); }
+  static int64_t blocks_held(const Active& a) { return a.blocks + static_cast<int64_t>(a.shared.size()); }
   // What preempting `requests` one after another frees, each: its own blocks, and its shared ones
   // whose other holders are all among those before it.
   std::vector<int64_t> freed_by(const std::vector<Active*>& requests) const;
@@ -166,7 +165,7 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   // earliest admitted first; when the pool has too few, the latest admitted between rounds are
   // preempted, as vLLM's scheduler preempts, down to the one growing itself, unless a request
   // admitted after it holds blocks in a round in flight (pipelining): then it sits this boundary
-  // out (held_) and grows at the next, where that one can be preempted instead. Returns the
+  // out (sitting_out_) and grows at the next, where that one can be preempted instead. Returns the
   // preempted.
   std::vector<RequestId> grow();
   // Takes the active requests `ids` (between rounds) out of the batch into the queue with their
@@ -196,7 +195,7 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   std::vector<Active> active_;
   int64_t blocks_reserved_ = 0;    // the active requests' own blocks, and each shared block once
   std::unordered_map<int32_t, int> shared_refs_;  // shared pool block -> active requests holding it
-  std::vector<RequestId> held_;    // between rounds, waiting for blocks a later request's round holds (grow)
+  std::vector<RequestId> sitting_out_;  // between rounds, waiting for blocks a later request's round holds (grow)
   int in_flight_ = 0;              // rounds in flight (at most 2 with pipelining, else 1)
   std::set<std::uint64_t> optimistic_;  // optimistic draft rounds in flight (current or stale)
   std::uint64_t round_ = 0;

@@ -147,7 +147,8 @@ std::string Metrics::render(const EngineReadings& engine) const {
          engine.prefix_hit_tokens);
   scalar(out, "specula_preemptions_total", "counter",
          "Running requests preempted, for waiting requests of lower priority values or for the KV blocks of "
-         "earlier ones (their prompt and output prefilled again when they resume).",
+         "their own or an earlier admitted request's next round (their prompt and output prefilled again when "
+         "they resume).",
          engine.preemptions);
   scalar(out, "specula_websocket_connections", "gauge", "Open WebSocket connections.", websocket_connections);
   header(out, "specula_http_requests_total", "counter",

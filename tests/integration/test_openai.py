@@ -1134,37 +1134,39 @@ def test_with_the_priority_policy_a_lower_value_goes_first_and_preempts_a_runnin
 
 
 def test_reserving_kv_as_requests_grow_runs_more_at_once_and_a_preempted_one_keeps_its_text(fresh_server):
-    # 64 blocks of 16 positions: each request's prompt + 300 tokens needs ~20, so reserving
+    # 64 blocks of 16 positions: each request's prompt + 300 tokens needs ~21, so reserving
     # max_tokens at admission runs three at a time; reserving as they grow (the default) starts all
     # four, and when the pool runs out the latest admitted is preempted and later resumes.
-    srv = fresh_server(*MAIN_JOB_ARGS, "--kv-tokens", "1024", "--prefix-cache", "off")
-    openai_client = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=300)
     prompts = ["Once upon a time, in a quiet village by the sea,", "The three laws of motion say",
                "A recipe for bread: first,", "Dear diary, today I"]
 
-    async def ask(prompt):
-        return await openai_client.completions.create(model="x", prompt=prompt, max_tokens=300, temperature=0,
-                                                      extra_body={"ignore_eos": True})
+    def run(*reserve):
+        srv = fresh_server(*MAIN_JOB_ARGS, "--kv-tokens", "1024", "--prefix-cache", "off", *reserve)
+        openai_client = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=300)
 
-    async def most_running(task):  # the running gauge's largest value while `task` runs
-        most = 0
-        async with httpx.AsyncClient() as c:
-            while not task.done():
-                m = re.search(r"\nspecula_requests_running (\d+)\n", (await c.get(srv.url + "/metrics")).text)
-                most = max(most, int(m.group(1)))
-                await asyncio.sleep(0.02)
-        return most
+        async def ask(prompt):
+            return await openai_client.completions.create(model="x", prompt=prompt, max_tokens=300, temperature=0,
+                                                          extra_body={"ignore_eos": True})
 
-    before = srv.metrics()["specula_preemptions_total"]
+        async def most_running(task):  # the running gauge's largest value while `task` runs
+            most = 0
+            async with httpx.AsyncClient() as c:
+                while not task.done():
+                    m = re.search(r"\nspecula_requests_running (\d+)\n", (await c.get(srv.url + "/metrics")).text)
+                    most = max(most, int(m.group(1)))
+                    await asyncio.sleep(0.02)
+            return most
 
-    async def main():
-        task = asyncio.gather(*(ask(p) for p in prompts))
-        most = await most_running(task)
-        got = await task
-        preempted = srv.metrics()["specula_preemptions_total"] - before
-        return got, most, preempted, [await ask(p) for p in prompts]
+        async def main():
+            task = asyncio.gather(*(ask(p) for p in prompts))
+            most = await most_running(task)
+            got = await task
+            preempted = srv.metrics()["specula_preemptions_total"]
+            return got, most, preempted, [await ask(p) for p in prompts]
 
-    got, most, preempted, alone = asyncio.run(main())
+        return asyncio.run(main())
+
+    got, most, preempted, alone = run()
     assert most == 4, f"at most {most} of the 4 requests ran at once"
     assert preempted >= 1
     assert sum(r.model_extra["speculation"]["preemptions"] for r in got) == preempted
@@ -1172,6 +1174,9 @@ def test_reserving_kv_as_requests_grow_runs_more_at_once_and_a_preempted_one_kee
     for prompt, r, alone in zip(prompts, got, alone):
         assert r.usage.completion_tokens == 300
         assert r.choices[0].text == alone.choices[0].text, prompt
+    got, most, preempted, _ = run("--kv-reserve", "max-tokens")
+    assert most == 3 and preempted == 0, (most, preempted)
+    assert all(r.usage.completion_tokens == 300 for r in got)
 
 
 def test_a_kv_reservation_other_than_as_needed_or_max_tokens_stops_the_server_at_start_naming_it():

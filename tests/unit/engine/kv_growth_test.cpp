@@ -16,7 +16,7 @@ TEST(KvGrowth, WithRoomForEveryNextRoundEveryRequestGrowsAndNoneIsPreempted) {
   const Order order = {{4, 1, false}, {3, 0, false}, {5, 2, false}};
   const GrowthPlan plan = plan_growth(order, 12, 15);
   EXPECT_EQ(plan.grown, (Indices{0, 2}));
-  EXPECT_TRUE(plan.held.empty());
+  EXPECT_TRUE(plan.sit_out.empty());
   EXPECT_EQ(plan.kept, 3u);
 }
 
@@ -41,7 +41,7 @@ TEST(KvGrowth, TheLatestRequestLeftThatIsShortIsPreemptedItselfAndTheEarlierOnes
   const GrowthPlan plan = plan_growth(order, 15, 16);
   EXPECT_EQ(plan.kept, 1u);
   EXPECT_TRUE(plan.grown.empty());
-  EXPECT_TRUE(plan.held.empty());
+  EXPECT_TRUE(plan.sit_out.empty());
 }
 
 TEST(KvGrowth, AShortRequestWhoseBlocksALaterRoundInFlightHoldsWaitsInsteadOfBeingPreempted) {
@@ -50,20 +50,20 @@ TEST(KvGrowth, AShortRequestWhoseBlocksALaterRoundInFlightHoldsWaitsInsteadOfBei
   // can be preempted instead) and nobody is preempted now; the later one between rounds grows.
   const Order order = {{6, 4, true}, {2, 1, true}};
   const GrowthPlan plan = plan_growth(order, 19, 20);
-  EXPECT_EQ(plan.held, (Indices{0}));
+  EXPECT_EQ(plan.sit_out, (Indices{0}));
   EXPECT_EQ(plan.grown, (Indices{1}));
   EXPECT_EQ(plan.kept, 2u);
   // Without a later round in flight the same request is preempted, and the later one with it.
   const GrowthPlan alone = plan_growth({{6, 4, false}, {2, 1, false}}, 19, 20);
   EXPECT_EQ(alone.kept, 0u);
-  EXPECT_TRUE(alone.held.empty());
+  EXPECT_TRUE(alone.sit_out.empty());
 }
 
 TEST(KvGrowth, AShortRequestThatPreemptingLaterOnesBetweenRoundsSatisfiesGrowsThoughAnotherRoundIsInFlight) {
   const Order order = {{6, 2, true}, {3, 0, false}};
   const GrowthPlan plan = plan_growth(order, 20, 20);
   EXPECT_EQ(plan.grown, (Indices{0}));
-  EXPECT_TRUE(plan.held.empty());
+  EXPECT_TRUE(plan.sit_out.empty());
   EXPECT_EQ(plan.kept, 1u);
 }
 
