@@ -24,14 +24,14 @@ void Scheduler::connect(Mailbox<DraftMessage>::Sender to_draft, Mailbox<Verifier
 int64_t Scheduler::blocks_for(const SpeculativeRequest& r) const {
   // The verify window may run kMaxDraftTokens + 1 past the committed tokens before rollback.
   const int64_t positions = static_cast<int64_t>(r.prompt.size()) + r.max_tokens + kMaxDraftTokens + 1;
-  return (positions + limits_.block_tokens - 1) / limits_.block_tokens;
+  return blocks_of(positions);
 }
 
 int64_t Scheduler::blocks_for_round(const Active& a) const {
   const int64_t whole = blocks_for(a.request->request);
   if (limits_.reserve_max_tokens) return whole;
   const int64_t positions = static_cast<int64_t>(a.context.size()) + kMaxDraftTokens + 1;
-  return std::min(whole, (positions + limits_.block_tokens - 1) / limits_.block_tokens);
+  return std::min(whole, blocks_of(positions));
 }
 
 std::vector<int64_t> Scheduler::freed_by(const std::vector<Active*>& requests) const {
@@ -113,7 +113,7 @@ bool Scheduler::admitted_before(const RequestInfo& x, const RequestInfo& y) {
 bool Scheduler::fits(int64_t running, int64_t reserved, int64_t blocks) const {
   // A round adds at most kMaxDraftTokens + 1 positions to a request. (Alone, a request's whole
   // reservation fits the pool: on(SubmitRequest).)
-  const int64_t round = (kMaxDraftTokens + 1 + limits_.block_tokens - 1) / limits_.block_tokens;
+  const int64_t round = blocks_of(kMaxDraftTokens + 1);
   const int64_t room = limits_.reserve_max_tokens || running == 0 ? 0 : (running + 1) * round;
   return running < limits_.max_batch && reserved + blocks + room <= limits_.kv_blocks;
 }
@@ -210,12 +210,14 @@ std::vector<RequestId> Scheduler::grow() {
             [](const Active* x, const Active* y) { return admitted_before(*x->request, *y->request); });
   // (Preempted, if at all, the latest first.)
   const std::vector<int64_t> freed = freed_by({order.rbegin(), order.rend()});
+  // The latest admitted of the requests in a round in flight.
+  const Active* last_busy = nullptr;
+  for (const Active& b : active_)
+    if (b.busy && (!last_busy || admitted_before(*last_busy->request, *b.request))) last_busy = &b;
   std::vector<GrowthCandidate> candidates;
   for (size_t i = 0; i < order.size(); ++i) {
     const Active& a = *order[i];
-    const bool later_in_flight = std::any_of(active_.begin(), active_.end(), [&](const Active& b) {
-      return b.busy && admitted_before(*a.request, *b.request);
-    });
+    const bool later_in_flight = last_busy && admitted_before(*a.request, *last_busy->request);
     candidates.push_back({freed[order.size() - 1 - i], blocks_for_round(a) - blocks_held(a), later_in_flight});
   }
   const GrowthPlan plan = plan_growth(candidates, blocks_reserved_, limits_.kv_blocks);

@@ -131,6 +131,8 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   // updates) can recover: a few bad rounds do not lock it out while drafting could pay.
   static constexpr int kProbeAfter = 8;
   static constexpr double kProbeAcceptance = 0.8;
+  // The blocks that hold `positions` positions.
+  int64_t blocks_of(int64_t positions) const { return (positions + limits_.block_tokens - 1) / limits_.block_tokens; }
   // KV blocks for prompt + max_tokens and a full verify window past them: the most a request holds.
   int64_t blocks_for(const SpeculativeRequest& r) const;
   // KV blocks `a` must hold to run its next round from its context (every position its verify

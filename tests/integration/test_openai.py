@@ -1069,6 +1069,17 @@ def test_a_priority_is_refused_unless_the_server_schedules_by_priority(server, c
     assert c.choices[0].finish_reason in ("stop", "length")
 
 
+async def gauges_while(url, task, names, every=0.01):
+    """The gauges `names` as the server's /metrics shows them, a tuple a sample, until `task` is done."""
+    seen = []
+    async with httpx.AsyncClient() as c:
+        while not task.done():
+            page = (await c.get(url + "/metrics")).text
+            seen.append(tuple(int(re.search(rf"\n{name} (\d+)\n", page).group(1)) for name in names))
+            await asyncio.sleep(every)
+    return seen
+
+
 def test_with_the_priority_policy_a_lower_value_goes_first_and_preempts_a_running_higher_one(fresh_server):
     # The main job's drafter (the trained head reads the target's rows, which a resumed request's
     # prefill hands it again), one request at a time.
@@ -1093,23 +1104,13 @@ def test_with_the_priority_policy_a_lower_value_goes_first_and_preempts_a_runnin
     story = "Once upon a time, in a quiet village by the sea,"
     before = srv.metrics()["specula_preemptions_total"]
 
-    async def gauges(until):  # (running, waiting) as /metrics shows them until `until` is done
-        seen = []
-        async with httpx.AsyncClient() as c:
-            while not until.done():
-                page = (await c.get(srv.url + "/metrics")).text
-                seen.append(tuple(int(re.search(rf"\n{name} (\d+)\n", page).group(1))
-                                  for name in ("specula_requests_running", "specula_requests_waiting")))
-                await asyncio.sleep(0.01)
-        return seen
-
     async def main():
         running = asyncio.create_task(ask("running", 0, 1000, story))
         assert await gauge("specula_requests_running", 1), "the first request did not start"
         later = asyncio.create_task(ask("later", 5, 128))
         assert await gauge("specula_requests_waiting", 1), "the waiting request was not queued"
         sooner = asyncio.create_task(ask("sooner", -5, 128))
-        seen = asyncio.create_task(gauges(sooner))
+        seen = asyncio.create_task(gauges_while(srv.url, sooner, ("specula_requests_running", "specula_requests_waiting")))
         done = await asyncio.gather(running, later, sooner)
         return *done, await seen, await ask("alone", 0, 1000, story)
 
@@ -1148,18 +1149,9 @@ def test_reserving_kv_as_requests_grow_runs_more_at_once_and_a_preempted_one_kee
             return await openai_client.completions.create(model="x", prompt=prompt, max_tokens=300, temperature=0,
                                                           extra_body={"ignore_eos": True})
 
-        async def most_running(task):  # the running gauge's largest value while `task` runs
-            most = 0
-            async with httpx.AsyncClient() as c:
-                while not task.done():
-                    m = re.search(r"\nspecula_requests_running (\d+)\n", (await c.get(srv.url + "/metrics")).text)
-                    most = max(most, int(m.group(1)))
-                    await asyncio.sleep(0.02)
-            return most
-
         async def main():
             task = asyncio.gather(*(ask(p) for p in prompts))
-            most = await most_running(task)
+            most = max((r for r, in await gauges_while(srv.url, task, ("specula_requests_running",), 0.02)), default=0)
             got = await task
             preempted = srv.metrics()["specula_preemptions_total"]
             return got, most, preempted, [await ask(p) for p in prompts]

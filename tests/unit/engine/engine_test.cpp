@@ -213,6 +213,16 @@ Collected collect(TokenStream& stream) {
   }
 }
 
+// Adds `stream`'s events to `into` (which may hold events read before) up to its terminal one.
+void read_rest(TokenStream& stream, GenerateResult& into) {
+  while (!into.add(stream.next_blocking())) {
+  }
+}
+void read_rest(TokenStream& stream) {
+  GenerateResult ignored;
+  read_rest(stream, ignored);
+}
+
 // Polls (the verifier frees KV after the last event is sent) until the engine is idle with a full pool.
 bool wait_until_idle_with_full_pool(Engine& e) {
   for (int i = 0; i < 1000; ++i) {
@@ -683,11 +693,9 @@ TEST(Engine, RequestsOfOnePromptNewInOneRoundPrefillItOnceAndGiveWhatFreshPrefil
   gate->cv.notify_all();
   std::vector<GenerateResult> got(4);
   for (size_t i = 0; i < 4; ++i)
-    while (!got[i].add(streams[i].next_blocking())) {
-    }
+    read_rest(streams[i], got[i]);
   GenerateResult other_result;
-  while (!other_result.add(other.next_blocking())) {
-  }
+  read_rest(other, other_result);
   ASSERT_TRUE(other_result.error.empty()) << other_result.error;
   {
     std::lock_guard lock(gate->mu);
@@ -840,12 +848,9 @@ TEST(Engine, ALongPromptIsPrefilledInPiecesWhileAnotherRequestKeepsDecodingAndGi
   ASSERT_FALSE(first_result.add(first.next_blocking())) << first_result.error;
   TokenStream tb = pieces.start(b), tc = pieces.start(c);
   GenerateResult got_b, got_c;
-  while (!got_b.add(tb.next_blocking())) {
-  }
-  while (!got_c.add(tc.next_blocking())) {
-  }
-  while (!first_result.add(first.next_blocking())) {
-  }
+  read_rest(tb, got_b);
+  read_rest(tc, got_c);
+  read_rest(first, first_result);
   ASSERT_TRUE(first_result.error.empty() && got_b.error.empty() && got_c.error.empty())
       << first_result.error << got_b.error << got_c.error;
 
@@ -909,10 +914,8 @@ TEST(Engine, AShortPromptArrivingBehindALongOneGoesInAtOnceAndKeepsItsText) {
   ASSERT_GE(rounds_with(tb.id()).size(), 2u);
   TokenStream td = e.start(shorter);
   GenerateResult got_b, got_d;
-  while (!got_d.add(td.next_blocking())) {
-  }
-  while (!got_b.add(tb.next_blocking())) {
-  }
+  read_rest(td, got_d);
+  read_rest(tb, got_b);
   ASSERT_TRUE(got_b.error.empty() && got_d.error.empty()) << got_b.error << got_d.error;
   EXPECT_EQ(got_d.tokens, alone.tokens);
   const std::vector<size_t> with_b = rounds_with(tb.id()), with_d = rounds_with(td.id());
@@ -952,11 +955,9 @@ TEST(Engine, WaitingRequestsAreAdmittedLowestPriorityFirstAndPreemptARunningOneO
   rounds->open();
   std::vector<GenerateResult> got(waiting.size());
   GenerateResult got_first;
-  while (!got_first.add(running.next_blocking())) {
-  }
+  read_rest(running, got_first);
   for (size_t i = 0; i < waiting.size(); ++i)
-    while (!got[i].add(waiting[i].next_blocking())) {
-    }
+    read_rest(waiting[i], got[i]);
   ASSERT_TRUE(got_first.error.empty()) << got_first.error;
   // The -1s preempted it (max_batch 1); it resumed after them with the text it has alone.
   EXPECT_EQ(got_first.stats.preemptions, 1);
@@ -1017,10 +1018,8 @@ TEST(Engine, ReservingMaxTokensARequestThatDoesNotFitTheKvPoolPreemptsAHigherVal
     TokenStream late = e.start(small);  // while the big one is in its first round
     rounds->open();
     GenerateResult got_big, got_small;
-    while (!got_small.add(late.next_blocking())) {
-    }
-    while (!got_big.add(running.next_blocking())) {
-    }
+    read_rest(late, got_small);
+    read_rest(running, got_big);
     ASSERT_TRUE(got_big.error.empty()) << got_big.error;
     ASSERT_TRUE(got_small.error.empty()) << got_small.error;
     EXPECT_EQ(got_big.tokens, big_alone.tokens);
@@ -1072,10 +1071,8 @@ TEST(Engine, ReservingAsTheyGrowTwoRequestsThatDoNotFitTogetherRunAtOnceAndTheLa
     ASSERT_EQ(later_alone.tokens.size(), 112u);
     auto [a, b] = start_during_first_round(e, *rounds, first, later);
     GenerateResult got_first, got_later;
-    while (!got_first.add(a.next_blocking())) {
-    }
-    while (!got_later.add(b.next_blocking())) {
-    }
+    read_rest(a, got_first);
+    read_rest(b, got_later);
     ASSERT_TRUE(got_first.error.empty()) << got_first.error;
     ASSERT_TRUE(got_later.error.empty()) << got_later.error;
     EXPECT_EQ(got_first.tokens, first_alone.tokens);
@@ -1131,8 +1128,7 @@ TEST(Engine, RequestsSharingAPromptsBlocksCountThemOnceAndRunTogetherWhereTheirW
     for (const EngineRequest& r : requests) streams.push_back(e.start(r));
     std::vector<GenerateResult> got(streams.size());
     for (size_t i = 0; i < streams.size(); ++i)
-      while (!got[i].add(streams[i].next_blocking())) {
-      }
+      read_rest(streams[i], got[i]);
     size_t most = 0;
     {
       std::lock_guard lock(rounds->mu);
@@ -1175,10 +1171,8 @@ TEST(Engine, WithPipeliningAtBatchOneARunningRequestIsPreemptedAndResumesWithIts
   ASSERT_TRUE(alone.error.empty()) << alone.error;
   auto [running, high] = start_during_first_round(e, *rounds, low, s->request(2, 8));
   GenerateResult got_low, got_high;
-  while (!got_high.add(high.next_blocking())) {
-  }
-  while (!got_low.add(running.next_blocking())) {
-  }
+  read_rest(high, got_high);
+  read_rest(running, got_low);
   ASSERT_TRUE(got_low.error.empty()) << got_low.error;
   ASSERT_TRUE(got_high.error.empty()) << got_high.error;
   EXPECT_EQ(got_low.stats.preemptions, 1);
@@ -1218,8 +1212,7 @@ TEST(Engine, APreemptedRequestsPromptLogprobsComeOnceAndItsTextIsItsOwn) {
   for (size_t i = 0; i < alone.prompt_logprobs.size(); ++i)
     EXPECT_EQ(std::bit_cast<uint32_t>(got.prompt_logprobs[i].logprob), std::bit_cast<uint32_t>(alone.prompt_logprobs[i].logprob));
   EXPECT_EQ(got.tokens, alone.tokens);
-  while (!GenerateResult().add(high.next_blocking())) {
-  }
+  read_rest(high);
   EXPECT_TRUE(wait_until_idle_with_full_pool(e));
 }
 
@@ -1236,11 +1229,9 @@ TEST(Engine, APreemptedRequestCancelledWhileItWaitsEndsCancelledWithItsTextSoFar
   ASSERT_FALSE(got_high.add(first.next_blocking()));  // running: the low one is preempted (max_batch 1)
   rounds->close();  // the high one cannot end while the low one is cancelled
   running.cancel();
-  while (!got_low.add(running.next_blocking())) {
-  }
+  read_rest(running, got_low);
   rounds->open();
-  while (!got_high.add(first.next_blocking())) {
-  }
+  read_rest(first, got_high);
   ASSERT_TRUE(got_low.error.empty()) << got_low.error;
   EXPECT_EQ(got_low.finish_reason, FinishReason::Cancelled);
   EXPECT_EQ(got_low.stats.preemptions, 0) << "it never resumed";
