@@ -123,7 +123,8 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
                                           /*device_judge=*/!m.cfg.judge_rule);
   // The head reads the target's rows of the last kEagleCatchUpWindow prompt positions at its first
   // draft: those are computed even where the cache holds them, so it drafts as without the cache.
-  m.verifier->set_prefix_cache(m.cfg.prefix_cache, drafters->wants_target_hidden() ? kEagleCatchUpWindow : 0);
+  const int64_t prefix_tail = drafters->wants_target_hidden() ? kEagleCatchUpWindow : 0;
+  m.verifier->set_prefix_cache(m.cfg.prefix_cache, prefix_tail);
   m.verifier->set_prefill_budget(m.cfg.ubatch);
   SchedulerLimits limits{.max_batch = m.cfg.max_batch,
                          .kv_blocks = m.verifier->blocks_total(),
@@ -132,7 +133,9 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
                          .reserve_max_tokens = m.cfg.reserve_max_tokens,
                          .pipeline = m.pipelined,
                          .load_adaptive = m.cfg.load_adaptive,
-                         .prefill_budget = m.cfg.ubatch};
+                         .prefill_budget = m.cfg.ubatch,
+                         .prefix_cache = m.cfg.prefix_cache,
+                         .prefix_tail = prefix_tail};
   m.scheduler = std::make_unique<Scheduler>(ex, limits);
   // Each actor drives its device through a stream that device makes: two on the host (worker
   // threads), two CUDA streams on a GPU when pipelining gives the draft its own device.

@@ -90,6 +90,7 @@ struct Judged {
   std::vector<float> hidden;
   bool prefilling = false;        // Scored::prefilling: nothing judged, the prompt goes on next round
   std::vector<int32_t> registered_blocks{};  // Scored::registered_blocks
+  bool started = false;           // Scored::started
 };
 
 // sampler -> scheduler.
@@ -168,6 +169,9 @@ struct Scored {
   // is its prompt and the tokens it had committed (no cached tokens counted again; its prompt's
   // log-probabilities, if it asked, are not scored again once sent).
   bool resumed = false;
+  // This round made its KV sequence (new, or again after a preemption): registered_blocks names
+  // its table's registered blocks from the first.
+  bool started = false;
   // The pool blocks of its sequence that became registered (or were found registered) since the
   // last round said: those other sequences may share, which the scheduler counts once.
   std::vector<int32_t> registered_blocks{};

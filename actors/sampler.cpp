@@ -206,7 +206,7 @@ void Sampler::on(Judge& judge) {
       // goes on with the prompt (an optimistic continuation of this round is stale).
       o.stats.cached_prompt_tokens += s.cached_tokens;
       Judged j{s.request->id, 0, 0, {}, false, false, s.prefill_first, std::move(s.prefill_hidden), true,
-               std::move(s.registered_blocks)};
+               std::move(s.registered_blocks), s.started};
       verdict.items.push_back(std::move(j));
       continue;
     }
@@ -220,6 +220,7 @@ void Sampler::on(Judge& judge) {
     if (s.prompt_logprobs) o.prompt_logprobs = std::move(s.prompt_logprobs);
     Judged j{s.request->id, k, 0, {}, false, false, 0, {}};
     j.registered_blocks = std::move(s.registered_blocks);
+    j.started = s.started;
     if (!s.continued) {
       const RoundOutcome outcome = s.verdict ? std::move(*s.verdict) : apply_rule(o, s.draft, s.target_logits, s.position, true);
       st.count_judged(0, k, outcome.accepted);

@@ -35,38 +35,29 @@ int64_t Scheduler::blocks_for_round(const Active& a) const {
 }
 
 std::vector<int64_t> Scheduler::freed_by(const std::vector<Active*>& requests) const {
-  std::unordered_map<int32_t, int> left;  // holders not yet preempted, of the blocks these share
-  std::vector<int64_t> freed;
-  for (const Active* a : requests) {
-    int64_t n = a->blocks;
-    for (const int32_t b : a->shared) {
-      const auto it = left.try_emplace(b, shared_refs_.at(b)).first;
-      if (--it->second == 0) ++n;
-    }
-    freed.push_back(n);
-  }
-  return freed;
+  std::vector<RequestId> ids;
+  for (const Active* a : requests) ids.push_back(a->request->id);
+  return ledger_.freed_by(ids);
 }
 
-void Scheduler::share(Active& a, const std::vector<int32_t>& registered) {
-  for (const int32_t b : registered) {
-    assert(a.blocks > 0);
-    --a.blocks;
-    --blocks_reserved_;
-    a.shared.push_back(b);
-    if (shared_refs_[b]++ == 0) ++blocks_reserved_;
+std::vector<int32_t> Scheduler::expected_shares(const Active& w) const {
+  std::vector<int32_t> best;
+  if (!limits_.prefix_cache || w.request->prompt_logprobs >= 0) return best;
+  const auto bt = static_cast<size_t>(limits_.block_tokens);
+  const int64_t shareable = static_cast<int64_t>(w.context.size()) - 1 - limits_.prefix_tail;
+  const size_t most = shareable > 0 ? static_cast<size_t>(shareable) / bt : 0;
+  for (const Active& a : active_) {
+    const std::vector<int32_t>& shared = ledger_.shared(a.request->id);
+    const size_t bound = std::min({most, shared.size(), a.context.size() / bt});
+    size_t n = 0;
+    while (n < bound && ledger_.expectable(shared[n]) &&
+           std::equal(w.context.begin() + static_cast<std::ptrdiff_t>(n * bt),
+                      w.context.begin() + static_cast<std::ptrdiff_t>((n + 1) * bt),
+                      a.context.begin() + static_cast<std::ptrdiff_t>(n * bt)))
+      ++n;
+    if (n > best.size()) best.assign(shared.begin(), shared.begin() + static_cast<std::ptrdiff_t>(n));
   }
-}
-
-void Scheduler::unreserve(const Active& a) {
-  blocks_reserved_ -= a.blocks;
-  for (const int32_t b : a.shared) {
-    const auto it = shared_refs_.find(b);
-    if (--it->second == 0) {
-      shared_refs_.erase(it);
-      --blocks_reserved_;
-    }
-  }
+  return best;
 }
 
 Scheduler::Active* Scheduler::find(RequestId id) {
@@ -132,7 +123,7 @@ bool Scheduler::preempt_for(int priority, int64_t blocks) {
   std::sort(victims.begin(), victims.end(),
             [](const Active* x, const Active* y) { return admitted_before(*y->request, *x->request); });
   auto running = static_cast<int64_t>(active_.size());
-  int64_t reserved = blocks_reserved_;
+  int64_t reserved = ledger_.reserved();
   size_t n = 0;
   const std::vector<int64_t> freed = freed_by(victims);
   const auto fits = [&] { return this->fits(running, reserved, blocks); };
@@ -164,7 +155,7 @@ void Scheduler::preempt(const std::vector<RequestId>& ids) {
     const auto it = std::find_if(active_.begin(), active_.end(), [&](const Active& a) { return a.request->id == id; });
     Active& a = *it;
     assert(!a.busy);
-    unreserve(a);
+    ledger_.leave(a.request->id);
     preempt.requests.push_back(a.request);
     // What it keeps: its committed tokens and its draft-length measurements; the rest is state of
     // a KV sequence and a drafter that are freed now.
@@ -220,11 +211,8 @@ std::vector<RequestId> Scheduler::grow() {
     const bool later_in_flight = last_busy && admitted_before(*a.request, *last_busy->request);
     candidates.push_back({freed[order.size() - 1 - i], blocks_for_round(a) - blocks_held(a), later_in_flight});
   }
-  const GrowthPlan plan = plan_growth(candidates, blocks_reserved_, limits_.kv_blocks);
-  for (const size_t i : plan.grown) {
-    order[i]->blocks += candidates[i].more;
-    blocks_reserved_ += candidates[i].more;
-  }
+  const GrowthPlan plan = plan_growth(candidates, ledger_.reserved(), limits_.kv_blocks);
+  for (const size_t i : plan.grown) ledger_.grow(order[i]->request->id, candidates[i].more);
   for (const size_t i : plan.sit_out) sitting_out_.push_back(order[i]->request->id);
   std::vector<RequestId> ids;
   for (size_t i = order.size(); i-- > plan.kept;) ids.push_back(order[i]->request->id);
@@ -318,7 +306,8 @@ void Scheduler::on(Verdict& verdict) {
   for (const Judged& j : verdict.items) {
     Active* a = find(j.id);
     if (!a) continue;
-    share(*a, j.registered_blocks);
+    if (j.started) ledger_.settle(j.id);
+    ledger_.share(j.id, j.registered_blocks);
     a->context.insert(a->context.end(), j.tokens.begin(), j.tokens.end());
     if (!j.hidden.empty()) {
       if (a->hidden.empty()) a->hidden_first = j.hidden_first;
@@ -342,7 +331,7 @@ void Scheduler::on(Verdict& verdict) {
     // (Nor can its next window be verified without the blocks it writes: it comes between rounds,
     // where growing may preempt.)
     const int64_t more = std::max<int64_t>(0, blocks_for_round(*a) - blocks_held(*a));
-    const bool no_room = blocks_reserved_ + more > limits_.kv_blocks;
+    const bool no_room = ledger_.reserved() + more > limits_.kv_blocks;
     if (!j.continued || !a->spec || a->finished || a->cancelled || a->failed || outranked || no_room) {
       a->spec_round = 0;  // discarded; if still in flight it is dropped when it arrives
       a->spec.reset();
@@ -350,8 +339,7 @@ void Scheduler::on(Verdict& verdict) {
     }
     // The continuation token was accepted: the optimistic draft's other tokens are the next
     // window, already drafted; verify them at once (and draft the round after meanwhile).
-    a->blocks += more;
-    blocks_reserved_ += more;
+    ledger_.grow(a->request->id, more);
     Drafted spec = std::move(*a->spec);
     assert(spec.draft.k() >= 1);
     const std::uint64_t id = a->spec_round;
@@ -409,7 +397,7 @@ void Scheduler::next_round() {
   std::vector<std::pair<std::string, std::vector<RequestRef>>> failed;
   std::erase_if(active_, [&](Active& a) {
     if (a.busy || (!a.cancelled && !a.finished && !a.failed)) return false;
-    unreserve(a);
+    ledger_.leave(a.request->id);
     if (a.failed && !a.finished) {
       auto it = std::find_if(failed.begin(), failed.end(), [&](const auto& f) { return f.first == a.error; });
       if (it == failed.end()) it = failed.insert(failed.end(), {a.error, {}});
@@ -430,14 +418,16 @@ void Scheduler::next_round() {
   while (!queue_.empty()) {
     if (std::ranges::find(out_of_room, queue_.front().request->id) != out_of_room.end()) break;
     const int64_t need = blocks_for_round(queue_.front());
-    // (The preempted go into the queue behind it: their priority values are higher.)
-    if (!fits(static_cast<int64_t>(active_.size()), blocks_reserved_, need) &&
-        !preempt_for(queue_.front().request->priority, need))
-      break;
+    std::vector<int32_t> expected = expected_shares(queue_.front());
+    // (The preempted go into the queue behind it: their priority values are higher. Preempting
+    // may take the holders of what it expected to share: counted whole for that, and then again.)
+    if (!fits(static_cast<int64_t>(active_.size()), ledger_.reserved(), need - static_cast<int64_t>(expected.size()))) {
+      if (!preempt_for(queue_.front().request->priority, need)) break;
+      expected = expected_shares(queue_.front());
+    }
     Active a = std::move(queue_.front());
     queue_.pop_front();
-    blocks_reserved_ += need;
-    a.blocks = need;
+    ledger_.admit(a.request->id, need - static_cast<int64_t>(expected.size()), expected);
     a.prefilling = limits_.prefill_budget > 0 && static_cast<int64_t>(a.context.size()) - 1 > limits_.prefill_budget;
     active_.push_back(std::move(a));
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/actor.h"
+#include "actors/kv_ledger.h"
 #include "actors/load_policy.h"
 #include "actors/messages.h"
 #include "actors/trace.h"
@@ -45,6 +46,12 @@ struct SchedulerLimits {
   // has more rows starts as prefilling, so that its first round drafts nothing either (a drafter
   // made then would take in the whole prompt at once, and its draft would be dropped).
   int64_t prefill_budget = 0;
+  // The verifier's prefix cache is on (Verifier::set_prefix_cache), and the positions at the end of
+  // a context but its last token that it computes even where the cache holds them (its
+  // hidden_tail): a joining request is charged no blocks for the ones it will share
+  // (expected_shares).
+  bool prefix_cache = false;
+  int64_t prefix_tail = 0;
 };
 
 // One round boundary's growth of the reservations (Scheduler::grow), apart from the actor: the
@@ -98,11 +105,7 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
     RequestRef request;
     std::vector<int32_t> context;  // prompt + committed tokens
     DraftLength length;
-    // KV blocks reserved (blocks_for_round; 0 while waiting): `blocks` its own, and `shared`, the
-    // pool blocks of its sequence the verifier has named registered (Judged::registered_blocks),
-    // which other sequences may share and which count once however many hold them (shared_refs_).
-    int64_t blocks = 0;
-    std::vector<int32_t> shared{};
+    // (Its KV blocks, while active: ledger_.)
     bool busy = false;             // in a round in flight
     bool cancelled = false, finished = false, failed = false;
     std::string error{};
@@ -138,16 +141,19 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   // KV blocks `a` must hold to run its next round from its context (every position its verify
   // window may write: kMaxDraftTokens + 1 past it), or all of blocks_for under reserve_max_tokens.
   int64_t blocks_for_round(const Active& a) const;
-  // The blocks `a` holds (its own and its shared ones).
-  static int64_t blocks_held(const Active& a) { return a.blocks + static_cast<int64_t>(a.shared.size()); }
-  // What preempting `requests` one after another frees, each: its own blocks, and its shared ones
-  // whose other holders are all among those before it.
+  // The blocks `a` holds (KvLedger::held).
+  int64_t blocks_held(const Active& a) const { return ledger_.held(a.request->id); }
+  // What preempting `requests` one after another frees (KvLedger::freed_by).
   std::vector<int64_t> freed_by(const std::vector<Active*>& requests) const;
-  // Its blocks the verifier has just named registered (Judged::registered_blocks) move from its own
-  // to the shared ones: a block another active request holds too is counted once from now on.
-  void share(Active& a, const std::vector<int32_t>& registered);
-  // Gives back what `a` holds as it leaves the active set (released or preempted).
-  void unreserve(const Active& a);
+  // The blocks the verifier's prefix cache will hand a waiting request's new sequence, as far as
+  // the active requests' shared blocks tell (KvLedger: from admission on they count once): the
+  // longest run of one active request's shared blocks (its sequence's first, named by the
+  // verifier) that spell `w`'s context's first whole blocks, within what the verifier shares (its
+  // context but the last token and prefix_tail; none for a request that asked for its prompt's
+  // log-probabilities, whose prompt the verifier scores anew), up to a block another request
+  // already expects (KvLedger::expectable). The verifier may share more; never less while those
+  // holders hold them, since it frees blocks only when the scheduler lets their holders go.
+  std::vector<int32_t> expected_shares(const Active& w) const;
   Active* find(RequestId id);
   // The queue's order: a lower priority value first, then the earlier arrival (ids are given in
   // arrival order), so a preempted request goes back before those of its value that came after it.
@@ -195,8 +201,7 @@ class Scheduler : public Actor<Scheduler, SchedulerMessage> {
   SchedulerLimits limits_;
   std::deque<Active> queue_;
   std::vector<Active> active_;
-  int64_t blocks_reserved_ = 0;    // the active requests' own blocks, and each shared block once
-  std::unordered_map<int32_t, int> shared_refs_;  // shared pool block -> active requests holding it
+  KvLedger ledger_;                // the active requests' KV blocks
   std::vector<RequestId> sitting_out_;  // between rounds, waiting for blocks a later request's round holds (grow)
   int in_flight_ = 0;              // rounds in flight (at most 2 with pipelining, else 1)
   std::set<std::uint64_t> optimistic_;  // optimistic draft rounds in flight (current or stale)

@@ -236,6 +236,7 @@ void Verifier::verify(VerifyRound& round, Judge& judge) {
     Drafted& d = round.items[i];
     Scored s{d.request, static_cast<int64_t>(d.context.size()), std::move(d.draft), {}, d.continued, {}, {}, std::nullopt,
              d.min_confidence};
+    s.started = made[i];
     s.resumed = made[i] && again(i);
     s.cached_tokens = s.resumed ? 0 : cached[i];  // prompt tokens the cache held, counted once
     if (made[i]) preempted_.erase(d.request->id);

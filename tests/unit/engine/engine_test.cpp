@@ -809,6 +809,18 @@ std::pair<TokenStream, TokenStream> start_during_first_round(Engine& e, Verifier
   return {std::move(a), std::move(b)};
 }
 
+// Each of `got` came without error or preemption and with the text its request gets alone.
+void expect_each_as_alone_unpreempted(Engine& e, const std::vector<EngineRequest>& requests,
+                                      const std::vector<GenerateResult>& got) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].error.empty()) << got[i].error;
+    const GenerateResult alone = e.generate_blocking(requests[i]);
+    ASSERT_TRUE(alone.error.empty()) << alone.error;
+    EXPECT_EQ(got[i].tokens, alone.tokens) << i;
+    EXPECT_EQ(got[i].stats.preemptions, 0) << i;
+  }
+}
+
 std::vector<int32_t> long_prompt(const Shared& s) {
   std::vector<int32_t> longer;
   while (longer.size() < 600)
@@ -1005,6 +1017,7 @@ TEST(Engine, ReservingMaxTokensARequestThatDoesNotFitTheKvPoolPreemptsAHigherVal
   auto rounds = std::make_shared<VerifierRounds>();
   EngineConfig config = ngram_config_with_rounds(rounds, 4, pool * 16);
   config.reserve_max_tokens = true;
+  config.prefix_cache = false;  // (whole contexts: the prompts' common beginning, the chat template's, not shared)
   Engine e(config);
   ASSERT_EQ(e.kv_blocks_total(), pool);
   const GenerateResult big_alone = e.generate_blocking(big);
@@ -1135,13 +1148,66 @@ TEST(Engine, RequestsSharingAPromptsBlocksCountThemOnceAndRunTogetherWhereTheirW
       for (const std::vector<RequestId>& round : rounds->rounds) most = std::max(most, round.size());
     }
     EXPECT_EQ(most, prefix_cache ? 4u : 2u);
-    for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_TRUE(got[i].error.empty()) << got[i].error;
-      const GenerateResult alone = e.generate_blocking(requests[i]);
-      ASSERT_TRUE(alone.error.empty()) << alone.error;
-      EXPECT_EQ(got[i].tokens, alone.tokens) << i;
-      EXPECT_EQ(got[i].stats.preemptions, 0) << i;
+    expect_each_as_alone_unpreempted(e, requests, got);
+    EXPECT_TRUE(wait_until_idle_with_full_pool(e));
+  }
+}
+
+// A request joining while another holds the blocks that its context starts with is charged only
+// for the rest (vLLM's scheduler counts prefix-cache hits at admission too): with a ~600-token
+// prompt running, two more requests starting with it join a pool that has room for one whole
+// context and a little more (the first at once, the second a round later, when the first has taken
+// the blocks: a block is expected by one joining request at a time), and both run while the first
+// does (unpipelined, all three in one round), each with its text alone. Without the prefix cache
+// they wait for it to end; and they did with it too while a joining request was charged its whole
+// context until its first round.
+TEST(Engine, RequestsStartingWithBlocksARunningRequestHoldsAreChargedOnlyForTheRestWhenTheyJoin) {
+  REQUIRE_SETUP(s);
+  const std::vector<int32_t> common = long_prompt(*s);
+  EngineRequest running = s->request(0, 40);
+  running.prompt_ids.insert(running.prompt_ids.begin(), common.begin(), common.end());
+  std::vector<EngineRequest> joining;
+  for (int p = 1; p <= 2; ++p) {
+    EngineRequest r = s->request(p, 24);
+    r.prompt_ids.insert(r.prompt_ids.begin(), common.begin(), common.end());
+    joining.push_back(std::move(r));
+  }
+  const auto whole = [](const EngineRequest& r) {
+    return (static_cast<int64_t>(r.prompt_ids.size()) + r.max_tokens + kMaxDraftTokens + 1 + 15) / 16;
+  };
+  const int64_t pool = whole(running) + 24;
+  ASSERT_GT(whole(running) + whole(joining[0]), pool) << "two whole contexts would fit";
+  struct Case {
+    bool prefix_cache, pipeline;
+  };
+  for (const Case c : {Case{true, false}, Case{true, true}, Case{false, false}}) {
+    SCOPED_TRACE(std::string(c.prefix_cache ? "prefix cache on" : "prefix cache off") +
+                 (c.pipeline ? ", pipelined" : ""));
+    auto rounds = std::make_shared<VerifierRounds>();
+    EngineConfig config = ngram_config_with_rounds(rounds, 4, pool * 16, c.pipeline);
+    config.prefix_cache = c.prefix_cache;
+    Engine e(config);
+    TokenStream first = e.start(running);
+    GenerateResult got_first;
+    ASSERT_FALSE(got_first.add(first.next_blocking())) << got_first.error;
+    std::vector<TokenStream> streams;
+    for (const EngineRequest& r : joining) streams.push_back(e.start(r));
+    std::vector<GenerateResult> got(streams.size());
+    for (size_t i = 0; i < streams.size(); ++i) read_rest(streams[i], got[i]);
+    read_rest(first, got_first);
+    // (Pipelined, the batch goes in two halves: rounds of two and one.)
+    const size_t first_ends = rounds->with(first.id()).back();
+    for (const TokenStream& joined : streams)
+      EXPECT_EQ(rounds->with(joined.id()).front() < first_ends, c.prefix_cache) << joined.id();
+    if (!c.pipeline) {
+      size_t most = 0;
+      std::lock_guard lock(rounds->mu);
+      for (const std::vector<RequestId>& round : rounds->rounds) most = std::max(most, round.size());
+      EXPECT_EQ(most, c.prefix_cache ? 3u : 1u);
     }
+    ASSERT_TRUE(got_first.error.empty()) << got_first.error;
+    EXPECT_EQ(got_first.tokens, e.generate_blocking(running).tokens);
+    expect_each_as_alone_unpreempted(e, joining, got);
     EXPECT_TRUE(wait_until_idle_with_full_pool(e));
   }
 }
