@@ -1,3 +1,4 @@
+// KvLedger: the scheduler's count of KV blocks (kv_ledger.h).
 #include "actors/kv_ledger.h"
 
 #include <algorithm>

@@ -1,22 +1,8 @@
-// The scheduler's count of the target's KV blocks (docs/engine.md, "Admission" and "Shared blocks
-// count once"), apart from the verifier's pool: what each active request holds, its own blocks and
-// the registered blocks it shares with others, each shared block counted once however many hold it.
-//
-// A request may also join *expecting* to share blocks: the registered blocks another active request
-// holds that spell its context's first whole blocks, which the verifier's prefix cache will hand its
-// new sequence (vLLM's scheduler sees such hits at admission too). An expected block counts as
-// shared from admission. The expectation is sound only while a holder that is not just expecting it
-// holds the block, since the verifier frees a block only when the scheduler lets its holders go:
-// when the last such holder leaves, each expectation of the block becomes one own block of the
-// request (whatever the verifier then hands it, the count is its own), so the ledger never counts
-// fewer blocks than the pool has in use. (Two requests expecting one block would each need their
-// own copy if the verifier evicted it after its last holder left and before it made either
-// sequence, one more block than the ledger counted: so a block is expected by one request at a
-// time, expectable().) Once the verifier has made the request's sequence
-// (settle), its expectations become own blocks too, and share() moves those the verifier says it
-// shares back, as for every request.
-//
-// Thread-safety: none; the scheduler actor owns it.
+// The scheduler's count of the target's KV blocks, apart from the verifier's pool: each active
+// request's own blocks, the registered blocks it shares (counted once however many hold them), and
+// those it expects to share when its sequence is made (docs/engine.md, "Shared blocks count once"
+// and "Shared blocks charged at admission", which say why the count never falls below the pool's
+// use). Thread-safety: none; the scheduler actor owns it.
 #pragma once
 #include <cstdint>
 #include <unordered_map>

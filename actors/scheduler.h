@@ -9,7 +9,6 @@
 #include <deque>
 #include <optional>
 #include <set>
-#include <unordered_map>
 #include <vector>
 
 #include "actors/actor.h"

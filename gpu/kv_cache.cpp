@@ -153,7 +153,11 @@ void KvCache::register_prefix(int id, std::span<const int32_t> tokens) {
       const uint64_t key = block_key(parent, content);
       if (auto it = index_.find(key); it != index_.end()) {
         if (find_block(parent, content) >= 0) return;  // another sequence's block holds it
-        forget(it->second);  // a stale entry (its parent went) or a collision: replaced
+        // A collision with a block in use stays (the scheduler counts on a held block staying
+        // findable: docs/engine.md, "Shared blocks charged at admission"); a stale entry (its parent
+        // went) or an unused one is replaced.
+        if (meta_[static_cast<size_t>(it->second)].users > 0) return;
+        forget(it->second);
       }
       // A new content for this block: entries recorded under its old generation (children
       // registered while it was unregistered) must not match under it.

@@ -17,44 +17,11 @@ import argparse
 import json
 import pathlib
 import shlex
-import subprocess
 import tempfile
-import threading
 
-from specula_server import add_load_args, describe, metric, serving
+from specula_server import add_load_args, load_run
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def one_run(args, job, reserve, tmp):
-    with serving(args.specula, [*job, "--kv-tokens", str(args.kv_tokens), "--kv-reserve", reserve]) as (url, _):
-        out = pathlib.Path(tmp) / "load.json"
-        most = [0]
-        done = threading.Event()
-
-        def watch():  # the running gauge's largest value during the load
-            while not done.is_set():
-                most[0] = max(most[0], metric(url, "specula_requests_running"))
-                done.wait(0.05)
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        try:
-            subprocess.run([args.load, "--url", url + "/v1/chat/completions", "--prompts", args.prompts,
-                            "--concurrency", str(args.concurrency), "--requests", str(args.requests),
-                            "--max-tokens", str(args.max_tokens), "--temperature", "0", "--quiet", "--out", str(out)],
-                           check=True, stdout=subprocess.DEVNULL)
-        finally:
-            done.set()
-            watcher.join()
-        run = json.loads(out.read_text())
-        ok = [r for r in run["requests"] if r["ok"]]
-        return {"tokens_per_s": round(run["summary"]["total_tokens_per_s"], 1),
-                "output_tokens": sum(r["output_tokens"] for r in ok),
-                "failed": len(run["requests"]) - len(ok),
-                "preemptions": metric(url, "specula_preemptions_total"),
-                "finish_reasons": {k: sum(1 for r in ok if r["finish_reason"] == k) for k in {r["finish_reason"] for r in ok}},
-                "most_running": most[0],
-                "ttft_ms": describe([r["ttft_ms"] for r in ok]), "e2e_ms": describe([r["e2e_ms"] for r in ok])}
 
 
 def main():
@@ -67,7 +34,8 @@ def main():
     rounds = []
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.repeat):
-            r = {reserve: one_run(args, job, reserve, tmp) for reserve in ("max-tokens", "as-needed")}
+            r = {reserve: load_run(args, [*job, "--kv-tokens", str(args.kv_tokens), "--kv-reserve", reserve], tmp)
+                 for reserve in ("max-tokens", "as-needed")}
             r["as_needed_over_max_tokens"] = round(r["as-needed"]["tokens_per_s"] / r["max-tokens"]["tokens_per_s"], 3)
             rounds.append(r)
     print(json.dumps({"concurrency": args.concurrency, "requests": args.requests, "max_tokens": args.max_tokens,

@@ -1,8 +1,11 @@
 """`specula serve` for the comparison scripts beside this file: started on a free loopback port,
 waited for until /health answers, ended when the `with` block leaves."""
 import contextlib
+import json
+import pathlib
 import socket
 import subprocess
+import threading
 import time
 
 import httpx
@@ -63,3 +66,39 @@ def add_load_args(ap, root, requests, max_tokens):
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--requests", type=int, default=requests)
     ap.add_argument("--max-tokens", type=int, default=max_tokens)
+
+
+def load_run(args, serve_args, tmp, prompts=None, specula=None):
+    """One closed-loop load from `specula-load` (args.load; args.concurrency sessions, args.requests
+    requests of args.max_tokens, greedy) against `SPECULA serve SERVE_ARGS` (default args.specula),
+    over the chat endpoint with `prompts` (default args.prompts). Returns tokens/s in all, output tokens, failed
+    requests, the server's preemptions, the finish reasons, the most requests running at once
+    (/metrics' gauge, sampled every 50 ms), and time to first token and end to end (describe)."""
+    with serving(specula or args.specula, serve_args) as (url, _):
+        out = pathlib.Path(tmp) / "load.json"
+        most = [0]
+        done = threading.Event()
+
+        def watch():  # the running gauge's largest value during the load
+            while not done.is_set():
+                most[0] = max(most[0], metric(url, "specula_requests_running"))
+                done.wait(0.05)
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            subprocess.run([args.load, "--url", url + "/v1/chat/completions", "--prompts", str(prompts or args.prompts),
+                            "--concurrency", str(args.concurrency), "--requests", str(args.requests),
+                            "--max-tokens", str(args.max_tokens), "--temperature", "0", "--quiet", "--out", str(out)],
+                           check=True, stdout=subprocess.DEVNULL)
+        finally:
+            done.set()
+            watcher.join()
+        run = json.loads(out.read_text())
+        ok = [r for r in run["requests"] if r["ok"]]
+        return {"tokens_per_s": round(run["summary"]["total_tokens_per_s"], 1),
+                "output_tokens": sum(r["output_tokens"] for r in ok),
+                "failed": len(run["requests"]) - len(ok),
+                "preemptions": metric(url, "specula_preemptions_total"),
+                "finish_reasons": {k: sum(1 for r in ok if r["finish_reason"] == k) for k in {r["finish_reason"] for r in ok}},
+                "most_running": most[0],
+                "ttft_ms": describe([r["ttft_ms"] for r in ok]), "e2e_ms": describe([r["e2e_ms"] for r in ok])}

@@ -1154,17 +1154,18 @@ TEST(Engine, RequestsSharingAPromptsBlocksCountThemOnceAndRunTogetherWhereTheirW
 }
 
 // A request joining while another holds the blocks that its context starts with is charged only
-// for the rest (vLLM's scheduler counts prefix-cache hits at admission too): with a ~600-token
-// prompt running, two more requests starting with it join a pool that has room for one whole
-// context and a little more (the first at once, the second a round later, when the first has taken
-// the blocks: a block is expected by one joining request at a time), and both run while the first
-// does (unpipelined, all three in one round), each with its text alone. Without the prefix cache
-// they wait for it to end; and they did with it too while a joining request was charged its whole
-// context until its first round.
+// for the rest (vLLM's scheduler counts prefix-cache hits at admission too): two requests starting
+// with a running request's ~600-token prompt, sent during its first round, join a pool that has
+// room for one whole context and a little more (the first when that round has named the blocks,
+// the second a round later, when the first's sequence has taken them: a block is expected by one
+// joining request at a time), and both run while the first does (unpipelined, all three in one
+// round), each with its text alone; reserving max_tokens too. Without the prefix cache they wait
+// for it to end; and they did with it too while a joining request was charged its whole context
+// until its first round.
 TEST(Engine, RequestsStartingWithBlocksARunningRequestHoldsAreChargedOnlyForTheRestWhenTheyJoin) {
   REQUIRE_SETUP(s);
   const std::vector<int32_t> common = long_prompt(*s);
-  EngineRequest running = s->request(0, 40);
+  EngineRequest running = s->request(0, 64);
   running.prompt_ids.insert(running.prompt_ids.begin(), common.begin(), common.end());
   std::vector<EngineRequest> joining;
   for (int p = 1; p <= 2; ++p) {
@@ -1172,26 +1173,29 @@ TEST(Engine, RequestsStartingWithBlocksARunningRequestHoldsAreChargedOnlyForTheR
     r.prompt_ids.insert(r.prompt_ids.begin(), common.begin(), common.end());
     joining.push_back(std::move(r));
   }
-  const auto whole = [](const EngineRequest& r) {
-    return (static_cast<int64_t>(r.prompt_ids.size()) + r.max_tokens + kMaxDraftTokens + 1 + 15) / 16;
+  const auto blocks = [](const EngineRequest& r, int tokens) {
+    return (static_cast<int64_t>(r.prompt_ids.size()) + tokens + kMaxDraftTokens + 1 + 15) / 16;
   };
-  const int64_t pool = whole(running) + 24;
-  ASSERT_GT(whole(running) + whole(joining[0]), pool) << "two whole contexts would fit";
+  const int64_t pool = blocks(running, running.max_tokens) + 24;
+  // (Reserving as they grow, a request joins with its context's blocks and a round's.)
+  ASSERT_GT(blocks(running, 0) + blocks(joining[0], 0), pool) << "two whole contexts would fit";
   struct Case {
-    bool prefix_cache, pipeline;
+    bool prefix_cache, pipeline, reserve_max_tokens;
   };
-  for (const Case c : {Case{true, false}, Case{true, true}, Case{false, false}}) {
-    SCOPED_TRACE(std::string(c.prefix_cache ? "prefix cache on" : "prefix cache off") +
-                 (c.pipeline ? ", pipelined" : ""));
+  for (const Case c : {Case{true, false, false}, Case{true, true, false}, Case{true, false, true}, Case{false, false, false}}) {
+    SCOPED_TRACE(std::string(c.prefix_cache ? "prefix cache on" : "prefix cache off") + (c.pipeline ? ", pipelined" : "") +
+                 (c.reserve_max_tokens ? ", reserving max_tokens" : ""));
     auto rounds = std::make_shared<VerifierRounds>();
     EngineConfig config = ngram_config_with_rounds(rounds, 4, pool * 16, c.pipeline);
     config.prefix_cache = c.prefix_cache;
+    config.reserve_max_tokens = c.reserve_max_tokens;
     Engine e(config);
+    rounds->close();  // (the others arrive while its first round is held)
     TokenStream first = e.start(running);
-    GenerateResult got_first;
-    ASSERT_FALSE(got_first.add(first.next_blocking())) << got_first.error;
     std::vector<TokenStream> streams;
     for (const EngineRequest& r : joining) streams.push_back(e.start(r));
+    rounds->open();
+    GenerateResult got_first;
     std::vector<GenerateResult> got(streams.size());
     for (size_t i = 0; i < streams.size(); ++i) read_rest(streams[i], got[i]);
     read_rest(first, got_first);

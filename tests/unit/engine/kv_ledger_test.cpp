@@ -50,8 +50,9 @@ TEST(KvLedger, AJoiningRequestExpectingBlocksIsChargedOnlyForTheRestAndMadeItCou
   EXPECT_EQ(l.held(2), 4);
   EXPECT_TRUE(l.expectable(10));
   EXPECT_EQ(l.shared(2), (Blocks{10, 11}));
-  // Had the verifier found only one (it may share more than expected, never less while the holder
-  // holds them; made without sharing at all), the count is the whole again.
+  // Made, it counts all it expected as its own until the verifier names what it shares: here one of
+  // the two (which the verifier does not do while their holder holds them; the count stays whole
+  // for the other).
   KvLedger fewer = one_sharing();
   fewer.admit(2, 2, {10, 11});
   fewer.settle(2);
