@@ -4,11 +4,12 @@
 // and "Shared blocks charged at admission", which say why the count never falls below the pool's
 // use). Thread-safety: none; the scheduler actor owns it.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
 
-#include "actors/token_stream.h"
+#include "actors/request_id.h"
 
 namespace specula::actors {
 
@@ -39,8 +40,6 @@ class KvLedger {
   // What letting `ids` leave one after another frees, each: its own blocks, and its shared and
   // expected ones whose other holders are all among those before it.
   std::vector<int64_t> freed_by(const std::vector<RequestId>& ids) const;
-  // Requests in it.
-  size_t size() const { return holdings_.size(); }
 
  private:
   struct Holding {

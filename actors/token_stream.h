@@ -10,12 +10,12 @@
 #include <boost/asio/awaitable.hpp>
 
 #include "actors/mailbox.h"
+#include "actors/request_id.h"
 #include "spec/sampling.h"
 #include "spec/speculative_generate.h"
 
 namespace specula::actors {
 
-using RequestId = std::uint64_t;
 
 struct StreamEvent {
   enum class Kind { Token, Done, Error };

@@ -153,9 +153,9 @@ void KvCache::register_prefix(int id, std::span<const int32_t> tokens) {
       const uint64_t key = block_key(parent, content);
       if (auto it = index_.find(key); it != index_.end()) {
         if (find_block(parent, content) >= 0) return;  // another sequence's block holds it
-        // A collision with a block in use stays (the scheduler counts on a held block staying
-        // findable: docs/engine.md, "Shared blocks charged at admission"); a stale entry (its parent
-        // went) or an unused one is replaced.
+        // An entry whose block no sequence uses (stale: its parent went; or a collision) is
+        // replaced; one in use stays, since the scheduler counts on a held block staying findable
+        // (docs/engine.md, "Shared blocks charged at admission").
         if (meta_[static_cast<size_t>(it->second)].users > 0) return;
         forget(it->second);
       }

@@ -99,7 +99,8 @@ class KvCache {
   int64_t cached_positions(std::span<const int32_t> tokens, int64_t max_positions) const;
   // Registers the sequence's full blocks that `tokens` (its tokens from position 0, whose K/V
   // it holds: at most length()) cover, after those registered before. A block whose content
-  // another registered block already holds is not registered, nor any after it.
+  // another registered block already holds is not registered, nor any after it; nor is one whose
+  // key collides with a block in use (which stays findable), nor any after it.
   void register_prefix(int seq, std::span<const int32_t> tokens);
   // Registered blocks, and those of them no sequence uses (counted in blocks_free()).
   int64_t blocks_registered() const { return static_cast<int64_t>(index_.size()); }

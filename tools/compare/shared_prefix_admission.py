@@ -1,12 +1,13 @@
 """What charging a joining request only for the blocks that running requests do not already hold
-(docs/engine.md, "Shared blocks charged at admission") does under load, against a build that
-charges each joining request its whole context (`--baseline`, the build of any commit before it):
-the chat prompts, each behind one long system prompt (~1,000 tokens, the same for all, as a
-deployment's instructions are), from `specula-load` against `specula serve` with the main job's
-drafter (scripts/main_job.args) and a KV pool too small for every session's whole context, the
-two builds alternating, repeated. Reported per run as by kv_reserve_load.py (tokens/s, preemptions,
-the most requests running at once, time to first token and end to end), and this build's tokens/s
-over the baseline's in the same round. Prints one JSON object.
+(docs/engine.md, "Shared blocks charged at admission") does under load, against a build that charges
+each joining request its whole context (`--baseline`, the build of any commit before it): the chat
+prompts, each behind one long system prompt (1,178 tokens, the same for all, as a deployment's
+instructions are), from `specula-load` against `specula serve` with the main job's drafter
+(scripts/main_job.args) and a KV pool too small for every session's whole context, the two builds
+one after the other in each round, the first of them alternating from round to round. Reported per
+run as by kv_reserve_load.py (tokens/s, preemptions, the most requests running at once, time to
+first token and end to end), and this build's tokens/s over the baseline's in the same round. Prints
+one JSON object.
 
     build/venv/bin/python tools/compare/shared_prefix_admission.py --baseline OLD/build/specula
         [--specula build/specula] [--load build/specula-load] [--prompts ../shared/data/prompts/chat.jsonl]
@@ -28,7 +29,7 @@ TOPICS = ["billing", "shipping", "returns", "warranties", "accounts", "passwords
 
 
 def system_prompt():
-    """A deployment's long instructions: a rule for each of TOPICS, ~1,000 tokens in all."""
+    """A deployment's long instructions: a rule for each of TOPICS, 1,178 tokens of the default model."""
     rules = [f"Rule {i + 1}, {t}: when the user asks about {t}, answer in plain words, give the steps in the "
              f"order the user takes them, name the page of the help centre that covers {t}, and never promise "
              f"a date or an amount that the records do not show." for i, t in enumerate(TOPICS)]
@@ -54,9 +55,9 @@ def main():
                 p["messages"] = [{"role": "system", "content": system}, *p["messages"]]
                 dst.write(json.dumps(p) + "\n")
         serve = [*job, "--kv-tokens", str(args.kv_tokens)]
-        for _ in range(args.repeat):
-            r = {name: load_run(args, serve, tmp, prompts, binary)
-                 for name, binary in (("baseline", args.baseline), ("this", args.specula))}
+        for i in range(args.repeat):
+            builds = [("baseline", args.baseline), ("this", args.specula)]
+            r = {name: load_run(args, serve, tmp, prompts, binary) for name, binary in (builds if i % 2 == 0 else builds[::-1])}
             r["this_over_baseline"] = round(r["this"]["tokens_per_s"] / r["baseline"]["tokens_per_s"], 3)
             rounds.append(r)
     print(json.dumps({"concurrency": args.concurrency, "requests": args.requests, "max_tokens": args.max_tokens,

@@ -752,6 +752,7 @@ struct VerifierRounds {
       if (actor != "verifier") return;
       std::unique_lock lock(r->mu);
       r->rounds.push_back(ids);
+      r->cv.notify_all();
       r->cv.wait(lock, [&] { return !r->closed; });
     };
   }
@@ -759,12 +760,22 @@ struct VerifierRounds {
     std::lock_guard lock(mu);
     closed = true;
   }
+  // Until `n` rounds have been recorded (with close(): the n-th is held).
+  void wait_recorded(size_t n) {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return rounds.size() >= n; });
+  }
   void open() {
     {
       std::lock_guard lock(mu);
       closed = false;
     }
     cv.notify_all();
+  }
+  // Rounds recorded so far.
+  size_t recorded() {
+    std::lock_guard lock(mu);
+    return rounds.size();
   }
   // The indices of the rounds that held request `id`.
   std::vector<size_t> with(RequestId id) {
@@ -803,7 +814,9 @@ EngineRequest at_priority(EngineRequest r, int priority) {
 std::pair<TokenStream, TokenStream> start_during_first_round(Engine& e, VerifierRounds& rounds, const EngineRequest& first,
                                                              const EngineRequest& second) {
   rounds.close();
+  const size_t before = rounds.recorded();
   TokenStream a = e.start(first);
+  rounds.wait_recorded(before + 1);
   TokenStream b = e.start(second);
   rounds.open();
   return {std::move(a), std::move(b)};
@@ -1192,6 +1205,7 @@ TEST(Engine, RequestsStartingWithBlocksARunningRequestHoldsAreChargedOnlyForTheR
     Engine e(config);
     rounds->close();  // (the others arrive while its first round is held)
     TokenStream first = e.start(running);
+    rounds->wait_recorded(1);
     std::vector<TokenStream> streams;
     for (const EngineRequest& r : joining) streams.push_back(e.start(r));
     rounds->open();
