@@ -22,6 +22,11 @@ void KvLedger::drop(int32_t b) {
   }
 }
 
+void KvLedger::unexpect(int32_t b) {
+  if (--expecting_[b] == 0) expecting_.erase(b);
+  drop(b);
+}
+
 void KvLedger::admit(RequestId id, int64_t own, const std::vector<int32_t>& expected) {
   const auto [it, added] = holdings_.try_emplace(id, Holding{own, {}, expected});
   assert(added);
@@ -43,8 +48,7 @@ void KvLedger::settle(RequestId id) {
   for (const int32_t b : h.expected) {
     ++h.own;
     ++reserved_;
-    if (--expecting_[b] == 0) expecting_.erase(b);
-    drop(b);
+    unexpect(b);
   }
   h.expected.clear();
 }
@@ -67,8 +71,7 @@ void KvLedger::expectations_to_own(int32_t b) {
     h.expected.erase(e);
     ++h.own;
     ++reserved_;
-    if (--expecting_[b] == 0) expecting_.erase(b);
-    drop(b);
+    unexpect(b);
   }
 }
 
@@ -78,10 +81,7 @@ void KvLedger::leave(RequestId id) {
   const Holding h = std::move(it->second);
   holdings_.erase(it);
   reserved_ -= h.own;
-  for (const int32_t b : h.expected) {
-    if (--expecting_[b] == 0) expecting_.erase(b);
-    drop(b);
-  }
+  for (const int32_t b : h.expected) unexpect(b);
   for (const int32_t b : h.shared) {
     drop(b);
     // Held now only by a request expecting it: nothing keeps the verifier from evicting it.

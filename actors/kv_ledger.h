@@ -53,6 +53,8 @@ class KvLedger {
   void hold(int32_t b);
   // One holder fewer; the last gives it back.
   void drop(int32_t b);
+  // One request fewer expecting `b`, and one holder fewer.
+  void unexpect(int32_t b);
   // Turns every expectation of `b` into an own block of the request expecting it.
   void expectations_to_own(int32_t b);
 

@@ -16,7 +16,6 @@
 
 namespace specula::actors {
 
-
 struct StreamEvent {
   enum class Kind { Token, Done, Error };
   Kind kind = Kind::Token;
