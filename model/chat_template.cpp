@@ -1,9 +1,14 @@
-// ChatML, Llama 3 and plain prompt rendering (see chat_template.h). The Jinja template itself is
-// not executed; its kind is recognised from the marker tokens it writes.
+// Chat prompt rendering (see chat_template.h): the model's Jinja template through model/jinja.h,
+// and the built-in ChatML, Llama 3 and plain formats.
 #include "model/chat_template.h"
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string_view>
+
+#include "model/jinja.h"
 
 namespace specula {
 namespace {
@@ -53,14 +58,51 @@ void check_messages(const std::vector<ChatMessage>& messages) {
 
 }  // namespace
 
-ChatTemplate ChatTemplate::from_template_text(const std::string& jinja) {
-  if (jinja.find("<|im_start|>") != std::string::npos) return ChatTemplate(Kind::ChatML, chatml_default_system(jinja));
-  if (jinja.find("<|start_header_id|>") != std::string::npos) return ChatTemplate(Kind::Llama3);
-  return ChatTemplate(Kind::Plain);
+ChatTemplate ChatTemplate::from_template_text(const std::string& jinja, SpecialTokens tokens) {
+  ChatTemplate t;
+  if (jinja.find("<|im_start|>") != std::string::npos)
+    t = ChatTemplate(Kind::ChatML, chatml_default_system(jinja));
+  else if (jinja.find("<|start_header_id|>") != std::string::npos)
+    t = ChatTemplate(Kind::Llama3);
+  if (jinja.empty()) return t;
+  t.tokens_ = std::move(tokens);
+  try {
+    t.jinja_ = std::make_shared<const jinja::Template>(jinja);
+  } catch (const jinja::Error& e) {
+    t.problem_ = e.what();
+  }
+  return t;
+}
+
+ChatTemplate ChatTemplate::from_option(const std::string& spec, SpecialTokens tokens) {
+  if (spec == "chatml") return ChatTemplate(Kind::ChatML);
+  if (spec == "llama3") return ChatTemplate(Kind::Llama3);
+  if (spec == "plain") return ChatTemplate(Kind::Plain);
+  std::string text = spec;
+  std::error_code ec;
+  if (spec.find("{{") == std::string::npos && spec.find("{%") == std::string::npos) {
+    if (!std::filesystem::is_regular_file(spec, ec))
+      throw std::invalid_argument("chat template '" + spec +
+                                  "' is neither a built-in name (chatml, llama3, plain), a file, nor a Jinja template");
+    std::ifstream in(spec, std::ios::binary);
+    std::ostringstream body;
+    body << in.rdbuf();
+    if (!in) throw std::invalid_argument("cannot read the chat template file '" + spec + "'");
+    text = body.str();
+  }
+  ChatTemplate t = from_template_text(text, std::move(tokens));
+  if (!t.problem_.empty()) throw std::invalid_argument(t.problem_);
+  if (!t.jinja_) throw std::invalid_argument("the chat template '" + spec + "' is empty");
+  return t;
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
   check_messages(messages);
+  if (jinja_) {
+    nlohmann::ordered_json turns = nlohmann::ordered_json::array();
+    for (const ChatMessage& m : messages) turns.push_back({{"role", m.role}, {"content", m.content}});
+    return render_variables({{"messages", std::move(turns)}, {"add_generation_prompt", add_generation_prompt}});
+  }
   std::string out;
   switch (kind_) {
     case Kind::ChatML:
@@ -88,6 +130,28 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
       break;
   }
   return out;
+}
+
+std::string ChatTemplate::render_variables(const nlohmann::ordered_json& variables) const {
+  if (!jinja_) throw std::invalid_argument("the chat template is a built-in format, not a Jinja template");
+  // What Hugging Face's apply_chat_template passes besides the conversation (tools and documents
+  // as None: the server describes tools in a system message, docs/protocol.md "Tools").
+  jinja::Value context = jinja::Value::object();
+  jinja::Object& c = context.object_ref();
+  c.set("bos_token", jinja::Value(tokens_.bos));
+  c.set("eos_token", jinja::Value(tokens_.eos));
+  c.set("tools", jinja::Value(nullptr));
+  c.set("documents", jinja::Value(nullptr));
+  c.set("add_generation_prompt", jinja::Value(false));
+  if (variables.is_object())
+    for (const auto& [k, v] : variables.items()) c.set(k, jinja::Value::from_json(v));
+  try {
+    return jinja_->render(context);
+  } catch (const jinja::Raised& e) {
+    throw std::invalid_argument(std::string("the model's chat template refuses the conversation: ") + e.what());
+  } catch (const jinja::Error& e) {
+    throw std::invalid_argument(std::string("the model's chat template fails on the conversation: ") + e.what());
+  }
 }
 
 std::string ChatTemplate::end_of_turn() const {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,18 @@
 #include "model/safetensors.h"
 
 namespace specula {
+
+namespace {
+
+// The BOS and EOS texts a chat template writes (the tokenizer's; "" where it has none).
+SpecialTokens special_tokens(const Tokenizer& t) {
+  SpecialTokens out;
+  if (t.bos_id() >= 0) out.bos = t.token_string(t.bos_id());
+  if (!t.eos_ids().empty()) out.eos = t.token_string(t.eos_ids().front());
+  return out;
+}
+
+}  // namespace
 
 namespace {
 
@@ -228,7 +241,8 @@ LoadedModel load_gguf(const std::string& path) {
 
   m.tokenizer = Tokenizer::from_gguf(*f);
   check_tokenizer_fits(path, *m.tokenizer, c);
-  if (f->has("tokenizer.chat_template")) m.chat_template = ChatTemplate::from_template_text(f->get_string("tokenizer.chat_template"));
+  if (f->has("tokenizer.chat_template"))
+    m.chat_template = ChatTemplate::from_template_text(f->get_string("tokenizer.chat_template"), special_tokens(*m.tokenizer));
   return m;
 }
 
@@ -348,18 +362,18 @@ LlamaConfig read_hf_config(const fs::path& dir) {
   return c;
 }
 
-ChatTemplate read_hf_chat_template(const fs::path& dir) {
+ChatTemplate read_hf_chat_template(const fs::path& dir, const SpecialTokens& tokens) {
   const fs::path path = dir / "tokenizer_config.json";
   if (!fs::exists(path)) return {};
   json j = read_json_file(path);
   if (!j.is_object() || !j.contains("chat_template")) return {};
   const json& t = j["chat_template"];
-  if (t.is_string()) return ChatTemplate::from_template_text(t.get<std::string>());
+  if (t.is_string()) return ChatTemplate::from_template_text(t.get<std::string>(), tokens);
   // Newer files keep a list of named templates; the one named "default" is the chat format.
   if (t.is_array())
     for (const json& e : t)
       if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
-        return ChatTemplate::from_template_text(e["template"].get<std::string>());
+        return ChatTemplate::from_template_text(e["template"].get<std::string>(), tokens);
   return {};
 }
 
@@ -380,7 +394,7 @@ LoadedModel load_hf_dir(const fs::path& dir) {
   if (!fs::exists(tok)) throw ModelError("model directory '" + dir.string() + "' has no tokenizer.json");
   m.tokenizer = Tokenizer::from_hf_json(tok.string());
   check_tokenizer_fits(dir.string(), *m.tokenizer, c);
-  m.chat_template = read_hf_chat_template(dir);
+  m.chat_template = read_hf_chat_template(dir, special_tokens(*m.tokenizer));
   return m;
 }
 
@@ -390,10 +404,20 @@ LoadedModel load_model(const std::string& path) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   if (ec || !fs::exists(st)) throw ModelError("model not found: " + path);
-  if (fs::is_directory(st)) return load_hf_dir(fs::path(path));
-  if (fs::path(path).extension() == ".safetensors")
+  if (fs::path(path).extension() == ".safetensors" && !fs::is_directory(st))
     throw ModelError("'" + path + "' is a single safetensors file; pass the model directory (with config.json and tokenizer.json)");
-  return load_gguf(path);
+  LoadedModel m = fs::is_directory(st) ? load_hf_dir(fs::path(path)) : load_gguf(path);
+  if (!m.chat_template.problem().empty()) {
+    static const char* const kNames[] = {"ChatML", "Llama 3", "plain text"};
+    std::fprintf(stderr, "specula: the chat template of '%s' is not run (%s); prompts use the built-in %s format\n",
+                 path.c_str(), m.chat_template.problem().c_str(), kNames[static_cast<int>(m.chat_template.kind())]);
+  }
+  return m;
+}
+
+ChatTemplate chat_template_for(const LoadedModel& m, const std::string& spec) {
+  if (spec.empty()) return m.chat_template;
+  return ChatTemplate::from_option(spec, m.tokenizer ? special_tokens(*m.tokenizer) : SpecialTokens{});
 }
 
 }  // namespace specula

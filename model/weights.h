@@ -45,6 +45,12 @@ struct LoadedModel {
 // Throws ModelError with one line naming the problem: missing path, truncated/corrupt file,
 // unsupported tensor type, non-Llama architecture, malformed config.json, missing tensor,
 // a tensor of the wrong shape.
+// The model's chat template, run as written when it parses; one line on stderr when it does not
+// (the built-in format it falls back to, and why).
 LoadedModel load_model(const std::string& path);
+
+// `--chat-template SPEC` for a loaded model (ChatTemplate::from_option, with the model's BOS and
+// EOS texts); an empty SPEC keeps the model's own. Throws std::invalid_argument naming the problem.
+ChatTemplate chat_template_for(const LoadedModel& m, const std::string& spec);
 
 }  // namespace specula

@@ -22,6 +22,7 @@ const char* kUsage =
     "  draft-data write the target's own text, hidden states and top-k for training the draft head\n"
     "  draft-eval a draft head's depth-1 top-1 on a draft data file, as the runtime drafts\n"
     "  tokenize   tokenize JSON-lines strings (test oracle)\n"
+    "  chat-template  the prompt text the model's chat template makes of a conversation\n"
     "run 'specula <command> --help' for its options\n";
 
 }  // namespace
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
     if (cmd == "draft-data") return cmd_draft_data(argc - 1, argv + 1);
     if (cmd == "draft-eval") return cmd_draft_eval(argc - 1, argv + 1);
     if (cmd == "tokenize") return cmd_tokenize(argc - 1, argv + 1);
+    if (cmd == "chat-template") return cmd_chat_template(argc - 1, argv + 1);
     if (cmd == "bench") return cmd_bench(argc - 1, argv + 1);
     if (cmd == "info") return cmd_info(argc - 1, argv + 1);
   } catch (const UsageError& e) {

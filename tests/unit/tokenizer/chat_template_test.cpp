@@ -100,6 +100,71 @@ TEST(ChatTemplate, RefusesAnEmptyConversation) {
                                             {"no messages"});
 }
 
+TEST(ChatTemplate, TheDefaultModelsOwnTemplateRunsAndRendersAsTheBuiltInChatMLFormat) {
+  const ChatTemplate jinja = ChatTemplate::from_template_text(kSmolLM2Template);
+  ASSERT_TRUE(jinja.runs_jinja()) << jinja.problem();
+  const ChatTemplate built_in(ChatTemplate::Kind::ChatML, "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  const ChatTemplate other_default(ChatTemplate::Kind::ChatML, "You are someone else");
+  const std::vector<std::vector<ChatMessage>> conversations = {
+      {{"user", "Hi"}},
+      {{"system", "Be terse."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}},
+      {{"user", " spaces \n\t and \"quotes\" 日本 "}, {"assistant", ""}, {"tool", "{\"t\": 1}"}},
+  };
+  for (const auto& c : conversations) {
+    for (bool gen : {true, false}) {
+      EXPECT_EQ(jinja.render(c, gen), built_in.render(c, gen));
+      if (c.front().role != "system") EXPECT_NE(jinja.render(c, gen), other_default.render(c, gen));  // the control
+    }
+  }
+}
+
+TEST(ChatTemplate, ATemplateThatDoesNotParseFallsBackToTheFormatItsMarkersNameAndSaysWhy) {
+  const ChatTemplate t = ChatTemplate::from_template_text(
+      "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] }}");
+  EXPECT_FALSE(t.runs_jinja());
+  EXPECT_EQ(t.kind(), ChatTemplate::Kind::ChatML);
+  EXPECT_NE(t.problem().find("ends before {% else %} or {% endfor %}"), std::string::npos) << t.problem();
+  EXPECT_EQ(t.render({{"user", "x"}}), "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, ATemplatesOwnRefusalIsAnInvalidArgumentCarryingItsMessage) {
+  const ChatTemplate t = ChatTemplate::from_template_text(
+      "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+      "{{ m.content }}{% endfor %}");
+  EXPECT_EQ(t.render({{"user", "fine"}}), "fine");
+  test::expect_error<std::invalid_argument>([&] { t.render({{"system", "s"}, {"user", "u"}}); },
+                                            {"refuses the conversation", "System role not supported"});
+}
+
+TEST(ChatTemplate, ATemplateFailingOnAConversationIsAnInvalidArgumentNamingTheLine) {
+  const ChatTemplate t = ChatTemplate::from_template_text("{{ bos_token }}\n{{ messages[0].content.missing.deeper }}");
+  test::expect_error<std::invalid_argument>([&] { t.render({{"user", "u"}}); }, {"fails on the conversation", "line 2"});
+}
+
+TEST(ChatTemplate, ATemplateWritesTheModelsBosAndEosTexts) {
+  const ChatTemplate t = ChatTemplate::from_template_text("{{ bos_token }}{{ messages[0].content }}{{ eos_token }}",
+                                                          SpecialTokens{"<s>", "</s>"});
+  EXPECT_EQ(t.render({{"user", "x"}}), "<s>x</s>");
+}
+
+TEST(ChatTemplate, TheOptionTakesABuiltInNameAFileOrTheTemplatesText) {
+  EXPECT_EQ(ChatTemplate::from_option("llama3").kind(), ChatTemplate::Kind::Llama3);
+  EXPECT_FALSE(ChatTemplate::from_option("chatml").runs_jinja());
+  const auto dir = test::scratch_dir();
+  const auto file = test::write_file(dir / "t.jinja", "{% for m in messages %}[{{ m.role }}]{% endfor %}\n");
+  EXPECT_EQ(ChatTemplate::from_option(file.string()).render({{"user", "x"}}), "[user]");
+  EXPECT_EQ(ChatTemplate::from_option("{{ messages | length }}").render({{"user", "x"}, {"assistant", "y"}}), "2");
+}
+
+TEST(ChatTemplate, TheOptionRefusesWhatItCannotUseNamingIt) {
+  test::expect_error<std::invalid_argument>([] { ChatTemplate::from_option("vicuna"); },
+                                            {"'vicuna'", "built-in name (chatml, llama3, plain)"});
+  test::expect_error<std::invalid_argument>([] { ChatTemplate::from_option("{% if x %}"); }, {"line 1", "ends before"});
+  const auto dir = test::scratch_dir();
+  const auto empty = test::write_file(dir / "empty.jinja", "");
+  test::expect_error<std::invalid_argument>([&] { ChatTemplate::from_option(empty.string()); }, {"is empty"});
+}
+
 TEST(ChatTemplate, RefusesAnUnknownRoleNamingIt) {
   test::expect_error<std::invalid_argument>(
       [] { ChatTemplate(ChatTemplate::Kind::Llama3).render({{"user", "a"}, {"wizard", "b"}}); },

@@ -1,0 +1,427 @@
+// Runs a parsed template (jinja_ast.h) over a context: Jinja2's scoping (each loop iteration
+// and each macro call a frame of its own, `namespace()` attributes shared), Python's operators.
+#include <cmath>
+
+#include "model/jinja_ast.h"
+
+namespace specula::jinja {
+namespace {
+
+constexpr int kMaxCallDepth = 64;  // macro calls inside macro calls
+
+enum class Flow { Normal, Break, Continue };
+
+[[noreturn]] void fail_at(int line, const std::string& what) {
+  throw Error("chat template line " + std::to_string(line) + ": " + what);
+}
+
+[[noreturn]] void type_error(const std::string& op, const Value& a, const Value& b) {
+  if (a.is_undefined() || b.is_undefined()) throw Error("an undefined value in '" + op + "'");
+  throw Error("unsupported operand types for " + op + ": '" + a.type_name() + "' and '" + b.type_name() + "'");
+}
+
+int compare_values(const std::string& op, const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.is_float() || b.is_float()) return a.number() < b.number() ? -1 : a.number() > b.number() ? 1 : 0;
+    return a.integer() < b.integer() ? -1 : a.integer() > b.integer() ? 1 : 0;
+  }
+  if (a.is_string() && b.is_string()) return a.string().compare(b.string()) < 0 ? -1 : a.string() == b.string() ? 0 : 1;
+  if (a.is_array() && b.is_array()) {
+    const Array &x = a.array(), &y = b.array();
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i)
+      if (!(x[i] == y[i])) return compare_values(op, x[i], y[i]);
+    return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
+  }
+  throw Error("'" + op + "' is not supported between '" + a.type_name() + "' and '" + b.type_name() + "'");
+}
+
+bool contains(const Value& container, const Value& item) {
+  if (container.is_string()) {
+    if (!item.is_string()) throw Error("'in <string>' requires a string on the left, not '" + item.type_name() + "'");
+    return container.string().find(item.string()) != std::string::npos;
+  }
+  if (container.is_array()) {
+    for (const Value& v : container.array())
+      if (v == item) return true;
+    return false;
+  }
+  if (container.is_object()) return item.is_string() && container.object_ref().find(item.string()) != nullptr;
+  if (container.is_undefined()) throw Error("'in' an undefined value");
+  throw Error("'in' is not supported on a '" + container.type_name() + "'");
+}
+
+Value arithmetic(const std::string& op, const Value& a, const Value& b) {
+  if (op == "+") {
+    if (a.is_string() && b.is_string()) return Value(a.string() + b.string());
+    if (a.is_array() && b.is_array()) {
+      Array out = a.array();
+      out.insert(out.end(), b.array().begin(), b.array().end());
+      return Value(std::move(out));
+    }
+  }
+  if (op == "*" && (a.is_string() || a.is_array()) && b.is_int()) {
+    const Value& seq = a;
+    const int64_t times = b.integer();
+    if (times > 0 && seq.is_string() && seq.string().size() * static_cast<size_t>(times) > (64u << 20))
+      throw Error("a string repeated past 64 MiB");
+    if (seq.is_string()) {
+      std::string out;
+      for (int64_t i = 0; i < times; ++i) out += seq.string();
+      return Value(std::move(out));
+    }
+    Array out;
+    for (int64_t i = 0; i < times && out.size() < (1u << 20); ++i) out.insert(out.end(), seq.array().begin(), seq.array().end());
+    return Value(std::move(out));
+  }
+  if (!a.is_number() || !b.is_number()) type_error(op, a, b);
+  const bool ints = a.is_int() && b.is_int();
+  if (op == "/") {
+    if (b.number() == 0) throw Error("division by zero");
+    return Value(a.number() / b.number());
+  }
+  if (op == "//" || op == "%") {
+    if (b.number() == 0) throw Error("division by zero");
+    if (ints) {
+      const int64_t x = a.integer(), y = b.integer();
+      int64_t q = x / y, r = x % y;
+      if (r != 0 && ((r < 0) != (y < 0))) {  // Python floors
+        q -= 1;
+        r += y;
+      }
+      return Value(op == "//" ? q : r);
+    }
+    const double x = a.number(), y = b.number();
+    const double q = std::floor(x / y);
+    return Value(op == "//" ? q : x - q * y);
+  }
+  if (op == "**") {
+    if (ints && b.integer() >= 0) {
+      int64_t r = 1;
+      for (int64_t i = 0; i < b.integer() && i < 64; ++i) r *= a.integer();
+      return Value(r);
+    }
+    return Value(std::pow(a.number(), b.number()));
+  }
+  if (ints) {
+    if (op == "+") return Value(a.integer() + b.integer());
+    if (op == "-") return Value(a.integer() - b.integer());
+    if (op == "*") return Value(a.integer() * b.integer());
+  } else {
+    if (op == "+") return Value(a.number() + b.number());
+    if (op == "-") return Value(a.number() - b.number());
+    if (op == "*") return Value(a.number() * b.number());
+  }
+  type_error(op, a, b);
+}
+
+class Renderer {
+ public:
+  explicit Renderer(const Value& context) {
+    scopes_.emplace_back();
+    if (context.is_object())
+      for (const auto& [k, v] : context.object_ref().entries) scopes_.back().emplace_back(k, v);
+  }
+
+  Flow exec(const Body& body, std::string& out) {
+    for (const auto& n : body) {
+      const Flow f = exec(*n, out);
+      if (f != Flow::Normal) return f;
+    }
+    return Flow::Normal;
+  }
+
+ private:
+  using Frame = std::vector<std::pair<std::string, Value>>;
+
+  Flow exec(const Node& n, std::string& out) {
+    switch (n.kind) {
+      case Node::Kind::Text: out += n.text; return Flow::Normal;
+      case Node::Kind::Output: out += eval(*n.expr).str(); return Flow::Normal;
+      case Node::Kind::If:
+        for (const auto& [cond, body] : n.branches)
+          if (!cond || eval(*cond).boolean()) return exec(body, out);
+        return Flow::Normal;
+      case Node::Kind::For: return run_for(n, out);
+      case Node::Kind::Set: {
+        Value v = eval(*n.expr);
+        if (!n.name.empty()) {
+          Value target = lookup(n.targets[0]);
+          if (!target.is_object() || !target.object_ref().is_namespace)
+            fail_at(n.line, "'" + n.targets[0] + "." + n.name + "' can be assigned only on a namespace()");
+          target.object_ref().set(n.name, std::move(v));
+        } else {
+          bind(n.targets, v, n.line);
+        }
+        return Flow::Normal;
+      }
+      case Node::Kind::SetBlock: {
+        std::string captured;
+        exec(n.body, captured);
+        assign(n.targets[0], Value(std::move(captured)));
+        return Flow::Normal;
+      }
+      case Node::Kind::Macro: {
+        auto f = std::make_shared<Function>();
+        f->name = n.name;
+        const Node* def = &n;
+        f->call = [this, def](Arguments& args) { return call_macro(*def, args); };
+        assign(n.name, Value(std::shared_ptr<const Function>(std::move(f))));
+        return Flow::Normal;
+      }
+      case Node::Kind::Break:
+      case Node::Kind::Continue:
+        if (loops_ == 0) fail_at(n.line, "{% break %} or {% continue %} outside a loop");
+        return n.kind == Node::Kind::Break ? Flow::Break : Flow::Continue;
+      case Node::Kind::Scope: {
+        if (n.name.empty()) return exec(n.body, out);
+        std::string captured;
+        const Flow f = exec(n.body, captured);
+        Arguments none;
+        out += filter(n.name, Value(std::move(captured)), none).str();
+        return f;
+      }
+    }
+    return Flow::Normal;
+  }
+
+  Flow run_for(const Node& n, std::string& out) {
+    Array items;
+    try {
+      items = iterate(eval(*n.expr));
+    } catch (const Raised&) {
+      throw;
+    } catch (const Error& e) {
+      rethrow(n.line, e);
+    }
+    if (n.filter) {
+      Array kept;
+      for (const Value& item : items) {
+        scopes_.emplace_back();
+        bind(n.targets, item, n.line);
+        const bool keep = eval(*n.filter).boolean();
+        scopes_.pop_back();
+        if (keep) kept.push_back(item);
+      }
+      items = std::move(kept);
+    }
+    if (items.empty()) return exec(n.else_body, out);
+    ++loops_;
+    Flow result = Flow::Normal;
+    const int64_t len = static_cast<int64_t>(items.size());
+    for (int64_t i = 0; i < len; ++i) {
+      scopes_.emplace_back();
+      Value loop = Value::object();
+      Object& l = loop.object_ref();
+      l.set("index", Value(i + 1));
+      l.set("index0", Value(i));
+      l.set("revindex", Value(len - i));
+      l.set("revindex0", Value(len - i - 1));
+      l.set("first", Value(i == 0));
+      l.set("last", Value(i == len - 1));
+      l.set("length", Value(len));
+      l.set("depth", Value(1));
+      l.set("depth0", Value(0));
+      l.set("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value());
+      l.set("nextitem", i + 1 < len ? items[static_cast<size_t>(i + 1)] : Value());
+      assign("loop", std::move(loop));
+      bind(n.targets, items[static_cast<size_t>(i)], n.line);
+      const Flow f = exec(n.body, out);
+      scopes_.pop_back();
+      if (f == Flow::Break) break;
+    }
+    --loops_;
+    return result;
+  }
+
+  Value call_macro(const Node& def, Arguments& args) {
+    if (calls_ >= kMaxCallDepth) fail_at(def.line, "macros call each other too deeply");
+    if (args.positional.size() > def.params.size())
+      fail_at(def.line, "macro '" + def.name + "' takes " + std::to_string(def.params.size()) + " arguments, got " +
+                            std::to_string(args.positional.size()));
+    for (const auto& [k, v] : args.keyword) {
+      bool known = false;
+      for (const auto& p : def.params) known = known || p.first == k;
+      if (!known) fail_at(def.line, "macro '" + def.name + "' has no argument '" + k + "'");
+    }
+    std::vector<Frame> saved = std::move(scopes_);
+    scopes_.clear();
+    scopes_.push_back(saved.front());
+    scopes_.emplace_back();
+    const int saved_loops = loops_;
+    loops_ = 0;
+    ++calls_;
+    std::string out;
+    try {
+      for (size_t i = 0; i < def.params.size(); ++i) {
+        const auto& [name, dflt] = def.params[i];
+        Value v = args.get(i, name, Value());
+        if (v.is_undefined() && dflt) v = eval(*dflt);
+        assign(name, std::move(v));
+      }
+      exec(def.body, out);
+    } catch (...) {
+      --calls_;
+      loops_ = saved_loops;
+      scopes_ = std::move(saved);
+      throw;
+    }
+    --calls_;
+    loops_ = saved_loops;
+    saved.front() = std::move(scopes_.front());  // the macro may have set a namespace's attribute: shared anyway
+    scopes_ = std::move(saved);
+    return Value(std::move(out));
+  }
+
+  void bind(const std::vector<std::string>& targets, const Value& v, int line) {
+    if (targets.size() == 1) {
+      assign(targets[0], v);
+      return;
+    }
+    if (!v.is_array() || v.array().size() != targets.size())
+      fail_at(line, "cannot unpack a " + v.type_name() + " into " + std::to_string(targets.size()) + " names");
+    for (size_t i = 0; i < targets.size(); ++i) assign(targets[i], v.array()[i]);
+  }
+
+  void assign(const std::string& name, Value v) {
+    for (auto& [k, old] : scopes_.back())
+      if (k == name) {
+        old = std::move(v);
+        return;
+      }
+    scopes_.back().emplace_back(name, std::move(v));
+  }
+
+  Value lookup(const std::string& name) const {
+    for (auto s = scopes_.rbegin(); s != scopes_.rend(); ++s)
+      for (const auto& [k, v] : *s)
+        if (k == name) return v;
+    return global(name);
+  }
+
+  [[noreturn]] static void rethrow(int line, const Error& e) {
+    const std::string what = e.what();
+    if (what.rfind("chat template line ", 0) == 0) throw e;
+    fail_at(line, what);
+  }
+
+  Value filter(const std::string& name, const Value& subject, Arguments& args) {
+    return apply_filter(
+        name, subject, args, [this](const std::string& f, const Value& v, Arguments& a) { return filter(f, v, a); },
+        [](const std::string& t, const Value& v, Arguments& a) { return apply_test(t, v, a); });
+  }
+
+  Arguments arguments(const Expr& e) {
+    Arguments args;
+    for (const auto& x : e.items) args.positional.push_back(eval(*x));
+    for (const auto& [k, x] : e.kwargs) args.keyword.emplace_back(k, eval(*x));
+    return args;
+  }
+
+  Value eval(const Expr& e) {
+    try {
+      return eval_unguarded(e);
+    } catch (const Raised&) {
+      throw;
+    } catch (const Error& err) {
+      rethrow(e.line, err);
+    }
+  }
+
+  Value eval_unguarded(const Expr& e) {
+    switch (e.kind) {
+      case Expr::Kind::Literal: return e.literal;
+      case Expr::Kind::Name: return lookup(e.name);
+      case Expr::Kind::List: {
+        Array a;
+        for (const auto& x : e.items) a.push_back(eval(*x));
+        return Value(std::move(a));
+      }
+      case Expr::Kind::Dict: {
+        Value o = Value::object();
+        for (size_t i = 0; i + 1 < e.items.size(); i += 2) {
+          Value k = eval(*e.items[i]);
+          if (!k.is_string()) throw Error("dict keys must be strings, got a " + k.type_name());
+          o.object_ref().set(k.string(), eval(*e.items[i + 1]));
+        }
+        return o;
+      }
+      case Expr::Kind::GetAttr: return get_attr(eval(*e.a), e.name);
+      case Expr::Kind::GetItem: return get_item(eval(*e.a), eval(*e.b));
+      case Expr::Kind::Slice: {
+        Value subject = eval(*e.a);
+        Arguments args;
+        for (const auto& p : e.items) args.positional.push_back(p ? eval(*p) : Value(nullptr));
+        return apply_filter("__slice__", subject, args, nullptr, nullptr);
+      }
+      case Expr::Kind::Call: {
+        Value f = eval(*e.a);
+        Arguments args = arguments(e);
+        if (!f.is_function()) {
+          if (f.is_undefined()) throw Error("calling an undefined value");
+          throw Error("a '" + f.type_name() + "' is not callable");
+        }
+        return f.function().call(args);
+      }
+      case Expr::Kind::Filter: {
+        Value subject = eval(*e.a);
+        Arguments args = arguments(e);
+        return filter(e.name, subject, args);
+      }
+      case Expr::Kind::Test: {
+        Value subject = eval(*e.a);
+        Arguments args = arguments(e);
+        return Value(apply_test(e.name, subject, args) != e.negated);
+      }
+      case Expr::Kind::Unary: {
+        Value v = eval(*e.a);
+        if (e.name == "not") return Value(!v.boolean());
+        if (!v.is_number()) throw Error("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
+        if (e.name == "+") return v.is_float() ? Value(v.number()) : Value(v.integer());
+        return v.is_float() ? Value(-v.number()) : Value(-v.integer());
+      }
+      case Expr::Kind::Binary: {
+        const std::string& op = e.name;
+        Value a = eval(*e.a);
+        if (op == "and") return a.boolean() ? eval(*e.b) : a;
+        if (op == "or") return a.boolean() ? a : eval(*e.b);
+        Value b = eval(*e.b);
+        if (op == "~") return Value(a.str() + b.str());
+        if (op == "==") return Value(a == b);
+        if (op == "!=") return Value(!(a == b));
+        if (op == "<") return Value(compare_values(op, a, b) < 0);
+        if (op == ">") return Value(compare_values(op, a, b) > 0);
+        if (op == "<=") return Value(compare_values(op, a, b) <= 0);
+        if (op == ">=") return Value(compare_values(op, a, b) >= 0);
+        if (op == "in") return Value(contains(b, a));
+        if (op == "not in") return Value(!contains(b, a));
+        return arithmetic(op, a, b);
+      }
+      case Expr::Kind::Cond:
+        if (eval(*e.b).boolean()) return eval(*e.a);
+        return e.c ? eval(*e.c) : Value();
+    }
+    return Value();
+  }
+
+  std::vector<Frame> scopes_;
+  int loops_ = 0;
+  int calls_ = 0;
+};
+
+}  // namespace
+
+struct Node;
+
+Template::Template(std::string_view source) : body_(parse_template(source)) {}
+Template::~Template() = default;
+Template::Template(Template&&) noexcept = default;
+Template& Template::operator=(Template&&) noexcept = default;
+
+std::string Template::render(const Value& context) const {
+  Renderer r(context);
+  std::string out;
+  r.exec(body_, out);
+  return out;
+}
+
+}  // namespace specula::jinja

@@ -1,0 +1,249 @@
+"""Chat templates: Specula's Jinja interpreter (model/jinja*.cpp) against Jinja2 itself, set up as
+Hugging Face's apply_chat_template sets it up (a sandbox, trim_blocks, lstrip_blocks, loop
+controls, raise_exception, its tojson). Every case renders in both and must match byte for byte;
+where Jinja2 refuses the conversation (raise_exception) Specula must refuse it with the same
+message. The templates are the published chat templates of common model families
+(tests/fixtures/chat_templates/), the default model's own from its GGUF, and short templates
+that each exercise a piece of the language."""
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+
+import gguf
+import jinja2
+import pytest
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from conftest import FIXTURE_DIR
+
+BOS, EOS = "<s>", "</s>"
+TEMPLATE_DIR = FIXTURE_DIR / "chat_templates"
+
+
+class Refused(Exception):
+    pass
+
+
+def _raise(message):
+    raise Refused(message)
+
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def jinja2_render(source: str, variables: dict) -> dict:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+    context = {"bos_token": BOS, "eos_token": EOS, "tools": None, "documents": None, "add_generation_prompt": False}
+    context.update(variables)
+    try:
+        return {"text": env.from_string(source).render(**context)}
+    except Refused as e:
+        return {"refused": str(e)}
+    except Exception as e:  # a template error on this input (None iterated, an undefined's attribute)
+        return {"failed": f"{type(e).__name__}: {e}"}
+
+
+def specula_render(specula_bin, template_path, cases, work_dir) -> list[dict]:
+    inp = work_dir / f"{template_path.stem}.in.jsonl"
+    out = work_dir / f"{template_path.stem}.out.jsonl"
+    inp.write_text("".join(json.dumps({"variables": c}) + "\n" for c in cases), encoding="utf-8")
+    cmd = [specula_bin, "chat-template", "--chat-template", template_path, "--bos", BOS, "--eos", EOS,
+           "--input", inp, "--output", out]
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+
+
+def check_same(specula_bin, template_path, cases, work_dir):
+    source = template_path.read_text(encoding="utf-8")
+    got = specula_render(specula_bin, template_path, cases, work_dir)
+    assert len(got) == len(cases)
+    for case, mine in zip(cases, got):
+        want = jinja2_render(source, case)
+        if "refused" in want:
+            assert "error" in mine, f"{template_path.name}: Jinja2 refuses {case} ({want['refused']}), Specula rendered {mine}"
+            assert want["refused"] in mine["error"], f"{template_path.name}: {mine['error']!r} lacks {want['refused']!r}"
+        elif "failed" in want:
+            assert "error" in mine, f"{template_path.name}: Jinja2 fails on {case} ({want['failed']}), Specula rendered {mine}"
+        else:
+            assert mine == want, f"{template_path.name} on {json.dumps(case)[:300]}"
+
+
+def conversations():
+    user = {"role": "user", "content": "What is the capital of France?"}
+    assistant = {"role": "assistant", "content": "  Paris.  \n"}
+    system = {"role": "system", "content": "You are terse.\nAnswer in one line."}
+    odd = {"role": "user", "content": " Quotes ' \" and \\ backslashes, tabs\t, é, 日本語, emoji 🙂, {{ not jinja }} "}
+    tool = {"role": "tool", "content": "{\"temperature\": 21}"}
+    thinking = {"role": "assistant", "content": "<think>hmm</think>It is 21 degrees."}
+    convs = [
+        [user],
+        [system, user],
+        [user, assistant, odd],
+        [system, user, assistant, odd],
+        [user, assistant],
+        [assistant, user],                 # roles that do not alternate
+        [system, system, user],
+        [user, thinking, user],
+        [user, assistant, tool],
+        [user, user],
+    ]
+    cases = []
+    for conv in convs:
+        for gen in (True, False):
+            cases.append({"messages": conv, "add_generation_prompt": gen})
+    return cases
+
+
+def tool_cases():
+    tools = [
+        {"type": "function", "function": {
+            "name": "get_weather", "description": "Weather in a city",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "description": "The city, e.g. Paris"},
+                "days": {"type": "integer"},
+                "units": {"type": ["string", "null"], "enum": ["c", "f"]},
+                "hours": {"type": "array", "items": {"type": "number"}},
+                "extra": {"type": "object", "additionalProperties": {"type": "boolean"}}},
+                "required": ["city"]}}},
+        {"type": "function", "function": {"name": "now", "description": "The time", "parameters": {"type": "object", "properties": {}}}},
+    ]
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}}]}
+    two_calls = {"role": "assistant", "content": None, "tool_calls": call["tool_calls"] * 2}
+    result = {"role": "tool", "content": "{\"temperature\": 21.5, \"sky\": \"clear\"}"}
+    user = {"role": "user", "content": "Weather in Paris?"}
+    system = {"role": "system", "content": "Use tools."}
+    return [
+        {"messages": [user], "tools": tools, "add_generation_prompt": True},
+        {"messages": [system, user, call, result], "tools": tools, "add_generation_prompt": True},
+        {"messages": [user, call, result, result, {"role": "assistant", "content": "21.5 and clear."}], "tools": tools},
+        {"messages": [user, two_calls, result], "tools": tools, "add_generation_prompt": True},
+        {"messages": [system, user], "tools": tools, "tools_in_user_message": False, "date_string": "1 Jan 2025"},
+        {"messages": [user, call], "builtin_tools": ["brave_search", "code_interpreter", "get_weather"]},
+        {"messages": [system], "tools": tools},
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in TEMPLATE_DIR.glob("*.jinja")))
+def test_a_published_chat_template_renders_every_conversation_as_jinja2_does(specula_bin, work_dir, name):
+    cases = conversations() + tool_cases()
+    check_same(specula_bin, TEMPLATE_DIR / name, cases, work_dir)
+
+
+def test_the_default_models_own_template_renders_as_jinja2_does(specula_bin, default_model, work_dir):
+    reader = gguf.GGUFReader(str(default_model))
+    field = reader.fields["tokenizer.chat_template"]
+    source = bytes(field.parts[field.data[0]]).decode("utf-8")
+    path = work_dir / "smollm2.jinja"
+    path.write_text(source, encoding="utf-8")
+    check_same(specula_bin, path, conversations(), work_dir)
+
+
+# Each piece of the language on its own: (template, variables).
+FEATURES = [
+    ("{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }}", {}),
+    ("{{ 1.5 + 1 }} {{ 0.1 + 0.2 }} {{ 1e20 }} {{ 1e-5 }} {{ 3.0 }} {{ 100000000000000000.0 }} {{ -0.0 }}", {}),
+    ("{{ 'a' ~ 1 ~ none ~ true }} {{ 'ab' * 3 }} {{ [1] + [2, 'x'] }} {{ 'x' + 'y' }}", {}),
+    ("{{ 1 == 1.0 }} {{ 1 != 2 }} {{ 'a' < 'b' }} {{ [1, 2] < [1, 3] }} {{ 2 >= 2 }} {{ true == 1 }}", {}),
+    ("{{ 'b' in 'abc' }} {{ 2 in [1, 2] }} {{ 'k' in {'k': 1} }} {{ 'z' not in 'abc' }}", {}),
+    ("{{ not true }} {{ true and 'x' }} {{ '' or 'y' }} {{ 0 or [] }} {{ none and 1 }}", {}),
+    ("{{ 'yes' if x else 'no' }} {{ 'yes' if y }}|{{ x if x is defined else 'undefined' }}", {"y": 0}),
+    ("{{ none }} {{ true }} {{ [1, 'a', none, true, 1.5] }} {{ {'a': [1], 'b': {'c': 'd'}} }} {{ \"it's\" }} {{ ['it\\'s'] }}", {}),
+    ("{{ undefined_thing }}|{{ undefined_thing | default('d') }}|{{ '' | default('e', true) }}|{{ none | default('f') }}", {}),
+    ("{{ x.missing }}|{{ x['missing'] }}|{{ x.a }}|{{ x['a'] }}|{{ l[1] }}|{{ l[-1] }}|{{ l[9] }}|{{ l.0 }}", {"x": {"a": 1}, "l": [1, 2, 3]}),
+    ("{{ s[1:] }}|{{ s[:-1] }}|{{ s[::-1] }}|{{ l[1:3] }}|{{ l[::2] }}|{{ l[-2:] }}|{{ s[10:] }}|{{ u[1:3] }}", {"s": "hello", "l": [1, 2, 3, 4], "u": "日本語です"}),
+    ("{% for x in l %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.previtem }}{{ loop.nextitem }};{% endfor %}", {"l": ["a", "b", "c"]}),
+    ("{% for x in l if x > 1 %}{{ x }}{{ loop.index }}{{ loop.last }} {% else %}empty{% endfor %}|{% for x in [] %}x{% else %}none{% endfor %}", {"l": [1, 2, 3]}),
+    ("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for k in d %}{{ k }}{% endfor %}{% for c in 'héllo' %}[{{ c }}]{% endfor %}", {"d": {"z": 1, "a": 2}}),
+    ("{% for x in l %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}", {"l": [1, 2, 3, 4, 5]}),
+    ("{% set x = 1 %}{% for i in [1, 2] %}{% set x = x + i %}{{ x }}{% endfor %}{{ x }}", {}),
+    ("{% set ns = namespace(n=0, s='') %}{% for i in range(5) %}{% set ns.n = ns.n + i %}{% set ns.s = ns.s ~ i %}{% endfor %}{{ ns.n }} {{ ns.s }}", {}),
+    ("{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set c, d = [3, 4] %}{{ c }}{{ d }}{% set block %}in {{ a }} block{% endset %}[{{ block }}]", {}),
+    ("{{ range(3) | list }} {{ range(1, 10, 3) | list }} {{ range(5, 0, -2) | list }} {{ range(0) | list }}", {}),
+    ("{% if a %}A{% elif b %}B{% elif c %}C{% else %}D{% endif %}{% if not a and not b %}!{% endif %}", {"b": 0, "c": [1]}),
+    ("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('A') }} {{ greet('B', '?') }} {{ greet(name='C', punct='.') }}", {}),
+    ("{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(4) }}", {}),
+    ("{{ s | trim }}|{{ s | upper }}|{{ s | lower }}|{{ s | title }}|{{ s | capitalize }}|{{ s | length }}|{{ s | wordcount }}", {"s": "  hello wORLD-x y  "}),
+    ("{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ s.strip(' h') }}|{{ s.split() }}|{{ s.split('l') }}|{{ s.split('l', 1) }}", {"s": "  hello world  "}),
+    ("{{ s.startswith('ab') }} {{ s.endswith('yz') }} {{ s.startswith(('x', 'a')) }} {{ s.upper() }} {{ s.replace('b', 'B') }} {{ s.find('c') }} {{ s.count('a') }} {{ '-'.join(['a', 'b']) }} {{ s.title() }}", {"s": "abcabc xyz"}),
+    ("{{ s.splitlines() }} {{ 'x y'.split(' ') }} {{ 'a,,b'.split(',') }} {{ '  a  b '.split(none, 1) }} {{ '12'.isdigit() }} {{ ' '.isspace() }}", {"s": "a\nb\r\nc"}),
+    ("{{ l | join(', ') }}|{{ l | first }}|{{ l | last }}|{{ l | length }}|{{ l | reverse | list }}|{{ l | sort }}|{{ l | sort(reverse=true) }}|{{ l | unique | list }}|{{ l | sum }}|{{ l | min }}|{{ l | max }}", {"l": [3, 1, 2, 3]}),
+    ("{{ ws | sort }}|{{ ws | sort(case_sensitive=true) }}|{{ ws | unique | list }}|{{ ws | map('upper') | join }}|{{ ws | select('lower') | list }}", {"ws": ["b", "A", "a", "C"]}),
+    ("{% for k, v in d | dictsort %}{{ k }}{{ v }}{% endfor %}|{% for k, v in d | items %}{{ k }}{{ v }}{% endfor %}|{{ d.keys() | list }}|{{ d.values() | list }}|{{ d.get('a') }}|{{ d.get('q', 'none') }}|{{ d | length }}", {"d": {"b": 2, "a": 1, "C": 3}}),
+    ("{{ ms | selectattr('role', 'equalto', 'user') | map(attribute='content') | join(' / ') }}|{{ ms | rejectattr('role', 'equalto', 'user') | list | length }}|{{ ms | map(attribute='x', default='-') | list }}|{{ ms | selectattr('extra') | list | length }}", {"ms": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "extra": 1}, {"role": "user", "content": "c"}]}),
+    ("{{ l | select('odd') | list }} {{ l | reject('odd') | list }} {{ l | select('divisibleby', 3) | list }} {{ l | select('>', 2) | list }} {{ l | map('string') | join('+') }}", {"l": [1, 2, 3, 4, 6]}),
+    ("{{ d | tojson }}|{{ d | tojson(indent=2) }}|{{ l | tojson }}|{{ 'é\"\\n' | tojson }}|{{ 'é' | tojson(ensure_ascii=true) }}|{{ d | tojson(sort_keys=true) }}|{{ {} | tojson(indent=2) }}|{{ [] | tojson }}", {"d": {"b": [1, 2.5, None, True, {"x": "y"}], "a": "🙂"}, "l": [1, "two", [3]]}),
+    ("{{ d | tojson(separators=(',', ':')) }}|{{ 1.0 | tojson }}|{{ 1e100 | tojson }}", {"d": {"a": [1, 2]}}),
+    ("{{ 3.7 | int }} {{ '42' | int }} {{ 'x' | int }} {{ '2.5' | float }} {{ 3 | float }} {{ -3 | abs }} {{ 2.567 | round(1) }} {{ 2.5 | round }} {{ 3.5 | round }} {{ 2.1 | round(method='ceil') }} {{ 42 | string }}", {}),
+    ("{{ s | replace('a', 'o') }}|{{ s | replace('a', 'o', 1) }}|{{ s | indent(2) }}|{{ s2 | indent(4, true) }}|{{ s2 | indent(2, blank=true) }}|{{ '<a href=\"x\">&</a>' | e }}", {"s": "banana", "s2": "a\n\nb\nc"}),
+    ("{{ x is defined }} {{ y is undefined }} {{ n is none }} {{ 1 is number }} {{ 1 is integer }} {{ 1.0 is float }} {{ 's' is string }} {{ {} is mapping }} {{ [] is iterable }} {{ 's' is sequence }} {{ true is boolean }} {{ 4 is even }} {{ 3 is odd }} {{ 9 is divisibleby 3 }} {{ 1 is sameas 1 }} {{ 2 is in [1, 2] }} {{ 'a' is lower }} {{ x is not none }}", {"x": 1, "n": None}),
+    ("{{ 1 is eq 1 }} {{ 1 is ne 2 }} {{ 1 is lt 2 }} {{ 3 is gt 2 }} {{ 2 is le 2 }} {{ 2 is ge 3 }} {{ 1 is true }} {{ true is true }} {{ false is false }} {{ range is callable }}", {}),
+    ("a\n  {% if true %}\n    b\n  {% endif %}\n  c {# comment #}\n  {# line comment #}\nd\n{%+ if true %}e{% endif +%}\nf", {}),
+    ("a  {%- if true -%}  b  {%- endif -%}  c {{- ' d ' -}} e\n\n{{ 'f' }}  \n  {%- for i in [1] %}\n{{ i }}\n{% endfor %}", {}),
+    ("{% raw %}{{ not rendered }}{% if %}{% endraw %}|{{ '{{' }}|{{ \"}}\" }}", {}),
+    ("{% filter upper %}shout {{ 'this' }}{% endfilter %}", {}),
+    ("{% set d = {'k': 'v', 'n': [1, {'m': 2}]} %}{{ d.n[1].m }}{{ d['k'] }}{{ dict(a=1, b='x') }}{{ namespace(a=1).a }}", {}),
+    ("{{ 'adjacent' ' strings' }} {{ \"\\t|\\u00e9|\\x41|\\\\\" }} {{ 'line\\\ncontinued' }}", {}),
+    ("{% for m in messages %}{% if loop.first and m.role != 'system' %}[default system]{% endif %}{{ m.role[0] | upper }}:{{ m.content }}{% if not loop.last %}, {% endif %}{% endfor %}", {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}),
+    ("{% for a in [1, 2] %}{% for b in 'xy' %}{{ loop.index }}{{ a }}{{ b }}{% endfor %}{{ loop.index }};{% endfor %}", {}),
+    ("{{ not 1 in [1] }} {{ -2 ** 2 }} {{ -1 | abs }} {{ 'a' | upper ~ 'b' }} {{ 1 + 2 ~ 3 }} {{ 2 * 3 ~ 4 }} {{ (1, 2)[1] }} {{ [1, 2, 3][1:][0] }}", {}),
+    ("{% if true %}{% set shown = 'set in if' %}{% endif %}{{ shown }}|{% for i in [1] %}{% set hidden = 1 %}{% endfor %}{{ hidden is defined }}", {}),
+    ("  {#- trimmed comment -#}  x\n    {# kept indent? #}\n  y\n\t{% if true %}\n\tz\n\t{% endif %}\n", {}),
+    ("{{ messages[0]['content'] | trim | length }} {{ (messages | last).role }} {{ messages | map(attribute='role') | join(',') }} {{ messages | length > 1 }}", {"messages": [{"role": "system", "content": " s "}, {"role": "user", "content": "u"}]}),
+    ("{{ x.y.z }}", {"x": {}}),
+    ("{{ none.attr }}", {}),
+    ("{% for x in none %}{% endfor %}", {}),
+    ("{{ 1 + 'a' }}", {}),
+    ("{{ 'a' < 1 }}", {}),
+    ("{{ raise_exception('Refused: ' ~ messages | length ~ ' messages') if messages | length > 1 else 'ok' }}", {"messages": [1, 2]}),
+]
+
+
+def test_each_piece_of_the_language_renders_as_jinja2_renders_it(specula_bin, work_dir):
+    mismatches = []
+    for i, (source, variables) in enumerate(FEATURES):
+        path = work_dir / f"feature{i:02d}.jinja"
+        path.write_text(source, encoding="utf-8")
+        want = jinja2_render(source, variables)
+        got = specula_render(specula_bin, path, [variables], work_dir)[0]
+        if "refused" in want or "failed" in want:
+            if not ("error" in got and want.get("refused", "") in got["error"]):
+                mismatches.append((source, want, got))
+        elif got != want:
+            mismatches.append((source, want, got))
+    assert not mismatches, "\n".join(f"{s!r}\n  jinja2:  {w}\n  specula: {g}" for s, w, g in mismatches)
+
+
+def test_a_planted_difference_in_the_interpreter_is_caught(specula_bin, work_dir):
+    # The control: the same comparison fails when one side's template differs by one character,
+    # so the byte-for-byte checks above can fail.
+    path = work_dir / "control.jinja"
+    path.write_text("{{ messages[0].content }}!", encoding="utf-8")
+    got = specula_render(specula_bin, path, [{"messages": [{"role": "user", "content": "x"}]}], work_dir)[0]
+    assert got != jinja2_render("{{ messages[0].content }}?", {"messages": [{"role": "user", "content": "x"}]})
+    assert got == jinja2_render("{{ messages[0].content }}!", {"messages": [{"role": "user", "content": "x"}]})
+
+
+@pytest.mark.parametrize("source, error", [
+    ("{% if x %}never closed", "the template ends before {% elif %} or {% else %} or {% endif %}"),
+    ("{{ x | no_such_filter }}", "unknown filter 'no_such_filter'"),
+    ("{% no_such_tag %}", "unknown tag 'no_such_tag'"),
+    ("{{ x is no_such_test }}", "unknown test 'no_such_test'"),
+    ("{{ 'unterminated }}", "not closed"),
+    ("line one\n{{ 1 + }}", "line 2"),
+])
+def test_a_template_that_does_not_parse_is_one_clear_error(specula_bin, work_dir, source, error):
+    path = work_dir / "bad.jinja"
+    path.write_text(source, encoding="utf-8")
+    proc = subprocess.run([str(specula_bin), "chat-template", "--chat-template", str(path), "--messages",
+                           '[{"role": "user", "content": "x"}]'], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    assert error in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
