@@ -58,6 +58,7 @@ struct Engine::Impl {
   std::unique_ptr<LlamaModel> draft_model;   // target instance, used concurrently with the verifier's
   bool pipelined = false;                    // cfg.pipeline where the streams can overlap
   std::string why_not_pipelined;             // cfg.pipeline declined: the cores the streams would share
+  ChatTemplate chat;  // the model's, or EngineConfig::chat_template
   std::vector<int32_t> default_stop;
   boost::asio::io_context io;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work = boost::asio::make_work_guard(io);
@@ -93,7 +94,15 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   m.files = m.cfg.target_model ? m.cfg.target_model : std::make_shared<const LoadedModel>(load_model(m.cfg.target));
   m.model = std::make_unique<LlamaModel>(m.files->weights, *m.ops);
   m.model->set_max_forward_rows(m.cfg.ubatch);
+  m.chat = chat_template_for(*m.files, m.cfg.chat_template);
   m.default_stop = default_stop_ids(*m.files);
+  if (const std::string eot = m.chat.end_of_turn(); !eot.empty() && m.files->tokenizer) {
+    const int32_t id = m.files->tokenizer->token_id(eot);  // the end-of-turn of a --chat-template's format
+    if (id >= 0 && std::find(m.default_stop.begin(), m.default_stop.end(), id) == m.default_stop.end()) {
+      m.default_stop.push_back(id);
+      std::sort(m.default_stop.begin(), m.default_stop.end());
+    }
+  }
   LlamaModel* draft_target = m.model.get();
   const int draft_threads = m.cfg.draft_threads > 0 ? m.cfg.draft_threads : m.cfg.threads;
   if (m.cfg.pipeline) {
@@ -234,9 +243,9 @@ std::vector<int32_t> Engine::tokenize(const EngineRequest& request) const {
   std::string text = request.prompt;
   try {
     if (!request.messages.empty())
-      text = f.chat_template.render(request.messages);
+      text = impl_->chat.render(request.messages);
     else if (request.chat)
-      text = f.chat_template.render({ChatMessage{"user", request.prompt}});
+      text = impl_->chat.render({ChatMessage{"user", request.prompt}});
   } catch (const std::invalid_argument& e) {
     throw RequestError("invalid_request", field, e.what());
   }

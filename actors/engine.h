@@ -35,6 +35,9 @@ struct EngineConfig {
   std::string target;                  // model path (GGUF file or Hugging Face directory)
   std::string drafter = "ngram";       // none | ngram[:n=N] | skip:LAYERS | eagle[:PATH] | draft model path | ngram:n=N+eagle (spec/make_drafter.h)
   std::string device = "auto";         // auto | host | cuda
+  // `--chat-template`: a built-in name (chatml, llama3, plain), a Jinja template file, or its text;
+  // empty: the model's own (ChatTemplate::from_option; a bad one fails the engine's construction).
+  std::string chat_template;
   // Models already in memory (benchmarks on random weights at real shapes): target_model is used
   // instead of loading `target`; draft_model, with the target's vocabulary, is the drafter
   // instead of `drafter`.

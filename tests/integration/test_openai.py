@@ -3,12 +3,14 @@ import asyncio
 import json
 import math
 import re
+import subprocess
 
 import httpx
 import jsonschema
 import openai
 import pytest
-from conftest import MAIN_JOB_ARGS
+
+from conftest import DEFAULT_MODEL, MAIN_JOB_ARGS, SOURCE_DIR, SPECULA_BIN
 
 
 @pytest.fixture(scope="module")
@@ -1180,3 +1182,38 @@ def test_a_kv_reservation_other_than_as_needed_or_max_tokens_stops_the_server_at
     from conftest import SPECULA_BIN
     r = subprocess.run([str(SPECULA_BIN), "serve", "--kv-reserve", "whole"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--kv-reserve must be as-needed or max-tokens, got 'whole'" in r.stderr, (r.returncode, r.stderr)
+
+
+def test_a_chat_template_given_at_start_renders_messages_and_its_refusal_is_a_400_naming_it(fresh_server, tmp_path):
+    # `serve --chat-template FILE` runs that Jinja template instead of the model's own (docs/serving.md,
+    # "Chat template"): a chat request then prompts exactly what /v1/completions gets from the
+    # rendered text, and a conversation the template refuses (raise_exception) is a 400 with its message.
+    template = SOURCE_DIR / "tests" / "fixtures" / "chat_templates" / "mistral-instruct.jinja"
+    srv = fresh_server("--draft", "ngram", "--chat-template", str(template))
+    c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    messages = [{"role": "user", "content": "Name a colour."}]
+    rendered = subprocess.run([str(SPECULA_BIN), "chat-template", "--model", str(DEFAULT_MODEL), "--chat-template",
+                               str(template), "--messages", json.dumps(messages)],
+                              capture_output=True, text=True, check=True).stdout
+    assert rendered == "<|im_start|>[INST] Name a colour. [/INST]"  # SmolLM2's BOS text, then Mistral's format
+    chat = c.chat.completions.create(model="any", messages=messages, max_tokens=12, temperature=0)
+    plain = c.completions.create(model="any", prompt=rendered, max_tokens=12, temperature=0)
+    assert chat.usage.prompt_tokens == plain.usage.prompt_tokens
+    assert chat.choices[0].message.content == plain.choices[0].text
+    # The control: the model's own template (ChatML with its default system line) prompts otherwise.
+    own = openai.OpenAI(base_url=fresh_server("--draft", "ngram").url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    assert own.chat.completions.create(model="any", messages=messages, max_tokens=1).usage.prompt_tokens != chat.usage.prompt_tokens
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="any", max_tokens=4, messages=[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    assert "Conversation roles must alternate user/assistant/user/assistant/..." in str(e.value)
+    assert c.chat.completions.create(model="any", messages=messages, max_tokens=2).choices[0].finish_reason == "length"
+
+
+def test_a_chat_template_that_cannot_be_used_stops_the_server_at_start_naming_it(tmp_path):
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}{{ m.content }}", encoding="utf-8")
+    for spec, words in ((str(bad), "line 1"), ("vicuna", "'vicuna' is neither a built-in name")):
+        proc = subprocess.run([str(SPECULA_BIN), "serve", "--model", str(DEFAULT_MODEL), "--port", "0",
+                               "--chat-template", spec], capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0
+        assert words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -420,7 +420,7 @@ int cmd_bench(int argc, char** argv) {
     std::set<std::string> options = kModelOptions;
     std::set<std::string> flags;
     if (what == "spec") {
-      options.insert({"prompts", "drafts", "limit", "max-tokens", "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence",
+      options.insert({kChatTemplateOption, "prompts", "drafts", "limit", "max-tokens", "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence",
                       "draft-confidence-greedy", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed", "spec-sampling",
                       "json-schema", "grammar"});
       options.insert(kEngineBenchOptions.begin(), kEngineBenchOptions.end());

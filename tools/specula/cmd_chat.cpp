@@ -24,7 +24,7 @@ const char* kUsage =
     "                    [--logit-bias ID:BIAS,...] [--min-tokens N]\n"
     "                    [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--spec-k K] [--adaptive]\n"
     "                    [--spec-k-min K] [--spec-k-max K] [--spec-sampling exact|block|coupled]\n"
-    "                    [--pipeline off|on|always]\n"
+    "                    [--pipeline off|on|always] [--chat-template chatml|llama3|plain|FILE|TEXT]\n"
     "  Type a message and press Enter. /reset starts over, /quit (or end of input) leaves.\n"
     "  Each reply is streamed through the engine (as `specula generate` does), with its speed and,\n"
     "  with --draft, its acceptance on stderr. A reply is cut where the context ends; a message that\n"
@@ -34,14 +34,14 @@ const char* kUsage =
 
 int cmd_chat(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
-  options.insert({"system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed"});
+  options.insert({kChatTemplateOption, "system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed"});
   options.insert(kEngineRunOptions.begin(), kEngineRunOptions.end());
   const Args a(argc, argv, options, {"adaptive"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   SamplingParams sp = sampling_from_args(a);
   const long long max_tokens = max_tokens_from_args(a, 512);
   const SpecSampling mode = spec_sampling_from_args(a);
-  auto files = std::make_shared<const LoadedModel>(load_model(a.str("model", default_model_path())));
+  auto files = std::make_shared<const LoadedModel>(load_model_from_args(a));
   const actors::EngineConfig cfg = engine_config_from_args(a, files);
   const std::unique_ptr<actors::Engine> engine = open_engine(cfg);
   const bool tty = isatty(STDIN_FILENO);

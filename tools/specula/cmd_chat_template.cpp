@@ -55,12 +55,7 @@ int cmd_chat_template(int argc, char** argv) {
   ChatTemplate t;
   if (a.has("model") || !a.has("chat-template")) {
     if (a.has("bos") || a.has("eos")) throw UsageError("--bos and --eos are for a --chat-template without --model");
-    const LoadedModel m = load_model(a.str("model", default_model_path()));
-    try {
-      t = chat_template_for(m, a.str("chat-template"));
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(std::string("--chat-template: ") + e.what());
-    }
+    t = load_model_from_args(a).chat_template;
   } else {
     try {
       t = ChatTemplate::from_option(a.str("chat-template"), SpecialTokens{a.str("bos"), a.str("eos")});

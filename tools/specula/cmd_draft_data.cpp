@@ -177,7 +177,7 @@ int refeature(const Args& a, Session& s, long long batch) {
 
 int cmd_draft_data(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
-  options.insert({"out", "samples", "seed", "batch", "prompt-tokens", "response-tokens", "prompt-temperature",
+  options.insert({kChatTemplateOption, "out", "samples", "seed", "batch", "prompt-tokens", "response-tokens", "prompt-temperature",
                   "response-temperatures", "topk", "log", "prompts", "from", "feature-layers", "user-prefixes"});
   const Args a(argc, argv, options, {"keep-unfinished-prompts"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }

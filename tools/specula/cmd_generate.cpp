@@ -41,9 +41,10 @@ const char* kUsage =
     "                        [--spec-k-min K] [--spec-k-max K] [--spec-k-max-greedy K] [--draft-entropy NATS]\n"
     "                        [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                        [--spec-sampling exact|block|coupled] [--pipeline off|on|always] [--trace FILE] [--sequential]\n"
-    "                        [--prefix-cache on|off]\n"
+    "                        [--prefix-cache on|off] [--chat-template chatml|llama3|plain|FILE|TEXT]\n"
     "  Streams the continuation to stdout and ends with prefill and decode tokens/s on stderr.\n"
-    "  --chat applies the model's chat template to the prompt (as one user message).\n"
+    "  --chat applies the model's chat template to the prompt (as one user message; --system adds a\n"
+    "  system message), or --chat-template's (as `specula serve --chat-template`).\n"
     "  Defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0 (off), max-tokens 256, a random seed (printed);\n"
     "  penalties off (presence and frequency 0, in [-2, 2]; repetition 1, in (0, 2]: docs/speculative.md).\n"
     "  --logit-bias adds BIAS (in [-100, 100]) to token ID's logit; --min-tokens N holds the stop tokens\n"
@@ -219,7 +220,7 @@ std::string constraint_name(const Args& a) {
 
 int cmd_generate(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
-  options.insert({"json-schema", "grammar", "prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed"});
+  options.insert({kChatTemplateOption, "json-schema", "grammar", "prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed"});
   options.insert(kEngineRunOptions.begin(), kEngineRunOptions.end());
   const Args a(argc, argv, options, {"chat", "json", "adaptive", "sequential", "ignore-eos", "json-object"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
@@ -329,7 +330,7 @@ int generate_sequential(const Args& a) {
 int generate_through_engine(const Args& a) {
   const long long max_tokens = max_tokens_from_args(a, 256);
   const SpecSampling mode = spec_sampling_from_args(a);
-  auto files = std::make_shared<const LoadedModel>(load_model(a.str("model", default_model_path())));
+  auto files = std::make_shared<const LoadedModel>(load_model_from_args(a));
   actors::EngineConfig cfg = engine_config_from_args(a, files);
   actors::EngineRequest req;
   if (a.has("prompt-ids")) {

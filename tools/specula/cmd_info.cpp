@@ -86,7 +86,13 @@ int cmd_info(int argc, char** argv) {
   std::printf("rms_eps       %g\n", c.rms_eps);
   std::printf("embeddings    %s\n", c.tied_embeddings ? "tied" : "separate output");
   std::printf("bos / eos     %d / %s\n", c.bos_id, eos.empty() ? "-" : eos.c_str());
-  std::printf("chat format   %s\n", chat_kind(m.chat_template.kind()));
+  if (m.chat_template.runs_jinja())
+    std::printf("chat format   the model's Jinja template (%s family)\n", chat_kind(m.chat_template.kind()));
+  else if (!m.chat_template.problem().empty())
+    std::printf("chat format   built-in %s (the model's template is not run: %s)\n", chat_kind(m.chat_template.kind()),
+                m.chat_template.problem().c_str());
+  else
+    std::printf("chat format   built-in %s\n", chat_kind(m.chat_template.kind()));
   std::printf("tensors       %zu: %s (%.1f MB; norms as loaded, F32)\n", seen.size(), types.c_str(), bytes / 1e6);
   return 0;
 }

@@ -23,7 +23,7 @@ const char* kUsage =
     "                     [--spec-k 4] [--adaptive] [--spec-k-min 1] [--spec-k-max 8]\n"
     "                     [--spec-k-max-greedy K] [--draft-entropy NATS] [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10] [--max-connections 4096]\n"
-    "                     [--scheduling-policy fcfs|priority]\n"
+    "                     [--scheduling-policy fcfs|priority] [--chat-template chatml|llama3|plain|FILE|TEXT]\n"
     "                     [--api-key KEY] [--api-key-file FILE] [--allowed-origins ORIGIN,...|*]\n"
     "  Serves the model on one port: the chat page at /, the WebSocket protocol at /v1/ws, the\n"
     "  OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models, /health and /metrics\n"
@@ -42,6 +42,9 @@ const char* kUsage =
     "  --ubatch-size: the most rows a forward runs at a time; a longer prompt is prefilled in pieces\n"
     "  of that many, which bounds the memory its prefill takes (docs/engine.md, \"Prefill in pieces\").\n"
     "  --draft as for `specula generate` (scripts/run.sh serves with ngram:n=3+eagle).\n"
+    "  --chat-template: how `messages` become the prompt, instead of the model's own Jinja template: a\n"
+    "  built-in format, a file holding a Jinja template, or its text (`specula chat-template` shows\n"
+    "  what a template makes of a conversation; docs/serving.md, \"Chat template\").\n"
     "  --spec-k / --adaptive / --draft-entropy / --draft-confidence: the draft length for requests\n"
     "  that set none (the entropy rule ends a draft where the draft's distribution has more than\n"
     "  NATS, the confidence rule where the product of its tokens' draft probabilities falls below\n"
@@ -93,11 +96,12 @@ int cmd_serve(int argc, char** argv) {
   const Args a(argc, argv,
                {"model", "draft", "host", "port", "max-batch", "kv-tokens", "kv-reserve", "max-queue", "threads", "ubatch-size", "device", "pipeline", "prefix-cache",
                 "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence", "draft-confidence-greedy", "max-tokens", "served-model-name",
-                "shutdown-timeout", "api-key", "api-key-file", "allowed-origins", "max-connections", "scheduling-policy"},
+                "shutdown-timeout", "api-key", "api-key-file", "allowed-origins", "max-connections", "scheduling-policy", "chat-template"},
                {"adaptive"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   actors::EngineConfig ec;
   ec.target = a.has("model") ? a.str("model") : default_model_path();
+  ec.chat_template = a.str("chat-template");
   ec.drafter = a.str("draft", "ngram");
   ec.device = a.str("device", "auto");
   ec.draft = draft_length_from_args(a);

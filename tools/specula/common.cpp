@@ -27,13 +27,25 @@ int64_t ubatch_from_args(const Args& a) {
   return rows;
 }
 
+LoadedModel load_model_from_args(const Args& a) {
+  LoadedModel m = load_model(a.str("model", default_model_path()));
+  if (a.has(kChatTemplateOption)) {
+    try {
+      m.chat_template = chat_template_for(m, a.str(kChatTemplateOption));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--chat-template: " + std::string(e.what()));
+    }
+  }
+  return m;
+}
+
 Session open_session(const Args& a) {
   Session s;
   DeviceOptions dev;
   dev.device = a.str("device", "auto");
   dev.threads = static_cast<int>(a.integer("threads", 2));
   s.ops = make_device(dev);  // argument errors before the (slower) model load
-  s.loaded = load_model(a.str("model", default_model_path()));
+  s.loaded = load_model_from_args(a);
   s.model = std::make_unique<LlamaModel>(s.loaded.weights, *s.ops);
   s.model->set_max_forward_rows(ubatch_from_args(a));
   const int64_t model_ctx = s.loaded.weights.config.max_positions > 0 ? s.loaded.weights.config.max_positions : 8192;

@@ -18,6 +18,11 @@ namespace specula::cli {
 // (SPECULA_CACHE defaults to ~/.cache/specula), where scripts/setup.sh puts it.
 std::string default_model_path();
 
+// --chat-template NAME|FILE|TEXT: the commands that render chat prompts take it (ChatTemplate::from_option).
+inline const std::string kChatTemplateOption = "chat-template";
+// --model (default model), with --chat-template applied when given (a UsageError naming a bad one).
+LoadedModel load_model_from_args(const Args& a);
+
 // Options every model-running command takes.
 inline const std::set<std::string> kModelOptions = {"model", "device", "threads", "ctx", "ubatch-size"};
 
