@@ -70,6 +70,8 @@ ChatTemplate ChatTemplate::from_template_text(const std::string& jinja, SpecialT
     t.jinja_ = std::make_shared<const jinja::Template>(jinja);
   } catch (const jinja::Error& e) {
     t.problem_ = e.what();
+  } catch (const std::exception& e) {  // e.g. bad_alloc on an absurd template: not run, as a parse error
+    t.problem_ = std::string("chat template: ") + e.what();
   }
   return t;
 }

@@ -270,12 +270,13 @@ Value get_item(const Value& subject, const Value& key) {
     return v ? *v : method(subject, key.string());
   }
   if ((subject.is_array() || subject.is_string()) && key.is_int()) {
-    const int64_t n = subject.is_array() ? static_cast<int64_t>(subject.array().size()) : static_cast<int64_t>(subject.string().size());
+    const Array chars = subject.is_string() ? iterate(subject) : Array{};  // a string's characters, not bytes
+    const Array& items = subject.is_array() ? subject.array() : chars;
+    const int64_t n = static_cast<int64_t>(items.size());
     int64_t i = key.integer();
     if (i < 0) i += n;
     if (i < 0 || i >= n) return Value();  // Jinja gives undefined, not an IndexError
-    if (subject.is_array()) return subject.array()[static_cast<size_t>(i)];
-    return Value(subject.string().substr(static_cast<size_t>(i), 1));
+    return items[static_cast<size_t>(i)];
   }
   if (subject.is_undefined()) throw Error("reading an item of an undefined value");
   if (key.is_string()) return method(subject, key.string());
@@ -525,6 +526,7 @@ Value apply_filter(const std::string& name, const Value& v, Arguments& args,
   }
   if (name == "indent") {  // Jinja's: every line but the first, blank ones only with blank=true
     const Value width = args.get(0, "width", Value(4));
+    if (!width.is_string() && (!width.is_int() || width.integer() > 4096)) throw Error("indent: width must be a string or an int up to 4096");
     const std::string pad = width.is_string() ? width.string() : std::string(static_cast<size_t>(std::max<int64_t>(0, width.integer())), ' ');
     const bool first = args.get(1, "first", Value(false)).boolean();
     const bool blank = args.get(2, "blank", Value(false)).boolean();

@@ -9,7 +9,7 @@
 namespace specula::jinja {
 namespace {
 
-constexpr int kMaxNesting = 200;  // of expressions and blocks: a template deeper than this is refused
+constexpr int kMaxNesting = 100;  // of expressions and blocks: a template deeper than this is refused
 constexpr int kMaxHeight = 400;   // of one expression's tree (a + b + ... chains, filter chains)
 
 struct Token {
@@ -116,7 +116,12 @@ std::vector<Token> lex_tag(std::string_view src, size_t& pos, int& line, std::st
           case 'U': {
             const size_t n_hex = n == 'x' ? 2 : n == 'u' ? 4 : 8;
             if (i + n_hex >= src.size()) fail(line, "a truncated \\" + std::string(1, n) + " escape");
-            const unsigned long cp = std::stoul(std::string(src.substr(i + 1, n_hex)), nullptr, 16);
+            unsigned long cp = 0;
+            for (char h : src.substr(i + 1, n_hex)) {
+              if (!std::isxdigit(static_cast<unsigned char>(h))) fail(line, "a bad \\" + std::string(1, n) + " escape");
+              cp = cp * 16 + static_cast<unsigned long>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
+            }
+            if (cp > 0x10FFFF) fail(line, "a \\U escape past U+10FFFF");
             i += n_hex;
             if (cp < 0x80) {
               s += static_cast<char>(cp);
@@ -516,7 +521,12 @@ class ExprParser {
         if (peek() && peek()->kind == Token::Kind::Int) {  // a.0 is a[0]
           g->kind = Expr::Kind::GetItem;
           g->b = make(Expr::Kind::Literal);
-          g->b->literal = Value(static_cast<int64_t>(std::stoll(t_[i_++].text)));
+          try {
+            g->b->literal = Value(static_cast<int64_t>(std::stoll(t_[i_].text)));
+          } catch (const std::exception&) {
+            fail(line(), "the index " + t_[i_].text + " is out of range");
+          }
+          ++i_;
         } else {
           g->name = expect_name();
         }

@@ -7,7 +7,7 @@
 namespace specula::jinja {
 namespace {
 
-constexpr int kMaxCallDepth = 64;  // macro calls inside macro calls
+constexpr int kMaxCallDepth = 16;  // macro calls inside macro calls (times 100 nested blocks: the stack's bound)
 
 enum class Flow { Normal, Break, Continue };
 
@@ -62,15 +62,17 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (op == "*" && (a.is_string() || a.is_array()) && b.is_int()) {
     const Value& seq = a;
     const int64_t times = b.integer();
-    if (times > 0 && seq.is_string() && seq.string().size() * static_cast<size_t>(times) > (64u << 20))
-      throw Error("a string repeated past 64 MiB");
+    const size_t unit = seq.is_string() ? seq.string().size() : seq.array().size();
+    if (times <= 0 || unit == 0) return seq.is_string() ? Value(std::string()) : Value(Array{});
+    const size_t limit = seq.is_string() ? (64u << 20) : (1u << 20);  // bytes of a string, items of a list
+    if (static_cast<uint64_t>(times) > limit / unit) throw Error("a string or list repeated past 64 MiB or 1 Mi items");
     if (seq.is_string()) {
       std::string out;
       for (int64_t i = 0; i < times; ++i) out += seq.string();
       return Value(std::move(out));
     }
     Array out;
-    for (int64_t i = 0; i < times && out.size() < (1u << 20); ++i) out.insert(out.end(), seq.array().begin(), seq.array().end());
+    for (int64_t i = 0; i < times; ++i) out.insert(out.end(), seq.array().begin(), seq.array().end());
     return Value(std::move(out));
   }
   if (!a.is_number() || !b.is_number()) type_error(op, a, b);
@@ -83,6 +85,12 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     if (b.number() == 0) throw Error("division by zero");
     if (ints) {
       const int64_t x = a.integer(), y = b.integer();
+      if (y == -1) {  // x / -1 traps for the smallest int64
+        if (op == "%") return Value(int64_t{0});
+        int64_t neg = 0;
+        if (__builtin_sub_overflow(int64_t{0}, x, &neg)) throw Error("integer overflow");
+        return Value(neg);
+      }
       int64_t q = x / y, r = x % y;
       if (r != 0 && ((r < 0) != (y < 0))) {  // Python floors
         q -= 1;
@@ -96,16 +104,24 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   }
   if (op == "**") {
     if (ints && b.integer() >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < b.integer() && i < 64; ++i) r *= a.integer();
+      const int64_t x = a.integer(), n = b.integer();
+      if (x == 0 || x == 1) return Value(n == 0 ? int64_t{1} : x);
+      if (x == -1) return Value(n % 2 ? int64_t{-1} : int64_t{1});
+      int64_t r = 1;  // |x| >= 2: overflows within 63 steps
+      for (int64_t i = 0; i < n; ++i)
+        if (__builtin_mul_overflow(r, x, &r)) throw Error("integer overflow");
       return Value(r);
     }
     return Value(std::pow(a.number(), b.number()));
   }
-  if (ints) {
-    if (op == "+") return Value(a.integer() + b.integer());
-    if (op == "-") return Value(a.integer() - b.integer());
-    if (op == "*") return Value(a.integer() * b.integer());
+  if (ints) {  // Python's ints do not overflow; ours refuse to
+    int64_t r = 0;
+    const bool over = op == "+"   ? __builtin_add_overflow(a.integer(), b.integer(), &r)
+                      : op == "-" ? __builtin_sub_overflow(a.integer(), b.integer(), &r)
+                      : op == "*" ? __builtin_mul_overflow(a.integer(), b.integer(), &r)
+                                  : (type_error(op, a, b), false);
+    if (over) throw Error("integer overflow");
+    return Value(r);
   } else {
     if (op == "+") return Value(a.number() + b.number());
     if (op == "-") return Value(a.number() - b.number());
