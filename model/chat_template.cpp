@@ -151,7 +151,7 @@ std::string ChatTemplate::render_variables(const nlohmann::ordered_json& variabl
     return jinja_->render(context);
   } catch (const jinja::Raised& e) {
     throw std::invalid_argument(std::string("the model's chat template refuses the conversation: ") + e.what());
-  } catch (const jinja::Error& e) {
+  } catch (const std::exception& e) {  // jinja::Error, or bad_alloc on an absurd template
     throw std::invalid_argument(std::string("the model's chat template fails on the conversation: ") + e.what());
   }
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -28,6 +29,11 @@ const std::set<std::string> kTests = {
     "undefined", "upper",  "==",      "!=",          "<",      ">",       "<=",     ">="};
 
 const char* const kSpace = " \t\n\r\v\f";
+
+// A string a filter or method builds, held to the size a template may build (64 MiB).
+void check_size(const std::string& s) {
+  if (s.size() > (64u << 20)) throw Error("a string longer than 64 MiB");
+}
 
 std::string strip(const std::string& s, const Value& chars, bool left, bool right) {
   const std::string set = chars.is_string() ? chars.string() : std::string(kSpace);
@@ -63,10 +69,17 @@ std::string capitalize(std::string s) {
 }
 
 std::string replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
-  if (from.empty()) {  // Python inserts `to` around every character
-    std::string out = to;
-    for (size_t i = 0; i < s.size() && (count < 0 || static_cast<int64_t>(i) + 1 < count); ++i) out += s.substr(i, 1) + to;
-    return out;
+  if (count == 0) return s;
+  if (from.empty()) {  // Python inserts `to` before every character and at the end, `count` times at most
+    std::string out;
+    int64_t n = 0;
+    size_t i = 0;
+    for (; i <= s.size() && (count < 0 || n < count); ++i, ++n) {
+      out += to;
+      if (i < s.size()) out += s[i];
+      check_size(out);
+    }
+    return i < s.size() ? out + s.substr(i) : out;
   }
   std::string out;
   size_t pos = 0;
@@ -74,6 +87,7 @@ std::string replace(const std::string& s, const std::string& from, const std::st
     const size_t at = s.find(from, pos);
     if (at == std::string::npos) break;
     out += s.substr(pos, at - pos) + to;
+    check_size(out);
     pos = at + from.size();
   }
   return out + s.substr(pos);
@@ -159,7 +173,15 @@ Value attribute_of(const Value& v, const Value& attribute) {
   for (const Value& part : split(need_string(attribute, "attribute"), Value("."), -1)) {
     const std::string& p = part.string();
     const bool digits = !p.empty() && std::all_of(p.begin(), p.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-    out = digits && out.is_array() ? get_item(out, Value(static_cast<int64_t>(std::stoll(p)))) : get_item(out, Value(p));
+    int64_t index = 0;
+    if (digits && out.is_array()) {
+      try {
+        index = static_cast<int64_t>(std::stoll(p));
+      } catch (const std::exception&) {
+        return Value();  // past any list's end
+      }
+    }
+    out = digits && out.is_array() ? get_item(out, Value(index)) : get_item(out, Value(p));
   }
   return out;
 }
@@ -182,7 +204,10 @@ Value slice(const Value& subject, const Arguments& args) {
   const int64_t start = args.positional[0].is_none() ? (step > 0 ? 0 : n - 1) : clamp(bound(args.positional[0], 0));
   const int64_t stop = args.positional[1].is_none() ? (step > 0 ? n : -1) : clamp(bound(args.positional[1], 0));
   Array out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(items[static_cast<size_t>(i)]);
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    out.push_back(items[static_cast<size_t>(i)]);
+    if (__builtin_add_overflow(i, step, &i)) break;
+  }
   if (subject.is_string()) {
     std::string s;
     for (const Value& c : out) s += c.string();
@@ -285,7 +310,8 @@ Value get_item(const Value& subject, const Value& key) {
 
 Value get_attr(const Value& subject, const std::string& name) {
   if (subject.is_undefined()) throw Error("reading '" + name + "' of an undefined value");
-  if (Value m = method(subject, name); !m.is_undefined()) return m;
+  const bool ns = subject.is_object() && subject.object_ref().is_namespace;  // a namespace's attributes are its own
+  if (Value m = ns ? Value() : method(subject, name); !m.is_undefined()) return m;
   if (subject.is_object()) {
     const Value* v = subject.object_ref().find(name);
     return v ? *v : Value();
@@ -336,6 +362,7 @@ Value method(const Value& subject, const std::string& name) {
         bool first = true;
         for (const Value& v : iterate(a.get(0, "iterable"))) {
           out += (first ? "" : s) + need_string(v, "join");
+          check_size(out);
           first = false;
         }
         return Value(std::move(out));
@@ -408,9 +435,10 @@ Value global(const std::string& name) {
       }
       if (step == 0) throw Error("range() step must not be zero");
       Array out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
         if (out.size() >= 1'000'000) throw Error("range() is longer than 1,000,000 items");
         out.push_back(Value(i));
+        if (__builtin_add_overflow(i, step, &i)) break;
       }
       return Value(std::move(out));
     }));
@@ -461,7 +489,7 @@ bool apply_test(const std::string& name, const Value& v, Arguments& args) {
     if (!v.is_int()) throw Error("the '" + name + "' test needs an integer");
     if (name == "divisibleby") {
       if (!arg.is_int() || arg.integer() == 0) throw Error("divisibleby needs a non-zero integer");
-      return v.integer() % arg.integer() == 0;
+      return arg.integer() == -1 || v.integer() % arg.integer() == 0;  // INT64_MIN % -1 traps
     }
     return (v.integer() % 2 == 0) == (name == "even");
   }
@@ -520,7 +548,8 @@ Value apply_filter(const std::string& name, const Value& v, Arguments& args,
       item_sep = need_string(seps.array()[0], "separators");
       key_sep = need_string(seps.array()[1], "separators");
     }
-    std::string out = to_json(v, indent.is_int() ? static_cast<int>(indent.integer()) : -1, item_sep, key_sep,
+    if (indent.is_int() && indent.integer() > 4096) throw Error("tojson: indent above 4096");
+    std::string out = to_json(v, indent.is_int() ? static_cast<int>(std::max<int64_t>(0, indent.integer())) : -1, item_sep, key_sep,
                               args.get(3, "sort_keys", Value(false)).boolean());
     return Value(args.get(0, "ensure_ascii", Value(false)).boolean() ? ascii_escaped(out) : out);
   }
@@ -535,12 +564,16 @@ Value apply_filter(const std::string& name, const Value& v, Arguments& args,
     for (size_t i = 1; i < lines.size(); ++i) {
       const std::string& line = lines[i].string();
       out += "\n" + ((blank || !line.empty()) ? pad : "") + line;
+      check_size(out);
     }
     return Value(first ? pad + out : out);
   }
   if (name == "int") {
     if (v.is_int()) return Value(v.integer());
-    if (v.is_float()) return Value(static_cast<int64_t>(v.number()));
+    if (v.is_float()) {
+      if (!(std::fabs(v.number()) < 9.2e18)) throw Error("int: the float is out of range");
+      return Value(static_cast<int64_t>(v.number()));
+    }
     try {
       return Value(static_cast<int64_t>(std::stoll(strip(v.str(), Value(), true, true))));
     } catch (const std::exception&) {
@@ -557,9 +590,11 @@ Value apply_filter(const std::string& name, const Value& v, Arguments& args,
   }
   if (name == "abs") {
     if (!v.is_number()) throw Error("abs needs a number");
+    if (v.is_int() && v.integer() == INT64_MIN) throw Error("integer overflow");
     return v.is_float() ? Value(std::fabs(v.number())) : Value(v.integer() < 0 ? -v.integer() : v.integer());
   }
   if (name == "round") {
+    if (!v.is_number() || !args.get(0, "precision", Value(0)).is_int()) throw Error("round needs a number and an integer precision");
     const int64_t precision = args.get(0, "precision", Value(0)).integer();
     const std::string method = args.get(1, "method", Value("common")).str();
     const double scale = std::pow(10.0, static_cast<double>(precision));
@@ -597,6 +632,7 @@ Value apply_filter(const std::string& name, const Value& v, Arguments& args,
     bool first = true;
     for (const Value& x : iterate(v)) {
       out += (first ? "" : sep) + (attribute.is_none() ? x : attribute_of(x, attribute)).str();
+      check_size(out);
       first = false;
     }
     return Value(std::move(out));
@@ -610,7 +646,9 @@ Value apply_filter(const std::string& name, const Value& v, Arguments& args,
       Value total = args.get(1, "start", Value(0));
       for (const Value& x : items) {
         if (!x.is_number() || !total.is_number()) throw Error("sum needs numbers");
-        total = total.is_float() || x.is_float() ? Value(total.number() + x.number()) : Value(total.integer() + x.integer());
+        int64_t r = 0;
+        if (!total.is_float() && !x.is_float() && __builtin_add_overflow(total.integer(), x.integer(), &r)) throw Error("integer overflow");
+        total = total.is_float() || x.is_float() ? Value(total.number() + x.number()) : Value(r);
       }
       return total;
     }

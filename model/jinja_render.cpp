@@ -1,5 +1,6 @@
 // Runs a parsed template (jinja_ast.h) over a context: Jinja2's scoping (each loop iteration
 // and each macro call a frame of its own, `namespace()` attributes shared), Python's operators.
+#include <climits>
 #include <cmath>
 
 #include "model/jinja_ast.h"
@@ -9,7 +10,30 @@ namespace {
 
 constexpr int kMaxCallDepth = 16;  // macro calls inside macro calls (times 100 nested blocks: the stack's bound)
 
+constexpr size_t kMaxString = 64u << 20;    // bytes of one string a template builds
+constexpr size_t kMaxOutput = 256u << 20;   // bytes of a render's text
+constexpr int64_t kMaxSteps = 10'000'000;   // loop iterations of one render
+constexpr int kMaxValueDepth = 256;         // a namespace attribute's nesting (repr, == and destruction recurse)
+
 enum class Flow { Normal, Break, Continue };
+
+std::string bounded(std::string s) {
+  if (s.size() > kMaxString) throw Error("a string longer than 64 MiB");
+  return s;
+}
+
+// Whether v nests deeper than `limit` (a walk that stops there, so it is bounded itself).
+bool deeper_than(const Value& v, int limit) {
+  if (limit < 0) return true;
+  if (v.is_array()) {
+    for (const Value& x : v.array())
+      if (deeper_than(x, limit - 1)) return true;
+  } else if (v.is_object()) {
+    for (const auto& [k, x] : v.object_ref().entries)
+      if (deeper_than(x, limit - 1)) return true;
+  }
+  return false;
+}
 
 [[noreturn]] void fail_at(int line, const std::string& what) {
   throw Error("chat template line " + std::to_string(line) + ": " + what);
@@ -46,14 +70,15 @@ bool contains(const Value& container, const Value& item) {
     return false;
   }
   if (container.is_object()) return item.is_string() && container.object_ref().find(item.string()) != nullptr;
-  if (container.is_undefined()) throw Error("'in' an undefined value");
+  if (container.is_undefined()) return false;  // Undefined iterates as empty
   throw Error("'in' is not supported on a '" + container.type_name() + "'");
 }
 
 Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value(a.string() + b.string());
+    if (a.is_string() && b.is_string()) return Value(bounded(a.string() + b.string()));
     if (a.is_array() && b.is_array()) {
+      if (a.array().size() + b.array().size() > (1u << 20)) throw Error("a list longer than 1 Mi items");
       Array out = a.array();
       out.insert(out.end(), b.array().begin(), b.array().end());
       return Value(std::move(out));
@@ -152,7 +177,10 @@ class Renderer {
   Flow exec(const Node& n, std::string& out) {
     switch (n.kind) {
       case Node::Kind::Text: out += n.text; return Flow::Normal;
-      case Node::Kind::Output: out += eval(*n.expr).str(); return Flow::Normal;
+      case Node::Kind::Output:
+        out += eval(*n.expr).str();
+        if (out.size() > kMaxOutput) fail_at(n.line, "the rendered text is longer than 256 MiB");
+        return Flow::Normal;
       case Node::Kind::If:
         for (const auto& [cond, body] : n.branches)
           if (!cond || eval(*cond).boolean()) return exec(body, out);
@@ -164,6 +192,7 @@ class Renderer {
           Value target = lookup(n.targets[0]);
           if (!target.is_object() || !target.object_ref().is_namespace)
             fail_at(n.line, "'" + n.targets[0] + "." + n.name + "' can be assigned only on a namespace()");
+          if (deeper_than(v, kMaxValueDepth)) fail_at(n.line, "a value nested deeper than 256 levels");
           target.object_ref().set(n.name, std::move(v));
         } else {
           bind(n.targets, v, n.line);
@@ -225,6 +254,7 @@ class Renderer {
     Flow result = Flow::Normal;
     const int64_t len = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < len; ++i) {
+      if (++steps_ > kMaxSteps) fail_at(n.line, "the template runs more than 10,000,000 loop iterations");
       scopes_.emplace_back();
       Value loop = Value::object();
       Object& l = loop.object_ref();
@@ -393,6 +423,7 @@ class Renderer {
         if (e.name == "not") return Value(!v.boolean());
         if (!v.is_number()) throw Error("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
         if (e.name == "+") return v.is_float() ? Value(v.number()) : Value(v.integer());
+        if (v.is_int() && v.integer() == INT64_MIN) throw Error("integer overflow");
         return v.is_float() ? Value(-v.number()) : Value(-v.integer());
       }
       case Expr::Kind::Binary: {
@@ -401,7 +432,7 @@ class Renderer {
         if (op == "and") return a.boolean() ? eval(*e.b) : a;
         if (op == "or") return a.boolean() ? a : eval(*e.b);
         Value b = eval(*e.b);
-        if (op == "~") return Value(a.str() + b.str());
+        if (op == "~") return Value(bounded(a.str() + b.str()));
         if (op == "==") return Value(a == b);
         if (op == "!=") return Value(!(a == b));
         if (op == "<") return Value(compare_values(op, a, b) < 0);
@@ -422,6 +453,7 @@ class Renderer {
   std::vector<Frame> scopes_;
   int loops_ = 0;
   int calls_ = 0;
+  int64_t steps_ = 0;
 };
 
 }  // namespace

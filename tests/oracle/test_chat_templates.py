@@ -199,6 +199,7 @@ FEATURES = [
     ("  {#- trimmed comment -#}  x\n    {# kept indent? #}\n  y\n\t{% if true %}\n\tz\n\t{% endif %}\n", {}),
     ("{{ messages[0]['content'] | trim | length }} {{ (messages | last).role }} {{ messages | map(attribute='role') | join(',') }} {{ messages | length > 1 }}", {"messages": [{"role": "system", "content": " s "}, {"role": "user", "content": "u"}]}),
     ("{{ u[1] }}{{ u[-1] }}{{ 2 ** 62 }} {{ (-1) ** 1000000000000 }} {{ 1 ** 99999999999 }} {{ 7 // -1 }} {{ -7 % -1 }} {{ [] * 100000000000 }} {{ '' * 100000000000 }}", {"u": "日本語"}),
+    ("{{ 'a' in undefined_thing }} {{ namespace(items=3).items }} {{ 'abc' | replace('', '-') }} {{ 'abc' | replace('', '-', 2) }} {{ 'abc' | replace('b', '-', 0) }}", {}),
     ("{{ x.y.z }}", {"x": {}}),
     ("{{ none.attr }}", {}),
     ("{% for x in none %}{% endfor %}", {}),

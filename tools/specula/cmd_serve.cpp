@@ -102,6 +102,13 @@ int cmd_serve(int argc, char** argv) {
   actors::EngineConfig ec;
   ec.target = a.has("model") ? a.str("model") : default_model_path();
   ec.chat_template = a.str("chat-template");
+  if (a.has("chat-template")) {  // a bad one named before the model loads (the engine applies it with the model's BOS/EOS)
+    try {
+      (void)ChatTemplate::from_option(ec.chat_template);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--chat-template: " + std::string(e.what()));
+    }
+  }
   ec.drafter = a.str("draft", "ngram");
   ec.device = a.str("device", "auto");
   ec.draft = draft_length_from_args(a);

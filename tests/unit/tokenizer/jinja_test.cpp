@@ -60,6 +60,24 @@ TEST(Jinja, ArithmeticThatWouldOverflowOrTrapIsAnErrorNotUndefinedBehaviour) {
   test::expect_error<Error>([] { Template t("{{ x.99999999999999999999999 }}"); }, {"out of range"});
 }
 
+TEST(Jinja, TemplatesThatTrapOrGrowWithoutBoundAreErrorsNotCrashes) {
+  EXPECT_EQ(render("{{ [1, 2, 3][1::9223372036854775807] }}"), "[2]");
+  EXPECT_EQ(render("{{ (-9223372036854775807 - 1) is divisibleby(-1) }}"), "True");
+  test::expect_error<Error>([] { render("{{ -(-9223372036854775807 - 1) }}"); }, {"integer overflow"});
+  test::expect_error<Error>([] { render("{{ 'a' | round }}"); }, {"round needs a number"});
+  test::expect_error<Error>([] { render("{{ [1] | tojson(indent=100000000000) }}"); }, {"indent above 4096"});
+  EXPECT_EQ(render("{{ [[1]] | map(attribute='99999999999999999999') | list }}"), "[]");
+  test::expect_error<Error>(
+      [] { render("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}{% endfor %}"); },
+      {"nested deeper than 256"});
+  test::expect_error<Error>(
+      [] { render("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"); },
+      {"longer than 64 MiB"});
+  test::expect_error<Error>([] { render("{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}"); },
+                            {"10,000,000 loop iterations"});
+  test::expect_error<Error>([] { render("{{ ('x' * 60000000) | replace('x', 'yy') }}"); }, {"longer than 64 MiB"});
+}
+
 TEST(Jinja, ValuesFromJsonKeepTheirTypesAndKeyOrder) {
   const auto vars = nlohmann::ordered_json::parse(R"({"d": {"z": 1, "a": [true, null, 2.5, "s"]}})");
   EXPECT_EQ(render("{{ d }}|{{ d | tojson }}", vars), "{'z': 1, 'a': [True, None, 2.5, 's']}|{\"z\": 1, \"a\": [true, null, 2.5, \"s\"]}");
