@@ -26,10 +26,6 @@ SpecialTokens special_tokens(const Tokenizer& t) {
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 namespace fs = std::filesystem;
 using nlohmann::json;
 
