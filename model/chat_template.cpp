@@ -45,6 +45,14 @@ std::string_view trim(std::string_view s) {
   return s.substr(b, s.find_last_not_of(ws) - b + 1);
 }
 
+// A message on one line: a template's own text (a string token, raise_exception's argument) may
+// hold newlines, and errors here become one stderr line or one JSON error message.
+std::string one_line(std::string s) {
+  for (char& ch : s)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  return s;
+}
+
 void check_messages(const std::vector<ChatMessage>& messages) {
   if (messages.empty()) throw std::invalid_argument("chat template: the conversation has no messages");
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -67,11 +75,14 @@ ChatTemplate ChatTemplate::from_template_text(const std::string& jinja, SpecialT
   if (jinja.empty()) return t;
   t.tokens_ = std::move(tokens);
   try {
+    // A template that parses is run; one that then fails on a conversation fails that request (a
+    // 400 naming the line), as Hugging Face and llama.cpp's --jinja fail it: some templates are
+    // written for conversations of one shape (tools given, a system message first).
     t.jinja_ = std::make_shared<const jinja::Template>(jinja);
   } catch (const jinja::Error& e) {
-    t.problem_ = e.what();
+    t.problem_ = one_line(e.what());
   } catch (const std::exception& e) {  // e.g. bad_alloc on an absurd template: not run, as a parse error
-    t.problem_ = std::string("chat template: ") + e.what();
+    t.problem_ = one_line(std::string("chat template: ") + e.what());
   }
   return t;
 }
@@ -150,9 +161,9 @@ std::string ChatTemplate::render_variables(const nlohmann::ordered_json& variabl
   try {
     return jinja_->render(context);
   } catch (const jinja::Raised& e) {
-    throw std::invalid_argument(std::string("the model's chat template refuses the conversation: ") + e.what());
+    throw std::invalid_argument(one_line(std::string("the model's chat template refuses the conversation: ") + e.what()));
   } catch (const std::exception& e) {  // jinja::Error, or bad_alloc on an absurd template
-    throw std::invalid_argument(std::string("the model's chat template fails on the conversation: ") + e.what());
+    throw std::invalid_argument(one_line(std::string("the model's chat template fails on the conversation: ") + e.what()));
   }
 }
 

@@ -124,7 +124,12 @@ TEST(GgufFuzz, DamagedFilesLoadOrFailWithOneLineAndNeverCrash) {
       // What loaded must work: tokenize, detokenize, render the template.
       const std::vector<int32_t> ids = m.tokenizer->encode("the <|im_start|> theory \xe2\x82\xac");
       (void)m.tokenizer->decode(ids);
-      (void)m.chat_template.render({{"user", "hi"}});
+      try {  // a damaged template that parses renders, or fails this conversation as its request's error
+        (void)m.chat_template.render({{"user", "hi"}});
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("the model's chat template"), std::string::npos) << "iteration " << i << ": " << e.what();
+        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "iteration " << i;
+      }
       ++loaded;
     } catch (const ModelError& e) {
       const std::string what = e.what();

@@ -137,8 +137,12 @@ TEST(ChatTemplate, ATemplatesOwnRefusalIsAnInvalidArgumentCarryingItsMessage) {
 }
 
 TEST(ChatTemplate, ATemplateFailingOnAConversationIsAnInvalidArgumentNamingTheLine) {
-  const ChatTemplate t = ChatTemplate::from_template_text("{{ bos_token }}\n{{ messages[0].content.missing.deeper }}");
-  test::expect_error<std::invalid_argument>([&] { t.render({{"user", "u"}}); }, {"fails on the conversation", "line 2"});
+  const ChatTemplate t = ChatTemplate::from_template_text(
+      "{{ bos_token }}\n{% if messages | length > 1 %}{{ messages[1].content.missing.deeper }}{% endif %}ok");
+  ASSERT_TRUE(t.runs_jinja()) << t.problem();
+  EXPECT_EQ(t.render({{"user", "u"}}), "\nok");
+  test::expect_error<std::invalid_argument>([&] { t.render({{"user", "u"}, {"assistant", "a"}}); },
+                                            {"fails on the conversation", "line 2"});
 }
 
 TEST(ChatTemplate, ATemplateWritesTheModelsBosAndEosTexts) {
