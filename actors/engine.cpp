@@ -95,14 +95,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   m.model = std::make_unique<LlamaModel>(m.files->weights, *m.ops);
   m.model->set_max_forward_rows(m.cfg.ubatch);
   m.chat = chat_template_for(*m.files, m.cfg.chat_template);
-  m.default_stop = default_stop_ids(*m.files);
-  if (const std::string eot = m.chat.end_of_turn(); !eot.empty() && m.files->tokenizer) {
-    const int32_t id = m.files->tokenizer->token_id(eot);  // the end-of-turn of a --chat-template's format
-    if (id >= 0 && std::find(m.default_stop.begin(), m.default_stop.end(), id) == m.default_stop.end()) {
-      m.default_stop.push_back(id);
-      std::sort(m.default_stop.begin(), m.default_stop.end());
-    }
-  }
+  m.default_stop = default_stop_ids(*m.files, &m.chat);
   LlamaModel* draft_target = m.model.get();
   const int draft_threads = m.cfg.draft_threads > 0 ? m.cfg.draft_threads : m.cfg.threads;
   if (m.cfg.pipeline) {

@@ -83,5 +83,6 @@ Value global(const std::string& name);                        // range, namespac
 Value get_attr(const Value& subject, const std::string& name);  // a.name
 Value get_item(const Value& subject, const Value& key);         // a[key]
 Array iterate(const Value& v);  // for's items: a list's, a dict's keys, a string's characters
+void check_size(const std::string& s);  // Error past 64 MiB, the most a string a template builds may hold
 
 }  // namespace specula::jinja

@@ -30,11 +30,6 @@ const std::set<std::string> kTests = {
 
 const char* const kSpace = " \t\n\r\v\f";
 
-// A string a filter or method builds, held to the size a template may build (64 MiB).
-void check_size(const std::string& s) {
-  if (s.size() > (64u << 20)) throw Error("a string longer than 64 MiB");
-}
-
 std::string strip(const std::string& s, const Value& chars, bool left, bool right) {
   const std::string set = chars.is_string() ? chars.string() : std::string(kSpace);
   size_t b = 0, e = s.size();
@@ -264,6 +259,10 @@ std::string html_escape(const std::string& s) {
 }  // namespace
 
 bool has_filter(const std::string& name) { return kFilters.count(name) > 0; }
+
+void check_size(const std::string& s) {
+  if (s.size() > (64u << 20)) throw Error("a string longer than 64 MiB");
+}
 bool has_test(const std::string& name) { return kTests.count(name) > 0; }
 
 Array iterate(const Value& v) {

@@ -10,7 +10,6 @@ namespace {
 
 constexpr int kMaxCallDepth = 16;  // macro calls inside macro calls (times 100 nested blocks: the stack's bound)
 
-constexpr size_t kMaxString = 64u << 20;    // bytes of one string a template builds
 constexpr size_t kMaxOutput = 256u << 20;   // bytes of a render's text
 constexpr int64_t kMaxSteps = 10'000'000;   // loop iterations of one render
 constexpr int kMaxValueDepth = 256;         // a namespace attribute's nesting (repr, == and destruction recurse)
@@ -18,7 +17,7 @@ constexpr int kMaxValueDepth = 256;         // a namespace attribute's nesting (
 enum class Flow { Normal, Break, Continue };
 
 std::string bounded(std::string s) {
-  if (s.size() > kMaxString) throw Error("a string longer than 64 MiB");
+  check_size(s);
   return s;
 }
 
@@ -251,7 +250,6 @@ class Renderer {
     }
     if (items.empty()) return exec(n.else_body, out);
     ++loops_;
-    Flow result = Flow::Normal;
     const int64_t len = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < len; ++i) {
       if (++steps_ > kMaxSteps) fail_at(n.line, "the template runs more than 10,000,000 loop iterations");
@@ -276,7 +274,7 @@ class Renderer {
       if (f == Flow::Break) break;
     }
     --loops_;
-    return result;
+    return Flow::Normal;
   }
 
   Value call_macro(const Node& def, Arguments& args) {
@@ -289,32 +287,26 @@ class Renderer {
       for (const auto& p : def.params) known = known || p.first == k;
       if (!known) fail_at(def.line, "macro '" + def.name + "' has no argument '" + k + "'");
     }
-    std::vector<Frame> saved = std::move(scopes_);
-    scopes_.clear();
-    scopes_.push_back(saved.front());
-    scopes_.emplace_back();
+    // The body sees the template's top level and a frame of its own for the arguments, not the
+    // caller's frames. An error ends the whole render, so nothing needs restoring then.
+    const size_t saved_base = base_;
     const int saved_loops = loops_;
+    scopes_.emplace_back();
+    base_ = scopes_.size() - 1;
     loops_ = 0;
     ++calls_;
-    std::string out;
-    try {
-      for (size_t i = 0; i < def.params.size(); ++i) {
-        const auto& [name, dflt] = def.params[i];
-        Value v = args.get(i, name, Value());
-        if (v.is_undefined() && dflt) v = eval(*dflt);
-        assign(name, std::move(v));
-      }
-      exec(def.body, out);
-    } catch (...) {
-      --calls_;
-      loops_ = saved_loops;
-      scopes_ = std::move(saved);
-      throw;
+    for (size_t i = 0; i < def.params.size(); ++i) {
+      const auto& [name, dflt] = def.params[i];
+      Value v = args.get(i, name, Value());
+      if (v.is_undefined() && dflt) v = eval(*dflt);
+      assign(name, std::move(v));
     }
+    std::string out;
+    exec(def.body, out);
     --calls_;
     loops_ = saved_loops;
-    saved.front() = std::move(scopes_.front());  // the macro may have set a namespace's attribute: shared anyway
-    scopes_ = std::move(saved);
+    base_ = saved_base;
+    scopes_.pop_back();
     return Value(std::move(out));
   }
 
@@ -337,10 +329,13 @@ class Renderer {
     scopes_.back().emplace_back(name, std::move(v));
   }
 
+  // The visible frames, innermost first: those from base_ up, then the top level.
   Value lookup(const std::string& name) const {
-    for (auto s = scopes_.rbegin(); s != scopes_.rend(); ++s)
-      for (const auto& [k, v] : *s)
+    for (size_t s = scopes_.size(); s-- > 0;) {
+      if (s < base_ && s != 0) continue;
+      for (const auto& [k, v] : scopes_[s])
         if (k == name) return v;
+    }
     return global(name);
   }
 
@@ -454,6 +449,7 @@ class Renderer {
   int loops_ = 0;
   int calls_ = 0;
   int64_t steps_ = 0;
+  size_t base_ = 0;  // inside a macro call: its arguments' frame (the frames below it but the top level are the caller's)
 };
 
 }  // namespace

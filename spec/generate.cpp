@@ -52,13 +52,13 @@ GenerateStats generate(LlamaModel& model, KvCache& kv, int seq, const GenerateRe
   return st;
 }
 
-std::vector<int32_t> default_stop_ids(const LoadedModel& m) {
+std::vector<int32_t> default_stop_ids(const LoadedModel& m, const ChatTemplate* chat) {
   std::vector<int32_t> ids = m.weights.config.eos_ids;
   if (m.tokenizer) {
     for (int32_t e : m.tokenizer->eos_ids()) ids.push_back(e);
-    const std::string eot = m.chat_template.end_of_turn();
-    if (!eot.empty()) {
-      const int32_t id = m.tokenizer->token_id(eot);
+    for (const ChatTemplate* t : {&m.chat_template, chat}) {
+      const std::string eot = t ? t->end_of_turn() : "";
+      const int32_t id = eot.empty() ? -1 : m.tokenizer->token_id(eot);
       if (id >= 0) ids.push_back(id);
     }
   }

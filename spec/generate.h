@@ -49,7 +49,7 @@ using TokenCallback = std::function<bool(int32_t token)>;
 GenerateStats generate(LlamaModel& model, KvCache& kv, int seq, const GenerateRequest& req, const TokenCallback& on_token);
 
 // The model's own end tokens: config EOS ids, the tokenizer's, and the chat template's
-// end-of-turn token when it is a single token.
-std::vector<int32_t> default_stop_ids(const LoadedModel& m);
+// end-of-turn token when it is a single token (and `chat`'s too when given: a --chat-template).
+std::vector<int32_t> default_stop_ids(const LoadedModel& m, const ChatTemplate* chat = nullptr);
 
 }  // namespace specula
