@@ -199,6 +199,7 @@ std::string Engine::trace_json() const { return impl_->trace ? impl_->trace->jso
 
 const EngineConfig& Engine::config() const { return impl_->cfg; }
 const LoadedModel& Engine::model() const { return *impl_->files; }
+const ChatTemplate& Engine::chat_template() const { return impl_->chat; }
 std::string Engine::device_name() const { return impl_->ops->name(); }
 bool Engine::pipelined() const { return impl_->pipelined; }
 const std::string& Engine::why_not_pipelined() const { return impl_->why_not_pipelined; }
@@ -236,7 +237,7 @@ std::vector<int32_t> Engine::tokenize(const EngineRequest& request) const {
   std::string text = request.prompt;
   try {
     if (!request.messages.empty())
-      text = impl_->chat.render(request.messages);
+      text = impl_->chat.render(request.messages, true, request.tools.get());
     else if (request.chat)
       text = impl_->chat.render({ChatMessage{"user", request.prompt}});
   } catch (const std::invalid_argument& e) {

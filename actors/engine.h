@@ -119,6 +119,8 @@ struct EngineRequest {
   std::vector<int32_t> prompt_ids;             // token ids (taken as they are)
   bool chat = false;                           // apply the model's chat template to `prompt` (one user message)
   std::vector<ChatMessage> messages;           // a conversation in the chat template (instead of `prompt`)
+  // OpenAI's tool list, for a chat template that writes tools (ChatTemplate::render's `tools`).
+  std::shared_ptr<const nlohmann::ordered_json> tools;
   // max_tokens beyond the room the context leaves after the prompt: cut to that room (the server's
   // rule; Admission::max_tokens_clamped says so) instead of running into the context's end.
   bool fit_to_context = false;
@@ -204,6 +206,8 @@ class Engine {
   void cancel(RequestId id);
   const EngineConfig& config() const;
   const LoadedModel& model() const;
+  // The chat template requests' messages are rendered with (the model's, or EngineConfig::chat_template).
+  const ChatTemplate& chat_template() const;
   std::string device_name() const;  // the target's device, e.g. "host (avx512-vnni, 2 threads)"
   // Whether the engine pipelines: `pipeline`, where the draft stream has compute of its own or
   // `pipeline_on_shared_cores` says so regardless.

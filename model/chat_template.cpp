@@ -2,11 +2,14 @@
 // and the built-in ChatML, Llama 3 and plain formats.
 #include "model/chat_template.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
+
+#include <nlohmann/json.hpp>
 
 #include "model/jinja.h"
 
@@ -64,7 +67,83 @@ void check_messages(const std::vector<ChatMessage>& messages) {
   }
 }
 
+using ordered_json = nlohmann::ordered_json;
+
+// A call's arguments as a JSON value (templates write them with `tojson`, as Hugging Face passes
+// them). The server has checked them; other callers (specula chat-template) get a clear error.
+ordered_json arguments_of(const ToolCall& c) {
+  ordered_json v = ordered_json::parse(c.arguments, nullptr, false);
+  if (v.is_discarded())
+    throw std::invalid_argument("chat template: the arguments of the call to '" + c.name + "' are not JSON");
+  return v;
+}
+
+// An assistant's calls as the generic format writes them, after its text (docs/protocol.md, "Tools").
+std::string generic_calls_text(const ChatMessage& m) {
+  ordered_json written = ordered_json::array();
+  for (const ToolCall& c : m.tool_calls) written.push_back({{"name", c.name}, {"parameters", arguments_of(c)}});
+  std::string text = m.content;
+  if (!text.empty()) text += '\n';
+  return text + ordered_json{{"tool_calls", std::move(written)}}.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
+// The probe's names: unlikely in any template's own text.
+constexpr std::string_view kProbeTool = "specula_probe_tool";
+constexpr std::string_view kProbeCall = "specula_probe_call";
+
 }  // namespace
+
+const char* tool_syntax_name(ToolSyntax s) {
+  switch (s) {
+    case ToolSyntax::Hermes: return "hermes";
+    case ToolSyntax::Llama3Json: return "llama3_json";
+    case ToolSyntax::Mistral: return "mistral";
+    case ToolSyntax::Generic: break;
+  }
+  return "generic";
+}
+
+// Renders a conversation with a probe tool and one with a probe call and its result, and reads
+// what the template wrote. A template that fails on them is taken as not supporting tools.
+void ChatTemplate::probe_tools() {
+  const ordered_json tools = ordered_json::array(
+      {{{"type", "function"},
+        {"function",
+         {{"name", kProbeTool},
+          {"description", "A probe."},
+          {"parameters", {{"type", "object"}, {"properties", {{"a", {{"type", "string"}}}}}, {"required", {"a"}}}}}}}});
+  auto attempt = [&](const std::vector<ChatMessage>& conversation, const ordered_json* with_tools) -> std::string {
+    for (int with_system = 0; with_system < 2; ++with_system) {  // some templates want a system message first
+      std::vector<ChatMessage> c = conversation;
+      if (with_system) c.insert(c.begin(), ChatMessage{"system", "You are a probe."});
+      try {
+        return render(c, true, with_tools);
+      } catch (const std::exception&) {
+      }
+    }
+    return {};
+  };
+  supports_tools_ = true;  // so that render hands the tools over
+  supports_tools_ = attempt({{"user", "Hi"}}, &tools).find(kProbeTool) != std::string::npos;
+  supports_tool_calls_ = true;  // so that render writes the call as the template does
+  ChatMessage call{"assistant", ""};
+  call.tool_calls.push_back({"call12345", std::string(kProbeCall), R"({"a": "b"})"});
+  ChatMessage result{"tool", "ok"};
+  result.tool_call_id = "call12345";
+  result.name = kProbeCall;
+  const std::string text = attempt({{"user", "Hi"}, call, result}, supports_tools_ ? &tools : nullptr);
+  const size_t at = text.find(kProbeCall);
+  supports_tool_calls_ = at != std::string::npos;
+  if (!supports_tool_calls_) return;
+  const std::string before = text.substr(at >= 64 ? at - 64 : 0, at >= 64 ? 64 : at);
+  if (before.find("<tool_call>") != std::string::npos)
+    tool_syntax_ = ToolSyntax::Hermes;
+  else if (before.find("[TOOL_CALLS]") != std::string::npos)
+    tool_syntax_ = ToolSyntax::Mistral;
+  else if (const std::string after = text.substr(at + kProbeCall.size(), 16);
+           before.ends_with("{\"name\": \"") && (after.starts_with("\", \"parameters\"") || after.starts_with("\", \"arguments\"")))
+    tool_syntax_ = ToolSyntax::Llama3Json;
+}
 
 ChatTemplate ChatTemplate::from_template_text(const std::string& jinja, SpecialTokens tokens) {
   ChatTemplate t;
@@ -79,6 +158,7 @@ ChatTemplate ChatTemplate::from_template_text(const std::string& jinja, SpecialT
     // 400 naming the line), as Hugging Face and llama.cpp's --jinja fail it: some templates are
     // written for conversations of one shape (tools given, a system message first).
     t.jinja_ = std::make_shared<const jinja::Template>(jinja);
+    t.probe_tools();
   } catch (const jinja::Error& e) {
     t.problem_ = one_line(e.what());
   } catch (const std::exception& e) {  // e.g. bad_alloc on an absurd template: not run, as a parse error
@@ -109,25 +189,49 @@ ChatTemplate ChatTemplate::from_option(const std::string& spec, SpecialTokens to
   return t;
 }
 
-std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                 const nlohmann::ordered_json* tools) const {
   check_messages(messages);
   if (jinja_) {
-    nlohmann::ordered_json turns = nlohmann::ordered_json::array();
-    for (const ChatMessage& m : messages) turns.push_back({{"role", m.role}, {"content", m.content}});
-    return render_variables({{"messages", std::move(turns)}, {"add_generation_prompt", add_generation_prompt}});
+    ordered_json turns = ordered_json::array();
+    for (const ChatMessage& m : messages) {
+      ordered_json turn = {{"role", m.role}};
+      if (m.tool_calls.empty() || !supports_tool_calls_) {
+        turn["content"] = m.tool_calls.empty() ? m.content : generic_calls_text(m);
+      } else {  // OpenAI's form, the arguments parsed (as Hugging Face's templates expect them)
+        turn["content"] = m.content.empty() ? ordered_json() : ordered_json(m.content);
+        ordered_json calls = ordered_json::array();
+        for (const ToolCall& c : m.tool_calls)
+          calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", arguments_of(c)}}}});
+        turn["tool_calls"] = std::move(calls);
+      }
+      if (!m.tool_call_id.empty()) turn["tool_call_id"] = m.tool_call_id;
+      if (!m.name.empty()) turn["name"] = m.name;
+      turns.push_back(std::move(turn));
+    }
+    ordered_json variables = {{"messages", std::move(turns)}, {"add_generation_prompt", add_generation_prompt}};
+    if (tools && !tools->is_null() && supports_tools_) variables["tools"] = *tools;
+    return render_variables(variables);
   }
   std::string out;
+  std::vector<ChatMessage> generic;  // the calls written into the text
+  if (std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return !m.tool_calls.empty(); })) {
+    generic = messages;
+    for (ChatMessage& m : generic)
+      if (!m.tool_calls.empty()) m.content = generic_calls_text(m);
+  }
+  const std::vector<ChatMessage>& msgs = generic.empty() ? messages : generic;
   switch (kind_) {
     case Kind::ChatML:
-      if (messages.front().role != "system" && !default_system_.empty()) {
+      if (msgs.front().role != "system" && !default_system_.empty()) {
         out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
       }
-      for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      for (const ChatMessage& m : msgs) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
       if (add_generation_prompt) out += "<|im_start|>assistant\n";
       break;
     case Kind::Llama3:
       out += "<|begin_of_text|>";
-      for (const ChatMessage& m : messages) {
+      for (const ChatMessage& m : msgs) {
         // A tool's result is Llama 3.1's "ipython" turn.
         out += "<|start_header_id|>" + (m.role == "tool" ? std::string("ipython") : m.role) + "<|end_header_id|>\n\n";
         out += trim(m.content);
@@ -136,9 +240,9 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
       if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       break;
     case Kind::Plain:
-      for (size_t i = 0; i < messages.size(); ++i) {
+      for (size_t i = 0; i < msgs.size(); ++i) {
         if (i) out += '\n';
-        out += messages[i].content;
+        out += msgs[i].content;
       }
       break;
   }

@@ -3,16 +3,35 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 namespace specula {
 
+// A call an assistant made in an earlier turn (OpenAI's message.tool_calls[i]).
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // a JSON text (an object, as OpenAI sends it)
+};
+
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string role_, std::string content_) : role(std::move(role_)), content(std::move(content_)) {}
   std::string role;  // "system", "user", "assistant", "tool" (a tool call's result)
   std::string content;
+  std::vector<ToolCall> tool_calls;  // assistant: the calls it made
+  std::string tool_call_id;          // tool: the call this is the result of ("" when not given)
+  std::string name;                  // tool: the function's name ("" when not given)
 };
+
+// How a model writes its tool calls, recognised from what its template makes of one
+// (model/tool_calls.h parses a reply in it). Generic: none recognised; the server then uses
+// llama.cpp's generic JSON format.
+enum class ToolSyntax { Generic, Hermes, Llama3Json, Mistral };
+const char* tool_syntax_name(ToolSyntax s);
 
 namespace jinja {
 class Template;
@@ -41,7 +60,13 @@ class ChatTemplate {
   // The prompt text, ending with the assistant header so generation continues as the assistant.
   // Throws std::invalid_argument for an unknown role, an empty conversation, or the template's
   // own refusal (raise_exception: "Conversation roles must alternate ...").
-  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
+  // `tools`: OpenAI's tool list, handed to a Jinja template that uses it (supports_tools()) as
+  // Hugging Face's apply_chat_template(tools=...) does; nullptr or null: none. An assistant's
+  // tool_calls go to a template that writes them (supports_tool_calls()) as OpenAI's objects with
+  // their arguments parsed (Hugging Face's form); to any other format as the generic JSON
+  // {"tool_calls": [{"name", "parameters"}]} after the message's text.
+  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true,
+                     const nlohmann::ordered_json* tools = nullptr) const;
   // The Jinja template run with `variables` beyond the usual ones (bos_token, eos_token, tools and
   // documents as None), e.g. tools or messages carrying tool calls, as Hugging Face's
   // apply_chat_template passes them. std::invalid_argument as render(), or when no Jinja runs.
@@ -52,6 +77,12 @@ class ChatTemplate {
   const std::string& problem() const { return problem_; }
   // Text that ends an assistant turn (e.g. "<|im_end|>" or "<|eot_id|>").
   std::string end_of_turn() const;
+  // What the Jinja template does with tools, found at load by rendering a probe conversation (as
+  // llama.cpp's --jinja does): whether it writes the `tools` it is given, whether it writes an
+  // assistant's structured tool_calls, and the syntax it writes a call in.
+  bool supports_tools() const { return supports_tools_; }
+  bool supports_tool_calls() const { return supports_tool_calls_; }
+  ToolSyntax tool_syntax() const { return tool_syntax_; }
 
  private:
   Kind kind_ = Kind::Plain;
@@ -59,6 +90,10 @@ class ChatTemplate {
   std::shared_ptr<const jinja::Template> jinja_;
   SpecialTokens tokens_;
   std::string problem_;
+  bool supports_tools_ = false;
+  bool supports_tool_calls_ = false;
+  ToolSyntax tool_syntax_ = ToolSyntax::Generic;
+  void probe_tools();
 };
 
 }  // namespace specula

@@ -124,29 +124,31 @@ std::vector<ChatMessage> parse_messages(const json& v, bool openai) {
       text = text_content(*content, where + ".content", openai);
     else if (r != "assistant")
       bad(where + ".content", where + ".content is missing");
-    // An assistant's earlier tool calls are shown to the model as the JSON it writes for
-    // tool_choice "auto" ({"tool_calls": [{"name": ..., "parameters": {...}}]}), after its text.
+    ChatMessage msg{r, std::move(text)};
+    // An assistant's earlier tool calls: the chat template writes them (ChatTemplate::render: as
+    // the model's own template does, or as the generic format's JSON after the text).
     if (const json* calls = r == "assistant" ? field(m, "tool_calls") : nullptr; calls && !calls->is_null()) {
       if (!calls->is_array()) bad(where + ".tool_calls", where + ".tool_calls must be an array");
-      json written = json::array();
       for (const json& c : *calls) {
         const json* fn = c.is_object() ? field(c, "function") : nullptr;
         const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
         const json* args = fn && fn->is_object() ? field(*fn, "arguments") : nullptr;
         if (!name || !name->is_string() || !args || !args->is_string())
           bad(where + ".tool_calls", where + ".tool_calls items must be {\"function\": {\"name\": string, \"arguments\": string}}");
-        json parameters;
         try {  // through the body's limits: a value nested past them would overflow the printer's stack
-          parameters = parse_json(args->get<std::string>());
+          parse_json(args->get<std::string>());
         } catch (const ApiError& e) {
           bad(where + ".tool_calls", where + ".tool_calls: arguments must be a JSON text (" + e.what() + ")");
         }
-        written.push_back({{"name", *name}, {"parameters", std::move(parameters)}});
+        const json* id = field(c, "id");
+        msg.tool_calls.push_back({id && id->is_string() ? id->get<std::string>() : "", name->get<std::string>(), args->get<std::string>()});
       }
-      if (!text.empty()) text += '\n';
-      text += json{{"tool_calls", std::move(written)}}.dump();
     }
-    out.push_back({r, std::move(text)});
+    if (r == "tool") {  // the call this answers, and its function's name, for templates that write them
+      if (const json* id = field(m, "tool_call_id"); id && id->is_string()) msg.tool_call_id = id->get<std::string>();
+      if (const json* name = field(m, "name"); name && name->is_string()) msg.name = name->get<std::string>();
+    }
+    out.push_back(std::move(msg));
   }
   return out;
 }
@@ -166,10 +168,12 @@ void rebase_refs(nlohmann::ordered_json& s, const std::string& base) {
 }
 
 // OpenAI's tools and tool_choice on /v1/chat/completions (docs/protocol.md, "Tools"): a named
-// function or "required" is guided decoding of a schema, as vLLM serves them; "auto" is llama.cpp's
-// generic format (the tools described in a system message, the reply one JSON object: calls or a
-// response); "none" generates text.
-ToolCalls parse_tools(const json& body, std::string_view raw) {
+// function or "required" is guided decoding of a schema, as vLLM serves them; "auto" is the
+// model's own format where its chat template writes tools and calls in a syntax we read
+// (tool_calls.h: the reply unconstrained, its calls parsed, as vLLM's --tool-call-parser and
+// llama.cpp's --jinja), llama.cpp's generic format otherwise (the tools described in a system
+// message, the reply one JSON object: calls or a response); "none" generates text.
+ToolCalls parse_tools(const json& body, std::string_view raw, const ChatTemplate& chat) {
   ToolCalls out;
   const json* tools = field(body, "tools");
   const json* choice = field(body, "tool_choice");
@@ -188,6 +192,9 @@ ToolCalls parse_tools(const json& body, std::string_view raw) {
                         written["tools"].size() == tools->size();
   std::vector<std::string> names;
   std::vector<nlohmann::ordered_json> params;
+  // The tools as the request wrote them, for a chat template that writes tools (Hugging Face
+  // hands a template the list as given).
+  nlohmann::ordered_json as_written = in_order ? written["tools"] : nlohmann::ordered_json::parse(tools->dump());
   std::string described;  // "auto": each tool as the system message lists it
   for (size_t i = 0; i < tools->size(); ++i) {
     const std::string where = "tools[" + std::to_string(i) + "]";
@@ -233,10 +240,18 @@ ToolCalls parse_tools(const json& body, std::string_view raw) {
     if (it == names.end()) bad("tool_choice", "tool_choice names '" + name->get<std::string>() + "', which is not among the tools");
     out.mode = ToolCalls::Mode::Named;
     out.name = *it;
+    if (chat.supports_tools()) out.template_tools = std::make_shared<const nlohmann::ordered_json>(std::move(as_written));
     out.schema = params[static_cast<size_t>(it - names.begin())];
     return out;
   }
   if (mode == "none") return out;
+  out.names = names;
+  if (chat.supports_tools()) out.template_tools = std::make_shared<const nlohmann::ordered_json>(std::move(as_written));
+  if (mode == "auto" && out.template_tools && chat.tool_syntax() != ToolSyntax::Generic) {
+    out.mode = ToolCalls::Mode::Auto;  // the model's own format: nothing to constrain
+    out.syntax = chat.tool_syntax();
+    return out;
+  }
   bool parallel = true;
   if (const json* v = field(body, "parallel_tool_calls"); v && !v->is_null()) {
     if (!v->is_boolean()) bad("parallel_tool_calls", "parallel_tool_calls must be true or false, got " + shown(*v));
@@ -261,8 +276,10 @@ ToolCalls parse_tools(const json& body, std::string_view raw) {
     out.schema["$defs"] = std::move(defs);
     return out;
   }
-  // "auto": {"tool_calls": [...]} or {"response": "..."}.
+  // "auto": {"tool_calls": [...]} or {"response": "..."}; the tools described in the system
+  // message instead of by the template.
   out.mode = ToolCalls::Mode::Auto;
+  out.template_tools = nullptr;
   out.schema = {{"anyOf",
                  {{{"type", "object"}, {"properties", {{"tool_calls", std::move(calls)}}}, {"required", {"tool_calls"}}},
                   {{"type", "object"},
@@ -652,7 +669,8 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
       gbnf = v->get<std::string>();
     }
   if (kind == PromptKind::Chat) {
-    out.tools = parse_tools(body, raw);
+    out.tools = parse_tools(body, raw, engine.chat_template());
+    r.tools = out.tools.template_tools;
     if (!out.tools.system.empty()) {  // "auto": the tools described to the model
       if (r.messages.front().role == "system")
         r.messages.front().content += "\n\n" + out.tools.system;
@@ -662,7 +680,7 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     if (out.tools.mode != ToolCalls::Mode::None) {
       constrain("tool_choice");
       try {
-        gbnf = gbnf_of_json_schema(out.tools.schema);
+        if (out.tools.syntax == ToolSyntax::Generic) gbnf = gbnf_of_json_schema(out.tools.schema);
       } catch (const std::invalid_argument& e) {
         bad("tools", std::string("tools: ") + e.what());
       }

@@ -46,6 +46,12 @@ struct ToolCalls {
   std::string name;                // Named: the function
   nlohmann::ordered_json schema;   // what the output is held to
   std::string system;              // Auto: the tools described, added to the conversation's system message
+  std::vector<std::string> names;  // the tools' names (not for None)
+  // Auto in the model's own format (its chat template writes tools and calls in a syntax
+  // model/tool_calls.h reads): unconstrained, the reply parsed. Generic: held to `schema`.
+  ToolSyntax syntax = ToolSyntax::Generic;
+  // The tools as the request wrote them, for a chat template that writes tools (null otherwise).
+  std::shared_ptr<const nlohmann::ordered_json> template_tools;
 };
 
 // A request ready for Engine::start, and what the server needs to report on it.

@@ -189,6 +189,8 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
     out.prompt_only = parsed.prompt_only;
     out.tool_mode = parsed.tools.mode;
     out.tool_name = parsed.tools.name;
+    out.tool_syntax = parsed.tools.syntax;
+    out.tool_names = parsed.tools.names;
     for (int p = 0; p < prompts; ++p) {
       prompt_index = p;
       const uint64_t seed = requests[p].sampling.seed;

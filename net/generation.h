@@ -109,6 +109,8 @@ class Generation {
     bool prompt_only = false;  // ParsedRequest::prompt_only
     ToolCalls::Mode tool_mode = ToolCalls::Mode::None;  // ParsedRequest::tools
     std::string tool_name{};
+    ToolSyntax tool_syntax = ToolSyntax::Generic;  // "auto" in the model's own format: the reply parsed
+    std::vector<std::string> tool_names{};
   };
   // A request with a grammar or a JSON schema is parsed (its constraint compiled) on the
   // preparation thread, and a prompt of more than kInlinePromptBytes is templated and tokenized

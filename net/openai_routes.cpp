@@ -11,6 +11,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include "model/tool_calls.h"
 #include "net/auth.h"
 #include "net/generation.h"
 #include "net/http_util.h"
@@ -259,6 +260,15 @@ json tool_message(const Generation::Admitted& a, const std::string& text, const 
                      {"type", "function"},
                      {"function", {{"name", name}, {"arguments", std::move(arguments)}}}});
   };
+  if (a.tool_mode == ToolCalls::Mode::Auto && a.tool_syntax != ToolSyntax::Generic) {
+    // The model's own call syntax (model/tool_calls.h); text beside the calls is the content.
+    ToolReply reply = parse_tool_reply(a.tool_syntax, text, a.tool_names);
+    for (ToolCall& c : reply.calls) call(c.name, std::move(c.arguments));
+    if (calls.empty()) return {{"role", "assistant"}, {"content", text}};
+    return {{"role", "assistant"},
+            {"content", reply.content ? json(*reply.content) : json()},
+            {"tool_calls", std::move(calls)}};
+  }
   if (a.tool_mode == ToolCalls::Mode::Named) {
     if (json::accept(text)) call(a.tool_name, text);
   } else {
@@ -478,7 +488,10 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       json& delta = calls["choices"][0]["delta"];
       message = tool_message(admitted, tool_text[i], call_prefix(i));
       if (message.contains("tool_calls")) {
-        delta.erase("content");
+        if (message["content"].is_null())
+          delta.erase("content");
+        else
+          delta["content"] = message["content"];  // text the model wrote before its calls
         for (std::size_t k = 0; k < message["tool_calls"].size(); ++k) message["tool_calls"][k]["index"] = k;
         delta["tool_calls"] = message["tool_calls"];
       } else {

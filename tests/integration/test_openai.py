@@ -973,6 +973,19 @@ def test_a_conversation_with_earlier_tool_calls_and_their_results_is_answered(cl
         model=model_id, messages=ASK, max_tokens=1, temperature=0).usage.prompt_tokens + 20
 
 
+def streamed_tool_reply(client, args):
+    """A streamed chat reply put together: its content, its calls by index (name, arguments), its finish reasons."""
+    content, calls, finishes = "", {}, []
+    for chunk in client.chat.completions.create(**args, stream=True):
+        delta = chunk.choices[0].delta
+        content += delta.content or ""
+        for tc in delta.tool_calls or []:
+            calls[tc.index] = (tc.function.name, tc.function.arguments)
+        if chunk.choices[0].finish_reason:
+            finishes.append(chunk.choices[0].finish_reason)
+    return content, calls, finishes
+
+
 def test_tool_choice_auto_replies_with_calls_or_text_the_same_streamed_and_not(client, model_id):
     """llama.cpp's generic format: the tools described in a system message and the reply held to
     {"tool_calls": [...]} or {"response": "..."}, returned as calls (finish "tool_calls") or text."""
@@ -992,14 +1005,7 @@ def test_tool_choice_auto_replies_with_calls_or_text_the_same_streamed_and_not(c
             kinds.add("text")
             assert choice.finish_reason in ("stop", "length") and isinstance(choice.message.content, str)
             assert not choice.message.content.lstrip().startswith('{"response"'), "the wrapper was not taken off"
-        content, calls, finishes = "", {}, []
-        for chunk in client.chat.completions.create(**args, stream=True):
-            delta = chunk.choices[0].delta
-            content += delta.content or ""
-            for tc in delta.tool_calls or []:
-                calls[tc.index] = (tc.function.name, tc.function.arguments)
-            if chunk.choices[0].finish_reason:
-                finishes.append(chunk.choices[0].finish_reason)
+        content, calls, finishes = streamed_tool_reply(client, args)
         assert finishes == [choice.finish_reason]
         assert content == (choice.message.content or "")
         assert calls == {k: (c.function.name, c.function.arguments) for k, c in enumerate(choice.message.tool_calls or [])}
@@ -1218,3 +1224,43 @@ def test_a_chat_template_that_cannot_be_used_stops_the_server_at_start_naming_it
                                "--chat-template", spec], capture_output=True, text=True, timeout=60)
         assert proc.returncode != 0
         assert words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_tool_choice_auto_with_a_template_that_writes_tools_reads_calls_in_the_models_own_syntax(fresh_server):
+    # A template that writes tools and calls (Qwen2.5's: Hermes' <tool_call> blocks) is handed the
+    # request's tools and earlier calls, the reply is not constrained, and <tool_call> blocks in it
+    # come back as calls (vLLM's hermes parser, llama.cpp's --jinja); other replies are text.
+    template = SOURCE_DIR / "tests" / "fixtures" / "chat_templates" / "qwen2.5.jinja"
+    srv = fresh_server("--draft", "ngram", "--chat-template", str(template))
+    c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    weather = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+    def turn(city, i):  # earlier turns in which the assistant called the tool: greedy, the model does it again
+        return [{"role": "user", "content": f"What is the weather in {city}?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": f"call{i}", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}]},
+                {"role": "tool", "tool_call_id": f"call{i}", "content": "Sunny."},
+                {"role": "assistant", "content": f"It is sunny in {city}."}]
+    ask = turn("Paris", 1) + turn("Berlin", 2) + turn("Madrid", 3) + [{"role": "user", "content": "What is the weather in Rome?"}]
+    args = dict(model="any", messages=ask, tools=[weather], max_tokens=60, temperature=0)
+    r = c.chat.completions.create(**args)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None, choice
+    assert [(t.function.name, json.loads(t.function.arguments)) for t in choice.message.tool_calls] == [("get_weather", {"city": "Rome"})]
+    content, calls, finishes = streamed_tool_reply(c, args)
+    assert finishes == ["tool_calls"] and content == "" and calls == {0: ("get_weather", choice.message.tool_calls[0].function.arguments)}
+    # The control: with tool_choice "none" the same reply is the model's raw text, its call syntax and all.
+    raw = c.chat.completions.create(**{**args, "tool_choice": "none"}).choices[0]
+    assert raw.message.tool_calls is None and "<tool_call>" in raw.message.content, raw
+    # A request the model answers in words is text, and its prompt is the template's with the tools
+    # (what `specula chat-template --tools` prints), not the generic format's system message.
+    joke = [{"role": "user", "content": "Tell me a joke."}]
+    r = c.chat.completions.create(model="any", messages=joke, tools=[weather], max_tokens=12, temperature=0)
+    assert r.choices[0].message.tool_calls is None and r.choices[0].message.content and r.choices[0].finish_reason == "length"
+    rendered = subprocess.run([str(SPECULA_BIN), "chat-template", "--model", str(DEFAULT_MODEL), "--chat-template", str(template),
+                               "--messages", json.dumps(joke), "--tools", json.dumps([weather])],
+                              capture_output=True, text=True, check=True)
+    assert "call syntax hermes" in rendered.stderr and "<tools>\n" + json.dumps(weather) + "\n</tools>" in rendered.stdout
+    plain = c.completions.create(model="any", prompt=rendered.stdout, max_tokens=12, temperature=0)
+    assert r.usage.prompt_tokens == plain.usage.prompt_tokens and r.choices[0].message.content == plain.choices[0].text

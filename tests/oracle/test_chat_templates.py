@@ -249,3 +249,78 @@ def test_a_template_that_does_not_parse_is_one_clear_error(specula_bin, work_dir
                            '[{"role": "user", "content": "x"}]'], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2, proc.stderr
     assert error in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+# Templates that write the tools they are handed and an assistant's structured calls (the others
+# get calls as the generic format's JSON after the text: model/chat_template.cpp).
+TOOL_TEMPLATES = {"qwen2.5.jinja", "chatml-tools-hermes.jinja", "llama3.1.jinja"}
+
+
+def openai_tool_conversations():
+    """Conversations as an OpenAI client sends them: arguments as JSON text, content null beside calls."""
+    tools = tool_cases()[0]["tools"]
+    user = {"role": "user", "content": "Weather in Paris and Rome?"}
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call12345", "type": "function",
+         "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 2, \"hours\": [1.5, 2]}"}}]}
+    said = {"role": "assistant", "content": "Let me look.", "tool_calls": [
+        {"id": "call67890", "type": "function", "function": {"name": "now", "arguments": "{}"}}]}
+    result = {"role": "tool", "tool_call_id": "call12345", "name": "get_weather", "content": "{\"temperature\": 21.5}"}
+    return [
+        {"messages": [user], "tools": tools},
+        {"messages": [user, call, result], "tools": tools},
+        {"messages": [{"role": "system", "content": "Use tools."}, user, said, result], "tools": tools},
+        {"messages": [user, call, result, {"role": "assistant", "content": "21.5 degrees."}, user], "tools": tools},
+    ]
+
+
+def hugging_face_form(messages):
+    """What vLLM and llama.cpp hand a template: calls' arguments parsed, each call with its id."""
+    out = []
+    for m in messages:
+        h = {"role": m["role"], "content": m.get("content")}
+        if m.get("tool_calls"):
+            h["tool_calls"] = [{"id": c["id"], "type": "function",
+                                "function": {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}}
+                               for c in m["tool_calls"]]
+        if m["role"] == "tool":
+            h.update({k: m[k] for k in ("tool_call_id", "name") if k in m})
+        out.append(h)
+    return out
+
+
+def generic_form(messages):
+    """The generic format: an assistant's calls as compact JSON after its text."""
+    out = []
+    for m in messages:
+        text = m.get("content") or ""
+        if m.get("tool_calls"):
+            calls = [{"name": c["function"]["name"], "parameters": json.loads(c["function"]["arguments"])} for c in m["tool_calls"]]
+            text += ("\n" if text else "") + json.dumps({"tool_calls": calls}, separators=(",", ":"), ensure_ascii=False)
+        out.append({"role": m["role"], "content": text})
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(TOOL_TEMPLATES | {"zephyr.jinja", "gemma.jinja"}))
+def test_an_openai_conversation_with_tools_reaches_the_template_as_hugging_face_hands_it(specula_bin, work_dir, name):
+    path = TEMPLATE_DIR / name
+    source = path.read_text(encoding="utf-8")
+    cases = openai_tool_conversations()
+    inp, out = work_dir / "tools.in.jsonl", work_dir / "tools.out.jsonl"
+    inp.write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    cmd = [specula_bin, "chat-template", "--chat-template", path, "--bos", BOS, "--eos", EOS, "--input", inp, "--output", out]
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    got = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    for case, mine in zip(cases, got, strict=True):
+        if name in TOOL_TEMPLATES:
+            want = jinja2_render(source, {"messages": hugging_face_form(case["messages"]), "tools": case["tools"],
+                                          "add_generation_prompt": True})
+        else:
+            want = jinja2_render(source, {"messages": generic_form(case["messages"]), "add_generation_prompt": True})
+        if "text" in want:
+            assert mine == want, f"{name} on {json.dumps(case)[:300]}"
+            if name in TOOL_TEMPLATES:
+                assert "get_weather" in mine["text"]
+        else:
+            assert "error" in mine, f"{name}: Jinja2 gives {want}, Specula rendered {mine}"

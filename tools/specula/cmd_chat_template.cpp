@@ -21,31 +21,70 @@ namespace {
 
 const char* kUsage =
     "usage: specula chat-template [--model PATH] [--chat-template NAME|FILE|TEXT] [--bos TEXT] [--eos TEXT]\n"
-    "                             (--messages JSON [--no-generation-prompt] | --input IN.jsonl --output OUT.jsonl)\n"
+    "                             (--messages JSON [--tools JSON] [--no-generation-prompt] | --input IN.jsonl --output OUT.jsonl)\n"
     "  Prints the prompt text the model's chat template makes of a conversation.\n"
     "  --chat-template: chatml, llama3 or plain (the built-in formats), a file holding a Jinja\n"
     "      template, or the template's text; as `serve --chat-template`. Without --model it is\n"
     "      rendered alone, its bos_token and eos_token from --bos and --eos (default empty).\n"
-    "  --messages: a JSON array of {\"role\", \"content\"}; the prompt text goes to stdout as is.\n"
-    "  --input/--output: JSON lines {\"messages\": [...], \"add_generation_prompt\": true} in,\n"
+    "  --messages: a JSON array of OpenAI's messages ({\"role\", \"content\"}, an assistant's tool_calls, a\n"
+    "      tool's tool_call_id); the prompt text goes to stdout as is.\n"
+    "  --tools: OpenAI's tool list, handed to a template that writes tools, as the server hands it for\n"
+    "      tool_choice \"required\", a named function, and \"auto\" where it reads the template's call\n"
+    "      syntax (the template's tool support and call syntax go to stderr).\n"
+    "  --input/--output: JSON lines {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": true} in,\n"
     "      {\"text\": \"...\"} or {\"error\": \"...\"} out (one per line); a line with \"variables\": {...}\n"
     "      runs the Jinja template on those (messages with tool calls, tools, ...) as they stand.\n";
 
+const std::string* string_at(const nlohmann::ordered_json& o, const char* key) {
+  const auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get_ptr<const std::string*>() : nullptr;
+}
+
+// OpenAI's messages: {"role", "content"}, an assistant's "tool_calls" ([{"id", "function": {"name",
+// "arguments": JSON text}}], content then null or left out), a tool's "tool_call_id" and "name".
 std::vector<ChatMessage> messages_of(const nlohmann::ordered_json& j) {
   if (!j.is_array()) throw std::invalid_argument("messages must be a JSON array");
   std::vector<ChatMessage> out;
   for (const auto& m : j) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") || !m["content"].is_string())
-      throw std::invalid_argument("each message must be {\"role\": string, \"content\": string}");
-    out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    const std::string* role = m.is_object() ? string_at(m, "role") : nullptr;
+    const std::string* content = role ? string_at(m, "content") : nullptr;
+    const auto calls = role ? m.find("tool_calls") : m.end();
+    const bool has_calls = role && calls != m.end() && !calls->is_null();
+    if (!role || !(content || (has_calls && (!m.contains("content") || m["content"].is_null()))))
+      throw std::invalid_argument("each message must be {\"role\": string, \"content\": string} (or an assistant's tool_calls)");
+    ChatMessage msg(*role, content ? *content : std::string());
+    if (has_calls) {
+      if (!calls->is_array()) throw std::invalid_argument("tool_calls must be an array");
+      for (const auto& c : *calls) {
+        const auto fn = c.is_object() ? c.find("function") : c.end();
+        const std::string* name = fn != c.end() && fn->is_object() ? string_at(*fn, "name") : nullptr;
+        const std::string* args = name ? string_at(*fn, "arguments") : nullptr;
+        if (!args) throw std::invalid_argument("tool_calls items must be {\"function\": {\"name\": string, \"arguments\": string}}");
+        const std::string* id = string_at(c, "id");
+        msg.tool_calls.push_back({id ? *id : "", *name, *args});
+      }
+    }
+    if (*role == "tool") {  // as the server takes them
+      if (const std::string* id = string_at(m, "tool_call_id")) msg.tool_call_id = *id;
+      if (const std::string* name = string_at(m, "name")) msg.name = *name;
+    }
+    out.push_back(std::move(msg));
   }
   return out;
+}
+
+nlohmann::ordered_json json_arg(const Args& a, const char* name) {
+  try {
+    return nlohmann::ordered_json::parse(a.str(name));
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(std::string("--") + name + " is not JSON: " + e.what());
+  }
 }
 
 }  // namespace
 
 int cmd_chat_template(int argc, char** argv) {
-  Args a(argc, argv, {"model", "chat-template", "bos", "eos", "messages", "input", "output"}, {"no-generation-prompt"});
+  Args a(argc, argv, {"model", "chat-template", "bos", "eos", "messages", "tools", "input", "output"}, {"no-generation-prompt"});
   if (a.help()) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -63,20 +102,22 @@ int cmd_chat_template(int argc, char** argv) {
       throw UsageError(std::string("--chat-template: ") + e.what());
     }
   }
+  if (a.has("tools") && !a.has("messages")) throw UsageError("--tools goes with --messages");
   if (a.has("messages")) {
-    nlohmann::ordered_json j;
-    try {
-      j = nlohmann::ordered_json::parse(a.str("messages"));
-    } catch (const nlohmann::json::exception& e) {
-      throw UsageError(std::string("--messages is not JSON: ") + e.what());
-    }
+    const nlohmann::ordered_json j = json_arg(a, "messages");
+    const nlohmann::ordered_json tools = a.has("tools") ? json_arg(a, "tools") : nlohmann::ordered_json();
+    if (!tools.is_null() && !tools.is_array()) throw UsageError("--tools must be a JSON array of tools");
+    if (a.has("tools"))
+      std::cerr << "chat template: " << (t.supports_tools() ? "writes tools" : "does not write tools") << ", "
+                << (t.supports_tool_calls() ? "writes tool calls" : "tool calls as the generic format's JSON")
+                << ", call syntax " << tool_syntax_name(t.tool_syntax()) << "\n";
     std::vector<ChatMessage> msgs;
     try {
       msgs = messages_of(j);
     } catch (const std::invalid_argument& e) {
       throw UsageError(std::string("--messages: ") + e.what());
     }
-    std::cout << t.render(msgs, !a.flag("no-generation-prompt"));
+    std::cout << t.render(msgs, !a.flag("no-generation-prompt"), &tools);
     return 0;
   }
   std::ifstream in(a.str("input"), std::ios::binary);
@@ -94,7 +135,8 @@ int cmd_chat_template(int argc, char** argv) {
       if (j.contains("variables")) {  // the Jinja template run on these variables as they stand
         result["text"] = t.render_variables(j["variables"]);
       } else {
-        result["text"] = t.render(messages_of(j.at("messages")), gen);
+        const nlohmann::ordered_json tools = j.value("tools", nlohmann::ordered_json());
+        result["text"] = t.render(messages_of(j.at("messages")), gen, &tools);
       }
     } catch (const nlohmann::json::exception& e) {
       throw std::runtime_error("--input line " + std::to_string(line_no) + ": " + e.what());

@@ -93,6 +93,13 @@ int cmd_info(int argc, char** argv) {
                 m.chat_template.problem().c_str());
   else
     std::printf("chat format   built-in %s\n", chat_kind(m.chat_template.kind()));
+  // How tool_choice "auto" is served (docs/protocol.md, "Tools").
+  const ChatTemplate& ct = m.chat_template;
+  if (ct.supports_tools() && ct.tool_syntax() != ToolSyntax::Generic)
+    std::printf("tool calls    the model's own: %s syntax, tools written by its template\n", tool_syntax_name(ct.tool_syntax()));
+  else
+    std::printf("tool calls    llama.cpp's generic JSON format%s\n",
+                ct.supports_tools() ? " (the template writes tools, in a call syntax not recognised)" : "");
   std::printf("tensors       %zu: %s (%.1f MB; norms as loaded, F32)\n", seen.size(), types.c_str(), bytes / 1e6);
   return 0;
 }

@@ -1,0 +1,168 @@
+// Tools through a model's own chat template: what a template is found to do with tools, the
+// conversation it is handed, and replies read as calls in the model's own syntax.
+#include "model/tool_calls.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "model/chat_template.h"
+
+namespace specula {
+namespace {
+
+ChatTemplate fixture(const std::string& name) {
+  std::ifstream in(std::string(SPECULA_FIXTURE_DIR) + "/chat_templates/" + name + ".jinja", std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  EXPECT_TRUE(in) << name;
+  ChatTemplate t = ChatTemplate::from_template_text(s.str(), SpecialTokens{"<s>", "</s>"});
+  EXPECT_TRUE(t.runs_jinja()) << name << ": " << t.problem();
+  return t;
+}
+
+const nlohmann::ordered_json kTools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
+  "name": "get_weather", "description": "The weather in a city.",
+  "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+
+std::vector<ChatMessage> conversation_with_a_call() {
+  ChatMessage call("assistant", "");
+  call.tool_calls.push_back({"call12345", "get_weather", R"({"city": "Paris", "days": [1, 2]})"});
+  ChatMessage result("tool", "Sunny, 21 C");
+  result.tool_call_id = "call12345";
+  result.name = "get_weather";
+  return {{"user", "Weather in Paris?"}, call, result};
+}
+
+TEST(ToolTemplates, ToolSupportAndTheCallSyntaxAreReadFromWhatEachTemplateWrites) {
+  struct Case {
+    const char* name;
+    bool tools, calls;
+    ToolSyntax syntax;
+  };
+  for (const Case& c : {Case{"qwen2.5", true, true, ToolSyntax::Hermes}, Case{"chatml-tools-hermes", true, true, ToolSyntax::Hermes},
+                        Case{"llama3.1", true, true, ToolSyntax::Llama3Json}, Case{"mistral-instruct", false, false, ToolSyntax::Generic},
+                        Case{"zephyr", false, false, ToolSyntax::Generic}, Case{"gemma", false, false, ToolSyntax::Generic}}) {
+    const ChatTemplate t = fixture(c.name);
+    EXPECT_EQ(t.supports_tools(), c.tools) << c.name;
+    EXPECT_EQ(t.supports_tool_calls(), c.calls) << c.name;
+    EXPECT_EQ(t.tool_syntax(), c.syntax) << c.name << ": " << tool_syntax_name(t.tool_syntax());
+  }
+  const ChatTemplate built_in(ChatTemplate::Kind::ChatML);
+  EXPECT_FALSE(built_in.supports_tools());
+  EXPECT_EQ(built_in.tool_syntax(), ToolSyntax::Generic);
+}
+
+TEST(ToolTemplates, ATemplateThatWritesToolsAndCallsIsHandedThemAsHuggingFaceHandsThem) {
+  const ChatTemplate t = fixture("qwen2.5");
+  const std::string with = t.render(conversation_with_a_call(), true, &kTools);
+  // The tool as the request wrote it, in the template's own system text.
+  EXPECT_NE(with.find(R"({"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.")"),
+            std::string::npos)
+      << with;
+  // The call with its arguments parsed (tojson re-writes them), and the result as a tool turn.
+  EXPECT_NE(with.find("<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": [1, 2]}}\n</tool_call><|im_end|>"),
+            std::string::npos)
+      << with;
+  EXPECT_NE(with.find("<tool_response>\nSunny, 21 C\n</tool_response>"), std::string::npos) << with;
+  // Without the tools the template writes no tool system text (the control).
+  const std::string without = t.render(conversation_with_a_call(), true, nullptr);
+  EXPECT_EQ(without.find("get_weather\", \"description\""), std::string::npos);
+  EXPECT_NE(without.find("<tool_call>"), std::string::npos);
+}
+
+TEST(ToolTemplates, AFormatThatDoesNotWriteCallsGetsThemAsTheGenericJsonAfterTheText) {
+  std::vector<ChatMessage> c = conversation_with_a_call();
+  c[1].content = "Let me look.";
+  const std::string chatml = ChatTemplate(ChatTemplate::Kind::ChatML).render(c);
+  EXPECT_NE(chatml.find("<|im_start|>assistant\nLet me look.\n{\"tool_calls\":[{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Paris\",\"days\":[1,2]}}]}<|im_end|>"),
+            std::string::npos)
+      << chatml;
+  const std::string zephyr = fixture("zephyr").render(c);
+  EXPECT_NE(zephyr.find("Let me look.\n{\"tool_calls\":[{\"name\":\"get_weather\""), std::string::npos) << zephyr;
+}
+
+TEST(ToolTemplates, ACallWhoseArgumentsAreNotJsonIsAnInvalidArgumentNamingTheFunction) {
+  std::vector<ChatMessage> c = conversation_with_a_call();
+  c[1].tool_calls[0].arguments = "{\"city\": ";
+  for (const ChatTemplate& t : {fixture("qwen2.5"), ChatTemplate(ChatTemplate::Kind::ChatML)}) {
+    try {
+      t.render(c);
+      ADD_FAILURE() << "rendered";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("'get_weather' are not JSON"), std::string::npos) << e.what();
+    }
+  }
+}
+
+const std::vector<std::string> kNames = {"get_weather", "search"};
+
+TEST(ToolReplies, HermesBlocksBecomeCallsAndTheTextBeforeThemTheContent) {
+  const ToolReply r = parse_tool_reply(ToolSyntax::Hermes,
+                                       "I will check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+                                       "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"a } \\\" {\"}}\n</tool_call>",
+                                       kNames);
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.content, "I will check.");
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, "{\"city\":\"Paris\"}");
+  EXPECT_EQ(r.calls[1].name, "search");
+  EXPECT_EQ(r.calls[1].arguments, "{\"q\":\"a } \\\" {\"}");
+}
+
+TEST(ToolReplies, AHermesBlockCutAtTheEndOfTheTurnStillCountsAndNoTextIsNoContent) {
+  const ToolReply r = parse_tool_reply(ToolSyntax::Hermes, "<tool_call>\n{\"name\": \"search\", \"parameters\": {}}\n", kNames);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_FALSE(r.content.has_value());
+  EXPECT_EQ(r.calls[0].arguments, "{}");
+}
+
+TEST(ToolReplies, AReplyWithAnyMalformedCallIsAllContent) {
+  const std::string good = "<tool_call>{\"name\": \"search\", \"arguments\": {}}</tool_call>";
+  for (const std::string& text : std::vector<std::string>{
+           "Just text.",
+           "<tool_call>{\"name\": \"search\", \"arguments\": {</tool_call>",           // not JSON
+           "<tool_call>{\"name\": \"delete_all\", \"arguments\": {}}</tool_call>",     // not a tool
+           "<tool_call>{\"name\": \"search\", \"arguments\": \"q\"}</tool_call>",      // arguments not an object
+           "<tool_call>[{\"name\": \"search\", \"arguments\": {}}]</tool_call>",       // not an object
+           good + " and then more text " + good,                                       // text between calls
+           "<tool_call>{\"name\": \"search\", \"arguments\": " + std::string(100, '[') + std::string(100, ']') + "}</tool_call>",
+       }) {
+    const ToolReply r = parse_tool_reply(ToolSyntax::Hermes, text, kNames);
+    EXPECT_TRUE(r.calls.empty()) << text;
+    EXPECT_EQ(r.content, text);
+  }
+  EXPECT_EQ(parse_tool_reply(ToolSyntax::Hermes, good, kNames).calls.size(), 1u);  // the control
+  EXPECT_TRUE(parse_tool_reply(ToolSyntax::Generic, good, kNames).calls.empty());
+}
+
+TEST(ToolReplies, Llama3JsonIsObjectsSeparatedBySemicolonsAfterAnOptionalPythonTag) {
+  const ToolReply r = parse_tool_reply(
+      ToolSyntax::Llama3Json,
+      "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}; {\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}",
+      kNames);
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_FALSE(r.content.has_value());
+  EXPECT_EQ(r.calls[0].arguments, "{\"city\":\"Rome\"}");
+  EXPECT_EQ(r.calls[1].name, "search");
+  for (const std::string& text : {std::string("Sure: {\"name\": \"search\", \"parameters\": {}}"),
+                                  std::string("{\"name\": \"search\", \"parameters\": {}} trailing"),
+                                  std::string("{\"name\": \"search\", \"parameters\": {}")})
+    EXPECT_TRUE(parse_tool_reply(ToolSyntax::Llama3Json, text, kNames).calls.empty()) << text;
+}
+
+TEST(ToolReplies, MistralIsAnArrayAfterTheToolCallsMarker) {
+  const ToolReply r = parse_tool_reply(
+      ToolSyntax::Mistral, "Checking. [TOOL_CALLS] [{\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}, {\"name\": \"get_weather\", \"arguments\": {}}]",
+      kNames);
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.content, "Checking.");
+  EXPECT_TRUE(parse_tool_reply(ToolSyntax::Mistral, "[TOOL_CALLS] []", kNames).calls.empty());
+  EXPECT_TRUE(parse_tool_reply(ToolSyntax::Mistral, "[TOOL_CALLS] [{\"name\": \"search\", \"arguments\": {}}] x", kNames).calls.empty());
+}
+
+}  // namespace
+}  // namespace specula
