@@ -87,6 +87,12 @@ std::string generic_calls_text(const ChatMessage& m) {
   return text + ordered_json{{"tool_calls", std::move(written)}}.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
+// Texts that end a turn in the chat formats of common model families (llama.cpp's
+// end-of-generation list): a template that writes one ends its turns with it.
+constexpr std::string_view kEndOfTurnMarkers[] = {
+    "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+    "<EOT>", "<｜end▁of▁sentence｜>", "<end_of_utterance>", "<|return|>", "<|call|>"};
+
 // The probe's names: unlikely in any template's own text.
 constexpr std::string_view kProbeTool = "specula_probe_tool";
 constexpr std::string_view kProbeCall = "specula_probe_call";
@@ -130,7 +136,7 @@ void ChatTemplate::probe_tools() {
   call.tool_calls.push_back({"call12345", std::string(kProbeCall), R"({"a": "b"})"});
   ChatMessage result{"tool", "ok"};
   result.tool_call_id = "call12345";
-  result.name = kProbeCall;
+  result.name = "specula_probe_result";  // not the call's name: a template writing only results must not pass
   const std::string text = attempt({{"user", "Hi"}, call, result}, supports_tools_ ? &tools : nullptr);
   const size_t at = text.find(kProbeCall);
   supports_tool_calls_ = at != std::string::npos;
@@ -159,6 +165,8 @@ ChatTemplate ChatTemplate::from_template_text(const std::string& jinja, SpecialT
     // written for conversations of one shape (tools given, a system message first).
     t.jinja_ = std::make_shared<const jinja::Template>(jinja);
     t.probe_tools();
+    for (std::string_view m : kEndOfTurnMarkers)
+      if (jinja.find(m) != std::string::npos) t.markers_.emplace_back(m);
   } catch (const jinja::Error& e) {
     t.problem_ = one_line(e.what());
   } catch (const std::exception& e) {  // e.g. bad_alloc on an absurd template: not run, as a parse error
@@ -252,7 +260,7 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
 std::string ChatTemplate::render_variables(const nlohmann::ordered_json& variables) const {
   if (!jinja_) throw std::invalid_argument("the chat template is a built-in format, not a Jinja template");
   // What Hugging Face's apply_chat_template passes besides the conversation (tools and documents
-  // as None: the server describes tools in a system message, docs/protocol.md "Tools").
+  // as None unless `variables` has them: render() hands a template that writes tools the request's).
   jinja::Value context = jinja::Value::object();
   jinja::Object& c = context.object_ref();
   c.set("bos_token", jinja::Value(tokens_.bos));
@@ -278,6 +286,14 @@ std::string ChatTemplate::end_of_turn() const {
     case Kind::Plain: break;
   }
   return {};
+}
+
+std::vector<std::string> ChatTemplate::end_of_turn_markers() const {
+  std::vector<std::string> out;
+  if (std::string e = end_of_turn(); !e.empty()) out.push_back(std::move(e));
+  for (const std::string& m : markers_)
+    if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
+  return out;
 }
 
 }  // namespace specula

@@ -75,8 +75,13 @@ class ChatTemplate {
   bool runs_jinja() const { return jinja_ != nullptr; }
   // Why the model's Jinja template is not run ("" when it is, or there is none).
   const std::string& problem() const { return problem_; }
-  // Text that ends an assistant turn (e.g. "<|im_end|>" or "<|eot_id|>").
+  // Text that ends an assistant turn in the built-in format (e.g. "<|im_end|>" or "<|eot_id|>").
   std::string end_of_turn() const;
+  // Every end-of-turn marker this template writes: end_of_turn(), and the known markers (as
+  // llama.cpp lists its end-of-generation tokens: Gemma's <end_of_turn>, Phi-3's <|end|>, Llama
+  // 3.1's <|eom_id|>, ...) that the Jinja template's text holds. Generation stops at those that
+  // are single tokens of the model (spec/generate.h, default_stop_ids).
+  std::vector<std::string> end_of_turn_markers() const;
   // What the Jinja template does with tools, found at load by rendering a probe conversation (as
   // llama.cpp's --jinja does): whether it writes the `tools` it is given, whether it writes an
   // assistant's structured tool_calls, and the syntax it writes a call in.
@@ -90,6 +95,7 @@ class ChatTemplate {
   std::shared_ptr<const jinja::Template> jinja_;
   SpecialTokens tokens_;
   std::string problem_;
+  std::vector<std::string> markers_;  // the known end-of-turn markers in the Jinja template's text
   bool supports_tools_ = false;
   bool supports_tool_calls_ = false;
   ToolSyntax tool_syntax_ = ToolSyntax::Generic;

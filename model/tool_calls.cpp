@@ -19,15 +19,18 @@ std::string_view trimmed(std::string_view s) {
   return s.substr(b, s.find_last_not_of(kSpace) - b + 1);
 }
 
-// A call's JSON may nest as deep as a request body may (net/api_request.cpp's limit); deeper,
-// printing it again would recurse without bound, so it is not a call.
+// A call's JSON may nest as deep as a request body may, and hold as many members (net/api_request.cpp's
+// limits): deeper, printing it again would recurse without bound; larger, an object's members
+// (looked up one by one in an ordered object) would take time quadratic in their number. Either
+// way it is not a call.
 constexpr int kMaxDepth = 64;
+constexpr int kMaxMembers = 4096;
 
 // The end of the JSON object or array that opens at s[0] ('{' or '['): one past its closing
-// bracket, or npos when it does not close or nests past kMaxDepth. Brackets inside strings do
-// not count.
+// bracket, or npos when it does not close, nests past kMaxDepth or holds more than kMaxMembers
+// members and items in all. Brackets and commas inside strings do not count.
 size_t closing(std::string_view s) {
-  int depth = 0;
+  int depth = 0, commas = 0;
   bool in_string = false;
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
@@ -38,6 +41,8 @@ size_t closing(std::string_view s) {
         in_string = false;
     } else if (c == '"') {
       in_string = true;
+    } else if (c == ',') {
+      if (++commas >= kMaxMembers) return std::string_view::npos;
     } else if (c == '{' || c == '[') {
       if (++depth > kMaxDepth) return std::string_view::npos;
     } else if (c == '}' || c == ']') {

@@ -240,22 +240,25 @@ ToolCalls parse_tools(const json& body, std::string_view raw, const ChatTemplate
     if (it == names.end()) bad("tool_choice", "tool_choice names '" + name->get<std::string>() + "', which is not among the tools");
     out.mode = ToolCalls::Mode::Named;
     out.name = *it;
+    out.nine_character_ids = chat.supports_tool_calls() && chat.tool_syntax() == ToolSyntax::Mistral;
     if (chat.supports_tools()) out.template_tools = std::make_shared<const nlohmann::ordered_json>(std::move(as_written));
     out.schema = params[static_cast<size_t>(it - names.begin())];
     return out;
   }
   if (mode == "none") return out;
+  bool parallel = true;
+  if (const json* v = field(body, "parallel_tool_calls"); v && !v->is_null()) {
+    if (!v->is_boolean()) bad("parallel_tool_calls", "parallel_tool_calls must be true or false, got " + shown(*v));
+    parallel = v->get<bool>();
+  }
   out.names = names;
+  out.parallel = parallel;
+  out.nine_character_ids = chat.supports_tool_calls() && chat.tool_syntax() == ToolSyntax::Mistral;
   if (chat.supports_tools()) out.template_tools = std::make_shared<const nlohmann::ordered_json>(std::move(as_written));
   if (mode == "auto" && out.template_tools && chat.tool_syntax() != ToolSyntax::Generic) {
     out.mode = ToolCalls::Mode::Auto;  // the model's own format: nothing to constrain
     out.syntax = chat.tool_syntax();
     return out;
-  }
-  bool parallel = true;
-  if (const json* v = field(body, "parallel_tool_calls"); v && !v->is_null()) {
-    if (!v->is_boolean()) bad("parallel_tool_calls", "parallel_tool_calls must be true or false, got " + shown(*v));
-    parallel = v->get<bool>();
   }
   // "required": [{"name": N, "parameters": {...}}, ...], one item per call (vLLM's format). Each
   // tool's parameters sit at #/$defs/tool_I of the schema, their own $refs rebased there.
@@ -671,6 +674,9 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
   if (kind == PromptKind::Chat) {
     out.tools = parse_tools(body, raw, engine.chat_template());
     r.tools = out.tools.template_tools;
+    // A call's marker may be a special token (Mistral's [TOOL_CALLS], <tool_call> in some Hermes
+    // models): the reply keeps special tokens' text so that it can be read (as vLLM's parsers do).
+    if (out.tools.syntax != ToolSyntax::Generic) r.skip_special_tokens = false;
     if (!out.tools.system.empty()) {  // "auto": the tools described to the model
       if (r.messages.front().role == "system")
         r.messages.front().content += "\n\n" + out.tools.system;

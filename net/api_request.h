@@ -47,6 +47,9 @@ struct ToolCalls {
   nlohmann::ordered_json schema;   // what the output is held to
   std::string system;              // Auto: the tools described, added to the conversation's system message
   std::vector<std::string> names;  // the tools' names (not for None)
+  bool parallel = true;            // parallel_tool_calls: false keeps "auto"'s first call in the model's own format
+  // Call ids of 9 letters and digits: the template writes calls as Mistral's do, and refuses others.
+  bool nine_character_ids = false;
   // Auto in the model's own format (its chat template writes tools and calls in a syntax
   // model/tool_calls.h reads): unconstrained, the reply parsed. Generic: held to `schema`.
   ToolSyntax syntax = ToolSyntax::Generic;

@@ -191,6 +191,8 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
     out.tool_name = parsed.tools.name;
     out.tool_syntax = parsed.tools.syntax;
     out.tool_names = parsed.tools.names;
+    out.tool_parallel = parsed.tools.parallel;
+    out.tool_nine_character_ids = parsed.tools.nine_character_ids;
     for (int p = 0; p < prompts; ++p) {
       prompt_index = p;
       const uint64_t seed = requests[p].sampling.seed;

@@ -111,6 +111,8 @@ class Generation {
     std::string tool_name{};
     ToolSyntax tool_syntax = ToolSyntax::Generic;  // "auto" in the model's own format: the reply parsed
     std::vector<std::string> tool_names{};
+    bool tool_parallel = true;
+    bool tool_nine_character_ids = false;
   };
   // A request with a grammar or a JSON schema is parsed (its constraint compiled) on the
   // preparation thread, and a prompt of more than kInlinePromptBytes is templated and tokenized

@@ -249,6 +249,21 @@ struct Shape {
   }
 };
 
+// A call id of 9 letters and digits, as Mistral's chat templates require of the ids a
+// conversation carries back ("Tool call IDs should be alphanumeric strings with length 9!"):
+// `id` hashed (FNV-1a) and written in base 62.
+std::string nine_character_id(const std::string& id) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
+  const char* digits = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  std::string out(9, '0');
+  for (char& c : out) {
+    c = digits[h % 62];
+    h /= 62;
+  }
+  return out;
+}
+
 // The message of a chat choice generated under tool_choice (a named function, "required" or
 // "auto"): its calls (ids `id_prefix` + 0, 1, ...), "auto"'s response as content, or the text as
 // content where it is not a complete reply (cut by max_tokens). A named function's arguments are
@@ -256,13 +271,16 @@ struct Shape {
 json tool_message(const Generation::Admitted& a, const std::string& text, const std::string& id_prefix) {
   json calls = json::array();
   auto call = [&](const std::string& name, std::string arguments) {
-    calls.push_back({{"id", id_prefix + std::to_string(calls.size())},
+    std::string id = id_prefix + std::to_string(calls.size());
+    if (a.tool_nine_character_ids) id = nine_character_id(id);  // Mistral's templates refuse any other
+    calls.push_back({{"id", std::move(id)},
                      {"type", "function"},
                      {"function", {{"name", name}, {"arguments", std::move(arguments)}}}});
   };
   if (a.tool_mode == ToolCalls::Mode::Auto && a.tool_syntax != ToolSyntax::Generic) {
     // The model's own call syntax (model/tool_calls.h); text beside the calls is the content.
     ToolReply reply = parse_tool_reply(a.tool_syntax, text, a.tool_names);
+    if (!a.tool_parallel && reply.calls.size() > 1) reply.calls.resize(1);  // parallel_tool_calls: false
     for (ToolCall& c : reply.calls) call(c.name, std::move(c.arguments));
     if (calls.empty()) return {{"role", "assistant"}, {"content", text}};
     return {{"role", "assistant"},

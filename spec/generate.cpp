@@ -56,11 +56,9 @@ std::vector<int32_t> default_stop_ids(const LoadedModel& m, const ChatTemplate* 
   std::vector<int32_t> ids = m.weights.config.eos_ids;
   if (m.tokenizer) {
     for (int32_t e : m.tokenizer->eos_ids()) ids.push_back(e);
-    for (const ChatTemplate* t : {&m.chat_template, chat}) {
-      const std::string eot = t ? t->end_of_turn() : "";
-      const int32_t id = eot.empty() ? -1 : m.tokenizer->token_id(eot);
-      if (id >= 0) ids.push_back(id);
-    }
+    for (const ChatTemplate* t : {&m.chat_template, chat})
+      for (const std::string& eot : t ? t->end_of_turn_markers() : std::vector<std::string>{})
+        if (const int32_t id = m.tokenizer->token_id(eot); id >= 0) ids.push_back(id);
   }
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());

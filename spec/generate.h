@@ -48,8 +48,9 @@ using TokenCallback = std::function<bool(int32_t token)>;
 // same text. The last sampled token is not fed (the KV holds prompt + generated[0..n-1)).
 GenerateStats generate(LlamaModel& model, KvCache& kv, int seq, const GenerateRequest& req, const TokenCallback& on_token);
 
-// The model's own end tokens: config EOS ids, the tokenizer's, and the chat template's
-// end-of-turn token when it is a single token (and `chat`'s too when given: a --chat-template).
+// The model's own end tokens: config EOS ids (with GGUF's EOT and EOM ids), the tokenizer's,
+// and the chat template's end-of-turn markers that are single tokens (and `chat`'s too when
+// given: a --chat-template).
 std::vector<int32_t> default_stop_ids(const LoadedModel& m, const ChatTemplate* chat = nullptr);
 
 }  // namespace specula

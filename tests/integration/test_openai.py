@@ -1264,3 +1264,43 @@ def test_tool_choice_auto_with_a_template_that_writes_tools_reads_calls_in_the_m
     assert "call syntax hermes" in rendered.stderr and "<tools>\n" + json.dumps(weather) + "\n</tools>" in rendered.stdout
     plain = c.completions.create(model="any", prompt=rendered.stdout, max_tokens=12, temperature=0)
     assert r.usage.prompt_tokens == plain.usage.prompt_tokens and r.choices[0].message.content == plain.choices[0].text
+    # parallel_tool_calls: after turns of two calls each the model calls twice; false keeps the first.
+    pairs = [("Paris", "Lyon"), ("Berlin", "Bonn"), ("Madrid", "Seville")]
+    two = [m for i, (a, b) in enumerate(pairs) for m in (
+        {"role": "user", "content": f"What is the weather in {a} and {b}?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}{k}", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}
+            for k, city in enumerate((a, b))]},
+        {"role": "tool", "tool_call_id": f"c{i}0", "content": "Sunny."},
+        {"role": "tool", "tool_call_id": f"c{i}1", "content": "Sunny."},
+        {"role": "assistant", "content": f"It is sunny in {a} and {b}."})]
+    two.append({"role": "user", "content": "What is the weather in Rome and Milan?"})
+    cities = {}
+    for parallel in (True, False):
+        r = c.chat.completions.create(model="any", messages=two, tools=[weather], max_tokens=80, temperature=0,
+                                      parallel_tool_calls=parallel)
+        cities[parallel] = [json.loads(t.function.arguments)["city"] for t in r.choices[0].message.tool_calls]
+    assert cities == {True: ["Rome", "Milan"], False: ["Rome"]}, cities
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="any", messages=two, tools=[weather], max_tokens=4, extra_body={"parallel_tool_calls": "yes"})
+    assert "parallel_tool_calls must be true or false" in str(e.value)
+
+
+def test_call_ids_are_nine_letters_and_digits_for_a_template_that_writes_calls_as_mistrals_do(fresh_server):
+    # Mistral's templates refuse a conversation whose call ids are not 9 letters and digits; the
+    # calls this server returns can be sent back to it as they are.
+    template = SOURCE_DIR / "tests" / "fixtures" / "tool_templates" / "mistral-tools-like.jinja"
+    srv = fresh_server("--draft", "ngram", "--chat-template", str(template))
+    c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = c.chat.completions.create(model="any", messages=ask, tools=[WEATHER], tool_choice="required", max_tokens=200, temperature=0)
+    calls = r.choices[0].message.tool_calls
+    assert calls and all(len(t.id) == 9 and t.id.isalnum() for t in calls), r.choices[0]
+    back = ask + [{"role": "assistant", "content": None, "tool_calls": [t.model_dump() for t in calls]},
+                  {"role": "tool", "tool_call_id": calls[0].id, "content": "Sunny."}]
+    answered = c.chat.completions.create(model="any", messages=back, max_tokens=2)  # not refused
+    assert answered.choices[0].finish_reason in ("length", "stop") and answered.usage.prompt_tokens > len(ask[0]["content"]) // 4
+    back[1]["tool_calls"][0]["id"] = back[2]["tool_call_id"] = "call_1"  # the control: the template refuses another id
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="any", messages=back, max_tokens=2)
+    assert "Tool call IDs should be alphanumeric strings with length 9!" in str(e.value)

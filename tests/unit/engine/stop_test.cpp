@@ -9,6 +9,7 @@
 #include "tests/unit/engine/default_model.h"
 #include "actors/engine.h"
 #include "actors/sampler.h"
+#include "spec/generate.h"
 
 namespace specula::actors {
 namespace {
@@ -116,6 +117,24 @@ TEST(EngineStopStrings, AnEmptyStopStringIsRefusedAtSubmission) {
   EngineRequest r = greedy_request(4);
   r.stop = {""};
   EXPECT_THROW(engine->start(r), std::invalid_argument);
+}
+
+TEST(EndOfTurnTokens, TheMarkersAChatTemplateWritesThatAreSingleTokensOfTheModelEndGeneration) {
+  ASSERT_TRUE(std::filesystem::exists(default_model_path())) << "the default model is missing: run scripts/setup.sh";
+  const LoadedModel m = load_model(default_model_path());
+  const int32_t im_end = m.tokenizer->token_id("<|im_end|>"), endoftext = m.tokenizer->token_id("<|endoftext|>");
+  ASSERT_GE(im_end, 0);
+  ASSERT_GE(endoftext, 0);
+  auto has = [](const std::vector<int32_t>& ids, int32_t id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); };
+  const std::vector<int32_t> own = default_stop_ids(m);
+  EXPECT_TRUE(has(own, im_end));
+  EXPECT_FALSE(has(own, endoftext));  // SmolLM2's template does not write it: not a stop (the control)
+  // A --chat-template ending turns with <|endoftext|> (a token of SmolLM2) and Gemma's
+  // <end_of_turn> (not one): the first is added, the second cannot be.
+  const ChatTemplate other = ChatTemplate::from_option("{% for m in messages %}{{ m.content }}<|endoftext|>{% endfor %}<end_of_turn>");
+  const std::vector<int32_t> with = default_stop_ids(m, &other);
+  EXPECT_TRUE(has(with, endoftext));
+  EXPECT_EQ(with.size(), own.size() + 1);
 }
 
 TEST(EngineShutdown, AStreamStillOpenWhenTheEngineIsDestroyedEndsWithAnError) {

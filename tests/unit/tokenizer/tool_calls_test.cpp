@@ -1,5 +1,6 @@
-// Tools through a model's own chat template: what a template is found to do with tools, the
-// conversation it is handed, and replies read as calls in the model's own syntax.
+// Published chat templates beyond the conversation: what a template is found to do with tools,
+// the conversation it is handed, replies read as calls in the model's own syntax, and the
+// end-of-turn markers it writes.
 #include "model/tool_calls.h"
 
 #include <gtest/gtest.h>
@@ -14,8 +15,8 @@
 namespace specula {
 namespace {
 
-ChatTemplate fixture(const std::string& name) {
-  std::ifstream in(std::string(SPECULA_FIXTURE_DIR) + "/chat_templates/" + name + ".jinja", std::ios::binary);
+ChatTemplate fixture(const std::string& name, const std::string& dir = "chat_templates") {
+  std::ifstream in(std::string(SPECULA_FIXTURE_DIR) + "/" + dir + "/" + name + ".jinja", std::ios::binary);
   std::ostringstream s;
   s << in.rdbuf();
   EXPECT_TRUE(in) << name;
@@ -51,9 +52,21 @@ TEST(ToolTemplates, ToolSupportAndTheCallSyntaxAreReadFromWhatEachTemplateWrites
     EXPECT_EQ(t.supports_tool_calls(), c.calls) << c.name;
     EXPECT_EQ(t.tool_syntax(), c.syntax) << c.name << ": " << tool_syntax_name(t.tool_syntax());
   }
+  const ChatTemplate mistral = fixture("mistral-tools-like", "tool_templates");
+  EXPECT_TRUE(mistral.supports_tools() && mistral.supports_tool_calls());
+  EXPECT_EQ(mistral.tool_syntax(), ToolSyntax::Mistral);
   const ChatTemplate built_in(ChatTemplate::Kind::ChatML);
   EXPECT_FALSE(built_in.supports_tools());
   EXPECT_EQ(built_in.tool_syntax(), ToolSyntax::Generic);
+}
+
+TEST(ToolTemplates, ATemplateThatWritesToolResultsButNotCallsIsNotTakenToWriteCalls) {
+  const ChatTemplate t = ChatTemplate::from_template_text(
+      "{% for m in messages %}{% if m.role == 'tool' %}[{{ m.name }}: {{ m.content }}]{% else %}{{ m.content }}{% endif %}{% endfor %}");
+  EXPECT_FALSE(t.supports_tool_calls());
+  EXPECT_FALSE(t.supports_tools());
+  // So an assistant's calls are written as the generic format's JSON, not lost.
+  EXPECT_NE(t.render(conversation_with_a_call()).find("{\"tool_calls\":[{\"name\":\"get_weather\""), std::string::npos);
 }
 
 TEST(ToolTemplates, ATemplateThatWritesToolsAndCallsIsHandedThemAsHuggingFaceHandsThem) {
@@ -98,6 +111,17 @@ TEST(ToolTemplates, ACallWhoseArgumentsAreNotJsonIsAnInvalidArgumentNamingTheFun
   }
 }
 
+TEST(TemplateMarkers, EachTemplatesEndOfTurnMarkersAreTheKnownOnesItWrites) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(fixture("gemma").end_of_turn_markers(), V{"<end_of_turn>"});
+  EXPECT_EQ(fixture("phi3").end_of_turn_markers(), V{"<|end|>"});
+  EXPECT_EQ(fixture("llama3.1").end_of_turn_markers(), (V{"<|eot_id|>", "<|eom_id|>"}));
+  EXPECT_EQ(fixture("qwen2.5").end_of_turn_markers(), V{"<|im_end|>"});
+  EXPECT_EQ(fixture("deepseek-r1").end_of_turn_markers(), V{"<｜end▁of▁sentence｜>"});
+  EXPECT_EQ(fixture("mistral-instruct").end_of_turn_markers(), V{});  // its turns end with eos_token
+  EXPECT_EQ(ChatTemplate(ChatTemplate::Kind::Llama3).end_of_turn_markers(), V{"<|eot_id|>"});
+}
+
 const std::vector<std::string> kNames = {"get_weather", "search"};
 
 TEST(ToolReplies, HermesBlocksBecomeCallsAndTheTextBeforeThemTheContent) {
@@ -129,7 +153,6 @@ TEST(ToolReplies, AReplyWithAnyMalformedCallIsAllContent) {
            "<tool_call>{\"name\": \"search\", \"arguments\": \"q\"}</tool_call>",      // arguments not an object
            "<tool_call>[{\"name\": \"search\", \"arguments\": {}}]</tool_call>",       // not an object
            good + " and then more text " + good,                                       // text between calls
-           "<tool_call>{\"name\": \"search\", \"arguments\": " + std::string(100, '[') + std::string(100, ']') + "}</tool_call>",
        }) {
     const ToolReply r = parse_tool_reply(ToolSyntax::Hermes, text, kNames);
     EXPECT_TRUE(r.calls.empty()) << text;
@@ -137,6 +160,35 @@ TEST(ToolReplies, AReplyWithAnyMalformedCallIsAllContent) {
   }
   EXPECT_EQ(parse_tool_reply(ToolSyntax::Hermes, good, kNames).calls.size(), 1u);  // the control
   EXPECT_TRUE(parse_tool_reply(ToolSyntax::Generic, good, kNames).calls.empty());
+}
+
+// Arguments nested `depth` objects deep, or holding `members` members.
+std::string nested(int depth) {
+  std::string s;
+  for (int i = 0; i < depth; ++i) s += "{\"a\": ";
+  return s + "1" + std::string(static_cast<size_t>(depth), '}');
+}
+std::string wide(int members) {
+  std::string s = "{";
+  for (int i = 0; i < members; ++i) s += (i ? ", \"k" : "\"k") + std::to_string(i) + "\": 1";
+  return s + "}";
+}
+
+TEST(ToolReplies, ACallNestedOrWiderThanARequestBodyMayBeIsNotReadInAnySyntax) {
+  for (const auto& [args, ok] : std::vector<std::pair<std::string, bool>>{
+           {nested(60), true}, {nested(70), false}, {nested(100000), false}, {wide(4000), true}, {wide(5000), false}}) {
+    const std::string call = "{\"name\": \"search\", \"arguments\": " + args + "}";
+    for (const auto& [syntax, text] : std::vector<std::pair<ToolSyntax, std::string>>{
+             {ToolSyntax::Hermes, "<tool_call>" + call + "</tool_call>"},
+             {ToolSyntax::Llama3Json, call},
+             {ToolSyntax::Mistral, "[TOOL_CALLS] [" + call + "]"}}) {
+      const ToolReply r = parse_tool_reply(syntax, text, kNames);
+      EXPECT_EQ(r.calls.size(), ok ? 1u : 0u) << tool_syntax_name(syntax) << " " << args.size();
+      if (!ok) {
+        EXPECT_EQ(r.content, text);
+      }
+    }
+  }
 }
 
 TEST(ToolReplies, Llama3JsonIsObjectsSeparatedBySemicolonsAfterAnOptionalPythonTag) {
