@@ -71,14 +71,16 @@ std::optional<ToolCall> call_of(std::string_view text, const std::vector<std::st
   return call_of(j, names);
 }
 
+// The text before the calls, as written (vLLM's parsers keep it so); none when only whitespace.
 std::optional<std::string> content_of(std::string_view before) {
-  const std::string_view t = trimmed(before);
-  if (t.empty()) return std::nullopt;
-  return std::string(t);
+  if (trimmed(before).empty()) return std::nullopt;
+  return std::string(before);
 }
 
+constexpr std::string_view kHermesOpen = "<tool_call>", kMistralMarker = "[TOOL_CALLS]", kPythonTag = "<|python_tag|>";
+
 bool hermes(std::string_view text, const std::vector<std::string>& names, ToolReply& out) {
-  constexpr std::string_view open = "<tool_call>", close = "</tool_call>";
+  constexpr std::string_view open = kHermesOpen, close = "</tool_call>";
   size_t at = text.find(open);
   if (at == std::string_view::npos) return false;
   out.content = content_of(text.substr(0, at));
@@ -102,7 +104,7 @@ bool hermes(std::string_view text, const std::vector<std::string>& names, ToolRe
 
 bool llama3_json(std::string_view text, const std::vector<std::string>& names, ToolReply& out) {
   std::string_view s = trimmed(text);
-  if (s.starts_with("<|python_tag|>")) s = trimmed(s.substr(14));
+  if (s.starts_with(kPythonTag)) s = trimmed(s.substr(kPythonTag.size()));
   if (!s.starts_with("{")) return false;
   while (!s.empty()) {
     const size_t end = closing(s);
@@ -118,7 +120,7 @@ bool llama3_json(std::string_view text, const std::vector<std::string>& names, T
 }
 
 bool mistral(std::string_view text, const std::vector<std::string>& names, ToolReply& out) {
-  constexpr std::string_view marker = "[TOOL_CALLS]";
+  constexpr std::string_view marker = kMistralMarker;
   const size_t at = text.find(marker);
   if (at == std::string_view::npos) return false;
   out.content = content_of(text.substr(0, at));
@@ -134,7 +136,32 @@ bool mistral(std::string_view text, const std::vector<std::string>& names, ToolR
   return true;
 }
 
+// The text before `marker`, less an end that may begin it.
+size_t before_marker(std::string_view text, std::string_view marker) {
+  if (const size_t at = text.find(marker); at != std::string_view::npos) return at;
+  for (size_t k = std::min(marker.size() - 1, text.size()); k > 0; --k)
+    if (text.ends_with(marker.substr(0, k))) return text.size() - k;
+  return text.size();
+}
+
 }  // namespace
+
+size_t tool_reply_streamable(ToolSyntax syntax, std::string_view text) {
+  const std::string_view body = trimmed(text);
+  if (body.empty()) return 0;
+  switch (syntax) {
+    case ToolSyntax::Hermes:
+    case ToolSyntax::Mistral: {
+      const size_t n = before_marker(text, syntax == ToolSyntax::Hermes ? kHermesOpen : kMistralMarker);
+      return trimmed(text.substr(0, n)).empty() ? 0 : n;
+    }
+    case ToolSyntax::Llama3Json:
+      if (body.starts_with("{") || body.starts_with(kPythonTag) || kPythonTag.starts_with(body)) return 0;
+      return text.size();
+    case ToolSyntax::Generic: break;
+  }
+  return 0;
+}
 
 ToolReply parse_tool_reply(ToolSyntax syntax, const std::string& text, const std::vector<std::string>& names) {
   ToolReply out;

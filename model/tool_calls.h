@@ -24,4 +24,11 @@ struct ToolReply {
 // Generic: no calls (the generic format's reply is read by the server's schema instead).
 ToolReply parse_tool_reply(ToolSyntax syntax, const std::string& text, const std::vector<std::string>& names);
 
+// How much of a reply generated so far is content whatever follows, so may be streamed: the text
+// before a call's marker (holding back an end that may begin one: "<tool_c"), all of a reply
+// that cannot be Llama 3 JSON calls (it does not open with '{' or <|python_tag|>), nothing while
+// it is only whitespace (a reply of whitespace and calls has no content), nothing for Generic.
+// It never shrinks as the text grows, and the content parse_tool_reply gives starts with it.
+size_t tool_reply_streamable(ToolSyntax syntax, std::string_view text);
+
 }  // namespace specula

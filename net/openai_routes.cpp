@@ -365,9 +365,13 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
 
   const bool want_logprobs = admitted.logprobs;
   std::vector<LogprobsJson> logprobs(n, LogprobsJson(*st.engine.model().tokenizer, chat, !admitted.stream));
-  // Tool calls: a choice's text is kept back and sent as its calls at its end (tool_message).
+  // Tool calls: a choice's text is kept back and sent as its calls at its end (tool_message); in
+  // the model's own syntax, the text that is content whatever follows streams as it comes
+  // (tool_reply_streamable), and `released` counts what of it has gone out.
   const bool tools = chat && admitted.tool_mode != ToolCalls::Mode::None;
+  const bool streams_content = tools && admitted.tool_mode == ToolCalls::Mode::Auto && admitted.tool_syntax != ToolSyntax::Generic;
   std::vector<std::string> tool_text(tools ? n : 0);
+  std::vector<std::size_t> released(tools ? n : 0, 0);
   auto call_prefix = [&](std::size_t i) { return "call_" + shape.id.substr(shape.id.find('-') + 1) + "_" + std::to_string(i) + "_"; };
   // "auto" that called tools ends with "tool_calls", as OpenAI's does; otherwise the generation's reason.
   auto finish_of = [&](const GenerationUpdate& u, const json& message) {
@@ -485,7 +489,13 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     auto [ec, i, u] = co_await channel->async_receive(kAwait);
     if (ec) co_return false;
     echo_into(i, u);
-    if (tools) tool_text[i] += std::exchange(u.text, std::string());
+    if (tools) {
+      tool_text[i] += std::exchange(u.text, std::string());
+      if (const std::size_t r = streams_content ? tool_reply_streamable(admitted.tool_syntax, tool_text[i]) : 0; r > released[i]) {
+        u.text = tool_text[i].substr(released[i], r - released[i]);
+        released[i] = r;
+      }
+    }
     // A chunk for the update's text, and with log-probabilities asked for, for its tokens even
     // where their text is still held back (mid-character, or maybe a stop string).
     for (const TokenOut& t : u.tokens) logprobs[i].add(t);
@@ -505,18 +515,21 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       json calls = with_usage(shape.chunk(i, "", nullptr));
       json& delta = calls["choices"][0]["delta"];
       message = tool_message(admitted, tool_text[i], call_prefix(i));
+      // The content not streamed yet (what went out is its start: tool_reply_streamable).
+      const std::string content = message["content"].is_string() ? message["content"].get<std::string>() : std::string();
+      const std::string rest = content.substr(std::min(released[i], content.size()));
+      if (rest.empty())
+        delta.erase("content");
+      else
+        delta["content"] = rest;
       if (message.contains("tool_calls")) {
-        if (message["content"].is_null())
-          delta.erase("content");
-        else
-          delta["content"] = message["content"];  // text the model wrote before its calls
         for (std::size_t k = 0; k < message["tool_calls"].size(); ++k) message["tool_calls"][k]["index"] = k;
         delta["tool_calls"] = message["tool_calls"];
-      } else {
-        delta["content"] = message["content"];
       }
-      const std::string event = dump_json(calls);
-      if (!co_await send_event(event)) co_return false;
+      if (delta.contains("content") || delta.contains("tool_calls")) {
+        const std::string event = dump_json(calls);
+        if (!co_await send_event(event)) co_return false;
+      }
     }
     json last = with_usage(shape.chunk(i, "", finish_of(u, message)));
     last["choices"][0]["stop_reason"] = u.stop_reason;

@@ -1258,6 +1258,11 @@ def test_tool_choice_auto_with_a_template_that_writes_tools_reads_calls_in_the_m
     joke = [{"role": "user", "content": "Tell me a joke."}]
     r = c.chat.completions.create(model="any", messages=joke, tools=[weather], max_tokens=12, temperature=0)
     assert r.choices[0].message.tool_calls is None and r.choices[0].message.content and r.choices[0].finish_reason == "length"
+    # Streamed, such a reply goes out as it is generated (it cannot become a call), not at its end.
+    pieces = [ch.choices[0].delta.content for ch in c.chat.completions.create(
+        model="any", messages=joke, tools=[weather], max_tokens=12, temperature=0, stream=True)
+        if ch.choices and ch.choices[0].delta.content]
+    assert len(pieces) > 2 and "".join(pieces) == r.choices[0].message.content, pieces
     rendered = subprocess.run([str(SPECULA_BIN), "chat-template", "--model", str(DEFAULT_MODEL), "--chat-template", str(template),
                                "--messages", json.dumps(joke), "--tools", json.dumps([weather])],
                               capture_output=True, text=True, check=True)

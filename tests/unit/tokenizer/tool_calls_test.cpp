@@ -130,7 +130,7 @@ TEST(ToolReplies, HermesBlocksBecomeCallsAndTheTextBeforeThemTheContent) {
                                        "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"a } \\\" {\"}}\n</tool_call>",
                                        kNames);
   ASSERT_EQ(r.calls.size(), 2u);
-  EXPECT_EQ(r.content, "I will check.");
+  EXPECT_EQ(r.content, "I will check.\n");  // as written, as vLLM's parser gives it
   EXPECT_EQ(r.calls[0].name, "get_weather");
   EXPECT_EQ(r.calls[0].arguments, "{\"city\":\"Paris\"}");
   EXPECT_EQ(r.calls[1].name, "search");
@@ -211,9 +211,43 @@ TEST(ToolReplies, MistralIsAnArrayAfterTheToolCallsMarker) {
       ToolSyntax::Mistral, "Checking. [TOOL_CALLS] [{\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}, {\"name\": \"get_weather\", \"arguments\": {}}]",
       kNames);
   ASSERT_EQ(r.calls.size(), 2u);
-  EXPECT_EQ(r.content, "Checking.");
+  EXPECT_EQ(r.content, "Checking. ");
   EXPECT_TRUE(parse_tool_reply(ToolSyntax::Mistral, "[TOOL_CALLS] []", kNames).calls.empty());
   EXPECT_TRUE(parse_tool_reply(ToolSyntax::Mistral, "[TOOL_CALLS] [{\"name\": \"search\", \"arguments\": {}}] x", kNames).calls.empty());
+}
+
+}  // namespace
+}  // namespace specula
+
+namespace specula {
+namespace {
+
+// Streams `reply` a byte at a time: what tool_reply_streamable lets out never shrinks, and
+// ends as a start of the content parse_tool_reply gives (all of it when there are no calls).
+std::string streamed(ToolSyntax syntax, const std::string& reply) {
+  size_t out = 0;
+  for (size_t n = 1; n <= reply.size(); ++n) {
+    const size_t now = tool_reply_streamable(syntax, std::string_view(reply).substr(0, n));
+    EXPECT_GE(now, out) << reply.substr(0, n);
+    out = std::max(out, now);
+  }
+  const ToolReply parsed = parse_tool_reply(syntax, reply, kNames);
+  const std::string content = parsed.content.value_or("");
+  EXPECT_EQ(content.substr(0, out), reply.substr(0, out)) << reply;
+  return reply.substr(0, out);
+}
+
+TEST(ToolStreaming, TextBeforeACallsMarkerStreamsAndTheMarkerAndCallsAreHeldBack) {
+  const std::string call = "<tool_call>\n{\"name\": \"search\", \"arguments\": {}}\n</tool_call>";
+  EXPECT_EQ(streamed(ToolSyntax::Hermes, "Let me see. <tool_c"), "Let me see. ");
+  EXPECT_EQ(streamed(ToolSyntax::Hermes, "Let me see. " + call), "Let me see. ");
+  EXPECT_EQ(streamed(ToolSyntax::Hermes, "\n  " + call), "");  // whitespace and calls: no content
+  EXPECT_EQ(streamed(ToolSyntax::Hermes, "A plain answer < 3 and <b>."), "A plain answer < 3 and <b>.");
+  EXPECT_EQ(streamed(ToolSyntax::Mistral, "Hi [TOOL_CALLS] [{\"name\": \"search\", \"arguments\": {}}]"), "Hi ");
+  EXPECT_EQ(streamed(ToolSyntax::Llama3Json, " {\"name\": \"search\", \"parameters\": {}}"), "");
+  EXPECT_EQ(streamed(ToolSyntax::Llama3Json, "<|python_tag|>{\"name\": \"search\", \"parameters\": {}}"), "");
+  EXPECT_EQ(streamed(ToolSyntax::Llama3Json, "<b>Sure</b>, {\"a\": 1}"), "<b>Sure</b>, {\"a\": 1}");
+  EXPECT_EQ(streamed(ToolSyntax::Generic, "{\"response\": \"x\"}"), "");
 }
 
 }  // namespace
