@@ -28,6 +28,7 @@ struct Expr {
     Unary,    // name a: "not", "-", "+"
     Binary,   // a name b: "or", "and", "==", "+", "~", "in", "not in", ...
     Cond,     // a if b else c (c may be null: undefined)
+    Chain,    // items[0] ops[0] items[1] ops[1] items[2] ...: chained comparisons, as Python's
   };
   Kind kind;
   int line = 0;
@@ -38,6 +39,7 @@ struct Expr {
   ExprPtr a, b, c;
   std::vector<ExprPtr> items;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
+  std::vector<std::string> ops;  // Chain: the comparisons
 };
 
 struct Node;

@@ -216,7 +216,7 @@ Value slice(const Value& subject, const Arguments& args) {
 std::string ascii_escaped(const std::string& s) {
   std::string out;
   auto hex = [&out](unsigned u) {
-    char b[8];
+    char b[16];  // "\\uXXXX" and its NUL; room for any unsigned the compiler imagines
     std::snprintf(b, sizeof b, "\\u%04x", u);
     out += b;
   };

@@ -383,8 +383,11 @@ class ExprParser {
     }
     return compare();
   }
+  // Comparisons chain as in Python: a < b < c is a < b and b < c, b evaluated once.
   ExprPtr compare() {
-    ExprPtr e = math1();
+    ExprPtr first = math1();
+    std::vector<ExprPtr> operands;
+    std::vector<std::string> ops;
     while (true) {
       std::string op;
       if (peek() && peek()->kind == Token::Kind::Op &&
@@ -398,10 +401,19 @@ class ExprParser {
         i_ += 2;
         op = "not in";
       } else {
-        return e;
+        break;
       }
-      e = binary(op, std::move(e), math1());
+      ops.push_back(std::move(op));
+      operands.push_back(math1());
     }
+    if (ops.empty()) return first;
+    if (ops.size() == 1) return binary(ops[0], std::move(first), std::move(operands[0]));
+    auto e = make(Expr::Kind::Chain);
+    e->line = first->line;
+    e->items.push_back(std::move(first));
+    for (ExprPtr& x : operands) e->items.push_back(std::move(x));
+    e->ops = std::move(ops);
+    return seal(std::move(e));
   }
   ExprPtr math1() {
     ExprPtr e = concat();

@@ -2,6 +2,7 @@
 // and each macro call a frame of its own, `namespace()` attributes shared), Python's operators.
 #include <climits>
 #include <cmath>
+#include <optional>
 
 #include "model/jinja_ast.h"
 
@@ -71,6 +72,19 @@ bool contains(const Value& container, const Value& item) {
   if (container.is_object()) return item.is_string() && container.object_ref().find(item.string()) != nullptr;
   if (container.is_undefined()) return false;  // Undefined iterates as empty
   throw Error("'in' is not supported on a '" + container.type_name() + "'");
+}
+
+// a op b for a comparison operator (==, !=, <, >, <=, >=, in, not in); none for any other.
+std::optional<bool> comparison(const std::string& op, const Value& a, const Value& b) {
+  if (op == "==") return a == b;
+  if (op == "!=") return !(a == b);
+  if (op == "<") return compare_values(op, a, b) < 0;
+  if (op == ">") return compare_values(op, a, b) > 0;
+  if (op == "<=") return compare_values(op, a, b) <= 0;
+  if (op == ">=") return compare_values(op, a, b) >= 0;
+  if (op == "in") return contains(b, a);
+  if (op == "not in") return !contains(b, a);
+  return std::nullopt;
 }
 
 Value arithmetic(const std::string& op, const Value& a, const Value& b) {
@@ -428,15 +442,17 @@ class Renderer {
         if (op == "or") return a.boolean() ? a : eval(*e.b);
         Value b = eval(*e.b);
         if (op == "~") return Value(bounded(a.str() + b.str()));
-        if (op == "==") return Value(a == b);
-        if (op == "!=") return Value(!(a == b));
-        if (op == "<") return Value(compare_values(op, a, b) < 0);
-        if (op == ">") return Value(compare_values(op, a, b) > 0);
-        if (op == "<=") return Value(compare_values(op, a, b) <= 0);
-        if (op == ">=") return Value(compare_values(op, a, b) >= 0);
-        if (op == "in") return Value(contains(b, a));
-        if (op == "not in") return Value(!contains(b, a));
+        if (const std::optional<bool> c = comparison(op, a, b)) return Value(*c);
         return arithmetic(op, a, b);
+      }
+      case Expr::Kind::Chain: {
+        Value a = eval(*e.items[0]);
+        for (size_t k = 0; k < e.ops.size(); ++k) {
+          Value b = eval(*e.items[k + 1]);
+          if (!*comparison(e.ops[k], a, b)) return Value(false);
+          a = std::move(b);
+        }
+        return Value(true);
       }
       case Expr::Kind::Cond:
         if (eval(*e.b).boolean()) return eval(*e.a);
