@@ -57,6 +57,21 @@ std::string title(std::string s) {
   }
   return s;
 }
+// Jinja's `title` filter (not str.title): each run of characters between '-', whitespace, '(',
+// '{', '[' and '<' capitalized, its first character upper and the rest lower case.
+std::string title_filter(std::string s) {
+  bool start = true;
+  for (char& c : s) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (c == '-' || std::isspace(u) || c == '(' || c == '{' || c == '[' || c == '<') {
+      start = true;
+      continue;
+    }
+    c = static_cast<char>(start ? std::toupper(u) : std::tolower(u));
+    start = false;
+  }
+  return s;
+}
 std::string capitalize(std::string s) {
   s = lower(std::move(s));
   if (!s.empty()) s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
@@ -517,7 +532,7 @@ Value apply_filter(const std::string& name, const Value& v, Arguments& args,
   if (name == "trim") return Value(strip(v.str(), args.get(0, "chars"), true, true));
   if (name == "upper") return Value(upper(v.str()));
   if (name == "lower") return Value(lower(v.str()));
-  if (name == "title") return Value(title(v.str()));
+  if (name == "title") return Value(title_filter(v.str()));
   if (name == "capitalize") return Value(capitalize(v.str()));
   if (name == "e" || name == "escape") return Value(html_escape(v.str()));
   if (name == "length" || name == "count") return Value(length(v));

@@ -281,6 +281,10 @@ class Renderer {
       l.set("depth0", Value(0));
       l.set("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value());
       l.set("nextitem", i + 1 < len ? items[static_cast<size_t>(i + 1)] : Value());
+      l.set("cycle", Value(std::make_shared<const Function>(Function{"loop.cycle", [i](Arguments& a) {
+              if (a.positional.empty()) throw Error("loop.cycle: no items for cycling given");
+              return a.positional[static_cast<size_t>(i) % a.positional.size()];
+            }})));
       assign("loop", std::move(loop));
       bind(n.targets, items[static_cast<size_t>(i)], n.line);
       const Flow f = exec(n.body, out);
