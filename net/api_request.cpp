@@ -377,18 +377,38 @@ std::string model_name_from_path(const std::string& path) {
   return name;
 }
 
-actors::EngineRequest parse_tokenize(const json& body) {
+namespace {
+
+// A chat request's tools, as its prompt shows them: handed to the template (r.tools), or for the
+// generic format's "auto" described in the system message.
+ToolCalls tools_into_prompt(const json& body, std::string_view raw, const actors::Engine& engine, actors::EngineRequest& r) {
+  ToolCalls tools = parse_tools(body, raw, engine.chat_template());
+  r.tools = tools.template_tools;
+  if (!tools.system.empty()) {
+    if (r.messages.front().role == "system")
+      r.messages.front().content += "\n\n" + tools.system;
+    else
+      r.messages.insert(r.messages.begin(), ChatMessage{"system", tools.system});
+  }
+  return tools;
+}
+
+}  // namespace
+
+actors::EngineRequest parse_tokenize(const json& body, const actors::Engine& engine) {
   if (!body.is_object()) throw ApiError("invalid_json", "the request must be a JSON object");
   const json* messages = field(body, "messages");
   const json* prompt = field(body, "prompt");
   if ((messages != nullptr) == (prompt != nullptr)) bad("messages", "give exactly one of messages or prompt");
   actors::EngineRequest r;
-  if (messages)
+  if (messages) {
     r.messages = parse_messages(*messages, true);
-  else if (prompt->is_string())
+    tools_into_prompt(body, {}, engine, r);  // vLLM's tools: as the chat request would show them
+  } else if (prompt->is_string()) {
     r.prompt = prompt->get<std::string>();
-  else
+  } else {
     bad("prompt", "prompt must be a string, got " + shown(*prompt));
+  }
   return r;
 }
 
@@ -672,17 +692,10 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
       gbnf = v->get<std::string>();
     }
   if (kind == PromptKind::Chat) {
-    out.tools = parse_tools(body, raw, engine.chat_template());
-    r.tools = out.tools.template_tools;
+    out.tools = tools_into_prompt(body, raw, engine, r);
     // A call's marker may be a special token (Mistral's [TOOL_CALLS], <tool_call> in some Hermes
     // models): the reply keeps special tokens' text so that it can be read (as vLLM's parsers do).
     if (out.tools.syntax != ToolSyntax::Generic) r.skip_special_tokens = false;
-    if (!out.tools.system.empty()) {  // "auto": the tools described to the model
-      if (r.messages.front().role == "system")
-        r.messages.front().content += "\n\n" + out.tools.system;
-      else
-        r.messages.insert(r.messages.begin(), ChatMessage{"system", out.tools.system});
-    }
     if (out.tools.mode != ToolCalls::Mode::None) {
       constrain("tool_choice");
       try {

@@ -105,7 +105,7 @@ ParsedRequest parse_generation(const nlohmann::json& body, PromptKind kind, cons
 // Throw ApiError (invalid_request naming the field). /tokenize's body is read into the request to
 // tokenize (the server tokenizes it as a generation's prompt: net/generation.h, tokenize_prompt),
 // and the ids into its reply.
-actors::EngineRequest parse_tokenize(const nlohmann::json& body);
+actors::EngineRequest parse_tokenize(const nlohmann::json& body, const actors::Engine& engine);
 nlohmann::json tokenize_reply(const std::vector<int32_t>& ids, const actors::Engine& engine);
 nlohmann::json detokenize_body(const nlohmann::json& body, const actors::Engine& engine);
 

@@ -1269,6 +1269,10 @@ def test_tool_choice_auto_with_a_template_that_writes_tools_reads_calls_in_the_m
     assert "call syntax hermes" in rendered.stderr and "<tools>\n" + json.dumps(weather) + "\n</tools>" in rendered.stdout
     plain = c.completions.create(model="any", prompt=rendered.stdout, max_tokens=12, temperature=0)
     assert r.usage.prompt_tokens == plain.usage.prompt_tokens and r.choices[0].message.content == plain.choices[0].text
+    # /tokenize counts the same prompt when given the tools (vLLM's field), and another without them.
+    counted = httpx.post(srv.url + "/tokenize", json={"messages": joke, "tools": [weather]}, timeout=30).json()["count"]
+    alone = httpx.post(srv.url + "/tokenize", json={"messages": joke}, timeout=30).json()["count"]
+    assert counted == r.usage.prompt_tokens and alone < counted, (counted, alone, r.usage.prompt_tokens)
     # parallel_tool_calls: after turns of two calls each the model calls twice; false keeps the first.
     pairs = [("Paris", "Lyon"), ("Berlin", "Bonn"), ("Madrid", "Seville")]
     two = [m for i, (a, b) in enumerate(pairs) for m in (
