@@ -395,7 +395,7 @@ ToolCalls tools_into_prompt(const json& body, std::string_view raw, const actors
 
 }  // namespace
 
-actors::EngineRequest parse_tokenize(const json& body, const actors::Engine& engine) {
+actors::EngineRequest parse_tokenize(const json& body, const actors::Engine& engine, std::string_view raw) {
   if (!body.is_object()) throw ApiError("invalid_json", "the request must be a JSON object");
   const json* messages = field(body, "messages");
   const json* prompt = field(body, "prompt");
@@ -403,7 +403,7 @@ actors::EngineRequest parse_tokenize(const json& body, const actors::Engine& eng
   actors::EngineRequest r;
   if (messages) {
     r.messages = parse_messages(*messages, true);
-    tools_into_prompt(body, {}, engine, r);  // vLLM's tools: as the chat request would show them
+    tools_into_prompt(body, raw, engine, r);  // vLLM's tools: as the chat request would show them
   } else if (prompt->is_string()) {
     r.prompt = prompt->get<std::string>();
   } else {

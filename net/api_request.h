@@ -105,7 +105,8 @@ ParsedRequest parse_generation(const nlohmann::json& body, PromptKind kind, cons
 // Throw ApiError (invalid_request naming the field). /tokenize's body is read into the request to
 // tokenize (the server tokenizes it as a generation's prompt: net/generation.h, tokenize_prompt),
 // and the ids into its reply.
-actors::EngineRequest parse_tokenize(const nlohmann::json& body, const actors::Engine& engine);
+// raw: the body's text, for the tools' members in the order it wrote them (as parse_generation).
+actors::EngineRequest parse_tokenize(const nlohmann::json& body, const actors::Engine& engine, std::string_view raw = {});
 nlohmann::json tokenize_reply(const std::vector<int32_t>& ids, const actors::Engine& engine);
 nlohmann::json detokenize_body(const nlohmann::json& body, const actors::Engine& engine);
 

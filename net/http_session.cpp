@@ -100,7 +100,7 @@ asio::awaitable<HttpResponse> serve_tokenize(ServerState& st, const HttpRequest&
   try {
     const std::string_view text = req.body();  // (named: no temporaries in a co_await)
     const json body = co_await parse_json_text(st, text);
-    const actors::EngineRequest r = parse_tokenize(body, st.engine);
+    const actors::EngineRequest r = parse_tokenize(body, st.engine, text);
     const std::vector<int32_t> ids = co_await tokenize_prompt(st, r);
     co_return json_response(200, tokenize_reply(ids, st.engine), ka, v);
   } catch (const ApiError& e) {
