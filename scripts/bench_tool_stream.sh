@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Tools in the model's own syntax, streamed (eighty-first session): with `tools` in a chat request
+# and a template that writes them (--chat-template, default Qwen2.5's fixture: Hermes calls), a
+# reply in words streams as it is generated instead of arriving whole at its end. For the first
+# PROMPTS_N prompts of the benchmark set, greedy, MAX_TOKENS each, with and without a tool, one
+# after the other on one server: the seconds to the first content chunk and to the end of the
+# stream. Prints one JSON line per configuration (medians) on stdout.
+#
+# Settings (environment): SPECULA_BUILD (./build), SPECULA_MODEL, TEMPLATE, PROMPTS
+# (../shared/data/prompts/chat.jsonl), PROMPTS_N (12), MAX_TOKENS (128), PORT (18181), THREADS (2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${SPECULA_BUILD:-$ROOT/build}
+CACHE=${SPECULA_CACHE:-$HOME/.cache/specula}
+MODEL=${SPECULA_MODEL:-$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+TEMPLATE=${TEMPLATE:-$ROOT/tests/fixtures/chat_templates/qwen2.5.jinja}
+PROMPTS=${PROMPTS:-$ROOT/../shared/data/prompts/chat.jsonl}
+PORT=${PORT:-18181}
+LOG=$(mktemp)
+"$BUILD/specula" serve --model "$MODEL" --port "$PORT" --threads "${THREADS:-2}" --chat-template "$TEMPLATE" > "$LOG" 2>&1 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true; rm -f "$LOG"' EXIT
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break; sleep 0.2; done
+"$BUILD/venv/bin/python" - "$PORT" "$PROMPTS" "${PROMPTS_N:-12}" "${MAX_TOKENS:-128}" <<'PY'
+import json, statistics, sys, time
+import openai
+port, prompts, count, max_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=600)
+weather = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+conversations = [json.loads(line)["messages"] for line in open(prompts, encoding="utf-8") if line.strip()][:count]
+runs = {"tools": [], "no tools": []}
+for messages in conversations:
+    for name, extra in (("tools", {"tools": [weather]}), ("no tools", {})):
+        start, first, chunks = time.perf_counter(), None, 0
+        for chunk in client.chat.completions.create(model="any", messages=messages, stream=True,
+                                                    max_tokens=max_tokens, temperature=0, **extra):
+            if chunk.choices and chunk.choices[0].delta.content:
+                chunks += 1
+                first = first if first is not None else time.perf_counter() - start
+        runs[name].append((first, time.perf_counter() - start, chunks))
+for name, rows in runs.items():
+    firsts = [r[0] for r in rows if r[0] is not None]
+    print(json.dumps({"config": name, "requests": len(rows), "first_content_s": round(statistics.median(firsts), 4),
+                      "end_s": round(statistics.median(r[1] for r in rows), 4),
+                      "content_chunks": round(statistics.median(r[2] for r in rows), 1)}))
+PY
