@@ -282,6 +282,7 @@ class Renderer {
       l.set("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value());
       l.set("nextitem", i + 1 < len ? items[static_cast<size_t>(i + 1)] : Value());
       l.set("cycle", Value(std::make_shared<const Function>(Function{"loop.cycle", [i](Arguments& a) {
+              if (!a.keyword.empty()) throw Error("loop.cycle takes no keyword arguments");
               if (a.positional.empty()) throw Error("loop.cycle: no items for cycling given");
               return a.positional[static_cast<size_t>(i) % a.positional.size()];
             }})));

@@ -2,6 +2,7 @@
 #include "net/generation.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 namespace specula::net {
@@ -20,9 +21,15 @@ double ms_between(Generation::Clock::time_point a, Generation::Clock::time_point
 constexpr const char* kConstraintFields[] = {"response_format", "guided_json",    "json_schema", "guided_choice",
                                              "guided_regex",    "guided_grammar", "grammar",     "tool_choice",   "tools"};
 
+// What the template is handed to render, in bytes; tools handed to it count as large (their
+// JSON is written out by the template, which the I/O thread should not wait for).
 std::size_t prompt_text_bytes(const actors::EngineRequest& r) {
+  if (r.tools && !r.tools->empty()) return std::numeric_limits<std::size_t>::max();
   std::size_t bytes = r.prompt.size();
-  for (const ChatMessage& m : r.messages) bytes += m.role.size() + m.content.size();
+  for (const ChatMessage& m : r.messages) {
+    bytes += m.role.size() + m.content.size() + m.tool_call_id.size() + m.name.size();
+    for (const ToolCall& c : m.tool_calls) bytes += c.id.size() + c.name.size() + c.arguments.size();
+  }
   return bytes;
 }
 
@@ -84,6 +91,7 @@ asio::awaitable<std::vector<int32_t>> tokenize_prompt(ServerState& st, const act
   text.prompt = request.prompt;
   text.chat = request.chat;
   text.messages = request.messages;
+  text.tools = request.tools;  // shared, and never changed: safe on the other thread
   const actors::Engine& engine = st.engine;
   auto tokenize = [&engine, text = std::move(text)] { return engine.tokenize(text); };
   std::vector<int32_t> ids = co_await on_prep_thread(st, std::move(tokenize));

@@ -1273,6 +1273,12 @@ def test_tool_choice_auto_with_a_template_that_writes_tools_reads_calls_in_the_m
     counted = httpx.post(srv.url + "/tokenize", json={"messages": joke, "tools": [weather]}, timeout=30).json()["count"]
     alone = httpx.post(srv.url + "/tokenize", json={"messages": joke}, timeout=30).json()["count"]
     assert counted == r.usage.prompt_tokens and alone < counted, (counted, alone, r.usage.prompt_tokens)
+    # A conversation long enough to be templated on the preparation thread keeps its tools too.
+    long = [{"role": "user", "content": "=" * 20_000 + " Tell me a joke."}]
+    counted = httpx.post(srv.url + "/tokenize", json={"messages": long, "tools": [weather]}, timeout=60).json()["count"]
+    alone = httpx.post(srv.url + "/tokenize", json={"messages": long}, timeout=60).json()["count"]
+    r = c.chat.completions.create(model="any", messages=long, tools=[weather], max_tokens=1, temperature=0)
+    assert counted == r.usage.prompt_tokens and counted - alone == 164, (counted, alone, r.usage.prompt_tokens)
     # parallel_tool_calls: after turns of two calls each the model calls twice; false keeps the first.
     pairs = [("Paris", "Lyon"), ("Berlin", "Bonn"), ("Madrid", "Seville")]
     two = [m for i, (a, b) in enumerate(pairs) for m in (
