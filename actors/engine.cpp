@@ -95,6 +95,7 @@ Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>()) {
   m.model = std::make_unique<LlamaModel>(m.files->weights, *m.ops);
   m.model->set_max_forward_rows(m.cfg.ubatch);
   m.chat = chat_template_for(*m.files, m.cfg.chat_template);
+  m.chat.set_tool_call_parser(m.cfg.tool_call_parser);
   m.default_stop = default_stop_ids(*m.files, &m.chat);
   LlamaModel* draft_target = m.model.get();
   const int draft_threads = m.cfg.draft_threads > 0 ? m.cfg.draft_threads : m.cfg.threads;

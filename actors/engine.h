@@ -38,6 +38,9 @@ struct EngineConfig {
   // `--chat-template`: a built-in name (chatml, llama3, plain), a Jinja template file, or its text;
   // empty: the model's own (ChatTemplate::from_option; a bad one fails the engine's construction).
   std::string chat_template;
+  // `--tool-call-parser`: auto (what the template writes), generic, hermes, llama3_json, mistral
+  // (ChatTemplate::set_tool_call_parser).
+  std::string tool_call_parser = "auto";
   // Models already in memory (benchmarks on random weights at real shapes): target_model is used
   // instead of loading `target`; draft_model, with the target's vocabulary, is the drafter
   // instead of `drafter`.

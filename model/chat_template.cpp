@@ -109,6 +109,26 @@ const char* tool_syntax_name(ToolSyntax s) {
   return "generic";
 }
 
+std::optional<ToolSyntax> tool_syntax_of(std::string_view name) {
+  for (ToolSyntax s : {ToolSyntax::Generic, ToolSyntax::Hermes, ToolSyntax::Llama3Json, ToolSyntax::Mistral})
+    if (name == tool_syntax_name(s)) return s;
+  return std::nullopt;
+}
+
+void ChatTemplate::set_tool_call_parser(std::string_view name) {
+  if (name == "auto") return;
+  const std::optional<ToolSyntax> s = tool_syntax_of(name);
+  if (!s)
+    throw std::invalid_argument("--tool-call-parser must be auto, generic, hermes, llama3_json or mistral, got '" +
+                                std::string(name) + "'");
+  if (*s != ToolSyntax::Generic && !supports_tools_)
+    throw std::invalid_argument("--tool-call-parser " + std::string(name) +
+                                ": the chat template does not write the tools it is handed, so the model would not see them "
+                                "(give one that does with --chat-template, or use generic)");
+  tool_syntax_ = *s;
+  if (*s == ToolSyntax::Generic) supports_tools_ = supports_tool_calls_ = false;  // as a template without tools
+}
+
 // Renders a conversation with a probe tool and one with a probe call and its result, and reads
 // what the template wrote. A template that fails on them is taken as not supporting tools.
 void ChatTemplate::probe_tools() {

@@ -2,6 +2,8 @@
 // ChatML (SmolLM2) and Llama 3 formats where a model has none or it does not parse.
 #pragma once
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +34,8 @@ struct ChatMessage {
 // llama.cpp's generic JSON format.
 enum class ToolSyntax { Generic, Hermes, Llama3Json, Mistral };
 const char* tool_syntax_name(ToolSyntax s);
+// The syntax a name (hermes, llama3_json, mistral, generic) stands for; none for another name.
+std::optional<ToolSyntax> tool_syntax_of(std::string_view name);
 
 namespace jinja {
 class Template;
@@ -88,6 +92,11 @@ class ChatTemplate {
   bool supports_tools() const { return supports_tools_; }
   bool supports_tool_calls() const { return supports_tool_calls_; }
   ToolSyntax tool_syntax() const { return tool_syntax_; }
+  // `--tool-call-parser NAME` (vLLM's option): "auto" keeps what the probe found, "generic" serves
+  // tools in llama.cpp's generic format whatever the template writes (the template then gets
+  // neither tools nor structured calls), a syntax's name reads calls in it. Throws std::invalid_argument for another name, or a syntax with a template that does
+  // not write tools (the model would never see them).
+  void set_tool_call_parser(std::string_view name);
 
  private:
   Kind kind_ = Kind::Plain;

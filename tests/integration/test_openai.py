@@ -1232,6 +1232,7 @@ def test_tool_choice_auto_with_a_template_that_writes_tools_reads_calls_in_the_m
     # come back as calls (vLLM's hermes parser, llama.cpp's --jinja); other replies are text.
     template = SOURCE_DIR / "tests" / "fixtures" / "chat_templates" / "qwen2.5.jinja"
     srv = fresh_server("--draft", "ngram", "--chat-template", str(template))
+    assert "tool calls in the model's own hermes syntax" in srv.output()
     c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
     weather = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -1319,3 +1320,27 @@ def test_call_ids_are_nine_letters_and_digits_for_a_template_that_writes_calls_a
     with pytest.raises(openai.BadRequestError) as e:
         c.chat.completions.create(model="any", messages=back, max_tokens=2)
     assert "Tool call IDs should be alphanumeric strings with length 9!" in str(e.value)
+
+
+def test_the_tool_call_parser_option_forces_a_format_or_stops_the_server_at_start_naming_why(fresh_server):
+    # vLLM's --tool-call-parser: "generic" serves tools in llama.cpp's generic format even where the
+    # template writes them (the prompt then describes them in the system message, not the template's
+    # way); a syntax the template cannot serve, or an unknown name, stops `serve` with one line.
+    template = SOURCE_DIR / "tests" / "fixtures" / "chat_templates" / "qwen2.5.jinja"
+    srv = fresh_server("--draft", "ngram", "--chat-template", str(template), "--tool-call-parser", "generic")
+    joke = [{"role": "user", "content": "Tell me a joke."}]
+    native = subprocess.run([str(SPECULA_BIN), "chat-template", "--model", str(DEFAULT_MODEL), "--chat-template", str(template),
+                             "--messages", json.dumps(joke), "--tools", json.dumps([WEATHER])],
+                            capture_output=True, text=True, check=True).stdout
+    native_count = httpx.post(srv.url + "/tokenize", json={"prompt": native}, timeout=30).json()["count"]
+    generic_count = httpx.post(srv.url + "/tokenize", json={"messages": joke, "tools": [WEATHER]}, timeout=30).json()["count"]
+    assert generic_count != native_count, (generic_count, native_count)
+    c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    r = c.chat.completions.create(model="any", messages=joke, tools=[WEATHER], max_tokens=60, temperature=0)
+    assert r.usage.prompt_tokens == generic_count
+    assert "own hermes syntax" not in srv.output() and "<tool_call>" not in (r.choices[0].message.content or "")
+    for args, words in ((["--tool-call-parser", "hermes"], "the chat template does not write the tools it is handed"),
+                        (["--tool-call-parser", "pythonic"], "--tool-call-parser must be auto, generic, hermes, llama3_json or mistral")):
+        proc = subprocess.run([str(SPECULA_BIN), "serve", "--model", str(DEFAULT_MODEL), "--port", "0", *args],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

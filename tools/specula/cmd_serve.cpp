@@ -24,6 +24,7 @@ const char* kUsage =
     "                     [--spec-k-max-greedy K] [--draft-entropy NATS] [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10] [--max-connections 4096]\n"
     "                     [--scheduling-policy fcfs|priority] [--chat-template chatml|llama3|plain|FILE|TEXT]\n"
+    "                     [--tool-call-parser auto|generic|hermes|llama3_json|mistral]\n"
     "                     [--api-key KEY] [--api-key-file FILE] [--allowed-origins ORIGIN,...|*]\n"
     "  Serves the model on one port: the chat page at /, the WebSocket protocol at /v1/ws, the\n"
     "  OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models, /health and /metrics\n"
@@ -45,6 +46,10 @@ const char* kUsage =
     "  --chat-template: how `messages` become the prompt, instead of the model's own Jinja template: a\n"
     "  built-in format, a file holding a Jinja template, or its text (`specula chat-template` shows\n"
     "  what a template makes of a conversation; docs/serving.md, \"Chat template\").\n"
+    "  --tool-call-parser: how tool_choice \"auto\" reads calls: auto (the default) in the syntax the\n"
+    "  template writes calls in, where it writes tools (`specula info`, \"tool calls\"), else\n"
+    "  llama.cpp's generic JSON format; generic: that format always; hermes, llama3_json, mistral:\n"
+    "  that syntax (the template must write tools). docs/protocol.md, \"Tools\".\n"
     "  --spec-k / --adaptive / --draft-entropy / --draft-confidence: the draft length for requests\n"
     "  that set none (the entropy rule ends a draft where the draft's distribution has more than\n"
     "  NATS, the confidence rule where the product of its tokens' draft probabilities falls below\n"
@@ -96,7 +101,8 @@ int cmd_serve(int argc, char** argv) {
   const Args a(argc, argv,
                {"model", "draft", "host", "port", "max-batch", "kv-tokens", "kv-reserve", "max-queue", "threads", "ubatch-size", "device", "pipeline", "prefix-cache",
                 "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence", "draft-confidence-greedy", "max-tokens", "served-model-name",
-                "shutdown-timeout", "api-key", "api-key-file", "allowed-origins", "max-connections", "scheduling-policy", "chat-template"},
+                "shutdown-timeout", "api-key", "api-key-file", "allowed-origins", "max-connections", "scheduling-policy", "chat-template",
+                "tool-call-parser"},
                {"adaptive"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   actors::EngineConfig ec;
@@ -109,6 +115,9 @@ int cmd_serve(int argc, char** argv) {
       throw UsageError("--chat-template: " + std::string(e.what()));
     }
   }
+  ec.tool_call_parser = a.str("tool-call-parser", "auto");
+  if (ec.tool_call_parser != "auto" && !tool_syntax_of(ec.tool_call_parser))  // named before the model loads
+    throw UsageError("--tool-call-parser must be auto, generic, hermes, llama3_json or mistral, got '" + ec.tool_call_parser + "'");
   ec.drafter = a.str("draft", "ngram");
   ec.device = a.str("device", "auto");
   ec.draft = draft_length_from_args(a);
@@ -167,6 +176,9 @@ int cmd_serve(int argc, char** argv) {
   std::fprintf(stderr, "specula serve: loading %s (draft %s)\n", ec.target.c_str(), ec.drafter.c_str());
   actors::Engine engine(ec);
   report_pipelining(engine);
+  if (const ChatTemplate& ct = engine.chat_template(); ct.supports_tools() && ct.tool_syntax() != ToolSyntax::Generic)
+    std::fprintf(stderr, "specula serve: tool calls in the model's own %s syntax (its chat template writes tools)\n",
+                 tool_syntax_name(ct.tool_syntax()));
   return net::run_server(engine, sc, [&](const std::string& url) {
     std::printf("specula serve: %s with draft %s, max batch %d; listening on %s (chat page: %s/)\n",
                 net::model_name_from_path(ec.target).c_str(), ec.drafter.c_str(), ec.max_batch, url.c_str(),

@@ -60,6 +60,29 @@ TEST(ToolTemplates, ToolSupportAndTheCallSyntaxAreReadFromWhatEachTemplateWrites
   EXPECT_EQ(built_in.tool_syntax(), ToolSyntax::Generic);
 }
 
+TEST(ToolTemplates, TheToolCallParserOptionOverridesWhatTheProbeFoundOrRefusesNamingWhy) {
+  ChatTemplate qwen = fixture("qwen2.5");
+  qwen.set_tool_call_parser("auto");
+  EXPECT_EQ(qwen.tool_syntax(), ToolSyntax::Hermes);
+  qwen.set_tool_call_parser("llama3_json");
+  EXPECT_EQ(qwen.tool_syntax(), ToolSyntax::Llama3Json);
+  EXPECT_TRUE(qwen.supports_tools());
+  qwen.set_tool_call_parser("generic");  // as a template without tools: no tools, calls as the generic JSON
+  EXPECT_EQ(qwen.tool_syntax(), ToolSyntax::Generic);
+  EXPECT_FALSE(qwen.supports_tools() || qwen.supports_tool_calls());
+  EXPECT_EQ(qwen.render(conversation_with_a_call(), true, &kTools).find("<tool_call>"), std::string::npos);
+  ChatTemplate zephyr = fixture("zephyr");
+  for (const char* bad : {"hermes", "pythonic"}) {
+    try {
+      zephyr.set_tool_call_parser(bad);
+      ADD_FAILURE() << bad;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(zephyr.tool_syntax(), ToolSyntax::Generic);
+}
+
 TEST(ToolTemplates, ATemplateThatWritesToolResultsButNotCallsIsNotTakenToWriteCalls) {
   const ChatTemplate t = ChatTemplate::from_template_text(
       "{% for m in messages %}{% if m.role == 'tool' %}[{{ m.name }}: {{ m.content }}]{% else %}{{ m.content }}{% endif %}{% endfor %}");
