@@ -78,8 +78,10 @@ ordered_json arguments_of(const ToolCall& c) {
   return v;
 }
 
-// An assistant's calls as the generic format writes them, after its text (docs/protocol.md, "Tools").
-std::string generic_calls_text(const ChatMessage& m) {
+// A message's text with an assistant's calls as the generic format writes them after it
+// (docs/protocol.md, "Tools").
+std::string text_with_generic_calls(const ChatMessage& m) {
+  if (m.tool_calls.empty()) return m.content;
   ordered_json written = ordered_json::array();
   for (const ToolCall& c : m.tool_calls) written.push_back({{"name", c.name}, {"parameters", arguments_of(c)}});
   std::string text = m.content;
@@ -115,12 +117,16 @@ std::optional<ToolSyntax> tool_syntax_of(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<ToolSyntax> tool_call_parser_of(std::string_view name) {
+  if (name == "auto") return std::nullopt;
+  if (const std::optional<ToolSyntax> s = tool_syntax_of(name)) return s;
+  throw std::invalid_argument("--tool-call-parser must be auto, generic, hermes, llama3_json or mistral, got '" +
+                              std::string(name) + "'");
+}
+
 void ChatTemplate::set_tool_call_parser(std::string_view name) {
-  if (name == "auto") return;
-  const std::optional<ToolSyntax> s = tool_syntax_of(name);
-  if (!s)
-    throw std::invalid_argument("--tool-call-parser must be auto, generic, hermes, llama3_json or mistral, got '" +
-                                std::string(name) + "'");
+  const std::optional<ToolSyntax> s = tool_call_parser_of(name);
+  if (!s) return;
   if (*s != ToolSyntax::Generic && !supports_tools_)
     throw std::invalid_argument("--tool-call-parser " + std::string(name) +
                                 ": the chat template does not write the tools it is handed, so the model would not see them "
@@ -143,15 +149,13 @@ void ChatTemplate::probe_tools() {
       std::vector<ChatMessage> c = conversation;
       if (with_system) c.insert(c.begin(), ChatMessage{"system", "You are a probe."});
       try {
-        return render(c, true, with_tools);
+        return render_jinja(c, true, with_tools, /*structured_calls=*/true);
       } catch (const std::exception&) {
       }
     }
     return {};
   };
-  supports_tools_ = true;  // so that render hands the tools over
   supports_tools_ = attempt({{"user", "Hi"}}, &tools).find(kProbeTool) != std::string::npos;
-  supports_tool_calls_ = true;  // so that render writes the call as the template does
   ChatMessage call{"assistant", ""};
   call.tool_calls.push_back({"call12345", std::string(kProbeCall), R"({"a": "b"})"});
   ChatMessage result{"tool", "ok"};
@@ -217,60 +221,56 @@ ChatTemplate ChatTemplate::from_option(const std::string& spec, SpecialTokens to
   return t;
 }
 
+std::string ChatTemplate::render_jinja(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                       const nlohmann::ordered_json* tools, bool structured_calls) const {
+  ordered_json turns = ordered_json::array();
+  for (const ChatMessage& m : messages) {
+    ordered_json turn = {{"role", m.role}};
+    if (m.tool_calls.empty() || !structured_calls) {
+      turn["content"] = text_with_generic_calls(m);
+    } else {  // OpenAI's form, the arguments parsed (as Hugging Face's templates expect them)
+      turn["content"] = m.content.empty() ? ordered_json() : ordered_json(m.content);
+      ordered_json calls = ordered_json::array();
+      for (const ToolCall& c : m.tool_calls)
+        calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", arguments_of(c)}}}});
+      turn["tool_calls"] = std::move(calls);
+    }
+    if (!m.tool_call_id.empty()) turn["tool_call_id"] = m.tool_call_id;
+    if (!m.name.empty()) turn["name"] = m.name;
+    turns.push_back(std::move(turn));
+  }
+  ordered_json variables = {{"messages", std::move(turns)}, {"add_generation_prompt", add_generation_prompt}};
+  if (tools && !tools->is_null()) variables["tools"] = *tools;
+  return render_variables(variables);
+}
+
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                  const nlohmann::ordered_json* tools) const {
   check_messages(messages);
-  if (jinja_) {
-    ordered_json turns = ordered_json::array();
-    for (const ChatMessage& m : messages) {
-      ordered_json turn = {{"role", m.role}};
-      if (m.tool_calls.empty() || !supports_tool_calls_) {
-        turn["content"] = m.tool_calls.empty() ? m.content : generic_calls_text(m);
-      } else {  // OpenAI's form, the arguments parsed (as Hugging Face's templates expect them)
-        turn["content"] = m.content.empty() ? ordered_json() : ordered_json(m.content);
-        ordered_json calls = ordered_json::array();
-        for (const ToolCall& c : m.tool_calls)
-          calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", arguments_of(c)}}}});
-        turn["tool_calls"] = std::move(calls);
-      }
-      if (!m.tool_call_id.empty()) turn["tool_call_id"] = m.tool_call_id;
-      if (!m.name.empty()) turn["name"] = m.name;
-      turns.push_back(std::move(turn));
-    }
-    ordered_json variables = {{"messages", std::move(turns)}, {"add_generation_prompt", add_generation_prompt}};
-    if (tools && !tools->is_null() && supports_tools_) variables["tools"] = *tools;
-    return render_variables(variables);
-  }
+  if (jinja_) return render_jinja(messages, add_generation_prompt, supports_tools_ ? tools : nullptr, supports_tool_calls_);
   std::string out;
-  std::vector<ChatMessage> generic;  // the calls written into the text
-  if (std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return !m.tool_calls.empty(); })) {
-    generic = messages;
-    for (ChatMessage& m : generic)
-      if (!m.tool_calls.empty()) m.content = generic_calls_text(m);
-  }
-  const std::vector<ChatMessage>& msgs = generic.empty() ? messages : generic;
   switch (kind_) {
     case Kind::ChatML:
-      if (msgs.front().role != "system" && !default_system_.empty()) {
+      if (messages.front().role != "system" && !default_system_.empty()) {
         out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
       }
-      for (const ChatMessage& m : msgs) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + text_with_generic_calls(m) + "<|im_end|>\n";
       if (add_generation_prompt) out += "<|im_start|>assistant\n";
       break;
     case Kind::Llama3:
       out += "<|begin_of_text|>";
-      for (const ChatMessage& m : msgs) {
+      for (const ChatMessage& m : messages) {
         // A tool's result is Llama 3.1's "ipython" turn.
         out += "<|start_header_id|>" + (m.role == "tool" ? std::string("ipython") : m.role) + "<|end_header_id|>\n\n";
-        out += trim(m.content);
+        out += trim(text_with_generic_calls(m));
         out += "<|eot_id|>";
       }
       if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       break;
     case Kind::Plain:
-      for (size_t i = 0; i < msgs.size(); ++i) {
+      for (size_t i = 0; i < messages.size(); ++i) {
         if (i) out += '\n';
-        out += msgs[i].content;
+        out += text_with_generic_calls(messages[i]);
       }
       break;
   }

@@ -36,6 +36,9 @@ enum class ToolSyntax { Generic, Hermes, Llama3Json, Mistral };
 const char* tool_syntax_name(ToolSyntax s);
 // The syntax a name (hermes, llama3_json, mistral, generic) stands for; none for another name.
 std::optional<ToolSyntax> tool_syntax_of(std::string_view name);
+// `--tool-call-parser`'s value: auto (none: what the template writes) or a syntax's name.
+// Throws std::invalid_argument naming the choices for another.
+std::optional<ToolSyntax> tool_call_parser_of(std::string_view name);
 
 namespace jinja {
 class Template;
@@ -92,10 +95,14 @@ class ChatTemplate {
   bool supports_tools() const { return supports_tools_; }
   bool supports_tool_calls() const { return supports_tool_calls_; }
   ToolSyntax tool_syntax() const { return tool_syntax_; }
+  // Whether tool_choice "auto" is served in the model's own syntax: the template writes tools,
+  // and calls in a syntax model/tool_calls.h reads.
+  bool reads_own_tool_calls() const { return supports_tools_ && tool_syntax_ != ToolSyntax::Generic; }
   // `--tool-call-parser NAME` (vLLM's option): "auto" keeps what the probe found, "generic" serves
   // tools in llama.cpp's generic format whatever the template writes (the template then gets
-  // neither tools nor structured calls), a syntax's name reads calls in it. Throws std::invalid_argument for another name, or a syntax with a template that does
-  // not write tools (the model would never see them).
+  // neither tools nor structured calls), a syntax's name reads calls in it. Throws
+  // std::invalid_argument for another name (tool_call_parser_of), or a syntax with a template
+  // that does not write tools (the model would never see them).
   void set_tool_call_parser(std::string_view name);
 
  private:
@@ -109,6 +116,10 @@ class ChatTemplate {
   bool supports_tool_calls_ = false;
   ToolSyntax tool_syntax_ = ToolSyntax::Generic;
   void probe_tools();
+  // The Jinja template on a conversation: `tools` as they are (nullptr: None), an assistant's
+  // calls as OpenAI's objects (structured_calls) or as the generic format's JSON in its text.
+  std::string render_jinja(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                           const nlohmann::ordered_json* tools, bool structured_calls) const;
 };
 
 }  // namespace specula

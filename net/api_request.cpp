@@ -193,8 +193,11 @@ ToolCalls parse_tools(const json& body, std::string_view raw, const ChatTemplate
   std::vector<std::string> names;
   std::vector<nlohmann::ordered_json> params;
   // The tools as the request wrote them, for a chat template that writes tools (Hugging Face
-  // hands a template the list as given).
-  nlohmann::ordered_json as_written = in_order ? written["tools"] : nlohmann::ordered_json::parse(tools->dump());
+  // hands a template the list as given); its call ids as such a template needs them.
+  if (chat.supports_tools())
+    out.template_tools = std::make_shared<const nlohmann::ordered_json>(in_order ? written["tools"]
+                                                                                 : nlohmann::ordered_json::parse(tools->dump()));
+  out.nine_character_ids = chat.supports_tool_calls() && chat.tool_syntax() == ToolSyntax::Mistral;
   std::string described;  // "auto": each tool as the system message lists it
   for (size_t i = 0; i < tools->size(); ++i) {
     const std::string where = "tools[" + std::to_string(i) + "]";
@@ -240,12 +243,10 @@ ToolCalls parse_tools(const json& body, std::string_view raw, const ChatTemplate
     if (it == names.end()) bad("tool_choice", "tool_choice names '" + name->get<std::string>() + "', which is not among the tools");
     out.mode = ToolCalls::Mode::Named;
     out.name = *it;
-    out.nine_character_ids = chat.supports_tool_calls() && chat.tool_syntax() == ToolSyntax::Mistral;
-    if (chat.supports_tools()) out.template_tools = std::make_shared<const nlohmann::ordered_json>(std::move(as_written));
     out.schema = params[static_cast<size_t>(it - names.begin())];
     return out;
   }
-  if (mode == "none") return out;
+  if (mode == "none") return ToolCalls{};  // as if no tools were sent
   bool parallel = true;
   if (const json* v = field(body, "parallel_tool_calls"); v && !v->is_null()) {
     if (!v->is_boolean()) bad("parallel_tool_calls", "parallel_tool_calls must be true or false, got " + shown(*v));
@@ -253,9 +254,7 @@ ToolCalls parse_tools(const json& body, std::string_view raw, const ChatTemplate
   }
   out.names = names;
   out.parallel = parallel;
-  out.nine_character_ids = chat.supports_tool_calls() && chat.tool_syntax() == ToolSyntax::Mistral;
-  if (chat.supports_tools()) out.template_tools = std::make_shared<const nlohmann::ordered_json>(std::move(as_written));
-  if (mode == "auto" && out.template_tools && chat.tool_syntax() != ToolSyntax::Generic) {
+  if (mode == "auto" && chat.reads_own_tool_calls()) {
     out.mode = ToolCalls::Mode::Auto;  // the model's own format: nothing to constrain
     out.syntax = chat.tool_syntax();
     return out;

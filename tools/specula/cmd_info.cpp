@@ -95,7 +95,7 @@ int cmd_info(int argc, char** argv) {
     std::printf("chat format   built-in %s\n", chat_kind(m.chat_template.kind()));
   // How tool_choice "auto" is served (docs/protocol.md, "Tools").
   const ChatTemplate& ct = m.chat_template;
-  if (ct.supports_tools() && ct.tool_syntax() != ToolSyntax::Generic)
+  if (ct.reads_own_tool_calls())
     std::printf("tool calls    the model's own: %s syntax, tools written by its template\n", tool_syntax_name(ct.tool_syntax()));
   else
     std::printf("tool calls    llama.cpp's generic JSON format%s\n",

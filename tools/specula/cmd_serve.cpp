@@ -116,8 +116,11 @@ int cmd_serve(int argc, char** argv) {
     }
   }
   ec.tool_call_parser = a.str("tool-call-parser", "auto");
-  if (ec.tool_call_parser != "auto" && !tool_syntax_of(ec.tool_call_parser))  // named before the model loads
-    throw UsageError("--tool-call-parser must be auto, generic, hermes, llama3_json or mistral, got '" + ec.tool_call_parser + "'");
+  try {  // a bad name refused before the model loads
+    (void)tool_call_parser_of(ec.tool_call_parser);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   ec.drafter = a.str("draft", "ngram");
   ec.device = a.str("device", "auto");
   ec.draft = draft_length_from_args(a);
@@ -176,7 +179,7 @@ int cmd_serve(int argc, char** argv) {
   std::fprintf(stderr, "specula serve: loading %s (draft %s)\n", ec.target.c_str(), ec.drafter.c_str());
   actors::Engine engine(ec);
   report_pipelining(engine);
-  if (const ChatTemplate& ct = engine.chat_template(); ct.supports_tools() && ct.tool_syntax() != ToolSyntax::Generic)
+  if (const ChatTemplate& ct = engine.chat_template(); ct.reads_own_tool_calls())
     std::fprintf(stderr, "specula serve: tool calls in the model's own %s syntax (its chat template writes tools)\n",
                  tool_syntax_name(ct.tool_syntax()));
   return net::run_server(engine, sc, [&](const std::string& url) {
