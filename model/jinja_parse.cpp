@@ -5,6 +5,7 @@
 #include <set>
 
 #include "model/jinja_ast.h"
+#include "model/utf8.h"
 
 namespace specula::jinja {
 namespace {
@@ -123,21 +124,7 @@ std::vector<Token> lex_tag(std::string_view src, size_t& pos, int& line, std::st
             }
             if (cp > 0x10FFFF) fail(line, "a \\U escape past U+10FFFF");
             i += n_hex;
-            if (cp < 0x80) {
-              s += static_cast<char>(cp);
-            } else if (cp < 0x800) {
-              s += static_cast<char>(0xC0 | (cp >> 6));
-              s += static_cast<char>(0x80 | (cp & 0x3F));
-            } else if (cp < 0x10000) {
-              s += static_cast<char>(0xE0 | (cp >> 12));
-              s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-              s += static_cast<char>(0x80 | (cp & 0x3F));
-            } else {
-              s += static_cast<char>(0xF0 | (cp >> 18));
-              s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-              s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-              s += static_cast<char>(0x80 | (cp & 0x3F));
-            }
+            utf8::append(s, static_cast<uint32_t>(cp));
             break;
           }
           default:  // Python keeps an unknown escape as written

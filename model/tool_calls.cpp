@@ -2,9 +2,12 @@
 #include "model/tool_calls.h"
 
 #include <algorithm>
+#include <functional>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
+
+#include "model/utf8.h"
 
 namespace specula {
 namespace {
@@ -144,7 +147,252 @@ size_t before_marker(std::string_view text, std::string_view marker) {
   return text.size();
 }
 
+// The start of a JSON text, read left to right as far as it goes: each step is Done, More (the
+// text ended before it did) or Bad (the text is not JSON there).
+class JsonPrefix {
+ public:
+  enum class Step { Done, More, Bad };
+  explicit JsonPrefix(std::string_view s) : s_(s) {}
+
+  bool at_end() { space(); return pos_ >= s_.size(); }
+  char next() { return at_end() ? '\0' : s_[pos_]; }
+  size_t pos() const { return pos_; }
+  std::string_view text() const { return s_; }
+
+  Step expect(char c) {
+    if (at_end()) return Step::More;
+    if (s_[pos_] != c) return Step::Bad;
+    ++pos_;
+    return Step::Done;
+  }
+
+  // A string, decoded into *out as far as it goes (escapes and UTF-8 characters whole only).
+  Step string(std::string* out) {
+    if (at_end()) return Step::More;
+    if (s_[pos_] != '"') return Step::Bad;
+    std::string raw;  // the decoded bytes (checked as UTF-8 below)
+    size_t i = pos_ + 1;
+    const size_t n = s_.size();
+    auto hex4 = [&](size_t at) -> int32_t {  // -1: not four hex digits
+      int32_t v = 0;
+      for (size_t k = at; k < at + 4; ++k) {
+        const int d = utf8::hex_digit(s_[k]);
+        if (d < 0) return -1;
+        v = v * 16 + d;
+      }
+      return v;
+    };
+    auto put = [&](uint32_t cp) { utf8::append(raw, cp); };
+    bool closed = false, bad = false;  // (bad: what was read before it is kept, as the text so far)
+    while (i < n) {
+      const char c = s_[i];
+      if (c == '"') {
+        closed = true;
+        ++i;
+        break;
+      }
+      if (c != '\\') {
+        raw += c;
+        ++i;
+        continue;
+      }
+      if (i + 1 >= n) break;
+      const char e = s_[i + 1];
+      if (e != 'u') {
+        static constexpr std::string_view from = "\"\\/bfnrt", to = "\"\\/\b\f\n\r\t";
+        const size_t k = from.find(e);
+        if (k == std::string_view::npos) {
+          bad = true;
+          break;
+        }
+        raw += to[k];
+        i += 2;
+        continue;
+      }
+      if (i + 6 > n) break;
+      const int32_t cp = hex4(i + 2);
+      if (cp < 0) {
+        bad = true;
+        break;
+      }
+      if (cp >= 0xD800 && cp < 0xDC00) {  // a high surrogate: whole with the low one after it
+        const size_t j = i + 6;
+        if (j >= n || (s_[j] == '\\' && (j + 1 >= n || (s_[j + 1] == 'u' && j + 6 > n)))) break;
+        const int32_t low = s_[j] == '\\' && s_[j + 1] == 'u' ? hex4(j + 2) : -1;
+        if (low >= 0xDC00 && low < 0xE000) {
+          put(0x10000 + ((static_cast<uint32_t>(cp) - 0xD800) << 10) + (static_cast<uint32_t>(low) - 0xDC00));
+          i = j + 6;
+        } else {
+          put(0xFFFD);
+          i = j;
+        }
+        continue;
+      }
+      put(cp >= 0xDC00 && cp < 0xE000 ? 0xFFFD : static_cast<uint32_t>(cp));
+      i += 6;
+    }
+    if (out) {
+      out->clear();
+      utf8::append_lossy(raw, *out, closed);
+    }
+    if (bad) return Step::Bad;
+    pos_ = closed ? i : n;
+    return closed ? Step::Done : Step::More;
+  }
+
+  // Passes over one value (brackets inside strings do not count).
+  Step value() {
+    if (at_end()) return Step::More;
+    const char c = s_[pos_];
+    if (c == '"') return string(nullptr);
+    if (c == '{' || c == '[') {
+      size_t depth = 0;
+      while (pos_ < s_.size()) {
+        const char d = s_[pos_];
+        if (d == '"') {
+          if (const Step r = string(nullptr); r != Step::Done) return r;
+          continue;
+        }
+        if (d == '{' || d == '[') {
+          ++depth;
+        } else if (d == '}' || d == ']') {
+          if (--depth == 0) {
+            ++pos_;
+            return Step::Done;
+          }
+        }
+        ++pos_;
+      }
+      return Step::More;
+    }
+    const size_t from = pos_;
+    while (pos_ < s_.size() && std::string_view("-+.0123456789eEtrufalsn").find(s_[pos_]) != std::string_view::npos) ++pos_;
+    if (pos_ == s_.size()) return Step::More;  // a number may go on
+    return pos_ == from ? Step::Bad : Step::Done;
+  }
+
+  // An object's members, each value read by `member` (at its start) given the member's key.
+  Step object(const std::function<Step(const std::string&)>& member) {
+    if (const Step r = expect('{'); r != Step::Done) return r;
+    if (next() == '}') {
+      ++pos_;
+      return Step::Done;
+    }
+    for (;;) {
+      std::string key;
+      if (const Step r = string(&key); r != Step::Done) return r;
+      if (const Step r = expect(':'); r != Step::Done) return r;
+      if (const Step r = member(key); r != Step::Done) return r;
+      if (at_end()) return Step::More;
+      if (s_[pos_] == '}') {
+        ++pos_;
+        return Step::Done;
+      }
+      if (const Step r = expect(','); r != Step::Done) return r;
+    }
+  }
+
+  // An array's items, each read by `item` (at its start).
+  Step array(const std::function<Step()>& item) {
+    if (const Step r = expect('['); r != Step::Done) return r;
+    if (next() == ']') {
+      ++pos_;
+      return Step::Done;
+    }
+    for (;;) {
+      if (const Step r = item(); r != Step::Done) return r;
+      if (at_end()) return Step::More;
+      if (s_[pos_] == ']') {
+        ++pos_;
+        return Step::Done;
+      }
+      if (const Step r = expect(','); r != Step::Done) return r;
+    }
+  }
+
+ private:
+  void space() {
+    while (pos_ < s_.size() && std::string_view(kSpace).find(s_[pos_]) != std::string_view::npos) ++pos_;
+  }
+  std::string_view s_;
+  size_t pos_ = 0;
+};
+
+using Step = JsonPrefix::Step;
+
+// The text of s[from, to), left out an end that is not a whole UTF-8 character yet unless `whole`.
+std::string valid_text(std::string_view s, size_t from, size_t to, bool whole) {
+  std::string out;
+  utf8::append_lossy(s.substr(from, to - from), out, whole);
+  return out;
+}
+
+// [{"name", "parameters"}, ...]: each item that names a function is a call, its arguments the
+// "parameters" value's text as far as it goes.
+Step call_list(JsonPrefix& p, std::vector<PartialCall>& calls) {
+  return p.array([&] {
+    if (p.next() != '{') return p.value();
+    PartialCall call;
+    bool named = false;
+    const Step r = p.object([&](const std::string& key) {
+      if (key == "name" && p.next() == '"') {
+        std::string name;
+        const Step s = p.string(&name);
+        if (s == Step::Done) {
+          call.name = std::move(name);
+          named = true;
+        }
+        return s;
+      }
+      if (key == "parameters" && !p.at_end()) {
+        const size_t from = p.pos();
+        const Step s = p.value();
+        call.closed = s == Step::Done;
+        call.arguments = valid_text(p.text(), from, s == Step::Done ? p.pos() : p.text().size(), call.closed);
+        return s;
+      }
+      return p.value();
+    });
+    if (named) calls.push_back(std::move(call));
+    return r;
+  });
+}
+
 }  // namespace
+
+PartialToolReply read_tool_json(ToolJson shape, std::string_view text, std::string_view name) {
+  PartialToolReply out;
+  JsonPrefix p(text);
+  switch (shape) {
+    case ToolJson::Arguments: {
+      out.closed = p.value() == Step::Done;
+      out.calls.push_back({std::string(name), valid_text(text, 0, text.size(), out.closed), out.closed});
+      break;
+    }
+    case ToolJson::List:
+      out.closed = call_list(p, out.calls) == Step::Done;
+      break;
+    case ToolJson::Wrapped: {
+      bool decided = false;  // the first of "response" and "tool_calls" is the reply
+      out.closed = p.object([&](const std::string& key) {
+                     if (!decided && key == "response" && p.next() == '"') {
+                       decided = true;
+                       std::string content;
+                       const Step s = p.string(&content);
+                       out.content = std::move(content);
+                       return s;
+                     }
+                     if (!decided && key == "tool_calls" && p.next() == '[') {
+                       decided = true;
+                       return call_list(p, out.calls);
+                     }
+                     return p.value();
+                   }) == Step::Done;
+      break;
+    }
+  }
+  return out;
+}
 
 size_t tool_reply_streamable(ToolSyntax syntax, std::string_view text) {
   const std::string_view body = trimmed(text);

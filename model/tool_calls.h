@@ -31,4 +31,31 @@ ToolReply parse_tool_reply(ToolSyntax syntax, const std::string& text, const std
 // It never shrinks as the text grows, and the content parse_tool_reply gives starts with it.
 size_t tool_reply_streamable(ToolSyntax syntax, std::string_view text);
 
+// A reply held to one of the server's tool schemas (docs/protocol.md, "Tools"), read as far as
+// it has been generated, so that its calls and content can stream as they are written (as vLLM
+// and llama.cpp stream them): Arguments is a named function's reply (the whole text is its
+// arguments), List "required"'s [{"name", "parameters"}, ...], Wrapped llama.cpp's generic
+// format, {"tool_calls": [...]} or {"response": "..."}.
+enum class ToolJson { Arguments, List, Wrapped };
+
+struct PartialCall {
+  std::string name;       // complete: a call is listed once its name has closed
+  std::string arguments;  // its arguments' JSON text so far (the "parameters" value as written)
+  bool closed = false;    // the arguments are whole
+};
+
+struct PartialToolReply {
+  std::vector<PartialCall> calls;
+  std::optional<std::string> content;  // Wrapped: the "response" string so far, its escapes decoded
+  bool closed = false;                 // the reply's JSON value is whole
+};
+
+// Reads `text` as the start of a reply of `shape`; `name` names an Arguments reply's function.
+// Reading stops where the text ends (an escape, a surrogate pair or a UTF-8 character not yet
+// whole is left out) or stops being of the shape, so a longer text's reading extends a shorter
+// one's: each call's arguments and the content only grow, and calls are only added. Items of a
+// list that are not objects, and members other than the shape's, are passed over; a lone
+// surrogate escape reads as U+FFFD.
+PartialToolReply read_tool_json(ToolJson shape, std::string_view text, std::string_view name = {});
+
 }  // namespace specula

@@ -264,11 +264,19 @@ std::string nine_character_id(const std::string& id) {
   return out;
 }
 
-// The message of a chat choice generated under tool_choice (a named function, "required" or
-// "auto"): its calls (ids `id_prefix` + 0, 1, ...), "auto"'s response as content, or the text as
-// content where it is not a complete reply (cut by max_tokens). A named function's arguments are
-// the text as generated.
-json tool_message(const Generation::Admitted& a, const std::string& text, const std::string& id_prefix) {
+// A chat reply to a request with tools as OpenAI's message shows it: its content and its calls
+// (ids numbered from `id_prefix`), read from the text generated so far; `whole` says its calls
+// are complete. Until the reply ends (`final` false) it is what may stream already: in the
+// model's own syntax the content that is content whatever follows (tool_reply_streamable) and no
+// calls; in a held reply (a named function, "required", the generic format) the calls whose
+// names have closed with their arguments so far, or the "response" so far (read_tool_json).
+// Each reading extends the one before, so a stream sends what a reading adds.
+struct ToolMessage {
+  json message;
+  bool whole = false;
+};
+
+ToolMessage tool_message(const Generation::Admitted& a, const std::string& text, const std::string& id_prefix, bool final) {
   json calls = json::array();
   auto call = [&](const std::string& name, std::string arguments) {
     std::string id = id_prefix + std::to_string(calls.size());
@@ -277,35 +285,66 @@ json tool_message(const Generation::Admitted& a, const std::string& text, const 
                      {"type", "function"},
                      {"function", {{"name", name}, {"arguments", std::move(arguments)}}}});
   };
+  auto with_calls = [&](json content, bool whole) {
+    return ToolMessage{{{"role", "assistant"}, {"content", std::move(content)}, {"tool_calls", std::move(calls)}}, whole};
+  };
+  auto text_only = [&](std::string content) { return ToolMessage{{{"role", "assistant"}, {"content", std::move(content)}}}; };
   if (a.tool_mode == ToolCalls::Mode::Auto && a.tool_syntax != ToolSyntax::Generic) {
     // The model's own call syntax (model/tool_calls.h); text beside the calls is the content.
+    if (!final) return text_only(text.substr(0, tool_reply_streamable(a.tool_syntax, text)));
     ToolReply reply = parse_tool_reply(a.tool_syntax, text, a.tool_names);
     if (!a.tool_parallel && reply.calls.size() > 1) reply.calls.resize(1);  // parallel_tool_calls: false
     for (ToolCall& c : reply.calls) call(c.name, std::move(c.arguments));
-    if (calls.empty()) return {{"role", "assistant"}, {"content", text}};
-    return {{"role", "assistant"},
-            {"content", reply.content ? json(*reply.content) : json()},
-            {"tool_calls", std::move(calls)}};
+    if (calls.empty()) return text_only(text);
+    return with_calls(reply.content ? json(*reply.content) : json(), true);
   }
-  if (a.tool_mode == ToolCalls::Mode::Named) {
-    if (json::accept(text)) call(a.tool_name, text);
-  } else {
-    // (ordered: the arguments keep the order their members were generated in)
-    using ordered = nlohmann::ordered_json;
-    const ordered parsed = ordered::parse(text, nullptr, false);
-    const ordered* list = parsed.is_array() ? &parsed : nullptr;
-    if (a.tool_mode == ToolCalls::Mode::Auto && parsed.is_object()) {
-      if (const auto r = parsed.find("response"); r != parsed.end() && r->is_string())
-        return {{"role", "assistant"}, {"content", r->get<std::string>()}};
-      if (const auto t = parsed.find("tool_calls"); t != parsed.end() && t->is_array()) list = &*t;
+  const ToolJson shape = a.tool_mode == ToolCalls::Mode::Named      ? ToolJson::Arguments
+                         : a.tool_mode == ToolCalls::Mode::Required ? ToolJson::List
+                                                                    : ToolJson::Wrapped;
+  PartialToolReply reply = read_tool_json(shape, text, a.tool_name);
+  for (PartialCall& c : reply.calls) call(c.name, std::move(c.arguments));
+  if (!calls.empty()) return with_calls(json(), reply.closed);
+  if (reply.content) return text_only(std::move(*reply.content));
+  // Nothing of the shape read (a reply cut before its first call's name or its response opened):
+  // the text as it is, once it has ended.
+  return text_only(final ? text : std::string());
+}
+
+// What of a tool reply's reading has gone out on a stream: its content's bytes and each call's
+// arguments' bytes (a call once listed).
+struct ToolSent {
+  std::size_t content = 0;
+  std::vector<std::size_t> arguments;
+};
+
+// Sets `delta`'s content and tool_calls to what `m` adds to what has gone out (`sent`, brought up
+// to date): a call first sent whole (its index, id, type, name and arguments so far), then its
+// arguments' new text, as OpenAI's and vLLM's streams send them. False when it adds nothing.
+bool tool_delta(const json& m, ToolSent& sent, json& delta) {
+  const std::string content = m["content"].is_string() ? m["content"].get<std::string>() : std::string();
+  if (content.size() > sent.content)
+    delta["content"] = content.substr(sent.content);
+  else
+    delta.erase("content");
+  sent.content = std::max(sent.content, content.size());
+  json pieces = json::array();
+  if (m.contains("tool_calls")) {
+    const json& calls = m["tool_calls"];
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      const std::string& args = calls[k]["function"]["arguments"].get_ref<const std::string&>();
+      if (k >= sent.arguments.size()) {
+        json piece = calls[k];
+        piece["index"] = k;
+        pieces.push_back(std::move(piece));
+        sent.arguments.push_back(args.size());
+      } else if (args.size() > sent.arguments[k]) {
+        pieces.push_back({{"index", k}, {"function", {{"arguments", args.substr(sent.arguments[k])}}}});
+        sent.arguments[k] = args.size();
+      }
     }
-    if (list)
-      for (const ordered& c : *list)
-        if (c.is_object() && c.contains("name") && c["name"].is_string() && c.contains("parameters"))
-          call(c["name"].get<std::string>(), c["parameters"].dump(-1, ' ', false, ordered::error_handler_t::replace));
   }
-  if (calls.empty()) return {{"role", "assistant"}, {"content", text}};
-  return {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", std::move(calls)}};
+  if (!pieces.empty()) delta["tool_calls"] = std::move(pieces);
+  return delta.contains("content") || delta.contains("tool_calls");
 }
 
 asio::awaitable<bool> write_response(beast::tcp_stream& stream, HttpResponse res, const CorsAnswer& cors, unsigned& status) {
@@ -365,17 +404,16 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
 
   const bool want_logprobs = admitted.logprobs;
   std::vector<LogprobsJson> logprobs(n, LogprobsJson(*st.engine.model().tokenizer, chat, !admitted.stream));
-  // Tool calls: a choice's text is kept back and sent as its calls at its end (tool_message); in
-  // the model's own syntax, the text that is content whatever follows streams as it comes
-  // (tool_reply_streamable), and `released` counts what of it has gone out.
+  // Tool calls: a choice's text is kept and read as its message (tool_message); streamed, what
+  // each reading adds goes out as it comes (tool_delta), `sent` keeping what has.
   const bool tools = chat && admitted.tool_mode != ToolCalls::Mode::None;
-  const bool streams_content = tools && admitted.tool_mode == ToolCalls::Mode::Auto && admitted.tool_syntax != ToolSyntax::Generic;
   std::vector<std::string> tool_text(tools ? n : 0);
-  std::vector<std::size_t> released(tools ? n : 0, 0);
+  std::vector<ToolSent> sent(tools ? n : 0);
   auto call_prefix = [&](std::size_t i) { return "call_" + shape.id.substr(shape.id.find('-') + 1) + "_" + std::to_string(i) + "_"; };
-  // "auto" that called tools ends with "tool_calls", as OpenAI's does; otherwise the generation's reason.
-  auto finish_of = [&](const GenerationUpdate& u, const json& message) {
-    const bool called = admitted.tool_mode == ToolCalls::Mode::Auto && message.is_object() && message.contains("tool_calls");
+  // "auto" whose whole calls end the reply ends with "tool_calls", as OpenAI's does; otherwise
+  // the generation's reason (a call cut by max_tokens: "length").
+  auto finish_of = [&](const GenerationUpdate& u, const ToolMessage& m) {
+    const bool called = admitted.tool_mode == ToolCalls::Mode::Auto && m.whole && m.message.contains("tool_calls");
     return called ? std::string("tool_calls") : openai_finish(u.finish_reason);
   };
   // echo: a choice's first update starts with its prompt's text and, with logprobs, its tokens.
@@ -429,16 +467,16 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       }
       if (u.finish_reason == FinishReason::Cancelled) co_return false;  // the client went away (or shutdown)
       if (i > 0) body += ',';
-      const json message = tools  ? tool_message(admitted, text, call_prefix(i))
-                           : chat ? json{{"role", "assistant"}, {"content", text}}
-                                  : json();
+      const ToolMessage message = tools  ? tool_message(admitted, text, call_prefix(i), true)
+                                  : chat ? ToolMessage{json{{"role", "assistant"}, {"content", text}}}
+                                         : ToolMessage{};
       body += "{\"finish_reason\":" + dump_json(finish_of(u, message)) + ",\"index\":" + std::to_string(i) +
               ",\"logprobs\":";
       if (want_logprobs)
         logprobs[i].move_text_to(body);
       else
         body += "null";
-      if (chat) body += ",\"message\":" + dump_json(message);
+      if (chat) body += ",\"message\":" + dump_json(message.message);
       // (vLLM's: a completion choice carries its prompt's, a chat response one list for all.)
       if (!chat && !prompt_lps.empty()) body += ",\"prompt_logprobs\":" + prompt_lps_json(i);
       body += ",\"stop_reason\":" + dump_json(u.stop_reason);
@@ -489,47 +527,35 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     auto [ec, i, u] = co_await channel->async_receive(kAwait);
     if (ec) co_return false;
     echo_into(i, u);
+    // The tool reply read so far (the whole of it at the end): its content and calls that have
+    // not gone out yet go in this update's chunk.
+    ToolMessage message;
+    json tool_pieces;
     if (tools) {
-      tool_text[i] += std::exchange(u.text, std::string());
-      if (const std::size_t r = streams_content ? tool_reply_streamable(admitted.tool_syntax, tool_text[i]) : 0; r > released[i]) {
-        u.text = tool_text[i].substr(released[i], r - released[i]);
-        released[i] = r;
-      }
+      tool_text[i] += u.text;
+      message = tool_message(admitted, tool_text[i], call_prefix(i), u.terminal && u.error.empty());
+      tool_pieces = json::object();
+      tool_delta(message.message, sent[i], tool_pieces);
+      u.text = tool_pieces.value("content", std::string());
     }
     // A chunk for the update's text, and with log-probabilities asked for, for its tokens even
     // where their text is still held back (mid-character, or maybe a stop string).
     for (const TokenOut& t : u.tokens) logprobs[i].add(t);
-    if (!u.text.empty() || logprobs[i].any()) {
+    if (!u.text.empty() || logprobs[i].any() || (tools && tool_pieces.contains("tool_calls"))) {
       json lp = want_logprobs && logprobs[i].any() ? logprobs[i].take() : json(nullptr);
-      if (!co_await send_event(dump_json(with_usage(shape.chunk(i, u.text, nullptr, false, std::move(lp))))))
-        co_return false;
+      json chunk = with_usage(shape.chunk(i, u.text, nullptr, false, std::move(lp)));
+      if (tools && tool_pieces.contains("tool_calls")) {
+        json& delta = chunk["choices"][0]["delta"];
+        if (u.text.empty()) delta.erase("content");
+        delta["tool_calls"] = std::move(tool_pieces["tool_calls"]);
+      }
+      if (!co_await send_event(dump_json(chunk))) co_return false;
     }
     if (!u.terminal) continue;
     --open;
     if (!u.error.empty()) {  // the request fails as a whole: the other choices are cancelled on return
       if (!co_await send_event(dump_json(openai_error(ApiError(u.request_fault ? "invalid_request" : "internal", u.error))))) co_return false;
       break;
-    }
-    json message;
-    if (tools) {  // the calls in one delta, each with its index (clients put the pieces of a call together by it)
-      json calls = with_usage(shape.chunk(i, "", nullptr));
-      json& delta = calls["choices"][0]["delta"];
-      message = tool_message(admitted, tool_text[i], call_prefix(i));
-      // The content not streamed yet (what went out is its start: tool_reply_streamable).
-      const std::string content = message["content"].is_string() ? message["content"].get<std::string>() : std::string();
-      const std::string rest = content.substr(std::min(released[i], content.size()));
-      if (rest.empty())
-        delta.erase("content");
-      else
-        delta["content"] = rest;
-      if (message.contains("tool_calls")) {
-        for (std::size_t k = 0; k < message["tool_calls"].size(); ++k) message["tool_calls"][k]["index"] = k;
-        delta["tool_calls"] = message["tool_calls"];
-      }
-      if (delta.contains("content") || delta.contains("tool_calls")) {
-        const std::string event = dump_json(calls);
-        if (!co_await send_event(event)) co_return false;
-      }
     }
     json last = with_usage(shape.chunk(i, "", finish_of(u, message)));
     last["choices"][0]["stop_reason"] = u.stop_reason;

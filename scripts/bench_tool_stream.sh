@@ -5,6 +5,9 @@
 # PROMPTS_N prompts of the benchmark set, greedy, MAX_TOKENS each, with and without a tool, one
 # after the other on one server: the seconds to the first content chunk and to the end of the
 # stream. Prints one JSON line per configuration (medians) on stdout.
+# TEMPLATE=model serves the model's own template (the default model's writes no tools: llama.cpp's
+# generic format, whose calls and response stream piece by piece since the eighty-second session);
+# then a "piece" is a content chunk or a call's (its header or more of its arguments).
 #
 # Settings (environment): SPECULA_BUILD (./build), SPECULA_MODEL, TEMPLATE, PROMPTS
 # (../shared/data/prompts/chat.jsonl), PROMPTS_N (12), MAX_TOKENS (128), PORT (18181), THREADS (2).
@@ -18,7 +21,9 @@ TEMPLATE=${TEMPLATE:-$ROOT/tests/fixtures/chat_templates/qwen2.5.jinja}
 PROMPTS=${PROMPTS:-$ROOT/../shared/data/prompts/chat.jsonl}
 PORT=${PORT:-18181}
 LOG=$(mktemp)
-"$BUILD/specula" serve --model "$MODEL" --port "$PORT" --threads "${THREADS:-2}" --chat-template "$TEMPLATE" > "$LOG" 2>&1 &
+TEMPLATE_ARGS=(--chat-template "$TEMPLATE")
+[ "$TEMPLATE" = model ] && TEMPLATE_ARGS=()
+"$BUILD/specula" serve --model "$MODEL" --port "$PORT" --threads "${THREADS:-2}" "${TEMPLATE_ARGS[@]}" > "$LOG" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true; rm -f "$LOG"' EXIT
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break; sleep 0.2; done
@@ -31,18 +36,23 @@ weather = {"type": "function", "function": {"name": "get_weather", "description"
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 conversations = [json.loads(line)["messages"] for line in open(prompts, encoding="utf-8") if line.strip()][:count]
 runs = {"tools": [], "no tools": []}
+called = 0
 for messages in conversations:
     for name, extra in (("tools", {"tools": [weather]}), ("no tools", {})):
-        start, first, chunks = time.perf_counter(), None, 0
+        start, first, chunks, calls = time.perf_counter(), None, 0, False
         for chunk in client.chat.completions.create(model="any", messages=messages, stream=True,
                                                     max_tokens=max_tokens, temperature=0, **extra):
-            if chunk.choices and chunk.choices[0].delta.content:
+            delta = chunk.choices[0].delta if chunk.choices else None
+            if delta and (delta.content or delta.tool_calls):
                 chunks += 1
+                calls = calls or bool(delta.tool_calls)
                 first = first if first is not None else time.perf_counter() - start
         runs[name].append((first, time.perf_counter() - start, chunks))
+        called += calls
 for name, rows in runs.items():
     firsts = [r[0] for r in rows if r[0] is not None]
-    print(json.dumps({"config": name, "requests": len(rows), "first_content_s": round(statistics.median(firsts), 4),
+    print(json.dumps({"config": name, "requests": len(rows), "first_piece_s": round(statistics.median(firsts), 4),
                       "end_s": round(statistics.median(r[1] for r in rows), 4),
-                      "content_chunks": round(statistics.median(r[2] for r in rows), 1)}))
+                      "pieces": round(statistics.median(r[2] for r in rows), 1),
+                      **({"replies_with_calls": called} if name == "tools" else {})}))
 PY

@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "model/utf8.h"  // append, hex_digit
+
 namespace specula::utf8 {
 
 // The code point whose UTF-8 starts at text[pos], pos moved past it; nullopt (pos where it was
@@ -21,29 +23,6 @@ inline std::optional<uint32_t> decode(std::string_view text, size_t& pos) {
     cp = cp << 6 | (static_cast<uint8_t>(text[pos++]) & 0x3F);
   }
   return cp;
-}
-
-inline void append(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
-// A hex digit's value, or -1.
-inline int hex_digit(char c) {
-  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
 // `digits` hex digits at text[pos] as a number, pos moved past them; nullopt if one is not.

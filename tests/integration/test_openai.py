@@ -973,26 +973,44 @@ def test_a_conversation_with_earlier_tool_calls_and_their_results_is_answered(cl
         model=model_id, messages=ASK, max_tokens=1, temperature=0).usage.prompt_tokens + 20
 
 
-def streamed_tool_reply(client, args):
-    """A streamed chat reply put together: its content, its calls by index (name, arguments), its finish reasons."""
+def streamed_tool_reply(client, args, pieces=None):
+    """A streamed chat reply put together as the openai client's accumulation does: its content,
+    its calls by index (name, arguments: a call's first piece carries its id, type and name, later
+    ones more of its arguments), its finish reasons; `pieces` collects the content and argument
+    pieces as they came."""
     content, calls, finishes = "", {}, []
     for chunk in client.chat.completions.create(**args, stream=True):
         delta = chunk.choices[0].delta
         content += delta.content or ""
+        if pieces is not None and delta.content:
+            pieces.append(delta.content)
         for tc in delta.tool_calls or []:
-            calls[tc.index] = (tc.function.name, tc.function.arguments)
+            if tc.index not in calls:
+                assert tc.id and tc.type == "function" and tc.function.name, tc
+                calls[tc.index] = (tc.function.name, "")
+            else:
+                assert tc.id is None and not tc.function.name, tc
+            name, arguments = calls[tc.index]
+            calls[tc.index] = (name, arguments + (tc.function.arguments or ""))
+            if pieces is not None and tc.function.arguments:
+                pieces.append(tc.function.arguments)
         if chunk.choices[0].finish_reason:
             finishes.append(chunk.choices[0].finish_reason)
     return content, calls, finishes
 
 
+JOKE = [{"role": "system", "content": "Answer in words; call a tool only for the weather."},
+        {"role": "user", "content": "Tell me a joke."}]
+
+
 def test_tool_choice_auto_replies_with_calls_or_text_the_same_streamed_and_not(client, model_id):
     """llama.cpp's generic format: the tools described in a system message and the reply held to
-    {"tool_calls": [...]} or {"response": "..."}, returned as calls (finish "tool_calls") or text."""
+    {"tool_calls": [...]} or {"response": "..."}, returned as calls (finish "tool_calls") or text,
+    streamed as they are generated (a call's arguments and the response's text in pieces)."""
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, TIME)}
     kinds, prompt_tokens = set(), []
-    for messages in (ASK, [{"role": "user", "content": "Tell me a joke."}]):
-        args = dict(model=model_id, messages=messages, tools=[WEATHER], max_tokens=80, temperature=0)
+    for messages in (ASK, JOKE):
+        args = dict(model=model_id, messages=messages, tools=[WEATHER], max_tokens=200, temperature=0)
         r = client.chat.completions.create(**args)  # tool_choice left out: "auto" is the default with tools
         prompt_tokens.append(r.usage.prompt_tokens)
         choice = r.choices[0]
@@ -1005,15 +1023,44 @@ def test_tool_choice_auto_replies_with_calls_or_text_the_same_streamed_and_not(c
             kinds.add("text")
             assert choice.finish_reason in ("stop", "length") and isinstance(choice.message.content, str)
             assert not choice.message.content.lstrip().startswith('{"response"'), "the wrapper was not taken off"
-        content, calls, finishes = streamed_tool_reply(client, args)
+        pieces = []
+        content, calls, finishes = streamed_tool_reply(client, args, pieces)
         assert finishes == [choice.finish_reason]
         assert content == (choice.message.content or "")
         assert calls == {k: (c.function.name, c.function.arguments) for k, c in enumerate(choice.message.tool_calls or [])}
+        assert len(pieces) > 3, pieces  # streamed as generated, not at the end in one piece
     # The tools are described to the model: the prompt is longer than without them.
     plain = client.chat.completions.create(model=model_id, messages=ASK, max_tokens=1, temperature=0)
     assert prompt_tokens[0] > plain.usage.prompt_tokens + 50, (prompt_tokens, plain.usage)
-    # Greedy on the default model: the weather question is a call and the joke is text.
+    # Greedy on the default model: the weather question is calls and the joke (told to answer in words) is text.
     assert kinds == {"calls", "text"}, kinds
+
+
+def test_a_reply_cut_by_max_tokens_keeps_the_calls_begun_and_the_response_so_far_as_openai_does(client, model_id):
+    """Cut by max_tokens, a call is returned with its arguments so far (not JSON yet) and finish
+    "length", as OpenAI returns one; a response is its text so far; streamed the same."""
+    args = dict(model=model_id, messages=ASK, tools=[WEATHER], max_tokens=30, temperature=0)  # (inside the first call)
+    whole = client.chat.completions.create(**{**args, "max_tokens": 200}).choices[0].message.tool_calls
+    r = client.chat.completions.create(**args)
+    choice = r.choices[0]
+    assert choice.finish_reason == "length" and choice.message.content is None, choice
+    calls = choice.message.tool_calls
+    assert calls and len(calls) <= len(whole)
+    for cut, full in zip(calls, whole):
+        assert cut.function.name == full.function.name and full.function.arguments.startswith(cut.function.arguments)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(calls[-1].function.arguments)
+    assert streamed_tool_reply(client, args) == ("", {k: (c.function.name, c.function.arguments) for k, c in enumerate(calls)},
+                                                 ["length"])
+    # A named function's reply cut: its call, the arguments so far.
+    named = client.chat.completions.create(**{**args, "max_tokens": 4, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})
+    assert named.choices[0].finish_reason == "length" and named.choices[0].message.tool_calls[0].function.name == "get_weather"
+    assert named.choices[0].message.tool_calls[0].function.arguments.lstrip().startswith("{")
+    # The response cut: its text so far, without the wrapper.
+    text = client.chat.completions.create(**{**args, "messages": JOKE, "max_tokens": 200}).choices[0].message.content
+    cut = client.chat.completions.create(**{**args, "messages": JOKE, "max_tokens": 10}).choices[0]
+    assert cut.finish_reason == "length" and cut.message.content and text.startswith(cut.message.content), (cut, text)
+    assert streamed_tool_reply(client, {**args, "messages": JOKE, "max_tokens": 10}) == (cut.message.content, {}, ["length"])
 
 
 def test_bad_tools_and_tool_choices_are_400s_naming_the_field(server):

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -271,6 +272,121 @@ TEST(ToolStreaming, TextBeforeACallsMarkerStreamsAndTheMarkerAndCallsAreHeldBack
   EXPECT_EQ(streamed(ToolSyntax::Llama3Json, "<|python_tag|>{\"name\": \"search\", \"parameters\": {}}"), "");
   EXPECT_EQ(streamed(ToolSyntax::Llama3Json, "<b>Sure</b>, {\"a\": 1}"), "<b>Sure</b>, {\"a\": 1}");
   EXPECT_EQ(streamed(ToolSyntax::Generic, "{\"response\": \"x\"}"), "");
+}
+
+// Reads every start of `reply` a byte at a time, checking that each reading extends the one
+// before (calls only added, a listed call's name kept, arguments and content only growing, and
+// each a start of the whole reply's), and that only the whole reply is closed. Returns the whole
+// reply's reading.
+PartialToolReply read_growing(ToolJson shape, const std::string& reply, const std::string& name = "f") {
+  const PartialToolReply whole = read_tool_json(shape, reply, name);
+  PartialToolReply before;
+  for (size_t n = 0; n < reply.size(); ++n) {
+    const PartialToolReply now = read_tool_json(shape, std::string_view(reply).substr(0, n), name);
+    const std::string at = "after " + std::to_string(n) + " bytes of " + reply;
+    EXPECT_GE(now.calls.size(), before.calls.size()) << at;
+    EXPECT_LE(now.calls.size(), whole.calls.size()) << at;
+    for (size_t k = 0; k < now.calls.size() && k < whole.calls.size(); ++k) {
+      EXPECT_EQ(now.calls[k].name, whole.calls[k].name) << at;
+      EXPECT_TRUE(whole.calls[k].arguments.starts_with(now.calls[k].arguments)) << at << ": " << now.calls[k].arguments;
+      if (k < before.calls.size()) EXPECT_TRUE(now.calls[k].arguments.starts_with(before.calls[k].arguments)) << at;
+    }
+    EXPECT_TRUE(!before.content || now.content) << at;
+    if (now.content) {
+      EXPECT_TRUE(whole.content && whole.content->starts_with(*now.content)) << at << ": " << *now.content;
+      if (before.content) EXPECT_TRUE(now.content->starts_with(*before.content)) << at;
+    }
+    before = now;
+  }
+  return whole;
+}
+
+TEST(ToolJsonReading, TheGenericFormatsResponseIsItsStringDecodedAndGrowsAsItIsWritten) {
+  const std::string reply = "\n{ \"response\" : \"Caf\\u00e9 \\\"ol\u00e9\\\"\\n\\ud83d\\ude00 \\/ done\" }\n";
+  const PartialToolReply r = read_growing(ToolJson::Wrapped, reply);
+  EXPECT_TRUE(r.closed);
+  EXPECT_TRUE(r.calls.empty());
+  ASSERT_TRUE(r.content);
+  EXPECT_EQ(*r.content, nlohmann::json::parse(reply)["response"].get<std::string>());
+  EXPECT_EQ(*r.content, "Caf\u00e9 \"ol\u00e9\"\n\U0001F600 / done");
+  // Held back until whole: an escape, a surrogate pair, a UTF-8 character.
+  EXPECT_EQ(read_tool_json(ToolJson::Wrapped, "{\"response\": \"ab\\u00").content, "ab");
+  EXPECT_EQ(read_tool_json(ToolJson::Wrapped, "{\"response\": \"ab\\").content, "ab");
+  EXPECT_EQ(read_tool_json(ToolJson::Wrapped, "{\"response\": \"ab\\ud83d").content, "ab");
+  EXPECT_EQ(read_tool_json(ToolJson::Wrapped, "{\"response\": \"ab\\ud83d\\ude").content, "ab");
+  EXPECT_EQ(read_tool_json(ToolJson::Wrapped, "{\"response\": \"ab\xC3").content, "ab");
+  EXPECT_FALSE(read_tool_json(ToolJson::Wrapped, "{\"response\": \"ab\"").closed);
+  // A lone surrogate reads as U+FFFD; text that stops being JSON stops the reading.
+  EXPECT_EQ(read_tool_json(ToolJson::Wrapped, "{\"response\": \"a\\ud83dz\\udc00\"}").content, "a\uFFFDz\uFFFD");
+  const PartialToolReply bad = read_growing(ToolJson::Wrapped, "{\"response\": \"ab\\x more\"}");
+  EXPECT_EQ(bad.content, "ab");
+  EXPECT_FALSE(bad.closed);
+  // Not yet opened, or not the shape: no content (the server then shows the text as it is).
+  EXPECT_FALSE(read_tool_json(ToolJson::Wrapped, "{\"response\": ").content);
+  EXPECT_FALSE(read_tool_json(ToolJson::Wrapped, "[\"response\"]").content);
+}
+
+TEST(ToolJsonReading, CallsAreListedOnceTheirNamesCloseWithTheirArgumentsAsWritten) {
+  const std::string list = R"([ {"name": "get_weather", "parameters": {"city": "Paris, \"FR\"", "days": [1, 2]}},
+    {"note": [1, {"x": "]}"}], "parameters" : { } , "name" : "get_time"}, 7, "x", {"other": 1} ])";
+  const PartialToolReply r = read_growing(ToolJson::List, list);
+  EXPECT_TRUE(r.closed);
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, R"({"city": "Paris, \"FR\"", "days": [1, 2]})");
+  EXPECT_TRUE(r.calls[0].closed);
+  EXPECT_EQ(r.calls[1].name, "get_time");  // its arguments came before its name
+  EXPECT_EQ(r.calls[1].arguments, "{ }");
+  EXPECT_FALSE(r.content);
+  // Part way: the first call with the arguments so far, the second not listed until its name closes.
+  const PartialToolReply part = read_tool_json(ToolJson::List, list.substr(0, list.find("[1, 2]") + 3));
+  ASSERT_EQ(part.calls.size(), 1u);
+  EXPECT_EQ(part.calls[0].arguments, R"({"city": "Paris, \"FR\"", "days": [1,)");
+  EXPECT_FALSE(part.calls[0].closed);
+  EXPECT_FALSE(part.closed);
+  EXPECT_TRUE(read_tool_json(ToolJson::List, R"([{"name": "get_wea)").calls.empty());
+
+  const std::string wrapped = R"({"tool_calls": [{"name": "search", "parameters": {"q": "caf\u00e9"}}]})";
+  const PartialToolReply w = read_growing(ToolJson::Wrapped, wrapped);
+  EXPECT_TRUE(w.closed);
+  ASSERT_EQ(w.calls.size(), 1u);
+  EXPECT_EQ(w.calls[0].arguments, R"({"q": "caf\u00e9"})");  // as written: escapes kept
+  EXPECT_FALSE(w.content);
+}
+
+TEST(ToolJsonReading, ANamedFunctionsReplyIsItsArgumentsFromTheFirstByte) {
+  const std::string reply = "\n{\"city\": \"Rome\", \"unit\": \"celsius\"}";
+  const PartialToolReply r = read_growing(ToolJson::Arguments, reply, "get_weather");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, reply);
+  EXPECT_TRUE(r.closed);
+  const PartialToolReply start = read_tool_json(ToolJson::Arguments, "", "get_weather");
+  ASSERT_EQ(start.calls.size(), 1u);
+  EXPECT_EQ(start.calls[0].arguments, "");
+  EXPECT_FALSE(start.closed);
+}
+
+TEST(ToolJsonReading, RandomResponsesAndArgumentsReadAsJsonParsesThemAtEveryLength) {
+  std::mt19937 rng(7);
+  const std::vector<std::string> pieces = {"a", " ", "\"", "\\", "/", "\n", "\t", "\x01", "\u00e9", "\u20ac", "\U0001F600", "}", "]", "{", ","};
+  for (int round = 0; round < 60; ++round) {
+    std::string text;
+    for (int k = 0, len = static_cast<int>(rng() % 12); k < len; ++k) text += pieces[rng() % pieces.size()];
+    const bool ascii = rng() % 2;
+    const std::string value = nlohmann::json(text).dump(-1, ' ', ascii);
+    const std::string space(rng() % 3, ' ');
+    const std::string response = "{" + space + "\"response\":" + space + value + space + "}";
+    const PartialToolReply r = read_growing(ToolJson::Wrapped, response);
+    EXPECT_EQ(r.content, text) << response;
+    EXPECT_TRUE(r.closed);
+    const std::string args = "{\"k\":" + space + value + "}";
+    const std::string call = "[{\"name\":" + space + "\"f\", \"parameters\": " + args + "}]";
+    const PartialToolReply c = read_growing(ToolJson::List, call);
+    ASSERT_EQ(c.calls.size(), 1u) << call;
+    EXPECT_EQ(c.calls[0].arguments, args);
+    EXPECT_EQ(nlohmann::json::parse(c.calls[0].arguments)["k"], text);
+  }
 }
 
 }  // namespace
