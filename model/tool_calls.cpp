@@ -183,7 +183,9 @@ class JsonPrefix {
       return v;
     };
     auto put = [&](uint32_t cp) { utf8::append(raw, cp); };
-    bool closed = false, bad = false;  // (bad: what was read before it is kept, as the text so far)
+    // bad: the byte at `bad_at` is not JSON; what was read before it is kept, as the text so far
+    bool closed = false, bad = false;
+    size_t bad_at = 0;
     while (i < n) {
       const char c = s_[i];
       if (c == '"') {
@@ -203,18 +205,22 @@ class JsonPrefix {
         const size_t k = from.find(e);
         if (k == std::string_view::npos) {
           bad = true;
+          bad_at = i + 1;
           break;
         }
         raw += to[k];
         i += 2;
         continue;
       }
-      if (i + 6 > n) break;
+      // (a digit that is not hex is found as soon as it is written)
+      const size_t digits_end = std::min(i + 6, n);
+      for (size_t k = i + 2; k < digits_end && !bad; ++k)
+        if (utf8::hex_digit(s_[k]) < 0) {
+          bad = true;
+          bad_at = k;
+        }
+      if (bad || i + 6 > n) break;
       const int32_t cp = hex4(i + 2);
-      if (cp < 0) {
-        bad = true;
-        break;
-      }
       if (cp >= 0xD800 && cp < 0xDC00) {  // a high surrogate: whole with the low one after it
         const size_t j = i + 6;
         if (j >= n || (s_[j] == '\\' && (j + 1 >= n || (s_[j + 1] == 'u' && j + 6 > n)))) break;
@@ -235,7 +241,10 @@ class JsonPrefix {
       out->clear();
       utf8::append_lossy(raw, *out, closed);
     }
-    if (bad) return Step::Bad;
+    if (bad) {
+      pos_ = bad_at;
+      return Step::Bad;
+    }
     pos_ = closed ? i : n;
     return closed ? Step::Done : Step::More;
   }
@@ -246,7 +255,7 @@ class JsonPrefix {
     const char c = s_[pos_];
     if (c == '"') return string(nullptr);
     if (c == '{' || c == '[') {
-      size_t depth = 0;
+      std::string open;  // the brackets open, each closed by its own kind
       while (pos_ < s_.size()) {
         const char d = s_[pos_];
         if (d == '"') {
@@ -254,9 +263,11 @@ class JsonPrefix {
           continue;
         }
         if (d == '{' || d == '[') {
-          ++depth;
+          open += d;
         } else if (d == '}' || d == ']') {
-          if (--depth == 0) {
+          if (open.back() != (d == '}' ? '{' : '[')) return Step::Bad;
+          open.pop_back();
+          if (open.empty()) {
             ++pos_;
             return Step::Done;
           }
@@ -333,9 +344,11 @@ Step call_list(JsonPrefix& p, std::vector<PartialCall>& calls) {
   return p.array([&] {
     if (p.next() != '{') return p.value();
     PartialCall call;
-    bool named = false;
+    bool named = false, name_seen = false, parameters_seen = false;  // (a key written twice: the first)
     const Step r = p.object([&](const std::string& key) {
-      if (key == "name" && p.next() == '"') {
+      if (key == "name" && !name_seen && !p.at_end()) {
+        name_seen = true;
+        if (p.next() != '"') return p.value();
         std::string name;
         const Step s = p.string(&name);
         if (s == Step::Done) {
@@ -344,11 +357,13 @@ Step call_list(JsonPrefix& p, std::vector<PartialCall>& calls) {
         }
         return s;
       }
-      if (key == "parameters" && !p.at_end()) {
+      if (key == "parameters" && !parameters_seen && !p.at_end()) {
+        parameters_seen = true;
         const size_t from = p.pos();
         const Step s = p.value();
         call.closed = s == Step::Done;
-        call.arguments = valid_text(p.text(), from, s == Step::Done ? p.pos() : p.text().size(), call.closed);
+        // (cut where it ends, where it stops being JSON, or where the text does)
+        call.arguments = valid_text(p.text(), from, s == Step::More ? p.text().size() : p.pos(), call.closed);
         return s;
       }
       return p.value();
@@ -366,7 +381,10 @@ PartialToolReply read_tool_json(ToolJson shape, std::string_view text, std::stri
   switch (shape) {
     case ToolJson::Arguments: {
       out.closed = p.value() == Step::Done;
-      out.calls.push_back({std::string(name), valid_text(text, 0, text.size(), out.closed), out.closed});
+      // all the text (a call's arguments are the reply), what follows a closed value as text so far
+      const size_t whole = out.closed ? p.pos() : 0;
+      out.calls.push_back({std::string(name), valid_text(text, 0, whole, true) + valid_text(text, whole, text.size(), false),
+                           out.closed});
       break;
     }
     case ToolJson::List:

@@ -54,8 +54,9 @@ struct PartialToolReply {
 // Reading stops where the text ends (an escape, a surrogate pair or a UTF-8 character not yet
 // whole is left out) or stops being of the shape, so a longer text's reading extends a shorter
 // one's: each call's arguments and the content only grow, and calls are only added. Items of a
-// list that are not objects, and members other than the shape's, are passed over; a lone
-// surrogate escape reads as U+FFFD.
+// list that are not objects, and members other than the shape's, are passed over (a member
+// written twice counts the first time); a lone surrogate escape reads as U+FFFD; a value that
+// stops being JSON (a bad escape, a bracket closed by the other kind) is cut at that byte.
 PartialToolReply read_tool_json(ToolJson shape, std::string_view text, std::string_view name = {});
 
 }  // namespace specula

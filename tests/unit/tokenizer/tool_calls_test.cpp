@@ -389,5 +389,52 @@ TEST(ToolJsonReading, RandomResponsesAndArgumentsReadAsJsonParsesThemAtEveryLeng
   }
 }
 
+TEST(ToolJsonReading, AKeyWrittenTwiceCountsOnceAndAValueThatStopsBeingJsonIsCutWhereItStops) {
+  const PartialToolReply twice = read_growing(ToolJson::List, R"([{"name": "f", "name": "g", "parameters": {"a": 1}, "parameters": {"b": 2}}])");
+  ASSERT_EQ(twice.calls.size(), 1u);
+  EXPECT_EQ(twice.calls[0].name, "f");
+  EXPECT_EQ(twice.calls[0].arguments, R"({"a": 1})");
+  const PartialToolReply bad = read_growing(ToolJson::List, R"([{"name": "f", "parameters": {"a": "x\q"}}, {"name": "g", "parameters": {}}])");
+  ASSERT_EQ(bad.calls.size(), 1u);
+  EXPECT_EQ(bad.calls[0].arguments, R"({"a": "x\)");
+  EXPECT_FALSE(bad.calls[0].closed);
+  EXPECT_FALSE(bad.closed);
+  const PartialToolReply hex = read_growing(ToolJson::List, R"([{"name": "f", "parameters": {"a": "\u00zz"}}])");
+  EXPECT_EQ(hex.calls.at(0).arguments, R"({"a": "\u00)");
+  const PartialToolReply brackets = read_growing(ToolJson::List, R"([{"name": "f", "parameters": {"a": [1}}])");
+  EXPECT_EQ(brackets.calls.at(0).arguments, R"({"a": [1)");
+  EXPECT_FALSE(brackets.calls[0].closed);
+  // A named function's reply: after its closed value, the rest as text so far (a UTF-8 character whole only).
+  EXPECT_EQ(read_tool_json(ToolJson::Arguments, "{} \xC3", "f").calls.at(0).arguments, "{} ");
+  EXPECT_EQ(read_tool_json(ToolJson::Arguments, "{} \xC3\xA9", "f").calls.at(0).arguments, "{} \xC3\xA9");
+}
+
+// Every start of replies with bytes changed, put in or taken out at random still reads as the
+// start of the whole (read_growing's checks), whatever the bytes.
+TEST(ToolJsonReading, MangledRepliesStillReadAsTheirWholesStart) {
+  const std::vector<std::pair<ToolJson, std::string>> replies = {
+      {ToolJson::List, R"([{"name": "get_weather", "parameters": {"city": "Caf\u00e9 \"x\"", "n": [1, {"a": null}]}}, {"name": "t", "parameters": {}}])"},
+      {ToolJson::Wrapped, R"({"tool_calls": [{"parameters": {"q": "\ud83d\ude00"}, "name": "search"}]})"},
+      {ToolJson::Wrapped, "{\"response\": \"Hello \\\"w\\u00f6rld\\\" \xC3\xA9\\n\\ud83d\\ude00 done\"}"},
+      {ToolJson::Arguments, R"({"city": "Rome", "days": [1, 2, 3]})"}};
+  const std::string alphabet = "{}[]\":,\\u0aZ \n\xC3\xA9\xFF";
+  std::mt19937 rng(11);
+  for (const auto& [shape, base] : replies)
+    for (int round = 0; round < 150; ++round) {
+      std::string text = base;
+      for (int edits = 1 + static_cast<int>(rng() % 3); edits > 0; --edits) {
+        const size_t at = rng() % (text.size() + 1);
+        const char c = alphabet[rng() % alphabet.size()];
+        switch (rng() % 3) {
+          case 0: if (at < text.size()) text[at] = c; break;
+          case 1: text.insert(text.begin() + static_cast<std::ptrdiff_t>(at), c); break;
+          default: if (at < text.size()) text.erase(at, 1); break;
+        }
+      }
+      read_growing(shape, text);
+      if (HasFailure()) return;
+    }
+}
+
 }  // namespace
 }  // namespace specula
