@@ -238,7 +238,8 @@ std::vector<int32_t> Engine::tokenize(const EngineRequest& request) const {
   std::string text = request.prompt;
   try {
     if (!request.messages.empty())
-      text = impl_->chat.render(request.messages, true, request.tools.get());
+      text = impl_->chat.render(request.messages, RenderOptions{request.add_generation_prompt, request.continue_final_message,
+                                                                request.tools.get(), request.template_variables.get()});
     else if (request.chat)
       text = impl_->chat.render({ChatMessage{"user", request.prompt}});
   } catch (const std::invalid_argument& e) {

@@ -124,6 +124,11 @@ struct EngineRequest {
   std::vector<ChatMessage> messages;           // a conversation in the chat template (instead of `prompt`)
   // OpenAI's tool list, for a chat template that writes tools (ChatTemplate::render's `tools`).
   std::shared_ptr<const nlohmann::ordered_json> tools;
+  // How `messages` are rendered (RenderOptions: vLLM's add_generation_prompt,
+  // continue_final_message and chat_template_kwargs, the last as an object or null).
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  std::shared_ptr<const nlohmann::ordered_json> template_variables;
   // max_tokens beyond the room the context leaves after the prompt: cut to that room (the server's
   // rule; Admission::max_tokens_clamped says so) instead of running into the context's end.
   bool fit_to_context = false;

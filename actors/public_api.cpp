@@ -4,6 +4,8 @@
 #include <random>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 #include "actors/engine.h"
 
 namespace specula {
@@ -46,6 +48,15 @@ actors::EngineRequest request_of(Request r) {
   e.prompt = std::move(r.prompt);
   e.chat = r.chat;
   for (Message& m : r.messages) e.messages.push_back({std::move(m.role), std::move(m.content)});
+  e.add_generation_prompt = r.add_generation_prompt;
+  e.continue_final_message = r.continue_final_message;
+  if (!r.chat_template_kwargs.empty()) {
+    auto kwargs = nlohmann::ordered_json::parse(r.chat_template_kwargs, nullptr, false);
+    if (!kwargs.is_object())
+      throw std::invalid_argument("chat_template_kwargs must be a JSON object of template variables, got '" +
+                                  r.chat_template_kwargs.substr(0, 80) + "'");
+    e.template_variables = std::make_shared<const nlohmann::ordered_json>(std::move(kwargs));
+  }
   e.max_tokens = r.max_tokens;
   e.sampling.temperature = r.temperature;
   e.sampling.top_k = r.top_k;

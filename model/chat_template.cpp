@@ -222,7 +222,8 @@ ChatTemplate ChatTemplate::from_option(const std::string& spec, SpecialTokens to
 }
 
 std::string ChatTemplate::render_jinja(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                                       const nlohmann::ordered_json* tools, bool structured_calls) const {
+                                       const nlohmann::ordered_json* tools, bool structured_calls,
+                                       const nlohmann::ordered_json* more) const {
   ordered_json turns = ordered_json::array();
   for (const ChatMessage& m : messages) {
     ordered_json turn = {{"role", m.role}};
@@ -239,9 +240,42 @@ std::string ChatTemplate::render_jinja(const std::vector<ChatMessage>& messages,
     if (!m.name.empty()) turn["name"] = m.name;
     turns.push_back(std::move(turn));
   }
-  ordered_json variables = {{"messages", std::move(turns)}, {"add_generation_prompt", add_generation_prompt}};
+  // chat_template_kwargs first, so that the conversation's own variables are the ones rendered
+  ordered_json variables = more && more->is_object() ? *more : ordered_json::object();
+  variables["messages"] = std::move(turns);
+  variables["add_generation_prompt"] = add_generation_prompt;
   if (tools && !tools->is_null()) variables["tools"] = *tools;
   return render_variables(variables);
+}
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const RenderOptions& o) const {
+  if (o.continue_final_message && o.add_generation_prompt)
+    throw std::invalid_argument("continue_final_message leaves the last message open; it goes with add_generation_prompt false");
+  check_messages(messages);
+  std::string text;
+  if (jinja_)
+    text = render_jinja(messages, o.add_generation_prompt, supports_tools_ ? o.tools : nullptr, supports_tool_calls_, o.variables);
+  else
+    text = render(messages, o.add_generation_prompt, o.tools);
+  if (!o.continue_final_message) return text;
+  // Hugging Face's cut: the text up to the last place the final message's text (less its outer
+  // whitespace) appears, with its trailing whitespace where the template kept it.
+  // (Python's str.strip: the ASCII whitespace, \x1c-\x1f among it)
+  static constexpr std::string_view kPythonSpace = " \t\n\r\f\v\x1c\x1d\x1e\x1f";
+  const std::string& last = messages.back().content;
+  const size_t b = last.find_first_not_of(kPythonSpace);
+  if (b == std::string::npos)
+    throw std::invalid_argument("continue_final_message needs a last message with text to continue");
+  const size_t e = last.find_last_not_of(kPythonSpace) + 1;
+  const std::string_view stripped = std::string_view(last).substr(b, e - b);
+  const size_t at = text.rfind(stripped);
+  if (at == std::string::npos)
+    throw std::invalid_argument(
+        "continue_final_message: the chat template does not write the last message's text as it is, so it cannot be left open");
+  // Written as it is (no leading whitespace, and its trailing whitespace kept): all of it.
+  const size_t lstripped = last.size() - b;
+  if (text.compare(at, lstripped, last) == 0) return text.substr(0, at + lstripped);
+  return text.substr(0, at + stripped.size());
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,

@@ -44,6 +44,21 @@ namespace jinja {
 class Template;
 }
 
+// How a conversation becomes a prompt beyond its messages: vLLM's chat request fields.
+struct RenderOptions {
+  // The prompt ends with the assistant's header, so that generation is the assistant's turn.
+  bool add_generation_prompt = true;
+  // The last message is left open (its end-of-turn and what follows cut off) so that generation
+  // continues it: a prefill of the reply (Hugging Face's apply_chat_template does the cut). Goes
+  // with add_generation_prompt false.
+  bool continue_final_message = false;
+  // OpenAI's tool list (render()'s `tools`); nullptr or null: none.
+  const nlohmann::ordered_json* tools = nullptr;
+  // chat_template_kwargs: more variables for a Jinja template (an object; e.g. Qwen3's
+  // enable_thinking); nullptr: none. The built-in formats have no variables.
+  const nlohmann::ordered_json* variables = nullptr;
+};
+
 // The texts a template may write as `bos_token` and `eos_token` (Hugging Face passes them).
 struct SpecialTokens {
   std::string bos, eos;
@@ -74,6 +89,10 @@ class ChatTemplate {
   // {"tool_calls": [{"name", "parameters"}]} after the message's text.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true,
                      const nlohmann::ordered_json* tools = nullptr) const;
+  // The same with every option. continue_final_message with add_generation_prompt, with a last
+  // message without text, or where the template does not write the last message's text (so it
+  // cannot be left open) throws std::invalid_argument saying so.
+  std::string render(const std::vector<ChatMessage>& messages, const RenderOptions& options) const;
   // The Jinja template run with `variables` beyond the usual ones (bos_token, eos_token, tools and
   // documents as None), e.g. tools or messages carrying tool calls, as Hugging Face's
   // apply_chat_template passes them. std::invalid_argument as render(), or when no Jinja runs.
@@ -119,7 +138,8 @@ class ChatTemplate {
   // The Jinja template on a conversation: `tools` as they are (nullptr: None), an assistant's
   // calls as OpenAI's objects (structured_calls) or as the generic format's JSON in its text.
   std::string render_jinja(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                           const nlohmann::ordered_json* tools, bool structured_calls) const;
+                           const nlohmann::ordered_json* tools, bool structured_calls,
+                           const nlohmann::ordered_json* variables = nullptr) const;
 };
 
 }  // namespace specula

@@ -378,6 +378,28 @@ std::string model_name_from_path(const std::string& path) {
 
 namespace {
 
+// vLLM's chat request fields for how its messages become the prompt (ChatTemplate's RenderOptions).
+void render_options_into(const json& body, actors::EngineRequest& r) {
+  auto flag = [&](const char* name, bool& out) {
+    if (const json* v = field(body, name); v && !v->is_null()) {
+      if (!v->is_boolean()) bad(name, std::string(name) + " must be true or false, got " + shown(*v));
+      out = v->get<bool>();
+    }
+  };
+  flag("add_generation_prompt", r.add_generation_prompt);
+  flag("continue_final_message", r.continue_final_message);
+  if (r.continue_final_message && r.add_generation_prompt)  // (vLLM refuses the two together too)
+    bad("continue_final_message", "continue_final_message leaves the last message open for the reply to continue; send it "
+                                  "with add_generation_prompt: false");
+  if (const json* v = field(body, "chat_template_kwargs"); v && !v->is_null()) {
+    if (!v->is_object()) bad("chat_template_kwargs", "chat_template_kwargs must be an object of the template's variables, got " + shown(*v));
+    for (const char* own : {"messages", "tools", "add_generation_prompt"})
+      if (v->contains(own))
+        bad("chat_template_kwargs", std::string("chat_template_kwargs may not set '") + own + "': send it as the request's own field");
+    if (!v->empty()) r.template_variables = std::make_shared<const nlohmann::ordered_json>(nlohmann::ordered_json::parse(v->dump()));
+  }
+}
+
 // A chat request's tools, as its prompt shows them: handed to the template (r.tools), or for the
 // generic format's "auto" described in the system message.
 ToolCalls tools_into_prompt(const json& body, std::string_view raw, const actors::Engine& engine, actors::EngineRequest& r) {
@@ -402,6 +424,7 @@ actors::EngineRequest parse_tokenize(const json& body, const actors::Engine& eng
   actors::EngineRequest r;
   if (messages) {
     r.messages = parse_messages(*messages, true);
+    render_options_into(body, r);
     tools_into_prompt(body, raw, engine, r);  // vLLM's tools: as the chat request would show them
   } else if (prompt->is_string()) {
     r.prompt = prompt->get<std::string>();
@@ -452,6 +475,7 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
   // The engine templates, tokenizes and checks the prompt against the context (Engine::start).
   if (messages) {
     r.messages = parse_messages(*messages, openai);
+    render_options_into(body, r);
   } else {
     const json& p = *prompt;
     if (p.is_string()) {

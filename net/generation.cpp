@@ -25,6 +25,7 @@ constexpr const char* kConstraintFields[] = {"response_format", "guided_json",  
 // JSON is written out by the template, which the I/O thread should not wait for).
 std::size_t prompt_text_bytes(const actors::EngineRequest& r) {
   if (r.tools && !r.tools->empty()) return std::numeric_limits<std::size_t>::max();
+  if (r.template_variables && !r.template_variables->empty()) return std::numeric_limits<std::size_t>::max();  // as the tools
   std::size_t bytes = r.prompt.size();
   for (const ChatMessage& m : r.messages) {
     bytes += m.role.size() + m.content.size() + m.tool_call_id.size() + m.name.size();
@@ -92,6 +93,9 @@ asio::awaitable<std::vector<int32_t>> tokenize_prompt(ServerState& st, const act
   text.chat = request.chat;
   text.messages = request.messages;
   text.tools = request.tools;  // shared, and never changed: safe on the other thread
+  text.add_generation_prompt = request.add_generation_prompt;
+  text.continue_final_message = request.continue_final_message;
+  text.template_variables = request.template_variables;  // shared as the tools
   const actors::Engine& engine = st.engine;
   auto tokenize = [&engine, text = std::move(text)] { return engine.tokenize(text); };
   std::vector<int32_t> ids = co_await on_prep_thread(st, std::move(tokenize));

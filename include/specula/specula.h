@@ -57,6 +57,14 @@ struct Request {
   std::string prompt;                 // text; with `chat`, one user message in the model's chat template
   bool chat = false;
   std::vector<Message> messages;      // a whole conversation (instead of `prompt`), templated
+  // How `messages` are templated (vLLM's chat fields, docs/protocol.md): the prompt ends with the
+  // assistant's header; or, with add_generation_prompt false and continue_final_message true, the
+  // last message is left open and the text continues it (a prefill of the reply).
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  // More variables for the model's Jinja template, as a JSON object (e.g. {"enable_thinking":
+  // false}); "" = none. Not JSON, or not an object: std::invalid_argument from start().
+  std::string chat_template_kwargs;
   int max_tokens = 256;
   float temperature = 0.0f;           // 0 = greedy
   int top_k = 0;                      // 0 = off

@@ -1391,3 +1391,76 @@ def test_the_tool_call_parser_option_forces_a_format_or_stops_the_server_at_star
         proc = subprocess.run([str(SPECULA_BIN), "serve", "--model", str(DEFAULT_MODEL), "--port", "0", *args],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode != 0 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+PREFILL = [{"role": "user", "content": "What is the capital of France?"},
+           {"role": "assistant", "content": "The capital of France is"}]
+
+
+def test_continue_final_message_continues_a_prefilled_reply_as_vllm_does(server, client, model_id):
+    """vLLM's continue_final_message (with add_generation_prompt false): the last message left
+    open, so the reply continues it; its prompt is /tokenize's with the same fields, and the reply
+    is what /v1/completions gives for those tokens."""
+    fields = {"add_generation_prompt": False, "continue_final_message": True}
+    r = client.chat.completions.create(model=model_id, messages=PREFILL, max_tokens=12, temperature=0, extra_body=fields)
+    tok = httpx.post(server.url + "/tokenize", json={"messages": PREFILL, **fields}, timeout=30).json()
+    assert r.usage.prompt_tokens == tok["count"]
+    prompt = httpx.post(server.url + "/detokenize", json={"tokens": tok["tokens"]}, timeout=30).json()["prompt"]
+    assert prompt.endswith("<|im_start|>assistant\nThe capital of France is"), prompt
+    plain = client.completions.create(model=model_id, prompt=tok["tokens"], max_tokens=12, temperature=0)
+    assert r.choices[0].message.content == plain.choices[0].text and r.choices[0].message.content
+    # The control: without it the assistant's turn is closed and a new one opened (a longer prompt).
+    closed = httpx.post(server.url + "/tokenize", json={"messages": PREFILL}, timeout=30).json()
+    closed_text = httpx.post(server.url + "/detokenize", json={"tokens": closed["tokens"]}, timeout=30).json()["prompt"]
+    assert closed_text.endswith("The capital of France is<|im_end|>\n<|im_start|>assistant\n"), closed_text
+    # add_generation_prompt false alone: the conversation as it stands, its last turn closed.
+    bare = httpx.post(server.url + "/tokenize", json={"messages": PREFILL, "add_generation_prompt": False}, timeout=30).json()
+    text = httpx.post(server.url + "/detokenize", json={"tokens": bare["tokens"]}, timeout=30).json()["prompt"]
+    assert text.endswith("The capital of France is<|im_end|>\n"), text
+    # Streamed the same.
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in client.chat.completions.create(
+        model=model_id, messages=PREFILL, max_tokens=12, temperature=0, extra_body=fields, stream=True) if ch.choices)
+    assert streamed == r.choices[0].message.content
+
+
+def test_bad_chat_template_fields_are_400s_naming_the_field(server):
+    post = lambda body, path="/v1/chat/completions": httpx.post(server.url + path, json={"messages": PREFILL, **body}, timeout=30)
+    for body, param, words in (
+            ({"continue_final_message": True}, "continue_final_message", "add_generation_prompt: false"),
+            ({"add_generation_prompt": "no"}, "add_generation_prompt", "true or false"),
+            ({"chat_template_kwargs": [1]}, "chat_template_kwargs", "an object"),
+            ({"chat_template_kwargs": {"messages": []}}, "chat_template_kwargs", "'messages'"),
+            ({"chat_template_kwargs": {"add_generation_prompt": False}}, "chat_template_kwargs", "own field")):
+        for path in ("/v1/chat/completions", "/tokenize"):
+            r = post(body, path)
+            assert r.status_code == 400 and r.json()["error"]["param"] == param and words in r.text, (path, body, r.text)
+    blank = [PREFILL[0], {"role": "assistant", "content": "  "}]
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=30, json={
+        "messages": blank, "add_generation_prompt": False, "continue_final_message": True})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages" and "text to continue" in r.text, r.text
+    assert httpx.get(server.url + "/health", timeout=30).status_code == 200
+
+
+THINKING_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                     "{% if add_generation_prompt %}<|im_start|>assistant\n"
+                     "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
+
+
+def test_chat_template_kwargs_reach_the_template_as_variables(fresh_server, tmp_path):
+    """vLLM's chat_template_kwargs (e.g. Qwen3's enable_thinking: false): more variables for the
+    template, shown in the prompt the request is answered from."""
+    template = tmp_path / "thinking.jinja"
+    template.write_text(THINKING_TEMPLATE, encoding="utf-8")
+    srv = fresh_server("--draft", "ngram", "--chat-template", str(template))
+    c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    ask = [{"role": "user", "content": "Name a colour."}]
+    prompts = {}
+    for name, kwargs in (("off", {"enable_thinking": False}), ("on", {"enable_thinking": True}), ("none", None)):
+        body = {"messages": ask, **({"chat_template_kwargs": kwargs} if kwargs else {})}
+        tok = httpx.post(srv.url + "/tokenize", json=body, timeout=30).json()
+        prompts[name] = httpx.post(srv.url + "/detokenize", json={"tokens": tok["tokens"]}, timeout=30).json()["prompt"]
+        r = c.chat.completions.create(model="any", messages=ask, max_tokens=4, temperature=0,
+                                      extra_body={"chat_template_kwargs": kwargs} if kwargs else {})
+        assert r.usage.prompt_tokens == tok["count"]
+    assert prompts["off"].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n"), prompts["off"]
+    assert prompts["on"] == prompts["none"] and "<think>" not in prompts["on"]

@@ -50,15 +50,22 @@ def jinja2_render(source: str, variables: dict) -> dict:
         return {"failed": f"{type(e).__name__}: {e}"}
 
 
-def specula_render(specula_bin, template_path, cases, work_dir) -> list[dict]:
-    inp = work_dir / f"{template_path.stem}.in.jsonl"
-    out = work_dir / f"{template_path.stem}.out.jsonl"
-    inp.write_text("".join(json.dumps({"variables": c}) + "\n" for c in cases), encoding="utf-8")
+def chat_template_lines(specula_bin, template_path, lines, work_dir, stem) -> list[dict]:
+    """`specula chat-template --input` on JSON lines (each a request's messages and options, or
+    "variables"): each line's {"text"} or {"error"}."""
+    inp, out = work_dir / f"{stem}.in.jsonl", work_dir / f"{stem}.out.jsonl"
+    inp.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     cmd = [specula_bin, "chat-template", "--chat-template", template_path, "--bos", BOS, "--eos", EOS,
            "--input", inp, "--output", out]
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    return [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    got = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(got) == len(lines)
+    return got
+
+
+def specula_render(specula_bin, template_path, cases, work_dir) -> list[dict]:
+    return chat_template_lines(specula_bin, template_path, [{"variables": c} for c in cases], work_dir, template_path.stem)
 
 
 def check_same(specula_bin, template_path, cases, work_dir):
@@ -311,12 +318,7 @@ def test_an_openai_conversation_with_tools_reaches_the_template_as_hugging_face_
     path = TEMPLATE_DIR / name
     source = path.read_text(encoding="utf-8")
     cases = openai_tool_conversations()
-    inp, out = work_dir / "tools.in.jsonl", work_dir / "tools.out.jsonl"
-    inp.write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
-    cmd = [specula_bin, "chat-template", "--chat-template", path, "--bos", BOS, "--eos", EOS, "--input", inp, "--output", out]
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    got = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    got = chat_template_lines(specula_bin, path, cases, work_dir, "tools")
     for case, mine in zip(cases, got, strict=True):
         if name in TOOL_TEMPLATES:
             want = jinja2_render(source, {"messages": hugging_face_form(case["messages"]), "tools": case["tools"],
@@ -329,3 +331,58 @@ def test_an_openai_conversation_with_tools_reaches_the_template_as_hugging_face_
                 assert "get_weather" in mine["text"]
         else:
             assert "error" in mine, f"{name}: Jinja2 gives {want}, Specula rendered {mine}"
+
+
+def hugging_face_continue(rendered: str, final_message: str) -> str:
+    """transformers' apply_chat_template(continue_final_message=True): the rendered chat cut after
+    the last place the final message's text appears (its trailing whitespace kept where the
+    template kept it); a ValueError where the template does not write that text."""
+    if final_message.strip() not in rendered:
+        raise ValueError("continue_final_message is set but the final message does not appear in the chat")
+    at = rendered.rindex(final_message.strip())
+    if rendered[at: at + len(final_message.lstrip())] == final_message:
+        return rendered[: at + len(final_message.lstrip())]
+    return rendered[: at + len(final_message.strip())]
+
+
+THINKING = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% if enable_thinking is defined and not enable_thinking %}"
+            "<think></think>{% endif %}{% endif %}{% if tags %}{{ tags | join(',') }}{% endif %}")
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in TEMPLATE_DIR.glob("*.jinja")) + ["thinking"])
+def test_continue_final_message_and_chat_template_kwargs_render_as_hugging_face_renders_them(specula_bin, work_dir, name):
+    """vLLM's continue_final_message (the last message left open for the reply to continue, cut
+    as transformers cuts it) and chat_template_kwargs (more template variables), through
+    `specula chat-template --input`, against Jinja2 and transformers' cut."""
+    path = TEMPLATE_DIR / name if name != "thinking" else work_dir / "thinking.jinja"
+    if name == "thinking":
+        path.write_text(THINKING, encoding="utf-8")
+    source = path.read_text(encoding="utf-8")
+    user = {"role": "user", "content": "Name a colour."}
+    cases = [{"messages": [user, {"role": "assistant", "content": prefill}], "add_generation_prompt": False,
+              "continue_final_message": True} for prefill in ("The colour is", "Sure: ", "  padded  ", "two\nlines\n")]
+    cases += [{"messages": [user], "chat_template_kwargs": kwargs} for kwargs in
+              ({"enable_thinking": False}, {"enable_thinking": True, "tags": ["a", "b"]})]
+    cases += [{"messages": [user, {"role": "assistant", "content": "Blue"}], "add_generation_prompt": False}]
+    got = chat_template_lines(specula_bin, path, cases, work_dir, "continue")
+    continued = rendered = 0
+    for case, mine in zip(cases, got, strict=True):
+        variables = {**case.get("chat_template_kwargs", {}), "messages": case["messages"],
+                     "add_generation_prompt": case.get("add_generation_prompt", True)}
+        want = jinja2_render(source, variables)
+        if "text" in want and case.get("continue_final_message"):
+            rendered += 1
+            try:
+                want = {"text": hugging_face_continue(want["text"], case["messages"][-1]["content"])}
+                continued += 1
+            except ValueError:
+                want = {"failed": "not written as it is"}
+        if "text" in want:
+            assert mine == want, f"{name} on {json.dumps(case)}"
+        else:
+            assert "error" in mine, f"{name}: Jinja2 / transformers give {want}, Specula rendered {mine}"
+    if name == "thinking":
+        assert "<think></think>" in got[4]["text"] and "<think>" not in got[5]["text"] and got[5]["text"].endswith("a,b")
+    # (a template that fails without tools, as the Hermes one does in Jinja2 too, continues none)
+    assert continued >= 2 or rendered == 0, f"{name}: too few cases continued to mean anything"

@@ -21,7 +21,8 @@ namespace {
 
 const char* kUsage =
     "usage: specula chat-template [--model PATH] [--chat-template NAME|FILE|TEXT] [--bos TEXT] [--eos TEXT]\n"
-    "                             (--messages JSON [--tools JSON] [--no-generation-prompt] | --input IN.jsonl --output OUT.jsonl)\n"
+    "                             (--messages JSON [--tools JSON] [--no-generation-prompt] [--continue-final-message]\n"
+    "                              [--kwargs JSON] | --input IN.jsonl --output OUT.jsonl)\n"
     "  Prints the prompt text the model's chat template makes of a conversation.\n"
     "  --chat-template: chatml, llama3 or plain (the built-in formats), a file holding a Jinja\n"
     "      template, or the template's text; as `serve --chat-template`. Without --model it is\n"
@@ -31,7 +32,11 @@ const char* kUsage =
     "  --tools: OpenAI's tool list, handed to a template that writes tools, as the server hands it for\n"
     "      tool_choice \"required\", a named function, and \"auto\" where it reads the template's call\n"
     "      syntax (the template's tool support and call syntax go to stderr).\n"
-    "  --input/--output: JSON lines {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": true} in,\n"
+    "  --no-generation-prompt, --continue-final-message, --kwargs: the chat request's add_generation_prompt\n"
+    "      false, continue_final_message true (the last message left open, to be continued; with\n"
+    "      --no-generation-prompt) and chat_template_kwargs (a JSON object of more template variables).\n"
+    "  --input/--output: JSON lines {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": true,\n"
+    "      \"continue_final_message\": false, \"chat_template_kwargs\": {...}} in,\n"
     "      {\"text\": \"...\"} or {\"error\": \"...\"} out (one per line); a line with \"variables\": {...}\n"
     "      runs the Jinja template on those (messages with tool calls, tools, ...) as they stand.\n";
 
@@ -84,7 +89,8 @@ nlohmann::ordered_json json_arg(const Args& a, const char* name) {
 }  // namespace
 
 int cmd_chat_template(int argc, char** argv) {
-  Args a(argc, argv, {"model", "chat-template", "bos", "eos", "messages", "tools", "input", "output"}, {"no-generation-prompt"});
+  Args a(argc, argv, {"model", "chat-template", "bos", "eos", "messages", "tools", "kwargs", "input", "output"},
+         {"no-generation-prompt", "continue-final-message"});
   if (a.help()) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -102,7 +108,8 @@ int cmd_chat_template(int argc, char** argv) {
       throw UsageError(std::string("--chat-template: ") + e.what());
     }
   }
-  if (a.has("tools") && !a.has("messages")) throw UsageError("--tools goes with --messages");
+  for (const char* name : {"tools", "kwargs", "no-generation-prompt", "continue-final-message"})
+    if (a.has(name) && !a.has("messages")) throw UsageError(std::string("--") + name + " goes with --messages");
   if (a.has("messages")) {
     const nlohmann::ordered_json j = json_arg(a, "messages");
     const nlohmann::ordered_json tools = a.has("tools") ? json_arg(a, "tools") : nlohmann::ordered_json();
@@ -117,7 +124,9 @@ int cmd_chat_template(int argc, char** argv) {
     } catch (const std::invalid_argument& e) {
       throw UsageError(std::string("--messages: ") + e.what());
     }
-    std::cout << t.render(msgs, !a.flag("no-generation-prompt"), &tools);
+    const nlohmann::ordered_json kwargs = a.has("kwargs") ? json_arg(a, "kwargs") : nlohmann::ordered_json();
+    if (!kwargs.is_null() && !kwargs.is_object()) throw UsageError("--kwargs must be a JSON object of template variables");
+    std::cout << t.render(msgs, RenderOptions{!a.flag("no-generation-prompt"), a.flag("continue-final-message"), &tools, &kwargs});
     return 0;
   }
   std::ifstream in(a.str("input"), std::ios::binary);
@@ -136,7 +145,9 @@ int cmd_chat_template(int argc, char** argv) {
         result["text"] = t.render_variables(j["variables"]);
       } else {
         const nlohmann::ordered_json tools = j.value("tools", nlohmann::ordered_json());
-        result["text"] = t.render(messages_of(j.at("messages")), gen, &tools);
+        const nlohmann::ordered_json kwargs = j.value("chat_template_kwargs", nlohmann::ordered_json());
+        result["text"] = t.render(messages_of(j.at("messages")),
+                                  RenderOptions{gen, j.value("continue_final_message", false), &tools, &kwargs});
       }
     } catch (const nlohmann::json::exception& e) {
       throw std::runtime_error("--input line " + std::to_string(line_no) + ": " + e.what());

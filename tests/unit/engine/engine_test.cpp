@@ -557,6 +557,48 @@ TEST(Engine, ThePublicApiEndsTheTextAtAStopTokenIdAndNamesWhatEndedIt) {
   EXPECT_EQ(by_string, whole.substr(0, whole.find(q.stop[1])));
 }
 
+// The public API's continue_final_message: the last message left open, the text continuing it,
+// what the same prompt's tokens give as a plain prompt; a kwargs string that is not a JSON object
+// is one clear error.
+TEST(Engine, ThePublicApiContinuesAPrefilledFinalMessageAsThePromptOfItsTemplatedText) {
+  REQUIRE_SETUP(s);
+  specula::Engine api(specula::EngineOptions{.model = default_model_path(), .drafter = "ngram", .threads = 2});
+  const auto text_of = [&](specula::Request q) {
+    std::string text;
+    specula::Stream stream = api.start(std::move(q));
+    for (specula::Event ev = stream.next_blocking();; ev = stream.next_blocking()) {
+      text += ev.text;
+      if (ev.terminal()) {
+        EXPECT_TRUE(ev.error.empty()) << ev.error;
+        return std::make_pair(text, ev.stats.prompt_tokens);
+      }
+    }
+  };
+  specula::Request q;
+  q.messages = {{"user", "What is the capital of France?"}, {"assistant", "The capital of France is"}};
+  q.add_generation_prompt = false;
+  q.continue_final_message = true;
+  q.max_tokens = 8;
+  const auto [continued, prompt_tokens] = text_of(q);
+  const ChatTemplate& chat = s->ngram->model().chat_template;
+  RenderOptions open;
+  open.add_generation_prompt = false;
+  open.continue_final_message = true;
+  const std::string prompt = chat.render({{"user", "What is the capital of France?"}, {"assistant", "The capital of France is"}}, open);
+  ASSERT_TRUE(prompt.ends_with("The capital of France is")) << prompt;
+  specula::Request plain;
+  plain.prompt = prompt;
+  plain.max_tokens = 8;
+  const auto [as_prompt, plain_tokens] = text_of(plain);
+  EXPECT_EQ(continued, as_prompt);
+  EXPECT_EQ(prompt_tokens, plain_tokens);
+  EXPECT_FALSE(continued.empty());
+  q.chat_template_kwargs = "[1]";
+  EXPECT_THROW(api.start(q), std::invalid_argument);
+  q.chat_template_kwargs = R"({"enable_thinking": false})";  // the default model's template has no such variable
+  EXPECT_EQ(text_of(q).first, continued);
+}
+
 // The stop token that ends a request has no log-probabilities on its event unless the request
 // keeps them (stop_token_logprobs, the server's echo): then every token has its entry.
 TEST(Engine, TheStopTokensLogprobsAreKeptOnlyWhenTheRequestAsks) {

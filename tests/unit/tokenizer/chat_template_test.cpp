@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 #include "tokenizer_test_support.h"
 
 namespace specula {
@@ -175,6 +177,61 @@ TEST(ChatTemplate, RefusesAnUnknownRoleNamingIt) {
   test::expect_error<std::invalid_argument>(
       [] { ChatTemplate(ChatTemplate::Kind::Llama3).render({{"user", "a"}, {"wizard", "b"}}); },
       {"message 1", "'wizard'"});
+}
+
+TEST(ChatTemplate, ContinuingTheFinalMessageLeavesItOpenInEveryFormat) {
+  const std::vector<ChatMessage> prefill = {{"user", "Name a colour."}, {"assistant", "The colour is "}};
+  RenderOptions open;
+  open.add_generation_prompt = false;
+  open.continue_final_message = true;
+  // The model's template writes the text as it is: the trailing space stays.
+  EXPECT_EQ(ChatTemplate::from_template_text(kBareChatMLTemplate).render(prefill, open),
+            "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\nThe colour is ");
+  // Llama 3's trims it: cut after the text it wrote.
+  EXPECT_EQ(ChatTemplate::from_template_text(kLlama3Template).render(prefill, open),
+            "<|start_header_id|>user<|end_header_id|>\n\nName a colour.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nThe colour is");
+  // The built-in formats the same way.
+  EXPECT_EQ(ChatTemplate(ChatTemplate::Kind::ChatML).render(prefill, open),
+            "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\nThe colour is ");
+  // Without the option the turn is closed, and add_generation_prompt false adds no new one.
+  RenderOptions closed;
+  closed.add_generation_prompt = false;
+  EXPECT_EQ(ChatTemplate(ChatTemplate::Kind::ChatML).render(prefill, closed),
+            "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\nThe colour is <|im_end|>\n");
+}
+
+TEST(ChatTemplate, ContinuingAFinalMessageThatCannotBeLeftOpenIsOneClearError) {
+  const std::vector<ChatMessage> prefill = {{"user", "Hi"}, {"assistant", "hello"}};
+  RenderOptions both;
+  both.continue_final_message = true;  // with add_generation_prompt left true
+  test::expect_error<std::invalid_argument>([&] { ChatTemplate(ChatTemplate::Kind::ChatML).render(prefill, both); },
+                                            {"add_generation_prompt false"});
+  RenderOptions open;
+  open.add_generation_prompt = false;
+  open.continue_final_message = true;
+  test::expect_error<std::invalid_argument>(
+      [&] { ChatTemplate(ChatTemplate::Kind::ChatML).render({{"user", "Hi"}, {"assistant", " \n"}}, open); }, {"text to continue"});
+  const ChatTemplate shouting = ChatTemplate::from_option("{% for m in messages %}{{ m.content | upper }}{% endfor %}");
+  test::expect_error<std::invalid_argument>([&] { shouting.render(prefill, open); }, {"does not write the last message's text"});
+  EXPECT_EQ(shouting.render({{"user", "Hi"}, {"assistant", "OK THEN"}}, open), "HIOK THEN");  // the control: written as it is
+}
+
+TEST(ChatTemplate, ChatTemplateKwargsAreVariablesOfTheTemplateButNotOfTheBuiltInFormats) {
+  const ChatTemplate t = ChatTemplate::from_option(
+      "{{ messages | length }}{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}{{ tags | default('') }}");
+  const nlohmann::ordered_json off = {{"enable_thinking", false}, {"tags", "x"}}, on = {{"enable_thinking", true}};
+  RenderOptions o;
+  EXPECT_EQ(t.render({{"user", "a"}}, o), "1");
+  o.variables = &off;
+  EXPECT_EQ(t.render({{"user", "a"}}, o), "1<think></think>x");
+  o.variables = &on;
+  EXPECT_EQ(t.render({{"user", "a"}}, o), "1");
+  // The conversation's own variables win over a kwarg of the same name.
+  const nlohmann::ordered_json messages = {{"messages", nlohmann::ordered_json::array()}};
+  o.variables = &messages;
+  EXPECT_EQ(t.render({{"user", "a"}, {"assistant", "b"}}, o), "2");
+  o.variables = &off;
+  EXPECT_EQ(ChatTemplate(ChatTemplate::Kind::ChatML).render({{"user", "a"}}, o), ChatTemplate(ChatTemplate::Kind::ChatML).render({{"user", "a"}}));
 }
 
 }  // namespace
