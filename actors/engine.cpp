@@ -243,7 +243,8 @@ std::vector<int32_t> Engine::tokenize(const EngineRequest& request) const {
     else if (request.chat)
       text = impl_->chat.render({ChatMessage{"user", request.prompt}});
   } catch (const std::invalid_argument& e) {
-    throw RequestError("invalid_request", field, e.what());
+    const bool kwargs = request.template_variables && !request.template_variables->empty();
+    throw RequestError("invalid_request", field, std::string(e.what()) + (kwargs ? " (with the request's chat_template_kwargs)" : ""));
   }
   return f.tokenizer->encode(text);
 }

@@ -55,6 +55,9 @@ actors::EngineRequest request_of(Request r) {
     if (!kwargs.is_object())
       throw std::invalid_argument("chat_template_kwargs must be a JSON object of template variables, got '" +
                                   r.chat_template_kwargs.substr(0, 80) + "'");
+    for (const char* own : {"messages", "tools", "add_generation_prompt", "continue_final_message"})  // as the server
+      if (kwargs.contains(own))
+        throw std::invalid_argument(std::string("chat_template_kwargs may not set '") + own + "': set the Request's own field");
     e.template_variables = std::make_shared<const nlohmann::ordered_json>(std::move(kwargs));
   }
   e.max_tokens = r.max_tokens;

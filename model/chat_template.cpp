@@ -191,6 +191,7 @@ ChatTemplate ChatTemplate::from_template_text(const std::string& jinja, SpecialT
     t.probe_tools();
     for (std::string_view m : kEndOfTurnMarkers)
       if (jinja.find(m) != std::string::npos) t.markers_.emplace_back(m);
+    t.writes_reasoning_ = jinja.find("</think>") != std::string::npos;
   } catch (const jinja::Error& e) {
     t.problem_ = one_line(e.what());
   } catch (const std::exception& e) {  // e.g. bad_alloc on an absurd template: not run, as a parse error
@@ -260,7 +261,8 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const
   if (!o.continue_final_message) return text;
   // Hugging Face's cut: the text up to the last place the final message's text (less its outer
   // whitespace) appears, with its trailing whitespace where the template kept it.
-  // (Python's str.strip: the ASCII whitespace, \x1c-\x1f among it)
+  // (Python's str.strip on ASCII: \x1c-\x1f among it; the Unicode spaces it also strips, such as
+  // U+00A0 and U+3000, are not stripped here, as the interpreter's trim does not strip them)
   static constexpr std::string_view kPythonSpace = " \t\n\r\f\v\x1c\x1d\x1e\x1f";
   const std::string& last = messages.back().content;
   const size_t b = last.find_first_not_of(kPythonSpace);

@@ -123,6 +123,9 @@ class ChatTemplate {
   // std::invalid_argument for another name (tool_call_parser_of), or a syntax with a template
   // that does not write tools (the model would never see them).
   void set_tool_call_parser(std::string_view name);
+  // The Jinja template writes a reasoning block's end (</think>: DeepSeek R1, QwQ, Qwen3): its
+  // model reasons before it answers, and the server reads the reasoning apart (model/reasoning.h).
+  bool writes_reasoning() const { return writes_reasoning_; }
 
  private:
   Kind kind_ = Kind::Plain;
@@ -134,6 +137,7 @@ class ChatTemplate {
   bool supports_tools_ = false;
   bool supports_tool_calls_ = false;
   ToolSyntax tool_syntax_ = ToolSyntax::Generic;
+  bool writes_reasoning_ = false;
   void probe_tools();
   // The Jinja template on a conversation: `tools` as they are (nullptr: None), an assistant's
   // calls as OpenAI's objects (structured_calls) or as the generic format's JSON in its text.

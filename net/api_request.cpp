@@ -379,7 +379,8 @@ std::string model_name_from_path(const std::string& path) {
 namespace {
 
 // vLLM's chat request fields for how its messages become the prompt (ChatTemplate's RenderOptions).
-void render_options_into(const json& body, actors::EngineRequest& r) {
+// chat_template_kwargs' members in the order the request wrote them (`raw`, as the tools').
+void render_options_into(const json& body, std::string_view raw, actors::EngineRequest& r) {
   auto flag = [&](const char* name, bool& out) {
     if (const json* v = field(body, name); v && !v->is_null()) {
       if (!v->is_boolean()) bad(name, std::string(name) + " must be true or false, got " + shown(*v));
@@ -393,10 +394,16 @@ void render_options_into(const json& body, actors::EngineRequest& r) {
                                   "with add_generation_prompt: false");
   if (const json* v = field(body, "chat_template_kwargs"); v && !v->is_null()) {
     if (!v->is_object()) bad("chat_template_kwargs", "chat_template_kwargs must be an object of the template's variables, got " + shown(*v));
-    for (const char* own : {"messages", "tools", "add_generation_prompt"})
+    // (vLLM lets these override its own; here the request's fields say it, once)
+    for (const char* own : {"messages", "tools", "add_generation_prompt", "continue_final_message"})
       if (v->contains(own))
         bad("chat_template_kwargs", std::string("chat_template_kwargs may not set '") + own + "': send it as the request's own field");
-    if (!v->empty()) r.template_variables = std::make_shared<const nlohmann::ordered_json>(nlohmann::ordered_json::parse(v->dump()));
+    if (!v->empty()) {
+      nlohmann::ordered_json written = raw.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(raw, nullptr, false);
+      const bool in_order = written.is_object() && written.contains("chat_template_kwargs") && written["chat_template_kwargs"].is_object();
+      r.template_variables = std::make_shared<const nlohmann::ordered_json>(
+          in_order ? std::move(written["chat_template_kwargs"]) : nlohmann::ordered_json::parse(v->dump()));
+    }
   }
 }
 
@@ -424,7 +431,7 @@ actors::EngineRequest parse_tokenize(const json& body, const actors::Engine& eng
   actors::EngineRequest r;
   if (messages) {
     r.messages = parse_messages(*messages, true);
-    render_options_into(body, r);
+    render_options_into(body, raw, r);
     tools_into_prompt(body, raw, engine, r);  // vLLM's tools: as the chat request would show them
   } else if (prompt->is_string()) {
     r.prompt = prompt->get<std::string>();
@@ -475,7 +482,7 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
   // The engine templates, tokenizes and checks the prompt against the context (Engine::start).
   if (messages) {
     r.messages = parse_messages(*messages, openai);
-    render_options_into(body, r);
+    render_options_into(body, raw, r);
   } else {
     const json& p = *prompt;
     if (p.is_string()) {
@@ -715,6 +722,10 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
       gbnf = v->get<std::string>();
     }
   if (kind == PromptKind::Chat) {
+    if (const json* v = field(body, "include_reasoning"); v && !v->is_null()) {  // vLLM's
+      if (!v->is_boolean()) bad("include_reasoning", "include_reasoning must be true or false, got " + shown(*v));
+      out.include_reasoning = v->get<bool>();
+    }
     out.tools = tools_into_prompt(body, raw, engine, r);
     // A call's marker may be a special token (Mistral's [TOOL_CALLS], <tool_call> in some Hermes
     // models): the reply keeps special tokens' text so that it can be read (as vLLM's parsers do).

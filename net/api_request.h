@@ -67,6 +67,7 @@ struct ParsedRequest {
   // echo with max_tokens 0: the prompt alone. `request` runs one token, which is not shown.
   bool prompt_only = false;
   ToolCalls tools;                 // /v1/chat/completions
+  bool include_reasoning = true;   // vLLM's include_reasoning: false leaves a reply's reasoning out
   // vLLM's prompt_logprobs: the alternatives listed for each prompt token (0..20); -1: not asked.
   // (request.prompt_logprobs is the larger of it and echo's logprobs: one prefill scores both.)
   int prompt_logprobs = -1;

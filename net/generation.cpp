@@ -5,6 +5,9 @@
 #include <limits>
 #include <stdexcept>
 
+#include "model/reasoning.h"
+#include "model/tokenizer.h"
+
 namespace specula::net {
 
 namespace asio = boost::asio;
@@ -205,6 +208,20 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
     out.tool_names = parsed.tools.names;
     out.tool_parallel = parsed.tools.parallel;
     out.tool_nine_character_ids = parsed.tools.nine_character_ids;
+    {
+      const actors::EngineRequest& first = requests.front();
+      const bool constrained = first.sampling.grammar || first.sampling.json_object;
+      const Tokenizer* tok = st.engine.model().tokenizer.get();
+      out.reasoning = st.config.reasoning && kind == PromptKind::Chat && !constrained && tok;
+      out.include_reasoning = parsed.include_reasoning;
+      if (out.reasoning && first.continue_final_message && !first.messages.empty()) {  // a prefill that stops while it reasons?
+        out.reasoning_open = leaves_reasoning_open(first.messages.back().content);
+      } else if (out.reasoning) {  // the prompt's last tokens: does the template open the reasoning for the reply?
+        const std::size_t tail = std::min<std::size_t>(first.prompt_ids.size(), 8);
+        out.reasoning_open = opens_reasoning(tok->decode(std::vector<int32_t>(first.prompt_ids.end() - static_cast<std::ptrdiff_t>(tail),
+                                                                              first.prompt_ids.end())));
+      }
+    }
     for (int p = 0; p < prompts; ++p) {
       prompt_index = p;
       const uint64_t seed = requests[p].sampling.seed;

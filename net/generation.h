@@ -113,6 +113,11 @@ class Generation {
     std::vector<std::string> tool_names{};
     bool tool_parallel = true;
     bool tool_nine_character_ids = false;
+    // A chat reply's reasoning read apart (ServerConfig::reasoning, for a reply no constraint
+    // holds); `reasoning_open`: the prompt opened it; `include_reasoning` false: it is left out.
+    bool reasoning = false;
+    bool reasoning_open = false;
+    bool include_reasoning = true;
   };
   // A request with a grammar or a JSON schema is parsed (its constraint compiled) on the
   // preparation thread, and a prompt of more than kInlinePromptBytes is templated and tokenized

@@ -11,6 +11,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include "model/reasoning.h"
 #include "model/tool_calls.h"
 #include "net/auth.h"
 #include "net/generation.h"
@@ -310,23 +311,44 @@ ToolMessage tool_message(const Generation::Admitted& a, const std::string& text,
   return text_only(final ? text : std::string());
 }
 
-// What of a tool reply's reading has gone out on a stream: its content's bytes and each call's
-// arguments' bytes (a call once listed).
-struct ToolSent {
-  std::size_t content = 0;
+// A chat reply read so far as its message (tool_message), its reasoning apart where the server
+// reads it (model/reasoning.h): "reasoning_content" beside the content and calls of the answer
+// after it (left out with include_reasoning false); while the reasoning has not closed, no
+// answer yet, and at the end content null.
+ToolMessage reply_message(const Generation::Admitted& a, const std::string& text, const std::string& id_prefix, bool final) {
+  if (!a.reasoning) return tool_message(a, text, id_prefix, final);
+  ReasoningSplit split = split_reasoning(text, a.reasoning_open, final);
+  ToolMessage m;
+  if (!split.answering)
+    m.message = {{"role", "assistant"}, {"content", final ? json() : json("")}};
+  else if (a.tool_mode != ToolCalls::Mode::None)
+    m = tool_message(a, split.content, id_prefix, final);
+  else
+    m.message = {{"role", "assistant"}, {"content", std::move(split.content)}};
+  if (split.reasoning && a.include_reasoning) m.message["reasoning_content"] = std::move(*split.reasoning);
+  return m;
+}
+
+// What of a reply's reading has gone out on a stream: its content's and reasoning's bytes and
+// each call's arguments' bytes (a call once listed).
+struct ReplySent {
+  std::size_t content = 0, reasoning = 0;
   std::vector<std::size_t> arguments;
 };
 
-// Sets `delta`'s content and tool_calls to what `m` adds to what has gone out (`sent`, brought up
-// to date): a call first sent whole (its index, id, type, name and arguments so far), then its
-// arguments' new text, as OpenAI's and vLLM's streams send them. False when it adds nothing.
-bool tool_delta(const json& m, ToolSent& sent, json& delta) {
-  const std::string content = m["content"].is_string() ? m["content"].get<std::string>() : std::string();
-  if (content.size() > sent.content)
-    delta["content"] = content.substr(sent.content);
-  else
-    delta.erase("content");
-  sent.content = std::max(sent.content, content.size());
+// Sets `delta`'s content, reasoning_content and tool_calls to what `m` adds to what has gone out
+// (`sent`, brought up to date): a call first sent whole (its index, id, type, name and arguments
+// so far), then its arguments' new text, as OpenAI's and vLLM's streams send them.
+void reply_delta(const json& m, ReplySent& sent, json& delta) {
+  for (const auto& [key, at] : {std::pair<const char*, std::size_t*>{"content", &sent.content}, {"reasoning_content", &sent.reasoning}}) {
+    const json* v = m.contains(key) ? &m[key] : nullptr;
+    const std::string text = v && v->is_string() ? v->get<std::string>() : std::string();
+    if (text.size() > *at)
+      delta[key] = text.substr(*at);
+    else
+      delta.erase(key);
+    *at = std::max(*at, text.size());
+  }
   json pieces = json::array();
   if (m.contains("tool_calls")) {
     const json& calls = m["tool_calls"];
@@ -344,7 +366,6 @@ bool tool_delta(const json& m, ToolSent& sent, json& delta) {
     }
   }
   if (!pieces.empty()) delta["tool_calls"] = std::move(pieces);
-  return delta.contains("content") || delta.contains("tool_calls");
 }
 
 asio::awaitable<bool> write_response(beast::tcp_stream& stream, HttpResponse res, const CorsAnswer& cors, unsigned& status) {
@@ -404,11 +425,11 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
 
   const bool want_logprobs = admitted.logprobs;
   std::vector<LogprobsJson> logprobs(n, LogprobsJson(*st.engine.model().tokenizer, chat, !admitted.stream));
-  // Tool calls: a choice's text is kept and read as its message (tool_message); streamed, what
-  // each reading adds goes out as it comes (tool_delta), `sent` keeping what has.
-  const bool tools = chat && admitted.tool_mode != ToolCalls::Mode::None;
-  std::vector<std::string> tool_text(tools ? n : 0);
-  std::vector<ToolSent> sent(tools ? n : 0);
+  // Tool calls and reasoning: a choice's text is kept and read as its message (reply_message);
+  // streamed, what each reading adds goes out as it comes (reply_delta), `sent` keeping what has.
+  const bool held = chat && (admitted.tool_mode != ToolCalls::Mode::None || admitted.reasoning);
+  std::vector<std::string> held_text(held ? n : 0);
+  std::vector<ReplySent> sent(held ? n : 0);
   auto call_prefix = [&](std::size_t i) { return "call_" + shape.id.substr(shape.id.find('-') + 1) + "_" + std::to_string(i) + "_"; };
   // "auto" whose whole calls end the reply ends with "tool_calls", as OpenAI's does; otherwise
   // the generation's reason (a call cut by max_tokens: "length").
@@ -467,7 +488,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       }
       if (u.finish_reason == FinishReason::Cancelled) co_return false;  // the client went away (or shutdown)
       if (i > 0) body += ',';
-      const ToolMessage message = tools  ? tool_message(admitted, text, call_prefix(i), true)
+      const ToolMessage message = held   ? reply_message(admitted, text, call_prefix(i), true)
                                   : chat ? ToolMessage{json{{"role", "assistant"}, {"content", text}}}
                                          : ToolMessage{};
       body += "{\"finish_reason\":" + dump_json(finish_of(u, message)) + ",\"index\":" + std::to_string(i) +
@@ -527,27 +548,27 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     auto [ec, i, u] = co_await channel->async_receive(kAwait);
     if (ec) co_return false;
     echo_into(i, u);
-    // The tool reply read so far (the whole of it at the end): its content and calls that have
-    // not gone out yet go in this update's chunk.
+    // A held reply read so far (the whole of it at the end): its content, reasoning and calls
+    // that have not gone out yet go in this update's chunk.
     ToolMessage message;
-    json tool_pieces;
-    if (tools) {
-      tool_text[i] += u.text;
-      message = tool_message(admitted, tool_text[i], call_prefix(i), u.terminal && u.error.empty());
-      tool_pieces = json::object();
-      tool_delta(message.message, sent[i], tool_pieces);
-      u.text = tool_pieces.value("content", std::string());
+    json pieces = json::object();
+    if (held) {
+      held_text[i] += u.text;
+      message = reply_message(admitted, held_text[i], call_prefix(i), u.terminal && u.error.empty());
+      reply_delta(message.message, sent[i], pieces);
+      u.text = pieces.value("content", std::string());
+      pieces.erase("content");
     }
     // A chunk for the update's text, and with log-probabilities asked for, for its tokens even
     // where their text is still held back (mid-character, or maybe a stop string).
     for (const TokenOut& t : u.tokens) logprobs[i].add(t);
-    if (!u.text.empty() || logprobs[i].any() || (tools && tool_pieces.contains("tool_calls"))) {
+    if (!u.text.empty() || logprobs[i].any() || !pieces.empty()) {
       json lp = want_logprobs && logprobs[i].any() ? logprobs[i].take() : json(nullptr);
       json chunk = with_usage(shape.chunk(i, u.text, nullptr, false, std::move(lp)));
-      if (tools && tool_pieces.contains("tool_calls")) {
+      if (!pieces.empty()) {  // reasoning_content, tool_calls
         json& delta = chunk["choices"][0]["delta"];
         if (u.text.empty()) delta.erase("content");
-        delta["tool_calls"] = std::move(tool_pieces["tool_calls"]);
+        delta.update(pieces);
       }
       if (!co_await send_event(dump_json(chunk))) co_return false;
     }

@@ -37,6 +37,9 @@ struct ServerConfig {
   std::chrono::milliseconds shutdown_timeout{10'000};  // in-flight work may finish within this
   std::string served_model_name;           // "" = the model file's name
   RequestDefaults defaults;
+  // Chat replies' reasoning (<think> ... </think>) returned apart as reasoning_content
+  // (--reasoning-parser; model/reasoning.h).
+  bool reasoning = false;
   AccessConfig access;                     // API key and allowed WebSocket origins
   // The whole key list read again on SIGHUP (--api-key-file's keys beside --api-key's), or an
   // exception saying why not, and the keys in use stay. Empty: SIGHUP keeps its default action.

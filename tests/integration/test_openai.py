@@ -1421,6 +1421,15 @@ def test_continue_final_message_continues_a_prefilled_reply_as_vllm_does(server,
     streamed = "".join(ch.choices[0].delta.content or "" for ch in client.chat.completions.create(
         model=model_id, messages=PREFILL, max_tokens=12, temperature=0, extra_body=fields, stream=True) if ch.choices)
     assert streamed == r.choices[0].message.content
+    # A conversation long enough to be templated on the preparation thread keeps the fields.
+    long = [{"role": "user", "content": "=" * 17000}] + PREFILL  # 17 KB in ~270 tokens
+    r = client.chat.completions.create(model=model_id, messages=long, max_tokens=4, temperature=0, extra_body=fields)
+    tok = httpx.post(server.url + "/tokenize", json={"messages": long, **fields}, timeout=30).json()
+    assert r.usage.prompt_tokens == tok["count"]
+    tail = httpx.post(server.url + "/detokenize", json={"tokens": tok["tokens"][-12:]}, timeout=30).json()["prompt"]
+    assert tail.endswith("assistant\nThe capital of France is"), tail
+    assert client.completions.create(model=model_id, prompt=tok["tokens"], max_tokens=4, temperature=0).choices[0].text == \
+        r.choices[0].message.content
 
 
 def test_bad_chat_template_fields_are_400s_naming_the_field(server):
@@ -1430,7 +1439,8 @@ def test_bad_chat_template_fields_are_400s_naming_the_field(server):
             ({"add_generation_prompt": "no"}, "add_generation_prompt", "true or false"),
             ({"chat_template_kwargs": [1]}, "chat_template_kwargs", "an object"),
             ({"chat_template_kwargs": {"messages": []}}, "chat_template_kwargs", "'messages'"),
-            ({"chat_template_kwargs": {"add_generation_prompt": False}}, "chat_template_kwargs", "own field")):
+            ({"chat_template_kwargs": {"add_generation_prompt": False}}, "chat_template_kwargs", "own field"),
+            ({"chat_template_kwargs": {"continue_final_message": True}}, "chat_template_kwargs", "own field")):
         for path in ("/v1/chat/completions", "/tokenize"):
             r = post(body, path)
             assert r.status_code == 400 and r.json()["error"]["param"] == param and words in r.text, (path, body, r.text)
@@ -1464,3 +1474,88 @@ def test_chat_template_kwargs_reach_the_template_as_variables(fresh_server, tmp_
         assert r.usage.prompt_tokens == tok["count"]
     assert prompts["off"].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n"), prompts["off"]
     assert prompts["on"] == prompts["none"] and "<think>" not in prompts["on"]
+
+
+# A reasoning model's template, DeepSeek R1's way: the reply opened inside <think> (Qwen3's
+# enable_thinking false writes an empty block instead), earlier replies' reasoning left out.
+REASONING_TEMPLATE = (
+    "{% for m in messages %}{% set c = m.content %}{% if m.role == 'assistant' and '</think>' in c %}"
+    "{% set c = c.split('</think>')[-1] %}{% endif %}<|im_start|>{{ m.role }}\n{{ c }}"
+    "{% if not loop.last or m.role != 'assistant' %}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}"
+    "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}")
+
+
+def streamed_reply(client, args):
+    """A streamed chat reply put together: its reasoning_content, its content, its finish reasons."""
+    reasoning, content, finishes = "", "", []
+    for chunk in client.chat.completions.create(**args, stream=True):
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        reasoning += getattr(delta, "reasoning_content", None) or ""
+        content += delta.content or ""
+        if chunk.choices[0].finish_reason:
+            finishes.append(chunk.choices[0].finish_reason)
+    return reasoning, content, finishes
+
+
+def test_a_reasoning_models_thinking_comes_back_apart_as_reasoning_content(fresh_server, tmp_path):
+    """With a template that writes </think>, a chat reply's reasoning is `reasoning_content` and
+    what follows </think> is `content` (vLLM's deepseek_r1 reasoning parser, llama.cpp's
+    reasoning_format deepseek), streamed the same; each split is the raw completion of the same
+    prompt tokens cut at </think>. include_reasoning false leaves the reasoning out; a template
+    that closes the block in the prompt (enable_thinking false) makes the reply all content;
+    --reasoning-parser none (the control) leaves the text whole."""
+    template = tmp_path / "reasoning.jinja"
+    template.write_text(REASONING_TEMPLATE, encoding="utf-8")
+    srv = fresh_server("--draft", "ngram", "--chat-template", str(template))
+    assert "returned apart as reasoning_content" in srv.output()
+    c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    ask = [{"role": "user", "content": "Is the sky blue?"}]
+
+    def raw(messages, **fields):  # the same prompt's tokens, completed without a template or parser
+        tok = httpx.post(srv.url + "/tokenize", json={"messages": messages, **{k: v for k, v in fields.items()
+                         if k in ("add_generation_prompt", "continue_final_message", "chat_template_kwargs")}}, timeout=30).json()
+        body = {"prompt": tok["tokens"], "temperature": 0, **{k: v for k, v in fields.items()
+                if k in ("max_tokens", "logit_bias", "min_tokens")}}
+        return httpx.post(srv.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
+
+    r = c.chat.completions.create(model="any", messages=ask, max_tokens=20, temperature=0)
+    message = r.choices[0].message
+    whole = raw(ask, max_tokens=20)
+    assert "</think>" not in whole and message.reasoning_content == whole and message.content is None, message
+    assert streamed_reply(c, dict(model="any", messages=ask, max_tokens=20, temperature=0)) == (
+        whole, "", [r.choices[0].finish_reason])
+    # A prefilled reply that is still reasoning, nudged to close it (a bias on "</"; min_tokens
+    # keeps it going after): the reasoning before </think>, the answer after it.
+    closed = 0
+    for bias in (4, 5):
+        prefill = ask + [{"role": "assistant", "content": "<think>\nThe sky is blue.\n"}]
+        fields = dict(max_tokens=24, logit_bias={"9617": bias}, min_tokens=6, add_generation_prompt=False,
+                      continue_final_message=True)
+        text = raw(prefill, **fields)
+        extra = {k: fields[k] for k in ("logit_bias", "min_tokens", "add_generation_prompt", "continue_final_message")}
+        args = dict(model="any", messages=prefill, max_tokens=24, temperature=0, extra_body=extra)
+        m = c.chat.completions.create(**args).choices[0].message
+        if "</think>" in text:
+            closed += 1
+            before, after = text.split("</think>", 1)
+            assert (m.reasoning_content, m.content) == (before, after), (m, text)
+            assert streamed_reply(c, args)[:2] == (before, after)
+            hidden = c.chat.completions.create(**{**args, "extra_body": {**extra, "include_reasoning": False}}).choices[0].message
+            assert getattr(hidden, "reasoning_content", None) is None and hidden.content == after
+        else:
+            assert (m.reasoning_content, m.content) == (text, None), (m, text)
+    assert closed >= 1, "no case closed its reasoning: the split went untested"
+    # enable_thinking false: the template closes the block itself, and the reply is the answer.
+    off = dict(model="any", messages=ask, max_tokens=12, temperature=0, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    m = c.chat.completions.create(**off).choices[0].message
+    assert m.content == raw(ask, max_tokens=12, chat_template_kwargs={"enable_thinking": False}) and m.content
+    assert getattr(m, "reasoning_content", None) is None
+    # The control: without the parser the same request's text is whole, as content.
+    plain = fresh_server("--draft", "ngram", "--chat-template", str(template), "--reasoning-parser", "none")
+    assert "reasoning_content" not in plain.output()
+    p = openai.OpenAI(base_url=plain.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    m = p.chat.completions.create(model="any", messages=ask, max_tokens=20, temperature=0).choices[0].message
+    assert m.content == whole and getattr(m, "reasoning_content", None) is None

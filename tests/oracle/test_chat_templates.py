@@ -362,6 +362,9 @@ def test_continue_final_message_and_chat_template_kwargs_render_as_hugging_face_
     user = {"role": "user", "content": "Name a colour."}
     cases = [{"messages": [user, {"role": "assistant", "content": prefill}], "add_generation_prompt": False,
               "continue_final_message": True} for prefill in ("The colour is", "Sure: ", "  padded  ", "two\nlines\n")]
+    # the prefill's text written earlier too: the cut is at its last place
+    cases += [{"messages": [{"role": "user", "content": "Blue"}, {"role": "assistant", "content": "Blue"}],
+               "add_generation_prompt": False, "continue_final_message": True}]
     cases += [{"messages": [user], "chat_template_kwargs": kwargs} for kwargs in
               ({"enable_thinking": False}, {"enable_thinking": True, "tags": ["a", "b"]})]
     cases += [{"messages": [user, {"role": "assistant", "content": "Blue"}], "add_generation_prompt": False}]
@@ -383,6 +386,6 @@ def test_continue_final_message_and_chat_template_kwargs_render_as_hugging_face_
         else:
             assert "error" in mine, f"{name}: Jinja2 / transformers give {want}, Specula rendered {mine}"
     if name == "thinking":
-        assert "<think></think>" in got[4]["text"] and "<think>" not in got[5]["text"] and got[5]["text"].endswith("a,b")
+        assert "<think></think>" in got[5]["text"] and "<think>" not in got[6]["text"] and got[6]["text"].endswith("a,b")
     # (a template that fails without tools, as the Hermes one does in Jinja2 too, continues none)
     assert continued >= 2 or rendered == 0, f"{name}: too few cases continued to mean anything"

@@ -33,7 +33,7 @@ const char* kUsage =
     "      tool_choice \"required\", a named function, and \"auto\" where it reads the template's call\n"
     "      syntax (the template's tool support and call syntax go to stderr).\n"
     "  --no-generation-prompt, --continue-final-message, --kwargs: the chat request's add_generation_prompt\n"
-    "      false, continue_final_message true (the last message left open, to be continued; with\n"
+    "      false, continue_final_message true (the last message left open, to be continued; it implies\n"
     "      --no-generation-prompt) and chat_template_kwargs (a JSON object of more template variables).\n"
     "  --input/--output: JSON lines {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": true,\n"
     "      \"continue_final_message\": false, \"chat_template_kwargs\": {...}} in,\n"
@@ -126,7 +126,8 @@ int cmd_chat_template(int argc, char** argv) {
     }
     const nlohmann::ordered_json kwargs = a.has("kwargs") ? json_arg(a, "kwargs") : nlohmann::ordered_json();
     if (!kwargs.is_null() && !kwargs.is_object()) throw UsageError("--kwargs must be a JSON object of template variables");
-    std::cout << t.render(msgs, RenderOptions{!a.flag("no-generation-prompt"), a.flag("continue-final-message"), &tools, &kwargs});
+    const bool open = a.flag("continue-final-message");
+    std::cout << t.render(msgs, RenderOptions{!a.flag("no-generation-prompt") && !open, open, &tools, &kwargs});
     return 0;
   }
   std::ifstream in(a.str("input"), std::ios::binary);
@@ -146,6 +147,7 @@ int cmd_chat_template(int argc, char** argv) {
       } else {
         const nlohmann::ordered_json tools = j.value("tools", nlohmann::ordered_json());
         const nlohmann::ordered_json kwargs = j.value("chat_template_kwargs", nlohmann::ordered_json());
+        if (!kwargs.is_null() && !kwargs.is_object()) throw std::invalid_argument("chat_template_kwargs must be a JSON object");
         result["text"] = t.render(messages_of(j.at("messages")),
                                   RenderOptions{gen, j.value("continue_final_message", false), &tools, &kwargs});
       }

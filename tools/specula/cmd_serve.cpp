@@ -24,7 +24,7 @@ const char* kUsage =
     "                     [--spec-k-max-greedy K] [--draft-entropy NATS] [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10] [--max-connections 4096]\n"
     "                     [--scheduling-policy fcfs|priority] [--chat-template chatml|llama3|plain|FILE|TEXT]\n"
-    "                     [--tool-call-parser auto|generic|hermes|llama3_json|mistral]\n"
+    "                     [--tool-call-parser auto|generic|hermes|llama3_json|mistral] [--reasoning-parser auto|deepseek_r1|none]\n"
     "                     [--api-key KEY] [--api-key-file FILE] [--allowed-origins ORIGIN,...|*]\n"
     "  Serves the model on one port: the chat page at /, the WebSocket protocol at /v1/ws, the\n"
     "  OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models, /health and /metrics\n"
@@ -50,6 +50,9 @@ const char* kUsage =
     "  template writes calls in, where it writes tools (`specula info`, \"tool calls\"), else\n"
     "  llama.cpp's generic JSON format; generic: that format always; hermes, llama3_json, mistral:\n"
     "  that syntax (the template must write tools). docs/protocol.md, \"Tools\".\n"
+    "  --reasoning-parser: a chat reply's reasoning (<think> ... </think>) returned apart as\n"
+    "  reasoning_content (vLLM's deepseek_r1 parser, llama.cpp's reasoning_format deepseek): auto (the\n"
+    "  default) where the chat template writes </think>, deepseek_r1 always, none never.\n"
     "  --spec-k / --adaptive / --draft-entropy / --draft-confidence: the draft length for requests\n"
     "  that set none (the entropy rule ends a draft where the draft's distribution has more than\n"
     "  NATS, the confidence rule where the product of its tokens' draft probabilities falls below\n"
@@ -102,7 +105,7 @@ int cmd_serve(int argc, char** argv) {
                {"model", "draft", "host", "port", "max-batch", "kv-tokens", "kv-reserve", "max-queue", "threads", "ubatch-size", "device", "pipeline", "prefix-cache",
                 "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence", "draft-confidence-greedy", "max-tokens", "served-model-name",
                 "shutdown-timeout", "api-key", "api-key-file", "allowed-origins", "max-connections", "scheduling-policy", "chat-template",
-                "tool-call-parser"},
+                "tool-call-parser", "reasoning-parser"},
                {"adaptive"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   actors::EngineConfig ec;
@@ -121,6 +124,9 @@ int cmd_serve(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
+  const std::string reasoning = a.str("reasoning-parser", "auto");
+  if (reasoning != "auto" && reasoning != "deepseek_r1" && reasoning != "none")
+    throw UsageError("--reasoning-parser must be auto, deepseek_r1 or none, got '" + reasoning + "'");
   ec.drafter = a.str("draft", "ngram");
   ec.device = a.str("device", "auto");
   ec.draft = draft_length_from_args(a);
@@ -182,6 +188,10 @@ int cmd_serve(int argc, char** argv) {
   if (const ChatTemplate& ct = engine.chat_template(); ct.reads_own_tool_calls())
     std::fprintf(stderr, "specula serve: tool calls in the model's own %s syntax (its chat template writes tools)\n",
                  tool_syntax_name(ct.tool_syntax()));
+  sc.reasoning = reasoning == "deepseek_r1" || (reasoning == "auto" && engine.chat_template().writes_reasoning());
+  if (sc.reasoning)
+    std::fprintf(stderr, "specula serve: reasoning (<think> ... </think>) returned apart as reasoning_content%s\n",
+                 reasoning == "auto" ? " (the chat template writes </think>)" : "");
   return net::run_server(engine, sc, [&](const std::string& url) {
     std::printf("specula serve: %s with draft %s, max batch %d; listening on %s (chat page: %s/)\n",
                 net::model_name_from_path(ec.target).c_str(), ec.drafter.c_str(), ec.max_batch, url.c_str(),
