@@ -15,6 +15,7 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
 
 #include "actors/draft_actor.h"
 #include "actors/sampler.h"

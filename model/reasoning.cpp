@@ -21,13 +21,13 @@ ReasoningSplit split_reasoning(std::string_view text, bool open, bool final) {
     if (start.starts_with(kOpen)) {
       text = start.substr(kOpen.size());
     } else if (!final && kOpen.starts_with(start)) {  // may still open one: nothing yet
-      return {std::nullopt, std::string(), false};
+      return {std::nullopt, std::string_view(), false};
     } else {
-      return {std::nullopt, std::string(text), true};
+      return {std::nullopt, text, true};
     }
   }
   if (const size_t at = text.find(kClose); at != std::string_view::npos)
-    return {std::string(text.substr(0, at)), std::string(text.substr(at + kClose.size())), true};
+    return {text.substr(0, at), text.substr(at + kClose.size()), true};
   size_t keep = text.size();
   if (!final)  // less an end that may begin </think>
     for (size_t k = std::min(kClose.size() - 1, text.size()); k > 0; --k)
@@ -35,7 +35,7 @@ ReasoningSplit split_reasoning(std::string_view text, bool open, bool final) {
         keep = text.size() - k;
         break;
       }
-  return {std::string(text.substr(0, keep)), std::string(), false};
+  return {text.substr(0, keep), std::string_view(), false};
 }
 
 bool opens_reasoning(std::string_view prompt_end) {

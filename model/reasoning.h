@@ -8,10 +8,10 @@
 
 namespace specula {
 
-struct ReasoningSplit {
-  std::optional<std::string> reasoning;  // the reasoning (so far); none when the reply has none
-  std::string content;                   // the answer (so far): the text after </think>, or all of it
-  bool answering = true;                 // false while (or, at the end, where) the reasoning never closed
+struct ReasoningSplit {  // (views of the text split)
+  std::optional<std::string_view> reasoning;  // the reasoning (so far); none when the reply has none
+  std::string_view content;                   // the answer (so far): the text after </think>, or all of it
+  bool answering = true;                      // false while (or, at the end, where) the reasoning never closed
 };
 
 // Splits a reply generated so far. `open`: the prompt opened the reasoning (it ends with <think>,

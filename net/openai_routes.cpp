@@ -317,15 +317,16 @@ ToolMessage tool_message(const Generation::Admitted& a, const std::string& text,
 // answer yet, and at the end content null.
 ToolMessage reply_message(const Generation::Admitted& a, const std::string& text, const std::string& id_prefix, bool final) {
   if (!a.reasoning) return tool_message(a, text, id_prefix, final);
-  ReasoningSplit split = split_reasoning(text, a.reasoning_open, final);
+  const ReasoningSplit split = split_reasoning(text, a.reasoning_open, final);
   ToolMessage m;
-  if (!split.answering)
+  // (content null at the end where the reasoning never closed or nothing followed it, as vLLM's)
+  if (!split.answering || (final && split.reasoning && split.content.empty()))
     m.message = {{"role", "assistant"}, {"content", final ? json() : json("")}};
   else if (a.tool_mode != ToolCalls::Mode::None)
-    m = tool_message(a, split.content, id_prefix, final);
+    m = tool_message(a, std::string(split.content), id_prefix, final);
   else
-    m.message = {{"role", "assistant"}, {"content", std::move(split.content)}};
-  if (split.reasoning && a.include_reasoning) m.message["reasoning_content"] = std::move(*split.reasoning);
+    m.message = {{"role", "assistant"}, {"content", split.content}};
+  if (split.reasoning && a.include_reasoning) m.message["reasoning_content"] = *split.reasoning;
   return m;
 }
 
@@ -339,15 +340,16 @@ struct ReplySent {
 // Sets `delta`'s content, reasoning_content and tool_calls to what `m` adds to what has gone out
 // (`sent`, brought up to date): a call first sent whole (its index, id, type, name and arguments
 // so far), then its arguments' new text, as OpenAI's and vLLM's streams send them.
+// Puts in `delta[key]` what of `now` has not gone out (`sent` bytes), and counts it out.
+void text_delta(std::string_view now, std::size_t& sent, const char* key, json& delta) {
+  if (now.size() > sent) delta[key] = std::string(now.substr(sent));
+  sent = std::max(sent, now.size());
+}
+
 void reply_delta(const json& m, ReplySent& sent, json& delta) {
   for (const auto& [key, at] : {std::pair<const char*, std::size_t*>{"content", &sent.content}, {"reasoning_content", &sent.reasoning}}) {
-    const json* v = m.contains(key) ? &m[key] : nullptr;
-    const std::string text = v && v->is_string() ? v->get<std::string>() : std::string();
-    if (text.size() > *at)
-      delta[key] = text.substr(*at);
-    else
-      delta.erase(key);
-    *at = std::max(*at, text.size());
+    const auto v = m.find(key);
+    text_delta(v != m.end() && v->is_string() ? std::string_view(v->get_ref<const std::string&>()) : std::string_view(), *at, key, delta);
   }
   json pieces = json::array();
   if (m.contains("tool_calls")) {
@@ -554,8 +556,16 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     json pieces = json::object();
     if (held) {
       held_text[i] += u.text;
-      message = reply_message(admitted, held_text[i], call_prefix(i), u.terminal && u.error.empty());
-      reply_delta(message.message, sent[i], pieces);
+      const bool final = u.terminal && u.error.empty();
+      if (admitted.reasoning && admitted.tool_mode == ToolCalls::Mode::None && !final) {
+        // (the split's views, not a message: a reasoning reply may be long, and is read at every update)
+        const ReasoningSplit split = split_reasoning(held_text[i], admitted.reasoning_open, false);
+        text_delta(split.content, sent[i].content, "content", pieces);
+        if (split.reasoning && admitted.include_reasoning) text_delta(*split.reasoning, sent[i].reasoning, "reasoning_content", pieces);
+      } else {
+        message = reply_message(admitted, held_text[i], call_prefix(i), final);
+        reply_delta(message.message, sent[i], pieces);
+      }
       u.text = pieces.value("content", std::string());
       pieces.erase("content");
     }

@@ -1543,11 +1543,23 @@ def test_a_reasoning_models_thinking_comes_back_apart_as_reasoning_content(fresh
             before, after = text.split("</think>", 1)
             assert (m.reasoning_content, m.content) == (before, after), (m, text)
             assert streamed_reply(c, args)[:2] == (before, after)
-            hidden = c.chat.completions.create(**{**args, "extra_body": {**extra, "include_reasoning": False}}).choices[0].message
+            hidden_args = {**args, "extra_body": {**extra, "include_reasoning": False}}
+            hidden = c.chat.completions.create(**hidden_args).choices[0].message
             assert getattr(hidden, "reasoning_content", None) is None and hidden.content == after
+            assert streamed_reply(c, hidden_args)[:2] == ("", after)
         else:
             assert (m.reasoning_content, m.content) == (text, None), (m, text)
     assert closed >= 1, "no case closed its reasoning: the split went untested"
+    # A prefill that is not reasoning: the continuation is all answer.
+    prefill = ask + [{"role": "assistant", "content": "The sky is"}]
+    fields = dict(max_tokens=8, add_generation_prompt=False, continue_final_message=True)
+    m = c.chat.completions.create(model="any", messages=prefill, max_tokens=8, temperature=0,
+                                  extra_body={"add_generation_prompt": False, "continue_final_message": True}).choices[0].message
+    assert m.content == raw(prefill, **fields) and getattr(m, "reasoning_content", None) is None
+    # A reply held to a constraint is not split: the grammar holds it all.
+    m = c.chat.completions.create(model="any", messages=ask, max_tokens=16, temperature=0,
+                                  response_format={"type": "json_object"}).choices[0].message
+    assert m.content.lstrip().startswith("{") and getattr(m, "reasoning_content", None) is None, m
     # enable_thinking false: the template closes the block itself, and the reply is the answer.
     off = dict(model="any", messages=ask, max_tokens=12, temperature=0, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
     m = c.chat.completions.create(**off).choices[0].message
