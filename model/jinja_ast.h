@@ -86,5 +86,8 @@ Value get_attr(const Value& subject, const std::string& name);  // a.name
 Value get_item(const Value& subject, const Value& key);         // a[key]
 Array iterate(const Value& v);  // for's items: a list's, a dict's keys, a string's characters
 void check_size(const std::string& s);  // Error past 64 MiB, the most a string a template builds may hold
+// Python's printf-style `format % args` (the `%` operator on a string, and the `format` filter):
+// a list (a tuple) is the arguments, a dict the mapping of %(name)s, anything else one argument.
+std::string percent_format(const std::string& format, const Value& args);
 
 }  // namespace specula::jinja

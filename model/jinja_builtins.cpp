@@ -12,6 +12,7 @@
 #include <set>
 
 #include "model/jinja_ast.h"
+#include "model/utf8.h"
 
 namespace specula::jinja {
 namespace {
@@ -20,7 +21,8 @@ const std::set<std::string> kFilters = {
     "abs",     "attr",   "capitalize", "count",  "d",       "default",  "dictsort",   "e",      "escape", "first",
     "float",   "indent", "int",        "items",  "join",    "last",     "length",     "list",   "lower",  "map",
     "max",     "min",    "reject",     "rejectattr", "replace", "reverse", "round",   "safe",   "select", "selectattr",
-    "sort",    "string", "sum",        "title",  "tojson",  "trim",     "unique",     "upper",  "wordcount"};
+    "sort",    "string", "sum",        "title",  "tojson",  "trim",     "unique",     "upper",  "wordcount",
+    "format"};
 
 const std::set<std::string> kTests = {
     "boolean", "callable", "defined", "divisibleby", "eq",     "equalto", "escaped", "even",     "false",
@@ -523,12 +525,219 @@ bool apply_test(const std::string& name, const Value& v, Arguments& args) {
   throw Error("unknown test '" + name + "'");
 }
 
+namespace {
+
+size_t code_points(std::string_view s) {
+  return static_cast<size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+// The first n code points of s.
+std::string_view first_code_points(std::string_view s, size_t n) {
+  size_t i = 0;
+  for (size_t seen = 0; i < s.size(); ++i)
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && seen++ == n) break;
+  return s.substr(0, i);
+}
+
+// One conversion's flags, width and precision.
+struct Spec {
+  bool left = false, plus = false, space = false, alt = false, zero = false;
+  int64_t width = -1, precision = -1;
+};
+
+// An int for %d / %x / %o / %c: Python takes ints and bools, and floats for %d (truncated).
+int64_t integer_of(const Value& v, char conv) {
+  if (v.is_int()) return v.integer();
+  if (v.is_float() && (conv == 'd' || conv == 'i' || conv == 'u')) {
+    const double d = v.number();
+    if (!std::isfinite(d)) throw Error("cannot convert float " + v.str() + " to integer");
+    if (std::fabs(d) >= 9.2e18) throw Error("an integer past 64 bits in '%' formatting");
+    return static_cast<int64_t>(d);
+  }
+  throw Error(std::string("%") + conv + " format: " + (conv == 'd' || conv == 'i' || conv == 'u' ? "a real number" : "an integer") +
+              " is required, not " + v.type_name());
+}
+
+// The digits of a number with its sign, padded to the width as Python's % pads it.
+std::string pad_number(std::string sign, std::string prefix, std::string digits, const Spec& sp) {
+  const int64_t len = static_cast<int64_t>(sign.size() + prefix.size() + digits.size());
+  if (sp.width <= len) return sign + prefix + digits;
+  const std::string fill(static_cast<size_t>(sp.width - len), sp.zero && !sp.left ? '0' : ' ');
+  if (sp.left) return sign + prefix + digits + std::string(fill.size(), ' ');
+  if (sp.zero) return sign + prefix + fill + digits;
+  return fill + sign + prefix + digits;
+}
+
+std::string pad_text(std::string_view s, const Spec& sp) {
+  const int64_t len = static_cast<int64_t>(code_points(s));
+  if (sp.width <= len) return std::string(s);
+  const std::string fill(static_cast<size_t>(sp.width - len), ' ');
+  return sp.left ? std::string(s) + fill : fill + std::string(s);
+}
+
+std::string convert(char conv, const Value& v, const Spec& sp) {
+  switch (conv) {
+    case 's':
+    case 'r':
+    case 'a': {
+      std::string s = conv == 's' ? v.str() : v.repr();
+      if (sp.precision >= 0) s = std::string(first_code_points(s, static_cast<size_t>(sp.precision)));
+      return pad_text(s, sp);
+    }
+    case 'c': {
+      std::string s;
+      if (v.is_string()) {
+        if (code_points(v.string()) != 1) throw Error("%c requires an int or a unicode character, not a string of length " +
+                                                       std::to_string(code_points(v.string())));
+        s = v.string();
+      } else {
+        const int64_t cp = integer_of(v, 'c');
+        if (cp < 0 || cp > 0x10FFFF) throw Error("%c arg not in range(0x110000)");
+        utf8::append(s, static_cast<uint32_t>(cp));
+      }
+      return pad_text(s, sp);
+    }
+    case 'd':
+    case 'i':
+    case 'u':
+    case 'x':
+    case 'X':
+    case 'o': {
+      const int64_t n = integer_of(v, conv);
+      const uint64_t mag = n < 0 ? 0 - static_cast<uint64_t>(n) : static_cast<uint64_t>(n);
+      char buf[32];
+      const char* f = conv == 'x' ? "%llx" : conv == 'X' ? "%llX" : conv == 'o' ? "%llo" : "%llu";
+      std::snprintf(buf, sizeof buf, f, static_cast<unsigned long long>(mag));
+      std::string digits = buf;
+      if (sp.precision > static_cast<int64_t>(digits.size()))
+        digits.insert(0, static_cast<size_t>(std::min<int64_t>(sp.precision, 4096)) - digits.size(), '0');
+      const std::string sign = n < 0 ? "-" : sp.plus ? "+" : sp.space ? " " : "";
+      const std::string prefix = !sp.alt ? "" : conv == 'x' ? "0x" : conv == 'X' ? "0X" : conv == 'o' ? "0o" : "";
+      return pad_number(sign, prefix, digits, sp);
+    }
+    case 'e':
+    case 'E':
+    case 'f':
+    case 'F':
+    case 'g':
+    case 'G': {
+      if (!v.is_number()) throw Error(std::string("must be real number, not ") + v.type_name());
+      const double d = v.number();
+      if (!std::isfinite(d)) {
+        const bool upper = conv == 'E' || conv == 'F' || conv == 'G';
+        std::string word = std::isnan(d) ? "nan" : "inf";
+        if (upper) std::transform(word.begin(), word.end(), word.begin(), ::toupper);
+        Spec plain = sp;
+        plain.zero = false;
+        return pad_number(std::signbit(d) && !std::isnan(d) ? "-" : sp.plus ? "+" : sp.space ? " " : "", "", word, plain);
+      }
+      const int precision = static_cast<int>(std::min<int64_t>(sp.precision < 0 ? 6 : sp.precision, 1000));
+      const std::string f = std::string("%") + (sp.alt ? "#" : "") + ".*" + conv;
+      const int n = std::snprintf(nullptr, 0, f.c_str(), precision, std::fabs(d));
+      std::string digits(static_cast<size_t>(n) + 1, '\0');
+      std::snprintf(digits.data(), digits.size(), f.c_str(), precision, std::fabs(d));
+      digits.resize(static_cast<size_t>(n));
+      return pad_number(std::signbit(d) ? "-" : sp.plus ? "+" : sp.space ? " " : "", "", digits, sp);
+    }
+    default:
+      throw Error(std::string("unsupported format character '") + conv + "'");
+  }
+}
+
+}  // namespace
+
+std::string percent_format(const std::string& fmt, const Value& args) {
+  // (Python's: a dict is the mapping of %(name)s and, for a conversion without a name, one argument)
+  const bool mapping = args.is_object();
+  const Array positional = args.is_array() ? args.array() : Array{args};
+  size_t next = 0;
+  auto take = [&]() -> const Value& {
+    if (next >= positional.size()) throw Error("not enough arguments for format string");
+    return positional[next++];
+  };
+  std::string out;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out += fmt[i];
+      continue;
+    }
+    if (++i >= fmt.size()) throw Error("incomplete format");
+    const Value* keyed = nullptr;
+    if (fmt[i] == '(') {  // %(name)s: the mapping's member
+      if (!mapping) throw Error("format requires a mapping");
+      int depth = 1;
+      const size_t start = ++i;
+      for (; i < fmt.size() && depth > 0; ++i) depth += fmt[i] == '(' ? 1 : fmt[i] == ')' ? -1 : 0;
+      if (depth > 0) throw Error("incomplete format key");
+      const std::string key = fmt.substr(start, i - 1 - start);
+      keyed = args.object_ref().find(key);
+      if (!keyed) throw Error("KeyError: " + Value(key).repr());
+    }
+    Spec sp;
+    for (; i < fmt.size(); ++i) {
+      const char c = fmt[i];
+      if (c == '-') sp.left = true;
+      else if (c == '+') sp.plus = true;
+      else if (c == ' ') sp.space = true;
+      else if (c == '#') sp.alt = true;
+      else if (c == '0') sp.zero = true;
+      else break;
+    }
+    auto number = [&](int64_t& into, bool width) {
+      if (i < fmt.size() && fmt[i] == '*') {
+        const Value& w = take();
+        if (!w.is_int()) throw Error("* wants int");
+        into = std::min<int64_t>(w.integer(), 100000);
+        if (into < 0 && width) {  // a negative width: left-aligned
+          sp.left = true;
+          into = -std::max<int64_t>(into, -100000);
+        }
+        into = std::max<int64_t>(into, 0);
+        ++i;
+        return;
+      }
+      if (i >= fmt.size() || !std::isdigit(static_cast<unsigned char>(fmt[i]))) return;
+      into = 0;
+      for (; i < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i])); ++i) {
+        into = into * 10 + (fmt[i] - '0');
+        if (into > 100000) throw Error("a width or precision past 100000 in '%' formatting");
+      }
+    };
+    number(sp.width, true);
+    if (i < fmt.size() && fmt[i] == '.') {
+      ++i;
+      sp.precision = 0;
+      number(sp.precision, false);
+    }
+    while (i < fmt.size() && (fmt[i] == 'h' || fmt[i] == 'l' || fmt[i] == 'L')) ++i;
+    if (i >= fmt.size()) throw Error("incomplete format");
+    const char conv = fmt[i];
+    if (conv == '%') {
+      out += '%';
+      continue;
+    }
+    out += convert(conv, keyed ? *keyed : take(), sp);
+    check_size(out);
+  }
+  if (!mapping && next < positional.size()) throw Error("not all arguments converted during string formatting");
+  return out;
+}
+
 Value apply_filter(const std::string& name, const Value& v, Arguments& args,
                    const std::function<Value(const std::string&, const Value&, Arguments&)>& filter,
                    const std::function<bool(const std::string&, const Value&, Arguments&)>& test) {
   if (name == "__slice__") return slice(v, args);
   if (name == "safe") return v;
   if (name == "string") return Value(v.str());
+  if (name == "format") {  // Jinja's: value % (args or kwargs), not both
+    if (!args.positional.empty() && !args.keyword.empty()) throw Error("the format filter takes positional or keyword arguments, not both");
+    if (!args.keyword.empty()) {
+      Value mapping = Value::object();
+      for (auto& [k, x] : args.keyword) mapping.object_ref().set(k, x);
+      return Value(percent_format(v.str(), mapping));
+    }
+    return Value(percent_format(v.str(), Value(Array(args.positional))));
+  }
   if (name == "trim") return Value(strip(v.str(), args.get(0, "chars"), true, true));
   if (name == "upper") return Value(upper(v.str()));
   if (name == "lower") return Value(lower(v.str()));

@@ -113,6 +113,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     for (int64_t i = 0; i < times; ++i) out.insert(out.end(), seq.array().begin(), seq.array().end());
     return Value(std::move(out));
   }
+  if (op == "%" && a.is_string()) return Value(percent_format(a.string(), b));  // Python's printf-style formatting
   if (!a.is_number() || !b.is_number()) type_error(op, a, b);
   const bool ints = a.is_int() && b.is_int();
   if (op == "/") {

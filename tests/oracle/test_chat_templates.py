@@ -389,3 +389,46 @@ def test_continue_final_message_and_chat_template_kwargs_render_as_hugging_face_
         assert "<think></think>" in got[5]["text"] and "<think>" not in got[6]["text"] and got[6]["text"].endswith("a,b")
     # (a template that fails without tools, as the Hermes one does in Jinja2 too, continues none)
     assert continued >= 2 or rendered == 0, f"{name}: too few cases continued to mean anything"
+
+
+# Python's printf-style formatting: (format, arguments) rendered as `f % a` (one argument), as
+# `f % (a, b)` and `f | format(a, b)` (two), and `f % m` (a mapping).
+PERCENT_CASES = [
+    ("%s|%r", None), ("[%s]", "é"), ("%s", 1.5), ("%s", True), ("%s", None), ("%s", {"k": 1}), ("%r", "it's"), ("%r", 1.5),
+    ("%d", 3), ("%d", -7), ("%d", 3.9), ("%d", True), ("%i", -3.2), ("%5d|", 42), ("%-5d|", 42), ("%05d", -42), ("%+d", 5),
+    ("% d", 5), ("%.3d", 5), ("%x", 255), ("%#x", 255), ("%X", 255), ("%#X", 255), ("%o", 8), ("%#o", 8), ("%c", 233),
+    ("%c", "é"), ("%5.2f|", 3.14159), ("%f", 2.5), ("%.0f", 2.5), ("%.0f", 3.5), ("%e", 12345.678), ("%+.1e", -0.000123),
+    ("%.3g", 0.0001234), ("%g", 1e20), ("%G", 1.5e-10), ("%#g", 1.0), ("%10.4f|", -3.14159), ("%-8s|", "ab"),
+    ("%8s|", "ab"), ("%.2s", "héllo"), ("%5s|", "é"), ("100%% %s", "sure"), ("%.1f%%", 99.5), ("%ld", 7), ("%s", ""),
+    ("%s %s", "one"), ("%d", "x"), ("%x", 1.5), ("%c", 1114112), ("%z", 1), ("%", 1), ("%s", [1, "a"]),
+]
+PERCENT_PAIRS = [("%s and %s", 1, "b"), ("%*d|", 5, 42), ("%-*d|", 5, 42), ("%.*f", 2, 3.14159), ("%s", 1, 2),
+                 ("%(a)s", 1, 2)]
+PERCENT_MAPPINGS = [("%(a)s-%(b)05.1f", {"a": "x", "b": 2.25}), ("%(missing)s", {"a": 1}), ("%s", {"a": 1}),
+                    ("%(a)s %%", {"a": [1, 2]}), ("no conversions", {"a": 1})]
+
+
+def test_printf_style_formatting_renders_as_python_formats_it(specula_bin, work_dir):
+    """`'...' % x` and the format filter: Python's printf-style formatting, against Jinja2. A list is
+    taken as the arguments (a tuple) here, where Python formats a list as one argument: the one
+    case that differs, and is checked for its error."""
+    mismatches = []
+    for name, source, cases in (
+            ("one", "{{ f % a }}", [{"f": f, "a": a} for f, a in PERCENT_CASES]),
+            ("two", "{{ f % (a, b) }}|{{ f | format(a, b) }}", [{"f": f, "a": a, "b": b} for f, a, b in PERCENT_PAIRS]),
+            ("mapping", "{{ f % m }}", [{"f": f, "m": m} for f, m in PERCENT_MAPPINGS]),
+            ("keywords", "{{ f | format(a=x, b=y) }}", [{"f": "%(a)s-%(b)s", "x": 1, "y": "z"}, {"f": "%(c)s", "x": 1, "y": 2}])):
+        path = work_dir / f"percent_{name}.jinja"
+        path.write_text(source, encoding="utf-8")
+        got = specula_render(specula_bin, path, cases, work_dir)
+        for case, mine in zip(cases, got, strict=True):
+            want = jinja2_render(source, case)
+            if isinstance(case.get("a"), list) and name == "one":
+                if "error" not in mine:  # (a list: its items are the arguments here)
+                    mismatches.append((source, case, "expected an error", mine))
+            elif "text" in want:
+                if mine != want:
+                    mismatches.append((source, case, want, mine))
+            elif "error" not in mine:
+                mismatches.append((source, case, want, mine))
+    assert not mismatches, "\n".join(map(str, mismatches))
