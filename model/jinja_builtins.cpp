@@ -539,6 +539,26 @@ std::string_view first_code_points(std::string_view s, size_t n) {
   return s.substr(0, i);
 }
 
+// Python's ascii(): repr() with every code point past ASCII escaped (\xNN, \uNNNN, \UNNNNNNNN).
+std::string ascii_of(const std::string& repr) {
+  std::string out;
+  for (size_t i = 0; i < repr.size();) {
+    const size_t len = utf8::sequence_length(repr, i);
+    if (len <= 1) {
+      out += repr[i++];
+      continue;
+    }
+    const uint32_t cp = utf8::decode_at(repr, i, len);
+    char buf[16];
+    std::snprintf(buf, sizeof buf, cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x" : "\\U%08x", cp);
+    out += buf;
+    i += len;
+  }
+  return out;
+}
+
+constexpr int64_t kMaxWidth = 100000;  // the widest field and the longest precision formatted
+
 // One conversion's flags, width and precision.
 struct Spec {
   bool left = false, plus = false, space = false, alt = false, zero = false;
@@ -551,7 +571,7 @@ int64_t integer_of(const Value& v, char conv) {
   if (v.is_float() && (conv == 'd' || conv == 'i' || conv == 'u')) {
     const double d = v.number();
     if (!std::isfinite(d)) throw Error("cannot convert float " + v.str() + " to integer");
-    if (std::fabs(d) >= 9.2e18) throw Error("an integer past 64 bits in '%' formatting");
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) throw Error("an integer past 64 bits in '%' formatting");
     return static_cast<int64_t>(d);
   }
   throw Error(std::string("%") + conv + " format: " + (conv == 'd' || conv == 'i' || conv == 'u' ? "a real number" : "an integer") +
@@ -580,7 +600,7 @@ std::string convert(char conv, const Value& v, const Spec& sp) {
     case 's':
     case 'r':
     case 'a': {
-      std::string s = conv == 's' ? v.str() : v.repr();
+      std::string s = conv == 's' ? v.str() : conv == 'r' ? v.repr() : ascii_of(v.repr());
       if (sp.precision >= 0) s = std::string(first_code_points(s, static_cast<size_t>(sp.precision)));
       return pad_text(s, sp);
     }
@@ -610,7 +630,7 @@ std::string convert(char conv, const Value& v, const Spec& sp) {
       std::snprintf(buf, sizeof buf, f, static_cast<unsigned long long>(mag));
       std::string digits = buf;
       if (sp.precision > static_cast<int64_t>(digits.size()))
-        digits.insert(0, static_cast<size_t>(std::min<int64_t>(sp.precision, 4096)) - digits.size(), '0');
+        digits.insert(0, static_cast<size_t>(sp.precision) - digits.size(), '0');
       const std::string sign = n < 0 ? "-" : sp.plus ? "+" : sp.space ? " " : "";
       const std::string prefix = !sp.alt ? "" : conv == 'x' ? "0x" : conv == 'X' ? "0X" : conv == 'o' ? "0o" : "";
       return pad_number(sign, prefix, digits, sp);
@@ -627,11 +647,9 @@ std::string convert(char conv, const Value& v, const Spec& sp) {
         const bool upper = conv == 'E' || conv == 'F' || conv == 'G';
         std::string word = std::isnan(d) ? "nan" : "inf";
         if (upper) std::transform(word.begin(), word.end(), word.begin(), ::toupper);
-        Spec plain = sp;
-        plain.zero = false;
-        return pad_number(std::signbit(d) && !std::isnan(d) ? "-" : sp.plus ? "+" : sp.space ? " " : "", "", word, plain);
+        return pad_number(std::signbit(d) && !std::isnan(d) ? "-" : sp.plus ? "+" : sp.space ? " " : "", "", word, sp);
       }
-      const int precision = static_cast<int>(std::min<int64_t>(sp.precision < 0 ? 6 : sp.precision, 1000));
+      const int precision = static_cast<int>(sp.precision < 0 ? 6 : sp.precision);  // (at most kMaxWidth)
       const std::string f = std::string("%") + (sp.alt ? "#" : "") + ".*" + conv;
       const int n = std::snprintf(nullptr, 0, f.c_str(), precision, std::fabs(d));
       std::string digits(static_cast<size_t>(n) + 1, '\0');
@@ -647,12 +665,14 @@ std::string convert(char conv, const Value& v, const Spec& sp) {
 }  // namespace
 
 std::string percent_format(const std::string& fmt, const Value& args) {
-  // (Python's: a dict is the mapping of %(name)s and, for a conversion without a name, one argument)
-  const bool mapping = args.is_object();
+  // (Python's: a dict is the mapping of %(name)s and, for a conversion without a name, one
+  // argument; Undefined counts as a mapping, as Jinja's does, so that nothing left over fails)
+  const bool mapping = (args.is_object() && !args.object_ref().is_namespace) || args.is_undefined();
   const Array positional = args.is_array() ? args.array() : Array{args};
   size_t next = 0;
+  bool named = false;  // a %(name) came: a conversion without one then has nothing to take (Python's)
   auto take = [&]() -> const Value& {
-    if (next >= positional.size()) throw Error("not enough arguments for format string");
+    if (named || next >= positional.size()) throw Error("not enough arguments for format string");
     return positional[next++];
   };
   std::string out;
@@ -672,6 +692,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       const std::string key = fmt.substr(start, i - 1 - start);
       keyed = args.object_ref().find(key);
       if (!keyed) throw Error("KeyError: " + Value(key).repr());
+      named = true;
     }
     Spec sp;
     for (; i < fmt.size(); ++i) {
@@ -687,12 +708,13 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       if (i < fmt.size() && fmt[i] == '*') {
         const Value& w = take();
         if (!w.is_int()) throw Error("* wants int");
-        into = std::min<int64_t>(w.integer(), 100000);
+        into = w.integer();
         if (into < 0 && width) {  // a negative width: left-aligned
           sp.left = true;
-          into = -std::max<int64_t>(into, -100000);
+          into = into == INT64_MIN ? INT64_MAX : -into;
         }
         into = std::max<int64_t>(into, 0);
+        if (into > kMaxWidth) throw Error("a width or precision past 100000 in '%' formatting");
         ++i;
         return;
       }
@@ -700,7 +722,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       into = 0;
       for (; i < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i])); ++i) {
         into = into * 10 + (fmt[i] - '0');
-        if (into > 100000) throw Error("a width or precision past 100000 in '%' formatting");
+        if (into > kMaxWidth) throw Error("a width or precision past 100000 in '%' formatting");
       }
     };
     number(sp.width, true);
@@ -709,10 +731,11 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       sp.precision = 0;
       number(sp.precision, false);
     }
-    while (i < fmt.size() && (fmt[i] == 'h' || fmt[i] == 'l' || fmt[i] == 'L')) ++i;
+    if (i < fmt.size() && (fmt[i] == 'h' || fmt[i] == 'l' || fmt[i] == 'L')) ++i;  // (one, ignored, as Python's)
     if (i >= fmt.size()) throw Error("incomplete format");
     const char conv = fmt[i];
-    if (conv == '%') {
+    if (conv == '%') {  // only as "%%": with a key, flags or a width it is not a conversion
+      if (fmt[i - 1] != '%') throw Error("unsupported format character '%'");
       out += '%';
       continue;
     }

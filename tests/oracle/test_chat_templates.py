@@ -401,11 +401,12 @@ PERCENT_CASES = [
     ("%.3g", 0.0001234), ("%g", 1e20), ("%G", 1.5e-10), ("%#g", 1.0), ("%10.4f|", -3.14159), ("%-8s|", "ab"),
     ("%8s|", "ab"), ("%.2s", "héllo"), ("%5s|", "é"), ("100%% %s", "sure"), ("%.1f%%", 99.5), ("%ld", 7), ("%s", ""),
     ("%s %s", "one"), ("%d", "x"), ("%x", 1.5), ("%c", 1114112), ("%z", 1), ("%", 1), ("%s", [1, "a"]),
+    ("%d", 9.21e18), ("%a", "é"), ("%a", "日\U0001F600"), ("%lld", 1), ("%5%|%s", 1), ("%.1500f", 1.0), ("%.300d", 7),
 ]
 PERCENT_PAIRS = [("%s and %s", 1, "b"), ("%*d|", 5, 42), ("%-*d|", 5, 42), ("%.*f", 2, 3.14159), ("%s", 1, 2),
                  ("%(a)s", 1, 2)]
 PERCENT_MAPPINGS = [("%(a)s-%(b)05.1f", {"a": "x", "b": 2.25}), ("%(missing)s", {"a": 1}), ("%s", {"a": 1}),
-                    ("%(a)s %%", {"a": [1, 2]}), ("no conversions", {"a": 1})]
+                    ("%(a)s %%", {"a": [1, 2]}), ("no conversions", {"a": 1}), ("%(a)s %s", {"a": 1}), ("%(a)%", {"a": 1})]
 
 
 def test_printf_style_formatting_renders_as_python_formats_it(specula_bin, work_dir):
@@ -417,7 +418,11 @@ def test_printf_style_formatting_renders_as_python_formats_it(specula_bin, work_
             ("one", "{{ f % a }}", [{"f": f, "a": a} for f, a in PERCENT_CASES]),
             ("two", "{{ f % (a, b) }}|{{ f | format(a, b) }}", [{"f": f, "a": a, "b": b} for f, a, b in PERCENT_PAIRS]),
             ("mapping", "{{ f % m }}", [{"f": f, "m": m} for f, m in PERCENT_MAPPINGS]),
-            ("keywords", "{{ f | format(a=x, b=y) }}", [{"f": "%(a)s-%(b)s", "x": 1, "y": "z"}, {"f": "%(c)s", "x": 1, "y": 2}])):
+            ("keywords", "{{ f | format(a=x, b=y) }}", [{"f": "%(a)s-%(b)s", "x": 1, "y": "z"}, {"f": "%(c)s", "x": 1, "y": 2}]),
+            ("specials", "{{ f % (x | float) }}|{{ f % (y | float) }}|{{ f % (z | float) }}",  # (not constants: Jinja2 folds them into bad code)
+             [{"f": f, "x": "-inf", "y": "nan", "z": "inf"} for f in ("%010f|", "%-10f|", "%+F", "% e")]),
+            ("undefined", "{{ f % nothing }}", [{"f": "abc"}, {"f": "%s|"}]),
+            ("namespace", "{{ f % namespace(a=1) }}", [{"f": "%(a)s"}])):  # (a namespace is not a mapping)
         path = work_dir / f"percent_{name}.jinja"
         path.write_text(source, encoding="utf-8")
         got = specula_render(specula_bin, path, cases, work_dir)
