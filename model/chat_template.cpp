@@ -239,6 +239,7 @@ std::string ChatTemplate::render_jinja(const std::vector<ChatMessage>& messages,
     }
     if (!m.tool_call_id.empty()) turn["tool_call_id"] = m.tool_call_id;
     if (!m.name.empty()) turn["name"] = m.name;
+    if (m.reasoning_content) turn["reasoning_content"] = *m.reasoning_content;
     turns.push_back(std::move(turn));
   }
   // chat_template_kwargs first, so that the conversation's own variables are the ones rendered

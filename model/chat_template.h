@@ -27,6 +27,9 @@ struct ChatMessage {
   std::vector<ToolCall> tool_calls;  // assistant: the calls it made
   std::string tool_call_id;          // tool: the call this is the result of ("" when not given)
   std::string name;                  // tool: the function's name ("" when not given)
+  // assistant: the reasoning it wrote before its content (OpenAI-style reasoning_content, which
+  // reasoning models' templates such as Qwen3's read); none when not given
+  std::optional<std::string> reasoning_content;
 };
 
 // How a model writes its tool calls, recognised from what its template makes of one

@@ -144,6 +144,13 @@ std::vector<ChatMessage> parse_messages(const json& v, bool openai) {
         msg.tool_calls.push_back({id && id->is_string() ? id->get<std::string>() : "", name->get<std::string>(), args->get<std::string>()});
       }
     }
+    if (r == "assistant") {  // its reasoning, for a template that writes it (Qwen3's); vLLM's newer name too
+      for (const char* key : {"reasoning_content", "reasoning"})
+        if (const json* rc = field(m, key); rc && !rc->is_null()) {
+          if (!rc->is_string()) bad(where + "." + key, where + "." + key + " must be a string, got " + shown(*rc));
+          if (!msg.reasoning_content) msg.reasoning_content = rc->get<std::string>();
+        }
+    }
     if (r == "tool") {  // the call this answers, and its function's name, for templates that write them
       if (const json* id = field(m, "tool_call_id"); id && id->is_string()) msg.tool_call_id = id->get<std::string>();
       if (const json* name = field(m, "name"); name && name->is_string()) msg.name = name->get<std::string>();

@@ -31,7 +31,7 @@ std::size_t prompt_text_bytes(const actors::EngineRequest& r) {
   if (r.template_variables && !r.template_variables->empty()) return std::numeric_limits<std::size_t>::max();  // as the tools
   std::size_t bytes = r.prompt.size();
   for (const ChatMessage& m : r.messages) {
-    bytes += m.role.size() + m.content.size() + m.tool_call_id.size() + m.name.size();
+    bytes += m.role.size() + m.content.size() + m.tool_call_id.size() + m.name.size() + m.reasoning_content.value_or("").size();
     for (const ToolCall& c : m.tool_calls) bytes += c.id.size() + c.name.size() + c.arguments.size();
   }
   return bytes;

@@ -1571,3 +1571,24 @@ def test_a_reasoning_models_thinking_comes_back_apart_as_reasoning_content(fresh
     p = openai.OpenAI(base_url=plain.url + "/v1", api_key="unused", max_retries=0, timeout=120)
     m = p.chat.completions.create(model="any", messages=ask, max_tokens=20, temperature=0).choices[0].message
     assert m.content == whole and getattr(m, "reasoning_content", None) is None
+
+
+def test_an_assistants_reasoning_content_sent_back_reaches_the_template(fresh_server, tmp_path, server):
+    """A conversation sent back with an assistant's reasoning_content (or vLLM's newer `reasoning`)
+    hands it to a template that reads it (Qwen3's does); a non-string one is a 400 naming it."""
+    template = tmp_path / "reads_reasoning.jinja"
+    template.write_text("{% for m in messages %}{% if m.reasoning_content is string %}[{{ m.reasoning_content }}]{% endif %}"
+                        "{{ m.content }}|{% endfor %}", encoding="utf-8")
+    srv = fresh_server("--draft", "ngram", "--chat-template", str(template))
+    for key in ("reasoning_content", "reasoning"):
+        messages = [{"role": "user", "content": "Is 7 prime?"}, {"role": "assistant", "content": "Yes.", key: "no divisors"},
+                    {"role": "user", "content": "And 9?"}]
+        tok = httpx.post(srv.url + "/tokenize", json={"messages": messages}, timeout=30).json()
+        text = httpx.post(srv.url + "/detokenize", json={"tokens": tok["tokens"]}, timeout=30).json()["prompt"]
+        assert text == "Is 7 prime?|[no divisors]Yes.|And 9?|", text
+    bare = [{"role": "user", "content": "Is 7 prime?"}, {"role": "assistant", "content": "Yes."}]
+    tok = httpx.post(srv.url + "/tokenize", json={"messages": bare}, timeout=30).json()
+    assert httpx.post(srv.url + "/detokenize", json={"tokens": tok["tokens"]}, timeout=30).json()["prompt"] == "Is 7 prime?|Yes.|"
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=30, json={
+        "messages": [{"role": "assistant", "content": "x", "reasoning_content": 5}, {"role": "user", "content": "y"}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].reasoning_content", r.text

@@ -437,3 +437,33 @@ def test_printf_style_formatting_renders_as_python_formats_it(specula_bin, work_
             elif "error" not in mine:
                 mismatches.append((source, case, want, mine))
     assert not mismatches, "\n".join(map(str, mismatches))
+
+
+# Qwen3's way with an assistant's earlier reasoning: written from `reasoning_content` where the
+# message has one (a string, even empty), else taken from a <think> block in its content.
+QWEN3_LIKE = ("{%- for m in messages %}{%- if m.role == 'assistant' %}{%- set content = m.content or '' %}"
+              "{%- if m.reasoning_content is string %}{%- set reasoning = m.reasoning_content %}"
+              "{%- elif '</think>' in content %}{%- set reasoning = content.split('</think>')[0].split('<think>')[-1] %}"
+              "{%- set content = content.split('</think>')[-1] %}{%- else %}{%- set reasoning = none %}{%- endif %}"
+              "<|im_start|>assistant\n{% if reasoning is not none %}<think>\n{{ reasoning.strip('\\n') }}\n</think>\n\n{% endif %}"
+              "{{ content.lstrip('\\n') }}<|im_end|>\n{%- else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endif %}"
+              "{%- endfor %}")
+
+
+def test_an_assistants_earlier_reasoning_reaches_the_template_as_reasoning_content(specula_bin, work_dir):
+    """An assistant message's reasoning_content (what a reasoning reply came back with) is handed to
+    the template as the message's own field, as vLLM and transformers hand it; a message without
+    one has none (the template then reads its content), and an empty one is still a string."""
+    path = work_dir / "qwen3_like.jinja"
+    path.write_text(QWEN3_LIKE, encoding="utf-8")
+    user = {"role": "user", "content": "Is 7 prime?"}
+    cases = [{"messages": [user, {"role": "assistant", "content": "Yes.", "reasoning_content": "\nIt has no divisors.\n"}, user]},
+             {"messages": [user, {"role": "assistant", "content": "<think>Check 2..6.</think>Yes."}, user]},
+             {"messages": [user, {"role": "assistant", "content": "Yes.", "reasoning_content": ""}, user]},
+             {"messages": [user, {"role": "assistant", "content": "Yes."}, user]}]
+    got = chat_template_lines(specula_bin, path, cases, work_dir, "reasoning_content")
+    for case, mine in zip(cases, got, strict=True):
+        want = jinja2_render(QWEN3_LIKE, {"messages": case["messages"], "add_generation_prompt": True})
+        assert mine == want, (case, mine, want)
+    assert "It has no divisors." in got[0]["text"] and "Check 2..6." in got[1]["text"]
+    assert "<think>\n\n</think>" in got[2]["text"] and "<think>" not in got[3]["text"]

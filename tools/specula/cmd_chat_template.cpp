@@ -69,6 +69,8 @@ std::vector<ChatMessage> messages_of(const nlohmann::ordered_json& j) {
         msg.tool_calls.push_back({id ? *id : "", *name, *args});
       }
     }
+    if (const std::string* reasoning = *role == "assistant" ? string_at(m, "reasoning_content") : nullptr)
+      msg.reasoning_content = *reasoning;
     if (*role == "tool") {  // as the server takes them
       if (const std::string* id = string_at(m, "tool_call_id")) msg.tool_call_id = *id;
       if (const std::string* name = string_at(m, "name")) msg.name = *name;
