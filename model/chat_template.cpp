@@ -254,11 +254,9 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const
   if (o.continue_final_message && o.add_generation_prompt)
     throw std::invalid_argument("continue_final_message leaves the last message open; it goes with add_generation_prompt false");
   check_messages(messages);
-  std::string text;
-  if (jinja_)
-    text = render_jinja(messages, o.add_generation_prompt, supports_tools_ ? o.tools : nullptr, supports_tool_calls_, o.variables);
-  else
-    text = render(messages, o.add_generation_prompt, o.tools);
+  const std::string text =
+      jinja_ ? render_jinja(messages, o.add_generation_prompt, supports_tools_ ? o.tools : nullptr, supports_tool_calls_, o.variables)
+             : render_builtin(messages, o.add_generation_prompt);
   if (!o.continue_final_message) return text;
   // Hugging Face's cut: the text up to the last place the final message's text (less its outer
   // whitespace) appears, with its trailing whitespace where the template kept it.
@@ -283,8 +281,10 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                  const nlohmann::ordered_json* tools) const {
-  check_messages(messages);
-  if (jinja_) return render_jinja(messages, add_generation_prompt, supports_tools_ ? tools : nullptr, supports_tool_calls_);
+  return render(messages, RenderOptions{add_generation_prompt, false, tools, nullptr});
+}
+
+std::string ChatTemplate::render_builtin(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
   std::string out;
   switch (kind_) {
     case Kind::ChatML:

@@ -144,6 +144,8 @@ class ChatTemplate {
   void probe_tools();
   // The Jinja template on a conversation: `tools` as they are (nullptr: None), an assistant's
   // calls as OpenAI's objects (structured_calls) or as the generic format's JSON in its text.
+  // The built-in format's prompt (ChatML, Llama 3, plain); calls as the generic format's JSON.
+  std::string render_builtin(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
   std::string render_jinja(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                            const nlohmann::ordered_json* tools, bool structured_calls,
                            const nlohmann::ordered_json* variables = nullptr) const;

@@ -153,12 +153,13 @@ std::shared_ptr<const Function> fn(std::string name, std::function<Value(Argumen
   return out;
 }
 
+// A string's characters (code points), not bytes.
+size_t code_points(std::string_view s) {
+  return static_cast<size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
 int64_t length(const Value& v) {
-  if (v.is_string()) {  // characters, not bytes
-    int64_t n = 0;
-    for (unsigned char c : v.string()) n += (c & 0xC0) != 0x80;
-    return n;
-  }
+  if (v.is_string()) return static_cast<int64_t>(code_points(v.string()));
   if (v.is_array()) return static_cast<int64_t>(v.array().size());
   if (v.is_object()) return static_cast<int64_t>(v.object_ref().entries.size());
   if (v.is_undefined()) return 0;
@@ -526,10 +527,6 @@ bool apply_test(const std::string& name, const Value& v, Arguments& args) {
 }
 
 namespace {
-
-size_t code_points(std::string_view s) {
-  return static_cast<size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
-}
 
 // The first n code points of s.
 std::string_view first_code_points(std::string_view s, size_t n) {

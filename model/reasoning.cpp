@@ -1,7 +1,7 @@
 // A reply's reasoning apart from its answer (see reasoning.h).
 #include "model/reasoning.h"
 
-#include <algorithm>
+#include "model/tool_calls.h"  // before_marker
 
 namespace specula {
 namespace {
@@ -28,14 +28,8 @@ ReasoningSplit split_reasoning(std::string_view text, bool open, bool final) {
   }
   if (const size_t at = text.find(kClose); at != std::string_view::npos)
     return {text.substr(0, at), text.substr(at + kClose.size()), true};
-  size_t keep = text.size();
-  if (!final)  // less an end that may begin </think>
-    for (size_t k = std::min(kClose.size() - 1, text.size()); k > 0; --k)
-      if (text.ends_with(kClose.substr(0, k))) {
-        keep = text.size() - k;
-        break;
-      }
-  return {text.substr(0, keep), std::string_view(), false};
+  // (less an end that may begin </think>, until the end)
+  return {text.substr(0, final ? text.size() : before_marker(text, kClose)), std::string_view(), false};
 }
 
 bool opens_reasoning(std::string_view prompt_end) {

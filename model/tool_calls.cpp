@@ -139,13 +139,6 @@ bool mistral(std::string_view text, const std::vector<std::string>& names, ToolR
   return true;
 }
 
-// The text before `marker`, less an end that may begin it.
-size_t before_marker(std::string_view text, std::string_view marker) {
-  if (const size_t at = text.find(marker); at != std::string_view::npos) return at;
-  for (size_t k = std::min(marker.size() - 1, text.size()); k > 0; --k)
-    if (text.ends_with(marker.substr(0, k))) return text.size() - k;
-  return text.size();
-}
 
 // The start of a JSON text, read left to right as far as it goes: each step is Done, More (the
 // text ended before it did) or Bad (the text is not JSON there).
@@ -174,15 +167,9 @@ class JsonPrefix {
     size_t i = pos_ + 1;
     const size_t n = s_.size();
     auto hex4 = [&](size_t at) -> int32_t {  // -1: not four hex digits
-      int32_t v = 0;
-      for (size_t k = at; k < at + 4; ++k) {
-        const int d = utf8::hex_digit(s_[k]);
-        if (d < 0) return -1;
-        v = v * 16 + d;
-      }
-      return v;
+      const std::optional<uint32_t> v = utf8::hex(s_, at, 4);
+      return v ? static_cast<int32_t>(*v) : -1;
     };
-    auto put = [&](uint32_t cp) { utf8::append(raw, cp); };
     // bad: the byte at `bad_at` is not JSON; what was read before it is kept, as the text so far
     bool closed = false, bad = false;
     size_t bad_at = 0;
@@ -226,15 +213,15 @@ class JsonPrefix {
         if (j >= n || (s_[j] == '\\' && (j + 1 >= n || (s_[j + 1] == 'u' && j + 6 > n)))) break;
         const int32_t low = s_[j] == '\\' && s_[j + 1] == 'u' ? hex4(j + 2) : -1;
         if (low >= 0xDC00 && low < 0xE000) {
-          put(0x10000 + ((static_cast<uint32_t>(cp) - 0xD800) << 10) + (static_cast<uint32_t>(low) - 0xDC00));
+          utf8::append(raw, 0x10000 + ((static_cast<uint32_t>(cp) - 0xD800) << 10) + (static_cast<uint32_t>(low) - 0xDC00));
           i = j + 6;
         } else {
-          put(0xFFFD);
+          utf8::append(raw, 0xFFFD);
           i = j;
         }
         continue;
       }
-      put(cp >= 0xDC00 && cp < 0xE000 ? 0xFFFD : static_cast<uint32_t>(cp));
+      utf8::append(raw, cp >= 0xDC00 && cp < 0xE000 ? 0xFFFD : static_cast<uint32_t>(cp));
       i += 6;
     }
     if (out) {
@@ -410,6 +397,13 @@ PartialToolReply read_tool_json(ToolJson shape, std::string_view text, std::stri
     }
   }
   return out;
+}
+
+size_t before_marker(std::string_view text, std::string_view marker) {
+  if (const size_t at = text.find(marker); at != std::string_view::npos) return at;
+  for (size_t k = std::min(marker.size() - 1, text.size()); k > 0; --k)
+    if (text.ends_with(marker.substr(0, k))) return text.size() - k;
+  return text.size();
 }
 
 size_t tool_reply_streamable(ToolSyntax syntax, std::string_view text) {

@@ -31,6 +31,10 @@ ToolReply parse_tool_reply(ToolSyntax syntax, const std::string& text, const std
 // It never shrinks as the text grows, and the content parse_tool_reply gives starts with it.
 size_t tool_reply_streamable(ToolSyntax syntax, std::string_view text);
 
+// How much of a text generated so far comes before `marker`: all of it up to the marker where it
+// has one, else all but an end that may begin it ("<tool_c" of "<tool_call>").
+size_t before_marker(std::string_view text, std::string_view marker);
+
 // A reply held to one of the server's tool schemas (docs/protocol.md, "Tools"), read as far as
 // it has been generated, so that its calls and content can stream as they are written (as vLLM
 // and llama.cpp stream them): Arguments is a named function's reply (the whole text is its

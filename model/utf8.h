@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -50,6 +51,17 @@ inline void append(std::string& out, uint32_t cp) {
 // A hex digit's value, or -1.
 inline int hex_digit(char c) {
   return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+// `digits` hex digits at text[pos] as a number, pos moved past them; nullopt if one is not.
+inline std::optional<uint32_t> hex(std::string_view text, size_t& pos, int digits) {
+  uint32_t v = 0;
+  for (int k = 0; k < digits; ++k, ++pos) {
+    const int d = pos < text.size() ? hex_digit(text[pos]) : -1;
+    if (d < 0) return std::nullopt;
+    v = v << 4 | static_cast<uint32_t>(d);
+  }
+  return v;
 }
 
 }  // namespace specula::utf8

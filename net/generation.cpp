@@ -221,11 +221,8 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
         out.reasoning_open = opens_reasoning(tok->decode(std::vector<int32_t>(first.prompt_ids.end() - static_cast<std::ptrdiff_t>(tail),
                                                                               first.prompt_ids.end())));
       }
-      // A vocabulary whose <think> or </think> is a special token: its text kept in the reply, to be read.
-      if (out.reasoning)
-        for (const char* marker : {"<think>", "</think>"})
-          if (const std::vector<int32_t> ids = tok->encode(marker); ids.size() == 1 && tok->is_special(ids[0]))
-            for (actors::EngineRequest& r : requests) r.skip_special_tokens = false;
+      if (out.reasoning && st.config.reasoning_keeps_special_tokens)
+        for (actors::EngineRequest& r : requests) r.skip_special_tokens = false;
     }
     for (int p = 0; p < prompts; ++p) {
       prompt_index = p;

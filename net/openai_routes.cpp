@@ -272,12 +272,12 @@ std::string nine_character_id(const std::string& id) {
 // calls; in a held reply (a named function, "required", the generic format) the calls whose
 // names have closed with their arguments so far, or the "response" so far (read_tool_json).
 // Each reading extends the one before, so a stream sends what a reading adds.
-struct ToolMessage {
+struct ReplyMessage {
   json message;
   bool whole = false;
 };
 
-ToolMessage tool_message(const Generation::Admitted& a, const std::string& text, const std::string& id_prefix, bool final) {
+ReplyMessage tool_message(const Generation::Admitted& a, const std::string& text, const std::string& id_prefix, bool final) {
   json calls = json::array();
   auto call = [&](const std::string& name, std::string arguments) {
     std::string id = id_prefix + std::to_string(calls.size());
@@ -287,9 +287,9 @@ ToolMessage tool_message(const Generation::Admitted& a, const std::string& text,
                      {"function", {{"name", name}, {"arguments", std::move(arguments)}}}});
   };
   auto with_calls = [&](json content, bool whole) {
-    return ToolMessage{{{"role", "assistant"}, {"content", std::move(content)}, {"tool_calls", std::move(calls)}}, whole};
+    return ReplyMessage{{{"role", "assistant"}, {"content", std::move(content)}, {"tool_calls", std::move(calls)}}, whole};
   };
-  auto text_only = [&](std::string content) { return ToolMessage{{{"role", "assistant"}, {"content", std::move(content)}}}; };
+  auto text_only = [&](std::string content) { return ReplyMessage{{{"role", "assistant"}, {"content", std::move(content)}}}; };
   if (a.tool_mode == ToolCalls::Mode::Auto && a.tool_syntax != ToolSyntax::Generic) {
     // The model's own call syntax (model/tool_calls.h); text beside the calls is the content.
     if (!final) return text_only(text.substr(0, tool_reply_streamable(a.tool_syntax, text)));
@@ -315,10 +315,10 @@ ToolMessage tool_message(const Generation::Admitted& a, const std::string& text,
 // reads it (model/reasoning.h): "reasoning_content" beside the content and calls of the answer
 // after it (left out with include_reasoning false); while the reasoning has not closed, no
 // answer yet, and at the end content null.
-ToolMessage reply_message(const Generation::Admitted& a, const std::string& text, const std::string& id_prefix, bool final) {
+ReplyMessage reply_message(const Generation::Admitted& a, const std::string& text, const std::string& id_prefix, bool final) {
   if (!a.reasoning) return tool_message(a, text, id_prefix, final);
   const ReasoningSplit split = split_reasoning(text, a.reasoning_open, final);
-  ToolMessage m;
+  ReplyMessage m;
   // (content null at the end where the reasoning never closed or nothing followed it, as vLLM's)
   if (!split.answering || (final && split.reasoning && split.content.empty()))
     m.message = {{"role", "assistant"}, {"content", final ? json() : json("")}};
@@ -435,7 +435,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   auto call_prefix = [&](std::size_t i) { return "call_" + shape.id.substr(shape.id.find('-') + 1) + "_" + std::to_string(i) + "_"; };
   // "auto" whose whole calls end the reply ends with "tool_calls", as OpenAI's does; otherwise
   // the generation's reason (a call cut by max_tokens: "length").
-  auto finish_of = [&](const GenerationUpdate& u, const ToolMessage& m) {
+  auto finish_of = [&](const GenerationUpdate& u, const ReplyMessage& m) {
     const bool called = admitted.tool_mode == ToolCalls::Mode::Auto && m.whole && m.message.contains("tool_calls");
     return called ? std::string("tool_calls") : openai_finish(u.finish_reason);
   };
@@ -490,9 +490,9 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       }
       if (u.finish_reason == FinishReason::Cancelled) co_return false;  // the client went away (or shutdown)
       if (i > 0) body += ',';
-      const ToolMessage message = held   ? reply_message(admitted, text, call_prefix(i), true)
-                                  : chat ? ToolMessage{json{{"role", "assistant"}, {"content", text}}}
-                                         : ToolMessage{};
+      const ReplyMessage message = held   ? reply_message(admitted, text, call_prefix(i), true)
+                                  : chat ? ReplyMessage{json{{"role", "assistant"}, {"content", text}}}
+                                         : ReplyMessage{};
       body += "{\"finish_reason\":" + dump_json(finish_of(u, message)) + ",\"index\":" + std::to_string(i) +
               ",\"logprobs\":";
       if (want_logprobs)
@@ -552,7 +552,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     echo_into(i, u);
     // A held reply read so far (the whole of it at the end): its content, reasoning and calls
     // that have not gone out yet go in this update's chunk.
-    ToolMessage message;
+    ReplyMessage message;
     json pieces = json::object();
     if (held) {
       held_text[i] += u.text;

@@ -40,6 +40,9 @@ struct ServerConfig {
   // Chat replies' reasoning (<think> ... </think>) returned apart as reasoning_content
   // (--reasoning-parser; model/reasoning.h).
   bool reasoning = false;
+  // ... and the vocabulary holds <think> or </think> as a special token: replies read for it keep
+  // special tokens' text (their text would be skipped otherwise).
+  bool reasoning_keeps_special_tokens = false;
   AccessConfig access;                     // API key and allowed WebSocket origins
   // The whole key list read again on SIGHUP (--api-key-file's keys beside --api-key's), or an
   // exception saying why not, and the keys in use stay. Empty: SIGHUP keeps its default action.

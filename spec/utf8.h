@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "model/utf8.h"  // append, hex_digit
+#include "model/utf8.h"  // append, hex_digit, hex
 
 namespace specula::utf8 {
 
@@ -25,15 +25,5 @@ inline std::optional<uint32_t> decode(std::string_view text, size_t& pos) {
   return cp;
 }
 
-// `digits` hex digits at text[pos] as a number, pos moved past them; nullopt if one is not.
-inline std::optional<uint32_t> hex(std::string_view text, size_t& pos, int digits) {
-  uint32_t v = 0;
-  for (int k = 0; k < digits; ++k, ++pos) {
-    const int d = pos < text.size() ? hex_digit(text[pos]) : -1;
-    if (d < 0) return std::nullopt;
-    v = v << 4 | static_cast<uint32_t>(d);
-  }
-  return v;
-}
 
 }  // namespace specula::utf8

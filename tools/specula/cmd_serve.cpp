@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "actors/engine.h"
+#include "model/tokenizer.h"
 #include "net/server.h"
 #include "tools/specula/common.h"
 #include "tools/specula/commands.h"
@@ -189,6 +190,10 @@ int cmd_serve(int argc, char** argv) {
     std::fprintf(stderr, "specula serve: tool calls in the model's own %s syntax (its chat template writes tools)\n",
                  tool_syntax_name(ct.tool_syntax()));
   sc.reasoning = reasoning == "deepseek_r1" || (reasoning == "auto" && engine.chat_template().writes_reasoning());
+  if (const Tokenizer* tok = engine.model().tokenizer.get(); sc.reasoning && tok)  // a vocabulary whose markers are special
+    for (const char* marker : {"<think>", "</think>"})
+      if (const std::vector<int32_t> ids = tok->encode(marker); ids.size() == 1 && tok->is_special(ids[0]))
+        sc.reasoning_keeps_special_tokens = true;
   if (sc.reasoning)
     std::fprintf(stderr, "specula serve: reasoning (<think> ... </think>) returned apart as reasoning_content%s\n",
                  reasoning == "auto" ? " (the chat template writes </think>)" : "");

@@ -289,12 +289,16 @@ PartialToolReply read_growing(ToolJson shape, const std::string& reply, const st
     for (size_t k = 0; k < now.calls.size() && k < whole.calls.size(); ++k) {
       EXPECT_EQ(now.calls[k].name, whole.calls[k].name) << at;
       EXPECT_TRUE(whole.calls[k].arguments.starts_with(now.calls[k].arguments)) << at << ": " << now.calls[k].arguments;
-      if (k < before.calls.size()) EXPECT_TRUE(now.calls[k].arguments.starts_with(before.calls[k].arguments)) << at;
+      if (k < before.calls.size()) {
+        EXPECT_TRUE(now.calls[k].arguments.starts_with(before.calls[k].arguments)) << at;
+      }
     }
     EXPECT_TRUE(!before.content || now.content) << at;
     if (now.content) {
       EXPECT_TRUE(whole.content && whole.content->starts_with(*now.content)) << at << ": " << *now.content;
-      if (before.content) EXPECT_TRUE(now.content->starts_with(*before.content)) << at;
+      if (before.content) {
+        EXPECT_TRUE(now.content->starts_with(*before.content)) << at;
+      }
     }
     before = now;
   }
