@@ -12,6 +12,8 @@
 #include <utility>
 
 #include "actors/sampler.h"
+#include "model/reasoning.h"
+#include "spec/grammar.h"
 #include "spec/json_schema.h"
 
 namespace specula::net {
@@ -468,6 +470,16 @@ json detokenize_body(const json& body, const actors::Engine& engine) {
   return {{"prompt", model.tokenizer->decode(ids)}};
 }
 
+bool reply_opens_reasoning(const actors::Engine& engine, const actors::EngineRequest& request,
+                           const std::vector<int32_t>& prompt_ids) {
+  if (request.continue_final_message && !request.messages.empty())  // a prefill that stops while it reasons?
+    return leaves_reasoning_open(request.messages.back().content);
+  const Tokenizer* tok = engine.model().tokenizer.get();
+  if (!tok) return false;
+  const std::size_t tail = std::min<std::size_t>(prompt_ids.size(), 8);
+  return opens_reasoning(tok->decode(std::vector<int32_t>(prompt_ids.end() - static_cast<std::ptrdiff_t>(tail), prompt_ids.end())));
+}
+
 ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::Engine& engine,
                                const RequestDefaults& defaults, std::string_view raw) {
   if (!body.is_object()) throw ApiError("invalid_json", "the request must be a JSON object");
@@ -745,6 +757,27 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
         bad("tools", std::string("tools: ") + e.what());
       }
     }
+  }
+  // A reasoning model's constrained reply reasons first, its constraint starting after </think>
+  // (vLLM's structured outputs with a reasoning parser; docs/protocol.md, "Reasoning"). JSON mode
+  // becomes the grammar of any object for it. The prompt is tokenized here to see whether it
+  // opens the block, and the ids kept as the prompt.
+  if (kind == PromptKind::Chat && defaults.reasoning_grammar && (!gbnf.empty() || r.sampling.json_object)) {
+    if (r.sampling.json_object) {
+      gbnf = gbnf_of_json_schema(nlohmann::ordered_json{{"type", "object"}});
+      r.sampling.json_object = nullptr;
+    }
+    try {
+      std::vector<int32_t> ids = engine.tokenize(r);
+      out.reasoning_open = reply_opens_reasoning(engine, r, ids);
+      r.prompt_ids = std::move(ids);
+      r.prompt.clear();
+      r.chat = false;
+    } catch (const actors::RequestError& e) {
+      throw ApiError(e.code, e.what(), e.field);
+    }
+    out.reasoning_constrained = true;
+    gbnf = gbnf_after_block(gbnf, "<think>", "</think>", out.reasoning_open);
   }
   if (!gbnf.empty()) {
     try {

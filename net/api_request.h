@@ -34,6 +34,9 @@ struct RequestDefaults {
   // --scheduling-policy priority: requests may set `priority` (EngineRequest::priority); with
   // fcfs (the default) a priority other than 0 is refused, as vLLM refuses it.
   bool priority_scheduling = false;
+  // Chat replies' reasoning is read apart (ServerConfig::reasoning) and its markers are text in
+  // the vocabulary: a constrained reply may reason first, its grammar starting after </think>.
+  bool reasoning_grammar = false;
 };
 
 // /v1/chat/completions' tool calls (OpenAI's tools and tool_choice): a named function's arguments,
@@ -68,6 +71,10 @@ struct ParsedRequest {
   bool prompt_only = false;
   ToolCalls tools;                 // /v1/chat/completions
   bool include_reasoning = true;   // vLLM's include_reasoning: false leaves a reply's reasoning out
+  // The constraint starts after the reasoning (RequestDefaults::reasoning_grammar), whose block
+  // the prompt opened or not (reasoning_open): the reply is read apart as an unconstrained one.
+  bool reasoning_constrained = false;
+  bool reasoning_open = false;
   // vLLM's prompt_logprobs: the alternatives listed for each prompt token (0..20); -1: not asked.
   // (request.prompt_logprobs is the larger of it and echo's logprobs: one prefill scores both.)
   int prompt_logprobs = -1;
@@ -98,6 +105,12 @@ enum class PromptKind { Chat, Completion, WebSocket };  // messages only / promp
 // is read again to keep its members' order ("" : in key order).
 ParsedRequest parse_generation(const nlohmann::json& body, PromptKind kind, const actors::Engine& engine,
                                const RequestDefaults& defaults, std::string_view raw = {});
+
+// Whether a chat request's reply starts inside a reasoning block: its prefilled last message
+// (continue_final_message) leaves one open, or its prompt, whose tokens are `prompt_ids`, ends
+// with <think> (model/reasoning.h).
+bool reply_opens_reasoning(const actors::Engine& engine, const actors::EngineRequest& request,
+                           const std::vector<int32_t>& prompt_ids);
 
 // vLLM's token routes, for clients that count or inspect tokens before they send a request.
 // /tokenize: {"messages": [...]} templated as /v1/chat/completions would, or {"prompt": "text"} as

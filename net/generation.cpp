@@ -5,7 +5,6 @@
 #include <limits>
 #include <stdexcept>
 
-#include "model/reasoning.h"
 #include "model/tokenizer.h"
 
 namespace specula::net {
@@ -212,15 +211,12 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
       const actors::EngineRequest& first = requests.front();
       const bool constrained = first.sampling.grammar || first.sampling.json_object;
       const Tokenizer* tok = st.engine.model().tokenizer.get();
-      out.reasoning = st.config.reasoning && kind == PromptKind::Chat && !constrained && tok;
+      // (a constrained reply is read apart where its grammar starts after the reasoning)
+      out.reasoning = st.config.reasoning && kind == PromptKind::Chat && (!constrained || parsed.reasoning_constrained) && tok;
       out.include_reasoning = parsed.include_reasoning;
-      if (out.reasoning && first.continue_final_message && !first.messages.empty()) {  // a prefill that stops while it reasons?
-        out.reasoning_open = leaves_reasoning_open(first.messages.back().content);
-      } else if (out.reasoning) {  // the prompt's last tokens: does the template open the reasoning for the reply?
-        const std::size_t tail = std::min<std::size_t>(first.prompt_ids.size(), 8);
-        out.reasoning_open = opens_reasoning(tok->decode(std::vector<int32_t>(first.prompt_ids.end() - static_cast<std::ptrdiff_t>(tail),
-                                                                              first.prompt_ids.end())));
-      }
+      if (out.reasoning)  // does the reply start inside the block (the prompt, or a prefill, opened it)?
+        out.reasoning_open = parsed.reasoning_constrained ? parsed.reasoning_open
+                                                          : reply_opens_reasoning(st.engine, first, first.prompt_ids);
       if (out.reasoning && st.config.reasoning_keeps_special_tokens)
         for (actors::EngineRequest& r : requests) r.skip_special_tokens = false;
     }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <cstdio>
 #include <stdexcept>
 
 #include "model/tokenizer.h"
@@ -592,6 +593,114 @@ class GrammarBuilder {
 };
 
 std::shared_ptr<const Grammar> Grammar::parse(std::string_view gbnf) { return GrammarBuilder(gbnf).build(); }
+
+// --- GBNF written around another grammar ---------------------------------------------------------
+
+std::string gbnf_with_root_renamed(std::string_view gbnf, std::string_view name) {
+  auto name_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+  };
+  std::string out;
+  out.reserve(gbnf.size() + 16);
+  size_t i = 0;
+  // Copies a literal or a class whole, escapes included (a bad one stays bad: the parse says where).
+  auto quoted = [&](char close) {
+    out += gbnf[i++];
+    while (i < gbnf.size() && gbnf[i] != close && gbnf[i] != '\n') {
+      if (gbnf[i] == '\\' && i + 1 < gbnf.size()) out += gbnf[i++];
+      out += gbnf[i++];
+    }
+    if (i < gbnf.size() && gbnf[i] == close) out += gbnf[i++];
+  };
+  while (i < gbnf.size()) {
+    const char c = gbnf[i];
+    if (c == '"') {
+      quoted('"');
+    } else if (c == '[') {
+      quoted(']');
+    } else if (c == '#') {
+      while (i < gbnf.size() && gbnf[i] != '\n') out += gbnf[i++];
+    } else if (name_char(c)) {
+      const size_t start = i;
+      while (i < gbnf.size() && name_char(gbnf[i])) ++i;
+      const std::string_view word = gbnf.substr(start, i - start);
+      out += word == "root" ? name : word;
+    } else {
+      out += gbnf[i++];
+    }
+  }
+  return out;
+}
+
+namespace {
+
+std::vector<uint32_t> code_points_of(std::string_view text, const char* what) {
+  std::vector<uint32_t> out;
+  for (size_t pos = 0; pos < text.size();) {
+    const std::optional<uint32_t> cp = utf8::decode(text, pos);
+    if (!cp) throw std::invalid_argument(std::string(what) + " is not UTF-8");
+    out.push_back(*cp);
+  }
+  return out;
+}
+
+std::string escaped(uint32_t cp) {  // one code point as a GBNF escape, in a literal or a class
+  char hex[11];
+  std::snprintf(hex, sizeof hex, "\\U%08X", cp);
+  return hex;
+}
+
+}  // namespace
+
+std::string gbnf_text_through(std::string_view prefix, std::string_view marker, std::string_view then) {
+  const std::vector<uint32_t> m = code_points_of(marker, "gbnf_text_through: the marker");
+  if (m.empty()) throw std::invalid_argument("gbnf_text_through: an empty marker");
+  std::vector<uint32_t> distinct = m;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  auto state = [&](size_t i) { return std::string(prefix) + "-" + std::to_string(i); };
+  // State i: the text ends with the marker's first i characters (and holds no whole marker). After
+  // character c, the longest start of the marker the text then ends with (Knuth-Morris-Pratt's
+  // automaton, found directly: markers are short).
+  auto next = [&](size_t i, uint32_t c) {
+    std::vector<uint32_t> seen(m.begin(), m.begin() + static_cast<std::ptrdiff_t>(i));
+    seen.push_back(c);
+    for (size_t k = seen.size(); k > 0; --k)
+      if (std::equal(m.begin(), m.begin() + static_cast<std::ptrdiff_t>(k), seen.end() - static_cast<std::ptrdiff_t>(k)))
+        return k;
+    return size_t{0};
+  };
+  std::string others = "[^";
+  for (const uint32_t c : distinct) others += escaped(c);
+  others += "]";
+  std::string out;
+  for (size_t i = 0; i < m.size(); ++i) {
+    out += state(i) + " ::= " + others + " " + state(0);
+    for (const uint32_t c : distinct) {
+      const size_t j = next(i, c);
+      out += " | \"" + escaped(c) + "\" " + (j == m.size() ? std::string(then) : state(j));
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string gbnf_after_block(std::string_view gbnf, std::string_view open, std::string_view close, bool opened) {
+  std::string prefix = "block";
+  while (gbnf.find(prefix) != std::string_view::npos) prefix += "_";
+  const std::string answer = prefix + "-answer";
+  std::string out = gbnf_with_root_renamed(gbnf, answer);
+  out += "\n" + gbnf_text_through(prefix, close, answer);
+  if (opened) {
+    out += "root ::= " + prefix + "-0\n";
+  } else {
+    std::string literal = "\"";
+    for (const uint32_t c : code_points_of(open, "gbnf_after_block: the opening marker")) literal += escaped(c);
+    literal += "\"";
+    out += "root ::= [ \\t\\n\\r]{0,20} " + literal + " " + prefix + "-0 | " + answer + "\n";
+  }
+  return out;
+}
 
 // --- The matcher ---------------------------------------------------------------------------------
 

@@ -152,4 +152,23 @@ class GrammarMatcher {
   State start_ = kDead;
 };
 
+// --- GBNF written around another grammar ---
+
+// `gbnf` with its start rule `root` named `name`: its definition and every reference to it
+// (literals, classes and comments are left as they are).
+std::string gbnf_with_root_renamed(std::string_view gbnf, std::string_view name);
+
+// Rules `prefix`-0, `prefix`-1, ... for any text that does not hold `marker`, then the marker,
+// then rule `then`; `prefix`-0 starts it (Knuth-Morris-Pratt's automaton over the marker's code
+// points: state i, the text so far ends with the marker's first i characters). Right recursion
+// only, in tail position, so a long text keeps the matcher's stacks short.
+std::string gbnf_text_through(std::string_view prefix, std::string_view marker, std::string_view then);
+
+// `gbnf` after a block of free text from `open` to `close`, as vLLM starts a request's grammar
+// after a reasoning model's </think>: with `opened` (the prompt opened the block) the output is
+// the block's text, `close`, then a sentence of `gbnf`; otherwise either whitespace, `open`,
+// the block and `close` before that sentence, or the sentence alone. The block's text holds no
+// `close`. Its rules take a name prefix that occurs nowhere in `gbnf`.
+std::string gbnf_after_block(std::string_view gbnf, std::string_view open, std::string_view close, bool opened);
+
 }  // namespace specula

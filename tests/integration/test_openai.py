@@ -1556,10 +1556,6 @@ def test_a_reasoning_models_thinking_comes_back_apart_as_reasoning_content(fresh
     m = c.chat.completions.create(model="any", messages=prefill, max_tokens=8, temperature=0,
                                   extra_body={"add_generation_prompt": False, "continue_final_message": True}).choices[0].message
     assert m.content == raw(prefill, **fields) and getattr(m, "reasoning_content", None) is None
-    # A reply held to a constraint is not split: the grammar holds it all.
-    m = c.chat.completions.create(model="any", messages=ask, max_tokens=16, temperature=0,
-                                  response_format={"type": "json_object"}).choices[0].message
-    assert m.content.lstrip().startswith("{") and getattr(m, "reasoning_content", None) is None, m
     # enable_thinking false: the template closes the block itself, and the reply is the answer.
     off = dict(model="any", messages=ask, max_tokens=12, temperature=0, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
     m = c.chat.completions.create(**off).choices[0].message
@@ -1571,6 +1567,91 @@ def test_a_reasoning_models_thinking_comes_back_apart_as_reasoning_content(fresh
     p = openai.OpenAI(base_url=plain.url + "/v1", api_key="unused", max_retries=0, timeout=120)
     m = p.chat.completions.create(model="any", messages=ask, max_tokens=20, temperature=0).choices[0].message
     assert m.content == whole and getattr(m, "reasoning_content", None) is None
+
+
+def hand_written_grammar_after_think(answer, opened=True):
+    """GBNF written here, not by the server: any text without </think>, </think>, then `answer`
+    (rule t_i: the text ends with the marker's first i characters; '<' begins it and occurs in it
+    once, so any other character that breaks the marker goes back to t0); not `opened`, either
+    whitespace, <think> and that, or `answer` alone."""
+    marker = "</think>"
+    rules = ["root ::= t0" if opened else 'root ::= [ \\t\\n\\r]{0,20} "<think>" t0 | answer']
+    for i, ch in enumerate(marker):
+        after = "answer" if i + 1 == len(marker) else f"t{i + 1}"
+        rules.append(f't{i} ::= [^<{ch}] t0 | "<" t1 | "{ch}" {after}' if i else f't0 ::= [^<] t0 | "<" t1')
+    return "\n".join(rules) + "\nanswer ::= " + answer + "\n"
+
+
+def test_a_constrained_reply_reasons_first_and_its_grammar_starts_after_think(fresh_server, tmp_path):
+    """With a template that opens <think>, a reply held to a constraint reasons first and is held
+    to it only after </think>, as vLLM's structured outputs are with a reasoning parser: the chat
+    reply equals /v1/completions of the same prompt tokens under a grammar written here for 'text
+    without </think>, </think>, then the choice' (nudged to close its block by a bias on the
+    marker's tokens), streamed the same; a JSON schema's and JSON mode's answers are JSON;
+    enable_thinking false (the prompt closes the block) holds the reply from its start, and
+    --reasoning-parser none (the control) holds the whole reply."""
+    template = tmp_path / "reasoning.jinja"
+    template.write_text(REASONING_TEMPLATE, encoding="utf-8")
+    srv = fresh_server("--draft", "ngram", "--chat-template", str(template))
+    c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    ask = [{"role": "user", "content": "Is the sky blue? Answer yes or no."}]
+    prompt = httpx.post(srv.url + "/tokenize", json={"messages": ask}, timeout=30).json()["tokens"]
+    marker_tokens = httpx.post(srv.url + "/tokenize", json={"prompt": "</think>"}, timeout=30).json()["tokens"]
+    assert len(marker_tokens) > 1  # text, not a special token: the grammar can write it
+    choice = ["yes", "no"]
+    closed = None
+    for bias in (3, 5, 8):
+        logit_bias = {str(t): bias for t in marker_tokens}
+        text = httpx.post(srv.url + "/v1/completions", timeout=60, json={
+            "prompt": prompt, "temperature": 0, "max_tokens": 40, "logit_bias": logit_bias,
+            "grammar": hand_written_grammar_after_think('"yes" | "no"')}).json()["choices"][0]["text"]
+        args = dict(model="any", messages=ask, max_tokens=40, temperature=0, logit_bias=logit_bias,
+                    extra_body={"guided_choice": choice})
+        r = c.chat.completions.create(**args)
+        m = r.choices[0].message
+        if "</think>" in text:
+            before, after = text.split("</think>", 1)
+            assert (m.reasoning_content, m.content) == (before, after) and after in choice, (m, text)
+            assert r.choices[0].finish_reason == "stop"
+            assert streamed_reply(c, args) == (before, after, ["stop"])
+            closed = logit_bias
+        else:
+            assert (m.reasoning_content, m.content) == (text, None), (m, text)
+    assert closed is not None, "no reply closed its reasoning: the grammar after it went untested"
+    schema = {"type": "object", "properties": {"sky": {"type": "string", "enum": ["blue", "grey"]}}, "required": ["sky"]}
+    for fmt in ({"type": "json_schema", "json_schema": {"name": "sky", "schema": schema}}, {"type": "json_object"}):
+        r = c.chat.completions.create(model="any", messages=ask, max_tokens=60, temperature=0, logit_bias=closed,
+                                      response_format=fmt)
+        m = r.choices[0].message
+        assert isinstance(m.reasoning_content, str) and "</think>" not in m.reasoning_content, m
+        if r.choices[0].finish_reason == "stop" or fmt["type"] == "json_schema":  # (JSON mode's object may run past max_tokens)
+            answer = json.loads(m.content)
+            assert isinstance(answer, dict) and (fmt["type"] == "json_object" or answer["sky"] in ("blue", "grey")), m
+    # The prompt closes the block itself: the reply may open one of its own (this model does, its
+    # prompt ending "<think>\n\n</think>\n\n") or answer at once; either way the split is
+    # the completion's under the grammar written here for a reply that starts outside the block.
+    kwargs = {"enable_thinking": False}
+    off_prompt = httpx.post(srv.url + "/tokenize", json={"messages": ask, "chat_template_kwargs": kwargs}, timeout=30).json()["tokens"]
+    assert off_prompt != prompt
+    for bias in (None, closed):
+        text = httpx.post(srv.url + "/v1/completions", timeout=60, json={
+            "prompt": off_prompt, "temperature": 0, "max_tokens": 40, "logit_bias": bias,
+            "grammar": hand_written_grammar_after_think('"yes" | "no"', opened=False)}).json()["choices"][0]["text"]
+        off = c.chat.completions.create(model="any", messages=ask, max_tokens=40, temperature=0, logit_bias=bias, extra_body={
+            "guided_choice": choice, "chat_template_kwargs": kwargs}).choices[0].message
+        start = text.lstrip()
+        if not start.startswith("<think>"):
+            assert (off.content, getattr(off, "reasoning_content", None)) == (text, None) and text in choice, (off, text)
+        elif "</think>" in start:
+            assert (off.reasoning_content, off.content) == tuple(start[len("<think>"):].split("</think>", 1)), (off, text)
+        else:
+            assert (off.reasoning_content, off.content) == (start[len("<think>"):], None), (off, text)
+    # The control: without the parser the grammar holds the whole reply.
+    plain = fresh_server("--draft", "ngram", "--chat-template", str(template), "--reasoning-parser", "none")
+    p = openai.OpenAI(base_url=plain.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    m = p.chat.completions.create(model="any", messages=ask, max_tokens=8, temperature=0,
+                                  extra_body={"guided_choice": choice}).choices[0].message
+    assert m.content in choice and getattr(m, "reasoning_content", None) is None, m
 
 
 def test_an_assistants_reasoning_content_sent_back_reaches_the_template(fresh_server, tmp_path, server):

@@ -194,6 +194,9 @@ int cmd_serve(int argc, char** argv) {
     for (const char* marker : {"<think>", "</think>"})
       if (const std::vector<int32_t> ids = tok->encode(marker); ids.size() == 1 && tok->is_special(ids[0]))
         sc.reasoning_keeps_special_tokens = true;
+  // A constrained reply reasons first where the grammar can write </think> (a special token is no
+  // grammar's text: then the grammar holds the whole reply, as before).
+  sc.defaults.reasoning_grammar = sc.reasoning && !sc.reasoning_keeps_special_tokens;
   if (sc.reasoning)
     std::fprintf(stderr, "specula serve: reasoning (<think> ... </think>) returned apart as reasoning_content%s\n",
                  reasoning == "auto" ? " (the chat template writes </think>)" : "");

@@ -440,6 +440,106 @@ const char* kPerson = R"({
   "$defs": {"place": {"type": "object", "properties": {"city": {"const": "Paris"}, "near": {"$ref": "#/$defs/place"}}, "required": ["city"]}}
 })";
 
+// --- A grammar after a block of free text (a reasoning model's <think> ... </think>) ---
+
+TEST(GrammarAfterBlock, RenamingRootChangesItsDefinitionAndReferencesOnly) {
+  const std::string gbnf =
+      "root ::= \"root\" item # root stays in a comment\n"
+      "item ::= [root] | root-x | \"\\\"root\" | root\n"
+      "root-x ::= \"y\" roots\nroots ::= \"z\"\n";
+  EXPECT_EQ(gbnf_with_root_renamed(gbnf, "inner"),
+            "inner ::= \"root\" item # root stays in a comment\n"
+            "item ::= [root] | root-x | \"\\\"root\" | inner\n"
+            "root-x ::= \"y\" roots\nroots ::= \"z\"\n");
+}
+
+// Every text of a small alphabet up to 4 characters (and random longer ones), against an oracle
+// written from the definition: with the block opened, the text is accepted where its first
+// `close` is followed by a sentence of the grammar, and it may continue wherever it holds no
+// `close` yet or what follows its first one may continue the grammar; not opened, the text is a
+// sentence of the grammar, or at most 20 whitespace characters, `open` and such a block. The
+// markers overlap themselves (Knuth-Morris-Pratt's fallbacks: "aab" after "aaa", "abab" after
+// "ababa") and hold characters of two bytes.
+TEST(GrammarAfterBlock, AcceptsExactlyTheBlocksTextWithoutItsEndThenTheGrammar) {
+  const std::string inner = "root ::= \"x\" [a-z\\u00e9]*\n";
+  auto inner_accepts = [](const std::string& t) { return std::regex_match(t, std::regex("x([a-z]|\xC3\xA9)*")); };
+  auto inner_continues = [](const std::string& t) { return t.empty() || std::regex_match(t, std::regex("x([a-z]|\xC3\xA9)*")); };
+  struct Markers {
+    std::string open, close;
+  };
+  const std::string e = "\xC3\xA9";  // é
+  for (const Markers& mk : {Markers{"<t>", "</t>"}, Markers{"b", "aab"}, Markers{"ab", "abab"}, Markers{"b" + e, e + "a" + e}}) {
+    const auto opened = matcher(gbnf_after_block(inner, mk.open, mk.close, true));
+    const auto closed = matcher(gbnf_after_block(inner, mk.open, mk.close, false));
+    auto opened_accepts = [&](const std::string& t) {
+      const size_t at = t.find(mk.close);
+      return at != std::string::npos && inner_accepts(t.substr(at + mk.close.size()));
+    };
+    auto opened_continues = [&](const std::string& t) {
+      const size_t at = t.find(mk.close);
+      return at == std::string::npos || inner_continues(t.substr(at + mk.close.size()));
+    };
+    auto closed_accepts = [&](const std::string& t) {
+      if (inner_accepts(t)) return true;
+      const size_t text = t.find_first_not_of(" \t\n\r");
+      if (text == std::string::npos || text > 20 || t.compare(text, mk.open.size(), mk.open) != 0) return false;
+      return opened_accepts(t.substr(text + mk.open.size()));
+    };
+    std::vector<std::string> alphabet = {"a", "b", "x", "<", "/", "t", ">", " ", e};
+    std::vector<std::string> texts = {""}, layer = {""};
+    for (int len = 1; len <= 4; ++len) {
+      std::vector<std::string> longer;
+      for (const std::string& t : layer)
+        for (const std::string& c : alphabet) longer.push_back(t + c);
+      texts.insert(texts.end(), longer.begin(), longer.end());
+      layer = std::move(longer);
+    }
+    std::mt19937 rng(11);
+    for (int k = 0; k < 10000; ++k) {  // longer ones, with the markers and the grammar's start mixed in
+      std::string t;
+      const int parts = std::uniform_int_distribution<int>(1, 9)(rng);
+      for (int p = 0; p < parts; ++p) {
+        const int pick = std::uniform_int_distribution<int>(0, static_cast<int>(alphabet.size()) + 2)(rng);
+        t += pick < static_cast<int>(alphabet.size()) ? alphabet[static_cast<size_t>(pick)]
+             : pick == static_cast<int>(alphabet.size()) ? mk.close
+             : pick == static_cast<int>(alphabet.size()) + 1 ? mk.open
+                                                            : "x";
+      }
+      texts.push_back(t);
+    }
+    size_t accepted = 0, accepted_closed = 0;
+    for (const std::string& t : texts) {
+      ASSERT_EQ(accepts(*opened, t), opened_accepts(t)) << mk.close << " opened: '" << t << "'";
+      ASSERT_EQ(continues(*opened, t), opened_continues(t)) << mk.close << " opened: '" << t << "'";
+      ASSERT_EQ(accepts(*closed, t), closed_accepts(t)) << mk.close << " not opened: '" << t << "'";
+      accepted += opened_accepts(t);
+      accepted_closed += closed_accepts(t) && !inner_accepts(t);
+    }
+    EXPECT_GT(accepted, 100u) << mk.close;  // the oracle's both sides are met
+    EXPECT_GT(accepted_closed, 15u) << mk.close;
+  }
+  // The block's rules take a name the inner grammar does not use.
+  const auto m = matcher(gbnf_after_block("root ::= block-0\nblock-0 ::= \"q\"\n", "<t>", "</t>", true));
+  EXPECT_TRUE(accepts(*m, "thinking</t>q"));
+  EXPECT_FALSE(accepts(*m, "thinking</t>"));
+}
+
+// A long block keeps the matcher's stacks short (its rules recurse in tail position only): ten
+// thousand characters, past the matcher's stack depth, and a handful of states in all.
+TEST(GrammarAfterBlock, ALongBlockNeedsFewStates) {
+  const auto m = matcher(gbnf_after_block("root ::= \"{}\"\n", "<think>", "</think>", true));
+  std::string t;
+  std::mt19937 rng(3);
+  const std::string pieces[] = {"<", "</", "</th", "</think", "hink>", "a", " ", "\n", "<<//"};
+  while (t.size() < 10000) t += pieces[std::uniform_int_distribution<int>(0, 8)(rng)];
+  ASSERT_EQ(t.find("</think>"), std::string::npos);
+  EXPECT_TRUE(continues(*m, t));
+  EXPECT_FALSE(accepts(*m, t));
+  EXPECT_TRUE(accepts(*m, t + "</think>{}"));
+  EXPECT_FALSE(continues(*m, t + "</think>x"));
+  EXPECT_LT(m->states(), 20u);
+}
+
 TEST(JsonSchema, OutputsFollowTheSchemaInItsOwnOrder) {
   const auto m = schema_matcher(kPerson);
   for (const std::string ok : {
