@@ -325,39 +325,42 @@ std::string valid_text(std::string_view s, size_t from, size_t to, bool whole) {
   return out;
 }
 
-// [{"name", "parameters"}, ...]: each item that names a function is a call, its arguments the
-// "parameters" value's text as far as it goes.
-Step call_list(JsonPrefix& p, std::vector<PartialCall>& calls) {
-  return p.array([&] {
-    if (p.next() != '{') return p.value();
-    PartialCall call;
-    bool named = false, name_seen = false, parameters_seen = false;  // (a key written twice: the first)
-    const Step r = p.object([&](const std::string& key) {
-      if (key == "name" && !name_seen && !p.at_end()) {
-        name_seen = true;
-        if (p.next() != '"') return p.value();
-        std::string name;
-        const Step s = p.string(&name);
-        if (s == Step::Done) {
-          call.name = std::move(name);
-          named = true;
-        }
-        return s;
+// {"name", `arguments`}: where it names a function, a call, its arguments the `arguments` value's
+// text as far as it goes. (Any other value is read past.)
+Step call_object(JsonPrefix& p, std::string_view arguments, std::vector<PartialCall>& calls) {
+  if (p.next() != '{') return p.value();
+  PartialCall call;
+  bool named = false, name_seen = false, parameters_seen = false;  // (a key written twice: the first)
+  const Step r = p.object([&](const std::string& key) {
+    if (key == "name" && !name_seen && !p.at_end()) {
+      name_seen = true;
+      if (p.next() != '"') return p.value();
+      std::string name;
+      const Step s = p.string(&name);
+      if (s == Step::Done) {
+        call.name = std::move(name);
+        named = true;
       }
-      if (key == "parameters" && !parameters_seen && !p.at_end()) {
-        parameters_seen = true;
-        const size_t from = p.pos();
-        const Step s = p.value();
-        call.closed = s == Step::Done;
-        // (cut where it ends, where it stops being JSON, or where the text does)
-        call.arguments = valid_text(p.text(), from, s == Step::More ? p.text().size() : p.pos(), call.closed);
-        return s;
-      }
-      return p.value();
-    });
-    if (named) calls.push_back(std::move(call));
-    return r;
+      return s;
+    }
+    if (key == arguments && !parameters_seen && !p.at_end()) {
+      parameters_seen = true;
+      const size_t from = p.pos();
+      const Step s = p.value();
+      call.closed = s == Step::Done;
+      // (cut where it ends, where it stops being JSON, or where the text does)
+      call.arguments = valid_text(p.text(), from, s == Step::More ? p.text().size() : p.pos(), call.closed);
+      return s;
+    }
+    return p.value();
   });
+  if (named) calls.push_back(std::move(call));
+  return r;
+}
+
+// [{"name", "parameters"}, ...]: each item that names a function is a call.
+Step call_list(JsonPrefix& p, std::vector<PartialCall>& calls) {
+  return p.array([&] { return call_object(p, "parameters", calls); });
 }
 
 }  // namespace
@@ -376,6 +379,9 @@ PartialToolReply read_tool_json(ToolJson shape, std::string_view text, std::stri
     }
     case ToolJson::List:
       out.closed = call_list(p, out.calls) == Step::Done;
+      break;
+    case ToolJson::Call:
+      out.closed = call_object(p, "arguments", out.calls) == Step::Done;
       break;
     case ToolJson::Wrapped: {
       bool decided = false;  // the first of "response" and "tool_calls" is the reply
@@ -396,6 +402,25 @@ PartialToolReply read_tool_json(ToolJson shape, std::string_view text, std::stri
       break;
     }
   }
+  return out;
+}
+
+PartialToolReply read_hermes_calls(std::string_view text) {
+  constexpr std::string_view close = "</tool_call>";
+  PartialToolReply out;
+  out.closed = true;
+  for (size_t at = text.find(kHermesOpen); at != std::string_view::npos; at = text.find(kHermesOpen, at)) {
+    const size_t body = at + kHermesOpen.size();
+    const size_t end = text.find(close, body);
+    std::string_view block = text.substr(body, end == std::string_view::npos ? std::string_view::npos : end - body);
+    block.remove_prefix(std::min(block.size(), block.find_first_not_of(kSpace)));
+    PartialToolReply call = read_tool_json(ToolJson::Call, block);
+    out.closed = out.closed && end != std::string_view::npos && call.closed;
+    for (PartialCall& c : call.calls) out.calls.push_back(std::move(c));
+    if (end == std::string_view::npos) break;
+    at = end + close.size();
+  }
+  out.closed = out.closed && !out.calls.empty();
   return out;
 }
 

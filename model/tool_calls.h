@@ -40,7 +40,8 @@ size_t before_marker(std::string_view text, std::string_view marker);
 // and llama.cpp stream them): Arguments is a named function's reply (the whole text is its
 // arguments), List "required"'s [{"name", "parameters"}, ...], Wrapped llama.cpp's generic
 // format, {"tool_calls": [...]} or {"response": "..."}.
-enum class ToolJson { Arguments, List, Wrapped };
+// Call: one {"name", "arguments"} object (a Hermes <tool_call> block's).
+enum class ToolJson { Arguments, List, Wrapped, Call };
 
 struct PartialCall {
   std::string name;       // complete: a call is listed once its name has closed
@@ -62,5 +63,12 @@ struct PartialToolReply {
 // written twice counts the first time); a lone surrogate escape reads as U+FFFD; a value that
 // stops being JSON (a bad escape, a bracket closed by the other kind) is cut at that byte.
 PartialToolReply read_tool_json(ToolJson shape, std::string_view text, std::string_view name = {});
+
+// The calls of a Hermes reply generated so far whose blocks a grammar holds to the tools' schemas
+// (net/api_request.cpp: the lazy grammar after "<tool_call>"), so that they can stream as they are
+// written: each <tool_call> block's call once its name has closed, with its arguments so far
+// (the Call shape). `closed`: there are calls, and every block and its arguments have closed.
+// The content (the text before the first block) is the caller's; `content` is left empty.
+PartialToolReply read_hermes_calls(std::string_view text);
 
 }  // namespace specula

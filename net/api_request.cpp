@@ -263,22 +263,30 @@ ToolCalls parse_tools(const json& body, std::string_view raw, const ChatTemplate
   }
   out.names = names;
   out.parallel = parallel;
+  // One call, {"name": N, `arguments`: {...}}, of any tool. Each tool's parameters sit at
+  // #/$defs/tool_I of the schema, their own $refs rebased there.
+  nlohmann::ordered_json any = nlohmann::ordered_json::array(), defs = nlohmann::ordered_json::object();
+  auto one_call = [&](const char* arguments) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::string def = "tool_" + std::to_string(i);
+      rebase_refs(params[i], "/$defs/" + def);
+      defs[def] = std::move(params[i]);
+      any.push_back({{"type", "object"},
+                     {"properties", {{"name", {{"const", names[i]}}}, {arguments, {{"$ref", "#/$defs/" + def}}}}},
+                     {"required", {"name", arguments}}});
+    }
+  };
   if (mode == "auto" && chat.reads_own_tool_calls()) {
-    out.mode = ToolCalls::Mode::Auto;  // the model's own format: nothing to constrain
+    out.mode = ToolCalls::Mode::Auto;  // the model's own format
     out.syntax = chat.tool_syntax();
+    if (out.syntax == ToolSyntax::Hermes) {  // its calls, {"name", "arguments"} after <tool_call>, may be held
+      one_call("arguments");
+      out.schema = {{"anyOf", std::move(any)}, {"$defs", std::move(defs)}};
+    }
     return out;
   }
-  // "required": [{"name": N, "parameters": {...}}, ...], one item per call (vLLM's format). Each
-  // tool's parameters sit at #/$defs/tool_I of the schema, their own $refs rebased there.
-  nlohmann::ordered_json any = nlohmann::ordered_json::array(), defs = nlohmann::ordered_json::object();
-  for (size_t i = 0; i < names.size(); ++i) {
-    const std::string def = "tool_" + std::to_string(i);
-    rebase_refs(params[i], "/$defs/" + def);
-    defs[def] = std::move(params[i]);
-    any.push_back({{"type", "object"},
-                   {"properties", {{"name", {{"const", names[i]}}}, {"parameters", {{"$ref", "#/$defs/" + def}}}}},
-                   {"required", {"name", "parameters"}}});
-  }
+  // "required": [{"name": N, "parameters": {...}}, ...], one item per call (vLLM's format).
+  one_call("parameters");
   nlohmann::ordered_json calls = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", std::move(any)}}}};
   if (!parallel) calls["maxItems"] = 1;
   if (mode == "required") {
@@ -414,6 +422,28 @@ void render_options_into(const json& body, std::string_view raw, actors::EngineR
           in_order ? std::move(written["chat_template_kwargs"]) : nlohmann::ordered_json::parse(v->dump()));
     }
   }
+}
+
+// A Hermes model's calls held to the tools' schemas once it writes <tool_call> (llama.cpp's lazy
+// grammar; the text before it free): the grammar, or "" where it cannot be held (a marker is a
+// special token, which no grammar writes; a tool's parameters use what JSON Schema's grammar
+// cannot keep: then the calls are read unconstrained, as vLLM reads them).
+std::string gbnf_of_held_hermes_calls(const ToolCalls& tools, const actors::Engine& engine) {
+  const Tokenizer* tok = engine.model().tokenizer.get();
+  if (!tok) return {};
+  for (const char* marker : {"<tool_call>", "</tool_call>"})
+    if (const std::vector<int32_t> ids = tok->encode(marker); ids.size() == 1 && tok->is_special(ids[0])) return {};
+  std::string call;
+  try {
+    call = gbnf_of_json_schema(tools.schema);
+  } catch (const std::invalid_argument&) {
+    return {};
+  }
+  const std::string name = gbnf_fresh_prefix(call, "hermes") + "-call";
+  std::string calls = gbnf_with_root_renamed(call, name) + "\nroot ::= " + name + " \"</tool_call>\"";
+  if (tools.parallel) calls += " ( [ \\t\\n\\r]{0,20} \"<tool_call>\" " + name + " \"</tool_call>\" )*";
+  calls += " [ \\t\\n\\r]{0,20}\n";
+  return gbnf_lazy(calls, "<tool_call>");
 }
 
 // A chat request's tools, as its prompt shows them: handed to the template (r.tools), or for the
@@ -755,6 +785,10 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
         if (out.tools.syntax == ToolSyntax::Generic) gbnf = gbnf_of_json_schema(out.tools.schema);
       } catch (const std::invalid_argument& e) {
         bad("tools", std::string("tools: ") + e.what());
+      }
+      if (out.tools.syntax == ToolSyntax::Hermes && defaults.tool_call_grammar) {
+        gbnf = gbnf_of_held_hermes_calls(out.tools, engine);
+        out.tools.held = !gbnf.empty();
       }
     }
   }

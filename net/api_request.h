@@ -37,6 +37,9 @@ struct RequestDefaults {
   // Chat replies' reasoning is read apart (ServerConfig::reasoning) and its markers are text in
   // the vocabulary: a constrained reply may reason first, its grammar starting after </think>.
   bool reasoning_grammar = false;
+  // A Hermes model's calls ("auto" in its own syntax) are held to the tools' schemas after
+  // <tool_call>, as llama.cpp holds them (serve --tool-call-grammar; off: read as written, as vLLM).
+  bool tool_call_grammar = true;
 };
 
 // /v1/chat/completions' tool calls (OpenAI's tools and tool_choice): a named function's arguments,
@@ -54,8 +57,11 @@ struct ToolCalls {
   // Call ids of 9 letters and digits: the template writes calls as Mistral's do, and refuses others.
   bool nine_character_ids = false;
   // Auto in the model's own format (its chat template writes tools and calls in a syntax
-  // model/tool_calls.h reads): unconstrained, the reply parsed. Generic: held to `schema`.
+  // model/tool_calls.h reads): the reply parsed. Generic: held to `schema`.
   ToolSyntax syntax = ToolSyntax::Generic;
+  // Auto in Hermes' syntax: `schema` is one call's, and with `held` the reply is held to it after
+  // each <tool_call> (RequestDefaults::tool_call_grammar), its calls streamed as they are written.
+  bool held = false;
   // The tools as the request wrote them, for a chat template that writes tools (null otherwise).
   std::shared_ptr<const nlohmann::ordered_json> template_tools;
 };

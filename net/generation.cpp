@@ -206,6 +206,7 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
     out.tool_syntax = parsed.tools.syntax;
     out.tool_names = parsed.tools.names;
     out.tool_parallel = parsed.tools.parallel;
+    out.tool_held = parsed.tools.held;
     out.tool_nine_character_ids = parsed.tools.nine_character_ids;
     {
       const actors::EngineRequest& first = requests.front();

@@ -9,8 +9,14 @@
 # generic format, whose calls and response stream piece by piece since the eighty-second session);
 # then a "piece" is a content chunk or a call's (its header or more of its arguments).
 #
+# ASK=weather (eighty-third session) sends, instead of the benchmark set, PROMPTS_N questions for
+# the weather in a city after three turns in which the assistant called the tool (the model then
+# calls it: Hermes' calls, held to the schema and streamed as they are written since that session).
+# SERVE_ARGS: more options for `specula serve` (e.g. "--tool-call-grammar off", the control).
+#
 # Settings (environment): SPECULA_BUILD (./build), SPECULA_MODEL, TEMPLATE, PROMPTS
-# (../shared/data/prompts/chat.jsonl), PROMPTS_N (12), MAX_TOKENS (128), PORT (18181), THREADS (2).
+# (../shared/data/prompts/chat.jsonl), PROMPTS_N (12), MAX_TOKENS (128), PORT (18181), THREADS (2),
+# ASK, SERVE_ARGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -23,18 +29,29 @@ PORT=${PORT:-18181}
 LOG=$(mktemp)
 TEMPLATE_ARGS=(--chat-template "$TEMPLATE")
 [ "$TEMPLATE" = model ] && TEMPLATE_ARGS=()
-"$BUILD/specula" serve --model "$MODEL" --port "$PORT" --threads "${THREADS:-2}" "${TEMPLATE_ARGS[@]}" > "$LOG" 2>&1 &
+read -r -a SERVE_EXTRA <<< "${SERVE_ARGS:-}"
+"$BUILD/specula" serve --model "$MODEL" --port "$PORT" --threads "${THREADS:-2}" "${TEMPLATE_ARGS[@]}" "${SERVE_EXTRA[@]}" > "$LOG" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true; rm -f "$LOG"' EXIT
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break; sleep 0.2; done
-"$BUILD/venv/bin/python" - "$PORT" "$PROMPTS" "${PROMPTS_N:-12}" "${MAX_TOKENS:-128}" <<'PY'
+"$BUILD/venv/bin/python" - "$PORT" "$PROMPTS" "${PROMPTS_N:-12}" "${MAX_TOKENS:-128}" "${ASK:-}" <<'PY'
 import json, statistics, sys, time
 import openai
-port, prompts, count, max_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+port, prompts, count, max_tokens, ask = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=600)
 weather = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 conversations = [json.loads(line)["messages"] for line in open(prompts, encoding="utf-8") if line.strip()][:count]
+if ask == "weather":
+    def turn(city, i):
+        return [{"role": "user", "content": f"What is the weather in {city}?"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": f"call{i}", "type": "function", "function": {
+                    "name": "get_weather", "arguments": json.dumps({"city": city})}}]},
+                {"role": "tool", "tool_call_id": f"call{i}", "content": "Sunny."},
+                {"role": "assistant", "content": f"It is sunny in {city}."}]
+    history = turn("Paris", 1) + turn("Berlin", 2) + turn("Madrid", 3)
+    cities = ["Rome", "Oslo", "Lima", "Cairo", "Tokyo", "Quito", "Dakar", "Hanoi", "Sofia", "Perth", "Baku", "Riga"]
+    conversations = [history + [{"role": "user", "content": f"What is the weather in {c}?"}] for c in (cities * 4)[:count]]
 runs = {"tools": [], "no tools": []}
 called = 0
 for messages in conversations:

@@ -652,7 +652,7 @@ std::string escaped(uint32_t cp) {  // one code point as a GBNF escape, in a lit
 
 }  // namespace
 
-std::string gbnf_text_through(std::string_view prefix, std::string_view marker, std::string_view then) {
+std::string gbnf_text_through(std::string_view prefix, std::string_view marker, std::string_view then, bool may_end) {
   const std::vector<uint32_t> m = code_points_of(marker, "gbnf_text_through: the marker");
   if (m.empty()) throw std::invalid_argument("gbnf_text_through: an empty marker");
   std::vector<uint32_t> distinct = m;
@@ -675,7 +675,7 @@ std::string gbnf_text_through(std::string_view prefix, std::string_view marker, 
   others += "]";
   std::string out;
   for (size_t i = 0; i < m.size(); ++i) {
-    out += state(i) + " ::= " + others + " " + state(0);
+    out += state(i) + " ::= " + others + " " + state(0) + (may_end ? " | \"\"" : "");
     for (const uint32_t c : distinct) {
       const size_t j = next(i, c);
       out += " | \"" + escaped(c) + "\" " + (j == m.size() ? std::string(then) : state(j));
@@ -685,9 +685,20 @@ std::string gbnf_text_through(std::string_view prefix, std::string_view marker, 
   return out;
 }
 
-std::string gbnf_after_block(std::string_view gbnf, std::string_view open, std::string_view close, bool opened) {
-  std::string prefix = "block";
+std::string gbnf_fresh_prefix(std::string_view gbnf, std::string_view base) {
+  std::string prefix(base);
   while (gbnf.find(prefix) != std::string_view::npos) prefix += "_";
+  return prefix;
+}
+
+std::string gbnf_lazy(std::string_view gbnf, std::string_view trigger) {
+  const std::string prefix = gbnf_fresh_prefix(gbnf, "lazy");
+  const std::string after = prefix + "-after";
+  return gbnf_with_root_renamed(gbnf, after) + "\n" + gbnf_text_through(prefix, trigger, after, true) + "root ::= " + prefix + "-0\n";
+}
+
+std::string gbnf_after_block(std::string_view gbnf, std::string_view open, std::string_view close, bool opened) {
+  const std::string prefix = gbnf_fresh_prefix(gbnf, "block");
   const std::string answer = prefix + "-answer";
   std::string out = gbnf_with_root_renamed(gbnf, answer);
   out += "\n" + gbnf_text_through(prefix, close, answer);

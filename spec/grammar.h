@@ -161,8 +161,18 @@ std::string gbnf_with_root_renamed(std::string_view gbnf, std::string_view name)
 // Rules `prefix`-0, `prefix`-1, ... for any text that does not hold `marker`, then the marker,
 // then rule `then`; `prefix`-0 starts it (Knuth-Morris-Pratt's automaton over the marker's code
 // points: state i, the text so far ends with the marker's first i characters). Right recursion
-// only, in tail position, so a long text keeps the matcher's stacks short.
-std::string gbnf_text_through(std::string_view prefix, std::string_view marker, std::string_view then);
+// only, in tail position, so a long text keeps the matcher's stacks short. With `may_end`, the
+// text may also end without the marker.
+std::string gbnf_text_through(std::string_view prefix, std::string_view marker, std::string_view then, bool may_end = false);
+
+// A name prefix, `base` or `base` with underscores after it, that occurs nowhere in `gbnf` (so
+// rules named with it cannot collide with the grammar's).
+std::string gbnf_fresh_prefix(std::string_view gbnf, std::string_view base);
+
+// llama.cpp's lazy grammar: any text that does not hold `trigger`, which may end the output, or
+// such a text, the trigger, then a sentence of `gbnf` (the grammar holds what follows the
+// trigger; e.g. a Hermes model's calls after "<tool_call>", held to the tools' schemas).
+std::string gbnf_lazy(std::string_view gbnf, std::string_view trigger);
 
 // `gbnf` after a block of free text from `open` to `close`, as vLLM starts a request's grammar
 // after a reasoning model's </think>: with `opened` (the prompt opened the block) the output is

@@ -1273,6 +1273,18 @@ def test_a_chat_template_that_cannot_be_used_stops_the_server_at_start_naming_it
         assert words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+def weather_turn(city, i):
+    """A turn in which the assistant called the weather tool: after a few, greedy, the model does it again."""
+    return [{"role": "user", "content": f"What is the weather in {city}?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"call{i}", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}]},
+            {"role": "tool", "tool_call_id": f"call{i}", "content": "Sunny."},
+            {"role": "assistant", "content": f"It is sunny in {city}."}]
+
+
+WEATHER_TURNS = weather_turn("Paris", 1) + weather_turn("Berlin", 2) + weather_turn("Madrid", 3)
+
+
 def test_tool_choice_auto_with_a_template_that_writes_tools_reads_calls_in_the_models_own_syntax(fresh_server):
     # A template that writes tools and calls (Qwen2.5's: Hermes' <tool_call> blocks) is handed the
     # request's tools and earlier calls, the reply is not constrained, and <tool_call> blocks in it
@@ -1284,13 +1296,7 @@ def test_tool_choice_auto_with_a_template_that_writes_tools_reads_calls_in_the_m
     weather = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
-    def turn(city, i):  # earlier turns in which the assistant called the tool: greedy, the model does it again
-        return [{"role": "user", "content": f"What is the weather in {city}?"},
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": f"call{i}", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}]},
-                {"role": "tool", "tool_call_id": f"call{i}", "content": "Sunny."},
-                {"role": "assistant", "content": f"It is sunny in {city}."}]
-    ask = turn("Paris", 1) + turn("Berlin", 2) + turn("Madrid", 3) + [{"role": "user", "content": "What is the weather in Rome?"}]
+    ask = WEATHER_TURNS + [{"role": "user", "content": "What is the weather in Rome?"}]
     args = dict(model="any", messages=ask, tools=[weather], max_tokens=60, temperature=0)
     r = c.chat.completions.create(**args)
     choice = r.choices[0]
@@ -1347,6 +1353,46 @@ def test_tool_choice_auto_with_a_template_that_writes_tools_reads_calls_in_the_m
     with pytest.raises(openai.BadRequestError) as e:
         c.chat.completions.create(model="any", messages=two, tools=[weather], max_tokens=4, extra_body={"parallel_tool_calls": "yes"})
     assert "parallel_tool_calls must be true or false" in str(e.value)
+
+
+def test_a_hermes_models_calls_are_held_to_the_tools_schemas_and_stream_as_they_are_written(fresh_server):
+    """With a template that writes Hermes' <tool_call> blocks, "auto"'s calls are held to the tools'
+    schemas from <tool_call> on (llama.cpp's lazy grammar): a city the schema does not list is not
+    written, where --tool-call-grammar off (the control, vLLM's way) writes it. Held calls stream as
+    they are written, a name first and then the arguments in pieces, joined equal to the reply not
+    streamed; a call cut by max_tokens keeps its arguments so far with finish "length"."""
+    template = SOURCE_DIR / "tests" / "fixtures" / "chat_templates" / "qwen2.5.jinja"
+    cities = ["Paris", "Berlin", "Madrid"]
+    weather = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+               "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": cities}}, "required": ["city"]}}}
+
+    ask = WEATHER_TURNS + [{"role": "user", "content": "What is the weather in Rome?"}]
+    args = dict(model="any", messages=ask, tools=[weather], max_tokens=60, temperature=0)
+    written = {}
+    for grammar in ("off", "on"):
+        srv = fresh_server("--draft", "ngram", "--chat-template", str(template), "--tool-call-grammar", grammar)
+        c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        r = c.chat.completions.create(**args)
+        calls = r.choices[0].message.tool_calls
+        assert r.choices[0].finish_reason == "tool_calls" and calls and calls[0].function.name == "get_weather", r
+        written[grammar] = json.loads(calls[0].function.arguments)["city"]
+    assert written["off"] == "Rome" and written["on"] in cities, written
+    # (c: the server with the grammar) Streamed: the call's name first, then its arguments in pieces.
+    pieces = []
+    content, streamed, finishes = streamed_tool_reply(c, args, pieces)
+    assert finishes == ["tool_calls"] and content == "" and streamed == {0: ("get_weather", calls[0].function.arguments)}
+    assert len(pieces) > 2, pieces
+    # Cut by max_tokens inside its arguments: the call begun, its arguments so far, finish "length".
+    whole = calls[0].function.arguments
+    for max_tokens in range(6, 30):
+        cut = c.chat.completions.create(**{**args, "max_tokens": max_tokens}).choices[0]
+        if cut.finish_reason == "length" and cut.message.tool_calls and cut.message.tool_calls[0].function.arguments != whole:
+            break
+    else:
+        pytest.fail("no max_tokens cut the call inside its arguments")
+    so_far = cut.message.tool_calls[0].function.arguments
+    assert whole.startswith(so_far) and cut.message.content is None, cut
+    assert streamed_tool_reply(c, {**args, "max_tokens": max_tokens}) == ("", {0: ("get_weather", so_far)}, ["length"])
 
 
 def test_call_ids_are_nine_letters_and_digits_for_a_template_that_writes_calls_as_mistrals_do(fresh_server):

@@ -25,7 +25,8 @@ const char* kUsage =
     "                     [--spec-k-max-greedy K] [--draft-entropy NATS] [--draft-confidence P] [--draft-confidence-greedy P]\n"
     "                     [--max-tokens 512] [--served-model-name NAME] [--shutdown-timeout 10] [--max-connections 4096]\n"
     "                     [--scheduling-policy fcfs|priority] [--chat-template chatml|llama3|plain|FILE|TEXT]\n"
-    "                     [--tool-call-parser auto|generic|hermes|llama3_json|mistral] [--reasoning-parser auto|deepseek_r1|none]\n"
+    "                     [--tool-call-parser auto|generic|hermes|llama3_json|mistral] [--tool-call-grammar on|off]\n"
+    "                     [--reasoning-parser auto|deepseek_r1|none]\n"
     "                     [--api-key KEY] [--api-key-file FILE] [--allowed-origins ORIGIN,...|*]\n"
     "  Serves the model on one port: the chat page at /, the WebSocket protocol at /v1/ws, the\n"
     "  OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models, /health and /metrics\n"
@@ -51,6 +52,9 @@ const char* kUsage =
     "  template writes calls in, where it writes tools (`specula info`, \"tool calls\"), else\n"
     "  llama.cpp's generic JSON format; generic: that format always; hermes, llama3_json, mistral:\n"
     "  that syntax (the template must write tools). docs/protocol.md, \"Tools\".\n"
+    "  --tool-call-grammar: on (the default), a Hermes model's calls are held to the tools' schemas\n"
+    "  from each <tool_call> on (llama.cpp's lazy grammar; the text before it is free) and stream as\n"
+    "  they are written; off, they are read as written, as vLLM reads them.\n"
     "  --reasoning-parser: a chat reply's reasoning (<think> ... </think>) returned apart as\n"
     "  reasoning_content (vLLM's deepseek_r1 parser, llama.cpp's reasoning_format deepseek): auto (the\n"
     "  default) where the chat template writes </think>, deepseek_r1 always, none never.\n"
@@ -106,7 +110,7 @@ int cmd_serve(int argc, char** argv) {
                {"model", "draft", "host", "port", "max-batch", "kv-tokens", "kv-reserve", "max-queue", "threads", "ubatch-size", "device", "pipeline", "prefix-cache",
                 "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence", "draft-confidence-greedy", "max-tokens", "served-model-name",
                 "shutdown-timeout", "api-key", "api-key-file", "allowed-origins", "max-connections", "scheduling-policy", "chat-template",
-                "tool-call-parser", "reasoning-parser"},
+                "tool-call-parser", "tool-call-grammar", "reasoning-parser"},
                {"adaptive"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
   actors::EngineConfig ec;
@@ -125,6 +129,9 @@ int cmd_serve(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
+  const std::string tool_call_grammar = a.str("tool-call-grammar", "on");
+  if (tool_call_grammar != "on" && tool_call_grammar != "off")
+    throw UsageError("--tool-call-grammar must be on or off, got '" + tool_call_grammar + "'");
   const std::string reasoning = a.str("reasoning-parser", "auto");
   if (reasoning != "auto" && reasoning != "deepseek_r1" && reasoning != "none")
     throw UsageError("--reasoning-parser must be auto, deepseek_r1 or none, got '" + reasoning + "'");
@@ -197,6 +204,7 @@ int cmd_serve(int argc, char** argv) {
   // A constrained reply reasons first where the grammar can write </think> (a special token is no
   // grammar's text: then the grammar holds the whole reply, as before).
   sc.defaults.reasoning_grammar = sc.reasoning && !sc.reasoning_keeps_special_tokens;
+  sc.defaults.tool_call_grammar = tool_call_grammar == "on";
   if (sc.reasoning)
     std::fprintf(stderr, "specula serve: reasoning (<think> ... </think>) returned apart as reasoning_content%s\n",
                  reasoning == "auto" ? " (the chat template writes </think>)" : "");

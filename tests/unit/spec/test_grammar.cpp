@@ -457,10 +457,11 @@ TEST(GrammarAfterBlock, RenamingRootChangesItsDefinitionAndReferencesOnly) {
 // written from the definition: with the block opened, the text is accepted where its first
 // `close` is followed by a sentence of the grammar, and it may continue wherever it holds no
 // `close` yet or what follows its first one may continue the grammar; not opened, the text is a
-// sentence of the grammar, or at most 20 whitespace characters, `open` and such a block. The
+// sentence of the grammar, or at most 20 whitespace characters, `open` and such a block; lazy
+// (gbnf_lazy, `close` its trigger), as opened but a text without the trigger may end too. The
 // markers overlap themselves (Knuth-Morris-Pratt's fallbacks: "aab" after "aaa", "abab" after
 // "ababa") and hold characters of two bytes.
-TEST(GrammarAfterBlock, AcceptsExactlyTheBlocksTextWithoutItsEndThenTheGrammar) {
+TEST(GrammarAfterBlock, AcceptsExactlyTheBlocksTextWithoutItsEndThenTheGrammarAndLazilyTheTextBeforeATrigger) {
   const std::string inner = "root ::= \"x\" [a-z\\u00e9]*\n";
   auto inner_accepts = [](const std::string& t) { return std::regex_match(t, std::regex("x([a-z]|\xC3\xA9)*")); };
   auto inner_continues = [](const std::string& t) { return t.empty() || std::regex_match(t, std::regex("x([a-z]|\xC3\xA9)*")); };
@@ -471,6 +472,7 @@ TEST(GrammarAfterBlock, AcceptsExactlyTheBlocksTextWithoutItsEndThenTheGrammar) 
   for (const Markers& mk : {Markers{"<t>", "</t>"}, Markers{"b", "aab"}, Markers{"ab", "abab"}, Markers{"b" + e, e + "a" + e}}) {
     const auto opened = matcher(gbnf_after_block(inner, mk.open, mk.close, true));
     const auto closed = matcher(gbnf_after_block(inner, mk.open, mk.close, false));
+    const auto lazy = matcher(gbnf_lazy(inner, mk.close));  // (the closing marker as the trigger)
     auto opened_accepts = [&](const std::string& t) {
       const size_t at = t.find(mk.close);
       return at != std::string::npos && inner_accepts(t.substr(at + mk.close.size()));
@@ -512,6 +514,8 @@ TEST(GrammarAfterBlock, AcceptsExactlyTheBlocksTextWithoutItsEndThenTheGrammar) 
       ASSERT_EQ(accepts(*opened, t), opened_accepts(t)) << mk.close << " opened: '" << t << "'";
       ASSERT_EQ(continues(*opened, t), opened_continues(t)) << mk.close << " opened: '" << t << "'";
       ASSERT_EQ(accepts(*closed, t), closed_accepts(t)) << mk.close << " not opened: '" << t << "'";
+      ASSERT_EQ(accepts(*lazy, t), t.find(mk.close) == std::string::npos || opened_accepts(t)) << mk.close << " lazy: '" << t << "'";
+      ASSERT_EQ(continues(*lazy, t), opened_continues(t)) << mk.close << " lazy: '" << t << "'";
       accepted += opened_accepts(t);
       accepted_closed += closed_accepts(t) && !inner_accepts(t);
     }

@@ -278,11 +278,12 @@ TEST(ToolStreaming, TextBeforeACallsMarkerStreamsAndTheMarkerAndCallsAreHeldBack
 // before (calls only added, a listed call's name kept, arguments and content only growing, and
 // each a start of the whole reply's), and that only the whole reply is closed. Returns the whole
 // reply's reading.
-PartialToolReply read_growing(ToolJson shape, const std::string& reply, const std::string& name = "f") {
-  const PartialToolReply whole = read_tool_json(shape, reply, name);
+template <class Read>
+PartialToolReply read_growing_by(Read read, const std::string& reply) {
+  const PartialToolReply whole = read(std::string_view(reply));
   PartialToolReply before;
   for (size_t n = 0; n < reply.size(); ++n) {
-    const PartialToolReply now = read_tool_json(shape, std::string_view(reply).substr(0, n), name);
+    const PartialToolReply now = read(std::string_view(reply).substr(0, n));
     const std::string at = "after " + std::to_string(n) + " bytes of " + reply;
     EXPECT_GE(now.calls.size(), before.calls.size()) << at;
     EXPECT_LE(now.calls.size(), whole.calls.size()) << at;
@@ -303,6 +304,10 @@ PartialToolReply read_growing(ToolJson shape, const std::string& reply, const st
     before = now;
   }
   return whole;
+}
+
+PartialToolReply read_growing(ToolJson shape, const std::string& reply, const std::string& name = "f") {
+  return read_growing_by([&](std::string_view text) { return read_tool_json(shape, text, name); }, reply);
 }
 
 TEST(ToolJsonReading, TheGenericFormatsResponseIsItsStringDecodedAndGrowsAsItIsWritten) {
@@ -356,6 +361,30 @@ TEST(ToolJsonReading, CallsAreListedOnceTheirNamesCloseWithTheirArgumentsAsWritt
   ASSERT_EQ(w.calls.size(), 1u);
   EXPECT_EQ(w.calls[0].arguments, R"({"q": "caf\u00e9"})");  // as written: escapes kept
   EXPECT_FALSE(w.content);
+}
+
+TEST(ToolJsonReading, HermesBlocksCallsAreListedOnceTheirNamesCloseAndGrowAsTheyAreWritten) {
+  const std::string reply =
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Caf\u00e9 \\\"P\\\"\"}}\n</tool_call>\n"
+      "<tool_call>{\"arguments\" : {\"q\": [1, \"}\"]}, \"name\": \"search\"}</tool_call>\n";
+  const PartialToolReply r = read_growing_by(read_hermes_calls, reply);
+  EXPECT_TRUE(r.closed);
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, "{\"city\": \"Caf\u00e9 \\\"P\\\"\"}");  // as written
+  EXPECT_EQ(r.calls[1].name, "search");  // its arguments came before its name
+  EXPECT_EQ(r.calls[1].arguments, "{\"q\": [1, \"}\"]}");
+  EXPECT_FALSE(r.content);  // (the caller's: the text before the first block)
+  // Part way: cut inside the first call's arguments, then before the second block's name closes.
+  const PartialToolReply part = read_hermes_calls(reply.substr(0, reply.find("Caf")));
+  ASSERT_EQ(part.calls.size(), 1u);
+  EXPECT_EQ(part.calls[0].arguments, "{\"city\": \"");
+  EXPECT_FALSE(part.closed);
+  const PartialToolReply one = read_hermes_calls(reply.substr(0, reply.find("\"search")));
+  EXPECT_EQ(one.calls.size(), 1u);
+  EXPECT_FALSE(one.closed);  // the second block is open
+  EXPECT_TRUE(read_hermes_calls(reply.substr(0, reply.find("<tool_call>") + 11)).calls.empty());
+  EXPECT_FALSE(read_hermes_calls("Just text.").closed);
 }
 
 TEST(ToolJsonReading, ANamedFunctionsReplyIsItsArgumentsFromTheFirstByte) {
