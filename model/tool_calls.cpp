@@ -409,16 +409,18 @@ PartialToolReply read_hermes_calls(std::string_view text) {
   constexpr std::string_view close = "</tool_call>";
   PartialToolReply out;
   out.closed = true;
-  for (size_t at = text.find(kHermesOpen); at != std::string_view::npos; at = text.find(kHermesOpen, at)) {
-    const size_t body = at + kHermesOpen.size();
-    const size_t end = text.find(close, body);
-    std::string_view block = text.substr(body, end == std::string_view::npos ? std::string_view::npos : end - body);
-    block.remove_prefix(std::min(block.size(), block.find_first_not_of(kSpace)));
-    PartialToolReply call = read_tool_json(ToolJson::Call, block);
-    out.closed = out.closed && end != std::string_view::npos && call.closed;
-    for (PartialCall& c : call.calls) out.calls.push_back(std::move(c));
-    if (end == std::string_view::npos) break;
-    at = end + close.size();
+  for (size_t at = text.find(kHermesOpen); at != std::string_view::npos;) {
+    // The block's object ends where the JSON reader says (a "</tool_call>" inside one of its
+    // strings is text), then whitespace and the closing tag.
+    JsonPrefix p(text.substr(at + kHermesOpen.size()));
+    const Step s = call_object(p, "arguments", out.calls);
+    const size_t after = at + kHermesOpen.size() + p.pos();
+    const size_t end = s == Step::Done ? text.find(close, after) : std::string_view::npos;
+    if (end == std::string_view::npos) {
+      out.closed = false;
+      break;
+    }
+    at = text.find(kHermesOpen, end + close.size());
   }
   out.closed = out.closed && !out.calls.empty();
   return out;

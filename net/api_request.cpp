@@ -425,25 +425,27 @@ void render_options_into(const json& body, std::string_view raw, actors::EngineR
 }
 
 // A Hermes model's calls held to the tools' schemas once it writes <tool_call> (llama.cpp's lazy
-// grammar; the text before it free): the grammar, or "" where it cannot be held (a marker is a
-// special token, which no grammar writes; a tool's parameters use what JSON Schema's grammar
-// cannot keep: then the calls are read unconstrained, as vLLM reads them).
+// grammar; the text before it free): the grammar, or "" where it cannot be held, and the calls
+// are read unconstrained, as vLLM reads them: a marker is a special token (no grammar writes
+// one; nor would the model's special <think> and </think> be written in the free text), or the
+// tools' parameters use what JSON Schema's grammar cannot keep, or the grammar is past its limits.
 std::string gbnf_of_held_hermes_calls(const ToolCalls& tools, const actors::Engine& engine) {
   const Tokenizer* tok = engine.model().tokenizer.get();
   if (!tok) return {};
-  for (const char* marker : {"<tool_call>", "</tool_call>"})
+  for (const char* marker : {"<tool_call>", "</tool_call>", "<think>", "</think>"})
     if (const std::vector<int32_t> ids = tok->encode(marker); ids.size() == 1 && tok->is_special(ids[0])) return {};
-  std::string call;
   try {
-    call = gbnf_of_json_schema(tools.schema);
+    const std::string call = gbnf_of_json_schema(tools.schema);
+    const std::string name = gbnf_fresh_prefix(call, "hermes") + "-call";
+    std::string calls = gbnf_with_root_renamed(call, name) + "\nroot ::= " + name + " \"</tool_call>\"";
+    if (tools.parallel) calls += " ( [ \\t\\n\\r]{0,20} \"<tool_call>\" " + name + " \"</tool_call>\" )*";
+    calls += " [ \\t\\n\\r]{0,20}\n";
+    std::string gbnf = gbnf_lazy(calls, "<tool_call>");
+    (void)engine.grammar(gbnf);  // compiled (and kept) here, so that one past the limits is not held
+    return gbnf;
   } catch (const std::invalid_argument&) {
     return {};
   }
-  const std::string name = gbnf_fresh_prefix(call, "hermes") + "-call";
-  std::string calls = gbnf_with_root_renamed(call, name) + "\nroot ::= " + name + " \"</tool_call>\"";
-  if (tools.parallel) calls += " ( [ \\t\\n\\r]{0,20} \"<tool_call>\" " + name + " \"</tool_call>\" )*";
-  calls += " [ \\t\\n\\r]{0,20}\n";
-  return gbnf_lazy(calls, "<tool_call>");
 }
 
 // A chat request's tools, as its prompt shows them: handed to the template (r.tools), or for the
@@ -797,6 +799,11 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
   // becomes the grammar of any object for it. The prompt is tokenized here to see whether it
   // opens the block, and the ids kept as the prompt.
   if (kind == PromptKind::Chat && defaults.reasoning_grammar && (!gbnf.empty() || r.sampling.json_object)) {
+    try {  // the request's own grammar's faults named as its own, before it is wrapped
+      if (!gbnf.empty()) (void)Grammar::parse(gbnf);
+    } catch (const std::invalid_argument& e) {
+      bad(constraint, e.what());
+    }
     if (r.sampling.json_object) {
       gbnf = gbnf_of_json_schema(nlohmann::ordered_json{{"type", "object"}});
       r.sampling.json_object = nullptr;

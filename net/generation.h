@@ -115,7 +115,8 @@ class Generation {
     bool tool_held = false;  // Hermes' calls held to the tools' schemas (ToolCalls::held): streamed as written
     bool tool_nine_character_ids = false;
     // A chat reply's reasoning read apart (ServerConfig::reasoning, for a reply no constraint
-    // holds); `reasoning_open`: the prompt opened it; `include_reasoning` false: it is left out.
+    // holds or whose grammar starts after the reasoning: ParsedRequest::reasoning_constrained);
+    // `reasoning_open`: the prompt opened it; `include_reasoning` false: it is left out.
     bool reasoning = false;
     bool reasoning_open = false;
     bool include_reasoning = true;

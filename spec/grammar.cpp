@@ -2,9 +2,9 @@
 #include "spec/grammar.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <map>
-#include <cstdio>
 #include <stdexcept>
 
 #include "model/tokenizer.h"

@@ -1673,6 +1673,10 @@ def test_a_constrained_reply_reasons_first_and_its_grammar_starts_after_think(fr
         if r.choices[0].finish_reason == "stop" or fmt["type"] == "json_schema":  # (JSON mode's object may run past max_tokens)
             answer = json.loads(m.content)
             assert isinstance(answer, dict) and (fmt["type"] == "json_object" or answer["sky"] in ("blue", "grey")), m
+    # A grammar's own fault is named as before, not in the rules wrapped around it.
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="any", messages=ask, max_tokens=4, extra_body={"grammar": 'start ::= "a"\n'})
+    assert "no rule named 'root'" in str(e.value) and "block" not in str(e.value), e.value
     # The prompt closes the block itself: the reply may open one of its own (this model does, its
     # prompt ending "<think>\n\n</think>\n\n") or answer at once; either way the split is
     # the completion's under the grammar written here for a reply that starts outside the block.

@@ -366,14 +366,14 @@ TEST(ToolJsonReading, CallsAreListedOnceTheirNamesCloseWithTheirArgumentsAsWritt
 TEST(ToolJsonReading, HermesBlocksCallsAreListedOnceTheirNamesCloseAndGrowAsTheyAreWritten) {
   const std::string reply =
       "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Caf\u00e9 \\\"P\\\"\"}}\n</tool_call>\n"
-      "<tool_call>{\"arguments\" : {\"q\": [1, \"}\"]}, \"name\": \"search\"}</tool_call>\n";
+      "<tool_call>{\"arguments\" : {\"q\": [1, \"}</tool_call>\"]}, \"name\": \"search\"}</tool_call>\n";
   const PartialToolReply r = read_growing_by(read_hermes_calls, reply);
   EXPECT_TRUE(r.closed);
   ASSERT_EQ(r.calls.size(), 2u);
   EXPECT_EQ(r.calls[0].name, "get_weather");
   EXPECT_EQ(r.calls[0].arguments, "{\"city\": \"Caf\u00e9 \\\"P\\\"\"}");  // as written
   EXPECT_EQ(r.calls[1].name, "search");  // its arguments came before its name
-  EXPECT_EQ(r.calls[1].arguments, "{\"q\": [1, \"}\"]}");
+  EXPECT_EQ(r.calls[1].arguments, "{\"q\": [1, \"}</tool_call>\"]}");  // the tag inside a string is text
   EXPECT_FALSE(r.content);  // (the caller's: the text before the first block)
   // Part way: cut inside the first call's arguments, then before the second block's name closes.
   const PartialToolReply part = read_hermes_calls(reply.substr(0, reply.find("Caf")));
