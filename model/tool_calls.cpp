@@ -426,6 +426,25 @@ PartialToolReply read_hermes_calls(std::string_view text) {
   return out;
 }
 
+PartialToolReply read_llama3_calls(std::string_view text) {
+  PartialToolReply out;
+  JsonPrefix p(text);
+  if (p.next() != '{') return out;  // text, or not yet anything
+  for (;;) {
+    if (call_object(p, "parameters", out.calls) != Step::Done) return out;
+    if (p.at_end()) break;  // (whole so far: closed, unless more follows)
+    if (p.expect(';') != Step::Done || p.next() != '{') return out;
+  }
+  out.closed = !out.calls.empty();
+  return out;
+}
+
+PartialToolReply read_held_calls(ToolSyntax syntax, std::string_view text) {
+  return syntax == ToolSyntax::Hermes ? read_hermes_calls(text)
+         : syntax == ToolSyntax::Llama3Json ? read_llama3_calls(text)
+                                            : PartialToolReply{};
+}
+
 size_t before_marker(std::string_view text, std::string_view marker) {
   if (const size_t at = text.find(marker); at != std::string_view::npos) return at;
   for (size_t k = std::min(marker.size() - 1, text.size()); k > 0; --k)

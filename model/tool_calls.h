@@ -71,4 +71,12 @@ PartialToolReply read_tool_json(ToolJson shape, std::string_view text, std::stri
 // The content (the text before the first block) is the caller's; `content` is left empty.
 PartialToolReply read_hermes_calls(std::string_view text);
 
+// The same for a Llama 3 reply held to its tools' schemas (calls open the reply): its
+// {"name", "parameters"} objects separated by ';', each once its name has closed; `closed`: there
+// are calls and the last has closed. A reply that does not open with '{' has none.
+PartialToolReply read_llama3_calls(std::string_view text);
+
+// read_hermes_calls or read_llama3_calls, by `syntax` (none for another).
+PartialToolReply read_held_calls(ToolSyntax syntax, std::string_view text);
+
 }  // namespace specula

@@ -279,8 +279,8 @@ ToolCalls parse_tools(const json& body, std::string_view raw, const ChatTemplate
   if (mode == "auto" && chat.reads_own_tool_calls()) {
     out.mode = ToolCalls::Mode::Auto;  // the model's own format
     out.syntax = chat.tool_syntax();
-    if (out.syntax == ToolSyntax::Hermes) {  // its calls, {"name", "arguments"} after <tool_call>, may be held
-      one_call("arguments");
+    if (out.syntax == ToolSyntax::Hermes || out.syntax == ToolSyntax::Llama3Json) {  // its calls may be held
+      one_call(out.syntax == ToolSyntax::Hermes ? "arguments" : "parameters");
       out.schema = {{"anyOf", std::move(any)}, {"$defs", std::move(defs)}};
     }
     return out;
@@ -424,23 +424,33 @@ void render_options_into(const json& body, std::string_view raw, actors::EngineR
   }
 }
 
-// A Hermes model's calls held to the tools' schemas once it writes <tool_call> (llama.cpp's lazy
-// grammar; the text before it free): the grammar, or "" where it cannot be held, and the calls
-// are read unconstrained, as vLLM reads them: a marker is a special token (no grammar writes
-// one; nor would the model's special <think> and </think> be written in the free text), or the
-// tools' parameters use what JSON Schema's grammar cannot keep, or the grammar is past its limits.
-std::string gbnf_of_held_hermes_calls(const ToolCalls& tools, const actors::Engine& engine) {
+// A model's calls in its own syntax held to the tools' schemas, as llama.cpp holds them with its
+// lazy grammar: Hermes' from <tool_call> on (the text before it free), Llama 3's where the reply
+// opens with '{' (a reply that does not is free text). The grammar, or "" where the calls cannot
+// be held and are read unconstrained, as vLLM reads them: another syntax (Mistral's
+// [TOOL_CALLS] is a special token), a marker that is a special token (no grammar writes one; nor
+// would the model's special <think> and </think> be written in the free text), tools' parameters
+// that JSON Schema's grammar cannot keep, or a grammar past its limits.
+std::string gbnf_of_held_calls(const ToolCalls& tools, const actors::Engine& engine) {
   const Tokenizer* tok = engine.model().tokenizer.get();
-  if (!tok) return {};
+  if (!tok || (tools.syntax != ToolSyntax::Hermes && tools.syntax != ToolSyntax::Llama3Json)) return {};
   for (const char* marker : {"<tool_call>", "</tool_call>", "<think>", "</think>"})
     if (const std::vector<int32_t> ids = tok->encode(marker); ids.size() == 1 && tok->is_special(ids[0])) return {};
+  constexpr const char* kSpace = "[ \\t\\n\\r]{0,20}";
   try {
     const std::string call = gbnf_of_json_schema(tools.schema);
-    const std::string name = gbnf_fresh_prefix(call, "hermes") + "-call";
-    std::string calls = gbnf_with_root_renamed(call, name) + "\nroot ::= " + name + " \"</tool_call>\"";
-    if (tools.parallel) calls += " ( [ \\t\\n\\r]{0,20} \"<tool_call>\" " + name + " \"</tool_call>\" )*";
-    calls += " [ \\t\\n\\r]{0,20}\n";
-    std::string gbnf = gbnf_lazy(calls, "<tool_call>");
+    const std::string prefix = gbnf_fresh_prefix(call, "held");
+    const std::string name = prefix + "-call";
+    std::string gbnf = gbnf_with_root_renamed(call, name) + "\n";
+    if (tools.syntax == ToolSyntax::Hermes) {
+      gbnf += "root ::= " + name + " \"</tool_call>\"";
+      if (tools.parallel) gbnf += std::string(" ( ") + kSpace + " \"<tool_call>\" " + name + " \"</tool_call>\" )*";
+      gbnf = gbnf_lazy(gbnf + " " + kSpace + "\n", "<tool_call>");
+    } else {  // (a call's own grammar starts and ends with whitespace)
+      gbnf += "root ::= " + std::string(kSpace) + " ( " + name + (tools.parallel ? " ( \";\" " + name + " )*" : std::string()) +
+              " | " + prefix + "-text )\n" + prefix + "-text ::= [^{ \\t\\n\\r] " + prefix + "-rest | \"\"\n" + prefix +
+              "-rest ::= . " + prefix + "-rest | \"\"\n";
+    }
     (void)engine.grammar(gbnf);  // compiled (and kept) here, so that one past the limits is not held
     return gbnf;
   } catch (const std::invalid_argument&) {
@@ -788,8 +798,8 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
       } catch (const std::invalid_argument& e) {
         bad("tools", std::string("tools: ") + e.what());
       }
-      if (out.tools.syntax == ToolSyntax::Hermes && defaults.tool_call_grammar) {
-        gbnf = gbnf_of_held_hermes_calls(out.tools, engine);
+      if (out.tools.mode == ToolCalls::Mode::Auto && out.tools.syntax != ToolSyntax::Generic && defaults.tool_call_grammar) {
+        gbnf = gbnf_of_held_calls(out.tools, engine);
         out.tools.held = !gbnf.empty();
       }
     }

@@ -37,8 +37,8 @@ struct RequestDefaults {
   // Chat replies' reasoning is read apart (ServerConfig::reasoning) and its markers are text in
   // the vocabulary: a constrained reply may reason first, its grammar starting after </think>.
   bool reasoning_grammar = false;
-  // A Hermes model's calls ("auto" in its own syntax) are held to the tools' schemas after
-  // <tool_call>, as llama.cpp holds them (serve --tool-call-grammar; off: read as written, as vLLM).
+  // "auto"'s calls in a model's own syntax (Hermes', Llama 3's) are held to the tools' schemas, as
+  // llama.cpp holds them (serve --tool-call-grammar; off: read as written, as vLLM reads them).
   bool tool_call_grammar = true;
 };
 
@@ -59,8 +59,8 @@ struct ToolCalls {
   // Auto in the model's own format (its chat template writes tools and calls in a syntax
   // model/tool_calls.h reads): the reply parsed. Generic: held to `schema`.
   ToolSyntax syntax = ToolSyntax::Generic;
-  // Auto in Hermes' syntax: `schema` is one call's, and with `held` the reply is held to it after
-  // each <tool_call> (RequestDefaults::tool_call_grammar), its calls streamed as they are written.
+  // Auto in Hermes' or Llama 3's syntax: `schema` is one call's, and with `held` the reply's calls
+  // are held to it (RequestDefaults::tool_call_grammar) and streamed as they are written.
   bool held = false;
   // The tools as the request wrote them, for a chat template that writes tools (null otherwise).
   std::shared_ptr<const nlohmann::ordered_json> template_tools;

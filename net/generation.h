@@ -112,7 +112,7 @@ class Generation {
     ToolSyntax tool_syntax = ToolSyntax::Generic;  // "auto" in the model's own format: the reply parsed
     std::vector<std::string> tool_names{};
     bool tool_parallel = true;
-    bool tool_held = false;  // Hermes' calls held to the tools' schemas (ToolCalls::held): streamed as written
+    bool tool_held = false;  // calls held to the tools' schemas (ToolCalls::held): streamed as written
     bool tool_nine_character_ids = false;
     // A chat reply's reasoning read apart (ServerConfig::reasoning, for a reply no constraint
     // holds or whose grammar starts after the reasoning: ParsedRequest::reasoning_constrained);

@@ -291,13 +291,14 @@ ReplyMessage tool_message(const Generation::Admitted& a, const std::string& text
   };
   auto text_only = [&](std::string content) { return ReplyMessage{{{"role", "assistant"}, {"content", std::move(content)}}}; };
   if (a.tool_mode == ToolCalls::Mode::Auto && a.tool_held) {
-    // Hermes' calls held to the tools' schemas: each as far as it is written, the text before the
-    // first block the content (none where it is only whitespace); no call begun, the text alone.
-    PartialToolReply reply = read_hermes_calls(text);
+    // Calls held to the tools' schemas: each as far as it is written, the text before the first
+    // the content (none where it is only whitespace); no call begun, the text alone.
+    PartialToolReply reply = read_held_calls(a.tool_syntax, text);
     if (reply.calls.empty()) return text_only(final ? text : text.substr(0, tool_reply_streamable(a.tool_syntax, text)));
     if (!a.tool_parallel) reply.calls.resize(1);  // (the grammar holds it to one)
     for (PartialCall& c : reply.calls) call(c.name, std::move(c.arguments));
-    const std::string_view before = std::string_view(text).substr(0, text.find("<tool_call>"));
+    // (Llama 3's calls open the reply: no content)
+    const std::string_view before = std::string_view(text).substr(0, a.tool_syntax == ToolSyntax::Hermes ? text.find("<tool_call>") : 0);
     const bool blank = before.find_first_not_of(" \t\n\r") == std::string_view::npos;
     return with_calls(blank ? json() : json(before), reply.closed);
   }

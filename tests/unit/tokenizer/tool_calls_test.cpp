@@ -387,6 +387,24 @@ TEST(ToolJsonReading, HermesBlocksCallsAreListedOnceTheirNamesCloseAndGrowAsThey
   EXPECT_FALSE(read_hermes_calls("Just text.").closed);
 }
 
+TEST(ToolJsonReading, Llama3CallsOpenTheReplyAndGrowAsTheyAreWritten) {
+  const std::string reply =
+      " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris; {x}\"}} ;\n{\"parameters\": {}, \"name\": \"search\"} ";
+  const PartialToolReply r = read_growing_by(read_llama3_calls, reply);
+  EXPECT_TRUE(r.closed);
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, "{\"city\": \"Paris; {x}\"}");
+  EXPECT_EQ(r.calls[1].name, "search");
+  EXPECT_EQ(r.calls[1].arguments, "{}");
+  const PartialToolReply one = read_llama3_calls(reply.substr(0, reply.find(" ;") + 2));
+  EXPECT_EQ(one.calls.size(), 1u);
+  EXPECT_FALSE(one.closed);  // another call follows the ';'
+  EXPECT_TRUE(read_llama3_calls(reply.substr(0, reply.find(" ;"))).closed);
+  EXPECT_TRUE(read_llama3_calls("Sure: {\"name\": \"search\", \"parameters\": {}}").calls.empty());  // text
+  EXPECT_TRUE(read_held_calls(ToolSyntax::Mistral, "[TOOL_CALLS] [{\"name\": \"search\", \"arguments\": {}}]").calls.empty());
+}
+
 TEST(ToolJsonReading, ANamedFunctionsReplyIsItsArgumentsFromTheFirstByte) {
   const std::string reply = "\n{\"city\": \"Rome\", \"unit\": \"celsius\"}";
   const PartialToolReply r = read_growing(ToolJson::Arguments, reply, "get_weather");
