@@ -730,13 +730,42 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
       bad(name, e.what());
     }
   };
+  auto json_mode = [&](const std::string& name) {
+    r.sampling.json_object = engine.json_vocabulary();
+    if (!r.sampling.json_object) bad(name, "JSON mode needs the model's tokenizer");
+  };
+  // vLLM's choice, regex and grammar, as the field `name` (or structured_outputs' member) gives them.
+  auto from_choices = [&](const json& v, const std::string& name) {
+    std::vector<std::string> choices;
+    if (!v.is_array()) bad(name, name + " must be an array of strings");
+    for (const json& c : v) {
+      if (!c.is_string()) bad(name, name + " must be an array of strings");
+      choices.push_back(c.get<std::string>());
+    }
+    try {
+      gbnf = gbnf_of_choices(choices);
+    } catch (const std::invalid_argument& e) {
+      bad(name, e.what());
+    }
+  };
+  auto from_regex = [&](const json& v, const std::string& name) {
+    if (!v.is_string()) bad(name, name + " must be a string");
+    try {
+      gbnf = gbnf_of_regex(v.get<std::string>());
+    } catch (const std::invalid_argument& e) {
+      bad(name, e.what());
+    }
+  };
+  auto from_grammar = [&](const json& v, const std::string& name) {
+    if (!v.is_string()) bad(name, name + " must be a string of GBNF");
+    gbnf = v.get<std::string>();
+  };
   if (const json* v = field(body, "response_format")) {
     const json* type = v->is_object() ? field(*v, "type") : nullptr;
     const std::string t = !v->is_object() ? "" : !type ? "text" : type->is_string() ? type->get<std::string>() : "";
     if (t == "json_object") {
       constrain("response_format");
-      r.sampling.json_object = engine.json_vocabulary();
-      if (!r.sampling.json_object) bad("response_format", "JSON mode needs the model's tokenizer");
+      json_mode("response_format");
     } else if (t == "json_schema") {
       constrain("response_format");
       const json* js = field(*v, "json_schema");
@@ -755,33 +784,51 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     }
   if (const json* v = field(body, "guided_choice"); v && !v->is_null()) {
     constrain("guided_choice");
-    std::vector<std::string> choices;
-    if (!v->is_array()) bad("guided_choice", "guided_choice must be an array of strings");
-    for (const json& c : *v) {
-      if (!c.is_string()) bad("guided_choice", "guided_choice must be an array of strings");
-      choices.push_back(c.get<std::string>());
-    }
-    try {
-      gbnf = gbnf_of_choices(choices);
-    } catch (const std::invalid_argument& e) {
-      bad("guided_choice", e.what());
-    }
+    from_choices(*v, "guided_choice");
   }
   if (const json* v = field(body, "guided_regex"); v && !v->is_null()) {
     constrain("guided_regex");
-    if (!v->is_string()) bad("guided_regex", "guided_regex must be a string");
-    try {
-      gbnf = gbnf_of_regex(v->get<std::string>());
-    } catch (const std::invalid_argument& e) {
-      bad("guided_regex", e.what());
-    }
+    from_regex(*v, "guided_regex");
   }
   for (const char* name : {"guided_grammar", "grammar"})
     if (const json* v = field(body, name); v && !v->is_null()) {
       constrain(name);
-      if (!v->is_string()) bad(name, std::string(name) + " must be a string of GBNF");
-      gbnf = v->get<std::string>();
+      from_grammar(*v, name);
     }
+  // vLLM's structured_outputs (since its v0.12 the only spelling: the guided_* fields above were
+  // removed there): exactly one of json, regex, choice, grammar and json_object. What it cannot
+  // keep is refused, naming it, rather than ignored.
+  if (const json* v = field(body, "structured_outputs"); v && !v->is_null()) {
+    const std::string so = "structured_outputs";
+    constexpr const char* kKinds = "json, regex, choice, grammar or json_object";
+    if (!v->is_object()) bad(so, so + " must be an object with one of " + kKinds + ", got " + shown(*v));
+    constrain(so);
+    if (const json* t = field(*v, "structural_tag"); t && !t->is_null())
+      bad(so, "structured_outputs.structural_tag is not supported (use json, regex, choice or grammar)");
+    if (const json* w = field(*v, "whitespace_pattern"); w && !w->is_null())
+      bad(so, "structured_outputs.whitespace_pattern is not supported (JSON holds at most 20 whitespace bytes between tokens)");
+    if (const json* w = field(*v, "disable_any_whitespace"); w && !w->is_null() && !(w->is_boolean() && !w->get<bool>()))
+      bad(so, "structured_outputs.disable_any_whitespace is not supported (JSON holds at most 20 whitespace bytes between tokens)");
+    std::vector<std::string> given;
+    for (const char* k : {"json", "regex", "choice", "grammar"})
+      if (const json* m = field(*v, k); m && !m->is_null()) given.push_back(k);
+    const json* object = field(*v, "json_object");
+    if (object && !object->is_null() && !object->is_boolean())
+      bad(so, "structured_outputs.json_object must be true or false, got " + shown(*object));
+    if (object && object->is_boolean() && object->get<bool>()) given.push_back("json_object");
+    if (given.size() != 1) {
+      std::string named;
+      for (const std::string& g : given) named += (named.empty() ? "" : " and ") + g;
+      bad(so, so + " needs exactly one of " + kKinds + ", got " + (given.empty() ? "none" : named));
+    }
+    const std::string& k = given.front();
+    const std::string name = so + "." + k;
+    if (k == "json") from_schema(*field(*v, "json"), {so, "json"}, name);
+    if (k == "regex") from_regex(*field(*v, "regex"), name);
+    if (k == "choice") from_choices(*field(*v, "choice"), name);
+    if (k == "grammar") from_grammar(*field(*v, "grammar"), name);
+    if (k == "json_object") json_mode(so);
+  }
   if (kind == PromptKind::Chat) {
     if (const json* v = field(body, "include_reasoning"); v && !v->is_null()) {  // vLLM's
       if (!v->is_boolean()) bad("include_reasoning", "include_reasoning must be true or false, got " + shown(*v));

@@ -20,8 +20,8 @@ double ms_between(Generation::Clock::time_point a, Generation::Clock::time_point
 
 // A request with one of these is parsed on the preparation thread: compiling a grammar or a JSON
 // schema into its matcher can take a few hundred milliseconds within the grammar limits.
-constexpr const char* kConstraintFields[] = {"response_format", "guided_json",    "json_schema", "guided_choice",
-                                             "guided_regex",    "guided_grammar", "grammar",     "tool_choice",   "tools"};
+constexpr const char* kConstraintFields[] = {"response_format", "guided_json", "json_schema", "guided_choice", "guided_regex",
+                                             "guided_grammar",  "grammar",     "tool_choice", "tools",         "structured_outputs"};
 
 // What the template is handed to render, in bytes; tools handed to it count as large (their
 // JSON is written out by the template, which the I/O thread should not wait for).

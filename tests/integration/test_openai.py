@@ -665,6 +665,27 @@ def test_guided_choice_a_regex_and_a_gbnf_grammar_constrain_the_answer(client, m
     assert r.choices[0].finish_reason == "stop"
 
 
+def test_vllms_structured_outputs_constrain_as_the_fields_it_replaced(client, model_id):
+    """vLLM's structured_outputs (its only spelling since v0.12, which removed guided_*): json,
+    regex, choice, grammar and json_object give the reply their older fields give, greedy, on both
+    routes."""
+    ask = [{"role": "user", "content": "Describe a cat in JSON."}]
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name", "age"]}
+    pairs = [({"json": schema}, {"guided_json": schema}), ({"regex": r"[A-Z][a-z]{2,8}"}, {"guided_regex": r"[A-Z][a-z]{2,8}"}),
+             ({"choice": ["cat", "dog"]}, {"guided_choice": ["cat", "dog"]}),
+             ({"grammar": 'root ::= "A " [a-z]+ "."\n'}, {"grammar": 'root ::= "A " [a-z]+ "."\n'}),
+             ({"json_object": True}, {"response_format": {"type": "json_object"}})]
+    for new, old in pairs:
+        replies = [client.chat.completions.create(model=model_id, messages=ask, max_tokens=40, temperature=0,
+                                                  extra_body=extra).choices[0] for extra in ({"structured_outputs": new}, old)]
+        assert (replies[0].message.content, replies[0].finish_reason) == (replies[1].message.content, replies[1].finish_reason), (new, replies)
+        if "json" in new:
+            jsonschema.validate(json.loads(replies[0].message.content), schema)
+    r = client.completions.create(model=model_id, prompt="My pet is a", max_tokens=4, temperature=0,
+                                  extra_body={"structured_outputs": {"choice": [" cat", " dog"]}})
+    assert r.choices[0].text in (" cat", " dog"), r.choices[0]
+
+
 def test_with_ignore_eos_a_grammars_end_still_ends_the_reply(client, model_id):
     """vLLM's ignore_eos takes the end tokens away, but a grammar that has ended lets nothing else
     follow: the reply is the grammar's sentence, finish_reason stop (before, the rows after the end
@@ -717,6 +738,21 @@ def test_a_grammar_past_the_matchers_limits_ends_the_request_with_a_400_and_the_
     ({"grammar": "root ::= " + "(" * 100000 + '"a"' + ")" * 100000 + "\n"}, "grammar", "groups nested deeper than 256 levels"),
     ({"guided_regex": "(" * 100000 + "a" + ")" * 100000}, "guided_regex", "groups nested deeper than 256 levels"),
     ({"guided_json": '{"items":' * 50000 + "{}" + "}" * 50000}, "guided_json", "the schema nests deeper than 128 levels"),
+    # vLLM's structured_outputs: one kind of constraint, and what it cannot keep refused by name.
+    ({"structured_outputs": {}}, "structured_outputs", "needs exactly one of json, regex, choice, grammar or json_object, got none"),
+    ({"structured_outputs": {"json_object": False}}, "structured_outputs", "got none"),
+    ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "structured_outputs", "got regex and choice"),
+    ({"structured_outputs": ["a"]}, "structured_outputs", "must be an object"),
+    ({"structured_outputs": {"structural_tag": "{}"}}, "structured_outputs", "structural_tag is not supported"),
+    ({"structured_outputs": {"regex": "a", "whitespace_pattern": " *"}}, "structured_outputs", "whitespace_pattern is not supported"),
+    ({"structured_outputs": {"json_object": True, "disable_any_whitespace": True}}, "structured_outputs",
+     "disable_any_whitespace is not supported"),
+    ({"structured_outputs": {"json_object": "yes"}}, "structured_outputs", "json_object must be true or false"),
+    ({"structured_outputs": {"choice": "yes"}}, "structured_outputs.choice", "must be an array of strings"),
+    ({"structured_outputs": {"regex": "(a)\\1"}}, "structured_outputs.regex", "regex: '\\1' is not supported at byte 4"),
+    ({"structured_outputs": {"json": {"type": "array", "uniqueItems": True}}}, "structured_outputs.json", "uniqueItems is not supported"),
+    ({"structured_outputs": {"grammar": "root ::= item\n"}}, "structured_outputs", "rule 'item' is used but not defined"),
+    ({"structured_outputs": {"choice": ["a"]}, "guided_regex": "a"}, "structured_outputs", "cannot both"),
 ])
 def test_a_constraint_the_server_cannot_keep_is_a_400_naming_the_field_and_the_fault(server, extra, param, words):
     r = httpx.post(server.url + "/v1/chat/completions", timeout=30,
