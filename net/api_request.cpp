@@ -422,6 +422,22 @@ void render_options_into(const json& body, std::string_view raw, actors::EngineR
           in_order ? std::move(written["chat_template_kwargs"]) : nlohmann::ordered_json::parse(v->dump()));
     }
   }
+  // vLLM's documents, for a template that writes them (retrieval templates: Command R's, Granite's):
+  // the template's `documents` variable, unless chat_template_kwargs sets one (as vLLM's merge).
+  if (const json* d = field(body, "documents"); d && !d->is_null()) {
+    auto refuse = [&] { bad("documents", "documents must be an array of objects whose values are strings, got " + shown(*d)); };
+    if (!d->is_array()) refuse();
+    for (const json& doc : *d) {
+      if (!doc.is_object()) refuse();
+      for (const auto& [key, value] : doc.items())
+        if (!value.is_string()) refuse();
+    }
+    nlohmann::ordered_json vars = nlohmann::ordered_json::object();
+    vars["documents"] = nlohmann::ordered_json::parse(d->dump());
+    if (r.template_variables)
+      for (const auto& [key, value] : r.template_variables->items()) vars[key] = value;
+    r.template_variables = std::make_shared<const nlohmann::ordered_json>(std::move(vars));
+  }
 }
 
 // A model's calls in its own syntax held to the tools' schemas, as llama.cpp holds them with its
@@ -945,7 +961,12 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
         if (!u->is_boolean()) bad("stream_options.include_usage", "stream_options.include_usage must be true or false");
         out.include_usage = u->get<bool>();
       }
+      if (const json* u = field(*v, "continuous_usage_stats"); u && !u->is_null()) {  // vLLM's: usage in every chunk
+        if (!u->is_boolean()) bad("stream_options.continuous_usage_stats", "stream_options.continuous_usage_stats must be true or false");
+        out.continuous_usage = u->get<bool>();
+      }
     }
+    out.continuous_usage = out.continuous_usage && out.include_usage;  // (vLLM's: with include_usage only)
     if (out.stream && out.prompt_logprobs >= 0)
       bad("prompt_logprobs", "prompt_logprobs is not available with stream: true (as in vLLM)");
   }

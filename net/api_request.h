@@ -71,6 +71,7 @@ struct ParsedRequest {
   actors::EngineRequest request;   // messages, prompt text or token ids: the engine tokenizes
   bool stream = false;             // OpenAI: stream
   bool include_usage = false;      // OpenAI: stream_options.include_usage
+  bool continuous_usage = false;   // vLLM: stream_options.continuous_usage_stats (with include_usage): usage in every chunk
   int n = 1;                       // OpenAI: choices, each its own engine request (choice i: seed + i)
   bool echo = false;               // /v1/completions: the prompt before each choice's text (and tokens)
   // echo with max_tokens 0: the prompt alone. `request` runs one token, which is not shown.

@@ -195,6 +195,7 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
       requests.push_back(std::move(request));
     }
     Admitted out{{}, parsed.stream, parsed.include_usage, requests.front().logprobs >= 0};
+    out.continuous_usage = parsed.continuous_usage;
     out.choices_per_prompt = n;
     out.echo = std::move(echo);
     out.prompt_logprobs = parsed.prompt_logprobs;

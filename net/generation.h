@@ -112,6 +112,7 @@ class Generation {
     ToolSyntax tool_syntax = ToolSyntax::Generic;  // "auto" in the model's own format: the reply parsed
     std::vector<std::string> tool_names{};
     bool tool_parallel = true;
+    bool continuous_usage = false;  // vLLM: stream_options.continuous_usage_stats: usage so far in every chunk
     bool tool_held = false;  // calls held to the tools' schemas (ToolCalls::held): streamed as written
     bool tool_nine_character_ids = false;
     // A chat reply's reasoning read apart (ServerConfig::reasoning, for a reply no constraint

@@ -548,13 +548,21 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     auto [ec, bytes] = co_await asio::async_write(stream, http::make_chunk(asio::buffer(event)), kAwait);
     co_return !ec;
   };
-  auto with_usage = [&](json j) {
-    if (admitted.include_usage) j["usage"] = nullptr;
+  // include_usage: every chunk has "usage", null, but with vLLM's continuous_usage_stats choice
+  // i's counts so far (its prompt and the tokens generated until this chunk).
+  auto with_usage = [&](json j, std::size_t i) {
+    if (admitted.continuous_usage) {
+      const GenerationStats& s = choices[i]->stats();
+      const int64_t completion = admitted.prompt_only ? 0 : s.completion_tokens;
+      j["usage"] = {{"prompt_tokens", s.prompt_tokens}, {"completion_tokens", completion}, {"total_tokens", s.prompt_tokens + completion}};
+    } else if (admitted.include_usage) {
+      j["usage"] = nullptr;
+    }
     return j;
   };
   if (chat)
     for (std::size_t i = 0; i < n; ++i)
-      if (!co_await send_event(dump_json(with_usage(shape.chunk(i, "", nullptr, /*role=*/true))))) co_return false;
+      if (!co_await send_event(dump_json(with_usage(shape.chunk(i, "", nullptr, /*role=*/true), i)))) co_return false;
   auto channel = std::make_shared<ChoiceChannel>(stream.get_executor(), n);
   stop_watch.channel = channel;
   for (std::size_t i = 0; i < n; ++i) asio::co_spawn(stream.get_executor(), pump_choice(choices[i], i, channel), asio::detached);
@@ -586,7 +594,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     for (const TokenOut& t : u.tokens) logprobs[i].add(t);
     if (!u.text.empty() || logprobs[i].any() || !pieces.empty()) {
       json lp = want_logprobs && logprobs[i].any() ? logprobs[i].take() : json(nullptr);
-      json chunk = with_usage(shape.chunk(i, u.text, nullptr, false, std::move(lp)));
+      json chunk = with_usage(shape.chunk(i, u.text, nullptr, false, std::move(lp)), i);
       if (!pieces.empty()) {  // reasoning_content, tool_calls
         json& delta = chunk["choices"][0]["delta"];
         if (u.text.empty()) delta.erase("content");
@@ -600,7 +608,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       if (!co_await send_event(dump_json(openai_error(ApiError(u.request_fault ? "invalid_request" : "internal", u.error))))) co_return false;
       break;
     }
-    json last = with_usage(shape.chunk(i, "", finish_of(u, message)));
+    json last = with_usage(shape.chunk(i, "", finish_of(u, message)), i);
     last["choices"][0]["stop_reason"] = u.stop_reason;
     last["speculation"] = speculation_json(choices[i]->stats());
     if (!co_await send_event(dump_json(last))) co_return false;

@@ -54,6 +54,26 @@ def test_a_streamed_chat_completion_equals_the_unstreamed_one_and_reports_usage(
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
 
 
+def test_continuous_usage_stats_put_the_counts_so_far_in_every_chunk(client, model_id):
+    """vLLM's stream_options.continuous_usage_stats (with include_usage): every chunk's usage is the
+    choice's prompt and the tokens generated so far, growing to the final usage; without it, the
+    chunks' usage is null (OpenAI's)."""
+    args = dict(model=model_id, messages=[{"role": "user", "content": "Name three fruits."}], max_tokens=20, temperature=0,
+                stream=True)
+    chunks = list(client.chat.completions.create(**args, stream_options={"include_usage": True, "continuous_usage_stats": True}))
+    final = chunks[-1].usage
+    assert chunks[-1].choices == [] and final.completion_tokens > 0
+    counts = [c.usage.completion_tokens for c in chunks[:-1]]
+    assert all(c.usage.prompt_tokens == final.prompt_tokens and c.usage.total_tokens == final.prompt_tokens + c.usage.completion_tokens
+               for c in chunks[:-1])
+    assert counts[0] == 0 and counts == sorted(counts) and counts[-1] == final.completion_tokens and len(set(counts)) > 2, counts
+    plain = list(client.chat.completions.create(**args, stream_options={"include_usage": True}))
+    assert all(c.usage is None for c in plain[:-1]) and plain[-1].usage.completion_tokens == final.completion_tokens
+    alone = list(client.completions.create(model=model_id, prompt="Fruits:", max_tokens=5, temperature=0, stream=True,
+                                           stream_options={"continuous_usage_stats": True}))  # (needs include_usage)
+    assert all(c.usage is None for c in alone)
+
+
 def test_a_completion_continues_a_prompt_streamed_and_not(client, model_id):
     r = client.completions.create(model=model_id, prompt="The capital of France is", max_tokens=6, temperature=0,
                                   seed=3)
@@ -1749,6 +1769,30 @@ def test_a_constrained_reply_reasons_first_and_its_grammar_starts_after_think(fr
     m = p.chat.completions.create(model="any", messages=ask, max_tokens=8, temperature=0,
                                   extra_body={"guided_choice": choice}).choices[0].message
     assert m.content in choice and getattr(m, "reasoning_content", None) is None, m
+
+
+def test_documents_reach_a_template_that_writes_them(fresh_server, tmp_path, server):
+    """vLLM's documents (retrieval templates': Command R's, Granite's) are the template's `documents`
+    variable; chat_template_kwargs may set its own instead (vLLM's merge); anything but an array of
+    objects of strings is a 400 naming the field."""
+    template = tmp_path / "documents.jinja"
+    template.write_text("{% for d in documents %}[{{ d.title }}: {{ d.text }}]{% endfor %}"
+                        "{% for m in messages %}{{ m.content }}|{% endfor %}", encoding="utf-8")
+    srv = fresh_server("--draft", "ngram", "--chat-template", str(template))
+    ask = [{"role": "user", "content": "Which is older?"}]
+    docs = [{"title": "Rome", "text": "Founded 753 BC."}, {"title": "Paris", "text": "Founded 3rd century BC."}]
+
+    def rendered(**fields):
+        tok = httpx.post(srv.url + "/tokenize", json={"messages": ask, **fields}, timeout=30).json()
+        return httpx.post(srv.url + "/detokenize", json={"tokens": tok["tokens"]}, timeout=30).json()["prompt"]
+    assert rendered(documents=docs) == "[Rome: Founded 753 BC.][Paris: Founded 3rd century BC.]Which is older?|"
+    assert rendered(documents=docs, chat_template_kwargs={"documents": [{"title": "X", "text": "y"}]}) == "[X: y]Which is older?|"
+    r = httpx.post(srv.url + "/v1/chat/completions", timeout=60, json={"messages": ask, "documents": docs, "max_tokens": 3})
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == len(
+        httpx.post(srv.url + "/tokenize", json={"messages": ask, "documents": docs}, timeout=30).json()["tokens"])
+    for bad in ("a", [1], [{"title": 5}]):
+        r = httpx.post(server.url + "/v1/chat/completions", timeout=30, json={"messages": ask, "documents": bad, "max_tokens": 1})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "documents", r.text
 
 
 def test_an_assistants_reasoning_content_sent_back_reaches_the_template(fresh_server, tmp_path, server):
