@@ -171,8 +171,10 @@ void ChatTemplate::probe_tools() {
   else if (before.find("[TOOL_CALLS]") != std::string::npos)
     tool_syntax_ = ToolSyntax::Mistral;
   else if (const std::string after = text.substr(at + kProbeCall.size(), 16);
-           before.ends_with("{\"name\": \"") && (after.starts_with("\", \"parameters\"") || after.starts_with("\", \"arguments\"")))
+           before.ends_with("{\"name\": \"") && (after.starts_with("\", \"parameters\"") || after.starts_with("\", \"arguments\""))) {
     tool_syntax_ = ToolSyntax::Llama3Json;
+    tool_arguments_key_ = after.starts_with("\", \"arguments\"") ? "arguments" : "parameters";
+  }
 }
 
 ChatTemplate ChatTemplate::from_template_text(const std::string& jinja, SpecialTokens tokens) {

@@ -117,6 +117,9 @@ class ChatTemplate {
   bool supports_tools() const { return supports_tools_; }
   bool supports_tool_calls() const { return supports_tool_calls_; }
   ToolSyntax tool_syntax() const { return tool_syntax_; }
+  // The key a Llama 3 JSON call's arguments go under as the template writes them: "parameters"
+  // (Llama 3.1's) or "arguments" (found by the probe; "parameters" where it did not say).
+  const std::string& tool_arguments_key() const { return tool_arguments_key_; }
   // Whether tool_choice "auto" is served in the model's own syntax: the template writes tools,
   // and calls in a syntax model/tool_calls.h reads.
   bool reads_own_tool_calls() const { return supports_tools_ && tool_syntax_ != ToolSyntax::Generic; }
@@ -140,6 +143,7 @@ class ChatTemplate {
   bool supports_tools_ = false;
   bool supports_tool_calls_ = false;
   ToolSyntax tool_syntax_ = ToolSyntax::Generic;
+  std::string tool_arguments_key_ = "parameters";
   bool writes_reasoning_ = false;
   void probe_tools();
   // The Jinja template on a conversation: `tools` as they are (nullptr: None), an assistant's

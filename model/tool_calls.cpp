@@ -426,12 +426,14 @@ PartialToolReply read_hermes_calls(std::string_view text) {
   return out;
 }
 
-PartialToolReply read_llama3_calls(std::string_view text) {
+PartialToolReply read_llama3_calls(std::string_view text, std::string_view arguments) {
   PartialToolReply out;
   JsonPrefix p(text);
   if (p.next() != '{') return out;  // text, or not yet anything
   for (;;) {
-    if (call_object(p, "parameters", out.calls) != Step::Done) return out;
+    const size_t before = out.calls.size();
+    // (an object that names no function is a JSON answer, not calls: nothing after it is read)
+    if (call_object(p, arguments, out.calls) != Step::Done || out.calls.size() == before) return out;
     if (p.at_end()) break;  // (whole so far: closed, unless more follows)
     if (p.expect(';') != Step::Done || p.next() != '{') return out;
   }
@@ -439,9 +441,9 @@ PartialToolReply read_llama3_calls(std::string_view text) {
   return out;
 }
 
-PartialToolReply read_held_calls(ToolSyntax syntax, std::string_view text) {
+PartialToolReply read_held_calls(ToolSyntax syntax, std::string_view text, std::string_view arguments) {
   return syntax == ToolSyntax::Hermes ? read_hermes_calls(text)
-         : syntax == ToolSyntax::Llama3Json ? read_llama3_calls(text)
+         : syntax == ToolSyntax::Llama3Json ? read_llama3_calls(text, arguments)
                                             : PartialToolReply{};
 }
 

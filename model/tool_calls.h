@@ -72,11 +72,13 @@ PartialToolReply read_tool_json(ToolJson shape, std::string_view text, std::stri
 PartialToolReply read_hermes_calls(std::string_view text);
 
 // The same for a Llama 3 reply held to its tools' schemas (calls open the reply): its
-// {"name", "parameters"} objects separated by ';', each once its name has closed; `closed`: there
-// are calls and the last has closed. A reply that does not open with '{' has none.
-PartialToolReply read_llama3_calls(std::string_view text);
+// {"name", `arguments`} objects separated by ';', each once its name has closed; `closed`: there
+// are calls, the last has closed and nothing but whitespace follows it. A reply that does not
+// open with '{', or whose object names no function (a JSON answer), has none.
+PartialToolReply read_llama3_calls(std::string_view text, std::string_view arguments = "parameters");
 
-// read_hermes_calls or read_llama3_calls, by `syntax` (none for another).
-PartialToolReply read_held_calls(ToolSyntax syntax, std::string_view text);
+// read_hermes_calls or read_llama3_calls (with `arguments`, the template's key), by `syntax`
+// (none for another).
+PartialToolReply read_held_calls(ToolSyntax syntax, std::string_view text, std::string_view arguments = "parameters");
 
 }  // namespace specula

@@ -280,7 +280,8 @@ ToolCalls parse_tools(const json& body, std::string_view raw, const ChatTemplate
     out.mode = ToolCalls::Mode::Auto;  // the model's own format
     out.syntax = chat.tool_syntax();
     if (out.syntax == ToolSyntax::Hermes || out.syntax == ToolSyntax::Llama3Json) {  // its calls may be held
-      one_call(out.syntax == ToolSyntax::Hermes ? "arguments" : "parameters");
+      out.arguments_key = out.syntax == ToolSyntax::Hermes ? "arguments" : chat.tool_arguments_key();
+      one_call(out.arguments_key.c_str());
       out.schema = {{"anyOf", std::move(any)}, {"$defs", std::move(defs)}};
     }
     return out;
@@ -462,7 +463,7 @@ std::string gbnf_of_held_calls(const ToolCalls& tools, const actors::Engine& eng
       gbnf += "root ::= " + name + " \"</tool_call>\"";
       if (tools.parallel) gbnf += std::string(" ( ") + kSpace + " \"<tool_call>\" " + name + " \"</tool_call>\" )*";
       gbnf = gbnf_lazy(gbnf + " " + kSpace + "\n", "<tool_call>");
-    } else {  // (a call's own grammar starts and ends with whitespace)
+    } else {  // calls (a call's own grammar starts and ends with whitespace), or text that does not open with '{'
       gbnf += "root ::= " + std::string(kSpace) + " ( " + name + (tools.parallel ? " ( \";\" " + name + " )*" : std::string()) +
               " | " + prefix + "-text )\n" + prefix + "-text ::= [^{ \\t\\n\\r] " + prefix + "-rest | \"\"\n" + prefix +
               "-rest ::= . " + prefix + "-rest | \"\"\n";
@@ -861,7 +862,10 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
       } catch (const std::invalid_argument& e) {
         bad("tools", std::string("tools: ") + e.what());
       }
-      if (out.tools.mode == ToolCalls::Mode::Auto && out.tools.syntax != ToolSyntax::Generic && defaults.tool_call_grammar) {
+      // (Llama 3's text alternative could open with <think> too, where the reasoning is read apart
+      // and the grammar put after it: calls written after such a block would not be held, so none are)
+      if (out.tools.mode == ToolCalls::Mode::Auto && out.tools.syntax != ToolSyntax::Generic && defaults.tool_call_grammar &&
+          !(out.tools.syntax == ToolSyntax::Llama3Json && defaults.reasoning_grammar)) {
         gbnf = gbnf_of_held_calls(out.tools, engine);
         out.tools.held = !gbnf.empty();
       }

@@ -62,6 +62,7 @@ struct ToolCalls {
   // Auto in Hermes' or Llama 3's syntax: `schema` is one call's, and with `held` the reply's calls
   // are held to it (RequestDefaults::tool_call_grammar) and streamed as they are written.
   bool held = false;
+  std::string arguments_key;  // held: the key of a call's arguments ("arguments", or Llama 3's template's)
   // The tools as the request wrote them, for a chat template that writes tools (null otherwise).
   std::shared_ptr<const nlohmann::ordered_json> template_tools;
 };

@@ -208,6 +208,7 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
     out.tool_names = parsed.tools.names;
     out.tool_parallel = parsed.tools.parallel;
     out.tool_held = parsed.tools.held;
+    out.tool_arguments_key = parsed.tools.arguments_key;
     out.tool_nine_character_ids = parsed.tools.nine_character_ids;
     {
       const actors::EngineRequest& first = requests.front();

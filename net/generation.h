@@ -114,6 +114,7 @@ class Generation {
     bool tool_parallel = true;
     bool continuous_usage = false;  // vLLM: stream_options.continuous_usage_stats: usage so far in every chunk
     bool tool_held = false;  // calls held to the tools' schemas (ToolCalls::held): streamed as written
+    std::string tool_arguments_key;  // their arguments' key (ToolCalls::arguments_key)
     bool tool_nine_character_ids = false;
     // A chat reply's reasoning read apart (ServerConfig::reasoning, for a reply no constraint
     // holds or whose grammar starts after the reasoning: ParsedRequest::reasoning_constrained);

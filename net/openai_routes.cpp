@@ -269,8 +269,9 @@ std::string nine_character_id(const std::string& id) {
 // (ids numbered from `id_prefix`), read from the text generated so far; `whole` says its calls
 // are complete. Until the reply ends (`final` false) it is what may stream already: in the
 // model's own syntax the content that is content whatever follows (tool_reply_streamable) and no
-// calls; in a held reply (a named function, "required", the generic format) the calls whose
-// names have closed with their arguments so far, or the "response" so far (read_tool_json).
+// calls, unless its calls are held to the tools' schemas (read_held_calls); in a held reply (a
+// named function, "required", the generic format, held calls in the model's own syntax) the
+// calls whose names have closed with their arguments so far, or the "response" so far.
 // Each reading extends the one before, so a stream sends what a reading adds.
 struct ReplyMessage {
   json message;
@@ -293,7 +294,7 @@ ReplyMessage tool_message(const Generation::Admitted& a, const std::string& text
   if (a.tool_mode == ToolCalls::Mode::Auto && a.tool_held) {
     // Calls held to the tools' schemas: each as far as it is written, the text before the first
     // the content (none where it is only whitespace); no call begun, the text alone.
-    PartialToolReply reply = read_held_calls(a.tool_syntax, text);
+    PartialToolReply reply = read_held_calls(a.tool_syntax, text, a.tool_arguments_key);
     if (reply.calls.empty()) return text_only(final ? text : text.substr(0, tool_reply_streamable(a.tool_syntax, text)));
     if (!a.tool_parallel) reply.calls.resize(1);  // (the grammar holds it to one)
     for (PartialCall& c : reply.calls) call(c.name, std::move(c.arguments));

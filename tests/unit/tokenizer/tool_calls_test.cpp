@@ -56,6 +56,15 @@ TEST(ToolTemplates, ToolSupportAndTheCallSyntaxAreReadFromWhatEachTemplateWrites
   const ChatTemplate mistral = fixture("mistral-tools-like", "tool_templates");
   EXPECT_TRUE(mistral.supports_tools() && mistral.supports_tool_calls());
   EXPECT_EQ(mistral.tool_syntax(), ToolSyntax::Mistral);
+  // The key a Llama 3 call's arguments go under, as the template writes it.
+  EXPECT_EQ(fixture("llama3.1").tool_arguments_key(), "parameters");
+  const ChatTemplate keyed = ChatTemplate::from_template_text(
+      "{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}"
+      "{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}{% endfor %}"
+      "{% else %}{{ m.content }}{% endif %}{% endfor %}",
+      SpecialTokens{"<s>", "</s>"});
+  EXPECT_EQ(keyed.tool_syntax(), ToolSyntax::Llama3Json);
+  EXPECT_EQ(keyed.tool_arguments_key(), "arguments");
   const ChatTemplate built_in(ChatTemplate::Kind::ChatML);
   EXPECT_FALSE(built_in.supports_tools());
   EXPECT_EQ(built_in.tool_syntax(), ToolSyntax::Generic);
@@ -390,7 +399,7 @@ TEST(ToolJsonReading, HermesBlocksCallsAreListedOnceTheirNamesCloseAndGrowAsThey
 TEST(ToolJsonReading, Llama3CallsOpenTheReplyAndGrowAsTheyAreWritten) {
   const std::string reply =
       " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris; {x}\"}} ;\n{\"parameters\": {}, \"name\": \"search\"} ";
-  const PartialToolReply r = read_growing_by(read_llama3_calls, reply);
+  const PartialToolReply r = read_growing_by([](std::string_view t) { return read_llama3_calls(t); }, reply);
   EXPECT_TRUE(r.closed);
   ASSERT_EQ(r.calls.size(), 2u);
   EXPECT_EQ(r.calls[0].name, "get_weather");
@@ -402,6 +411,11 @@ TEST(ToolJsonReading, Llama3CallsOpenTheReplyAndGrowAsTheyAreWritten) {
   EXPECT_FALSE(one.closed);  // another call follows the ';'
   EXPECT_TRUE(read_llama3_calls(reply.substr(0, reply.find(" ;"))).closed);
   EXPECT_TRUE(read_llama3_calls("Sure: {\"name\": \"search\", \"parameters\": {}}").calls.empty());  // text
+  // A JSON answer is not calls, nor is anything after it; a template's "arguments" key.
+  EXPECT_TRUE(read_llama3_calls("{\"a\": 1} ; {\"name\": \"search\", \"parameters\": {}}").calls.empty());
+  const PartialToolReply keyed = read_held_calls(ToolSyntax::Llama3Json, "{\"name\": \"search\", \"arguments\": {\"q\": 1}}", "arguments");
+  ASSERT_EQ(keyed.calls.size(), 1u);
+  EXPECT_EQ(keyed.calls[0].arguments, "{\"q\": 1}");
   EXPECT_TRUE(read_held_calls(ToolSyntax::Mistral, "[TOOL_CALLS] [{\"name\": \"search\", \"arguments\": {}}]").calls.empty());
 }
 
