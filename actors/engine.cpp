@@ -245,7 +245,8 @@ std::vector<int32_t> Engine::tokenize(const EngineRequest& request) const {
       text = impl_->chat.render({ChatMessage{"user", request.prompt}});
   } catch (const std::invalid_argument& e) {
     const bool kwargs = request.template_variables && !request.template_variables->empty();
-    throw RequestError("invalid_request", field, std::string(e.what()) + (kwargs ? " (with the request's chat_template_kwargs)" : ""));
+    throw RequestError("invalid_request", field,
+                       std::string(e.what()) + (kwargs ? " (with the request's chat_template_kwargs or documents)" : ""));
   }
   return f.tokenizer->encode(text);
 }

@@ -166,15 +166,15 @@ void ChatTemplate::probe_tools() {
   supports_tool_calls_ = at != std::string::npos;
   if (!supports_tool_calls_) return;
   const std::string before = text.substr(at >= 64 ? at - 64 : 0, at >= 64 ? 64 : at);
+  const std::string after = text.substr(at + kProbeCall.size(), 16);
+  // (the key the template writes a call's arguments under, kept for a syntax forced later too)
+  if (after.starts_with("\", \"arguments\"")) tool_arguments_key_ = "arguments";
   if (before.find("<tool_call>") != std::string::npos)
     tool_syntax_ = ToolSyntax::Hermes;
   else if (before.find("[TOOL_CALLS]") != std::string::npos)
     tool_syntax_ = ToolSyntax::Mistral;
-  else if (const std::string after = text.substr(at + kProbeCall.size(), 16);
-           before.ends_with("{\"name\": \"") && (after.starts_with("\", \"parameters\"") || after.starts_with("\", \"arguments\""))) {
+  else if (before.ends_with("{\"name\": \"") && (after.starts_with("\", \"parameters\"") || after.starts_with("\", \"arguments\"")))
     tool_syntax_ = ToolSyntax::Llama3Json;
-    tool_arguments_key_ = after.starts_with("\", \"arguments\"") ? "arguments" : "parameters";
-  }
 }
 
 ChatTemplate ChatTemplate::from_template_text(const std::string& jinja, SpecialTokens tokens) {

@@ -117,8 +117,9 @@ class ChatTemplate {
   bool supports_tools() const { return supports_tools_; }
   bool supports_tool_calls() const { return supports_tool_calls_; }
   ToolSyntax tool_syntax() const { return tool_syntax_; }
-  // The key a Llama 3 JSON call's arguments go under as the template writes them: "parameters"
-  // (Llama 3.1's) or "arguments" (found by the probe; "parameters" where it did not say).
+  // The key a JSON call's arguments go under as the template writes them: "parameters" (Llama
+  // 3.1's) or "arguments" (found by the probe, whatever the syntax, so that a syntax forced by
+  // --tool-call-parser llama3_json keeps it; "parameters" where the probe did not say).
   const std::string& tool_arguments_key() const { return tool_arguments_key_; }
   // Whether tool_choice "auto" is served in the model's own syntax: the template writes tools,
   // and calls in a syntax model/tool_calls.h reads.

@@ -824,7 +824,10 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
       bad(so, "structured_outputs.structural_tag is not supported (use json, regex, choice or grammar)");
     if (const json* w = field(*v, "whitespace_pattern"); w && !w->is_null())
       bad(so, "structured_outputs.whitespace_pattern is not supported (JSON holds at most 20 whitespace bytes between tokens)");
-    if (const json* w = field(*v, "disable_any_whitespace"); w && !w->is_null() && !(w->is_boolean() && !w->get<bool>()))
+    for (const char* flag : {"disable_any_whitespace", "disable_fallback", "disable_additional_properties"})
+      if (const json* w = field(*v, flag); w && !w->is_null() && !w->is_boolean())
+        bad(so, so + "." + flag + " must be true or false, got " + shown(*w));
+    if (const json* w = field(*v, "disable_any_whitespace"); w && w->is_boolean() && w->get<bool>())
       bad(so, "structured_outputs.disable_any_whitespace is not supported (JSON holds at most 20 whitespace bytes between tokens)");
     std::vector<std::string> given;
     for (const char* k : {"json", "regex", "choice", "grammar"})
@@ -840,11 +843,12 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     }
     const std::string& k = given.front();
     const std::string name = so + "." + k;
+    constraint = name;  // (later faults, a grammar's among them, name the member)
     if (k == "json") from_schema(*field(*v, "json"), {so, "json"}, name);
     if (k == "regex") from_regex(*field(*v, "regex"), name);
     if (k == "choice") from_choices(*field(*v, "choice"), name);
     if (k == "grammar") from_grammar(*field(*v, "grammar"), name);
-    if (k == "json_object") json_mode(so);
+    if (k == "json_object") json_mode(name);
   }
   if (kind == PromptKind::Chat) {
     if (const json* v = field(body, "include_reasoning"); v && !v->is_null()) {  // vLLM's

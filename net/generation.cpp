@@ -297,6 +297,7 @@ boost::asio::awaitable<GenerationUpdate> Generation::next() {
     ev = std::move(*more);
   }
   if (!u.tokens.empty()) on_tokens(u);
+  u.completion_tokens = stats_.completion_tokens;
   co_return u;
 }
 

@@ -40,6 +40,9 @@ struct GenerationUpdate {
   bool request_fault = false;     // the error is the request's (its grammar's limits): a 400, not a 500
   // The first update, when the request asked (EngineRequest::prompt_logprobs): prompt tokens 1, 2, ...
   std::optional<std::vector<TokenLogprobs>> prompt_logprobs;
+  // The choice's tokens generated up to and including this update's (a stream's usage so far:
+  // the generation's own count runs ahead while updates wait to be sent).
+  int64_t completion_tokens = 0;
 };
 
 struct GenerationStats {

@@ -550,12 +550,11 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     co_return !ec;
   };
   // include_usage: every chunk has "usage", null, but with vLLM's continuous_usage_stats choice
-  // i's counts so far (its prompt and the tokens generated until this chunk).
-  auto with_usage = [&](json j, std::size_t i) {
+  // i's counts so far (its prompt and the `generated` tokens until this chunk).
+  auto with_usage = [&](json j, std::size_t i, int64_t generated = 0) {
     if (admitted.continuous_usage) {
-      const GenerationStats& s = choices[i]->stats();
-      const int64_t completion = admitted.prompt_only ? 0 : s.completion_tokens;
-      j["usage"] = {{"prompt_tokens", s.prompt_tokens}, {"completion_tokens", completion}, {"total_tokens", s.prompt_tokens + completion}};
+      const int64_t prompt = choices[i]->stats().prompt_tokens, completion = admitted.prompt_only ? 0 : generated;
+      j["usage"] = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
     } else if (admitted.include_usage) {
       j["usage"] = nullptr;
     }
@@ -595,7 +594,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     for (const TokenOut& t : u.tokens) logprobs[i].add(t);
     if (!u.text.empty() || logprobs[i].any() || !pieces.empty()) {
       json lp = want_logprobs && logprobs[i].any() ? logprobs[i].take() : json(nullptr);
-      json chunk = with_usage(shape.chunk(i, u.text, nullptr, false, std::move(lp)), i);
+      json chunk = with_usage(shape.chunk(i, u.text, nullptr, false, std::move(lp)), i, u.completion_tokens);
       if (!pieces.empty()) {  // reasoning_content, tool_calls
         json& delta = chunk["choices"][0]["delta"];
         if (u.text.empty()) delta.erase("content");
@@ -609,7 +608,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
       if (!co_await send_event(dump_json(openai_error(ApiError(u.request_fault ? "invalid_request" : "internal", u.error))))) co_return false;
       break;
     }
-    json last = with_usage(shape.chunk(i, "", finish_of(u, message)), i);
+    json last = with_usage(shape.chunk(i, "", finish_of(u, message)), i, u.completion_tokens);
     last["choices"][0]["stop_reason"] = u.stop_reason;
     last["speculation"] = speculation_json(choices[i]->stats());
     if (!co_await send_event(dump_json(last))) co_return false;

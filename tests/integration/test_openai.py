@@ -67,6 +67,15 @@ def test_continuous_usage_stats_put_the_counts_so_far_in_every_chunk(client, mod
     assert all(c.usage.prompt_tokens == final.prompt_tokens and c.usage.total_tokens == final.prompt_tokens + c.usage.completion_tokens
                for c in chunks[:-1])
     assert counts[0] == 0 and counts == sorted(counts) and counts[-1] == final.completion_tokens and len(set(counts)) > 2, counts
+    # Each chunk counts exactly the tokens sent up to it (with logprobs, one entry a token; the
+    # last chunk's count has the end token too, which is counted, as OpenAI counts it, and not shown).
+    sent = 0
+    for c in client.chat.completions.create(**args, logprobs=True, stream_options={"include_usage": True, "continuous_usage_stats": True}):
+        if c.choices and not c.choices[0].finish_reason:
+            sent += len(c.choices[0].logprobs.content) if c.choices[0].logprobs else 0
+            assert c.usage.completion_tokens == sent, (c, sent)
+        elif c.choices:
+            assert c.usage.completion_tokens in (sent, sent + 1), (c, sent)
     plain = list(client.chat.completions.create(**args, stream_options={"include_usage": True}))
     assert all(c.usage is None for c in plain[:-1]) and plain[-1].usage.completion_tokens == final.completion_tokens
     alone = list(client.completions.create(model=model_id, prompt="Fruits:", max_tokens=5, temperature=0, stream=True,
@@ -771,7 +780,8 @@ def test_a_grammar_past_the_matchers_limits_ends_the_request_with_a_400_and_the_
     ({"structured_outputs": {"choice": "yes"}}, "structured_outputs.choice", "must be an array of strings"),
     ({"structured_outputs": {"regex": "(a)\\1"}}, "structured_outputs.regex", "regex: '\\1' is not supported at byte 4"),
     ({"structured_outputs": {"json": {"type": "array", "uniqueItems": True}}}, "structured_outputs.json", "uniqueItems is not supported"),
-    ({"structured_outputs": {"grammar": "root ::= item\n"}}, "structured_outputs", "rule 'item' is used but not defined"),
+    ({"structured_outputs": {"grammar": "root ::= item\n"}}, "structured_outputs.grammar", "rule 'item' is used but not defined"),
+    ({"structured_outputs": {"regex": "a", "disable_fallback": "no"}}, "structured_outputs", "disable_fallback must be true or false"),
     ({"structured_outputs": {"choice": ["a"]}, "guided_regex": "a"}, "structured_outputs", "cannot both"),
 ])
 def test_a_constraint_the_server_cannot_keep_is_a_400_naming_the_field_and_the_fault(server, extra, param, words):

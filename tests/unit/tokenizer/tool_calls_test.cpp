@@ -76,6 +76,7 @@ TEST(ToolTemplates, TheToolCallParserOptionOverridesWhatTheProbeFoundOrRefusesNa
   EXPECT_EQ(qwen.tool_syntax(), ToolSyntax::Hermes);
   qwen.set_tool_call_parser("llama3_json");
   EXPECT_EQ(qwen.tool_syntax(), ToolSyntax::Llama3Json);
+  EXPECT_EQ(qwen.tool_arguments_key(), "arguments");  // the key its template writes calls with
   EXPECT_TRUE(qwen.supports_tools());
   qwen.set_tool_call_parser("generic");  // as a template without tools: no tools, calls as the generic JSON
   EXPECT_EQ(qwen.tool_syntax(), ToolSyntax::Generic);
