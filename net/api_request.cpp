@@ -445,14 +445,12 @@ void render_options_into(const json& body, std::string_view raw, actors::EngineR
 // lazy grammar: Hermes' from <tool_call> on (the text before it free), Llama 3's where the reply
 // opens with '{' (a reply that does not is free text). The grammar, or "" where the calls cannot
 // be held and are read unconstrained, as vLLM reads them: another syntax (Mistral's
-// [TOOL_CALLS] is a special token), a marker that is a special token (no grammar writes one; nor
-// would the model's special <think> and </think> be written in the free text), tools' parameters
-// that JSON Schema's grammar cannot keep, or a grammar past its limits.
-std::string gbnf_of_held_calls(const ToolCalls& tools, const actors::Engine& engine) {
-  const Tokenizer* tok = engine.model().tokenizer.get();
-  if (!tok || (tools.syntax != ToolSyntax::Hermes && tools.syntax != ToolSyntax::Llama3Json)) return {};
-  for (const char* marker : {"<tool_call>", "</tool_call>", "<think>", "</think>"})
-    if (const std::vector<int32_t> ids = tok->encode(marker); ids.size() == 1 && tok->is_special(ids[0])) return {};
+// [TOOL_CALLS] is a special token), Llama 3's where the reasoning is read apart and the grammar
+// put after it (`reasoning_grammar`: the text alternative could open with <think> too, and calls
+// written after such a block would not be held), tools' parameters that JSON Schema's grammar
+// cannot keep, or a grammar past its limits. (Markers that are special tokens: serve start.)
+std::string gbnf_of_held_calls(const ToolCalls& tools, const actors::Engine& engine, bool reasoning_grammar) {
+  if (tools.syntax != ToolSyntax::Hermes && (tools.syntax != ToolSyntax::Llama3Json || reasoning_grammar)) return {};
   constexpr const char* kSpace = "[ \\t\\n\\r]{0,20}";
   try {
     const std::string call = gbnf_of_json_schema(tools.schema);
@@ -866,11 +864,8 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
       } catch (const std::invalid_argument& e) {
         bad("tools", std::string("tools: ") + e.what());
       }
-      // (Llama 3's text alternative could open with <think> too, where the reasoning is read apart
-      // and the grammar put after it: calls written after such a block would not be held, so none are)
-      if (out.tools.mode == ToolCalls::Mode::Auto && out.tools.syntax != ToolSyntax::Generic && defaults.tool_call_grammar &&
-          !(out.tools.syntax == ToolSyntax::Llama3Json && defaults.reasoning_grammar)) {
-        gbnf = gbnf_of_held_calls(out.tools, engine);
+      if (out.tools.mode == ToolCalls::Mode::Auto && out.tools.syntax != ToolSyntax::Generic && defaults.tool_call_grammar) {
+        gbnf = gbnf_of_held_calls(out.tools, engine, defaults.reasoning_grammar);
         out.tools.held = !gbnf.empty();
       }
     }

@@ -39,6 +39,8 @@ struct RequestDefaults {
   bool reasoning_grammar = false;
   // "auto"'s calls in a model's own syntax (Hermes', Llama 3's) are held to the tools' schemas, as
   // llama.cpp holds them (serve --tool-call-grammar; off: read as written, as vLLM reads them).
+  // Serve start sets it off too where <tool_call>, </tool_call>, <think> or </think> is a special
+  // token of the vocabulary (no grammar writes one).
   bool tool_call_grammar = true;
 };
 

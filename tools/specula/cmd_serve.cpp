@@ -198,14 +198,21 @@ int cmd_serve(int argc, char** argv) {
     std::fprintf(stderr, "specula serve: tool calls in the model's own %s syntax (its chat template writes tools)\n",
                  tool_syntax_name(ct.tool_syntax()));
   sc.reasoning = reasoning == "deepseek_r1" || (reasoning == "auto" && engine.chat_template().writes_reasoning());
-  if (const Tokenizer* tok = engine.model().tokenizer.get(); sc.reasoning && tok)  // a vocabulary whose markers are special
-    for (const char* marker : {"<think>", "</think>"})
-      if (const std::vector<int32_t> ids = tok->encode(marker); ids.size() == 1 && tok->is_special(ids[0]))
-        sc.reasoning_keeps_special_tokens = true;
+  // Whether any of `markers` is one special token of the vocabulary (no grammar writes one).
+  const Tokenizer* tok = engine.model().tokenizer.get();
+  auto special = [tok](std::initializer_list<const char*> markers) {
+    for (const char* marker : markers)
+      if (const std::vector<int32_t> ids = tok->encode(marker); ids.size() == 1 && tok->is_special(ids[0])) return true;
+    return false;
+  };
+  const bool think_special = tok && special({"<think>", "</think>"});
+  sc.reasoning_keeps_special_tokens = sc.reasoning && think_special;
   // A constrained reply reasons first where the grammar can write </think> (a special token is no
   // grammar's text: then the grammar holds the whole reply, as before).
   sc.defaults.reasoning_grammar = sc.reasoning && !sc.reasoning_keeps_special_tokens;
-  sc.defaults.tool_call_grammar = tool_call_grammar == "on";
+  // Calls are held where the grammar can write their markers, and the free text before them a
+  // model's special <think> and </think> (else they are read as written).
+  sc.defaults.tool_call_grammar = tool_call_grammar == "on" && tok && !think_special && !special({"<tool_call>", "</tool_call>"});
   if (sc.reasoning)
     std::fprintf(stderr, "specula serve: reasoning (<think> ... </think>) returned apart as reasoning_content%s\n",
                  reasoning == "auto" ? " (the chat template writes </think>)" : "");
