@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/engine.h"
+#include "spec/penalties.h"
 
 namespace specula {
 
@@ -43,7 +44,7 @@ Event event_of(actors::StreamEvent ev) {
   return out;
 }
 
-actors::EngineRequest request_of(Request r) {
+actors::EngineRequest request_of(Request r, const LoadedModel& model) {
   actors::EngineRequest e;
   e.prompt = std::move(r.prompt);
   e.chat = r.chat;
@@ -69,6 +70,11 @@ actors::EngineRequest request_of(Request r) {
   e.sampling.frequency_penalty = r.frequency_penalty;
   e.sampling.repetition_penalty = r.repetition_penalty;
   e.sampling.logit_bias = std::move(r.logit_bias);
+  e.sampling.allowed_token_ids = std::move(r.allowed_token_ids);
+  if (!r.bad_words.empty()) {  // as the server does (spec/penalties.h)
+    if (!model.tokenizer) throw std::invalid_argument("bad_words needs the model's tokenizer");
+    e.sampling.bad_words = bad_words_token_ids(*model.tokenizer, r.bad_words);
+  }
   e.sampling.min_tokens = r.min_tokens;
   if (r.ignore_eos) e.stop_ids = std::vector<int32_t>{};
   if (r.seed) {
@@ -127,7 +133,7 @@ Engine::Engine(EngineOptions o) {
 Engine::~Engine() = default;
 
 Stream Engine::start(Request request) {
-  return Stream(std::make_unique<actors::TokenStream>(engine_->start(request_of(std::move(request)))));
+  return Stream(std::make_unique<actors::TokenStream>(engine_->start(request_of(std::move(request), engine_->model()))));
 }
 
 boost::asio::awaitable<Stream> Engine::generate(Request request) { co_return start(std::move(request)); }

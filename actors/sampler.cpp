@@ -113,6 +113,15 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int32_t tok = tokens[i];
     const int64_t tok_position = position + static_cast<int64_t>(i);
+    if (o.penalties && o.penalties->refuses(tok)) {
+      // Drawn from a row that allowed_token_ids and bad_words would have left with no token: the
+      // text so far goes out, then an error (spec/penalties.h).
+      StreamEvent err;
+      err.kind = StreamEvent::Kind::Error;
+      err.request_fault = true;
+      err.error = kListsLeaveNoToken;
+      return end_with(std::move(err));
+    }
     j.tokens.push_back(tok);
     if (o.penalties) o.penalties->push(tok);
     if (o.penalties && o.penalties->over_limit()) {

@@ -14,6 +14,7 @@
 #include "actors/sampler.h"
 #include "model/reasoning.h"
 #include "spec/grammar.h"
+#include "spec/penalties.h"
 #include "spec/json_schema.h"
 
 namespace specula::net {
@@ -487,6 +488,44 @@ ToolCalls tools_into_prompt(const json& body, std::string_view raw, const actors
   return tools;
 }
 
+// vLLM's allowed_token_ids (ids of this model) and bad_words (words, tokenized as vLLM does:
+// spec/penalties.h, bad_words_token_ids), on both routes and the WebSocket.
+void parse_token_lists(const json& body, const LoadedModel& model, SamplingParams& sp) {
+  const int64_t vocab = model.weights.config.vocab_size;
+  if (const json* v = field(body, "allowed_token_ids"); v && !v->is_null()) {
+    if (!v->is_array()) bad("allowed_token_ids", "allowed_token_ids must be an array of token ids, got " + shown(*v));
+    if (v->empty()) bad("allowed_token_ids", "allowed_token_ids is empty, so no token could be generated");
+    if (static_cast<int64_t>(v->size()) > vocab)
+      bad("allowed_token_ids", "allowed_token_ids has " + std::to_string(v->size()) + " ids, more than the vocabulary's " +
+                                   std::to_string(vocab));
+    for (const json& t : *v) sp.allowed_token_ids.push_back(static_cast<int32_t>(integer(t, "allowed_token_ids", 0, vocab - 1)));
+  }
+  if (const json* v = field(body, "bad_words"); v && !v->is_null()) {
+    const auto refuse = [&](const json& got) { bad("bad_words", "bad_words must be an array of strings, got " + shown(got)); };
+    if (!v->is_array()) refuse(*v);
+    if (v->size() > kMaxBadWords)
+      bad("bad_words", "bad_words has " + std::to_string(v->size()) + " words; the limit is " + std::to_string(kMaxBadWords));
+    std::vector<std::string> words;
+    for (const json& w : *v) {
+      if (!w.is_string()) refuse(w);
+      words.push_back(w.get<std::string>());
+    }
+    if (!words.empty() && !model.tokenizer) bad("bad_words", "bad_words needs the model's tokenizer");
+    try {
+      if (!words.empty()) sp.bad_words = bad_words_token_ids(*model.tokenizer, words);
+    } catch (const std::invalid_argument& e) {
+      bad("bad_words", e.what());
+    }
+  }
+  if (sp.allowed_token_ids.empty() && sp.bad_words.empty()) return;
+  try {  // the lists' limits, and whether they leave any token at all
+    sp.validate(vocab);
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    bad(what.rfind("allowed_token_ids", 0) == 0 ? "allowed_token_ids" : "bad_words", what);
+  }
+}
+
 }  // namespace
 
 actors::EngineRequest parse_tokenize(const json& body, const actors::Engine& engine, std::string_view raw) {
@@ -637,6 +676,7 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     sp.repetition_penalty = static_cast<float>(x);
   }
   if (const json* v = field(body, "logit_bias")) sp.logit_bias = parse_logit_bias(*v, vocab);
+  parse_token_lists(body, model, sp);
   // vLLM's extensions: no stop token (nor stop string) before min_tokens tokens; ignore_eos: the
   // model's end tokens do not end the text (stop strings still do).
   if (const json* v = field(body, "min_tokens")) {

@@ -40,6 +40,7 @@ GenerateStats generate(LlamaModel& model, KvCache& kv, int seq, const GenerateRe
     const int64_t position = kv.length(seq);  // where the new token will sit
     penalties.apply(logits, {});  // not restored: the next forward overwrites the row
     const int32_t tok = sample_token(logits, req.sampling, position);
+    if (penalties.refuses(tok)) throw std::runtime_error(kListsLeaveNoToken);  // as the sampler ends such a request
     penalties.push(tok);
     ++st.generated;
     if (st.generated == 1) t1 = std::chrono::steady_clock::now();

@@ -30,11 +30,11 @@ void NgramDrafter::propose(const DraftRequest& req, DraftProposal& out) {
   const int64_t start = find_continuation(req.context, max_n_, min_n_);
   if (start < 0) return;
   const int64_t len = static_cast<int64_t>(req.context.size());
-  // Under JSON mode or a grammar the verifier masks each row after the drafts before it, so a
-  // token the constraint refuses there is never accepted: the proposal ends before it (a
-  // function of the context alone, so q stays one-hot at the token proposed).
+  // Under JSON mode, a grammar, allowed_token_ids or bad_words the verifier masks each row after
+  // the drafts before it, so a token the constraint refuses there is never accepted: the proposal
+  // ends before it (a function of the context alone, so q stays one-hot at the token proposed).
   PenaltyHistory* constraint = nullptr;
-  if (req.sampling.json_object || req.sampling.grammar) {
+  if (req.sampling.json_object || req.sampling.grammar || !req.sampling.allowed_token_ids.empty() || !req.sampling.bad_words.empty()) {
     constraint = constraint_.sync(req, vocab_);
     if (constraint && !constraint->constrained()) constraint = nullptr;
   }

@@ -5,6 +5,10 @@
 #include <atomic>
 #include <cassert>
 #include <limits>
+#include <stdexcept>
+#include <string_view>
+
+#include "model/tokenizer.h"
 
 namespace specula {
 
@@ -26,6 +30,23 @@ void PenaltyHistory::Undo::clear() {
   rows.clear();
   rows_at.clear();
   if (rows.capacity() > spare_rows().capacity()) spare_rows().swap(rows);
+}
+
+std::vector<std::vector<int32_t>> bad_words_token_ids(const Tokenizer& tokenizer, std::span<const std::string> words) {
+  std::vector<std::vector<int32_t>> out;
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& word = words[i];
+    const size_t start = word.find_first_not_of(" \t\n\r\f\v");
+    if (start == std::string::npos)
+      throw std::invalid_argument("bad_words[" + std::to_string(i) + "] is empty or only whitespace");
+    const std::string_view bare = std::string_view(word).substr(start);
+    out.push_back(tokenizer.encode(bare));
+    if (out.back().empty()) throw std::invalid_argument("bad_words[" + std::to_string(i) + "] has no tokens");
+    std::vector<int32_t> spaced = tokenizer.encode(" " + std::string(bare));
+    if (!spaced.empty() && spaced.size() == out.back().size() && spaced.front() != out.back().front())
+      out.push_back(std::move(spaced));
+  }
+  return out;
 }
 
 namespace test_seams {
@@ -70,6 +91,78 @@ PenaltyHistory::PenaltyHistory(const SamplingParams& sp, std::span<const int32_t
       flags_[static_cast<size_t>(t)] |= kInPrompt;
       touch(t);
     }
+  allowed_given_ = sp.allowed_token_ids;
+  for (int32_t t : sp.allowed_token_ids)
+    if (t >= 0 && t < vocab) allowed_.push_back(t);  // validate(vocab) refuses the others before a request runs
+  std::sort(allowed_.begin(), allowed_.end());
+  allowed_.erase(std::unique(allowed_.begin(), allowed_.end()), allowed_.end());
+  for (int32_t t : allowed_) flags_[static_cast<size_t>(t)] |= kAllowedFlag;
+  bad_words_ = sp.bad_words;
+  lists_ = !sp.allowed_token_ids.empty() || !bad_words_.empty();
+  refresh_banned();
+}
+
+void PenaltyHistory::banned_after(std::span<const int32_t> extra, std::vector<int32_t>& out) const {
+  out.clear();
+  const size_t n_out = output_.size(), len = n_out + extra.size();
+  const auto token_at = [&](size_t i) { return i < n_out ? output_[i] : extra[i - n_out]; };
+  for (const auto& w : bad_words_) {
+    if (w.empty()) continue;  // validate() refuses these
+    const size_t before = w.size() - 1;  // the tokens the output must end with
+    if (before > len) continue;
+    size_t j = 0;
+    while (j < before && token_at(len - before + j) == w[j]) ++j;
+    if (j == before && w.back() >= 0 && w.back() < vocab_) out.push_back(w.back());
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+}
+
+void PenaltyHistory::refresh_banned() {
+  if (bad_words_.empty()) return;
+  for (int32_t t : banned_) flags_[static_cast<size_t>(t)] &= static_cast<uint8_t>(~kBannedFlag);
+  banned_after({}, banned_);
+  for (int32_t t : banned_) flags_[static_cast<size_t>(t)] |= kBannedFlag;
+}
+
+void PenaltyHistory::mask_lists(std::span<float> row, std::span<const int32_t> extra, Undo* undo, size_t at) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  thread_local std::vector<int32_t> banned;
+  banned_after(extra, banned);
+  const auto is_banned = [&](size_t v) { return std::binary_search(banned.begin(), banned.end(), static_cast<int32_t>(v)); };
+  // A row the lists would leave with no token is left as it was (the token drawn from it is one
+  // they refuse: the request ends there with an error, as target-only sampling would).
+  bool any_left = false;
+  if (!allowed_.empty()) {
+    for (int32_t t : allowed_)
+      if (row[static_cast<size_t>(t)] != kNegInf && !is_banned(static_cast<size_t>(t))) {
+        any_left = true;
+        break;
+      }
+  } else {
+    for (size_t v = 0; v < row.size() && !any_left; ++v) any_left = row[v] != kNegInf && !is_banned(v);
+  }
+  if (!any_left) return;
+  // Most of the row changes, or a grammar's copy of it is put back before the entries saved: the
+  // whole of it kept (PenaltyHistory::restore puts the copies back last to first, then the entries).
+  const bool whole = !allowed_.empty() || json_ || grammar_;
+  if (undo && whole) {
+    if (undo->rows.capacity() == 0) undo->rows.swap(spare_rows());
+    undo->rows_at.push_back(at);
+    undo->rows.insert(undo->rows.end(), row.begin(), row.end());
+  }
+  if (!allowed_.empty()) {
+    thread_local std::vector<float> kept;
+    kept.resize(allowed_.size());
+    for (size_t j = 0; j < allowed_.size(); ++j) kept[j] = row[static_cast<size_t>(allowed_[j])];
+    std::fill(row.begin(), row.end(), kNegInf);
+    for (size_t j = 0; j < allowed_.size(); ++j) row[static_cast<size_t>(allowed_[j])] = kept[j];
+  }
+  for (int32_t t : banned) {
+    const auto v = static_cast<size_t>(t);
+    if (undo && !whole) undo->saved.emplace_back(at + v, row[v]);
+    row[v] = kNegInf;
+  }
 }
 
 void PenaltyHistory::touch(int32_t v) {
@@ -82,6 +175,10 @@ void PenaltyHistory::touch(int32_t v) {
 void PenaltyHistory::push(int32_t token) {
   if (!active_) return;
   ++length_;
+  if (!bad_words_.empty()) {
+    output_.push_back(token);
+    refresh_banned();
+  }
   if (json_ || grammar_) {
     JsonState js = json_ ? json_states_.back() : JsonState{};
     GrammarMatcher::State gs = grammar_ ? grammar_states_.back() : GrammarMatcher::kDead;
@@ -97,6 +194,10 @@ void PenaltyHistory::push(int32_t token) {
 void PenaltyHistory::pop(int32_t token) {
   if (!active_ || length_ == 0) return;
   --length_;
+  if (!bad_words_.empty()) {
+    output_.pop_back();
+    refresh_banned();
+  }
   if (json_) json_states_.pop_back();
   if (grammar_) grammar_states_.pop_back();
   if (token < 0 || token >= vocab_) return;
@@ -113,6 +214,7 @@ bool PenaltyHistory::made_for(const SamplingParams& sp, std::span<const int32_t>
   if (!active_) return true;
   return sp.presence_penalty == presence_ && sp.frequency_penalty == frequency_ && sp.repetition_penalty == repetition_ &&
          sp.logit_bias == bias_list_ && sp.min_tokens == min_tokens_ && sp.json_object == json_ && sp.grammar == grammar_ &&
+         sp.allowed_token_ids == allowed_given_ && sp.bad_words == bad_words_ &&
          std::equal(prompt.begin(), prompt.end(), prompt_.begin(), prompt_.end()) &&
          std::equal(stop_ids.begin(), stop_ids.end(), stop_ids_.begin(), stop_ids_.end());
 }
@@ -186,6 +288,10 @@ void PenaltyHistory::adjust(std::span<float> rows, std::span<const int32_t> draf
       else grammar_->mask(gs, row, stop_ids_, stops_allowed);
     }
   }
+  // The lists last, so that a row they would leave with no token is the row the grammar left.
+  if (lists_)
+    for (size_t i = 0; i < n; ++i)
+      mask_lists(rows.subspan(i * V, V), ignore_draft ? std::span<const int32_t>{} : draft.first(i), undo, i * V);
   if (!ignore_draft)
     for (size_t i = 1; i < n; ++i) {
       const int32_t t = draft[i - 1];

@@ -10,7 +10,11 @@
 // each a float operation in that order; and while fewer than min_tokens tokens are out, x_v = -inf
 // for the request's stop tokens (vLLM's min_tokens). Then, in JSON mode, x_v = -inf for every token
 // that would not keep the output a prefix of one JSON object (spec/json_mode.h); once the object is
-// closed, for all but whitespace and the stop tokens. A grammar (spec/grammar.h) masks the same way. The drafters' own rows (touched(), adjusted())
+// closed, for all but whitespace and the stop tokens. A grammar (spec/grammar.h) masks the same way.
+// Last, vLLM's allowed_token_ids and bad_words: x_v = -inf for every token outside the allowed set,
+// and for the last token of each bad word whose other tokens end the output (the masks commute;
+// last, because a row they would leave with no token is left as the grammar left it: a token drawn
+// there is one they refuse, refuses(), and the request ends with an error). The drafters' own rows (touched(), adjusted())
 // leave JSON mode out: a proposal outside it is rejected like any token the target gives p = 0. "The output" is what the request generated before the
 // row's position: in a verify round, row i's output is the committed output plus the round's draft
 // tokens t1..ti, the text that row is the target's distribution after. A row judged only when
@@ -19,6 +23,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -27,6 +32,18 @@
 #include "spec/sampling.h"
 
 namespace specula {
+
+class Tokenizer;  // model/tokenizer.h
+
+// The error that ends a request whose allowed_token_ids and bad_words leave no token to draw.
+inline constexpr const char* kListsLeaveNoToken =
+    "allowed_token_ids and bad_words leave no token that may follow the text so far (with the request's other constraints)";
+
+// vLLM's bad_words as token sequences: each word with its leading whitespace stripped, as the
+// tokenizer writes it, then with one space in front where that is as many tokens and starts with
+// a different one (the word inside a text). Throws std::invalid_argument naming a word that is
+// empty or only whitespace.
+std::vector<std::vector<int32_t>> bad_words_token_ids(const Tokenizer& tokenizer, std::span<const std::string> words);
 
 class PenaltyHistory {
  public:
@@ -47,9 +64,9 @@ class PenaltyHistory {
   // The tokens whose logits change, and one token's adjusted logit with the history as it stands
   // (a drafter adjusting a few entries of its own row: spec/drafter.h, DraftPenalties).
   std::span<const int32_t> touched() const { return touched_; }
-  // JSON mode or a grammar constrains the output; whether it keeps token v after the history as
-  // it stands (a drafter masking the few tokens it can propose).
-  bool constrained() const { return json_ != nullptr || grammar_ != nullptr; }
+  // JSON mode, a grammar, allowed_token_ids or bad_words constrains the output; whether they keep
+  // token v after the history as it stands (a drafter masking the few tokens it can propose).
+  bool constrained() const { return json_ != nullptr || grammar_ != nullptr || lists_; }
   // The output has met its grammar's limits (GrammarMatcher::kOverLimit): it cannot go on.
   bool over_limit() const {
     return grammar_ && !grammar_states_.empty() && grammar_states_.back() == GrammarMatcher::kOverLimit;
@@ -57,8 +74,18 @@ class PenaltyHistory {
   // The grammar has ended after the output: nothing but a stop token may follow.
   bool constraint_complete() const { return grammar_ && !grammar_states_.empty() && grammar_->complete(grammar_states_.back()); }
   bool constraint_keeps(int32_t v) const {
+    if (refuses(v)) return false;
     if (grammar_) return grammar_->keeps(grammar_states_.back(), v, stop_ids_, length_ >= min_tokens_);
-    return json_->keeps(json_states_.back(), v, stop_ids_, length_ >= min_tokens_);
+    if (json_) return json_->keeps(json_states_.back(), v, stop_ids_, length_ >= min_tokens_);
+    return true;
+  }
+  // allowed_token_ids leaves v out, or a bad word ends with it after the history as it stands:
+  // drawn only from a row those lists would have left with no token (the request cannot go on).
+  bool refuses(int32_t v) const {
+    if (!lists_) return false;
+    if (v < 0 || v >= vocab_) return true;
+    const uint8_t f = flags_[static_cast<size_t>(v)];
+    return (!allowed_.empty() && !(f & kAllowedFlag)) || (f & kBannedFlag);
   }
   float adjusted(float x, int32_t v) const { return adjusted(x, v, count_[static_cast<size_t>(v)], length_); }
   // The settings, prompt and stop tokens this history was made for.
@@ -87,7 +114,15 @@ class PenaltyHistory {
   float adjusted(float x, int32_t v, int32_t count, int64_t length) const;
 
  private:
+  static constexpr uint8_t kAllowedFlag = 16, kBannedFlag = 32;  // flags_: in allowed_token_ids; banned now
   void touch(int32_t v);
+  // The bad words' last tokens banned after the output followed by `extra` (sorted, unique).
+  void banned_after(std::span<const int32_t> extra, std::vector<int32_t>& out) const;
+  // kBannedFlag on the tokens banned after the output as it stands, and on no other.
+  void refresh_banned();
+  // allowed_token_ids and bad_words on one row, the row after the output and `extra`; the row
+  // starts at rows[at] (for `undo`).
+  void mask_lists(std::span<float> row, std::span<const int32_t> extra, Undo* undo, size_t at);
   void adjust(std::span<float> rows, std::span<const int32_t> draft, Undo* undo);
   // The constraint's state after one more token (JSON mode's or the grammar's, whichever is on).
   void advance(JsonState& js, GrammarMatcher::State& gs, int32_t token) const;
@@ -107,6 +142,11 @@ class PenaltyHistory {
   std::vector<uint8_t> flags_;   // [vocab] kInPrompt | kBiased | kTouched
   std::vector<float> bias_;      // [vocab] where kBiased
   std::vector<int32_t> touched_; // the tokens whose logits change: biased, in the prompt (repetition), or in the output
+  bool lists_ = false;              // allowed_token_ids or bad_words
+  std::vector<int32_t> allowed_given_, allowed_;  // allowed_token_ids as given; sorted, unique
+  std::vector<std::vector<int32_t>> bad_words_;
+  std::vector<int32_t> output_;     // the output tokens pushed (kept where there are bad words)
+  std::vector<int32_t> banned_;     // the tokens banned after the output as it stands
 };
 
 // Rows adjusted for as long as this object lives (the raw values back on destruction): the

@@ -20,6 +20,8 @@ class TokenTrie;       // spec/grammar.h
 
 // OpenAI's limit on logit_bias entries (vLLM takes any number; 300 is what OpenAI documents).
 inline constexpr size_t kMaxLogitBias = 300;
+// vLLM's limits on bad_words once tokenized: 128 sequences, 1,024 tokens in all.
+inline constexpr size_t kMaxBadWords = 128, kMaxBadWordTokens = 1024;
 
 struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy
@@ -46,16 +48,24 @@ struct SamplingParams {
   // the tokens that keep the output a prefix of a sentence of it, and the stop tokens are kept
   // only where it may end. At most one of json_object and grammar.
   std::shared_ptr<const GrammarMatcher> grammar{};
+  // vLLM's allowed_token_ids: when not empty, every other token's logit is -inf (the end tokens
+  // too, unless listed: then only max_tokens or a stop string ends the text).
+  std::vector<int32_t> allowed_token_ids{};
+  // vLLM's bad_words, as token sequences (bad_words_token_ids in spec/penalties.h makes them from
+  // words as vLLM does): a sequence's last token is -inf wherever the output ends with the tokens
+  // before it; a one-token sequence's, everywhere.
+  std::vector<std::vector<int32_t>> bad_words{};
 
   bool greedy() const { return temperature <= 0.0f; }
-  // Any of the six above away from its neutral value: the rows must be adjusted before judging.
+  // Any of the nine above away from its neutral value: the rows must be adjusted before judging.
   bool penalized() const {
     return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f || !logit_bias.empty() ||
-           min_tokens > 0 || json_object != nullptr || grammar != nullptr;
+           min_tokens > 0 || json_object != nullptr || grammar != nullptr || !allowed_token_ids.empty() || !bad_words.empty();
   }
   // Throws std::invalid_argument naming the bad field and value.
   void validate() const;
-  // The same, and every logit_bias token inside a vocabulary of `vocab`.
+  // The same, and every token named (logit_bias, allowed_token_ids, bad_words) inside a vocabulary
+  // of `vocab`.
   void validate(int64_t vocab) const;
 };
 

@@ -189,6 +189,7 @@ SpeculativeStats speculative_generate(LlamaModel& target, KvCache& kv, int seq, 
       const int32_t tok = verdict.tokens[static_cast<size_t>(j)];
       const int64_t tok_position = position + j;
       const TokenOrigin origin = j < n ? TokenOrigin::Accepted : verdict.bonus ? TokenOrigin::Bonus : TokenOrigin::Recovered;
+      if (penalties.refuses(tok)) throw std::runtime_error(kListsLeaveNoToken);  // as the sampler ends such a request
       context.push_back(tok);
       penalties.push(tok);
       ++st.generated;

@@ -213,7 +213,9 @@ def test_bad_requests_get_openai_errors_with_status_type_code_and_param(server):
                          ("repetition_penalty", 2.5), ("presence_penalty", "0"), ("logit_bias", {"abc": 1}),
                          ("logit_bias", {"999999": -100}), ("logit_bias", {"5": 101}), ("logit_bias", {"5": "1"}),
                          ("logit_bias", [5]), ("logit_bias", {str(i): 1 for i in range(301)}), ("min_tokens", -1),
-                         ("min_tokens", 2.5), ("ignore_eos", "yes")]:
+                         ("min_tokens", 2.5), ("ignore_eos", "yes"), ("allowed_token_ids", []),
+                         ("allowed_token_ids", [999999]), ("allowed_token_ids", "5"), ("allowed_token_ids", [1.5]),
+                         ("bad_words", "x"), ("bad_words", [5]), ("bad_words", [" \t"]), ("bad_words", ["w"] * 129)]:
         r = post("/v1/chat/completions", json.dumps({"messages": msgs, "max_tokens": 1, field: value}))
         assert r.status_code == 400 and r.json()["error"]["param"] == field, (field, value, r.text)
     r = post("/v1/chat/completions", json.dumps({"messages": msgs, "max_tokens": 1, "presence_penalty": 0,
@@ -314,6 +316,55 @@ def test_greedy_logprobs_are_the_same_numbers_with_the_main_jobs_speculation_as_
                for r in off + on]
     assert all(r.choices[0].message.content == off[0].choices[0].message.content for r in on)
     assert numbers == [numbers[0]] * 4
+
+
+def test_allowed_token_ids_and_bad_words_hold_the_text_as_vllms_do_with_the_main_jobs_speculation_as_without(
+        fresh_server):
+    """vLLM's allowed_token_ids: every token of the reply is one of them. Its bad_words: a word is
+    banned as itself and after a space, so the greedy reply with "Paris" banned is the reply with
+    both tokens biased by -100; a two-word phrase of the plain reply is cut at its second token
+    only where its first came just before. The same text with the main job's speculation as
+    without (each verify row is masked after the round's drafts before it). A reply that reaches a
+    point where the lists leave no token ends with an error after its text so far."""
+    prompt = dict(model="any", prompt="The capital of France is", max_tokens=24, temperature=0, logprobs=0)
+    results = []
+    for args in (["--draft", "none"], MAIN_JOB_ARGS):
+        srv = fresh_server(*args)
+        c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        tokenize = lambda text: httpx.post(srv.url + "/tokenize", json={"prompt": text}, timeout=30).json()["tokens"]
+        plain = c.completions.create(**prompt).choices[0]
+        tokens = plain.logprobs.tokens
+        assert "Paris" in plain.text, plain.text
+        paris = tokenize("Paris") + tokenize(" Paris")
+        assert len(paris) == 2, paris
+        banned = c.completions.create(**prompt, extra_body={"bad_words": ["Paris"]}).choices[0]
+        biased = c.completions.create(**prompt, logit_bias={str(t): -100 for t in paris}).choices[0]
+        # The first two words in a row of the plain reply (after its first token), as one phrase.
+        j = next(i for i in range(2, len(tokens)) if re.fullmatch(r" [a-z]+", tokens[i - 1]) and re.fullmatch(r" [a-z]+", tokens[i]))
+        phrase = tokens[j - 1] + tokens[j]
+        cut = c.completions.create(**prompt, extra_body={"bad_words": [phrase]}).choices[0]
+        yes_no = [tokenize(w)[0] for w in (" yes", " no", " Yes", " No", ".")]
+        chat = dict(model="any", messages=[{"role": "user", "content": "Is the sky blue?"}], max_tokens=8, temperature=0,
+                    logprobs=True)
+        held = c.chat.completions.create(**chat, extra_body={"allowed_token_ids": yes_no}).choices[0]
+        streamed = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+            **{**chat, "logprobs": False}, stream=True, extra_body={"allowed_token_ids": yes_no}) if ch.choices)
+        world = tokenize(" world")
+        dead = dict(prompt="Hello", max_tokens=10, temperature=0, allowed_token_ids=world, bad_words=["world world"])
+        r = httpx.post(srv.url + "/v1/completions", json=dead, timeout=60)
+        assert r.status_code == 400 and "leave no token" in r.json()["error"]["message"], r.text
+        chunks = [json.loads(line[6:]) for line in httpx.post(srv.url + "/v1/completions", json={**dead, "stream": True},
+                                                               timeout=60).text.splitlines() if line.startswith("data: {")]
+        assert chunks[0]["choices"][0]["text"] == " world" and "leave no token" in chunks[-1]["error"]["message"], chunks
+        assert "Paris" not in banned.text and banned.text == biased.text != plain.text, (banned.text, biased.text)
+        got = cut.logprobs.tokens
+        assert got[:j] == tokens[:j] and got[j] != tokens[j], (got, tokens, j)
+        assert not any(got[i - 1] == tokens[j - 1] and got[i] == tokens[j] for i in range(1, len(got))), got
+        words = [t.token for t in held.logprobs.content]
+        assert words and set(words) <= {" yes", " no", " Yes", " No", "."} and held.finish_reason == "length", words
+        assert streamed == held.message.content
+        results.append((plain.text, banned.text, cut.text, held.message.content))
+    assert results[0] == results[1]
 
 
 def test_penalties_and_logit_bias_change_the_text_and_give_the_same_text_with_the_main_jobs_speculation_as_without(

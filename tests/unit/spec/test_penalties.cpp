@@ -3,13 +3,19 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <limits>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <vector>
 
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 #include "spec/drafter.h"
+#include "spec/grammar.h"
 #include "spec/penalties.h"
 
 namespace specula {
@@ -194,27 +200,174 @@ TEST(Penalties, MinTokensHoldsTheStopTokensAtMinusInfinityUntilThatManyTokensAre
   EXPECT_EQ(h.adjusted(1.5f, 2), -inf) << "back to two";
 }
 
+// What validate(100) says of the settings `change` makes: its message, or "accepted".
+template <class Change>
+std::string refusal(Change change) {
+  SamplingParams sp;
+  change(sp);
+  try {
+    sp.validate(100);
+  } catch (const std::invalid_argument& e) {
+    return std::string(e.what());
+  }
+  return std::string("accepted");
+}
+
 TEST(Penalties, OutOfRangeSettingsAreRefusedWithTheFieldsName) {
-  auto message = [](auto change) {
+  EXPECT_NE(refusal([](SamplingParams& s) { s.presence_penalty = 2.5f; }).find("presence_penalty must be in [-2, 2]"), std::string::npos);
+  EXPECT_NE(refusal([](SamplingParams& s) { s.frequency_penalty = -3.0f; }).find("frequency_penalty"), std::string::npos);
+  EXPECT_NE(refusal([](SamplingParams& s) { s.repetition_penalty = 0.0f; }).find("repetition_penalty must be in (0, 2]"),
+            std::string::npos);
+  EXPECT_NE(refusal([](SamplingParams& s) { s.logit_bias = {{100, 1.0f}}; }).find("outside the vocabulary of 100"),
+            std::string::npos);
+  EXPECT_NE(refusal([](SamplingParams& s) { s.logit_bias = {{-1, 1.0f}}; }).find("negative"), std::string::npos);
+  EXPECT_NE(refusal([](SamplingParams& s) { s.logit_bias = {{5, 101.0f}}; }).find("[-100, 100]"), std::string::npos);
+  EXPECT_NE(refusal([](SamplingParams& s) { s.min_tokens = -1; }).find("min_tokens must be >= 0"), std::string::npos);
+  EXPECT_EQ(refusal([](SamplingParams& s) { s.logit_bias = {{99, -100.0f}}; s.presence_penalty = -2.0f; }), "accepted");
+}
+
+
+// vLLM's allowed_token_ids and bad_words against an oracle written from their definition: in
+// every row of a round (the row after the output and the round's first i drafts), -inf for a
+// token outside the allowed set and for a bad word's last token where that history ends with the
+// word's other tokens, and the row as it was where that would leave no token; the masks after a
+// grammar's (the emptiness judged on the row the grammar left) and after the penalties'. The rows
+// come back raw, and refuses() names the tokens the one-row masks take out.
+TEST(TokenLists, EveryRowOfARoundIsMaskedAsTheDefinitionSaysAfterItsHistoryAndRestoreGivesBackTheRawRows) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const std::vector<std::string> pieces = {"a", "b", "c", "d", "1", "2", ",", " ", "{", "}", "[", "]", ":", "x", "y", "z"};
+  constexpr int64_t V = 16;
+  const auto matcher = std::make_shared<const GrammarMatcher>(Grammar::parse(R"(root ::= ("a" | "b" | "c" "d" | "1" | " ")+)"),
+                                                              std::make_shared<const TokenTrie>(pieces));
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> any(0, V - 1), few(0, 4);
+  std::normal_distribution<float> logit(0.0f, 3.0f);
+  int emptied = 0, masked_rows = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
     SamplingParams sp;
-    change(sp);
-    try {
-      sp.validate(100);
-    } catch (const std::invalid_argument& e) {
-      return std::string(e.what());
+    if (trial % 3 != 0) {  // a few tokens, or most
+      const int n = trial % 2 ? 1 + few(rng) : 10 + few(rng);
+      for (int j = 0; j < n; ++j) sp.allowed_token_ids.push_back(trial % 2 ? few(rng) : any(rng));
     }
-    return std::string("accepted");
-  };
-  EXPECT_NE(message([](SamplingParams& s) { s.presence_penalty = 2.5f; }).find("presence_penalty must be in [-2, 2]"), std::string::npos);
-  EXPECT_NE(message([](SamplingParams& s) { s.frequency_penalty = -3.0f; }).find("frequency_penalty"), std::string::npos);
-  EXPECT_NE(message([](SamplingParams& s) { s.repetition_penalty = 0.0f; }).find("repetition_penalty must be in (0, 2]"),
-            std::string::npos);
-  EXPECT_NE(message([](SamplingParams& s) { s.logit_bias = {{100, 1.0f}}; }).find("outside the vocabulary of 100"),
-            std::string::npos);
-  EXPECT_NE(message([](SamplingParams& s) { s.logit_bias = {{-1, 1.0f}}; }).find("negative"), std::string::npos);
-  EXPECT_NE(message([](SamplingParams& s) { s.logit_bias = {{5, 101.0f}}; }).find("[-100, 100]"), std::string::npos);
-  EXPECT_NE(message([](SamplingParams& s) { s.min_tokens = -1; }).find("min_tokens must be >= 0"), std::string::npos);
-  EXPECT_EQ(message([](SamplingParams& s) { s.logit_bias = {{99, -100.0f}}; s.presence_penalty = -2.0f; }), "accepted");
+    const int words = trial % 3 == 0 ? 1 + few(rng) : few(rng);
+    for (int w = 0; w < words; ++w) {
+      std::vector<int32_t> word(static_cast<size_t>(1 + few(rng) % 3));
+      for (int32_t& t : word) t = few(rng);
+      sp.bad_words.push_back(word);
+    }
+    if (trial % 5 == 0) sp.grammar = matcher;
+    if (trial % 7 == 0) sp.presence_penalty = 0.5f;
+    std::vector<int32_t> output(static_cast<size_t>(trial % 6)), draft(static_cast<size_t>(trial % 5));
+    for (int32_t& t : output) t = few(rng);
+    for (int32_t& t : draft) t = few(rng);
+    if (sp.grammar)  // a history the grammar allows, so that its rows are masked rows
+      for (auto* seq : {&output, &draft})
+        for (int32_t& t : *seq) t = std::vector<int32_t>{0, 1, 4, 7}[static_cast<size_t>(t) % 4];
+    const int n = 1 + static_cast<int>(draft.size());
+    std::vector<float> rows(static_cast<size_t>(n * V));
+    for (float& x : rows) x = trial % 4 == 0 && any(rng) < 6 ? kNegInf : logit(rng);
+    const std::vector<float> raw = rows;
+    PenaltyHistory h(sp, {}, V);
+    for (int32_t t : output) h.push(t);
+    PenaltyHistory::Undo undo;
+    h.apply(rows, draft, undo);
+    for (int i = 0; i < n; ++i) {
+      std::vector<int32_t> history = output;
+      history.insert(history.end(), draft.begin(), draft.begin() + i);
+      // The row before the lists: the same settings without them, after the same history.
+      SamplingParams before = sp;
+      before.allowed_token_ids.clear();
+      before.bad_words.clear();
+      std::vector<float> want(raw.begin() + i * V, raw.begin() + (i + 1) * V);
+      PenaltyHistory other(before, {}, V);
+      for (int32_t t : history) other.push(t);
+      other.apply(want, {});
+      std::vector<bool> out(V, false);
+      for (int32_t v = 0; v < V; ++v)
+        out[static_cast<size_t>(v)] = !sp.allowed_token_ids.empty() &&
+                                      std::find(sp.allowed_token_ids.begin(), sp.allowed_token_ids.end(), v) == sp.allowed_token_ids.end();
+      for (const auto& w : sp.bad_words) {
+        const size_t k = w.size() - 1;
+        if (k <= history.size() && std::equal(w.begin(), w.end() - 1, history.end() - static_cast<std::ptrdiff_t>(k)))
+          out[static_cast<size_t>(w.back())] = true;
+      }
+      bool left = false;
+      for (int32_t v = 0; v < V; ++v) left = left || (!out[static_cast<size_t>(v)] && want[static_cast<size_t>(v)] != kNegInf);
+      if (left) {
+        for (int32_t v = 0; v < V; ++v)
+          if (out[static_cast<size_t>(v)]) want[static_cast<size_t>(v)] = kNegInf;
+        ++masked_rows;
+      } else {
+        ++emptied;
+      }
+      ASSERT_EQ(std::memcmp(want.data(), rows.data() + i * V, V * sizeof(float)), 0) << "trial " << trial << ", row " << i;
+      if (i == 0)
+        for (int32_t v = 0; v < V; ++v) ASSERT_EQ(h.refuses(v), out[static_cast<size_t>(v)]) << "trial " << trial << ", token " << v;
+    }
+    PenaltyHistory::restore(rows, undo);
+    ASSERT_EQ(std::memcmp(rows.data(), raw.data(), rows.size() * sizeof(float)), 0) << "trial " << trial;
+  }
+  // Both branches taken many times.
+  EXPECT_GT(emptied, 50);
+  EXPECT_GT(masked_rows, 3000);
+}
+
+// Where the lists would leave no token the row is left as it was, and whatever is drawn there is a
+// token they refuse (the sampler ends the request with an error then).
+TEST(TokenLists, ARowTheyWouldLeaveEmptyIsLeftAsItWasAndEveryTokenIsRefusedThere) {
+  SamplingParams sp;
+  sp.allowed_token_ids = {2};
+  sp.bad_words = {{2, 2}};
+  PenaltyHistory h(sp, {}, 4);
+  std::vector<float> row{1.0f, 2.0f, 3.0f, 4.0f};
+  h.apply(row, {});
+  EXPECT_EQ(row, (std::vector<float>{-std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), 3.0f,
+                                     -std::numeric_limits<float>::infinity()}));
+  EXPECT_FALSE(h.refuses(2));
+  EXPECT_TRUE(h.refuses(1));
+  h.push(2);
+  row = {1.0f, 2.0f, 3.0f, 4.0f};
+  h.apply(row, {});
+  EXPECT_EQ(row, (std::vector<float>{1.0f, 2.0f, 3.0f, 4.0f}));
+  for (int32_t v = 0; v < 4; ++v) EXPECT_TRUE(h.refuses(v)) << v;
+  EXPECT_FALSE(h.constraint_keeps(2));
+  h.pop(2);
+  EXPECT_FALSE(h.refuses(2));
+}
+
+TEST(TokenLists, BadSettingsAreRefusedWithTheFieldsName) {
+  EXPECT_EQ(refusal([](SamplingParams& s) { s.allowed_token_ids = {100}; }),
+            "allowed_token_ids: token id 100 is outside the vocabulary of 100");
+  EXPECT_EQ(refusal([](SamplingParams& s) { s.allowed_token_ids = {-3}; }), "allowed_token_ids: token id -3 is negative");
+  EXPECT_EQ(refusal([](SamplingParams& s) { s.bad_words = {{1, 100}}; }), "bad_words: token id 100 is outside the vocabulary of 100");
+  EXPECT_EQ(refusal([](SamplingParams& s) { s.bad_words = {{}}; }), "bad_words: a token sequence is empty");
+  EXPECT_EQ(refusal([](SamplingParams& s) { s.bad_words.assign(kMaxBadWords + 1, {1}); }),
+            "bad_words: at most 128 token sequences, got 129");
+  EXPECT_EQ(refusal([](SamplingParams& s) { s.bad_words.assign(2, std::vector<int32_t>(kMaxBadWordTokens / 2 + 1, 1)); }),
+            "bad_words: at most 1024 tokens in all, got 1026");
+  EXPECT_EQ(refusal([](SamplingParams& s) { s.allowed_token_ids = {4, 5}; s.bad_words = {{5}, {4}}; }),
+            "bad_words: every token of allowed_token_ids is a one-token bad word, so no token may be generated");
+  EXPECT_EQ(refusal([](SamplingParams& s) { s.allowed_token_ids = {4, 5}; s.bad_words = {{5}, {3, 4}}; }), "accepted");
+}
+
+// vLLM's tokenization of bad_words, on the default model's tokenizer: the word without its leading
+// whitespace, then " word" where that is as many tokens and starts with another one.
+TEST(TokenLists, BadWordsAreTheWordAndTheWordAfterASpaceWhereThatIsAsManyTokensAsVllmTokenizesThem) {
+  const char* cache = std::getenv("SPECULA_CACHE");
+  const auto path = std::filesystem::path(cache && *cache ? cache : "/root/.cache/specula") / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "the default model is missing at " << path << "; scripts/setup.sh fetches it";
+  const GgufFile file(path.string());
+  const auto tok = Tokenizer::from_gguf(file);
+  const auto id = [&](const char* piece) { return tok->token_id(piece); };  // "\xc4\xa0" is the byte-level space
+  ASSERT_GE(id("Paris"), 0);
+  ASSERT_GE(id("\xc4\xa0Paris"), 0);
+  const std::vector<std::string> words = {"Paris", "  Paris", "2024"};
+  const auto ids = bad_words_token_ids(*tok, words);
+  const std::vector<int32_t> paris{id("Paris")}, spaced{id("\xc4\xa0Paris")};
+  // "2024" is four digit tokens; " 2024" five (the space its own piece): only the first.
+  const std::vector<int32_t> digits{id("2"), id("0"), id("2"), id("4")};
+  EXPECT_EQ(ids, (std::vector<std::vector<int32_t>>{paris, spaced, paris, spaced, digits}));
+  EXPECT_THROW(bad_words_token_ids(*tok, std::vector<std::string>{"ok", " \t "}), std::invalid_argument);
 }
 
 }  // namespace

@@ -169,6 +169,9 @@ struct JointRun {
   test::ChiSquare chi;
   int64_t rounds = 0, drafted = 0, accepted = 0;
   int64_t moved = 0;  // runs whose confidence threshold left its starting value (the automatic one)
+  // Runs that drew a token their allowed_token_ids and bad_words refuse (speculative_generate
+  // throws): none unless a bug let the rows lose their masks. Left out of the counts.
+  int64_t refused = 0;
 };
 
 // `n` speculative runs with seeds 0..n-1, each cut after its first 3 tokens, counted over the
@@ -207,10 +210,17 @@ JointRun speculative_joint(const MakeDrafter& make, const SamplingParams& sp, in
       req.sampling.seed = static_cast<uint64_t>(s);
       m.kv.truncate_to(m.seq, 0);
       out.clear();
-      const SpeculativeStats st = speculative_generate(m.target, m.kv, m.seq, *drafter, req, [&](int32_t t, TokenOrigin) {
-        out.push_back(t);
-        return out.size() < 3;
-      });
+      SpeculativeStats st;
+      try {
+        st = speculative_generate(m.target, m.kv, m.seq, *drafter, req, [&](int32_t t, TokenOrigin) {
+          out.push_back(t);
+          return out.size() < 3;
+        });
+      } catch (const std::runtime_error&) {
+        ++runs[tid].refused;
+        drafter = make(m);  // its state is mid-round
+        continue;
+      }
       ++counts[tid][static_cast<size_t>((out[0] * kVocab + out[1]) * kVocab + out[2])];
       runs[tid].rounds += st.rounds;
       runs[tid].drafted += st.drafted;
@@ -230,6 +240,7 @@ JointRun speculative_joint(const MakeDrafter& make, const SamplingParams& sp, in
     total.drafted += runs[t].drafted;
     total.accepted += runs[t].accepted;
     total.moved += runs[t].moved;
+    total.refused += runs[t].refused;
   }
   TinyPair m;
   total.chi = test::chi_square_test(merged, target_joint(m, reference ? *reference : sp), n);
@@ -278,6 +289,18 @@ SamplingParams lookup_grammar_mode(float temperature) {
   return sp;
 }
 
+// vLLM's allowed_token_ids and bad_words on the tiny vocabulary: tokens 7 and 11 never, token 5
+// never, no token twice in a row, and 3 never after 2 (so each row's mask turns on the token
+// before it, drafts included).
+SamplingParams lists_mode(float temperature, float top_p = 1.0f) {
+  SamplingParams sp{temperature, 0, top_p, 0};
+  for (int32_t t = 0; t < kVocab; ++t)
+    if (t != 7 && t != 11) sp.allowed_token_ids.push_back(t);
+  sp.bad_words = {{5}, {2, 3}};
+  for (int32_t t = 0; t < kVocab; ++t) sp.bad_words.push_back({t, t});
+  return sp;
+}
+
 struct Case {
   int k;
   SamplingParams sp;
@@ -300,6 +323,7 @@ TEST_P(JointOfThreeTokens, MatchesTargetOnlySampling) {
   const Case c = GetParam();
   const JointRun r = speculative_joint(draft_model, c.sp, c.k, kJointRuns, c.max_entropy, c.min_confidence, c.confidence_auto);
   EXPECT_TRUE(r.chi.pass()) << r.chi.str();
+  EXPECT_EQ(r.refused, 0);
   std::printf("[ stats    ] %s; %lld rounds, %lld drafted, %lld accepted\n", r.chi.str().c_str(),
               static_cast<long long>(r.rounds), static_cast<long long>(r.drafted), static_cast<long long>(r.accepted));
   // The draft must be exercised: tokens accepted and tokens rejected.
@@ -330,7 +354,8 @@ INSTANTIATE_TEST_SUITE_P(KAndTransforms, JointOfThreeTokens,
                                            Case{3, {1.0f, 0, 1.0f, 0, 0.1f}}, Case{3, {0.7f, 0, 0.9f, 0, 0.05f}},
                                            Case{3, kPenalized}, Case{5, kPenalizedTopKTopP}, Case{4, kMinTokens},
                                            Case{3, json_mode(1.0f)}, Case{5, json_mode(0.7f, 0.9f)},
-                                           Case{3, grammar_mode(1.0f)}, Case{4, grammar_mode(0.7f, 0.9f)}),
+                                           Case{3, grammar_mode(1.0f)}, Case{4, grammar_mode(0.7f, 0.9f)},
+                                           Case{3, lists_mode(1.0f)}, Case{5, lists_mode(0.7f, 0.9f)}),
                          [](const auto& info) {
                            const Case& c = info.param;
                            std::string n = "K" + std::to_string(c.k) + "_T" + std::to_string(static_cast<int>(c.sp.temperature * 10));
@@ -339,6 +364,7 @@ INSTANTIATE_TEST_SUITE_P(KAndTransforms, JointOfThreeTokens,
                            if (c.sp.min_p > 0) n += "_minp" + std::to_string(static_cast<int>(c.sp.min_p * 100));
                            if (c.sp.json_object) n += "_json";
                            else if (c.sp.grammar) n += "_grammar";
+                           else if (!c.sp.allowed_token_ids.empty() || !c.sp.bad_words.empty()) n += "_lists";
                            else if (c.sp.penalized()) n += "_penalties";
                            if (!c.sp.logit_bias.empty()) n += "_bias";
                            if (c.sp.min_tokens > 0) n += "_mintokens" + std::to_string(c.sp.min_tokens);
@@ -475,12 +501,34 @@ TEST(JointOfThreeTokensControl, AVerifierThatLeavesTheRoundsDraftsOutOfItsLaterR
               static_cast<long long>(r.drafted), static_cast<long long>(r.accepted));
 }
 
+// allowed_token_ids and bad_words too: a verifier that masks every row of a round as its first
+// (the round's drafts left out of the history the bad words are matched against) fails.
+TEST(JointOfThreeTokensControl, AVerifierThatLeavesTheRoundsDraftsOutOfItsLaterRowsBadWordsFails) {
+  test_seams::set_penalties_ignore_draft(true);
+  const JointRun r = speculative_joint(draft_model, lists_mode(1.0f), 3, 200000);
+  test_seams::set_penalties_ignore_draft(false);
+  EXPECT_FALSE(r.chi.pass()) << "the planted bug went unnoticed: " << r.chi.str();
+  std::printf("[ stats    ] bad words without the round's drafts: %s; %lld drafted, %lld accepted, %lld runs refused\n",
+              r.chi.str().c_str(), static_cast<long long>(r.drafted), static_cast<long long>(r.accepted),
+              static_cast<long long>(r.refused));
+}
+
 // The head drafts inside a grammar (its tokens the grammar refuses at -inf) and stays exact.
 TEST(JointOfThreeTokensEagle, TheHeadDraftingInsideAGrammarMatchesTargetOnlySampling) {
   const JointRun r = speculative_joint(eagle_drafter, grammar_mode(1.0f), 3, kJointRuns);
   EXPECT_TRUE(r.chi.pass()) << r.chi.str();
   EXPECT_GT(r.accepted, r.drafted / 100);
   std::printf("[ stats    ] grammar, eagle K 3: %s; %lld drafted, %lld accepted\n", r.chi.str().c_str(),
+              static_cast<long long>(r.drafted), static_cast<long long>(r.accepted));
+}
+
+// And under allowed_token_ids and bad_words (the tokens they refuse after its history at -inf).
+TEST(JointOfThreeTokensEagle, TheHeadDraftingUnderAllowedTokenIdsAndBadWordsMatchesTargetOnlySampling) {
+  const JointRun r = speculative_joint(eagle_drafter, lists_mode(1.0f), 4, kJointRuns);
+  EXPECT_TRUE(r.chi.pass()) << r.chi.str();
+  EXPECT_EQ(r.refused, 0);
+  EXPECT_GT(r.accepted, r.drafted / 100);
+  std::printf("[ stats    ] lists, eagle K 4: %s; %lld drafted, %lld accepted\n", r.chi.str().c_str(),
               static_cast<long long>(r.drafted), static_cast<long long>(r.accepted));
 }
 
@@ -589,6 +637,29 @@ TEST(TinyModels, WithPenaltiesGreedyAndCoupledOutputEqualTargetOnlyOutput) {
   EXPECT_NE(plain, penalized) << "the penalties changed nothing: the test below would prove nothing";
   expect_same_as_generate(greedy, SpecSampling::Exact, 4);
   expect_same_as_generate(SamplingParams{0.8f, 0, 0.95f, 0, 0.0f, 0.8f, 0.6f, 1.5f, {}}, SpecSampling::Coupled, 4);
+}
+
+// allowed_token_ids and bad_words change greedy text (the tiny target repeats tokens; the lists
+// forbid a token twice in a row), and speculative greedy and coupled text with them equal
+// generate()'s with them, for every drafter.
+TEST(TinyModels, WithAllowedTokenIdsAndBadWordsGreedyAndCoupledOutputEqualTargetOnlyOutput) {
+  TinyPair m;
+  GenerateRequest g;
+  g.prompt = {3, 9, 1, 3, 9};
+  g.max_tokens = 40;
+  std::vector<int32_t> plain, listed;
+  g.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
+  generate(m.target, m.kv, m.seq, g, [&](int32_t t) { plain.push_back(t); return true; });
+  m.kv.truncate_to(m.seq, 0);
+  g.sampling = lists_mode(0.0f);
+  generate(m.target, m.kv, m.seq, g, [&](int32_t t) { listed.push_back(t); return true; });
+  EXPECT_NE(plain, listed) << "the lists changed nothing: the test below would prove nothing";
+  for (size_t i = 0; i < listed.size(); ++i) {
+    EXPECT_TRUE(listed[i] != 7 && listed[i] != 11 && listed[i] != 5) << i;
+    if (i > 0) EXPECT_NE(listed[i], listed[i - 1]) << i;
+  }
+  expect_same_as_generate(lists_mode(0.0f), SpecSampling::Exact, 4);
+  expect_same_as_generate(lists_mode(0.8f, 0.95f), SpecSampling::Coupled, 4);
 }
 
 // The drafters apply the penalties to their own rows (DraftPenalties), so the target drafting for
