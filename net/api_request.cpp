@@ -495,9 +495,6 @@ void parse_token_lists(const json& body, const LoadedModel& model, SamplingParam
   if (const json* v = field(body, "allowed_token_ids"); v && !v->is_null()) {
     if (!v->is_array()) bad("allowed_token_ids", "allowed_token_ids must be an array of token ids, got " + shown(*v));
     if (v->empty()) bad("allowed_token_ids", "allowed_token_ids is empty, so no token could be generated");
-    if (static_cast<int64_t>(v->size()) > vocab)
-      bad("allowed_token_ids", "allowed_token_ids has " + std::to_string(v->size()) + " ids, more than the vocabulary's " +
-                                   std::to_string(vocab));
     for (const json& t : *v) sp.allowed_token_ids.push_back(static_cast<int32_t>(integer(t, "allowed_token_ids", 0, vocab - 1)));
   }
   if (const json* v = field(body, "bad_words"); v && !v->is_null()) {
@@ -519,7 +516,7 @@ void parse_token_lists(const json& body, const LoadedModel& model, SamplingParam
   }
   if (sp.allowed_token_ids.empty() && sp.bad_words.empty()) return;
   try {  // the lists' limits, and whether they leave any token at all
-    sp.validate(vocab);
+    sp.validate_lists(vocab);
   } catch (const std::invalid_argument& e) {
     const std::string what = e.what();
     bad(what.rfind("allowed_token_ids", 0) == 0 ? "allowed_token_ids" : "bad_words", what);

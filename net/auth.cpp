@@ -154,9 +154,9 @@ HttpResponse preflight_response(const AccessConfig& access, const HttpRequest& r
   }
   HttpResponse res = make_response(204, "", "text/plain", req.keep_alive(), req.version());
   res.erase(http::field::content_type);
-  res.set(http::field::allow, "GET, HEAD, POST, OPTIONS");
+  res.set(http::field::allow, "GET, HEAD, POST, DELETE, OPTIONS");
   if (origin) {
-    res.set(http::field::access_control_allow_methods, "GET, HEAD, POST, OPTIONS");
+    res.set(http::field::access_control_allow_methods, "GET, HEAD, POST, DELETE, OPTIONS");
     const auto asked = req.find(http::field::access_control_request_headers);
     res.set(http::field::access_control_allow_headers,
             asked != req.end() ? std::string(asked->value()) : std::string("Authorization, Content-Type"));

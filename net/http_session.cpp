@@ -84,6 +84,18 @@ std::optional<HttpResponse> simple_route(ServerState& st, const HttpRequest& req
       return error_response(ApiError("invalid_request", std::string("the request could not be read: ") + e.what()), ka, v);
     }
   }
+  if (path.starts_with("/v1/responses/")) {  // a kept response read back or forgotten (net/responses.h)
+    const std::string id(path.substr(14));
+    const ApiError missing("not_found", "Response with id '" + id + "' not found");
+    if (req.method() == http::verb::delete_) {
+      if (!st.responses.erase(id)) return error_response(missing, ka, v);
+      return json_response(200, {{"id", id}, {"object", "response"}, {"deleted", true}}, ka, v);
+    }
+    if (!get) return error_response(ApiError("method_not_allowed", "use GET or DELETE"), ka, v);
+    const ResponseStore::Stored* stored = st.responses.find(id);
+    if (!stored) return error_response(missing, ka, v);
+    return json_response(200, stored->response, ka, v);
+  }
   if (path.starts_with("/v1/models/")) {
     if (path.substr(11) != st.model_name)
       return error_response(ApiError("not_found", "the model '" + std::string(path.substr(11)) + "' does not exist", "model"), ka, v);
@@ -191,6 +203,13 @@ asio::awaitable<void> run_http_session(ServerState& st, asio::ip::tcp::socket so
       co_await answer(res, cors);
     } else if (std::optional<HttpResponse> res = simple_route(st, req, path)) {
       co_await answer(*res, cors);
+    } else if (path == "/v1/responses") {
+      if (req.method() != http::verb::post) {
+        HttpResponse res = error_response(ApiError("method_not_allowed", "use POST"), keep_alive, req.version());
+        co_await answer(res, cors);
+      } else {
+        keep_alive = co_await serve_openai_response(st, stream, req, status, cors);
+      }
     } else if (path == "/v1/chat/completions" || path == "/v1/completions") {
       if (req.method() != http::verb::post) {
         HttpResponse res = error_response(ApiError("method_not_allowed", "use POST"), keep_alive, req.version());

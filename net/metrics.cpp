@@ -72,16 +72,17 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
 std::string_view http_route_label(std::string_view path) {
   static constexpr std::string_view kRoutes[] = {"/",         "/health",     "/metrics",       "/v1/models",
                                                  "/tokenize", "/detokenize", "/v1/completions", "/v1/chat/completions",
-                                                 "/v1/ws"};
+                                                 "/v1/ws",    "/v1/responses"};
   if (path == "/index.html") return "/";
   for (std::string_view r : kRoutes)
     if (path == r) return r;
   if (path.starts_with("/v1/models/")) return "/v1/models/{model}";
+  if (path.starts_with("/v1/responses/")) return "/v1/responses/{id}";
   return "other";
 }
 
 std::string_view http_method_label(std::string_view method) {
-  for (std::string_view m : {"GET", "HEAD", "POST", "OPTIONS"})
+  for (std::string_view m : {"GET", "HEAD", "POST", "DELETE", "OPTIONS"})
     if (method == m) return m;
   return "other";
 }

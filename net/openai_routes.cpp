@@ -2,6 +2,7 @@
 // `stream: true` as server-sent events (docs/protocol.md). A client that goes away cancels.
 #include <ctime>
 
+#include <random>
 #include <utility>
 
 #include <boost/asio/as_tuple.hpp>
@@ -17,6 +18,7 @@
 #include "net/generation.h"
 #include "net/http_util.h"
 #include "net/openai_routes.h"
+#include "net/responses.h"
 
 namespace specula::net {
 
@@ -383,6 +385,23 @@ void reply_delta(const json& m, ReplySent& sent, json& delta) {
   if (!pieces.empty()) delta["tool_calls"] = std::move(pieces);
 }
 
+// A 200 whose chunked body is server-sent events: its head written (`status` set), or false.
+asio::awaitable<bool> start_event_stream(beast::tcp_stream& stream, const HttpRequest& req, const CorsAnswer& cors, bool keep_alive,
+                                         unsigned& status) {
+  http::response<http::empty_body> head{http::status::ok, req.version()};
+  head.set(http::field::server, "specula");
+  apply_cors(head, cors);
+  head.set(http::field::content_type, "text/event-stream");
+  head.set(http::field::cache_control, "no-cache");
+  head.keep_alive(keep_alive);
+  head.chunked(true);
+  http::response_serializer<http::empty_body> serializer{head};
+  stream.expires_after(kWriteTimeout);
+  if (auto [ec, bytes] = co_await http::async_write_header(stream, serializer, kAwait); ec) co_return false;
+  status = head.result_int();
+  co_return true;
+}
+
 asio::awaitable<bool> write_response(beast::tcp_stream& stream, HttpResponse res, const CorsAnswer& cors, unsigned& status) {
   apply_cors(res, cors);
   stream.expires_after(kWriteTimeout);
@@ -532,17 +551,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
   }
 
   // --- stream: true ---
-  http::response<http::empty_body> head{http::status::ok, req.version()};
-  head.set(http::field::server, "specula");
-  apply_cors(head, cors);
-  head.set(http::field::content_type, "text/event-stream");
-  head.set(http::field::cache_control, "no-cache");
-  head.keep_alive(keep_alive);
-  head.chunked(true);
-  http::response_serializer<http::empty_body> serializer{head};
-  stream.expires_after(kWriteTimeout);
-  if (auto [ec, bytes] = co_await http::async_write_header(stream, serializer, kAwait); ec) co_return false;
-  status = head.result_int();
+  if (!co_await start_event_stream(stream, req, cors, keep_alive, status)) co_return false;
   auto send_event = [&](const std::string& data) -> asio::awaitable<bool> {
     std::string event = "data: " + data + "\n\n";
     stream.expires_after(kWriteTimeout);
@@ -620,6 +629,354 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     }
   }
   if (!co_await send_event("[DONE]")) co_return false;
+  auto [ec, bytes] = co_await asio::async_write(stream, http::make_chunk_last(), kAwait);
+  stream.expires_never();
+  co_return !ec && keep_alive;
+}
+
+namespace {
+
+// A response id no other client can guess (GET /v1/responses/{id} reads a kept one back).
+std::string new_response_id() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char hex[33];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(rng()), static_cast<unsigned long long>(rng()));
+  return std::string("resp_") + hex;
+}
+
+json plain(const nlohmann::ordered_json& v) { return json::parse(v.dump()); }
+// A float setting as it was written (0.95, not 0.949999988079071).
+double tidy(float x) { return std::stod(std::to_string(x)); }
+nlohmann::ordered_json plain_ordered(const json& v) { return nlohmann::ordered_json::parse(v.dump()); }
+
+// The Responses API's response object: the request's settings as it echoes them, the output
+// items, the usage (null until the end of a stream) and the status.
+struct ResponseShape {
+  std::string id;
+  int64_t created;
+  std::string model;
+  const nlohmann::ordered_json& request;
+  const RequestDefaults& defaults;
+
+  json object(const char* status, json output, json usage, json incomplete = nullptr, json error = nullptr) const {
+    auto echo = [&](const char* key, json fallback) {
+      const auto it = request.find(key);
+      return it == request.end() || it->is_null() ? fallback : plain(*it);
+    };
+    return {{"id", id},
+            {"object", "response"},
+            {"created_at", created},
+            {"status", status},
+            {"background", false},
+            {"error", std::move(error)},
+            {"incomplete_details", std::move(incomplete)},
+            {"instructions", echo("instructions", nullptr)},
+            {"max_output_tokens", echo("max_output_tokens", nullptr)},
+            {"metadata", echo("metadata", json::object())},
+            {"model", model},
+            {"output", std::move(output)},
+            {"parallel_tool_calls", echo("parallel_tool_calls", true)},
+            {"previous_response_id", echo("previous_response_id", nullptr)},
+            {"reasoning", echo("reasoning", nullptr)},
+            {"store", echo("store", true)},
+            {"temperature", echo("temperature", tidy(defaults.temperature))},
+            {"text", echo("text", {{"format", {{"type", "text"}}}})},
+            {"tool_choice", echo("tool_choice", "auto")},
+            {"tools", echo("tools", json::array())},
+            {"top_p", echo("top_p", tidy(defaults.top_p))},
+            {"truncation", echo("truncation", "disabled")},
+            {"usage", std::move(usage)},
+            {"user", echo("user", nullptr)}};
+  }
+};
+
+json response_usage(const GenerationStats& s, int64_t reasoning_tokens) {
+  return {{"input_tokens", s.prompt_tokens},
+          {"input_tokens_details", {{"cached_tokens", s.cached_prompt_tokens}}},
+          {"output_tokens", s.completion_tokens},
+          {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens}}},
+          {"total_tokens", s.prompt_tokens + s.completion_tokens}};
+}
+
+// Server-sent events of a streamed response, gathered into `out` and written once per update:
+// each output item opened when its first text comes (reasoning, then the message, then each
+// call), its deltas, and its done events once the next one opens or the reply ends.
+class ResponseEvents {
+ public:
+  explicit ResponseEvents(std::string id) : suffix_(id.substr(5)) {}
+  std::string out;
+
+  void emit(const char* type, json payload) {
+    payload["type"] = type;
+    payload["sequence_number"] = sequence_++;
+    out += "event: ";
+    out += type;
+    out += "\ndata: ";
+    out += dump_json(payload);
+    out += "\n\n";
+  }
+  void reasoning(const std::string& delta) {
+    open_item(reasoning_, Kind::Reasoning);
+    reasoning_.text += delta;
+    emit("response.reasoning_text.delta",
+         {{"item_id", reasoning_.id}, {"output_index", reasoning_.index}, {"content_index", 0}, {"delta", delta}});
+  }
+  void content(const std::string& delta) {
+    close(reasoning_);
+    open_item(message_, Kind::Message);
+    message_.text += delta;
+    emit("response.output_text.delta", {{"item_id", message_.id},
+                                        {"output_index", message_.index},
+                                        {"content_index", 0},
+                                        {"delta", delta},
+                                        {"logprobs", json::array()}});
+  }
+  // A chat delta's tool_calls pieces (reply_delta's): a new call opens its item, its arguments so
+  // far its first delta; a known one's piece is more of its arguments.
+  void calls(const json& pieces) {
+    close(reasoning_);
+    close(message_);
+    for (const json& piece : pieces) {
+      const std::size_t k = piece["index"].get<std::size_t>();
+      if (k >= calls_.size()) {
+        Item& c = calls_.emplace_back();
+        c.call_id = piece["id"].get<std::string>();
+        c.name = piece["function"]["name"].get<std::string>();
+        open_item(c, Kind::Call, k);
+      }
+      Item& c = calls_[k];
+      const std::string delta = piece["function"].value("arguments", std::string());
+      if (delta.empty()) continue;
+      c.text += delta;
+      emit("response.function_call_arguments.delta", {{"item_id", c.id}, {"output_index", c.index}, {"delta", delta}});
+    }
+  }
+  // The reply's end: every item of the final output opened (with its whole text where it never
+  // streamed) and closed with the final texts, in the output's order.
+  void finish(const json& output) {
+    for (const json& item : output) {
+      const std::string type = item["type"].get<std::string>();
+      if (type == "reasoning") {
+        const std::string text = item["content"][0]["text"].get<std::string>();
+        if (text.size() > reasoning_.text.size() || reasoning_.index < 0) reasoning(text.substr(std::min(text.size(), reasoning_.text.size())));
+        reasoning_.text = text;
+        close(reasoning_);
+      } else if (type == "message") {
+        const std::string text = item["content"][0]["text"].get<std::string>();
+        if (text.size() > message_.text.size() || message_.index < 0) content(text.substr(std::min(text.size(), message_.text.size())));
+        message_.text = text;
+        close(message_);
+      } else {
+        const std::string id = item["id"].get<std::string>();
+        const std::size_t k = std::stoul(id.substr(id.rfind('_') + 1));
+        const std::string arguments = item["arguments"].get<std::string>();
+        if (k >= calls_.size()) {
+          json piece = {{"index", k}, {"id", item["call_id"]}, {"function", {{"name", item["name"]}, {"arguments", arguments}}}};
+          calls(json::array({std::move(piece)}));
+        } else if (arguments.size() > calls_[k].text.size()) {
+          calls(json::array({{{"index", k}, {"function", {{"arguments", arguments.substr(calls_[k].text.size())}}}}}));
+        }
+        calls_[k].text = arguments;
+        close(calls_[k]);
+      }
+    }
+    close(reasoning_);
+    close(message_);
+  }
+
+ private:
+  enum class Kind { Reasoning, Message, Call };
+  struct Item {
+    Kind kind = Kind::Message;
+    std::string id, text, call_id, name;
+    int index = -1;  // output_index; -1: not opened
+    bool done = false;
+  };
+
+  json item_json(const Item& it, const char* status) const {
+    switch (it.kind) {
+      case Kind::Reasoning:
+        return {{"type", "reasoning"}, {"id", it.id}, {"summary", json::array()}, {"status", status},
+                {"content", it.done ? json::array({{{"type", "reasoning_text"}, {"text", it.text}}}) : json::array()}};
+      case Kind::Message:
+        return {{"type", "message"}, {"id", it.id}, {"status", status}, {"role", "assistant"},
+                {"content", it.done ? json::array({part(it)}) : json::array()}};
+      case Kind::Call:
+        return {{"type", "function_call"}, {"id", it.id}, {"call_id", it.call_id}, {"name", it.name},
+                {"arguments", it.done ? it.text : std::string()}, {"status", status}};
+    }
+    return nullptr;
+  }
+  static json part(const Item& it) {
+    if (it.kind == Kind::Reasoning) return {{"type", "reasoning_text"}, {"text", it.text}};
+    return {{"type", "output_text"}, {"text", it.text}, {"annotations", json::array()}};
+  }
+  void open_item(Item& it, Kind kind, std::size_t k = 0) {
+    if (it.index >= 0) return;
+    it.kind = kind;
+    it.id = kind == Kind::Reasoning ? "rs_" + suffix_ : kind == Kind::Message ? "msg_" + suffix_ : "fc_" + suffix_ + "_" + std::to_string(k);
+    it.index = next_index_++;
+    emit("response.output_item.added", {{"output_index", it.index}, {"item", item_json(it, "in_progress")}});
+    if (kind != Kind::Call)
+      emit("response.content_part.added",
+           {{"item_id", it.id}, {"output_index", it.index}, {"content_index", 0}, {"part", part(Item{kind})}});
+  }
+  void close(Item& it) {
+    if (it.index < 0 || it.done) return;
+    it.done = true;
+    if (it.kind == Kind::Reasoning)
+      emit("response.reasoning_text.done", {{"item_id", it.id}, {"output_index", it.index}, {"content_index", 0}, {"text", it.text}});
+    if (it.kind == Kind::Message)
+      emit("response.output_text.done",
+           {{"item_id", it.id}, {"output_index", it.index}, {"content_index", 0}, {"text", it.text}, {"logprobs", json::array()}});
+    if (it.kind == Kind::Call)
+      emit("response.function_call_arguments.done",
+           {{"item_id", it.id}, {"output_index", it.index}, {"name", it.name}, {"arguments", it.text}});
+    else
+      emit("response.content_part.done", {{"item_id", it.id}, {"output_index", it.index}, {"content_index", 0}, {"part", part(it)}});
+    emit("response.output_item.done", {{"output_index", it.index}, {"item", item_json(it, "completed")}});
+  }
+
+  std::string suffix_;
+  int64_t sequence_ = 0;
+  int next_index_ = 0;
+  Item reasoning_, message_;
+  std::vector<Item> calls_;
+};
+
+}  // namespace
+
+asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& stream, const HttpRequest& req, unsigned& status,
+                                            const CorsAnswer& cors) {
+  const auto received = Generation::Clock::now();
+  const bool keep_alive = req.keep_alive();
+  Generation::Admitted admitted;
+  std::optional<ApiError> refused;
+  nlohmann::ordered_json request, conversation;
+  try {
+    request = nlohmann::ordered_json::parse(req.body(), nullptr, false);
+    if (request.is_discarded()) throw ApiError("invalid_json", "the request body is not valid JSON");
+    const nlohmann::ordered_json chat = chat_request_of_response(request, st.responses, conversation);
+    const std::string chat_text = chat.dump();
+    json body = json::parse(chat_text);
+    Generation::Admitted a = co_await Generation::admit(st, std::move(body), PromptKind::Chat, received, chat_text);
+    admitted = std::move(a);
+  } catch (const ApiError& e) {
+    refused = e;
+  } catch (const std::exception& e) {  // a value of a type the reader did not expect: the request's fault
+    refused = ApiError("invalid_request", std::string("the request could not be read: ") + e.what());
+  }
+  if (refused) {
+    HttpResponse res = error_response(*refused, keep_alive, req.version());
+    co_return co_await write_response(stream, std::move(res), cors, status);
+  }
+  const std::shared_ptr<Generation> g = admitted.choices.at(0);
+  const ResponseShape shape{new_response_id(), static_cast<int64_t>(std::time(nullptr)), st.model_name, request, st.config.defaults};
+  const bool store = request.value("store", true) != false;
+  auto finished = std::make_shared<bool>(false);
+  asio::co_spawn(stream.get_executor(), watch_disconnect(stream.socket(), {g}, finished), asio::detached);
+  struct StopWatch {  // whatever way this returns, the watcher stops and the generation is cancelled
+    beast::tcp_stream& stream;
+    std::shared_ptr<bool> finished;
+    std::shared_ptr<Generation> g;
+    ~StopWatch() {
+      *finished = true;
+      boost::system::error_code ignored;
+      stream.socket().cancel(ignored);
+      g->cancel();
+    }
+  } stop_watch{stream, finished, g};
+
+  const bool held = admitted.tool_mode != ToolCalls::Mode::None || admitted.reasoning;
+  const std::string call_prefix = "call_" + shape.id.substr(5) + "_";
+  std::string text;
+  ReplySent sent;
+  // The reply's end as the Responses API shows it: its items, its status, what is kept.
+  auto final_message = [&] { return held ? reply_message(admitted, text, call_prefix, true).message : json{{"role", "assistant"}, {"content", text}}; };
+  auto completed = [&](const GenerationUpdate& u, const json& message) {
+    const json output = response_output_items(message, shape.id);
+    int64_t reasoning_tokens = 0;
+    if (message.contains("reasoning_content") && message["reasoning_content"].is_string())
+      reasoning_tokens = static_cast<int64_t>(st.engine.model().tokenizer->encode(message["reasoning_content"].get<std::string>(), false).size());
+    const bool cut = u.finish_reason == FinishReason::Length || u.finish_reason == FinishReason::Context;
+    json response = shape.object(cut ? "incomplete" : "completed", output, response_usage(g->stats(), reasoning_tokens),
+                                 cut ? json{{"reason", "max_output_tokens"}} : json());
+    response["speculation"] = speculation_json(g->stats());
+    if (store) {
+      ResponseStore::Stored kept;
+      kept.conversation = conversation;
+      nlohmann::ordered_json reply = {{"role", "assistant"}, {"content", plain_ordered(message.value("content", json()))}};
+      if (message.contains("tool_calls")) reply["tool_calls"] = plain_ordered(message["tool_calls"]);
+      kept.conversation.push_back(std::move(reply));
+      kept.response = response;
+      st.responses.put(shape.id, std::move(kept));
+    }
+    return response;
+  };
+
+  if (!admitted.stream) {
+    GenerationUpdate u;
+    do {
+      u = co_await g->next();
+      text += u.text;
+    } while (!u.terminal);
+    if (!u.error.empty()) {
+      HttpResponse res = error_response(ApiError(u.request_fault ? "invalid_request" : "internal", u.error), keep_alive, req.version());
+      co_return co_await write_response(stream, std::move(res), cors, status);
+    }
+    if (u.finish_reason == FinishReason::Cancelled) co_return false;  // the client went away (or shutdown)
+    const json response = completed(u, final_message());
+    HttpResponse ok = make_response(200, dump_json(response), "application/json", keep_alive, req.version());
+    co_return co_await write_response(stream, std::move(ok), cors, status);
+  }
+
+  if (!co_await start_event_stream(stream, req, cors, keep_alive, status)) co_return false;
+  ResponseEvents events(shape.id);
+  auto flush = [&]() -> asio::awaitable<bool> {
+    if (events.out.empty()) co_return true;
+    stream.expires_after(kWriteTimeout);
+    auto [ec, bytes] = co_await asio::async_write(stream, http::make_chunk(asio::buffer(events.out)), kAwait);
+    events.out.clear();
+    co_return !ec;
+  };
+  events.emit("response.created", {{"response", shape.object("in_progress", json::array(), nullptr)}});
+  events.emit("response.in_progress", {{"response", shape.object("in_progress", json::array(), nullptr)}});
+  if (!co_await flush()) co_return false;
+  for (;;) {
+    GenerationUpdate u = co_await g->next();
+    text += u.text;
+    if (u.terminal && !u.error.empty()) {  // the text so far went out; the response fails
+      const ApiError e(u.request_fault ? "invalid_request" : "internal", u.error);
+      events.emit("error", {{"code", e.code}, {"message", e.what()}, {"param", nullptr}});
+      events.emit("response.failed", {{"response", shape.object("failed", json::array(), response_usage(g->stats(), 0), nullptr,
+                                                                {{"code", e.code}, {"message", e.what()}})}});
+      break;
+    }
+    if (u.terminal && u.finish_reason == FinishReason::Cancelled) co_return false;
+    if (u.terminal) {
+      const json response = completed(u, final_message());
+      events.finish(response["output"]);
+      events.emit(response["status"] == "incomplete" ? "response.incomplete" : "response.completed", {{"response", response}});
+      break;
+    }
+    json pieces = json::object();
+    if (held) {
+      if (admitted.reasoning && admitted.tool_mode == ToolCalls::Mode::None) {
+        const ReasoningSplit split = split_reasoning(text, admitted.reasoning_open, false);
+        text_delta(split.content, sent.content, "content", pieces);
+        if (split.reasoning && admitted.include_reasoning) text_delta(*split.reasoning, sent.reasoning, "reasoning_content", pieces);
+      } else {
+        reply_delta(reply_message(admitted, text, call_prefix, false).message, sent, pieces);
+      }
+    } else if (!u.text.empty()) {
+      pieces["content"] = u.text;
+    }
+    if (pieces.contains("reasoning_content")) events.reasoning(pieces["reasoning_content"].get<std::string>());
+    if (pieces.contains("content")) events.content(pieces["content"].get<std::string>());
+    if (pieces.contains("tool_calls")) events.calls(pieces["tool_calls"]);
+    if (!co_await flush()) co_return false;
+  }
+  if (!co_await flush()) co_return false;
   auto [ec, bytes] = co_await asio::async_write(stream, http::make_chunk_last(), kAwait);
   stream.expires_never();
   co_return !ec && keep_alive;

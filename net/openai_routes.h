@@ -16,4 +16,9 @@ boost::asio::awaitable<bool> serve_openai_completion(ServerState& st, boost::bea
                                                      const HttpRequest& req, bool chat, unsigned& status,
                                                      const CorsAnswer& cors);
 
+// POST /v1/responses: OpenAI's Responses API over the chat route (net/responses.h); the same
+// contract as serve_openai_completion's.
+boost::asio::awaitable<bool> serve_openai_response(ServerState& st, boost::beast::tcp_stream& stream, const HttpRequest& req,
+                                                   unsigned& status, const CorsAnswer& cors);
+
 }  // namespace specula::net

@@ -21,6 +21,7 @@
 #include "net/api_request.h"
 #include "net/auth.h"
 #include "net/metrics.h"
+#include "net/responses.h"
 
 namespace specula::net {
 
@@ -62,6 +63,7 @@ struct ServerState {
   std::map<uint64_t, Generation*> generations;
   std::map<uint64_t, std::function<void()>> connections;  // closers, for the end of shutdown
   uint64_t next_key = 1;
+  ResponseStore responses;  // /v1/responses' kept responses (previous_response_id, GET and DELETE)
   // run_server's preparation thread: joined before the io_context goes, so that what it hands
   // back always has an I/O thread's queue to land in. Null: everything runs on the I/O thread.
   boost::asio::thread_pool* prep = nullptr;

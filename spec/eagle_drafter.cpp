@@ -389,8 +389,8 @@ void EagleDrafter::penalize(PenaltyHistory* penalties, PenaltyHistory::Undo& und
     undo.saved.emplace_back(r, logits_[r]);
     logits_[r] = penalties->adjusted(logits_[r], t);
   }
-  // JSON mode or a grammar: the tokens it can propose that would leave it (spec/json_mode.h,
-  // spec/grammar.h) at -inf, so that its drafts are ones the target's masked rows can accept.
+  // JSON mode, a grammar, allowed_token_ids or bad_words: the tokens it can propose that they
+  // refuse (spec/penalties.h) at -inf, so that its drafts are ones the target's masked rows can accept.
   if (penalties->constrained())
     for (size_t r = 0; r < logits_.size(); ++r)
       if (!penalties->constraint_keeps(token_of(r))) {

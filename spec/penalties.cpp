@@ -32,12 +32,40 @@ void PenaltyHistory::Undo::clear() {
   if (rows.capacity() > spare_rows().capacity()) spare_rows().swap(rows);
 }
 
+namespace {
+// The bytes of the whitespace `text` starts with, as Python's str.lstrip() sees whitespace: ASCII's
+// and \x1c-\x1f, U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000.
+size_t leading_whitespace(std::string_view text) {
+  size_t at = 0;
+  while (at < text.size()) {
+    const auto b = [&](size_t i) { return at + i < text.size() ? static_cast<unsigned char>(text[at + i]) : 0u; };
+    uint32_t cp = 0;
+    size_t len = 1;
+    if (b(0) < 0x80) {
+      cp = b(0);
+    } else if ((b(0) & 0xE0) == 0xC0 && (b(1) & 0xC0) == 0x80) {
+      cp = ((b(0) & 0x1Fu) << 6) | (b(1) & 0x3Fu), len = 2;
+    } else if ((b(0) & 0xF0) == 0xE0 && (b(1) & 0xC0) == 0x80 && (b(2) & 0xC0) == 0x80) {
+      cp = ((b(0) & 0x0Fu) << 12) | ((b(1) & 0x3Fu) << 6) | (b(2) & 0x3Fu), len = 3;
+    } else {
+      break;
+    }
+    const bool space = cp == ' ' || (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x1F) || cp == 0x85 || cp == 0xA0 ||
+                       cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+                       cp == 0x205F || cp == 0x3000;
+    if (!space) break;
+    at += len;
+  }
+  return at;
+}
+}  // namespace
+
 std::vector<std::vector<int32_t>> bad_words_token_ids(const Tokenizer& tokenizer, std::span<const std::string> words) {
   std::vector<std::vector<int32_t>> out;
   for (size_t i = 0; i < words.size(); ++i) {
     const std::string& word = words[i];
-    const size_t start = word.find_first_not_of(" \t\n\r\f\v");
-    if (start == std::string::npos)
+    const size_t start = leading_whitespace(word);
+    if (start == word.size())
       throw std::invalid_argument("bad_words[" + std::to_string(i) + "] is empty or only whitespace");
     const std::string_view bare = std::string_view(word).substr(start);
     out.push_back(tokenizer.encode(bare));
@@ -129,6 +157,7 @@ void PenaltyHistory::mask_lists(std::span<float> row, std::span<const int32_t> e
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   thread_local std::vector<int32_t> banned;
   banned_after(extra, banned);
+  if (allowed_.empty() && banned.empty()) return;  // nothing to mask in this row
   const auto is_banned = [&](size_t v) { return std::binary_search(banned.begin(), banned.end(), static_cast<int32_t>(v)); };
   // A row the lists would leave with no token is left as it was (the token drawn from it is one
   // they refuse: the request ends there with an error, as target-only sampling would).

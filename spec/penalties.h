@@ -14,8 +14,9 @@
 // Last, vLLM's allowed_token_ids and bad_words: x_v = -inf for every token outside the allowed set,
 // and for the last token of each bad word whose other tokens end the output (the masks commute;
 // last, because a row they would leave with no token is left as the grammar left it: a token drawn
-// there is one they refuse, refuses(), and the request ends with an error). The drafters' own rows (touched(), adjusted())
-// leave JSON mode out: a proposal outside it is rejected like any token the target gives p = 0. "The output" is what the request generated before the
+// there is one they refuse, refuses(), and the request ends with an error). A drafter's own rows may leave these masks out
+// (a proposal outside them is rejected like any token the target gives p = 0); the drafters apply
+// them (constraint_keeps) to be accepted more. "The output" is what the request generated before the
 // row's position: in a verify round, row i's output is the committed output plus the round's draft
 // tokens t1..ti, the text that row is the target's distribution after. A row judged only when
 // t1..ti were all accepted therefore sees exactly the output target-only sampling would have had
@@ -94,8 +95,9 @@ class PenaltyHistory {
   // The entries apply() changed, to put back with restore().
   struct Undo {
     std::vector<std::pair<size_t, float>> saved;  // index into the rows, raw value
-    // JSON mode masks most of a row: the rows as they were before it, whole (after the entries
-    // above were changed, so put back first). rows_at[k]: where row k of `rows` starts.
+    // JSON mode, a grammar and allowed_token_ids mask most of a row: the rows as they were before
+    // each, whole (after the entries above were changed, so put back first, last to first).
+    // rows_at[k]: where row k of `rows` starts.
     std::vector<float> rows;
     std::vector<size_t> rows_at;
     void clear();  // forgets them (rows that will not be read again); `rows`' memory is kept for the thread's next

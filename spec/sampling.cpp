@@ -38,27 +38,7 @@ void SamplingParams::validate() const {
       throw std::invalid_argument("logit_bias: the bias of token " + std::to_string(token) + " must be in [-100, 100], got " +
                                   std::to_string(bias));
   }
-  for (int32_t t : allowed_token_ids)
-    if (t < 0) throw std::invalid_argument("allowed_token_ids: token id " + std::to_string(t) + " is negative");
-  if (bad_words.size() > kMaxBadWords)
-    throw std::invalid_argument("bad_words: at most " + std::to_string(kMaxBadWords) + " token sequences, got " +
-                                std::to_string(bad_words.size()));
-  size_t bad_tokens = 0;
-  for (const auto& w : bad_words) {
-    if (w.empty()) throw std::invalid_argument("bad_words: a token sequence is empty");
-    for (int32_t t : w)
-      if (t < 0) throw std::invalid_argument("bad_words: token id " + std::to_string(t) + " is negative");
-    bad_tokens += w.size();
-  }
-  if (bad_tokens > kMaxBadWordTokens)
-    throw std::invalid_argument("bad_words: at most " + std::to_string(kMaxBadWordTokens) + " tokens in all, got " +
-                                std::to_string(bad_tokens));
-  // Every allowed token banned outright would leave no token to draw at the first position.
-  if (!allowed_token_ids.empty() &&
-      std::all_of(allowed_token_ids.begin(), allowed_token_ids.end(), [&](int32_t t) {
-        return std::any_of(bad_words.begin(), bad_words.end(), [&](const auto& w) { return w.size() == 1 && w[0] == t; });
-      }))
-    throw std::invalid_argument("bad_words: every token of allowed_token_ids is a one-token bad word, so no token may be generated");
+  validate_lists();
 }
 
 void SamplingParams::validate(int64_t vocab) const {
@@ -67,6 +47,41 @@ void SamplingParams::validate(int64_t vocab) const {
     if (token >= vocab)
       throw std::invalid_argument("logit_bias: token id " + std::to_string(token) + " is outside the vocabulary of " +
                                   std::to_string(vocab));
+  lists_within(vocab);
+}
+
+void SamplingParams::validate_lists() const {
+  for (int32_t t : allowed_token_ids)
+    if (t < 0) throw std::invalid_argument("allowed_token_ids: token id " + std::to_string(t) + " is negative");
+  if (bad_words.size() > kMaxBadWords)
+    throw std::invalid_argument("bad_words: at most " + std::to_string(kMaxBadWords) + " token sequences, got " +
+                                std::to_string(bad_words.size()));
+  size_t bad_tokens = 0;
+  std::vector<int32_t> banned;  // the one-token words
+  for (const auto& w : bad_words) {
+    if (w.empty()) throw std::invalid_argument("bad_words: a token sequence is empty");
+    for (int32_t t : w)
+      if (t < 0) throw std::invalid_argument("bad_words: token id " + std::to_string(t) + " is negative");
+    bad_tokens += w.size();
+    if (w.size() == 1) banned.push_back(w[0]);
+  }
+  if (bad_tokens > kMaxBadWordTokens)
+    throw std::invalid_argument("bad_words: at most " + std::to_string(kMaxBadWordTokens) + " tokens in all, got " +
+                                std::to_string(bad_tokens));
+  // Every allowed token banned outright would leave no token to draw at the first position.
+  std::sort(banned.begin(), banned.end());
+  if (!allowed_token_ids.empty() && std::all_of(allowed_token_ids.begin(), allowed_token_ids.end(), [&](int32_t t) {
+        return std::binary_search(banned.begin(), banned.end(), t);
+      }))
+    throw std::invalid_argument("bad_words: every token of allowed_token_ids is a one-token bad word, so no token may be generated");
+}
+
+void SamplingParams::validate_lists(int64_t vocab) const {
+  validate_lists();
+  lists_within(vocab);
+}
+
+void SamplingParams::lists_within(int64_t vocab) const {
   for (int32_t t : allowed_token_ids)
     if (t >= vocab)
       throw std::invalid_argument("allowed_token_ids: token id " + std::to_string(t) + " is outside the vocabulary of " +

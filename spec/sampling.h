@@ -67,6 +67,13 @@ struct SamplingParams {
   // The same, and every token named (logit_bias, allowed_token_ids, bad_words) inside a vocabulary
   // of `vocab`.
   void validate(int64_t vocab) const;
+  // The part of both for allowed_token_ids and bad_words alone (their limits, their tokens, and
+  // that they leave some token at the first position).
+  void validate_lists() const;
+  void validate_lists(int64_t vocab) const;
+
+ private:
+  void lists_within(int64_t vocab) const;  // their tokens inside a vocabulary of `vocab`
 };
 
 // logp[v] = log softmax(logits / T) restricted to the min-p / top-k / top-p set (renormalised),

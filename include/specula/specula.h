@@ -77,11 +77,6 @@ struct Request {
   float frequency_penalty = 0.0f;
   float repetition_penalty = 1.0f;
   std::vector<std::pair<std::int32_t, float>> logit_bias;  // token id, bias
-  // vLLM's: when not empty, only these tokens may be generated (the end tokens too only if listed).
-  std::vector<std::int32_t> allowed_token_ids;
-  // vLLM's: words the text may not contain, tokenized as vLLM does (the word, and with a space in
-  // front); a word's last token is never drawn where the text ends with its other tokens.
-  std::vector<std::string> bad_words;
   int min_tokens = 0;                 // vLLM's: no end token (nor stop string) before this many tokens
   bool ignore_eos = false;            // vLLM's: the model's end tokens do not end the text
   std::optional<std::uint64_t> seed;  // none: a random seed
@@ -102,6 +97,13 @@ struct Request {
   // the KV pool full preempts running requests of higher values, which resume later with the same
   // text (docs/engine.md, "Preemption").
   int priority = 0;
+  // vLLM's: when not empty, only these tokens may be generated (the end tokens too only if listed).
+  std::vector<std::int32_t> allowed_token_ids;
+  // vLLM's: words tokenized as vLLM does (the word, and the word after a space where that is as
+  // many tokens), each one's last token never drawn where the text ends with its other tokens (the
+  // same text written with other tokens is not caught, as in vLLM). A word of whitespace:
+  // std::invalid_argument from start().
+  std::vector<std::string> bad_words;
 };
 
 struct TokenLogprob {

@@ -301,8 +301,10 @@ TEST(TokenLists, EveryRowOfARoundIsMaskedAsTheDefinitionSaysAfterItsHistoryAndRe
         ++emptied;
       }
       ASSERT_EQ(std::memcmp(want.data(), rows.data() + i * V, V * sizeof(float)), 0) << "trial " << trial << ", row " << i;
-      if (i == 0)
-        for (int32_t v = 0; v < V; ++v) ASSERT_EQ(h.refuses(v), out[static_cast<size_t>(v)]) << "trial " << trial << ", token " << v;
+      PenaltyHistory after(sp, {}, V);  // the one-row history of row i: refuses() names what its masks took out
+      for (int32_t t : history) after.push(t);
+      for (int32_t v = 0; v < V; ++v)
+        ASSERT_EQ(after.refuses(v), out[static_cast<size_t>(v)]) << "trial " << trial << ", row " << i << ", token " << v;
     }
     PenaltyHistory::restore(rows, undo);
     ASSERT_EQ(std::memcmp(rows.data(), raw.data(), rows.size() * sizeof(float)), 0) << "trial " << trial;
@@ -361,13 +363,15 @@ TEST(TokenLists, BadWordsAreTheWordAndTheWordAfterASpaceWhereThatIsAsManyTokensA
   const auto id = [&](const char* piece) { return tok->token_id(piece); };  // "\xc4\xa0" is the byte-level space
   ASSERT_GE(id("Paris"), 0);
   ASSERT_GE(id("\xc4\xa0Paris"), 0);
-  const std::vector<std::string> words = {"Paris", "  Paris", "2024"};
+  // (leading whitespace as Python's lstrip() sees it: U+00A0 and U+3000 too)
+  const std::vector<std::string> words = {"Paris", "  Paris", "2024", "\xc2\xa0\xe3\x80\x80Paris"};
   const auto ids = bad_words_token_ids(*tok, words);
   const std::vector<int32_t> paris{id("Paris")}, spaced{id("\xc4\xa0Paris")};
   // "2024" is four digit tokens; " 2024" five (the space its own piece): only the first.
   const std::vector<int32_t> digits{id("2"), id("0"), id("2"), id("4")};
-  EXPECT_EQ(ids, (std::vector<std::vector<int32_t>>{paris, spaced, paris, spaced, digits}));
+  EXPECT_EQ(ids, (std::vector<std::vector<int32_t>>{paris, spaced, paris, spaced, digits, paris, spaced}));
   EXPECT_THROW(bad_words_token_ids(*tok, std::vector<std::string>{"ok", " \t "}), std::invalid_argument);
+  EXPECT_THROW(bad_words_token_ids(*tok, std::vector<std::string>{"\xe2\x80\x83\x1f"}), std::invalid_argument);
 }
 
 }  // namespace

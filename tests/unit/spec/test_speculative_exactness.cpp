@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <ostream>
+#include <string_view>
 #include <thread>
 
 #include "gpu/host/host_device.h"
@@ -216,7 +217,8 @@ JointRun speculative_joint(const MakeDrafter& make, const SamplingParams& sp, in
           out.push_back(t);
           return out.size() < 3;
         });
-      } catch (const std::runtime_error&) {
+      } catch (const std::runtime_error& e) {
+        if (std::string_view(e.what()) != kListsLeaveNoToken) throw;
         ++runs[tid].refused;
         drafter = make(m);  // its state is mid-round
         continue;
@@ -662,15 +664,59 @@ TEST(TinyModels, WithAllowedTokenIdsAndBadWordsGreedyAndCoupledOutputEqualTarget
   expect_same_as_generate(lists_mode(0.8f, 0.95f), SpecSampling::Coupled, 4);
 }
 
+// Lists that leave no token after a few (tokens 1 and 2 only, no token twice in a row, and no 2
+// after 1: "1" or "2 1" and then nothing): speculation stops at the same point, with the same
+// tokens out before it, as target-only sampling, for every drafter, greedy and coupled.
+TEST(TinyModels, WhereTheListsLeaveNoTokenSpeculationStopsWhereTargetOnlySamplingStops) {
+  TinyPair m;
+  ModelDrafter unrelated(m.draft, 256), itself(m.target, 256);
+  NgramDrafter ngram(kVocab, 2);
+  const std::unique_ptr<Drafter> eagle = eagle_drafter(m);
+  SamplingParams dead_end{0.0f, 0, 1.0f, 0};
+  dead_end.allowed_token_ids = {1, 2};
+  dead_end.bad_words = {{1, 1}, {2, 2}, {1, 2}};
+  int twos = 0;
+  for (const float temperature : {0.0f, 0.9f})
+    for (Drafter* drafter : std::initializer_list<Drafter*>{&unrelated, &itself, &ngram, eagle.get()})
+      for (uint64_t seed = 0; seed < (temperature == 0.0f ? 1u : 20u); ++seed) {
+        GenerateRequest g;
+        g.prompt = {3, 9, 1, 3, 9};
+        g.max_tokens = 20;
+        g.sampling = dead_end;
+        g.sampling.temperature = temperature;
+        g.sampling.seed = seed;
+        SpeculativeRequest s;
+        static_cast<GenerateRequest&>(s) = g;
+        s.draft.k = 3;
+        s.mode = SpecSampling::Coupled;
+        std::vector<int32_t> want, got;
+        m.kv.truncate_to(m.seq, 0);
+        EXPECT_THROW(generate(m.target, m.kv, m.seq, g, [&](int32_t t) { want.push_back(t); return true; }), std::runtime_error);
+        m.kv.truncate_to(m.seq, 0);
+        drafter->rollback(0);
+        EXPECT_THROW(speculative_generate(m.target, m.kv, m.seq, *drafter, s, [&](int32_t t, TokenOrigin) {
+                       got.push_back(t);
+                       return true;
+                     }),
+                     std::runtime_error);
+        ASSERT_EQ(got, want) << drafter->name() << ", T " << temperature << ", seed " << seed;
+        ASSERT_TRUE(want == std::vector<int32_t>{1} || want == (std::vector<int32_t>{2, 1})) << want.size();
+        twos += want.size() == 2;
+      }
+  EXPECT_GT(twos, 0) << "every run took the one-token path: the two-token dead end went untried";
+}
+
 // The drafters apply the penalties to their own rows (DraftPenalties), so the target drafting for
-// itself proposes the adjusted target's tokens: with penalties, greedy and coupled, every draft
-// is accepted, as without them. Without that, its raw argmax is rejected wherever the penalties
+// itself proposes the adjusted target's tokens: with penalties (and with allowed_token_ids and
+// bad_words, whose masks the drafts follow too), greedy and coupled, every draft is accepted, as
+// without them. Without that, its raw argmax is rejected wherever the penalties
 // move the target's.
 TEST(TinyModels, WithPenaltiesTheTargetDraftingForItselfHasEveryDraftAccepted) {
   TinyPair m;
   ModelDrafter itself(m.target, 256);
   for (const SamplingParams& sp : {SamplingParams{0.0f, 0, 1.0f, 0, 0.0f, 0.4f, 0.3f, 1.2f, {{4, 1.0f}}},
-                                   SamplingParams{0.8f, 0, 0.95f, 0, 0.0f, 0.8f, 0.6f, 1.5f, {}}}) {
+                                   SamplingParams{0.8f, 0, 0.95f, 0, 0.0f, 0.8f, 0.6f, 1.5f, {}}, lists_mode(0.0f),
+                                   lists_mode(0.8f, 0.95f)}) {
     SpeculativeRequest s;
     s.prompt = {3, 9, 1, 3, 9};
     s.max_tokens = 40;

@@ -1,0 +1,54 @@
+// OpenAI's Responses API (POST /v1/responses, GET and DELETE /v1/responses/{id}) over the chat
+// route: a request read as the chat request it means, a reply's message turned into output
+// items, and the responses kept for a later request's previous_response_id (docs/protocol.md,
+// "POST /v1/responses").
+#pragma once
+#include <cstddef>
+#include <deque>
+#include <string>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+namespace specula::net {
+
+// The responses a later request may continue (previous_response_id) or read back: the oldest go
+// first past kMaxResponses of them or kMaxBytes of their JSON. Owner: the I/O thread.
+class ResponseStore {
+ public:
+  static constexpr std::size_t kMaxResponses = 1024, kMaxBytes = std::size_t{64} << 20;
+  struct Stored {
+    // The conversation after it as chat messages: its input (after its previous response's, its
+    // instructions left out, as OpenAI carries none over) and its reply.
+    nlohmann::ordered_json conversation;
+    nlohmann::json response;  // the response object as it was returned
+    std::size_t bytes = 0;
+  };
+  const Stored* find(const std::string& id) const;
+  void put(const std::string& id, Stored s);
+  bool erase(const std::string& id);
+  std::size_t size() const { return map_.size(); }
+
+ private:
+  std::unordered_map<std::string, Stored> map_;
+  std::deque<std::string> order_;  // oldest first (an erased id is skipped when it comes up)
+  std::size_t bytes_ = 0;
+};
+
+// A Responses request as the chat completions request that serves it: `input` (a string, or
+// message, function_call and function_call_output items) after `instructions` (a system message)
+// and the previous response's conversation; max_output_tokens, text.format, tools (flat function
+// tools), tool_choice and truncation in the chat fields' spelling; the sampling fields both take
+// as they are. `conversation` gets the messages a stored response keeps (the input without the
+// instructions). Throws ApiError naming the field for what the route cannot serve.
+nlohmann::ordered_json chat_request_of_response(const nlohmann::ordered_json& body, const ResponseStore& store,
+                                                nlohmann::ordered_json& conversation);
+
+// A chat reply's message (role, content, reasoning_content, tool_calls, as the chat route reads
+// it) as the Responses API's output items: a reasoning item, a message item with its text, and a
+// function_call item a call, in that order, their ids made from `id` (a response's, "resp_...");
+// no reasoning item where the reasoning is empty.
+// The message item is there where the content is text, or where nothing else is.
+nlohmann::json response_output_items(const nlohmann::json& message, const std::string& id);
+
+}  // namespace specula::net

@@ -1,0 +1,197 @@
+"""OpenAI's Responses API (POST /v1/responses, GET and DELETE /v1/responses/{id}) through the real
+`openai` client: each response is the chat route's reply to the conversation it stands for."""
+import json
+
+import httpx
+import jsonschema
+import openai
+import pydantic
+import pytest
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def chat_reply(client, messages, **extra):
+    return client.chat.completions.create(model="any", messages=messages, temperature=0, **extra)
+
+
+def test_a_response_is_the_chat_reply_to_its_instructions_and_input_with_its_usage_and_status(client):
+    question = "What is the capital of France?"
+    r = client.responses.create(model="any", input=question, instructions="Answer in one short sentence.",
+                                max_output_tokens=24, temperature=0)
+    c = chat_reply(client, [{"role": "system", "content": "Answer in one short sentence."},
+                            {"role": "user", "content": question}], max_tokens=24)
+    assert r.object == "response" and r.id.startswith("resp_") and r.model == "SmolLM2-135M-Instruct.Q4_1"
+    assert r.output_text == c.choices[0].message.content and r.output_text
+    assert [item.type for item in r.output] == ["message"] and r.output[0].role == "assistant"
+    assert r.usage.input_tokens == c.usage.prompt_tokens and r.usage.output_tokens == c.usage.completion_tokens
+    assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
+    assert r.instructions == "Answer in one short sentence." and r.max_output_tokens == 24 and r.temperature == 0
+    want = "incomplete" if c.choices[0].finish_reason == "length" else "completed"
+    assert r.status == want, (r.status, c.choices[0].finish_reason)
+    # The same question as items of text parts; a cut reply is incomplete with its reason.
+    items = client.responses.create(model="any", temperature=0, max_output_tokens=24, instructions="Answer in one short sentence.",
+                                    input=[{"role": "user", "content": [{"type": "input_text", "text": question}]}])
+    assert items.output_text == r.output_text
+    short = client.responses.create(model="any", input=question, max_output_tokens=2, temperature=0)
+    assert short.status == "incomplete" and short.incomplete_details.reason == "max_output_tokens"
+    assert short.usage.output_tokens == 2
+
+
+def test_a_streamed_response_sends_the_events_the_sdk_assembles_into_the_same_response(client):
+    args = dict(model="any", input="What is the capital of France?", max_output_tokens=60, temperature=0)
+    whole = client.responses.create(**args)
+    events = list(client.responses.create(**args, stream=True))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    types = [e.type for e in events]
+    assert types[:2] == ["response.created", "response.in_progress"]
+    assert types[2:4] == ["response.output_item.added", "response.content_part.added"]
+    assert types[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
+                          "response.incomplete" if whole.status == "incomplete" else "response.completed"]
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == whole.output_text and events[-1].response.output_text == whole.output_text
+    assert events[-1].response.usage.output_tokens == whole.usage.output_tokens
+    # The SDK's own stream helper checks the events' items and indices as it builds its snapshot
+    # (its final response is the response.completed event's: a reply that ends on its own).
+    assert whole.status == "completed", whole.output_text
+    with client.responses.stream(**args) as stream:
+        texts = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(texts) == whole.output_text == final.output_text
+
+
+def test_previous_response_id_continues_the_kept_conversation_and_kept_responses_are_read_and_deleted(client):
+    first = client.responses.create(model="any", input="My name is Ada. Say hello to me.", max_output_tokens=16, temperature=0)
+    second = client.responses.create(model="any", previous_response_id=first.id, input="What is my name?",
+                                     max_output_tokens=16, temperature=0)
+    c = chat_reply(client, [{"role": "user", "content": "My name is Ada. Say hello to me."},
+                            {"role": "assistant", "content": first.output_text},
+                            {"role": "user", "content": "What is my name?"}], max_tokens=16)
+    assert second.output_text == c.choices[0].message.content and second.previous_response_id == first.id
+    assert client.responses.retrieve(first.id).output_text == first.output_text
+    client.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(first.id)
+    with pytest.raises(openai.BadRequestError) as gone:
+        client.responses.create(model="any", previous_response_id=first.id, input="Again?", max_output_tokens=4)
+    assert gone.value.body["param"] == "previous_response_id"
+    unkept = client.responses.create(model="any", input="Hi", max_output_tokens=4, temperature=0, store=False)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(unkept.id)
+
+
+class City(pydantic.BaseModel):
+    name: str
+    country: str
+
+
+def test_text_format_holds_the_reply_to_a_schema_as_the_sdks_parse_reads_it(client):
+    r = client.responses.parse(model="any", input="Give a city and its country as JSON.", text_format=City,
+                               max_output_tokens=60, temperature=0)
+    assert isinstance(r.output_parsed, City), r.output_text
+    j = client.responses.create(model="any", input="Give a JSON object with a key a.", max_output_tokens=30, temperature=0,
+                                text={"format": {"type": "json_object"}})
+    # (this small model nests objects until it is cut: a cut reply is the start of one object)
+    assert j.output_text.lstrip().startswith("{") and (j.status == "incomplete" or isinstance(json.loads(j.output_text), dict))
+
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Tokyo"]}},
+                          "required": ["city"]}}
+
+
+def test_a_function_call_is_an_output_item_and_its_output_continues_the_conversation_as_the_chat_route_would(client):
+    ask = "What is the weather in Paris?"
+    named = {"type": "function", "name": "get_weather"}
+    r = client.responses.create(model="any", input=ask, tools=[WEATHER], tool_choice=named, max_output_tokens=40, temperature=0)
+    calls = [item for item in r.output if item.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "get_weather", r.output
+    jsonschema.validate(json.loads(calls[0].arguments), WEATHER["parameters"])
+    chat_tool = {"type": "function", "function": {k: WEATHER[k] for k in ("name", "description", "parameters")}}
+    c = chat_reply(client, [{"role": "user", "content": ask}], tools=[chat_tool], max_tokens=40,
+                   tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    assert calls[0].arguments == c.choices[0].message.tool_calls[0].function.arguments
+    # Streamed, the same call through the SDK's helper.
+    with client.responses.stream(model="any", input=ask, tools=[WEATHER], tool_choice=named, max_output_tokens=40,
+                                 temperature=0) as stream:
+        argument_deltas = "".join(e.delta for e in stream if e.type == "response.function_call_arguments.delta")
+        final = stream.get_final_response()
+    streamed = [item for item in final.output if item.type == "function_call"]
+    assert argument_deltas == streamed[0].arguments == calls[0].arguments
+    # The call's output, after the kept response, answers as the chat route answers that conversation.
+    after = client.responses.create(model="any", previous_response_id=r.id, tools=[WEATHER], max_output_tokens=24, temperature=0,
+                                    input=[{"type": "function_call_output", "call_id": calls[0].call_id, "output": "Sunny, 21 C"}])
+    c2 = chat_reply(client, [{"role": "user", "content": ask},
+                             {"role": "assistant", "content": None,
+                              "tool_calls": [{"id": calls[0].call_id, "type": "function",
+                                              "function": {"name": "get_weather", "arguments": calls[0].arguments}}]},
+                             {"role": "tool", "tool_call_id": calls[0].call_id, "content": "Sunny, 21 C"}],
+                    tools=[chat_tool], max_tokens=24)
+    assert after.output_text == (c2.choices[0].message.content or "")
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({}, "input"),
+    ({"input": 5}, "input"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input"),
+    ({"input": [{"type": "file_search_call"}]}, "input"),
+    ({"input": "x", "tools": [{"type": "web_search"}]}, "tools"),
+    ({"input": "x", "background": True}, "background"),
+    ({"input": "x", "include": ["message.output_text.logprobs"]}, "include"),
+    ({"input": "x", "text": {"format": {"type": "yaml"}}}, "text.format"),
+    ({"input": "x", "truncation": "sometimes"}, "truncation"),
+    ({"input": "x", "previous_response_id": "resp_missing"}, "previous_response_id"),
+    ({"input": "x", "max_output_tokens": 0}, "max_tokens"),
+])
+def test_a_request_the_route_cannot_serve_is_a_400_naming_the_field(server, extra, param):
+    r = httpx.post(server.url + "/v1/responses", json=extra, timeout=30)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param, r.text
+
+
+def test_reading_a_response_that_is_not_kept_is_a_404_and_other_methods_are_refused(server):
+    assert httpx.get(server.url + "/v1/responses/resp_nothing", timeout=30).status_code == 404
+    assert httpx.delete(server.url + "/v1/responses/resp_nothing", timeout=30).status_code == 404
+    assert httpx.post(server.url + "/v1/responses/resp_nothing", json={}, timeout=30).status_code == 405
+    assert httpx.get(server.url + "/v1/responses", timeout=30).status_code == 405
+
+
+def test_a_reasoning_reply_is_a_reasoning_item_before_its_message_as_the_chat_route_splits_it(fresh_server, tmp_path):
+    """With the reasoning parser on, the reply's reasoning is a reasoning item and the answer after
+    </think> the message, each the chat route's reasoning_content and content for the same
+    conversation (a prefilled reply still reasoning, nudged to close it, as the chat test does);
+    streamed, reasoning_text deltas come first, then output_text deltas, and join to the same."""
+    from test_openai import REASONING_TEMPLATE
+    template = tmp_path / "reasoning.jinja"
+    template.write_text(REASONING_TEMPLATE, encoding="utf-8")
+    srv = fresh_server("--draft", "ngram", "--chat-template", str(template))
+    c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    closed = both = 0
+    for prefill, bias in (("<think>\nThe sky is blue.\n", 4), ("<think>\nThe sky is blue.\n", 5), ("<think>\nYes", 6)):
+        ask = [{"role": "user", "content": "Is the sky blue?"}, {"role": "assistant", "content": prefill}]
+        extra = dict(logit_bias={"9617": bias}, min_tokens=6, add_generation_prompt=False, continue_final_message=True)
+        m = c.chat.completions.create(model="any", messages=ask, max_tokens=24, temperature=0, extra_body=extra).choices[0].message
+        args = dict(model="any", input=ask, max_output_tokens=24, temperature=0, extra_body=extra)
+        r = c.responses.create(**args)
+        kinds = [item.type for item in r.output]
+        want = (["reasoning"] if m.reasoning_content else []) + (["message"] if m.content or not m.reasoning_content else [])
+        assert kinds == want and r.output_text == (m.content or ""), (r.output, m)
+        if m.reasoning_content:
+            assert r.output[0].content[0].text == m.reasoning_content
+        assert (r.usage.output_tokens_details.reasoning_tokens > 0) == bool(m.reasoning_content)
+        events = list(c.responses.create(**args, stream=True))
+        reasoning = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+        answer = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        assert (reasoning, answer) == (m.reasoning_content, m.content or "")
+        types = [e.type for e in events]
+        if m.content:
+            closed += 1
+        if m.content and m.reasoning_content:
+            both += 1
+            assert types.index("response.reasoning_text.done") < types.index("response.output_text.delta")
+        strip = lambda output: [item.model_dump(exclude={"id"}) for item in output]  # (ids are each response's own)
+        assert strip(events[-1].response.output) == strip(r.output)
+    assert closed >= 1 and both >= 1, "no case reasoned and then answered: the items' order went untested"
