@@ -863,6 +863,10 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
     admitted = std::move(a);
   } catch (const ApiError& e) {
     refused = e;
+    // The chat route's names for what the request spelled its own way.
+    for (const auto& [chat, own] : {std::pair<const char*, const char*>{"max_tokens", "max_output_tokens"}, {"messages", "input"},
+                                    {"response_format", "text.format"}})
+      if (refused->param == chat) refused->param = own;
   } catch (const std::exception& e) {  // a value of a type the reader did not expect: the request's fault
     refused = ApiError("invalid_request", std::string("the request could not be read: ") + e.what());
   }
@@ -872,7 +876,8 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
   }
   const std::shared_ptr<Generation> g = admitted.choices.at(0);
   const ResponseShape shape{new_response_id(), static_cast<int64_t>(std::time(nullptr)), st.model_name, request, st.config.defaults};
-  const bool store = request.value("store", true) != false;
+  const auto store_field = request.find("store");  // (a boolean or null: chat_request_of_response)
+  const bool store = store_field == request.end() || !store_field->is_boolean() || store_field->get<bool>();
   auto finished = std::make_shared<bool>(false);
   asio::co_spawn(stream.get_executor(), watch_disconnect(stream.socket(), {g}, finished), asio::detached);
   struct StopWatch {  // whatever way this returns, the watcher stops and the generation is cancelled

@@ -132,6 +132,9 @@ ordered_json chat_request_of_response(const ordered_json& body, const ResponseSt
   if (const ordered_json* v = member(body, "top_logprobs"); v && *v != 0)
     refuse("top_logprobs", "top_logprobs is not served on /v1/responses (use /v1/chat/completions' logprobs)");
 
+  if (const ordered_json* v = member(body, "store"); v && !v->is_boolean()) refuse("store", "store must be true or false, got " + brief(*v));
+  if (const ordered_json* v = member(body, "metadata"); v && !v->is_object())
+    refuse("metadata", "metadata must be an object of strings, got " + brief(*v));
   conversation = ordered_json::array();
   if (const ordered_json* prev = member(body, "previous_response_id")) {
     if (!prev->is_string()) refuse("previous_response_id", "previous_response_id must be a string");

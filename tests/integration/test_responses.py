@@ -144,7 +144,11 @@ def test_a_function_call_is_an_output_item_and_its_output_continues_the_conversa
     ({"input": "x", "text": {"format": {"type": "yaml"}}}, "text.format"),
     ({"input": "x", "truncation": "sometimes"}, "truncation"),
     ({"input": "x", "previous_response_id": "resp_missing"}, "previous_response_id"),
-    ({"input": "x", "max_output_tokens": 0}, "max_tokens"),
+    ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
+    ({"input": [{"role": "tool", "content": "x"}]}, "input"),
+    ({"input": "x", "store": "yes"}, "store"),
+    ({"input": "x", "metadata": [1]}, "metadata"),
+    ({"input": "x", "tool_choice": {"type": "allowed_tools"}, "tools": []}, "tool_choice"),
 ])
 def test_a_request_the_route_cannot_serve_is_a_400_naming_the_field(server, extra, param):
     r = httpx.post(server.url + "/v1/responses", json=extra, timeout=30)
