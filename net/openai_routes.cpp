@@ -1,8 +1,11 @@
 // POST /v1/chat/completions and /v1/completions: OpenAI's request and response shapes, with
 // `stream: true` as server-sent events (docs/protocol.md). A client that goes away cancels.
-#include <ctime>
+#include <sys/random.h>
 
-#include <random>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <stdexcept>
 #include <utility>
 
 #include <boost/asio/as_tuple.hpp>
@@ -636,18 +639,30 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
 
 namespace {
 
-// A response id no other client can guess (GET /v1/responses/{id} reads a kept one back).
+// A response id no other client can guess (GET /v1/responses/{id} reads a kept one back): 128
+// bits from the kernel's random source.
 std::string new_response_id() {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  char hex[33];
-  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(rng()), static_cast<unsigned long long>(rng()));
-  return std::string("resp_") + hex;
+  unsigned char bytes[16];
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error(std::string("getrandom failed: ") + std::strerror(errno));
+    got += static_cast<std::size_t>(n);
+  }
+  std::string id = "resp_";
+  for (const unsigned char b : bytes) {
+    id += "0123456789abcdef"[b >> 4];
+    id += "0123456789abcdef"[b & 15];
+  }
+  return id;
 }
 
-json plain(const nlohmann::ordered_json& v) { return json::parse(v.dump()); }
+std::string lenient_dump(const auto& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+json plain(const nlohmann::ordered_json& v) { return json::parse(lenient_dump(v)); }
 // A float setting as it was written (0.95, not 0.949999988079071).
 double tidy(float x) { return std::stod(std::to_string(x)); }
-nlohmann::ordered_json plain_ordered(const json& v) { return nlohmann::ordered_json::parse(v.dump()); }
+nlohmann::ordered_json plain_ordered(const json& v) { return nlohmann::ordered_json::parse(lenient_dump(v)); }
 
 // The Responses API's response object: the request's settings as it echoes them, the output
 // items, the usage (null until the end of a stream) and the status.
@@ -739,6 +754,7 @@ class ResponseEvents {
     for (const json& piece : pieces) {
       const std::size_t k = piece["index"].get<std::size_t>();
       if (k >= calls_.size()) {
+        for (Item& before : calls_) close(before);  // one item at a time, as OpenAI's stream
         Item& c = calls_.emplace_back();
         c.call_id = piece["id"].get<std::string>();
         c.name = piece["function"]["name"].get<std::string>();
@@ -746,26 +762,32 @@ class ResponseEvents {
       }
       Item& c = calls_[k];
       const std::string delta = piece["function"].value("arguments", std::string());
-      if (delta.empty()) continue;
+      if (delta.empty() || c.done) continue;
       c.text += delta;
       emit("response.function_call_arguments.delta", {{"item_id", c.id}, {"output_index", c.index}, {"delta", delta}});
     }
   }
   // The reply's end: every item of the final output opened (with its whole text where it never
-  // streamed) and closed with the final texts, in the output's order.
-  void finish(const json& output) {
+  // streamed) and closed with the final texts, in the output's order; then any other opened item
+  // closed (its item status `status`).
+  void finish(const json& output, const char* status) {
+    status_ = status;
     for (const json& item : output) {
       const std::string type = item["type"].get<std::string>();
-      if (type == "reasoning") {
+      if (type == "reasoning" || type == "message") {
+        const bool reasoned = type == "reasoning";
+        Item& it = reasoned ? reasoning_ : message_;
         const std::string text = item["content"][0]["text"].get<std::string>();
-        if (text.size() > reasoning_.text.size() || reasoning_.index < 0) reasoning(text.substr(std::min(text.size(), reasoning_.text.size())));
-        reasoning_.text = text;
-        close(reasoning_);
-      } else if (type == "message") {
-        const std::string text = item["content"][0]["text"].get<std::string>();
-        if (text.size() > message_.text.size() || message_.index < 0) content(text.substr(std::min(text.size(), message_.text.size())));
-        message_.text = text;
-        close(message_);
+        if (it.index < 0) {
+          if (!reasoned) close(reasoning_);
+          open_item(it, reasoned ? Kind::Reasoning : Kind::Message);
+        }
+        if (text.size() > it.text.size() && !it.done) {  // (a reading only extends the one before)
+          const std::string rest = text.substr(it.text.size());
+          if (reasoned) reasoning(rest);
+          else content(rest);
+        }
+        close(it);
       } else {
         const std::string id = item["id"].get<std::string>();
         const std::size_t k = std::stoul(id.substr(id.rfind('_') + 1));
@@ -773,15 +795,15 @@ class ResponseEvents {
         if (k >= calls_.size()) {
           json piece = {{"index", k}, {"id", item["call_id"]}, {"function", {{"name", item["name"]}, {"arguments", arguments}}}};
           calls(json::array({std::move(piece)}));
-        } else if (arguments.size() > calls_[k].text.size()) {
+        } else if (arguments.size() > calls_[k].text.size() && !calls_[k].done) {
           calls(json::array({{{"index", k}, {"function", {{"arguments", arguments.substr(calls_[k].text.size())}}}}}));
         }
-        calls_[k].text = arguments;
         close(calls_[k]);
       }
     }
     close(reasoning_);
     close(message_);
+    for (Item& c : calls_) close(c);
   }
 
  private:
@@ -834,10 +856,11 @@ class ResponseEvents {
            {{"item_id", it.id}, {"output_index", it.index}, {"name", it.name}, {"arguments", it.text}});
     else
       emit("response.content_part.done", {{"item_id", it.id}, {"output_index", it.index}, {"content_index", 0}, {"part", part(it)}});
-    emit("response.output_item.done", {{"output_index", it.index}, {"item", item_json(it, "completed")}});
+    emit("response.output_item.done", {{"output_index", it.index}, {"item", item_json(it, status_)}});
   }
 
   std::string suffix_;
+  const char* status_ = "completed";  // an item's when it closes (the reply's end may say "incomplete")
   int64_t sequence_ = 0;
   int next_index_ = 0;
   Item reasoning_, message_;
@@ -854,9 +877,21 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
   std::optional<ApiError> refused;
   nlohmann::ordered_json request, conversation;
   try {
-    request = nlohmann::ordered_json::parse(req.body(), nullptr, false);
-    if (request.is_discarded()) throw ApiError("invalid_json", "the request body is not valid JSON");
-    const nlohmann::ordered_json chat = chat_request_of_response(request, st.responses, conversation);
+    // Through the routes' own reader first (its depth and width limits; a long body on the
+    // preparation thread), then again keeping the members' order.
+    const std::string_view text = req.body();
+    const json checked = co_await parse_json_text(st, text);
+    if (!checked.is_object()) throw ApiError("invalid_json", "the request body must be a JSON object");
+    if (st.prep && text.size() > kInlineJsonBytes) {  // (as parse_json_text: a long body off the I/O thread)
+      auto copy = std::make_shared<const std::string>(text);
+      auto parse = [copy] { return nlohmann::ordered_json::parse(*copy); };
+      nlohmann::ordered_json parsed = co_await on_prep_thread(st, std::move(parse));
+      request = std::move(parsed);
+    } else {
+      request = nlohmann::ordered_json::parse(text);
+    }
+    const nlohmann::ordered_json chat = chat_request_of_response(request, st.responses, st.engine.context_length(),
+                                                                 st.config.defaults.max_tokens, conversation);
     const std::string chat_text = chat.dump();
     json body = json::parse(chat_text);
     Generation::Admitted a = co_await Generation::admit(st, std::move(body), PromptKind::Chat, received, chat_text);
@@ -899,11 +934,11 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
   // The reply's end as the Responses API shows it: its items, its status, what is kept.
   auto final_message = [&] { return held ? reply_message(admitted, text, call_prefix, true).message : json{{"role", "assistant"}, {"content", text}}; };
   auto completed = [&](const GenerationUpdate& u, const json& message) {
-    const json output = response_output_items(message, shape.id);
+    const bool cut = u.finish_reason == FinishReason::Length || u.finish_reason == FinishReason::Context;
+    const json output = response_output_items(message, shape.id, cut ? "incomplete" : "completed");
     int64_t reasoning_tokens = 0;
     if (message.contains("reasoning_content") && message["reasoning_content"].is_string())
       reasoning_tokens = static_cast<int64_t>(st.engine.model().tokenizer->encode(message["reasoning_content"].get<std::string>(), false).size());
-    const bool cut = u.finish_reason == FinishReason::Length || u.finish_reason == FinishReason::Context;
     json response = shape.object(cut ? "incomplete" : "completed", output, response_usage(g->stats(), reasoning_tokens),
                                  cut ? json{{"reason", "max_output_tokens"}} : json());
     response["speculation"] = speculation_json(g->stats());
@@ -951,16 +986,16 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
     GenerationUpdate u = co_await g->next();
     text += u.text;
     if (u.terminal && !u.error.empty()) {  // the text so far went out; the response fails
-      const ApiError e(u.request_fault ? "invalid_request" : "internal", u.error);
-      events.emit("error", {{"code", e.code}, {"message", e.what()}, {"param", nullptr}});
+      const char* code = u.request_fault ? "invalid_prompt" : "server_error";  // (the Responses API's codes)
+      events.emit("error", {{"code", code}, {"message", u.error}, {"param", nullptr}});
       events.emit("response.failed", {{"response", shape.object("failed", json::array(), response_usage(g->stats(), 0), nullptr,
-                                                                {{"code", e.code}, {"message", e.what()}})}});
+                                                                {{"code", code}, {"message", u.error}})}});
       break;
     }
     if (u.terminal && u.finish_reason == FinishReason::Cancelled) co_return false;
     if (u.terminal) {
       const json response = completed(u, final_message());
-      events.finish(response["output"]);
+      events.finish(response["output"], response["status"] == "incomplete" ? "incomplete" : "completed");
       events.emit(response["status"] == "incomplete" ? "response.incomplete" : "response.completed", {{"response", response}});
       break;
     }

@@ -1,6 +1,7 @@
 // OpenAI's Responses API read as chat requests, and the responses kept for later (net/responses.h).
 #include "net/responses.h"
 
+#include <algorithm>
 #include <string_view>
 #include <utility>
 
@@ -77,7 +78,10 @@ void append_input(const ordered_json& input, ordered_json& out) {
       if (!call_id || !call_id->is_string() || !name || !name->is_string() || !arguments || !arguments->is_string())
         refuse("input", where + ": a function_call needs call_id, name and arguments, strings");
       ordered_json call = {{"id", *call_id}, {"type", "function"}, {"function", {{"name", *name}, {"arguments", *arguments}}}};
-      const bool joins = !out.empty() && out.back()["role"] == "assistant" && out.back().contains("tool_calls");
+      // After the assistant's own message (its text, or its calls so far): one more of its calls,
+      // as a stored reply keeps them.
+      const bool joins = !out.empty() && out.back()["role"] == "assistant";
+      if (joins && !out.back().contains("tool_calls")) out.back()["tool_calls"] = ordered_json::array();
       if (joins) out.back()["tool_calls"].push_back(std::move(call));
       else out.push_back({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", ordered_json::array({std::move(call)})}});
     } else if (t == "function_call_output") {
@@ -101,16 +105,16 @@ const ResponseStore::Stored* ResponseStore::find(const std::string& id) const {
   return it == map_.end() ? nullptr : &it->second;
 }
 
-void ResponseStore::put(const std::string& id, Stored s) {
-  s.bytes = s.conversation.dump().size() + s.response.dump().size();
+bool ResponseStore::put(const std::string& id, Stored s) {
+  s.bytes = s.conversation.dump(-1, ' ', false, json::error_handler_t::replace).size() +
+            s.response.dump(-1, ' ', false, json::error_handler_t::replace).size();
+  if (s.bytes > kMaxEntryBytes) return false;  // kept, it would push out a good part of the others
   erase(id);
   bytes_ += s.bytes;
   map_.emplace(id, std::move(s));
   order_.push_back(id);
-  while (!order_.empty() && (map_.size() > kMaxResponses || bytes_ > kMaxBytes)) {
-    erase(order_.front());
-    order_.pop_front();
-  }
+  while (map_.size() > kMaxResponses || bytes_ > kMaxBytes) erase(order_.front());
+  return true;
 }
 
 bool ResponseStore::erase(const std::string& id) {
@@ -118,15 +122,21 @@ bool ResponseStore::erase(const std::string& id) {
   if (it == map_.end()) return false;
   bytes_ -= it->second.bytes;
   map_.erase(it);
+  order_.erase(std::find(order_.begin(), order_.end(), id));  // (at most kMaxResponses to look through)
   return true;
 }
 
-ordered_json chat_request_of_response(const ordered_json& body, const ResponseStore& store, ordered_json& conversation) {
+ordered_json chat_request_of_response(const ordered_json& body, const ResponseStore& store, int64_t context,
+                                      int64_t default_max_tokens, ordered_json& conversation) {
   if (!body.is_object()) throw ApiError("invalid_json", "the request must be a JSON object");
   if (const ordered_json* v = member(body, "background"); v && *v != false)
     refuse("background", "background responses are not served: ask without background (or stream)");
-  if (const ordered_json* v = member(body, "include"); v && !(v->is_array() && v->empty()))
-    refuse("include", "include is not served (no encrypted reasoning, logprobs or tool outputs to add), got " + brief(*v));
+  if (const ordered_json* v = member(body, "include")) {
+    if (!v->is_array()) refuse("include", "include must be an array, got " + brief(*v));
+    for (const ordered_json& what : *v)  // (no reasoning is encrypted here: nothing to add for that one)
+      if (what != "reasoning.encrypted_content")
+        refuse("include", "include " + brief(what) + " is not served (no logprobs or tool outputs to add)");
+  }
   if (member(body, "conversation")) refuse("conversation", "conversation objects are not served: continue with previous_response_id");
   if (member(body, "prompt")) refuse("prompt", "prompt templates are not served: send input");
   if (const ordered_json* v = member(body, "top_logprobs"); v && *v != 0)
@@ -154,7 +164,7 @@ ordered_json chat_request_of_response(const ordered_json& body, const ResponseSt
                           "service_tier", "max_tool_calls", "top_logprobs", "prompt_cache_key", "safety_identifier",
                           // the chat route's own, which a Responses request does not carry
                           "messages", "n", "max_tokens", "max_completion_tokens", "response_format", "logprobs", "prompt",
-                          "echo", "suffix", "best_of"})
+                          "echo", "suffix", "best_of", "prompt_logprobs"})
     chat.erase(own);
   ordered_json messages = ordered_json::array();
   if (const ordered_json* v = member(body, "instructions")) {
@@ -181,8 +191,10 @@ ordered_json chat_request_of_response(const ordered_json& body, const ResponseSt
     }
   }
   if (const ordered_json* v = member(body, "truncation")) {
-    if (*v == "auto") {
-      if (!member(body, "truncate_prompt_tokens")) chat["truncate_prompt_tokens"] = -1;  // the latest turns kept
+    if (*v == "auto") {  // the prompt's latest tokens, with room for the reply
+      const ordered_json* most = member(body, "max_output_tokens");
+      const int64_t reply = most && most->is_number_integer() ? most->get<int64_t>() : default_max_tokens;
+      if (!member(body, "truncate_prompt_tokens")) chat["truncate_prompt_tokens"] = std::clamp<int64_t>(context - reply, 1, context - 1);
     } else if (*v != "disabled") {
       refuse("truncation", "truncation must be \"auto\" or \"disabled\", got " + brief(*v));
     }
@@ -218,7 +230,7 @@ ordered_json chat_request_of_response(const ordered_json& body, const ResponseSt
   return chat;
 }
 
-json response_output_items(const json& message, const std::string& id) {
+json response_output_items(const json& message, const std::string& id, const char* status) {
   const std::string suffix = id.starts_with("resp_") ? id.substr(5) : id;
   json items = json::array();
   const auto reasoning = message.find("reasoning_content");
@@ -229,7 +241,7 @@ json response_output_items(const json& message, const std::string& id) {
                      {"id", "rs_" + suffix},
                      {"summary", json::array()},
                      {"content", json::array({{{"type", "reasoning_text"}, {"text", *reasoning}}})},
-                     {"status", "completed"}});
+                     {"status", status}});
   const auto calls = message.find("tool_calls");
   const bool called = calls != message.end() && calls->is_array() && !calls->empty();
   const auto content = message.find("content");
@@ -237,7 +249,7 @@ json response_output_items(const json& message, const std::string& id) {
   if (!text.empty() || (!called && !reasoned))
     items.push_back({{"type", "message"},
                      {"id", "msg_" + suffix},
-                     {"status", "completed"},
+                     {"status", status},
                      {"role", "assistant"},
                      {"content", json::array({{{"type", "output_text"}, {"text", text}, {"annotations", json::array()}}})}});
   if (called)
@@ -248,7 +260,7 @@ json response_output_items(const json& message, const std::string& id) {
                        {"call_id", c["id"]},
                        {"name", c["function"]["name"]},
                        {"arguments", c["function"]["arguments"]},
-                       {"status", "completed"}});
+                       {"status", status}});
     }
   return items;
 }

@@ -4,6 +4,7 @@
 // "POST /v1/responses").
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <string>
 #include <unordered_map>
@@ -16,7 +17,7 @@ namespace specula::net {
 // first past kMaxResponses of them or kMaxBytes of their JSON. Owner: the I/O thread.
 class ResponseStore {
  public:
-  static constexpr std::size_t kMaxResponses = 1024, kMaxBytes = std::size_t{64} << 20;
+  static constexpr std::size_t kMaxResponses = 1024, kMaxBytes = std::size_t{64} << 20, kMaxEntryBytes = kMaxBytes / 8;
   struct Stored {
     // The conversation after it as chat messages: its input (after its previous response's, its
     // instructions left out, as OpenAI carries none over) and its reply.
@@ -25,13 +26,14 @@ class ResponseStore {
     std::size_t bytes = 0;
   };
   const Stored* find(const std::string& id) const;
-  void put(const std::string& id, Stored s);
+  // Kept, unless it alone is over kMaxEntryBytes (then false, and the others stay).
+  bool put(const std::string& id, Stored s);
   bool erase(const std::string& id);
   std::size_t size() const { return map_.size(); }
 
  private:
   std::unordered_map<std::string, Stored> map_;
-  std::deque<std::string> order_;  // oldest first (an erased id is skipped when it comes up)
+  std::deque<std::string> order_;  // the kept ids, oldest first
   std::size_t bytes_ = 0;
 };
 
@@ -41,14 +43,17 @@ class ResponseStore {
 // tools), tool_choice and truncation in the chat fields' spelling; the sampling fields both take
 // as they are. `conversation` gets the messages a stored response keeps (the input without the
 // instructions). Throws ApiError naming the field for what the route cannot serve.
-nlohmann::ordered_json chat_request_of_response(const nlohmann::ordered_json& body, const ResponseStore& store,
-                                                nlohmann::ordered_json& conversation);
+// `context`: the model's context length, `default_max_tokens` the server's; truncation "auto"
+// keeps the prompt's latest tokens with room for max_output_tokens (or that default) after them.
+nlohmann::ordered_json chat_request_of_response(const nlohmann::ordered_json& body, const ResponseStore& store, int64_t context,
+                                                int64_t default_max_tokens, nlohmann::ordered_json& conversation);
 
 // A chat reply's message (role, content, reasoning_content, tool_calls, as the chat route reads
 // it) as the Responses API's output items: a reasoning item, a message item with its text, and a
-// function_call item a call, in that order, their ids made from `id` (a response's, "resp_...");
-// no reasoning item where the reasoning is empty.
-// The message item is there where the content is text, or where nothing else is.
-nlohmann::json response_output_items(const nlohmann::json& message, const std::string& id);
+// function_call item a call, in that order, their ids made from `id` (a response's, "resp_..."),
+// each with `status` ("completed", or "incomplete" for a reply cut short); no reasoning item where
+// the reasoning is empty. The message item is there where the content is text, or where nothing
+// else is.
+nlohmann::json response_output_items(const nlohmann::json& message, const std::string& id, const char* status);
 
 }  // namespace specula::net

@@ -318,6 +318,11 @@ def fuzz_http(base_url: str, rng: random.Random, n: int, alive, report: Report) 
         for i in range(n):
             chat = rng.random() < 0.6
             body = valid_http_body(rng, chat)
+            responses = chat and rng.random() < 0.3  # the same request in the Responses API's spelling
+            if responses:
+                body["input"] = body.pop("messages")
+                if "max_tokens" in body:
+                    body["max_output_tokens"] = body.pop("max_tokens")
             r = rng.random()
             if r < 0.1:
                 data = json.dumps(body).encode()
@@ -329,7 +334,7 @@ def fuzz_http(base_url: str, rng: random.Random, n: int, alive, report: Report) 
                 data = json.dumps(body).encode()
                 k = rng.randrange(len(data))
                 data = data[:k] + rng.choice(INVALID_UTF8) + data[k:]
-            path = "/v1/chat/completions" if chat else "/v1/completions"
+            path = "/v1/responses" if responses else "/v1/chat/completions" if chat else "/v1/completions"
             report.http_requests += 1
             try:
                 res = client.post(path, content=data, headers={"Content-Type": "application/json"})

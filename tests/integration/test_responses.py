@@ -14,6 +14,27 @@ def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
 
 
+def check_event_order(events):
+    """The Responses API's stream: numbered in order; one item open at a time (each added, its
+    deltas, its done, before the next is added), every delta and done naming the open item by id
+    and index; the last event the whole response, whose items are the ones streamed."""
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    open_item, done = None, []
+    for e in events[2:-1]:
+        if e.type == "response.output_item.added":
+            assert open_item is None, f"{e.item.id} added while {open_item.id} is open"
+            assert e.output_index == len(done)
+            open_item = e.item
+        elif e.type == "response.output_item.done":
+            assert open_item is not None and e.item.id == open_item.id and e.output_index == len(done)
+            done.append(e.item)
+            open_item = None
+        else:
+            assert open_item is not None and e.item_id == open_item.id and e.output_index == len(done), e
+    assert open_item is None
+    assert [item.id for item in events[-1].response.output] == [item.id for item in done]
+
+
 def chat_reply(client, messages, **extra):
     return client.chat.completions.create(model="any", messages=messages, temperature=0, **extra)
 
@@ -45,7 +66,7 @@ def test_a_streamed_response_sends_the_events_the_sdk_assembles_into_the_same_re
     args = dict(model="any", input="What is the capital of France?", max_output_tokens=60, temperature=0)
     whole = client.responses.create(**args)
     events = list(client.responses.create(**args, stream=True))
-    assert [e.sequence_number for e in events] == list(range(len(events)))
+    check_event_order(events)
     types = [e.type for e in events]
     assert types[:2] == ["response.created", "response.in_progress"]
     assert types[2:4] == ["response.output_item.added", "response.content_part.added"]
@@ -121,6 +142,8 @@ def test_a_function_call_is_an_output_item_and_its_output_continues_the_conversa
         final = stream.get_final_response()
     streamed = [item for item in final.output if item.type == "function_call"]
     assert argument_deltas == streamed[0].arguments == calls[0].arguments
+    check_event_order(list(client.responses.create(model="any", input=ask, tools=[WEATHER], tool_choice=named, max_output_tokens=40,
+                                                   temperature=0, stream=True)))
     # The call's output, after the kept response, answers as the chat route answers that conversation.
     after = client.responses.create(model="any", previous_response_id=r.id, tools=[WEATHER], max_output_tokens=24, temperature=0,
                                     input=[{"type": "function_call_output", "call_id": calls[0].call_id, "output": "Sunny, 21 C"}])
@@ -131,6 +154,12 @@ def test_a_function_call_is_an_output_item_and_its_output_continues_the_conversa
                              {"role": "tool", "tool_call_id": calls[0].call_id, "content": "Sunny, 21 C"}],
                     tools=[chat_tool], max_tokens=24)
     assert after.output_text == (c2.choices[0].message.content or "")
+    # The same conversation sent whole, the first reply's output items as input (as a client that
+    # keeps its own history does): the same answer.
+    history = [{"role": "user", "content": ask}, *[item.model_dump(exclude_none=True) for item in r.output],
+               {"type": "function_call_output", "call_id": calls[0].call_id, "output": "Sunny, 21 C"}]
+    resent = client.responses.create(model="any", input=history, tools=[WEATHER], max_output_tokens=24, temperature=0, store=False)
+    assert resent.output_text == after.output_text
 
 
 @pytest.mark.parametrize("extra, param", [
@@ -187,6 +216,7 @@ def test_a_reasoning_reply_is_a_reasoning_item_before_its_message_as_the_chat_ro
             assert r.output[0].content[0].text == m.reasoning_content
         assert (r.usage.output_tokens_details.reasoning_tokens > 0) == bool(m.reasoning_content)
         events = list(c.responses.create(**args, stream=True))
+        check_event_order(events)
         reasoning = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
         answer = "".join(e.delta for e in events if e.type == "response.output_text.delta")
         assert (reasoning, answer) == (m.reasoning_content, m.content or "")
@@ -199,3 +229,14 @@ def test_a_reasoning_reply_is_a_reasoning_item_before_its_message_as_the_chat_ro
         strip = lambda output: [item.model_dump(exclude={"id"}) for item in output]  # (ids are each response's own)
         assert strip(events[-1].response.output) == strip(r.output)
     assert closed >= 1 and both >= 1, "no case reasoned and then answered: the items' order went untested"
+
+
+def test_a_long_body_is_read_as_a_short_one_is(client, server):
+    """A body past 16 KiB is parsed on the preparation thread (both readings of it): the same reply."""
+    args = dict(model="any", input="Say hi.", max_output_tokens=8, temperature=0)
+    short = client.responses.create(**args)
+    long = client.responses.create(**args, extra_body={"padding": "x" * 40000})
+    assert long.output_text == short.output_text
+    deep = httpx.post(server.url + "/v1/responses", content=b'{"input": "x", "z": ' + b"[" * 100000 + b"]" * 100000 + b"}",
+                      headers={"Content-Type": "application/json"}, timeout=30)
+    assert deep.status_code == 400 and deep.json()["error"]["code"] == "invalid_json", deep.text

@@ -1,0 +1,167 @@
+// The Responses API's reading as a chat request and its kept responses (net/responses.h): the
+// translation field by field against chat requests written by hand, and the store's bounds.
+#include "net/responses.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "net/api_request.h"
+
+namespace specula::net {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+ordered_json chat_of(const std::string& body, const ResponseStore& store = ResponseStore()) {
+  ordered_json conversation;
+  return chat_request_of_response(ordered_json::parse(body), store, 1000, 100, conversation);
+}
+
+std::string refusal(const std::string& body) {
+  try {
+    chat_of(body);
+  } catch (const ApiError& e) {
+    return e.param + ": " + e.what();
+  }
+  return "accepted";
+}
+
+TEST(ResponsesRequest, ReadsAsTheChatRequestItStandsFor) {
+  const ordered_json chat = chat_of(R"({
+    "model": "m", "instructions": "Be brief.", "max_output_tokens": 30, "temperature": 0, "top_k": 5, "store": false,
+    "metadata": {"a": "b"}, "n": 3, "max_tokens": 7, "stream": true,
+    "input": [
+      {"role": "user", "content": [{"type": "input_text", "text": "Weather "}, {"type": "input_text", "text": "in Paris?"}]},
+      {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
+      {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{\"city\":\"Paris\"}"},
+      {"type": "function_call", "call_id": "c2", "name": "get_time", "arguments": "{}"},
+      {"type": "reasoning", "id": "rs_1", "summary": []},
+      {"type": "function_call_output", "call_id": "c1", "output": "Sunny"},
+      {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "noon"}]}],
+    "tools": [{"type": "function", "name": "get_weather", "description": "d", "parameters": {"type": "object"}, "strict": true}],
+    "tool_choice": {"type": "function", "name": "get_weather"},
+    "text": {"format": {"type": "json_schema", "name": "w", "schema": {"type": "object"}, "strict": true}},
+    "truncation": "auto"})");
+  const ordered_json want = ordered_json::parse(R"({
+    "model": "m", "temperature": 0, "top_k": 5, "stream": true,
+    "messages": [
+      {"role": "system", "content": "Be brief."},
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": "Checking.", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}},
+        {"id": "c2", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "Sunny"},
+      {"role": "tool", "tool_call_id": "c2", "content": "noon"}],
+    "max_tokens": 30,
+    "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": true}},
+    "truncate_prompt_tokens": 970,
+    "tools": [{"type": "function", "function": {"name": "get_weather", "description": "d", "parameters": {"type": "object"}}}],
+    "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})");
+  EXPECT_EQ(chat, want) << chat.dump(2);
+  EXPECT_EQ(chat_of(R"({"input": "hi", "text": {"format": {"type": "json_object"}}, "tool_choice": "none"})"),
+            ordered_json::parse(R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"},
+                                    "tool_choice": "none"})"));
+}
+
+TEST(ResponsesRequest, APreviousResponsesConversationComesFirstWithoutItsInstructions) {
+  ResponseStore store;
+  ResponseStore::Stored kept;
+  kept.conversation = ordered_json::parse(R"([{"role": "user", "content": "I am Ada."}, {"role": "assistant", "content": "Hi Ada."}])");
+  kept.response = json{{"id", "resp_1"}};
+  ASSERT_TRUE(store.put("resp_1", kept));
+  ordered_json conversation;
+  const ordered_json chat = chat_request_of_response(
+      ordered_json::parse(R"({"previous_response_id": "resp_1", "instructions": "Now terse.", "input": "Who am I?"})"), store, 1000,
+      100, conversation);
+  EXPECT_EQ(chat["messages"], ordered_json::parse(R"([{"role": "system", "content": "Now terse."}, {"role": "user", "content": "I am Ada."},
+      {"role": "assistant", "content": "Hi Ada."}, {"role": "user", "content": "Who am I?"}])"));
+  EXPECT_EQ(conversation, ordered_json::parse(R"([{"role": "user", "content": "I am Ada."}, {"role": "assistant", "content": "Hi Ada."},
+      {"role": "user", "content": "Who am I?"}])"));
+}
+
+TEST(ResponsesRequest, WhatTheRouteCannotServeIsRefusedNamingTheField) {
+  EXPECT_EQ(refusal(R"({})"), "input: input is required");
+  EXPECT_EQ(refusal(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]})").rfind(
+                "input: input[0].content[0].type \"input_image\" is not served", 0),
+            0u);
+  EXPECT_EQ(refusal(R"({"input": "x", "tools": [{"type": "web_search"}]})").rfind("tools: tools[0].type must be \"function\"", 0), 0u);
+  EXPECT_EQ(refusal(R"({"input": "x", "previous_response_id": "resp_gone"})").rfind(
+                "previous_response_id: Previous response with id 'resp_gone' not found", 0),
+            0u);
+  EXPECT_EQ(refusal(R"({"input": [{"role": "tool", "content": "x"}]})").rfind("input: input[0].role must be", 0), 0u);
+  EXPECT_EQ(refusal(R"({"input": "x", "include": ["reasoning.encrypted_content"]})"), "accepted");
+  EXPECT_NE(refusal(R"({"input": "x", "include": ["message.output_text.logprobs"]})").find("include: "), std::string::npos);
+  EXPECT_NE(refusal(R"({"input": "x", "background": true})").find("background: "), std::string::npos);
+  EXPECT_NE(refusal(R"({"input": "x", "store": 1})").find("store: "), std::string::npos);
+  EXPECT_NE(refusal(R"({"input": "x", "truncation": "later"})").find("truncation: "), std::string::npos);
+  EXPECT_NE(refusal(R"({"input": "x", "text": {"format": {"type": "xml"}}})").find("text.format: "), std::string::npos);
+  EXPECT_NE(refusal(R"({"input": "x", "tool_choice": {"type": "allowed_tools"}})").find("tool_choice: "), std::string::npos);
+}
+
+TEST(ResponseOutput, AReplysMessageIsItsReasoningTextAndCallItemsInThatOrder) {
+  const json message = json::parse(R"({"role": "assistant", "content": "Let me check.", "reasoning_content": "Think.",
+      "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]})");
+  const json items = response_output_items(message, "resp_ab", "incomplete");
+  ASSERT_EQ(items.size(), 3u);
+  EXPECT_EQ(items[0], json::parse(R"({"type": "reasoning", "id": "rs_ab", "summary": [], "status": "incomplete",
+      "content": [{"type": "reasoning_text", "text": "Think."}]})"));
+  EXPECT_EQ(items[1], json::parse(R"({"type": "message", "id": "msg_ab", "status": "incomplete", "role": "assistant",
+      "content": [{"type": "output_text", "text": "Let me check.", "annotations": []}]})"));
+  EXPECT_EQ(items[2], json::parse(R"({"type": "function_call", "id": "fc_ab_0", "call_id": "call_1", "name": "f", "arguments": "{}",
+      "status": "incomplete"})"));
+  // Calls alone: no message; an empty reasoning block: no item; nothing at all: an empty message.
+  EXPECT_EQ(response_output_items(json::parse(R"({"content": null, "tool_calls": [{"id": "c", "function": {"name": "f",
+      "arguments": "{}"}}]})"), "resp_x", "completed").size(), 1u);
+  const json empty = response_output_items(json::parse(R"({"content": "", "reasoning_content": ""})"), "resp_x", "completed");
+  ASSERT_EQ(empty.size(), 1u);
+  EXPECT_EQ(empty[0]["type"], "message");
+}
+
+TEST(ResponseStore, KeepsTheLatestWithinItsBoundsAndForgetsWhatIsDeleted) {
+  ResponseStore store;
+  ResponseStore::Stored small;
+  small.conversation = ordered_json::array();
+  small.response = json{{"x", 1}};
+  for (std::size_t i = 0; i < ResponseStore::kMaxResponses + 5; ++i) ASSERT_TRUE(store.put("r" + std::to_string(i), small));
+  EXPECT_EQ(store.size(), ResponseStore::kMaxResponses);
+  EXPECT_EQ(store.find("r4"), nullptr);
+  ASSERT_NE(store.find("r5"), nullptr);
+  // Deleting forgets it at once; the rest keep their order (the oldest still goes first).
+  EXPECT_TRUE(store.erase("r5"));
+  EXPECT_FALSE(store.erase("r5"));
+  ASSERT_TRUE(store.put("new", small));
+  EXPECT_NE(store.find("r6"), nullptr);
+  ASSERT_TRUE(store.put("newer", small));
+  EXPECT_EQ(store.find("r6"), nullptr);
+  EXPECT_EQ(store.size(), ResponseStore::kMaxResponses);
+  // Many kept and deleted leave nothing behind: the bound still counts only what is kept.
+  ASSERT_TRUE(store.erase("r100"));
+  for (int i = 0; i < 5000; ++i) {
+    ASSERT_TRUE(store.put("tmp", small));
+    ASSERT_TRUE(store.erase("tmp"));
+  }
+  EXPECT_EQ(store.size(), ResponseStore::kMaxResponses - 1);
+  EXPECT_NE(store.find("r7"), nullptr);
+  // By bytes: entries of 1 MiB push the oldest out past 64 MiB; one over an eighth of that is
+  // not kept, and pushes nothing out.
+  ResponseStore big;
+  ResponseStore::Stored mib;
+  mib.conversation = ordered_json::array({std::string(1 << 20, 'a')});
+  mib.response = json::object();
+  for (int i = 0; i < 70; ++i) ASSERT_TRUE(big.put("m" + std::to_string(i), mib));
+  EXPECT_LT(big.size(), 64u);
+  EXPECT_GT(big.size(), 60u);
+  EXPECT_NE(big.find("m69"), nullptr);
+  const std::size_t before = big.size();
+  ResponseStore::Stored huge;
+  huge.conversation = ordered_json::array({std::string(ResponseStore::kMaxEntryBytes, 'b')});
+  huge.response = json::object();
+  EXPECT_FALSE(big.put("huge", huge));
+  EXPECT_EQ(big.size(), before);
+  EXPECT_EQ(big.find("huge"), nullptr);
+}
+
+}  // namespace
+}  // namespace specula::net
