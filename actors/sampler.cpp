@@ -120,6 +120,7 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
       err.kind = StreamEvent::Kind::Error;
       err.request_fault = true;
       err.error = kListsLeaveNoToken;
+      err.text = flush(o);  // what was held back (a stop string's possible start) goes out too
       return end_with(std::move(err));
     }
     j.tokens.push_back(tok);
@@ -132,6 +133,7 @@ bool Sampler::emit(Open& o, const RequestRef& request, std::span<const int32_t> 
       err.request_fault = true;
       err.error = "the grammar needs more parse states than one request may use (" + std::to_string(GrammarMatcher::kMaxStates) +
                   " states, " + std::to_string(GrammarMatcher::kMaxStacks) + " parses at once); simplify it";
+      err.text = flush(o);
       return end_with(std::move(err));
     }
     ++st.generated;

@@ -805,6 +805,21 @@ class ResponseEvents {
     close(message_);
     for (Item& c : calls_) close(c);
   }
+  // A reply that failed: the items opened close as "incomplete"; returns them, in order.
+  json fail() {
+    status_ = "incomplete";
+    std::vector<Item*> opened;
+    for (Item* it : {&reasoning_, &message_})
+      if (it->index >= 0) opened.push_back(it);
+    for (Item& c : calls_) opened.push_back(&c);
+    std::sort(opened.begin(), opened.end(), [](const Item* a, const Item* b) { return a->index < b->index; });
+    json out = json::array();
+    for (Item* it : opened) {
+      close(*it);
+      out.push_back(item_json(*it, status_));
+    }
+    return out;
+  }
 
  private:
   enum class Kind { Reasoning, Message, Call };
@@ -985,20 +1000,14 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
   for (;;) {
     GenerationUpdate u = co_await g->next();
     text += u.text;
-    if (u.terminal && !u.error.empty()) {  // the text so far went out; the response fails
-      const char* code = u.request_fault ? "invalid_prompt" : "server_error";  // (the Responses API's codes)
-      events.emit("error", {{"code", code}, {"message", u.error}, {"param", nullptr}});
-      events.emit("response.failed", {{"response", shape.object("failed", json::array(), response_usage(g->stats(), 0), nullptr,
-                                                                {{"code", code}, {"message", u.error}})}});
-      break;
-    }
-    if (u.terminal && u.finish_reason == FinishReason::Cancelled) co_return false;
-    if (u.terminal) {
+    if (u.terminal && u.finish_reason == FinishReason::Cancelled && u.error.empty()) co_return false;
+    if (u.terminal && u.error.empty()) {
       const json response = completed(u, final_message());
       events.finish(response["output"], response["status"] == "incomplete" ? "incomplete" : "completed");
       events.emit(response["status"] == "incomplete" ? "response.incomplete" : "response.completed", {{"response", response}});
       break;
     }
+    // What this update adds goes out (a failing update's text too, before its error).
     json pieces = json::object();
     if (held) {
       if (admitted.reasoning && admitted.tool_mode == ToolCalls::Mode::None) {
@@ -1014,6 +1023,14 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
     if (pieces.contains("reasoning_content")) events.reasoning(pieces["reasoning_content"].get<std::string>());
     if (pieces.contains("content")) events.content(pieces["content"].get<std::string>());
     if (pieces.contains("tool_calls")) events.calls(pieces["tool_calls"]);
+    if (u.terminal) {  // an error: the items streamed close as incomplete, and the response fails
+      const char* code = u.request_fault ? "invalid_prompt" : "server_error";  // (the Responses API's codes)
+      const json output = events.fail();
+      events.emit("error", {{"code", code}, {"message", u.error}, {"param", nullptr}});
+      events.emit("response.failed", {{"response", shape.object("failed", output, response_usage(g->stats(), 0), nullptr,
+                                                                {{"code", code}, {"message", u.error}})}});
+      break;
+    }
     if (!co_await flush()) co_return false;
   }
   if (!co_await flush()) co_return false;

@@ -14,11 +14,12 @@ def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
 
 
-def check_event_order(events):
+def check_event_order(events, numbered=True):
     """The Responses API's stream: numbered in order; one item open at a time (each added, its
     deltas, its done, before the next is added), every delta and done naming the open item by id
     and index; the last event the whole response, whose items are the ones streamed."""
-    assert [e.sequence_number for e in events] == list(range(len(events)))
+    if numbered:
+        assert [e.sequence_number for e in events] == list(range(len(events)))
     open_item, done = None, []
     for e in events[2:-1]:
         if e.type == "response.output_item.added":
@@ -229,6 +230,25 @@ def test_a_reasoning_reply_is_a_reasoning_item_before_its_message_as_the_chat_ro
         strip = lambda output: [item.model_dump(exclude={"id"}) for item in output]  # (ids are each response's own)
         assert strip(events[-1].response.output) == strip(r.output)
     assert closed >= 1 and both >= 1, "no case reasoned and then answered: the items' order went untested"
+
+
+def test_a_reply_that_fails_midway_streams_its_text_then_the_error_and_the_failed_response(client, server):
+    """allowed_token_ids and bad_words that leave no token after the first: its text goes out as a
+    delta, the message item closes as incomplete, then an error event and response.failed with
+    that item; not streamed, a 400."""
+    world = httpx.post(server.url + "/tokenize", json={"prompt": " world"}, timeout=30).json()["tokens"]
+    extra = {"allowed_token_ids": world, "bad_words": ["world world"]}
+    events = list(client.responses.create(model="any", input="Hello", max_output_tokens=10, temperature=0, stream=True,
+                                          extra_body=extra))
+    assert [e.type for e in events][-2:] == ["error", "response.failed"], [e.type for e in events]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    check_event_order(events[:-2] + events[-1:], numbered=False)  # (the error event names no item)
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == " world"
+    failed = events[-1].response
+    assert failed.status == "failed" and failed.error.code == "invalid_prompt" and "leave no token" in failed.error.message
+    assert [(item.type, item.status, item.content[0].text) for item in failed.output] == [("message", "incomplete", " world")]
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(model="any", input="Hello", max_output_tokens=10, temperature=0, extra_body=extra)
 
 
 def test_a_long_body_is_read_as_a_short_one_is(client, server):
