@@ -34,7 +34,7 @@ void NgramDrafter::propose(const DraftRequest& req, DraftProposal& out) {
   // the drafts before it, so a token the constraint refuses there is never accepted: the proposal
   // ends before it (a function of the context alone, so q stays one-hot at the token proposed).
   PenaltyHistory* constraint = nullptr;
-  if (req.sampling.json_object || req.sampling.grammar || !req.sampling.allowed_token_ids.empty() || !req.sampling.bad_words.empty()) {
+  if (req.sampling.masks_tokens()) {
     constraint = constraint_.sync(req, vocab_);
     if (constraint && !constraint->constrained()) constraint = nullptr;
   }

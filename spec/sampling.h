@@ -62,6 +62,8 @@ struct SamplingParams {
     return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f || !logit_bias.empty() ||
            min_tokens > 0 || json_object != nullptr || grammar != nullptr || !allowed_token_ids.empty() || !bad_words.empty();
   }
+  // JSON mode, a grammar, allowed_token_ids or bad_words: tokens may be masked out of a row.
+  bool masks_tokens() const { return json_object != nullptr || grammar != nullptr || !allowed_token_ids.empty() || !bad_words.empty(); }
   // Throws std::invalid_argument naming the bad field and value.
   void validate() const;
   // The same, and every token named (logit_bias, allowed_token_ids, bad_words) inside a vocabulary

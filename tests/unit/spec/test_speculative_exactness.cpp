@@ -622,20 +622,25 @@ TEST(TinyModels, GreedySpeculativeOutputEqualsTargetOnlyGreedy) {
   expect_same_as_generate(SamplingParams{0.0f, 0, 1.0f, 0}, SpecSampling::Exact, 4);
 }
 
+// generate()'s 40 tokens after the tiny tests' prompt with `sp`.
+std::vector<int32_t> target_only_text(TinyPair& m, const SamplingParams& sp) {
+  GenerateRequest g;
+  g.prompt = {3, 9, 1, 3, 9};
+  g.max_tokens = 40;
+  g.sampling = sp;
+  std::vector<int32_t> out;
+  m.kv.truncate_to(m.seq, 0);
+  generate(m.target, m.kv, m.seq, g, [&](int32_t t) { out.push_back(t); return true; });
+  m.kv.truncate_to(m.seq, 0);
+  return out;
+}
+
 // Penalties change greedy text (on the tiny target, repeats are what greedy decoding makes), and
 // speculative greedy and coupled text with them equal generate()'s with them.
 TEST(TinyModels, WithPenaltiesGreedyAndCoupledOutputEqualTargetOnlyOutput) {
   const SamplingParams greedy{0.0f, 0, 1.0f, 0, 0.0f, 0.4f, 0.3f, 1.2f, {{4, 1.0f}}};
   TinyPair m;
-  GenerateRequest g;
-  g.prompt = {3, 9, 1, 3, 9};
-  g.max_tokens = 40;
-  std::vector<int32_t> plain, penalized;
-  g.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
-  generate(m.target, m.kv, m.seq, g, [&](int32_t t) { plain.push_back(t); return true; });
-  m.kv.truncate_to(m.seq, 0);
-  g.sampling = greedy;
-  generate(m.target, m.kv, m.seq, g, [&](int32_t t) { penalized.push_back(t); return true; });
+  const std::vector<int32_t> plain = target_only_text(m, SamplingParams{0.0f, 0, 1.0f, 0}), penalized = target_only_text(m, greedy);
   EXPECT_NE(plain, penalized) << "the penalties changed nothing: the test below would prove nothing";
   expect_same_as_generate(greedy, SpecSampling::Exact, 4);
   expect_same_as_generate(SamplingParams{0.8f, 0, 0.95f, 0, 0.0f, 0.8f, 0.6f, 1.5f, {}}, SpecSampling::Coupled, 4);
@@ -646,15 +651,7 @@ TEST(TinyModels, WithPenaltiesGreedyAndCoupledOutputEqualTargetOnlyOutput) {
 // generate()'s with them, for every drafter.
 TEST(TinyModels, WithAllowedTokenIdsAndBadWordsGreedyAndCoupledOutputEqualTargetOnlyOutput) {
   TinyPair m;
-  GenerateRequest g;
-  g.prompt = {3, 9, 1, 3, 9};
-  g.max_tokens = 40;
-  std::vector<int32_t> plain, listed;
-  g.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
-  generate(m.target, m.kv, m.seq, g, [&](int32_t t) { plain.push_back(t); return true; });
-  m.kv.truncate_to(m.seq, 0);
-  g.sampling = lists_mode(0.0f);
-  generate(m.target, m.kv, m.seq, g, [&](int32_t t) { listed.push_back(t); return true; });
+  const std::vector<int32_t> plain = target_only_text(m, SamplingParams{0.0f, 0, 1.0f, 0}), listed = target_only_text(m, lists_mode(0.0f));
   EXPECT_NE(plain, listed) << "the lists changed nothing: the test below would prove nothing";
   for (size_t i = 0; i < listed.size(); ++i) {
     EXPECT_TRUE(listed[i] != 7 && listed[i] != 11 && listed[i] != 5) << i;
