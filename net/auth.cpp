@@ -124,6 +124,12 @@ bool listed(const AccessConfig& access, std::string_view origin) {
 
 }  // namespace
 
+std::string key_owner(const AccessConfig& access, const HttpRequest& req) {
+  if (access.api_keys.empty()) return "";
+  const auto d = digest(presented_key(req, false).value_or(std::string()));
+  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
+}
+
 bool needs_key(std::string_view path) {
   return path.starts_with("/v1/") || path == "/metrics" || path == "/tokenize" || path == "/detokenize";
 }

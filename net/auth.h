@@ -25,6 +25,11 @@ struct AccessConfig {
 // (the key may come as a subprotocol).
 std::optional<ApiError> check_access(const AccessConfig& access, const HttpRequest& req, bool websocket);
 
+// Whose a kept thing is (a response of the Responses API): on a server that requires keys, the
+// SHA-256 of the key the request presents (after check_access let it in); "" on a server without
+// keys, where every client is the same owner. Keys read again on SIGHUP keep their owners.
+std::string key_owner(const AccessConfig& access, const HttpRequest& req);
+
 // CORS for the HTTP routes, what a response to a request carries.
 struct CorsAnswer {
   // Access-Control-Allow-Origin: the request's Origin when --allowed-origins lists it (or with

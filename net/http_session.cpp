@@ -87,12 +87,13 @@ std::optional<HttpResponse> simple_route(ServerState& st, const HttpRequest& req
   if (path.starts_with("/v1/responses/")) {  // a kept response read back or forgotten (net/responses.h)
     const std::string id(path.substr(14));
     const ApiError missing("not_found", "Response with id '" + id + "' not found");
+    const std::string owner = key_owner(st.config.access, req);  // (another key's response: not found)
     if (req.method() == http::verb::delete_) {
-      if (!st.responses.erase(id)) return error_response(missing, ka, v);
+      if (!st.responses.erase(id, owner)) return error_response(missing, ka, v);
       return json_response(200, {{"id", id}, {"object", "response"}, {"deleted", true}}, ka, v);
     }
     if (!get) return error_response(ApiError("method_not_allowed", "use GET or DELETE"), ka, v);
-    const ResponseStore::Stored* stored = st.responses.find(id);
+    const ResponseStore::Stored* stored = st.responses.find(id, owner);
     if (!stored) return error_response(missing, ka, v);
     return json_response(200, stored->response, ka, v);
   }

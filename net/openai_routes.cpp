@@ -891,6 +891,7 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
   Generation::Admitted admitted;
   std::optional<ApiError> refused;
   nlohmann::ordered_json request, conversation;
+  const std::string owner = key_owner(st.config.access, req);
   try {
     // Through the routes' own reader first (its depth and width limits; a long body on the
     // preparation thread), then again keeping the members' order.
@@ -905,7 +906,7 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
     } else {
       request = nlohmann::ordered_json::parse(text);
     }
-    const nlohmann::ordered_json chat = chat_request_of_response(request, st.responses, st.engine.context_length(),
+    const nlohmann::ordered_json chat = chat_request_of_response(request, st.responses, owner, st.engine.context_length(),
                                                                  st.config.defaults.max_tokens, conversation);
     const std::string chat_text = chat.dump();
     json body = json::parse(chat_text);
@@ -964,6 +965,7 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
       if (message.contains("tool_calls")) reply["tool_calls"] = plain_ordered(message["tool_calls"]);
       kept.conversation.push_back(std::move(reply));
       kept.response = response;
+      kept.owner = owner;
       st.responses.put(shape.id, std::move(kept));
     }
     return response;

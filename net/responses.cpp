@@ -100,34 +100,39 @@ void append_input(const ordered_json& input, ordered_json& out) {
 
 }  // namespace
 
-const ResponseStore::Stored* ResponseStore::find(const std::string& id) const {
+const ResponseStore::Stored* ResponseStore::find(const std::string& id, const std::string& owner) const {
   const auto it = map_.find(id);
-  return it == map_.end() ? nullptr : &it->second;
+  return it == map_.end() || it->second.owner != owner ? nullptr : &it->second;
 }
 
 bool ResponseStore::put(const std::string& id, Stored s) {
   s.bytes = s.conversation.dump(-1, ' ', false, json::error_handler_t::replace).size() +
             s.response.dump(-1, ' ', false, json::error_handler_t::replace).size();
   if (s.bytes > kMaxEntryBytes) return false;  // kept, it would push out a good part of the others
-  erase(id);
+  drop(id);
   bytes_ += s.bytes;
   map_.emplace(id, std::move(s));
   order_.push_back(id);
-  while (map_.size() > kMaxResponses || bytes_ > kMaxBytes) erase(order_.front());
+  while (map_.size() > kMaxResponses || bytes_ > kMaxBytes) drop(order_.front());
   return true;
 }
 
-bool ResponseStore::erase(const std::string& id) {
+bool ResponseStore::erase(const std::string& id, const std::string& owner) {
+  if (!find(id, owner)) return false;
+  drop(id);
+  return true;
+}
+
+void ResponseStore::drop(const std::string& id) {
   const auto it = map_.find(id);
-  if (it == map_.end()) return false;
+  if (it == map_.end()) return;
   bytes_ -= it->second.bytes;
   map_.erase(it);
   order_.erase(std::find(order_.begin(), order_.end(), id));  // (at most kMaxResponses to look through)
-  return true;
 }
 
-ordered_json chat_request_of_response(const ordered_json& body, const ResponseStore& store, int64_t context,
-                                      int64_t default_max_tokens, ordered_json& conversation) {
+ordered_json chat_request_of_response(const ordered_json& body, const ResponseStore& store, const std::string& owner,
+                                      int64_t context, int64_t default_max_tokens, ordered_json& conversation) {
   if (!body.is_object()) throw ApiError("invalid_json", "the request must be a JSON object");
   if (const ordered_json* v = member(body, "background"); v && *v != false)
     refuse("background", "background responses are not served: ask without background (or stream)");
@@ -148,7 +153,7 @@ ordered_json chat_request_of_response(const ordered_json& body, const ResponseSt
   conversation = ordered_json::array();
   if (const ordered_json* prev = member(body, "previous_response_id")) {
     if (!prev->is_string()) refuse("previous_response_id", "previous_response_id must be a string");
-    const ResponseStore::Stored* stored = store.find(prev->get<std::string>());
+    const ResponseStore::Stored* stored = store.find(prev->get<std::string>(), owner);
     if (!stored)
       refuse("previous_response_id", "Previous response with id '" + prev->get<std::string>() +
                                           "' not found (responses are kept in memory while the server runs, unless made with store: false)");

@@ -14,7 +14,9 @@
 namespace specula::net {
 
 // The responses a later request may continue (previous_response_id) or read back: the oldest go
-// first past kMaxResponses of them or kMaxBytes of their JSON. Owner: the I/O thread.
+// first past kMaxResponses of them or kMaxBytes of their JSON. Each is its owner's (key_owner:
+// the API key that made it, on a server that requires keys): to a request of another owner it is
+// not there, as one never kept. Owner: the I/O thread.
 class ResponseStore {
  public:
   static constexpr std::size_t kMaxResponses = 1024, kMaxBytes = std::size_t{64} << 20, kMaxEntryBytes = kMaxBytes / 8;
@@ -23,18 +25,22 @@ class ResponseStore {
     // instructions left out, as OpenAI carries none over) and its reply.
     nlohmann::ordered_json conversation;
     nlohmann::json response;  // the response object as it was returned
+    std::string owner;        // key_owner of the request that made it
     std::size_t bytes = 0;
   };
-  const Stored* find(const std::string& id) const;
+  // The response `id` where `owner`'s; nullptr where there is none or it is another's.
+  const Stored* find(const std::string& id, const std::string& owner) const;
   // Kept, unless it alone is over kMaxEntryBytes (then false, and the others stay).
   bool put(const std::string& id, Stored s);
-  bool erase(const std::string& id);
+  // Forgets the response `id` where `owner`'s; false where there is none or it is another's.
+  bool erase(const std::string& id, const std::string& owner);
   std::size_t size() const { return map_.size(); }
 
  private:
   std::unordered_map<std::string, Stored> map_;
   std::deque<std::string> order_;  // the kept ids, oldest first
   std::size_t bytes_ = 0;
+  void drop(const std::string& id);
 };
 
 // A Responses request as the chat completions request that serves it: `input` (a string, or
@@ -42,11 +48,13 @@ class ResponseStore {
 // and the previous response's conversation; max_output_tokens, text.format, tools (flat function
 // tools), tool_choice and truncation in the chat fields' spelling; the sampling fields both take
 // as they are. `conversation` gets the messages a stored response keeps (the input without the
-// instructions). Throws ApiError naming the field for what the route cannot serve.
+// instructions). `owner`: the request's key_owner (a previous response of another's is not
+// found). Throws ApiError naming the field for what the route cannot serve.
 // `context`: the model's context length, `default_max_tokens` the server's; truncation "auto"
 // keeps the prompt's latest tokens with room for max_output_tokens (or that default) after them.
-nlohmann::ordered_json chat_request_of_response(const nlohmann::ordered_json& body, const ResponseStore& store, int64_t context,
-                                                int64_t default_max_tokens, nlohmann::ordered_json& conversation);
+nlohmann::ordered_json chat_request_of_response(const nlohmann::ordered_json& body, const ResponseStore& store,
+                                                const std::string& owner, int64_t context, int64_t default_max_tokens,
+                                                nlohmann::ordered_json& conversation);
 
 // A chat reply's message (role, content, reasoning_content, tool_calls, as the chat route reads
 // it) as the Responses API's output items: a reasoning item, a message item with its text, and a

@@ -14,6 +14,7 @@ import subprocess
 import threading
 
 import httpx
+import openai
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
@@ -271,6 +272,34 @@ def test_every_key_of_an_api_key_file_opens_the_api_and_another_does_not(fresh_s
         async with connect(srv.ws_url, subprotocols=["specula", key_protocol("sk-team-b-2222")]) as ws:
             assert ws.subprotocol == "specula"
     asyncio.run(main())
+
+
+def test_a_kept_response_is_the_keys_that_made_it_and_to_another_key_is_not_there(fresh_server, tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("sk-team-b-2222\n")
+    srv = fresh_server("--draft", "none", "--api-key", KEY, "--api-key-file", str(keys))
+    a, b = (openai.OpenAI(base_url=srv.url + "/v1", api_key=key, max_retries=0, timeout=60) for key in (KEY, "sk-team-b-2222"))
+    made = a.responses.create(model="x", input="My name is Ada.", max_output_tokens=8, temperature=0)
+    assert a.responses.retrieve(made.id).id == made.id
+    with pytest.raises(openai.NotFoundError):
+        b.responses.retrieve(made.id)
+    with pytest.raises(openai.NotFoundError):  # and it is still the first key's
+        b.responses.delete(made.id)
+    with pytest.raises(openai.BadRequestError) as refused:
+        b.responses.create(model="x", input="What is my name?", previous_response_id=made.id, max_output_tokens=8)
+    assert refused.value.body["param"] == "previous_response_id" and "not found" in refused.value.body["message"]
+    follow = a.responses.create(model="x", input="What is my name?", previous_response_id=made.id, max_output_tokens=8, temperature=0)
+    # b's own responses are its own, and a's stay a's after the keys are read again.
+    theirs = b.responses.create(model="x", input="Hello.", max_output_tokens=4, temperature=0)
+    with pytest.raises(openai.NotFoundError):
+        a.responses.retrieve(theirs.id)
+    keys.write_text("sk-team-b-2222\nsk-team-c-3333\n")
+    srv.proc.send_signal(signal.SIGHUP)
+    assert wait_for(lambda: "keys read again, 3 accepted now" in srv.output()), srv.output()
+    assert a.responses.retrieve(follow.id).id == follow.id and b.responses.retrieve(theirs.id).id == theirs.id
+    a.responses.delete(made.id)
+    with pytest.raises(openai.NotFoundError):
+        a.responses.retrieve(made.id)
 
 
 def test_a_bad_api_key_file_stops_the_server_with_one_line_naming_it(tmp_path):

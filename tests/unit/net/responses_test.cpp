@@ -16,7 +16,7 @@ using nlohmann::ordered_json;
 
 ordered_json chat_of(const std::string& body, const ResponseStore& store = ResponseStore()) {
   ordered_json conversation;
-  return chat_request_of_response(ordered_json::parse(body), store, 1000, 100, conversation);
+  return chat_request_of_response(ordered_json::parse(body), store, "", 1000, 100, conversation);
 }
 
 std::string refusal(const std::string& body) {
@@ -73,7 +73,7 @@ TEST(ResponsesRequest, APreviousResponsesConversationComesFirstWithoutItsInstruc
   ASSERT_TRUE(store.put("resp_1", kept));
   ordered_json conversation;
   const ordered_json chat = chat_request_of_response(
-      ordered_json::parse(R"({"previous_response_id": "resp_1", "instructions": "Now terse.", "input": "Who am I?"})"), store, 1000,
+      ordered_json::parse(R"({"previous_response_id": "resp_1", "instructions": "Now terse.", "input": "Who am I?"})"), store, "", 1000,
       100, conversation);
   EXPECT_EQ(chat["messages"], ordered_json::parse(R"([{"role": "system", "content": "Now terse."}, {"role": "user", "content": "I am Ada."},
       {"role": "assistant", "content": "Hi Ada."}, {"role": "user", "content": "Who am I?"}])"));
@@ -126,24 +126,24 @@ TEST(ResponseStore, KeepsTheLatestWithinItsBoundsAndForgetsWhatIsDeleted) {
   small.response = json{{"x", 1}};
   for (std::size_t i = 0; i < ResponseStore::kMaxResponses + 5; ++i) ASSERT_TRUE(store.put("r" + std::to_string(i), small));
   EXPECT_EQ(store.size(), ResponseStore::kMaxResponses);
-  EXPECT_EQ(store.find("r4"), nullptr);
-  ASSERT_NE(store.find("r5"), nullptr);
+  EXPECT_EQ(store.find("r4", ""), nullptr);
+  ASSERT_NE(store.find("r5", ""), nullptr);
   // Deleting forgets it at once; the rest keep their order (the oldest still goes first).
-  EXPECT_TRUE(store.erase("r5"));
-  EXPECT_FALSE(store.erase("r5"));
+  EXPECT_TRUE(store.erase("r5", ""));
+  EXPECT_FALSE(store.erase("r5", ""));
   ASSERT_TRUE(store.put("new", small));
-  EXPECT_NE(store.find("r6"), nullptr);
+  EXPECT_NE(store.find("r6", ""), nullptr);
   ASSERT_TRUE(store.put("newer", small));
-  EXPECT_EQ(store.find("r6"), nullptr);
+  EXPECT_EQ(store.find("r6", ""), nullptr);
   EXPECT_EQ(store.size(), ResponseStore::kMaxResponses);
   // Many kept and deleted leave nothing behind: the bound still counts only what is kept.
-  ASSERT_TRUE(store.erase("r100"));
+  ASSERT_TRUE(store.erase("r100", ""));
   for (int i = 0; i < 5000; ++i) {
     ASSERT_TRUE(store.put("tmp", small));
-    ASSERT_TRUE(store.erase("tmp"));
+    ASSERT_TRUE(store.erase("tmp", ""));
   }
   EXPECT_EQ(store.size(), ResponseStore::kMaxResponses - 1);
-  EXPECT_NE(store.find("r7"), nullptr);
+  EXPECT_NE(store.find("r7", ""), nullptr);
   // By bytes: entries of 1 MiB push the oldest out past 64 MiB; one over an eighth of that is
   // not kept, and pushes nothing out.
   ResponseStore big;
@@ -153,14 +153,45 @@ TEST(ResponseStore, KeepsTheLatestWithinItsBoundsAndForgetsWhatIsDeleted) {
   for (int i = 0; i < 70; ++i) ASSERT_TRUE(big.put("m" + std::to_string(i), mib));
   EXPECT_LT(big.size(), 64u);
   EXPECT_GT(big.size(), 60u);
-  EXPECT_NE(big.find("m69"), nullptr);
+  EXPECT_NE(big.find("m69", ""), nullptr);
   const std::size_t before = big.size();
   ResponseStore::Stored huge;
   huge.conversation = ordered_json::array({std::string(ResponseStore::kMaxEntryBytes, 'b')});
   huge.response = json::object();
   EXPECT_FALSE(big.put("huge", huge));
   EXPECT_EQ(big.size(), before);
-  EXPECT_EQ(big.find("huge"), nullptr);
+  EXPECT_EQ(big.find("huge", ""), nullptr);
+}
+
+TEST(ResponseStore, AResponseIsItsOwnersAndToAnotherIsNotThere) {
+  ResponseStore store;
+  ResponseStore::Stored kept;
+  kept.conversation = ordered_json::parse(R"([{"role": "user", "content": "I am Ada."}, {"role": "assistant", "content": "Hi."}])");
+  kept.response = json{{"id", "resp_a"}};
+  kept.owner = "key a";
+  ASSERT_TRUE(store.put("resp_a", kept));
+  EXPECT_NE(store.find("resp_a", "key a"), nullptr);
+  EXPECT_EQ(store.find("resp_a", "key b"), nullptr);
+  EXPECT_EQ(store.find("resp_a", ""), nullptr);
+  // Another's previous_response_id is refused as one never kept, and its delete deletes nothing.
+  for (const std::string other : {"key b", ""}) {
+    ordered_json conversation;
+    try {
+      chat_request_of_response(ordered_json::parse(R"({"previous_response_id": "resp_a", "input": "Who am I?"})"), store, other,
+                               1000, 100, conversation);
+      ADD_FAILURE() << "another owner continued the response";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param, "previous_response_id");
+      EXPECT_EQ(std::string(e.what()).rfind("Previous response with id 'resp_a' not found", 0), 0u) << e.what();
+    }
+    EXPECT_FALSE(store.erase("resp_a", other));
+  }
+  ordered_json conversation;
+  chat_request_of_response(ordered_json::parse(R"({"previous_response_id": "resp_a", "input": "Who am I?"})"), store, "key a", 1000,
+                           100, conversation);
+  EXPECT_EQ(conversation.size(), 3u);
+  EXPECT_TRUE(store.erase("resp_a", "key a"));
+  EXPECT_EQ(store.size(), 0u);
 }
 
 }  // namespace
