@@ -311,6 +311,46 @@ def test_logit_bias_min_tokens_and_ignore_eos_flags_steer_the_engine_and_the_loo
     assert generate(specula_bin, default_model, *greedy, "--ignore-eos", "--sequential", prompt=short)["ids"] == whole["ids"]
 
 
+def test_allowed_token_ids_and_bad_words_flags_steer_the_engine_and_the_loop_alike(specula_bin, default_model, tmp_path):
+    """--bad-words and --allowed-token-ids (vLLM's bad_words and allowed_token_ids): a banned word
+    is its token sequences banned as vLLM tokenizes it, which equals biasing its one-token forms by
+    -100; an allowed set holds every token to it; the engine drafting with the main job's drafter
+    prints the loop's target-only text, greedy and coupled."""
+    greedy = ["--temperature", "0"]
+    ask = "What is the capital of France?"
+    plain = generate(specula_bin, default_model, *greedy, prompt=ask)
+    assert "Paris" in plain["text"], plain["text"]
+    words = tmp_path / "words.jsonl"
+    words.write_text('"Paris"\n" Paris"\n')
+    subprocess.run([str(specula_bin), "tokenize", "--model", str(default_model), "--input", str(words), "--output",
+                    str(tmp_path / "ids.jsonl")], check=True, capture_output=True, timeout=120)
+    forms = [json.loads(line)["ids"] for line in (tmp_path / "ids.jsonl").read_text().splitlines()]
+    assert all(len(f) == 1 for f in forms), forms  # one token each, so a bias of -100 bans the same
+    biased = generate(specula_bin, default_model, *greedy, "--sequential", "--logit-bias",
+                      ",".join(f"{f[0]}:-100" for f in forms), prompt=ask)
+    allowed = sorted(set(plain["ids"]) - {forms[1][0]})
+    for mode in (greedy, ["--temperature", "0.8", "--seed", "3", "--spec-sampling", "coupled"]):
+        for lists in (["--bad-words", "Paris"], ["--bad-words", '["Rome", "Paris"]'], ["--allowed-token-ids", ",".join(map(str, allowed))]):
+            engine = generate(specula_bin, default_model, *mode, *lists, "--draft", "ngram:n=3+eagle", prompt=ask)
+            loop = generate(specula_bin, default_model, *mode, *lists, "--sequential", prompt=ask)
+            assert engine["ids"] == loop["ids"], (lists, engine["text"], loop["text"])
+            assert "Paris" not in engine["text"], (lists, engine["text"])
+            if lists[0] == "--allowed-token-ids":
+                assert set(engine["ids"]) <= set(allowed), engine["ids"]
+            elif mode == greedy and lists[1] == "Paris":
+                assert engine["ids"] == biased["ids"], (engine["text"], biased["text"])
+    # `chat` answers as generate does under the lists; `bench spec` runs every request under them.
+    p = chat(specula_bin, default_model, [ask, "/quit"], "--bad-words", "Paris", "--draft", "ngram")
+    assert p.stdout.startswith(biased["text"] + "\n"), (p.stdout, biased["text"])
+    p = subprocess.run([str(specula_bin), "bench", "spec", "--model", str(default_model), "--drafts", "ngram", "--max-tokens", "16",
+                        "--prompts", str(SHARED_DIR / "data" / "prompts" / "chat.jsonl"), "--limit", "1", "--bad-words", "Paris"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert sorted(out["sampling"]["bad_words_token_ids"]) == sorted(forms), out["sampling"]
+    assert all(r["text_matches_target"] for r in out["runs"] if r["draft"] != "none"), out["runs"]
+
+
 def test_json_object_makes_the_engine_and_the_loop_write_the_same_json_object(specula_bin, default_model):
     """--json-object (JSON mode, docs/speculative.md): the engine drafting with the main job's
     drafter prints the loop's target-only text, greedy and coupled, and a text a stop token ended
@@ -366,6 +406,12 @@ def test_json_schema_and_grammar_files_make_the_engine_and_the_loop_write_the_sa
     (["--logit-bias", "99999:1"], ["99999", "vocabulary"]),
     (["--min-tokens", "50", "--max-tokens", "40"], ["min_tokens (50)", "max_tokens (40)"]),
     (["--min-tokens", "-1"], ["--min-tokens"]),
+    (["--allowed-token-ids", "99999"], ["--allowed-token-ids", "99999", "vocabulary"]),
+    (["--allowed-token-ids", "1,x"], ["--allowed-token-ids", "'x'"]),
+    (["--bad-words", "a, "], ["--bad-words", "bad_words[1] is empty"]),
+    (["--bad-words", '["a", 1]'], ["--bad-words", "holds 1, not a string"]),
+    (["--bad-words", "[a"], ["--bad-words", "not a JSON array"]),
+    (["--allowed-token-ids", "72", "--bad-words", "X"], ["--bad-words", "every token of allowed_token_ids"]),  # 72: "X"
 ])
 def test_bad_logit_bias_and_min_tokens_flags_are_one_line_errors(specula_bin, default_model, flags, words, tmp_path):
     (tmp_path / "bad.gbnf").write_text("root ::= x\n")

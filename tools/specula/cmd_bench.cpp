@@ -68,6 +68,7 @@ const char* kUsage =
     "                          [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
     "                          [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
     "                          [--logit-bias ID:BIAS,...] [--min-tokens N] [--json-object | --json-schema FILE | --grammar FILE]\n"
+    "                          [--allowed-token-ids ID,...] [--bad-words WORD,...]\n"
     "                          [--spec-sampling exact|block|coupled|both|LIST] [--repeat R] [--threads N] [--device D] [--ctx N] [--ubatch-size 512]\n"
     "  Runs a prompt set (JSON lines with \"messages\" and an optional \"max_tokens\"; default\n"
     "  ../shared/data/prompts/chat.jsonl) target-only and with each drafter, prompt by prompt so that\n"
@@ -78,7 +79,8 @@ const char* kUsage =
     "  3.8's predicted speedup from the measured a and c (with prompt lookup in front of another\n"
     "  drafter, e.g. ngram:n=3+eagle, also the rounds lookup drafted: rounds_by_lookup).\n"
     "  --drafts: ';'-separated drafter spellings as for generate --draft (default \"ngram;skip:4-7\").\n"
-    "  --json-object, --json-schema, --grammar: every request constrained as by generate's flags.\n"
+    "  --json-object, --json-schema, --grammar, --allowed-token-ids, --bad-words: every request\n"
+    "  constrained as by generate's flags.\n"
     "  --spec-k-max-greedy: greedy requests' --spec-k-max (default the same).\n"
     "  --spec-k, --spec-k-max, --spec-k-max-greedy, --draft-entropy, --draft-confidence and\n"
     "  --draft-confidence-greedy may each list values (\"0.3,0.4\"): every drafter then runs once per\n"
@@ -254,6 +256,7 @@ int bench_spec(const Args& a) {
   if (repeat < 1 || repeat > 100) throw UsageError("--repeat must be 1..100, got " + std::to_string(repeat));
 
   Session s = open_session(a);
+  token_lists_from_args(a, s.loaded, base);
   // A constraint on every request (JSON mode or a grammar): what its masks cost, and what
   // speculation gives inside it.
   if (a.flag("json-object")) base.json_object = std::make_shared<const JsonVocabulary>(*s.loaded.tokenizer);
@@ -422,7 +425,7 @@ int cmd_bench(int argc, char** argv) {
     if (what == "spec") {
       options.insert({kChatTemplateOption, "prompts", "drafts", "limit", "max-tokens", "spec-k", "spec-k-min", "spec-k-max", "spec-k-max-greedy", "draft-entropy", "draft-confidence",
                       "draft-confidence-greedy", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed", "spec-sampling",
-                      "json-schema", "grammar"});
+                      "json-schema", "grammar", "allowed-token-ids", "bad-words"});
       options.insert(kEngineBenchOptions.begin(), kEngineBenchOptions.end());
       flags.insert({"adaptive", "pipeline-always", "json-object"});
     } else {

@@ -233,7 +233,7 @@ StreamOverlap stream_overlap(const std::string& trace_json) {
 }
 
 int bench_spec_engine(const Args& a) {
-  const SamplingParams base = sampling_from_args(a, kBenchSamplingDefaults);
+  SamplingParams base = sampling_from_args(a, kBenchSamplingDefaults);
   const std::string gbnf = grammar_from_args(a);
   const DraftLengthConfig draft = draft_length_from_args(a);
   std::vector<int> levels = a.has("concurrency") ? a.int_list("concurrency") : std::vector<int>{1};
@@ -259,6 +259,7 @@ int bench_spec_engine(const Args& a) {
     }
 
   const LoadedModel files = load_model(a.str("model", default_model_path()));
+  token_lists_from_args(a, files, base);
   const std::vector<BenchPrompt> prompts =
       read_prompts(a.str("prompts", "../shared/data/prompts/chat.jsonl"), files, a.integer("limit", 0), max_tokens);
   const std::string trace_prefix = a.str("trace", "");

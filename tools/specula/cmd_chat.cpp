@@ -21,7 +21,7 @@ const char* kUsage =
     "usage: specula chat [--model PATH] [--system TEXT] [--max-tokens N] [--temperature T] [--top-k K]\n"
     "                    [--top-p P] [--min-p P] [--seed S] [--device D] [--threads N] [--ctx N] [--ubatch-size 512]\n"
     "                    [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
-    "                    [--logit-bias ID:BIAS,...] [--min-tokens N]\n"
+    "                    [--logit-bias ID:BIAS,...] [--min-tokens N] [--allowed-token-ids ID,...] [--bad-words WORD,...]\n"
     "                    [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--spec-k K] [--adaptive]\n"
     "                    [--spec-k-min K] [--spec-k-max K] [--spec-sampling exact|block|coupled]\n"
     "                    [--pipeline off|on|always] [--chat-template chatml|llama3|plain|FILE|TEXT]\n"
@@ -34,7 +34,7 @@ const char* kUsage =
 
 int cmd_chat(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
-  options.insert({kChatTemplateOption, "system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed"});
+  options.insert({kChatTemplateOption, "system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "allowed-token-ids", "bad-words", "min-tokens", "seed"});
   options.insert(kEngineRunOptions.begin(), kEngineRunOptions.end());
   const Args a(argc, argv, options, {"adaptive"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
@@ -42,6 +42,7 @@ int cmd_chat(int argc, char** argv) {
   const long long max_tokens = max_tokens_from_args(a, 512);
   const SpecSampling mode = spec_sampling_from_args(a);
   auto files = std::make_shared<const LoadedModel>(load_model_from_args(a));
+  token_lists_from_args(a, *files, sp);
   const actors::EngineConfig cfg = engine_config_from_args(a, files);
   const std::unique_ptr<actors::Engine> engine = open_engine(cfg);
   const bool tty = isatty(STDIN_FILENO);

@@ -17,6 +17,7 @@
 #include "actors/engine.h"
 #include "spec/generate.h"
 #include "spec/grammar.h"
+#include "spec/penalties.h"
 #include "spec/json_schema.h"
 #include "spec/json_mode.h"
 #include "spec/make_drafter.h"
@@ -35,7 +36,7 @@ const char* kUsage =
     "                        [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
     "                        [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
     "                        [--logit-bias ID:BIAS,...] [--min-tokens N] [--ignore-eos] [--json-object]\n"
-    "                        [--json-schema FILE | --grammar FILE]\n"
+    "                        [--json-schema FILE | --grammar FILE] [--allowed-token-ids ID,...] [--bad-words WORD,...]\n"
     "                        [--json] [--device auto|host|cuda] [--threads N] [--ctx N] [--ubatch-size 512]\n"
     "                        [--draft none|ngram[:n=3]|skip:LAYERS|eagle[:PATH]|PATH|ngram:n=3+eagle] [--spec-k K] [--adaptive]\n"
     "                        [--spec-k-min K] [--spec-k-max K] [--spec-k-max-greedy K] [--draft-entropy NATS]\n"
@@ -49,6 +50,8 @@ const char* kUsage =
     "  penalties off (presence and frequency 0, in [-2, 2]; repetition 1, in (0, 2]: docs/speculative.md).\n"
     "  --logit-bias adds BIAS (in [-100, 100]) to token ID's logit; --min-tokens N holds the stop tokens\n"
     "  back until N tokens are out; --ignore-eos lets no stop token end the text (as vLLM's fields).\n"
+    "  --allowed-token-ids ID,...: only these tokens may be generated; --bad-words WORD,... (or a JSON array\n"
+    "  of strings): never these words (vLLM's allowed_token_ids and bad_words; docs/speculative.md).\n"
     "  --json-object: JSON mode, the text is one JSON object (OpenAI's response_format json_object).\n"
     "  --json-schema FILE: the text is JSON that the schema in FILE accepts (response_format json_schema);\n"
     "  --grammar FILE: the text is a sentence of the GBNF grammar in FILE (llama.cpp's format; docs/speculative.md).\n"
@@ -144,6 +147,51 @@ SamplingParams sampling_from_args(const Args& a, const SamplingDefaults& d) {
   return sp;
 }
 
+void token_lists_from_args(const Args& a, const LoadedModel& model, SamplingParams& sp) {
+  const int64_t vocab = model.weights.config.vocab_size;
+  if (a.has("allowed-token-ids")) {
+    for (const int id : a.int_list("allowed-token-ids")) {
+      if (id < 0 || id >= vocab)
+        throw UsageError("--allowed-token-ids: token " + std::to_string(id) + " is outside the vocabulary (0.." +
+                         std::to_string(vocab - 1) + ")");
+      sp.allowed_token_ids.push_back(id);
+    }
+    if (sp.allowed_token_ids.empty()) throw UsageError("--allowed-token-ids names no token, so none could be generated");
+  }
+  if (a.has("bad-words")) {
+    const std::string text = a.str("bad-words");
+    std::vector<std::string> words;
+    if (text.starts_with("[")) {  // a JSON array of strings, for words with commas in them
+      const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
+      if (!parsed.is_array()) throw UsageError("--bad-words: \"" + text + "\" starts with '[' but is not a JSON array of strings");
+      for (const nlohmann::json& w : parsed) {
+        if (!w.is_string()) throw UsageError("--bad-words: the JSON array holds " + w.dump() + ", not a string");
+        words.push_back(w.get<std::string>());
+      }
+    } else {
+      words = split(text, ',');
+    }
+    if (words.empty()) throw UsageError("--bad-words names no word");
+    if (words.size() > kMaxBadWords)
+      throw UsageError("--bad-words has " + std::to_string(words.size()) + " words; the limit is " + std::to_string(kMaxBadWords));
+    if (!model.tokenizer) throw UsageError("--bad-words needs the model's tokenizer");
+    try {
+      sp.bad_words = bad_words_token_ids(*model.tokenizer, words);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--bad-words: ") + e.what());
+    }
+  }
+  if (sp.allowed_token_ids.empty() && sp.bad_words.empty()) return;
+  try {  // their limits, and that they leave some token to begin with
+    sp.validate_lists(vocab);
+  } catch (const std::invalid_argument& e) {
+    std::string what = e.what();
+    const bool allowed = what.starts_with("allowed_token_ids");
+    if (what.starts_with("bad_words: ")) what.erase(0, 11);  // (the flag names it)
+    throw UsageError((allowed ? "--allowed-token-ids: " : "--bad-words: ") + what);
+  }
+}
+
 long long max_tokens_from_args(const Args& a, long long fallback) {
   const long long max_tokens = a.integer("max-tokens", fallback);
   if (max_tokens < 1 || max_tokens > 1'000'000) throw UsageError("--max-tokens must be between 1 and 1000000");
@@ -220,7 +268,7 @@ std::string constraint_name(const Args& a) {
 
 int cmd_generate(int argc, char** argv) {
   std::set<std::string> options = kModelOptions;
-  options.insert({kChatTemplateOption, "json-schema", "grammar", "prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "min-tokens", "seed"});
+  options.insert({kChatTemplateOption, "json-schema", "grammar", "prompt", "prompt-ids", "system", "max-tokens", "temperature", "top-k", "top-p", "min-p", "presence-penalty", "frequency-penalty", "repetition-penalty", "logit-bias", "allowed-token-ids", "bad-words", "min-tokens", "seed"});
   options.insert(kEngineRunOptions.begin(), kEngineRunOptions.end());
   const Args a(argc, argv, options, {"chat", "json", "adaptive", "sequential", "ignore-eos", "json-object"});
   if (a.help()) { std::fputs(kUsage, stdout); return 0; }
@@ -256,6 +304,7 @@ int generate_sequential(const Args& a) {
   if (req.prompt.empty()) throw UsageError("the prompt is empty");
   req.max_tokens = static_cast<int>(max_tokens);
   req.sampling = sp;
+  token_lists_from_args(a, s.loaded, req.sampling);
   if (a.flag("json-object")) req.sampling.json_object = std::make_shared<const JsonVocabulary>(tok);
   if (const std::string gbnf = grammar_from_args(a); !gbnf.empty())
     req.sampling.grammar = std::make_shared<const GrammarMatcher>(Grammar::parse(gbnf), std::make_shared<const TokenTrie>(tok));
@@ -344,6 +393,7 @@ int generate_through_engine(const Args& a) {
   req.max_tokens = static_cast<int>(max_tokens);
   const SamplingParams sp = sampling_from_args(a);
   req.sampling = sp;
+  token_lists_from_args(a, *files, req.sampling);
   req.mode = mode;
   if (a.flag("ignore-eos")) req.stop_ids = std::vector<int32_t>{};
 

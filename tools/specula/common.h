@@ -52,6 +52,11 @@ struct SamplingDefaults {
 inline const SamplingDefaults kBenchSamplingDefaults{0.0, 0, 1.0, 1};
 // The flags as SamplingParams; a value out of range is a UsageError naming it.
 SamplingParams sampling_from_args(const Args& a, const SamplingDefaults& defaults = {});
+// --allowed-token-ids ID,... and --bad-words WORD,... (or a JSON array of strings, for words with
+// commas) into `sp`, as vLLM's allowed_token_ids and bad_words: the words tokenized with the
+// model's tokenizer (spec/penalties.h), the lists checked against its vocabulary; UsageError
+// naming the flag otherwise. After the model is loaded. Defined in cmd_generate.cpp.
+void token_lists_from_args(const Args& a, const LoadedModel& model, SamplingParams& sp);
 // The GBNF of --json-schema FILE or --grammar FILE ("" for neither; at most one of them and
 // --json-object, else a UsageError, as for a bad file). Defined in cmd_generate.cpp.
 std::string grammar_from_args(const Args& a);

@@ -53,6 +53,8 @@ inline nlohmann::json sampling_json(const SamplingParams& sp) {
     j["logit_bias"] = std::move(bias);
   }
   if (sp.min_tokens > 0) j["min_tokens"] = sp.min_tokens;
+  if (!sp.allowed_token_ids.empty()) j["allowed_token_ids"] = sp.allowed_token_ids;
+  if (!sp.bad_words.empty()) j["bad_words_token_ids"] = sp.bad_words;
   return j;
 }
 
