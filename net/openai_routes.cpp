@@ -698,6 +698,7 @@ struct ResponseShape {
             {"text", echo("text", {{"format", {{"type", "text"}}}})},
             {"tool_choice", echo("tool_choice", "auto")},
             {"tools", echo("tools", json::array())},
+            {"top_logprobs", echo("top_logprobs", 0)},
             {"top_p", echo("top_p", tidy(defaults.top_p))},
             {"truncation", echo("truncation", "disabled")},
             {"usage", std::move(usage)},
@@ -715,11 +716,18 @@ json response_usage(const GenerationStats& s, int64_t reasoning_tokens) {
 
 // Server-sent events of a streamed response, gathered into `out` and written once per update:
 // each output item opened when its first text comes (reasoning, then the message, then each
-// call), its deltas, and its done events once the next one opens or the reply ends.
+// call), its deltas, and its done events once the next one opens or the reply ends. With
+// `logprobs` (include's message.output_text.logprobs), the tokens' entries given to logprobs()
+// go out with the message's next text delta, and all of them with its done events.
 class ResponseEvents {
  public:
-  explicit ResponseEvents(std::string id) : suffix_(id.substr(5)) {}
+  ResponseEvents(std::string id, bool logprobs) : suffix_(id.substr(5)), logprobs_(logprobs) {}
   std::string out;
+
+  // Log-probability entries of tokens that came since the last text delta.
+  void logprobs(json entries) {
+    for (json& e : entries) pending_.push_back(std::move(e));
+  }
 
   void emit(const char* type, json payload) {
     payload["type"] = type;
@@ -740,11 +748,12 @@ class ResponseEvents {
     close(reasoning_);
     open_item(message_, Kind::Message);
     message_.text += delta;
+    for (const json& e : pending_) message_.logprobs.push_back(e);
     emit("response.output_text.delta", {{"item_id", message_.id},
                                         {"output_index", message_.index},
                                         {"content_index", 0},
                                         {"delta", delta},
-                                        {"logprobs", json::array()}});
+                                        {"logprobs", std::exchange(pending_, json::array())}});
   }
   // A chat delta's tool_calls pieces (reply_delta's): a new call opens its item, its arguments so
   // far its first delta; a known one's piece is more of its arguments.
@@ -828,6 +837,7 @@ class ResponseEvents {
     std::string id, text, call_id, name;
     int index = -1;  // output_index; -1: not opened
     bool done = false;
+    json logprobs = json::array();  // a message's, with include's logprobs
   };
 
   json item_json(const Item& it, const char* status) const {
@@ -844,9 +854,11 @@ class ResponseEvents {
     }
     return nullptr;
   }
-  static json part(const Item& it) {
+  json part(const Item& it) const {
     if (it.kind == Kind::Reasoning) return {{"type", "reasoning_text"}, {"text", it.text}};
-    return {{"type", "output_text"}, {"text", it.text}, {"annotations", json::array()}};
+    json p = {{"type", "output_text"}, {"text", it.text}, {"annotations", json::array()}};
+    if (logprobs_) p["logprobs"] = it.logprobs;
+    return p;
   }
   void open_item(Item& it, Kind kind, std::size_t k = 0) {
     if (it.index >= 0) return;
@@ -856,16 +868,18 @@ class ResponseEvents {
     emit("response.output_item.added", {{"output_index", it.index}, {"item", item_json(it, "in_progress")}});
     if (kind != Kind::Call)
       emit("response.content_part.added",
-           {{"item_id", it.id}, {"output_index", it.index}, {"content_index", 0}, {"part", part(Item{kind})}});
+           {{"item_id", it.id}, {"output_index", it.index}, {"content_index", 0}, {"part", part(it)}});
   }
   void close(Item& it) {
     if (it.index < 0 || it.done) return;
     it.done = true;
+    if (it.kind == Kind::Message)  // (tokens whose text never came: a stop string's start, a call's)
+      for (json& e : std::exchange(pending_, json::array())) it.logprobs.push_back(std::move(e));
     if (it.kind == Kind::Reasoning)
       emit("response.reasoning_text.done", {{"item_id", it.id}, {"output_index", it.index}, {"content_index", 0}, {"text", it.text}});
     if (it.kind == Kind::Message)
       emit("response.output_text.done",
-           {{"item_id", it.id}, {"output_index", it.index}, {"content_index", 0}, {"text", it.text}, {"logprobs", json::array()}});
+           {{"item_id", it.id}, {"output_index", it.index}, {"content_index", 0}, {"text", it.text}, {"logprobs", it.logprobs}});
     if (it.kind == Kind::Call)
       emit("response.function_call_arguments.done",
            {{"item_id", it.id}, {"output_index", it.index}, {"name", it.name}, {"arguments", it.text}});
@@ -875,6 +889,8 @@ class ResponseEvents {
   }
 
   std::string suffix_;
+  bool logprobs_;
+  json pending_ = json::array();  // entries not yet sent with a text delta
   const char* status_ = "completed";  // an item's when it closes (the reply's end may say "incomplete")
   int64_t sequence_ = 0;
   int next_index_ = 0;
@@ -949,9 +965,22 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
   ReplySent sent;
   // The reply's end as the Responses API shows it: its items, its status, what is kept.
   auto final_message = [&] { return held ? reply_message(admitted, text, call_prefix, true).message : json{{"role", "assistant"}, {"content", text}}; };
+  // include's logprobs: every token's entry (as the chat route's logprobs.content), on the message.
+  const bool want_logprobs = admitted.logprobs;
+  json all_logprobs = json::array();
+  LogprobsJson step_logprobs(*st.engine.model().tokenizer, /*chat=*/true);
+  auto take_logprobs = [&](const GenerationUpdate& u) {
+    for (const TokenOut& t : u.tokens) step_logprobs.add(t);
+    json entries = std::move(step_logprobs.take()["content"]);
+    for (const json& e : entries) all_logprobs.push_back(e);
+    return entries;
+  };
   auto completed = [&](const GenerationUpdate& u, const json& message) {
     const bool cut = u.finish_reason == FinishReason::Length || u.finish_reason == FinishReason::Context;
-    const json output = response_output_items(message, shape.id, cut ? "incomplete" : "completed");
+    json output = response_output_items(message, shape.id, cut ? "incomplete" : "completed");
+    if (want_logprobs)
+      for (json& item : output)
+        if (item["type"] == "message") item["content"][0]["logprobs"] = all_logprobs;
     int64_t reasoning_tokens = 0;
     if (message.contains("reasoning_content") && message["reasoning_content"].is_string())
       reasoning_tokens = static_cast<int64_t>(st.engine.model().tokenizer->encode(message["reasoning_content"].get<std::string>(), false).size());
@@ -976,6 +1005,7 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
     do {
       u = co_await g->next();
       text += u.text;
+      if (want_logprobs) take_logprobs(u);
     } while (!u.terminal);
     if (!u.error.empty()) {
       HttpResponse res = error_response(ApiError(u.request_fault ? "invalid_request" : "internal", u.error), keep_alive, req.version());
@@ -988,7 +1018,7 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
   }
 
   if (!co_await start_event_stream(stream, req, cors, keep_alive, status)) co_return false;
-  ResponseEvents events(shape.id);
+  ResponseEvents events(shape.id, want_logprobs);
   auto flush = [&]() -> asio::awaitable<bool> {
     if (events.out.empty()) co_return true;
     stream.expires_after(kWriteTimeout);
@@ -1002,6 +1032,7 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
   for (;;) {
     GenerationUpdate u = co_await g->next();
     text += u.text;
+    if (want_logprobs) events.logprobs(take_logprobs(u));
     if (u.terminal && u.finish_reason == FinishReason::Cancelled && u.error.empty()) co_return false;
     if (u.terminal && u.error.empty()) {
       const json response = completed(u, final_message());

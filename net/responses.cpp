@@ -136,16 +136,21 @@ ordered_json chat_request_of_response(const ordered_json& body, const ResponseSt
   if (!body.is_object()) throw ApiError("invalid_json", "the request must be a JSON object");
   if (const ordered_json* v = member(body, "background"); v && *v != false)
     refuse("background", "background responses are not served: ask without background (or stream)");
+  bool logprobs = false;
   if (const ordered_json* v = member(body, "include")) {
     if (!v->is_array()) refuse("include", "include must be an array, got " + brief(*v));
-    for (const ordered_json& what : *v)  // (no reasoning is encrypted here: nothing to add for that one)
-      if (what != "reasoning.encrypted_content")
-        refuse("include", "include " + brief(what) + " is not served (no logprobs or tool outputs to add)");
+    for (const ordered_json& what : *v) {  // (no reasoning is encrypted here: nothing to add for that one)
+      if (what == "message.output_text.logprobs") logprobs = true;
+      else if (what != "reasoning.encrypted_content")
+        refuse("include", "include " + brief(what) +
+                              " is not served (message.output_text.logprobs and reasoning.encrypted_content are; no tool outputs to add)");
+    }
   }
   if (member(body, "conversation")) refuse("conversation", "conversation objects are not served: continue with previous_response_id");
   if (member(body, "prompt")) refuse("prompt", "prompt templates are not served: send input");
-  if (const ordered_json* v = member(body, "top_logprobs"); v && *v != 0)
-    refuse("top_logprobs", "top_logprobs is not served on /v1/responses (use /v1/chat/completions' logprobs)");
+  const ordered_json* top = member(body, "top_logprobs");
+  if (top && !(top->is_number_integer() && *top >= 0 && *top <= 20))
+    refuse("top_logprobs", "top_logprobs must be an integer from 0 to 20, got " + brief(*top));
 
   if (const ordered_json* v = member(body, "store"); v && !v->is_boolean()) refuse("store", "store must be true or false, got " + brief(*v));
   if (const ordered_json* v = member(body, "metadata"); v && !v->is_object())
@@ -179,6 +184,10 @@ ordered_json chat_request_of_response(const ordered_json& body, const ResponseSt
   for (const ordered_json& m : conversation) messages.push_back(m);
   chat["messages"] = std::move(messages);
   if (const ordered_json* v = member(body, "max_output_tokens")) chat["max_tokens"] = *v;
+  if (logprobs) {  // each token's log-probability and top_logprobs alternatives (without include: none, as vLLM)
+    chat["logprobs"] = true;
+    if (top) chat["top_logprobs"] = *top;
+  }
   if (const ordered_json* text = member(body, "text")) {
     if (!text->is_object()) refuse("text", "text must be an object, got " + brief(*text));
     if (const ordered_json* format = member(*text, "format")) {

@@ -46,7 +46,8 @@ class ResponseStore {
 // A Responses request as the chat completions request that serves it: `input` (a string, or
 // message, function_call and function_call_output items) after `instructions` (a system message)
 // and the previous response's conversation; max_output_tokens, text.format, tools (flat function
-// tools), tool_choice and truncation in the chat fields' spelling; the sampling fields both take
+// tools), tool_choice, truncation and include's message.output_text.logprobs (with top_logprobs)
+// in the chat fields' spelling; the sampling fields both take
 // as they are. `conversation` gets the messages a stored response keeps (the input without the
 // instructions). `owner`: the request's key_owner (a previous response of another's is not
 // found). Throws ApiError naming the field for what the route cannot serve.

@@ -105,6 +105,38 @@ def test_previous_response_id_continues_the_kept_conversation_and_kept_responses
         client.responses.retrieve(unkept.id)
 
 
+def entries(logprobs):
+    return [(lp.token, lp.logprob, [(t.token, t.logprob) for t in lp.top_logprobs]) for lp in logprobs]
+
+
+def test_include_logprobs_puts_the_chat_routes_logprobs_on_the_message_whole_and_streamed(client):
+    """include: ["message.output_text.logprobs"] with top_logprobs (vLLM's and OpenAI's spelling):
+    the message's output_text carries each token's entry with its alternatives, the chat route's
+    logprobs.content for the same conversation; streamed, the text deltas' entries join to the
+    same list, as do the done events'. Without include there are none (top_logprobs is echoed)."""
+    question = "What is the capital of France?"
+    args = dict(model="any", input=question, max_output_tokens=24, temperature=0, include=["message.output_text.logprobs"],
+                top_logprobs=3)
+    r = client.responses.create(**args)
+    c = chat_reply(client, [{"role": "user", "content": question}], max_tokens=24, logprobs=True, top_logprobs=3)
+    got = r.output[0].content[0].logprobs
+    assert r.output_text == c.choices[0].message.content and r.top_logprobs == 3
+    assert got and all(len(lp.top_logprobs) == 3 for lp in got)
+    assert entries(got) == entries(c.choices[0].logprobs.content)
+    assert [lp.bytes for lp in got] == [lp.bytes for lp in c.choices[0].logprobs.content]
+    assert "".join(lp.token for lp in got) == r.output_text  # (plain text: every token is the message's)
+    events = list(client.responses.create(**args, stream=True))
+    check_event_order(events)
+    deltas = [lp for e in events if e.type == "response.output_text.delta" for lp in e.logprobs]
+    done = next(e for e in events if e.type == "response.output_text.done")
+    assert entries(deltas) == entries(done.logprobs) == entries(got)
+    assert entries(events[-1].response.output[0].content[0].logprobs) == entries(got)
+    plain = client.responses.create(model="any", input=question, max_output_tokens=8, temperature=0, top_logprobs=2)
+    assert not plain.output[0].content[0].logprobs and plain.top_logprobs == 2
+    streamed = list(client.responses.create(model="any", input=question, max_output_tokens=8, temperature=0, stream=True))
+    assert all(not e.logprobs for e in streamed if e.type in ("response.output_text.delta", "response.output_text.done"))
+
+
 class City(pydantic.BaseModel):
     name: str
     country: str
@@ -170,7 +202,9 @@ def test_a_function_call_is_an_output_item_and_its_output_continues_the_conversa
     ({"input": [{"type": "file_search_call"}]}, "input"),
     ({"input": "x", "tools": [{"type": "web_search"}]}, "tools"),
     ({"input": "x", "background": True}, "background"),
-    ({"input": "x", "include": ["message.output_text.logprobs"]}, "include"),
+    ({"input": "x", "include": ["file_search_call.results"]}, "include"),
+    ({"input": "x", "include": ["message.output_text.logprobs"], "top_logprobs": 21}, "top_logprobs"),
+    ({"input": "x", "top_logprobs": "3"}, "top_logprobs"),
     ({"input": "x", "text": {"format": {"type": "yaml"}}}, "text.format"),
     ({"input": "x", "truncation": "sometimes"}, "truncation"),
     ({"input": "x", "previous_response_id": "resp_missing"}, "previous_response_id"),

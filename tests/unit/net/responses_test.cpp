@@ -65,6 +65,14 @@ TEST(ResponsesRequest, ReadsAsTheChatRequestItStandsFor) {
                                     "tool_choice": "none"})"));
 }
 
+TEST(ResponsesRequest, IncludesLogprobsAreTheChatRoutesLogprobsAndTopLogprobsAloneAsksForNone) {
+  EXPECT_EQ(chat_of(R"({"input": "hi", "include": ["message.output_text.logprobs"], "top_logprobs": 3})"),
+            ordered_json::parse(R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 3})"));
+  EXPECT_EQ(chat_of(R"({"input": "hi", "include": ["reasoning.encrypted_content", "message.output_text.logprobs"]})"),
+            ordered_json::parse(R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true})"));
+  EXPECT_EQ(chat_of(R"({"input": "hi", "top_logprobs": 5})"), ordered_json::parse(R"({"messages": [{"role": "user", "content": "hi"}]})"));
+}
+
 TEST(ResponsesRequest, APreviousResponsesConversationComesFirstWithoutItsInstructions) {
   ResponseStore store;
   ResponseStore::Stored kept;
@@ -92,7 +100,9 @@ TEST(ResponsesRequest, WhatTheRouteCannotServeIsRefusedNamingTheField) {
             0u);
   EXPECT_EQ(refusal(R"({"input": [{"role": "tool", "content": "x"}]})").rfind("input: input[0].role must be", 0), 0u);
   EXPECT_EQ(refusal(R"({"input": "x", "include": ["reasoning.encrypted_content"]})"), "accepted");
-  EXPECT_NE(refusal(R"({"input": "x", "include": ["message.output_text.logprobs"]})").find("include: "), std::string::npos);
+  EXPECT_NE(refusal(R"({"input": "x", "include": ["file_search_call.results"]})").find("include: "), std::string::npos);
+  EXPECT_NE(refusal(R"({"input": "x", "top_logprobs": 21})").find("top_logprobs: "), std::string::npos);
+  EXPECT_NE(refusal(R"({"input": "x", "top_logprobs": -1})").find("top_logprobs: "), std::string::npos);
   EXPECT_NE(refusal(R"({"input": "x", "background": true})").find("background: "), std::string::npos);
   EXPECT_NE(refusal(R"({"input": "x", "store": 1})").find("store: "), std::string::npos);
   EXPECT_NE(refusal(R"({"input": "x", "truncation": "later"})").find("truncation: "), std::string::npos);
