@@ -104,6 +104,44 @@ asio::awaitable<std::vector<int32_t>> tokenize_prompt(ServerState& st, const act
   co_return ids;
 }
 
+asio::awaitable<std::vector<int32_t>> fit_oldest_turns(ServerState& st, actors::EngineRequest& request, std::size_t budget) {
+  std::vector<int32_t> ids = co_await tokenize_prompt(st, request);
+  if (ids.size() <= budget) co_return ids;
+  const std::vector<ChatMessage> all = request.messages;
+  std::size_t lead = 0;  // the setup kept: instructions, system and developer messages before the turns
+  while (lead < all.size() && (all[lead].role == "system" || all[lead].role == "developer")) ++lead;
+  std::vector<std::size_t> starts;  // where a kept conversation may start: at a user message after the first turn's
+  for (std::size_t i = lead + 1; i < all.size(); ++i)
+    if (all[i].role == "user") starts.push_back(i);
+  if (starts.empty()) co_return ids;  // one turn: truncate_prompt_tokens cuts it
+  auto from = [&](std::size_t start) {
+    std::vector<ChatMessage> kept(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(lead));
+    kept.insert(kept.end(), all.begin() + static_cast<std::ptrdiff_t>(start), all.end());
+    return kept;
+  };
+  // Bisection for the first start whose prompt fits (fewer turns, fewer tokens); none: the last.
+  std::size_t lo = 0, hi = starts.size();
+  std::vector<int32_t> fitting;
+  while (lo < hi) {
+    const std::size_t mid = (lo + hi) / 2;
+    request.messages = from(starts[mid]);
+    std::vector<int32_t> tried = co_await tokenize_prompt(st, request);
+    if (!tried.empty() && tried.size() <= budget) {
+      hi = mid;
+      fitting = std::move(tried);
+    } else {
+      lo = mid + 1;
+    }
+  }
+  if (lo == starts.size()) {  // not even the last turn fits: it alone, cut by truncate_prompt_tokens
+    request.messages = from(starts.back());
+    std::vector<int32_t> last = co_await tokenize_prompt(st, request);
+    co_return last;
+  }
+  request.messages = from(starts[lo]);
+  co_return fitting;
+}
+
 namespace {
 
 // parse_generation, on the preparation thread when the request has a constraint to compile.
@@ -126,7 +164,7 @@ asio::awaitable<ParsedRequest> parse_request(ServerState& st, json body, PromptK
 }  // namespace
 
 asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json body, PromptKind kind,
-                                                        Clock::time_point received, std::string_view raw) {
+                                                        Clock::time_point received, std::string_view raw, int64_t fit_turns) {
   auto reject = [&](ApiError e) {
     st.metrics.count_request("rejected");
     return e;
@@ -173,7 +211,11 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
       }
       std::string sent = parsed.echo && request.prompt_ids.empty() ? request.prompt : std::string();
       if (request.prompt_ids.empty()) {
-        std::vector<int32_t> ids = co_await tokenize_prompt(st, request);
+        std::vector<int32_t> ids;
+        if (fit_turns > 0 && prompts == 1 && !request.messages.empty())
+          ids = co_await fit_oldest_turns(st, request, static_cast<std::size_t>(fit_turns));
+        else
+          ids = co_await tokenize_prompt(st, request);
         if (!ids.empty()) {  // the ids are the prompt now (the messages stay: they name the field)
           request.prompt_ids = std::move(ids);
           request.prompt.clear();

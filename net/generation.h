@@ -84,6 +84,13 @@ boost::asio::awaitable<nlohmann::json> parse_json_text(ServerState& st, std::str
 // kInlinePromptBytes; throws as it does (actors::RequestError).
 boost::asio::awaitable<std::vector<int32_t>> tokenize_prompt(ServerState& st, const actors::EngineRequest& request);
 
+// The request's messages less their oldest whole turns, so that the templated prompt is at most
+// `budget` tokens: the leading system and developer messages stay, and the conversation after them
+// starts at the latest user message with which it fits (the earliest of them that fits: as few
+// turns dropped as can be; found by bisection, a few tokenizations); where not even the last user
+// message's turn fits, from that message on. Returns the prompt's ids for the messages kept.
+boost::asio::awaitable<std::vector<int32_t>> fit_oldest_turns(ServerState& st, actors::EngineRequest& request, std::size_t budget);
+
 class Generation {
  public:
   using Clock = std::chrono::steady_clock;
@@ -130,9 +137,12 @@ class Generation {
   // preparation thread, and a prompt of more than kInlinePromptBytes is templated and tokenized
   // there (tokenize_prompt), while the I/O thread serves the other connections; the n choices hold
   // their places against the admission limit while the prompt is tokenized, and share its ids.
+  // `fit_turns` (the Responses API's truncation "auto"): a chat prompt of more tokens than this
+  // loses its oldest turns (fit_oldest_turns) before truncate_prompt_tokens cuts what is left.
   static boost::asio::awaitable<Admitted> admit(ServerState& st, nlohmann::json body, PromptKind kind,
                                                 Clock::time_point received,
-                                                std::string_view raw = {});  // raw: body's text (parse_generation)
+                                                std::string_view raw = {},  // raw: body's text (parse_generation)
+                                                int64_t fit_turns = 0);
   ~Generation();
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;

@@ -924,9 +924,14 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
     }
     const nlohmann::ordered_json chat = chat_request_of_response(request, st.responses, owner, st.engine.context_length(),
                                                                  st.config.defaults.max_tokens, conversation);
+    // truncation "auto" (and no truncate_prompt_tokens of the client's): whole turns first.
+    const auto truncation = request.find("truncation");
+    const auto own = request.find("truncate_prompt_tokens");
+    const bool fit = truncation != request.end() && *truncation == "auto" && (own == request.end() || own->is_null());
+    const int64_t fit_turns = fit ? chat["truncate_prompt_tokens"].get<int64_t>() : 0;
     const std::string chat_text = chat.dump();
     json body = json::parse(chat_text);
-    Generation::Admitted a = co_await Generation::admit(st, std::move(body), PromptKind::Chat, received, chat_text);
+    Generation::Admitted a = co_await Generation::admit(st, std::move(body), PromptKind::Chat, received, chat_text, fit_turns);
     admitted = std::move(a);
   } catch (const ApiError& e) {
     refused = e;

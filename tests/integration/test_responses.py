@@ -137,6 +137,39 @@ def test_include_logprobs_puts_the_chat_routes_logprobs_on_the_message_whole_and
     assert all(not e.logprobs for e in streamed if e.type in ("response.output_text.delta", "response.output_text.done"))
 
 
+def test_truncation_auto_drops_the_oldest_turns_that_do_not_fit_and_cuts_a_lone_turn_that_does_not(client, server):
+    """truncation "auto" (OpenAI: items dropped from the conversation's start): the instructions
+    stay, and the conversation starts at the earliest user message with which the prompt leaves
+    room for max_output_tokens; the reply is the chat route's to exactly those messages, its
+    input_tokens their count. Disabled, the same input is refused; a single turn longer than the
+    context is cut to its latest tokens."""
+    context = client.models.list().data[0].model_extra["max_model_len"]
+    inst = "Answer in one short sentence."
+    turns = []
+    for i in range(8):
+        turns += [{"role": "user", "content": f"Note {i}: " + " ".join(f"entry{i}x{k}" for k in range(260))},
+                  {"role": "assistant", "content": f"I have noted list {i}."}]
+    turns.append({"role": "user", "content": "Which note did I give last?"})
+
+    def count(messages):
+        return httpx.post(server.url + "/tokenize", json={"messages": messages}, timeout=60).json()["count"]
+
+    system = [{"role": "system", "content": inst}]
+    budget = context - 16
+    assert count(system + turns) > budget, "the conversation fits: the test shows nothing"
+    start = next(s for s in range(0, len(turns), 2) if count(system + turns[s:]) <= budget)
+    assert 0 < start < len(turns) - 1
+    r = client.responses.create(model="any", input=turns, instructions=inst, truncation="auto", max_output_tokens=16, temperature=0)
+    c = chat_reply(client, system + turns[start:], max_tokens=16)
+    assert r.usage.input_tokens == count(system + turns[start:]) == c.usage.prompt_tokens
+    assert r.output_text == c.choices[0].message.content and r.truncation == "auto"
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="any", input=turns, instructions=inst, max_output_tokens=16)
+    assert refused.value.body["code"] == "context_length_exceeded"
+    lone = client.responses.create(model="any", input="word " * 9000, truncation="auto", max_output_tokens=16, temperature=0)
+    assert lone.usage.input_tokens == budget
+
+
 class City(pydantic.BaseModel):
     name: str
     country: str
