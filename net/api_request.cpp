@@ -885,11 +885,11 @@ ParsedRequest parse_generation(const json& body, PromptKind kind, const actors::
     if (k == "grammar") from_grammar(*field(*v, "grammar"), name);
     if (k == "json_object") json_mode(name);
   }
+  if (const json* v = field(body, "include_reasoning"); v && !v->is_null() && kind != PromptKind::Completion) {  // vLLM's
+    if (!v->is_boolean()) bad("include_reasoning", "include_reasoning must be true or false, got " + shown(*v));
+    out.include_reasoning = v->get<bool>();
+  }
   if (kind == PromptKind::Chat) {
-    if (const json* v = field(body, "include_reasoning"); v && !v->is_null()) {  // vLLM's
-      if (!v->is_boolean()) bad("include_reasoning", "include_reasoning must be true or false, got " + shown(*v));
-      out.include_reasoning = v->get<bool>();
-    }
     out.tools = tools_into_prompt(body, raw, engine, r);
     // A call's marker may be a special token (Mistral's [TOOL_CALLS], <tool_call> in some Hermes
     // models): the reply keeps special tokens' text so that it can be read (as vLLM's parsers do).

@@ -256,8 +256,10 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
       const actors::EngineRequest& first = requests.front();
       const bool constrained = first.sampling.grammar || first.sampling.json_object;
       const Tokenizer* tok = st.engine.model().tokenizer.get();
-      // (a constrained reply is read apart where its grammar starts after the reasoning)
-      out.reasoning = st.config.reasoning && kind == PromptKind::Chat && (!constrained || parsed.reasoning_constrained) && tok;
+      // (a constrained reply is read apart where its grammar starts after the reasoning; on the
+      // WebSocket, a reply to messages, whose grammar holds it whole)
+      const bool chat = kind == PromptKind::Chat || (kind == PromptKind::WebSocket && !first.messages.empty());
+      out.reasoning = st.config.reasoning && chat && (!constrained || parsed.reasoning_constrained) && tok;
       out.include_reasoning = parsed.include_reasoning;
       if (out.reasoning)  // does the reply start inside the block (the prompt, or a prefill, opened it)?
         out.reasoning_open = parsed.reasoning_constrained ? parsed.reasoning_open

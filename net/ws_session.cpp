@@ -1,6 +1,7 @@
 // The WebSocket protocol (docs/protocol.md): a reader that parses and dispatches messages, a
 // writer that drains a bounded outbox, and one coroutine per generation, which admits it and
 // streams it. All three run on the server's I/O thread, so the session's state needs no lock.
+#include <algorithm>
 #include <cstdlib>
 #include <deque>
 #include <map>
@@ -16,6 +17,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include "model/reasoning.h"
 #include "net/generation.h"
 #include "net/sessions.h"
 
@@ -161,9 +163,15 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
                                        std::string text, Generation::Clock::time_point received) {
     std::shared_ptr<Generation> g;
     std::optional<ApiError> refused;
+    // The reasoning parser reads the reply (a reasoning model's, to messages): its reasoning and
+    // its answer go apart in each token event, beside the raw text.
+    bool reasoning = false, reasoning_open = false, include_reasoning = true;
     try {
       Generation::Admitted admitted = co_await Generation::admit(st_, std::move(msg), PromptKind::WebSocket, received, text);
       g = admitted.choices.front();
+      reasoning = admitted.reasoning;
+      reasoning_open = admitted.reasoning_open;
+      include_reasoning = admitted.include_reasoning;
     } catch (const ApiError& e) {
       refused = e;
     } catch (const std::exception& e) {  // a value of a type the reader did not expect: the request's fault
@@ -176,12 +184,30 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     }
     running_[key] = g;
     if (cancelled || !open_) g->cancel();
+    std::string reply;                               // with `reasoning`: the raw text so far
+    std::size_t sent_content = 0, sent_reasoning = 0;  // how much of each part has gone out
     for (;;) {
       GenerationUpdate u = co_await g->next();
-      if (!u.tokens.empty() || !u.text.empty()) {
+      std::string content_delta, reasoning_delta;
+      if (reasoning) {  // (at the end, what the split held back as a possible tag goes out too)
+        reply += u.text;
+        const ReasoningSplit split = split_reasoning(reply, reasoning_open, u.terminal);
+        if (split.content.size() > sent_content) content_delta = std::string(split.content.substr(sent_content));
+        sent_content = std::max(sent_content, split.content.size());
+        if (split.reasoning && split.reasoning->size() > sent_reasoning)
+          reasoning_delta = std::string(split.reasoning->substr(sent_reasoning));
+        if (split.reasoning) sent_reasoning = std::max(sent_reasoning, split.reasoning->size());
+        if (!include_reasoning) reasoning_delta.clear();
+      }
+      if (!u.tokens.empty() || !u.text.empty() || !content_delta.empty() || !reasoning_delta.empty()) {
         json tokens = json::array();
         for (const TokenOut& t : u.tokens) tokens.push_back({{"id", t.id}, {"text", t.text}, {"draft", t.draft}});
-        send(json{{"type", "token"}, {"id", id}, {"text", u.text}, {"count", u.tokens.size()}, {"tokens", std::move(tokens)}});
+        json event{{"type", "token"}, {"id", id}, {"text", u.text}, {"count", u.tokens.size()}, {"tokens", std::move(tokens)}};
+        if (reasoning) {
+          event["content"] = std::move(content_delta);
+          if (include_reasoning) event["reasoning"] = std::move(reasoning_delta);
+        }
+        send(event);
       }
       if (!u.terminal) continue;
       if (!u.error.empty()) {

@@ -1,5 +1,6 @@
 """The chat page in headless Chromium (Debian's, driven by Playwright): a message gets a
 streamed reply with statistics; the screenshot is kept in the build directory."""
+import json
 import os
 import pathlib
 import shutil
@@ -71,3 +72,69 @@ def test_the_stop_button_cancels_a_reply(server):
             assert "cancelled" in stats.inner_text()
         finally:
             browser.close()
+
+
+def test_a_reasoning_reply_shows_its_reasoning_folded_apart_and_only_the_answer_goes_back(fresh_server, tmp_path):
+    """With the reasoning parser on, the page puts a reply's reasoning in a block of its own, folded
+    once the answer starts, and the answer in the message; the next turn sends the answer alone as
+    the assistant's message. (This small model does not close a reasoning block by itself: the test
+    rewrites the page's first request on its way to the server into a prefilled reply nudged to
+    close it, as the chat route's reasoning test asks, and reads the chat route's split of it.)"""
+    import httpx
+    from test_openai import REASONING_TEMPLATE
+    template = tmp_path / "reasoning.jinja"
+    template.write_text(REASONING_TEMPLATE, encoding="utf-8")
+    srv = fresh_server("--draft", "ngram", "--chat-template", str(template))
+    ask = "Is the sky blue?"
+    for prefill, bias in (("<think>\nThe sky is blue.\n", 4), ("<think>\nThe sky is blue.\n", 5), ("<think>\nYes", 6)):
+        nudge = {"messages": [{"role": "user", "content": ask}, {"role": "assistant", "content": prefill}],
+                 "add_generation_prompt": False, "continue_final_message": True, "logit_bias": {"9617": bias}, "min_tokens": 6,
+                 "max_tokens": 24, "temperature": 0}
+        m = httpx.post(srv.url + "/v1/chat/completions", json={"model": "any", **nudge}, timeout=120).json()["choices"][0]["message"]
+        if m.get("reasoning_content") and m.get("content"):
+            break
+    else:
+        pytest.fail("no case reasoned and then answered")
+    sent = []
+
+    def route(ws):  # the page's socket, through to the real server
+        server = ws.connect_to_server()
+
+        def to_server(message):
+            msg = json.loads(message)
+            if msg.get("type") == "generate":
+                sent.append(msg)
+                if len(sent) == 1:
+                    msg.update(nudge)
+            server.send(json.dumps(msg))
+        ws.on_message(to_server)
+        server.on_message(lambda message: ws.send(message))
+
+    chromium = shutil.which("chromium")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.route_web_socket("**/v1/ws", route)
+            page.goto(srv.url + "/")
+            page.wait_for_selector("#conn.ok", timeout=15000)
+            page.fill("#temperature", "0")
+            page.fill("#max_tokens", "24")
+            page.fill("#prompt", ask)
+            page.click("#send")
+            page.wait_for_selector(".msg.assistant .stats", timeout=60000)
+            think = page.locator(".msg.assistant details.think")
+            assert think.count() == 1
+            assert think.evaluate("e => e.textContent") == "Reasoning" + m["reasoning_content"]
+            assert think.evaluate("e => e.open") is False  # folded once the answer started
+            assert page.locator(".msg.assistant .body").evaluate("e => e.textContent") == m["content"]
+            page.fill("#prompt", "Why?")
+            page.click("#send")
+            page.wait_for_function("document.querySelectorAll('.msg.assistant .stats').length == 2", timeout=60000)
+            page.click(".msg.assistant details.think summary")  # unfolded again for the picture
+            page.screenshot(path=str(pathlib.Path(os.environ.get("SPECULA_ARTIFACT_DIR", BUILD_DIR)) / "chat_page_reasoning.png"),
+                            full_page=True)
+        finally:
+            browser.close()
+    assert sent[1]["messages"] == [{"role": "user", "content": ask}, {"role": "assistant", "content": m["content"]},
+                                   {"role": "user", "content": "Why?"}]

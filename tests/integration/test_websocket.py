@@ -198,3 +198,46 @@ def test_an_ubatch_size_below_one_stops_the_server_at_start_naming_it():
     from conftest import SPECULA_BIN
     r = subprocess.run([str(SPECULA_BIN), "serve", "--ubatch-size", "0"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--ubatch-size must be between 1 and 65536" in r.stderr, (r.returncode, r.stderr)
+
+
+def test_a_reasoning_models_reply_comes_as_reasoning_and_content_as_the_chat_route_splits_it(fresh_server, tmp_path):
+    """With the reasoning parser on, each token event of a reply to messages carries, beside its raw
+    text, what it adds to the reasoning and to the answer: joined, they are the chat route's
+    reasoning_content and content for the same request (a prefilled reply still reasoning, nudged
+    to close it, as the chat test does). include_reasoning false leaves the reasoning out; a raw
+    prompt's events have the raw text alone."""
+    import openai
+    from test_openai import REASONING_TEMPLATE
+    template = tmp_path / "reasoning.jinja"
+    template.write_text(REASONING_TEMPLATE, encoding="utf-8")
+    srv = fresh_server("--draft", "ngram", "--chat-template", str(template))
+    c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    both = 0
+
+    async def stream(**fields):
+        async with connect(srv.ws_url) as ws:
+            await ws.send(json.dumps({"type": "generate", "id": "r", "max_tokens": 24, "temperature": 0, **fields}))
+            tokens, done = await collect(ws, "r")
+            assert done["type"] == "done", done
+            return tokens
+
+    for prefill, bias in (("<think>\nThe sky is blue.\n", 4), ("<think>\nThe sky is blue.\n", 5), ("<think>\nYes", 6)):
+        ask = [{"role": "user", "content": "Is the sky blue?"}, {"role": "assistant", "content": prefill}]
+        extra = dict(logit_bias={"9617": bias}, min_tokens=6, add_generation_prompt=False, continue_final_message=True)
+        m = c.chat.completions.create(model="any", messages=ask, max_tokens=24, temperature=0, extra_body=extra).choices[0].message
+        tokens = asyncio.run(stream(messages=ask, **extra))
+        assert tokens and all(isinstance(ev["content"], str) and isinstance(ev["reasoning"], str) for ev in tokens), tokens
+        reasoning = "".join(ev["reasoning"] for ev in tokens)
+        content = "".join(ev["content"] for ev in tokens)
+        assert (reasoning, content) == (m.reasoning_content or "", m.content or ""), (tokens, m)
+        raw = "".join(ev["text"] for ev in tokens)
+        if reasoning and content:
+            both += 1
+            assert "</think>" in raw and raw.endswith(content), raw
+            # The reasoning's events come before the answer's.
+            assert max(i for i, ev in enumerate(tokens) if ev["reasoning"]) <= min(i for i, ev in enumerate(tokens) if ev["content"])
+            quiet = asyncio.run(stream(messages=ask, include_reasoning=False, **extra))
+            assert all("reasoning" not in ev for ev in quiet) and "".join(ev["content"] for ev in quiet) == content
+    assert both >= 1, "no case reasoned and then answered: the split went untested"
+    plain = asyncio.run(stream(prompt="<think>\nThe sky"))
+    assert all("content" not in ev and "reasoning" not in ev for ev in plain)
