@@ -84,15 +84,42 @@ std::optional<HttpResponse> simple_route(ServerState& st, const HttpRequest& req
       return error_response(ApiError("invalid_request", std::string("the request could not be read: ") + e.what()), ka, v);
     }
   }
-  if (path.starts_with("/v1/responses/")) {  // a kept response read back or forgotten (net/responses.h)
-    const std::string id(path.substr(14));
+  if (path.starts_with("/v1/responses/")) {  // a kept response read back, forgotten or cancelled (net/responses.h)
+    const bool cancel = path.ends_with("/cancel");
+    const std::string id(path.substr(14, path.size() - 14 - (cancel ? 7 : 0)));
     const ApiError missing("not_found", "Response with id '" + id + "' not found");
     const std::string owner = key_owner(st.config.access, req);  // (another key's response: not found)
+    // A background response still running: its generation, to stop.
+    auto stop_run = [&st, &id] {
+      if (auto it = st.background_runs.find(id); it != st.background_runs.end())
+        if (std::shared_ptr<Generation> g = it->second.lock()) g->cancel();
+    };
+    if (cancel) {  // POST /v1/responses/{id}/cancel: a background response stops where it is
+      if (req.method() != http::verb::post) return error_response(ApiError("method_not_allowed", "use POST"), ka, v);
+      ResponseStore::Stored* stored = st.responses.find_mutable(id, owner);
+      if (!stored) return error_response(missing, ka, v);
+      if (stored->response.value("background", false) != true)
+        return error_response(ApiError("invalid_request", "only background responses can be cancelled: response '" + id +
+                                                              "' was answered when it was made"),
+                              ka, v);
+      const std::string was = stored->response.value("status", "");
+      if (was == "queued" || was == "in_progress") {  // (its run ends cancelled and keeps its items so far)
+        stored->response["status"] = "cancelled";
+        stop_run();
+      }
+      return json_response(200, stored->response, ka, v);
+    }
     if (req.method() == http::verb::delete_) {
       if (!st.responses.erase(id, owner)) return error_response(missing, ka, v);
+      stop_run();
       return json_response(200, {{"id", id}, {"object", "response"}, {"deleted", true}}, ka, v);
     }
     if (!get) return error_response(ApiError("method_not_allowed", "use GET or DELETE"), ka, v);
+    const std::string_view target(req.target().data(), req.target().size());
+    if (target.find("stream=true") != std::string_view::npos)
+      return error_response(ApiError("invalid_request", "a kept response is read back whole here, not streamed again: ask without stream",
+                                     "stream"),
+                            ka, v);
     const ResponseStore::Stored* stored = st.responses.find(id, owner);
     if (!stored) return error_response(missing, ka, v);
     return json_response(200, stored->response, ka, v);

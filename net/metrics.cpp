@@ -77,7 +77,7 @@ std::string_view http_route_label(std::string_view path) {
   for (std::string_view r : kRoutes)
     if (path == r) return r;
   if (path.starts_with("/v1/models/")) return "/v1/models/{model}";
-  if (path.starts_with("/v1/responses/")) return "/v1/responses/{id}";
+  if (path.starts_with("/v1/responses/")) return path.ends_with("/cancel") ? "/v1/responses/{id}/cancel" : "/v1/responses/{id}";
   return "other";
 }
 

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <stdexcept>
 #include <utility>
 
@@ -682,7 +683,7 @@ struct ResponseShape {
             {"object", "response"},
             {"created_at", created},
             {"status", status},
-            {"background", false},
+            {"background", echo("background", false)},
             {"error", std::move(error)},
             {"incomplete_details", std::move(incomplete)},
             {"instructions", echo("instructions", nullptr)},
@@ -898,6 +899,125 @@ class ResponseEvents {
   std::vector<Item> calls_;
 };
 
+// One response's reply as it comes (its text and log-probabilities gathered) and its end as the
+// Responses API shows it (its items, status and usage, kept in the store where asked): the
+// request's own, or in background mode the coroutine's that runs on after the request is answered.
+struct ResponseRun {
+  ResponseRun(ServerState& st_, Generation::Admitted a, nlohmann::ordered_json request_, nlohmann::ordered_json conversation_,
+              std::string owner_)
+      : st(st_),
+        admitted(std::move(a)),
+        g(admitted.choices.at(0)),
+        request(std::move(request_)),
+        conversation(std::move(conversation_)),
+        owner(std::move(owner_)),
+        shape{new_response_id(), static_cast<int64_t>(std::time(nullptr)), st.model_name, request, st.config.defaults},
+        held(admitted.tool_mode != ToolCalls::Mode::None || admitted.reasoning),
+        want_logprobs(admitted.logprobs),
+        call_prefix("call_" + shape.id.substr(5) + "_"),
+        step_logprobs(*st.engine.model().tokenizer, /*chat=*/true) {
+    const auto store_field = request.find("store");  // (a boolean or null: chat_request_of_response)
+    store = store_field == request.end() || !store_field->is_boolean() || store_field->get<bool>();
+    const auto bg = request.find("background");
+    background = bg != request.end() && bg->is_boolean() && bg->get<bool>();
+  }
+  ResponseRun(const ResponseRun&) = delete;
+  ResponseRun& operator=(const ResponseRun&) = delete;
+
+  ServerState& st;
+  Generation::Admitted admitted;
+  std::shared_ptr<Generation> g;
+  nlohmann::ordered_json request, conversation;
+  std::string owner;
+  ResponseShape shape;  // (reads `request`)
+  bool held, want_logprobs, store = true, background = false;
+  std::string call_prefix, text;
+  json all_logprobs = json::array();  // include's logprobs: every token's entry (the chat route's logprobs.content)
+  LogprobsJson step_logprobs;
+  std::function<void()> on_start;  // run by to_end with the first update (a background response's status)
+
+  // The entries of an update's tokens, also gathered for the end.
+  json take_logprobs(const GenerationUpdate& u) {
+    for (const TokenOut& t : u.tokens) step_logprobs.add(t);
+    json entries = std::move(step_logprobs.take()["content"]);
+    for (const json& e : entries) all_logprobs.push_back(e);
+    return entries;
+  }
+  // The reply's message as the chat route reads it at its end.
+  json final_message() const {
+    return held ? reply_message(admitted, text, call_prefix, true).message : json{{"role", "assistant"}, {"content", text}};
+  }
+  // The reply to its end, its text and log-probabilities gathered; its last update.
+  asio::awaitable<GenerationUpdate> to_end() {
+    GenerationUpdate u;
+    do {
+      u = co_await g->next();
+      if (on_start) std::exchange(on_start, {})();
+      text += u.text;
+      if (want_logprobs) take_logprobs(u);
+    } while (!u.terminal);
+    co_return u;
+  }
+  // The response of a reply that ended well (`u`, its last update): its items, its status
+  // ("incomplete" for one cut short), its usage; kept where asked.
+  json completed(const GenerationUpdate& u) {
+    const json message = final_message();
+    const bool cut = u.finish_reason == FinishReason::Length || u.finish_reason == FinishReason::Context;
+    json output = response_output_items(message, shape.id, cut ? "incomplete" : "completed");
+    if (want_logprobs)
+      for (json& item : output)
+        if (item["type"] == "message") item["content"][0]["logprobs"] = all_logprobs;
+    int64_t reasoning_tokens = 0;
+    if (message.contains("reasoning_content") && message["reasoning_content"].is_string())
+      reasoning_tokens = static_cast<int64_t>(st.engine.model().tokenizer->encode(message["reasoning_content"].get<std::string>(), false).size());
+    json response = shape.object(cut ? "incomplete" : "completed", output, response_usage(g->stats(), reasoning_tokens),
+                                 cut ? json{{"reason", "max_output_tokens"}} : json());
+    response["speculation"] = speculation_json(g->stats());
+    if (store) {
+      ResponseStore::Stored kept;
+      kept.conversation = conversation;
+      nlohmann::ordered_json reply = {{"role", "assistant"}, {"content", plain_ordered(message.value("content", json()))}};
+      if (message.contains("tool_calls")) reply["tool_calls"] = plain_ordered(message["tool_calls"]);
+      kept.conversation.push_back(std::move(reply));
+      kept.response = response;
+      kept.owner = owner;
+      st.responses.put(shape.id, std::move(kept));
+    }
+    return response;
+  }
+  // A failed reply's error object, in the Responses API's codes.
+  static json error_of(const GenerationUpdate& u) {
+    return {{"code", u.request_fault ? "invalid_prompt" : "server_error"}, {"message", u.error}};
+  }
+};
+
+// A background response (`background: true`) run to its end after the request was answered: its
+// kept entry goes "in_progress" with the first update and becomes the finished response, or
+// "failed" with its error, or "cancelled" (POST .../cancel, DELETE, or shutdown) with the items so
+// far; a response deleted while it ran is not kept again.
+asio::awaitable<void> run_in_background(std::shared_ptr<ResponseRun> run) {
+  ServerState& st = run->st;
+  const std::string id = run->shape.id;
+  run->on_start = [&st, id, owner = run->owner] {
+    if (ResponseStore::Stored* kept = st.responses.find_mutable(id, owner); kept && kept->response["status"] == "queued")
+      kept->response["status"] = "in_progress";
+  };
+  const GenerationUpdate u = co_await run->to_end();
+  st.background_runs.erase(id);
+  ResponseStore::Stored* kept = st.responses.find_mutable(id, run->owner);
+  if (!kept) co_return;  // deleted (or pushed out by newer ones) while it ran
+  // (a cancel that came as it ended, before this ran, still stands)
+  const bool cancelled = kept->response["status"] == "cancelled" || (u.error.empty() && u.finish_reason == FinishReason::Cancelled);
+  if (!cancelled && u.error.empty()) {
+    (void)run->completed(u);
+    co_return;
+  }
+  const bool failed = !cancelled;
+  const json output = response_output_items(run->final_message(), id, "incomplete");
+  kept->response = run->shape.object(failed ? "failed" : "cancelled", output, response_usage(run->g->stats(), 0), nullptr,
+                                     failed ? ResponseRun::error_of(u) : json());
+}
+
 }  // namespace
 
 asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& stream, const HttpRequest& req, unsigned& status,
@@ -946,10 +1066,27 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
     HttpResponse res = error_response(*refused, keep_alive, req.version());
     co_return co_await write_response(stream, std::move(res), cors, status);
   }
-  const std::shared_ptr<Generation> g = admitted.choices.at(0);
-  const ResponseShape shape{new_response_id(), static_cast<int64_t>(std::time(nullptr)), st.model_name, request, st.config.defaults};
-  const auto store_field = request.find("store");  // (a boolean or null: chat_request_of_response)
-  const bool store = store_field == request.end() || !store_field->is_boolean() || store_field->get<bool>();
+  const auto run = std::make_shared<ResponseRun>(st, std::move(admitted), std::move(request), std::move(conversation), owner);
+  const std::shared_ptr<Generation>& g = run->g;
+  const ResponseShape& shape = run->shape;
+  if (run->background) {  // answered at once; the reply runs on, read back with GET, stopped with cancel
+    ResponseStore::Stored kept;
+    kept.conversation = run->conversation;  // (the input: a later request may not continue it until it ends)
+    kept.response = shape.object("queued", json::array(), nullptr);
+    kept.owner = owner;
+    const json queued = kept.response;
+    if (!st.responses.put(shape.id, std::move(kept))) {
+      g->cancel();
+      HttpResponse res = error_response(ApiError("invalid_request", "the conversation is too large to keep, and a background response "
+                                                                    "must be kept to be read: ask without background", "background"),
+                                        keep_alive, req.version());
+      co_return co_await write_response(stream, std::move(res), cors, status);
+    }
+    st.background_runs[shape.id] = g;
+    asio::co_spawn(stream.get_executor(), run_in_background(run), asio::detached);
+    HttpResponse ok = make_response(200, dump_json(queued), "application/json", keep_alive, req.version());
+    co_return co_await write_response(stream, std::move(ok), cors, status);
+  }
   auto finished = std::make_shared<bool>(false);
   asio::co_spawn(stream.get_executor(), watch_disconnect(stream.socket(), {g}, finished), asio::detached);
   struct StopWatch {  // whatever way this returns, the watcher stops and the generation is cancelled
@@ -964,66 +1101,21 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
     }
   } stop_watch{stream, finished, g};
 
-  const bool held = admitted.tool_mode != ToolCalls::Mode::None || admitted.reasoning;
-  const std::string call_prefix = "call_" + shape.id.substr(5) + "_";
-  std::string text;
-  ReplySent sent;
-  // The reply's end as the Responses API shows it: its items, its status, what is kept.
-  auto final_message = [&] { return held ? reply_message(admitted, text, call_prefix, true).message : json{{"role", "assistant"}, {"content", text}}; };
-  // include's logprobs: every token's entry (as the chat route's logprobs.content), on the message.
-  const bool want_logprobs = admitted.logprobs;
-  json all_logprobs = json::array();
-  LogprobsJson step_logprobs(*st.engine.model().tokenizer, /*chat=*/true);
-  auto take_logprobs = [&](const GenerationUpdate& u) {
-    for (const TokenOut& t : u.tokens) step_logprobs.add(t);
-    json entries = std::move(step_logprobs.take()["content"]);
-    for (const json& e : entries) all_logprobs.push_back(e);
-    return entries;
-  };
-  auto completed = [&](const GenerationUpdate& u, const json& message) {
-    const bool cut = u.finish_reason == FinishReason::Length || u.finish_reason == FinishReason::Context;
-    json output = response_output_items(message, shape.id, cut ? "incomplete" : "completed");
-    if (want_logprobs)
-      for (json& item : output)
-        if (item["type"] == "message") item["content"][0]["logprobs"] = all_logprobs;
-    int64_t reasoning_tokens = 0;
-    if (message.contains("reasoning_content") && message["reasoning_content"].is_string())
-      reasoning_tokens = static_cast<int64_t>(st.engine.model().tokenizer->encode(message["reasoning_content"].get<std::string>(), false).size());
-    json response = shape.object(cut ? "incomplete" : "completed", output, response_usage(g->stats(), reasoning_tokens),
-                                 cut ? json{{"reason", "max_output_tokens"}} : json());
-    response["speculation"] = speculation_json(g->stats());
-    if (store) {
-      ResponseStore::Stored kept;
-      kept.conversation = conversation;
-      nlohmann::ordered_json reply = {{"role", "assistant"}, {"content", plain_ordered(message.value("content", json()))}};
-      if (message.contains("tool_calls")) reply["tool_calls"] = plain_ordered(message["tool_calls"]);
-      kept.conversation.push_back(std::move(reply));
-      kept.response = response;
-      kept.owner = owner;
-      st.responses.put(shape.id, std::move(kept));
-    }
-    return response;
-  };
-
-  if (!admitted.stream) {
-    GenerationUpdate u;
-    do {
-      u = co_await g->next();
-      text += u.text;
-      if (want_logprobs) take_logprobs(u);
-    } while (!u.terminal);
+  if (!run->admitted.stream) {
+    const GenerationUpdate u = co_await run->to_end();
     if (!u.error.empty()) {
       HttpResponse res = error_response(ApiError(u.request_fault ? "invalid_request" : "internal", u.error), keep_alive, req.version());
       co_return co_await write_response(stream, std::move(res), cors, status);
     }
     if (u.finish_reason == FinishReason::Cancelled) co_return false;  // the client went away (or shutdown)
-    const json response = completed(u, final_message());
+    const json response = run->completed(u);
     HttpResponse ok = make_response(200, dump_json(response), "application/json", keep_alive, req.version());
     co_return co_await write_response(stream, std::move(ok), cors, status);
   }
 
+  const Generation::Admitted& admission = run->admitted;
   if (!co_await start_event_stream(stream, req, cors, keep_alive, status)) co_return false;
-  ResponseEvents events(shape.id, want_logprobs);
+  ResponseEvents events(shape.id, run->want_logprobs);
   auto flush = [&]() -> asio::awaitable<bool> {
     if (events.out.empty()) co_return true;
     stream.expires_after(kWriteTimeout);
@@ -1034,26 +1126,27 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
   events.emit("response.created", {{"response", shape.object("in_progress", json::array(), nullptr)}});
   events.emit("response.in_progress", {{"response", shape.object("in_progress", json::array(), nullptr)}});
   if (!co_await flush()) co_return false;
+  ReplySent sent;
   for (;;) {
     GenerationUpdate u = co_await g->next();
-    text += u.text;
-    if (want_logprobs) events.logprobs(take_logprobs(u));
+    run->text += u.text;
+    if (run->want_logprobs) events.logprobs(run->take_logprobs(u));
     if (u.terminal && u.finish_reason == FinishReason::Cancelled && u.error.empty()) co_return false;
     if (u.terminal && u.error.empty()) {
-      const json response = completed(u, final_message());
+      const json response = run->completed(u);
       events.finish(response["output"], response["status"] == "incomplete" ? "incomplete" : "completed");
       events.emit(response["status"] == "incomplete" ? "response.incomplete" : "response.completed", {{"response", response}});
       break;
     }
     // What this update adds goes out (a failing update's text too, before its error).
     json pieces = json::object();
-    if (held) {
-      if (admitted.reasoning && admitted.tool_mode == ToolCalls::Mode::None) {
-        const ReasoningSplit split = split_reasoning(text, admitted.reasoning_open, false);
+    if (run->held) {
+      if (admission.reasoning && admission.tool_mode == ToolCalls::Mode::None) {
+        const ReasoningSplit split = split_reasoning(run->text, admission.reasoning_open, false);
         text_delta(split.content, sent.content, "content", pieces);
-        if (split.reasoning && admitted.include_reasoning) text_delta(*split.reasoning, sent.reasoning, "reasoning_content", pieces);
+        if (split.reasoning && admission.include_reasoning) text_delta(*split.reasoning, sent.reasoning, "reasoning_content", pieces);
       } else {
-        reply_delta(reply_message(admitted, text, call_prefix, false).message, sent, pieces);
+        reply_delta(reply_message(admission, run->text, run->call_prefix, false).message, sent, pieces);
       }
     } else if (!u.text.empty()) {
       pieces["content"] = u.text;
@@ -1062,11 +1155,10 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
     if (pieces.contains("content")) events.content(pieces["content"].get<std::string>());
     if (pieces.contains("tool_calls")) events.calls(pieces["tool_calls"]);
     if (u.terminal) {  // an error: the items streamed close as incomplete, and the response fails
-      const char* code = u.request_fault ? "invalid_prompt" : "server_error";  // (the Responses API's codes)
       const json output = events.fail();
-      events.emit("error", {{"code", code}, {"message", u.error}, {"param", nullptr}});
-      events.emit("response.failed", {{"response", shape.object("failed", output, response_usage(g->stats(), 0), nullptr,
-                                                                {{"code", code}, {"message", u.error}})}});
+      const json error = ResponseRun::error_of(u);
+      events.emit("error", {{"code", error["code"]}, {"message", u.error}, {"param", nullptr}});
+      events.emit("response.failed", {{"response", shape.object("failed", output, response_usage(g->stats(), 0), nullptr, error)}});
       break;
     }
     if (!co_await flush()) co_return false;

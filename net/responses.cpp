@@ -105,6 +105,10 @@ const ResponseStore::Stored* ResponseStore::find(const std::string& id, const st
   return it == map_.end() || it->second.owner != owner ? nullptr : &it->second;
 }
 
+ResponseStore::Stored* ResponseStore::find_mutable(const std::string& id, const std::string& owner) {
+  return const_cast<Stored*>(find(id, owner));
+}
+
 bool ResponseStore::put(const std::string& id, Stored s) {
   s.bytes = s.conversation.dump(-1, ' ', false, json::error_handler_t::replace).size() +
             s.response.dump(-1, ' ', false, json::error_handler_t::replace).size();
@@ -134,8 +138,13 @@ void ResponseStore::drop(const std::string& id) {
 ordered_json chat_request_of_response(const ordered_json& body, const ResponseStore& store, const std::string& owner,
                                       int64_t context, int64_t default_max_tokens, ordered_json& conversation) {
   if (!body.is_object()) throw ApiError("invalid_json", "the request must be a JSON object");
-  if (const ordered_json* v = member(body, "background"); v && *v != false)
-    refuse("background", "background responses are not served: ask without background (or stream)");
+  if (const ordered_json* v = member(body, "background"); v && *v != false) {
+    if (*v != true) refuse("background", "background must be true or false, got " + brief(*v));
+    if (const ordered_json* st = member(body, "store"); st && *st == false)
+      refuse("store", "a background response is kept to be read back: background needs store true");
+    if (const ordered_json* st = member(body, "stream"); st && *st == true)
+      refuse("stream", "background responses are not streamed here: ask without stream and read it with GET /v1/responses/{id}");
+  }
   bool logprobs = false;
   if (const ordered_json* v = member(body, "include")) {
     if (!v->is_array()) refuse("include", "include must be an array, got " + brief(*v));
@@ -162,6 +171,10 @@ ordered_json chat_request_of_response(const ordered_json& body, const ResponseSt
     if (!stored)
       refuse("previous_response_id", "Previous response with id '" + prev->get<std::string>() +
                                           "' not found (responses are kept in memory while the server runs, unless made with store: false)");
+    const auto status = stored->response.find("status");
+    if (status != stored->response.end() && (*status == "queued" || *status == "in_progress"))
+      refuse("previous_response_id", "Previous response with id '" + prev->get<std::string>() +
+                                          "' is still in progress: continue it once it has ended (GET /v1/responses/{id})");
     conversation = stored->conversation;
   }
   const ordered_json* input = member(body, "input");

@@ -30,6 +30,8 @@ class ResponseStore {
   };
   // The response `id` where `owner`'s; nullptr where there is none or it is another's.
   const Stored* find(const std::string& id, const std::string& owner) const;
+  // The same, to change in place (a background response's status; its size is not counted again).
+  Stored* find_mutable(const std::string& id, const std::string& owner);
   // Kept, unless it alone is over kMaxEntryBytes (then false, and the others stay).
   bool put(const std::string& id, Stored s);
   // Forgets the response `id` where `owner`'s; false where there is none or it is another's.

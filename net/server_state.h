@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -64,6 +65,8 @@ struct ServerState {
   std::map<uint64_t, std::function<void()>> connections;  // closers, for the end of shutdown
   uint64_t next_key = 1;
   ResponseStore responses;  // /v1/responses' kept responses (previous_response_id, GET and DELETE)
+  // The background responses still running, by id: what POST /v1/responses/{id}/cancel and DELETE stop.
+  std::map<std::string, std::weak_ptr<Generation>> background_runs;
   // run_server's preparation thread: joined before the io_context goes, so that what it hands
   // back always has an I/O thread's queue to land in. Null: everything runs on the I/O thread.
   boost::asio::thread_pool* prep = nullptr;

@@ -285,6 +285,10 @@ def test_a_kept_response_is_the_keys_that_made_it_and_to_another_key_is_not_ther
         b.responses.retrieve(made.id)
     with pytest.raises(openai.NotFoundError):  # and it is still the first key's
         b.responses.delete(made.id)
+    running = a.responses.create(model="x", input="Write a long essay about Rome.", max_output_tokens=400, background=True)
+    with pytest.raises(openai.NotFoundError):
+        b.responses.cancel(running.id)
+    assert a.responses.cancel(running.id).status in ("cancelled", "completed", "incomplete")
     with pytest.raises(openai.BadRequestError) as refused:
         b.responses.create(model="x", input="What is my name?", previous_response_id=made.id, max_output_tokens=8)
     assert refused.value.body["param"] == "previous_response_id" and "not found" in refused.value.body["message"]

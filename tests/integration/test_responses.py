@@ -1,6 +1,7 @@
 """OpenAI's Responses API (POST /v1/responses, GET and DELETE /v1/responses/{id}) through the real
 `openai` client: each response is the chat route's reply to the conversation it stands for."""
 import json
+import time
 
 import httpx
 import jsonschema
@@ -170,6 +171,94 @@ def test_truncation_auto_drops_the_oldest_turns_that_do_not_fit_and_cuts_a_lone_
     assert lone.usage.input_tokens == budget
 
 
+def wait_until_ended(client, response_id, timeout=60):
+    deadline = time.monotonic() + timeout
+    while True:
+        r = client.responses.retrieve(response_id)
+        if r.status not in ("queued", "in_progress") or time.monotonic() > deadline:
+            return r
+        time.sleep(0.05)
+
+
+def requests_running(server):
+    text = httpx.get(server.url + "/metrics", timeout=30).text
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith(("specula_requests_running ", "specula_requests_waiting ")))
+
+
+def test_a_background_response_is_answered_at_once_and_read_back_as_the_reply_it_would_have_been(client):
+    """background: true (OpenAI's and vLLM's): the request is answered at once, queued with no
+    output; the reply runs on and GET reads back the response the same request without background
+    gives (text, usage, status), which a later request continues; a request that would continue
+    it while it runs is refused. Without store, or streamed, it is a 400 naming the field."""
+    args = dict(model="any", input="What is the capital of France?", max_output_tokens=24, temperature=0)
+    whole = client.responses.create(**args)
+    queued = client.responses.create(**args, background=True)
+    assert queued.background is True and queued.status in ("queued", "in_progress") and queued.output == []
+    assert queued.usage is None
+    done = wait_until_ended(client, queued.id)
+    assert done.id == queued.id and done.background is True
+    assert (done.status, done.output_text, done.usage.output_tokens) == (whole.status, whole.output_text, whole.usage.output_tokens)
+    after = client.responses.create(model="any", previous_response_id=queued.id, input="And of Italy?", max_output_tokens=16,
+                                    temperature=0)
+    c = chat_reply(client, [{"role": "user", "content": args["input"]}, {"role": "assistant", "content": whole.output_text},
+                            {"role": "user", "content": "And of Italy?"}], max_tokens=16)
+    assert after.output_text == c.choices[0].message.content
+    running = client.responses.create(model="any", input="Write a long essay about the history of Rome.", max_output_tokens=400,
+                                      temperature=0, background=True)
+    with pytest.raises(openai.BadRequestError) as early:
+        client.responses.create(model="any", previous_response_id=running.id, input="Go on.", max_output_tokens=4)
+    assert early.value.body["param"] == "previous_response_id" and "in progress" in early.value.body["message"]
+    client.responses.cancel(running.id)
+    for extra, param in (({"store": False}, "store"), ({"stream": True}, "stream")):
+        r = httpx.post(client.base_url.join("responses").__str__(), json={**args, "background": True, **extra}, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+def test_cancel_stops_a_background_response_where_it_is_and_delete_stops_and_forgets_one(client, server):
+    """POST /v1/responses/{id}/cancel: a running background response ends "cancelled" with the
+    items so far (fewer tokens than asked), and cancel again returns it as it is; a finished one is
+    returned unchanged; one answered when it was made cannot be cancelled (400). DELETE of a running
+    one stops its generation and forgets it. Another key's, or none, is a 404."""
+    long = dict(model="any", input="Write a long essay about the history of Rome.", max_output_tokens=2000, temperature=0)
+    r = client.responses.create(**long, background=True)
+    deadline = time.monotonic() + 30
+    while client.responses.retrieve(r.id).status == "queued" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert client.responses.retrieve(r.id).status == "in_progress"
+    cancelled = client.responses.cancel(r.id)
+    assert cancelled.status == "cancelled"
+    assert wait_until_ended(client, r.id).status == "cancelled"
+    deadline = time.monotonic() + 30
+    while requests_running(server) > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert requests_running(server) == 0, "the cancelled response's generation still runs"
+    final = client.responses.retrieve(r.id)
+    assert final.status == "cancelled" and 0 < final.usage.output_tokens < 2000, final.usage
+    assert final.output[0].status == "incomplete" and final.output_text
+    assert client.responses.cancel(r.id).status == "cancelled"
+    short = client.responses.create(model="any", input="Say hi.", max_output_tokens=8, temperature=0, background=True)
+    ended = wait_until_ended(client, short.id)
+    assert client.responses.cancel(short.id).model_dump() == ended.model_dump()
+    foreground = client.responses.create(model="any", input="Say hi.", max_output_tokens=4, temperature=0)
+    with pytest.raises(openai.BadRequestError):
+        client.responses.cancel(foreground.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.cancel("resp_nothing")
+    gone = client.responses.create(**long, background=True)
+    client.responses.delete(gone.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(gone.id)
+    deadline = time.monotonic() + 30
+    while requests_running(server) > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert requests_running(server) == 0, "the deleted response's generation still runs"
+    with pytest.raises(openai.NotFoundError):  # and it stays forgotten once its run has ended
+        client.responses.retrieve(gone.id)
+    r = httpx.get(server.url + f"/v1/responses/{short.id}?stream=true", timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stream"
+
+
 class City(pydantic.BaseModel):
     name: str
     country: str
@@ -234,7 +323,7 @@ def test_a_function_call_is_an_output_item_and_its_output_continues_the_conversa
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input"),
     ({"input": [{"type": "file_search_call"}]}, "input"),
     ({"input": "x", "tools": [{"type": "web_search"}]}, "tools"),
-    ({"input": "x", "background": True}, "background"),
+    ({"input": "x", "background": "yes"}, "background"),
     ({"input": "x", "include": ["file_search_call.results"]}, "include"),
     ({"input": "x", "include": ["message.output_text.logprobs"], "top_logprobs": 21}, "top_logprobs"),
     ({"input": "x", "top_logprobs": "3"}, "top_logprobs"),

@@ -103,7 +103,10 @@ TEST(ResponsesRequest, WhatTheRouteCannotServeIsRefusedNamingTheField) {
   EXPECT_NE(refusal(R"({"input": "x", "include": ["file_search_call.results"]})").find("include: "), std::string::npos);
   EXPECT_NE(refusal(R"({"input": "x", "top_logprobs": 21})").find("top_logprobs: "), std::string::npos);
   EXPECT_NE(refusal(R"({"input": "x", "top_logprobs": -1})").find("top_logprobs: "), std::string::npos);
-  EXPECT_NE(refusal(R"({"input": "x", "background": true})").find("background: "), std::string::npos);
+  EXPECT_NE(refusal(R"({"input": "x", "background": 1})").find("background: "), std::string::npos);
+  EXPECT_NE(refusal(R"({"input": "x", "background": true, "store": false})").find("store: "), std::string::npos);
+  EXPECT_NE(refusal(R"({"input": "x", "background": true, "stream": true})").find("stream: "), std::string::npos);
+  EXPECT_EQ(refusal(R"({"input": "x", "background": true})"), "accepted");
   EXPECT_NE(refusal(R"({"input": "x", "store": 1})").find("store: "), std::string::npos);
   EXPECT_NE(refusal(R"({"input": "x", "truncation": "later"})").find("truncation: "), std::string::npos);
   EXPECT_NE(refusal(R"({"input": "x", "text": {"format": {"type": "xml"}}})").find("text.format: "), std::string::npos);
@@ -171,6 +174,19 @@ TEST(ResponseStore, KeepsTheLatestWithinItsBoundsAndForgetsWhatIsDeleted) {
   EXPECT_FALSE(big.put("huge", huge));
   EXPECT_EQ(big.size(), before);
   EXPECT_EQ(big.find("huge", ""), nullptr);
+}
+
+TEST(ResponsesRequest, AResponseStillInProgressCannotBeContinued) {
+  ResponseStore store;
+  ResponseStore::Stored kept;
+  kept.conversation = ordered_json::parse(R"([{"role": "user", "content": "Hi."}])");
+  kept.response = json{{"id", "resp_bg"}, {"status", "in_progress"}};
+  ASSERT_TRUE(store.put("resp_bg", kept));
+  ordered_json conversation;
+  const ordered_json body = ordered_json::parse(R"({"previous_response_id": "resp_bg", "input": "And?"})");
+  EXPECT_THROW(chat_request_of_response(body, store, "", 1000, 100, conversation), ApiError);
+  store.find_mutable("resp_bg", "")->response["status"] = "cancelled";  // ended: its input is continued
+  EXPECT_EQ(chat_request_of_response(body, store, "", 1000, 100, conversation)["messages"].size(), 2u);
 }
 
 TEST(ResponseStore, AResponseIsItsOwnersAndToAnotherIsNotThere) {
