@@ -88,6 +88,18 @@ def test_http_sse_mode_streams_chat_completions(load_server, tmp_path):
     assert parse_html(report).get("svg", 0) >= 4
 
 
+def test_the_responses_api_is_driven_as_the_chat_route_is(load_server, tmp_path):
+    r = run_load("--url", load_server.url + "/v1/responses", "--prompts", PROMPTS, "--concurrency", 4,
+                 "--requests", 8, "--max-tokens", 12, "--temperature", 0.7, "--json")
+    assert r.returncode == 0, r.stderr + r.stdout[-2000:]
+    result = json.loads(r.stdout)
+    s = result["summary"]
+    assert (s["succeeded"], s["failed"]) == (8, 0), s["errors_by_kind"]
+    assert s["output_tokens"] > 0 and s["ttft_ms"]["n"] == 8 and s["itl_ms"]["n"] > 0
+    assert s["acceptance"]["requests_with_stats"] == 8  # from response.completed's "speculation"
+    assert all(q["finish_reason"] in ("stop", "length") for q in result["requests"])
+
+
 def test_poisson_arrivals_record_their_schedule(load_server):
     r = run_load("--url", load_server.ws_url, "--prompts", PROMPTS, "--concurrency", 2, "--requests", 6,
                  "--max-tokens", 4, "--rate", 5, "--seed", 3, "--json")

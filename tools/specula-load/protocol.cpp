@@ -97,6 +97,17 @@ json ws_generate_message(const Prompt& p, const LoadOptions& o, int index) {
 }
 
 json http_request_body(const Prompt& p, const LoadOptions& o, int index) {
+  if (o.target.path.find("/responses") != std::string::npos) {  // OpenAI's Responses API
+    json b = {{"model", o.model}, {"stream", true}, {"store", false}};
+    b["input"] = p.messages.is_null() ? json(p.prompt) : p.messages;
+    add_sampling(b, p, o, index);
+    if (auto it = b.find("max_tokens"); it != b.end()) {  // (its spelling there)
+      b["max_output_tokens"] = *it;
+      b.erase("max_tokens");
+    }
+    if (json s = speculation(o); !s.empty()) b["speculation"] = s;
+    return b;
+  }
   json b = {{"model", o.model}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
   const bool completions = o.target.path.find("/completions") != std::string::npos &&
                            o.target.path.find("/chat/") == std::string::npos;
@@ -190,6 +201,55 @@ std::vector<std::string> SseParser::feed(const char* data, size_t n) {
   return out;
 }
 
+namespace {
+
+// The speculation counters of a server object that carries them (docs/protocol.md).
+void apply_speculation(const json& s, RequestRecord& r) {
+  r.server.rounds = integer_or(s, "rounds", r.server.rounds);
+  r.server.drafted = integer_or(s, "drafted", r.server.drafted);
+  r.server.accepted = integer_or(s, "accepted", r.server.accepted);
+  r.server.acceptance_rate = number_or(s, "acceptance_rate", r.server.acceptance_rate);
+  r.server.mean_accepted_length = number_or(s, "mean_accepted_length", r.server.mean_accepted_length);
+  r.server.mean_confidence_threshold = number_or(s, "mean_confidence_threshold", r.server.mean_confidence_threshold);
+  r.server.preemptions = integer_or(s, "preemptions", r.server.preemptions);
+}
+
+// A Responses API event (its "type" starts with "response." or is "error"): a text delta is a
+// token event; response.completed / response.incomplete end the request with the response's usage
+// and speculation counters (finish "stop" / "length"); an error or response.failed fails it.
+Outcome apply_response_event(const json& e, const std::string& type, double now_s, RequestRecord& r) {
+  if (type == "response.output_text.delta" || type == "response.reasoning_text.delta" ||
+      type == "response.function_call_arguments.delta") {
+    if (auto d = e.find("delta"); d != e.end() && d->is_string() && !d->get<std::string>().empty()) add_event(r, now_s, 1);
+    return Outcome::Pending;
+  }
+  if (type == "error" || type == "response.failed") {
+    if (!r.error_kind.empty()) return Outcome::Failed;  // (response.failed after its error event)
+    json err = e;
+    if (auto resp = e.find("response"); resp != e.end() && resp->is_object() && resp->contains("error") &&
+                                        (*resp)["error"].is_object())
+      err = (*resp)["error"];
+    fail(r, now_s, "server:" + error_code(err), string_or(err, "message", "(no message)"));
+    return Outcome::Failed;
+  }
+  if (type != "response.completed" && type != "response.incomplete") return Outcome::Pending;
+  const auto resp = e.find("response");
+  if (resp == e.end() || !resp->is_object()) {
+    fail(r, now_s, "protocol", type + " without a response object");
+    return Outcome::Failed;
+  }
+  r.end_s = now_s;
+  r.finish_reason = type == "response.completed" ? "stop" : "length";
+  if (auto u = resp->find("usage"); u != resp->end() && u->is_object()) {
+    r.server.prompt_tokens = integer_or(*u, "input_tokens", r.server.prompt_tokens);
+    r.server.completion_tokens = integer_or(*u, "output_tokens", r.server.completion_tokens);
+  }
+  if (auto s = resp->find("speculation"); s != resp->end() && s->is_object()) apply_speculation(*s, r);
+  return Outcome::Done;
+}
+
+}  // namespace
+
 Outcome apply_sse_data(const std::string& payload, double now_s, RequestRecord& r) {
   if (payload == "[DONE]") {
     r.end_s = now_s;
@@ -198,6 +258,10 @@ Outcome apply_sse_data(const std::string& payload, double now_s, RequestRecord& 
   const auto parsed = parse_object(payload, "SSE data", now_s, r);
   if (!parsed) return Outcome::Failed;
   const json& c = *parsed;
+  if (auto t = c.find("type"); t != c.end() && t->is_string()) {
+    const std::string type = t->get<std::string>();
+    if (type.starts_with("response.") || type == "error") return apply_response_event(c, type, now_s, r);
+  }
   if (auto e = c.find("error"); e != c.end()) {
     const json err = e->is_object() ? *e : json{{"message", e->dump()}};
     fail(r, now_s, "server:" + error_code(err), string_or(err, "message", "(no message)"));
@@ -208,18 +272,8 @@ Outcome apply_sse_data(const std::string& payload, double now_s, RequestRecord& 
     r.server.completion_tokens = integer_or(*u, "completion_tokens", r.server.completion_tokens);
   }
   // Speculation counters, where the server adds them to a chunk (docs/protocol.md).
-  for (const char* key : {"speculation", "stats"}) {
-    if (auto s = c.find(key); s != c.end() && s->is_object()) {
-      r.server.rounds = integer_or(*s, "rounds", r.server.rounds);
-      r.server.drafted = integer_or(*s, "drafted", r.server.drafted);
-      r.server.accepted = integer_or(*s, "accepted", r.server.accepted);
-      r.server.acceptance_rate = number_or(*s, "acceptance_rate", r.server.acceptance_rate);
-      r.server.mean_accepted_length = number_or(*s, "mean_accepted_length", r.server.mean_accepted_length);
-      r.server.mean_confidence_threshold =
-          number_or(*s, "mean_confidence_threshold", r.server.mean_confidence_threshold);
-      r.server.preemptions = integer_or(*s, "preemptions", r.server.preemptions);
-    }
-  }
+  for (const char* key : {"speculation", "stats"})
+    if (auto s = c.find(key); s != c.end() && s->is_object()) apply_speculation(*s, r);
   auto choices = c.find("choices");
   if (choices == c.end() || !choices->is_array() || choices->empty()) return Outcome::Pending;  // usage-only chunk
   const json& ch = (*choices)[0];

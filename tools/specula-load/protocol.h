@@ -19,7 +19,9 @@ nlohmann::json ws_generate_message(const Prompt& p, const LoadOptions& o, int in
 std::string request_id(int index);
 
 // The OpenAI body for o.target.path: /v1/completions gets "prompt" (messages joined by lines),
-// anything else "messages" (a plain prompt becomes one user message).
+// /v1/responses "input" (the messages, or the prompt as a string; "max_output_tokens", and
+// store false: a load test keeps nothing on the server), anything else "messages" (a plain
+// prompt becomes one user message).
 nlohmann::json http_request_body(const Prompt& p, const LoadOptions& o, int index);
 
 enum class Outcome { Pending, Done, Failed };
@@ -42,7 +44,9 @@ class SseParser {
   bool has_data_ = false;
 };
 
-// One SSE data payload ("[DONE]" or an OpenAI chunk) received at `now_s`.
+// One SSE data payload ("[DONE]", an OpenAI chunk, or a Responses API event: its text deltas are
+// token events, response.completed / response.incomplete end it, error / response.failed fail
+// it) received at `now_s`.
 Outcome apply_sse_data(const std::string& payload, double now_s, RequestRecord& r);
 
 // A non-2xx HTTP response: error_kind "server:<code>" when the body is an OpenAI-style

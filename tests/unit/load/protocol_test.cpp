@@ -66,6 +66,22 @@ TEST(HttpBody, ChatCompletionsStreamWithUsageAndAPlainPromptBecomesAUserMessage)
   EXPECT_EQ(http_request_body(p, o, 0)["prompt"], "Once upon a time");
 }
 
+TEST(HttpBody, TheResponsesApiGetsInputMaxOutputTokensAndStoreFalse) {
+  LoadOptions o;
+  o.target = parse_url("http://127.0.0.1:8080/v1/responses");
+  o.temperature = 0.5;
+  const json b = http_request_body(chat_prompt(), o, 3);
+  EXPECT_EQ(b["stream"], true);
+  EXPECT_EQ(b["store"], false);
+  EXPECT_EQ(b["input"], chat_prompt().messages);
+  EXPECT_EQ(b["max_output_tokens"], 96);
+  EXPECT_FALSE(b.contains("max_tokens") || b.contains("messages") || b.contains("stream_options"));
+  EXPECT_EQ(b["temperature"], 0.5);
+  Prompt plain;
+  plain.prompt = "Once upon a time";
+  EXPECT_EQ(http_request_body(plain, o, 0)["input"], "Once upon a time");
+}
+
 TEST(WsMessages, TokenEventsAccumulateAndDoneFillsTheStats) {
   RequestRecord r;
   r.start_s = 1.0;
@@ -141,6 +157,37 @@ TEST(SseData, ContentChunksAreEventsUsageIsCountedAndDoneEnds) {
   EXPECT_DOUBLE_EQ(r.server.mean_confidence_threshold, 0.6);
   EXPECT_EQ(r.server.preemptions, 2);
   EXPECT_TRUE(r.ok());
+}
+
+TEST(SseData, ResponsesEventsTextDeltasAreEventsAndTheCompletedResponseEndsWithItsUsage) {
+  RequestRecord r;
+  r.start_s = 0;
+  EXPECT_EQ(apply_sse_data(R"({"type":"response.created","sequence_number":0,"response":{"status":"in_progress"}})", 0.1, r),
+            Outcome::Pending);
+  EXPECT_EQ(apply_sse_data(R"({"type":"response.output_text.delta","delta":"Hi","item_id":"m"})", 0.2, r), Outcome::Pending);
+  EXPECT_EQ(apply_sse_data(R"({"type":"response.output_text.delta","delta":" there","item_id":"m"})", 0.25, r), Outcome::Pending);
+  EXPECT_EQ(apply_sse_data(R"({"type":"response.output_text.done","text":"Hi there"})", 0.3, r), Outcome::Pending);
+  EXPECT_EQ(apply_sse_data(R"({"type":"response.incomplete","response":{"status":"incomplete",
+      "usage":{"input_tokens":9,"output_tokens":3},"speculation":{"rounds":2,"drafted":4,"accepted":1}}})", 0.4, r),
+            Outcome::Done);
+  EXPECT_DOUBLE_EQ(r.first_token_s, 0.2);
+  EXPECT_EQ(r.event_s.size(), 2u);
+  EXPECT_EQ(r.finish_reason, "length");
+  EXPECT_EQ(r.server.prompt_tokens, 9);
+  EXPECT_EQ(r.server.completion_tokens, 3);
+  EXPECT_EQ(r.server.drafted, 4);
+  EXPECT_DOUBLE_EQ(r.end_s, 0.4);
+  EXPECT_TRUE(r.ok());
+  // A reply that fails: its error event names the code, and response.failed after it keeps it.
+  RequestRecord f;
+  EXPECT_EQ(apply_sse_data(R"({"type":"error","code":"invalid_prompt","message":"no token left"})", 0.1, f), Outcome::Failed);
+  EXPECT_EQ(f.error_kind, "server:invalid_prompt");
+  EXPECT_EQ(apply_sse_data(R"({"type":"response.failed","response":{"error":{"code":"server_error","message":"x"}}})", 0.2, f),
+            Outcome::Failed);
+  EXPECT_EQ(f.error_kind, "server:invalid_prompt");
+  RequestRecord g;
+  EXPECT_EQ(apply_sse_data(R"({"type":"response.completed"})", 0.1, g), Outcome::Failed);
+  EXPECT_EQ(g.error_kind, "protocol");
 }
 
 TEST(HttpError, AnOpenAiErrorBodyNamesTheCodeOtherwiseTheStatus) {
