@@ -210,12 +210,18 @@ asio::awaitable<Generation::Admitted> Generation::admit(ServerState& st, json bo
         request.prompt_ids = std::move(parsed.batch[p].ids);
       }
       std::string sent = parsed.echo && request.prompt_ids.empty() ? request.prompt : std::string();
+      const bool fit = fit_turns > 0 && prompts == 1 && !request.messages.empty();
+      // (a reasoning model's constrained reply was tokenized already: its turns are fitted again)
+      if (fit && request.prompt_ids.size() > static_cast<std::size_t>(fit_turns)) request.prompt_ids.clear();
       if (request.prompt_ids.empty()) {
         std::vector<int32_t> ids;
-        if (fit_turns > 0 && prompts == 1 && !request.messages.empty())
-          ids = co_await fit_oldest_turns(st, request, static_cast<std::size_t>(fit_turns));
-        else
-          ids = co_await tokenize_prompt(st, request);
+        if (fit) {
+          std::vector<int32_t> fitted = co_await fit_oldest_turns(st, request, static_cast<std::size_t>(fit_turns));
+          ids = std::move(fitted);
+        } else {
+          std::vector<int32_t> whole = co_await tokenize_prompt(st, request);
+          ids = std::move(whole);
+        }
         if (!ids.empty()) {  // the ids are the prompt now (the messages stay: they name the field)
           request.prompt_ids = std::move(ids);
           request.prompt.clear();

@@ -48,6 +48,21 @@ json models_json(const ServerState& st) {
                                  {"max_model_len", st.engine.context_length()}}})}};
 }
 
+// Whether a GET's query asks for the kept response as a stream again (stream=true, 1 or True).
+bool streamed_again(std::string_view target) {
+  const std::size_t q = target.find('?');
+  if (q == std::string_view::npos) return false;
+  std::string_view query = target.substr(q + 1);
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    if (pair == "stream=true" || pair == "stream=1" || pair == "stream=True") return true;
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return false;
+}
+
 // The routes without a generation. Returns nothing for a path it does not serve.
 std::optional<HttpResponse> simple_route(ServerState& st, const HttpRequest& req, std::string_view path) {
   const bool ka = req.keep_alive();
@@ -115,8 +130,7 @@ std::optional<HttpResponse> simple_route(ServerState& st, const HttpRequest& req
       return json_response(200, {{"id", id}, {"object", "response"}, {"deleted", true}}, ka, v);
     }
     if (!get) return error_response(ApiError("method_not_allowed", "use GET or DELETE"), ka, v);
-    const std::string_view target(req.target().data(), req.target().size());
-    if (target.find("stream=true") != std::string_view::npos)
+    if (streamed_again(std::string_view(req.target().data(), req.target().size())))
       return error_response(ApiError("invalid_request", "a kept response is read back whole here, not streamed again: ask without stream",
                                      "stream"),
                             ka, v);

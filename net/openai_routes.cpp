@@ -1009,13 +1009,27 @@ asio::awaitable<void> run_in_background(std::shared_ptr<ResponseRun> run) {
   // (a cancel that came as it ended, before this ran, still stands)
   const bool cancelled = kept->response["status"] == "cancelled" || (u.error.empty() && u.finish_reason == FinishReason::Cancelled);
   if (!cancelled && u.error.empty()) {
-    (void)run->completed(u);
+    const json response = run->completed(u);
+    if (ResponseStore::Stored* still = st.responses.find_mutable(id, run->owner); still && still->pinned) {
+      // Too large to keep (put refused it): the entry says so rather than running for ever.
+      still->response = run->shape.object(
+          "failed", json::array(), response["usage"], nullptr,
+          {{"code", "server_error"},
+           {"message", "the response is too large to keep (over " + std::to_string(ResponseStore::kMaxEntryBytes >> 20) +
+                           " MiB of JSON with its conversation): ask without background to receive it"}});
+      still->pinned = false;
+    }
     co_return;
   }
   const bool failed = !cancelled;
-  const json output = response_output_items(run->final_message(), id, "incomplete");
+  json output = response_output_items(run->final_message(), id, "incomplete");
+  if (run->want_logprobs)
+    for (json& item : output)
+      if (item["type"] == "message") item["content"][0]["logprobs"] = run->all_logprobs;
   kept->response = run->shape.object(failed ? "failed" : "cancelled", output, response_usage(run->g->stats(), 0), nullptr,
                                      failed ? ResponseRun::error_of(u) : json());
+  kept->response["speculation"] = speculation_json(run->g->stats());
+  kept->pinned = false;
 }
 
 }  // namespace
@@ -1074,6 +1088,7 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
     kept.conversation = run->conversation;  // (the input: a later request may not continue it until it ends)
     kept.response = shape.object("queued", json::array(), nullptr);
     kept.owner = owner;
+    kept.pinned = true;  // (kept while it runs, whatever comes after it)
     const json queued = kept.response;
     if (!st.responses.put(shape.id, std::move(kept))) {
       g->cancel();

@@ -2,6 +2,7 @@
 #include "net/responses.h"
 
 #include <algorithm>
+#include <vector>
 #include <string_view>
 #include <utility>
 
@@ -115,10 +116,31 @@ bool ResponseStore::put(const std::string& id, Stored s) {
   if (s.bytes > kMaxEntryBytes) return false;  // kept, it would push out a good part of the others
   drop(id);
   bytes_ += s.bytes;
+  auto& [count, bytes] = by_owner_[s.owner];
+  ++count;
+  bytes += s.bytes;
   map_.emplace(id, std::move(s));
   order_.push_back(id);
-  while (map_.size() > kMaxResponses || bytes_ > kMaxBytes) drop(order_.front());
+  while ((map_.size() > kMaxResponses || bytes_ > kMaxBytes) && push_out_one()) {
+  }
   return true;
+}
+
+bool ResponseStore::push_out_one() {
+  const bool by_bytes = map_.size() <= kMaxResponses;  // (else over by count)
+  // The owners from the one holding the most: its oldest unpinned entry goes, else the next's.
+  std::vector<std::pair<std::size_t, std::string>> owners;
+  for (const auto& [owner, held] : by_owner_) owners.emplace_back(by_bytes ? held.second : held.first, owner);
+  std::sort(owners.begin(), owners.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [amount, owner] : owners)
+    for (const std::string& id : order_) {
+      const Stored& s = map_.at(id);
+      if (s.owner == owner && !s.pinned) {
+        drop(std::string(id));  // (a copy: drop erases it from order_)
+        return true;
+      }
+    }
+  return false;
 }
 
 bool ResponseStore::erase(const std::string& id, const std::string& owner) {
@@ -131,6 +153,9 @@ void ResponseStore::drop(const std::string& id) {
   const auto it = map_.find(id);
   if (it == map_.end()) return;
   bytes_ -= it->second.bytes;
+  const auto held = by_owner_.find(it->second.owner);
+  held->second.second -= it->second.bytes;
+  if (--held->second.first == 0) by_owner_.erase(held);
   map_.erase(it);
   order_.erase(std::find(order_.begin(), order_.end(), id));  // (at most kMaxResponses to look through)
 }

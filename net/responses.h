@@ -13,8 +13,10 @@
 
 namespace specula::net {
 
-// The responses a later request may continue (previous_response_id) or read back: the oldest go
-// first past kMaxResponses of them or kMaxBytes of their JSON. Each is its owner's (key_owner:
+// The responses a later request may continue (previous_response_id) or read back. Past
+// kMaxResponses of them or kMaxBytes of their JSON, one goes: the oldest of the owner that holds the
+// most (by count, or by bytes where the bytes are over), so that one key's flood pushes out its own
+// first; pinned ones (background responses still running) stay. Each is its owner's (key_owner:
 // the API key that made it, on a server that requires keys): to a request of another owner it is
 // not there, as one never kept. Owner: the I/O thread.
 class ResponseStore {
@@ -26,6 +28,7 @@ class ResponseStore {
     nlohmann::ordered_json conversation;
     nlohmann::json response;  // the response object as it was returned
     std::string owner;        // key_owner of the request that made it
+    bool pinned = false;      // not pushed out by newer ones (a background response that runs)
     std::size_t bytes = 0;
   };
   // The response `id` where `owner`'s; nullptr where there is none or it is another's.
@@ -42,7 +45,9 @@ class ResponseStore {
   std::unordered_map<std::string, Stored> map_;
   std::deque<std::string> order_;  // the kept ids, oldest first
   std::size_t bytes_ = 0;
+  std::unordered_map<std::string, std::pair<std::size_t, std::size_t>> by_owner_;  // owner -> count, bytes
   void drop(const std::string& id);
+  bool push_out_one();  // false: nothing may go
 };
 
 // A Responses request as the chat completions request that serves it: `input` (a string, or

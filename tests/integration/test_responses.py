@@ -138,6 +138,27 @@ def test_include_logprobs_puts_the_chat_routes_logprobs_on_the_message_whole_and
     assert all(not e.logprobs for e in streamed if e.type in ("response.output_text.delta", "response.output_text.done"))
 
 
+def long_turns():
+    """Eight long notes and a question: more than the default model's context."""
+    turns = []
+    for i in range(8):
+        turns += [{"role": "user", "content": f"Note {i}: " + " ".join(f"entry{i}x{k}" for k in range(260))},
+                  {"role": "assistant", "content": f"I have noted list {i}."}]
+    return turns + [{"role": "user", "content": "Which note did I give last?"}]
+
+
+def tokens_of(server, messages):
+    return httpx.post(server.url + "/tokenize", json={"messages": messages}, timeout=60).json()["count"]
+
+
+def first_fitting_turn(server, system, turns, budget):
+    """Where the kept conversation starts: the earliest user message with which it fits."""
+    assert tokens_of(server, system + turns) > budget, "the conversation fits: the test shows nothing"
+    start = next(s for s in range(0, len(turns), 2) if tokens_of(server, system + turns[s:]) <= budget)
+    assert 0 < start < len(turns) - 1
+    return start
+
+
 def test_truncation_auto_drops_the_oldest_turns_that_do_not_fit_and_cuts_a_lone_turn_that_does_not(client, server):
     """truncation "auto" (OpenAI: items dropped from the conversation's start): the instructions
     stay, and the conversation starts at the earliest user message with which the prompt leaves
@@ -145,30 +166,18 @@ def test_truncation_auto_drops_the_oldest_turns_that_do_not_fit_and_cuts_a_lone_
     input_tokens their count. Disabled, the same input is refused; a single turn longer than the
     context is cut to its latest tokens."""
     context = client.models.list().data[0].model_extra["max_model_len"]
-    inst = "Answer in one short sentence."
-    turns = []
-    for i in range(8):
-        turns += [{"role": "user", "content": f"Note {i}: " + " ".join(f"entry{i}x{k}" for k in range(260))},
-                  {"role": "assistant", "content": f"I have noted list {i}."}]
-    turns.append({"role": "user", "content": "Which note did I give last?"})
-
-    def count(messages):
-        return httpx.post(server.url + "/tokenize", json={"messages": messages}, timeout=60).json()["count"]
-
+    inst, turns = "Answer in one short sentence.", long_turns()
     system = [{"role": "system", "content": inst}]
-    budget = context - 16
-    assert count(system + turns) > budget, "the conversation fits: the test shows nothing"
-    start = next(s for s in range(0, len(turns), 2) if count(system + turns[s:]) <= budget)
-    assert 0 < start < len(turns) - 1
+    start = first_fitting_turn(server, system, turns, context - 16)
     r = client.responses.create(model="any", input=turns, instructions=inst, truncation="auto", max_output_tokens=16, temperature=0)
     c = chat_reply(client, system + turns[start:], max_tokens=16)
-    assert r.usage.input_tokens == count(system + turns[start:]) == c.usage.prompt_tokens
+    assert r.usage.input_tokens == tokens_of(server, system + turns[start:]) == c.usage.prompt_tokens
     assert r.output_text == c.choices[0].message.content and r.truncation == "auto"
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model="any", input=turns, instructions=inst, max_output_tokens=16)
     assert refused.value.body["code"] == "context_length_exceeded"
     lone = client.responses.create(model="any", input="word " * 9000, truncation="auto", max_output_tokens=16, temperature=0)
-    assert lone.usage.input_tokens == budget
+    assert lone.usage.input_tokens == context - 16
 
 
 def wait_until_ended(client, response_id, timeout=60):
@@ -255,8 +264,27 @@ def test_cancel_stops_a_background_response_where_it_is_and_delete_stops_and_for
     assert requests_running(server) == 0, "the deleted response's generation still runs"
     with pytest.raises(openai.NotFoundError):  # and it stays forgotten once its run has ended
         client.responses.retrieve(gone.id)
-    r = httpx.get(server.url + f"/v1/responses/{short.id}?stream=true", timeout=30)
-    assert r.status_code == 400 and r.json()["error"]["param"] == "stream"
+    for query in ("stream=true", "x=1&stream=1"):
+        r = httpx.get(server.url + f"/v1/responses/{short.id}?{query}", timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "stream", (query, r.text)
+    assert httpx.get(server.url + f"/v1/responses/{short.id}?stream=false", timeout=30).status_code == 200
+
+
+def test_truncation_auto_drops_turns_for_a_reasoning_models_constrained_reply_too(fresh_server, tmp_path):
+    """A reasoning model's reply held to a format is tokenized early (to see whether the prompt
+    opens its reasoning); truncation "auto" still drops whole turns there."""
+    from test_openai import REASONING_TEMPLATE
+    template = tmp_path / "reasoning.jinja"
+    template.write_text(REASONING_TEMPLATE, encoding="utf-8")
+    srv = fresh_server("--draft", "none", "--chat-template", str(template))
+    c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    context = c.models.list().data[0].model_extra["max_model_len"]
+    inst, turns = "Answer in JSON.", long_turns()
+    system = [{"role": "system", "content": inst}]
+    start = first_fitting_turn(srv, system, turns, context - 8)
+    r = c.responses.create(model="any", input=turns, instructions=inst, truncation="auto", max_output_tokens=8, temperature=0,
+                           text={"format": {"type": "json_object"}})
+    assert r.usage.input_tokens == tokens_of(srv, system + turns[start:]), r.usage
 
 
 class City(pydantic.BaseModel):

@@ -408,6 +408,7 @@ def test_json_schema_and_grammar_files_make_the_engine_and_the_loop_write_the_sa
     (["--min-tokens", "-1"], ["--min-tokens"]),
     (["--allowed-token-ids", "99999"], ["--allowed-token-ids", "99999", "vocabulary"]),
     (["--allowed-token-ids", "1,x"], ["--allowed-token-ids", "'x'"]),
+    (["--allowed-token-ids", "4294967296"], ["--allowed-token-ids", "4294967296 is out of range"]),
     (["--bad-words", "a, "], ["--bad-words", "bad_words[1] is empty"]),
     (["--bad-words", '["a", 1]'], ["--bad-words", "holds 1, not a string"]),
     (["--bad-words", "[a"], ["--bad-words", "not a JSON array"]),

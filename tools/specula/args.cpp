@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <limits>
 
 namespace specula::cli {
 
@@ -64,8 +65,11 @@ std::vector<int> Args::int_list(const std::string& name) const {
     if (j > i) {
       const std::string item = s.substr(i, j - i);
       char* end = nullptr;
+      errno = 0;
       const long v = std::strtol(item.c_str(), &end, 10);
       if (*end) throw UsageError("--" + name + " expects integers separated by commas, got '" + item + "'");
+      if (errno == ERANGE || v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+        throw UsageError("--" + name + ": " + item + " is out of range");
       out.push_back(static_cast<int>(v));
     }
     i = j + 1;

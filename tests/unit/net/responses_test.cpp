@@ -189,6 +189,36 @@ TEST(ResponsesRequest, AResponseStillInProgressCannotBeContinued) {
   EXPECT_EQ(chat_request_of_response(body, store, "", 1000, 100, conversation)["messages"].size(), 2u);
 }
 
+TEST(ResponseStore, AFloodingOwnerPushesOutItsOwnFirstAndPinnedOnesStay) {
+  ResponseStore store;
+  ResponseStore::Stored small;
+  small.conversation = ordered_json::array();
+  small.response = json{{"x", 1}};
+  small.owner = "b";
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(store.put("b" + std::to_string(i), small));
+  ResponseStore::Stored running = small;
+  running.owner = "a";
+  running.pinned = true;  // the oldest of all, and a's
+  ASSERT_TRUE(store.put("a-running", running));
+  small.owner = "a";
+  for (std::size_t i = 0; i < ResponseStore::kMaxResponses + 50; ++i) ASSERT_TRUE(store.put("a" + std::to_string(i), small));
+  EXPECT_EQ(store.size(), ResponseStore::kMaxResponses);
+  for (int i = 0; i < 10; ++i) EXPECT_NE(store.find("b" + std::to_string(i), "b"), nullptr) << i;  // b's all stay
+  EXPECT_NE(store.find("a-running", "a"), nullptr);
+  EXPECT_EQ(store.find("a0", "a"), nullptr);  // a's oldest went
+  EXPECT_NE(store.find("a" + std::to_string(ResponseStore::kMaxResponses + 49), "a"), nullptr);
+  // Unpinned (it ended), it goes as the others do.
+  store.find_mutable("a-running", "a")->pinned = false;
+  ASSERT_TRUE(store.put("a-last", small));
+  EXPECT_EQ(store.find("a-running", "a"), nullptr);
+  // One owner alone: the oldest first, as before.
+  ResponseStore one;
+  small.owner = "";
+  for (std::size_t i = 0; i < ResponseStore::kMaxResponses + 1; ++i) ASSERT_TRUE(one.put("r" + std::to_string(i), small));
+  EXPECT_EQ(one.find("r0", ""), nullptr);
+  EXPECT_NE(one.find("r1", ""), nullptr);
+}
+
 TEST(ResponseStore, AResponseIsItsOwnersAndToAnotherIsNotThere) {
   ResponseStore store;
   ResponseStore::Stored kept;
