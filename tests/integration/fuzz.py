@@ -20,6 +20,7 @@ import random
 import subprocess
 import socket
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 
 import httpx
@@ -46,6 +47,8 @@ def valid_ws_message(rng: random.Random, gen_id: str) -> dict:
                             "mode": rng.choice(["exact", "block", "coupled"])}
     if rng.random() < 0.2:
         m["top_k"], m["top_p"] = rng.randint(0, 50), rng.choice([0.5, 0.9, 1.0])
+    if rng.random() < 0.1:
+        m["include_reasoning"] = rng.random() < 0.5
     return m
 
 
@@ -323,6 +326,13 @@ def fuzz_http(base_url: str, rng: random.Random, n: int, alive, report: Report) 
                 body["input"] = body.pop("messages")
                 if "max_tokens" in body:
                     body["max_output_tokens"] = body.pop("max_tokens")
+                if rng.random() < 0.3:  # answered at once, run on, read back or cancelled below
+                    body["background"] = True
+                    body.pop("stream", None)
+                if rng.random() < 0.3:
+                    body["include"], body["top_logprobs"] = ["message.output_text.logprobs"], rng.randint(0, 20)
+                if rng.random() < 0.2:
+                    body["truncation"] = "auto"
             r = rng.random()
             if r < 0.1:
                 data = json.dumps(body).encode()
@@ -341,6 +351,15 @@ def fuzz_http(base_url: str, rng: random.Random, n: int, alive, report: Report) 
                 report.count(report.http_status, res.status_code)
                 if res.status_code >= 500:
                     report.problems.append(f"HTTP {res.status_code} for {data[:200]!r}: {res.text[:200]}")
+                if responses and res.status_code == 200 and not res.headers.get("content-type", "").startswith("text/event-stream"):
+                    kept = res.json().get("id", "")
+                    # A kept response read, cancelled or deleted, under its id or a mutated one.
+                    rid = kept if rng.random() < 0.7 else urllib.parse.quote(mutate_bytes(rng, kept.encode()), safe="")
+                    method, suffix = rng.choice([("GET", ""), ("POST", "/cancel"), ("DELETE", ""), ("GET", "?stream=1")])
+                    extra = client.request(method, "/v1/responses/" + rid + suffix)
+                    report.count(report.http_status, extra.status_code)
+                    if extra.status_code >= 500:
+                        report.problems.append(f"HTTP {extra.status_code} for {method} {rid + suffix!r}: {extra.text[:200]}")
             except httpx.HTTPError as e:
                 if not alive(DYING_SECONDS):
                     report.crashed_after = repr(data[:300])
