@@ -1,5 +1,6 @@
 // One accepted connection: HTTP/1.1 requests with keep-alive, routed to the chat page, health,
 // metrics, models, the token routes and the OpenAI routes; a WebSocket upgrade on /v1/ws leaves for its session.
+#include <cctype>
 #include <chrono>
 
 #include <boost/asio/as_tuple.hpp>
@@ -48,15 +49,16 @@ json models_json(const ServerState& st) {
                                  {"max_model_len", st.engine.context_length()}}})}};
 }
 
-// Whether a GET's query asks for the kept response as a stream again (stream=true, 1 or True).
+// Whether a GET's query asks for the kept response as a stream again (stream=true or 1, in any case).
 bool streamed_again(std::string_view target) {
   const std::size_t q = target.find('?');
   if (q == std::string_view::npos) return false;
   std::string_view query = target.substr(q + 1);
   while (!query.empty()) {
     const std::size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    if (pair == "stream=true" || pair == "stream=1" || pair == "stream=True") return true;
+    std::string pair(query.substr(0, amp));
+    for (char& ch : pair) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (pair == "stream=true" || pair == "stream=1") return true;
     if (amp == std::string_view::npos) break;
     query.remove_prefix(amp + 1);
   }

@@ -991,10 +991,40 @@ struct ResponseRun {
   }
 };
 
+// A background response's entry at its end, in place of the running one: `response`, or where
+// that is too large to keep (or the end could not be written), a small failed response saying so.
+void keep_background_end(ResponseRun& run, json response) {
+  ServerState& st = run.st;
+  const std::string& id = run.shape.id;
+  const ResponseStore::Stored* running = st.responses.find(id, run.owner);
+  if (!running) return;  // deleted while it ran
+  ResponseStore::Stored end;
+  end.conversation = running->conversation;
+  if (response["status"] == "completed" || response["status"] == "incomplete") {  // its reply joins the conversation
+    const json message = run.final_message();
+    nlohmann::ordered_json reply = {{"role", "assistant"}, {"content", plain_ordered(message.value("content", json()))}};
+    if (message.contains("tool_calls")) reply["tool_calls"] = plain_ordered(message["tool_calls"]);
+    end.conversation.push_back(std::move(reply));
+  }
+  end.response = std::move(response);
+  end.owner = run.owner;
+  const json usage = end.response["usage"];
+  if (st.responses.put(id, std::move(end))) return;
+  ResponseStore::Stored* still = st.responses.find_mutable(id, run.owner);  // (put changed nothing)
+  still->response = run.shape.object(
+      "failed", json::array(), usage, nullptr,
+      {{"code", "server_error"},
+       {"message", "the response is too large to keep (over " + std::to_string(ResponseStore::kMaxEntryBytes >> 20) +
+                       " MiB of JSON with its conversation): ask without background to receive it"}});
+  still->response["speculation"] = speculation_json(run.g->stats());
+  still->pinned = false;
+}
+
 // A background response (`background: true`) run to its end after the request was answered: its
 // kept entry goes "in_progress" with the first update and becomes the finished response, or
 // "failed" with its error, or "cancelled" (POST .../cancel, DELETE, or shutdown) with the items so
-// far; a response deleted while it ran is not kept again.
+// far; a response deleted while it ran is not kept again. Its entry is pinned while it runs (not
+// pushed out by newer ones) and unpinned at its end, whatever way it ends.
 asio::awaitable<void> run_in_background(std::shared_ptr<ResponseRun> run) {
   ServerState& st = run->st;
   const std::string id = run->shape.id;
@@ -1004,32 +1034,32 @@ asio::awaitable<void> run_in_background(std::shared_ptr<ResponseRun> run) {
   };
   const GenerationUpdate u = co_await run->to_end();
   st.background_runs.erase(id);
-  ResponseStore::Stored* kept = st.responses.find_mutable(id, run->owner);
-  if (!kept) co_return;  // deleted (or pushed out by newer ones) while it ran
-  // (a cancel that came as it ended, before this ran, still stands)
-  const bool cancelled = kept->response["status"] == "cancelled" || (u.error.empty() && u.finish_reason == FinishReason::Cancelled);
-  if (!cancelled && u.error.empty()) {
-    const json response = run->completed(u);
-    if (ResponseStore::Stored* still = st.responses.find_mutable(id, run->owner); still && still->pinned) {
-      // Too large to keep (put refused it): the entry says so rather than running for ever.
-      still->response = run->shape.object(
-          "failed", json::array(), response["usage"], nullptr,
-          {{"code", "server_error"},
-           {"message", "the response is too large to keep (over " + std::to_string(ResponseStore::kMaxEntryBytes >> 20) +
-                           " MiB of JSON with its conversation): ask without background to receive it"}});
-      still->pinned = false;
+  try {
+    const ResponseStore::Stored* kept = st.responses.find(id, run->owner);
+    if (!kept) co_return;  // deleted while it ran
+    // (a cancel that came as it ended, before this ran, still stands)
+    const bool cancelled = kept->response["status"] == "cancelled" || (u.error.empty() && u.finish_reason == FinishReason::Cancelled);
+    run->store = false;  // (its end is kept here, in place of the running entry)
+    if (!cancelled && u.error.empty()) {
+      keep_background_end(*run, run->completed(u));
+      co_return;
     }
-    co_return;
+    const bool failed = !cancelled;
+    json output = response_output_items(run->final_message(), id, "incomplete");
+    if (run->want_logprobs)
+      for (json& item : output)
+        if (item["type"] == "message") item["content"][0]["logprobs"] = run->all_logprobs;
+    json response = run->shape.object(failed ? "failed" : "cancelled", output, response_usage(run->g->stats(), 0), nullptr,
+                                      failed ? ResponseRun::error_of(u) : json());
+    response["speculation"] = speculation_json(run->g->stats());
+    keep_background_end(*run, std::move(response));
+  } catch (const std::exception& e) {  // (its end could not be written: it is not left running for ever)
+    if (ResponseStore::Stored* kept = st.responses.find_mutable(id, run->owner)) {
+      kept->response["status"] = "failed";
+      kept->response["error"] = {{"code", "server_error"}, {"message", std::string("the response's end could not be kept: ") + e.what()}};
+      kept->pinned = false;
+    }
   }
-  const bool failed = !cancelled;
-  json output = response_output_items(run->final_message(), id, "incomplete");
-  if (run->want_logprobs)
-    for (json& item : output)
-      if (item["type"] == "message") item["content"][0]["logprobs"] = run->all_logprobs;
-  kept->response = run->shape.object(failed ? "failed" : "cancelled", output, response_usage(run->g->stats(), 0), nullptr,
-                                     failed ? ResponseRun::error_of(u) : json());
-  kept->response["speculation"] = speculation_json(run->g->stats());
-  kept->pinned = false;
 }
 
 }  // namespace

@@ -121,21 +121,21 @@ bool ResponseStore::put(const std::string& id, Stored s) {
   bytes += s.bytes;
   map_.emplace(id, std::move(s));
   order_.push_back(id);
-  while ((map_.size() > kMaxResponses || bytes_ > kMaxBytes) && push_out_one()) {
+  while ((map_.size() > kMaxResponses || bytes_ > kMaxBytes) && push_out_one(id)) {
   }
   return true;
 }
 
-bool ResponseStore::push_out_one() {
+bool ResponseStore::push_out_one(const std::string& kept) {
   const bool by_bytes = map_.size() <= kMaxResponses;  // (else over by count)
   // The owners from the one holding the most: its oldest unpinned entry goes, else the next's.
   std::vector<std::pair<std::size_t, std::string>> owners;
   for (const auto& [owner, held] : by_owner_) owners.emplace_back(by_bytes ? held.second : held.first, owner);
-  std::sort(owners.begin(), owners.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::sort(owners.begin(), owners.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
   for (const auto& [amount, owner] : owners)
     for (const std::string& id : order_) {
       const Stored& s = map_.at(id);
-      if (s.owner == owner && !s.pinned) {
+      if (s.owner == owner && !s.pinned && id != kept) {
         drop(std::string(id));  // (a copy: drop erases it from order_)
         return true;
       }

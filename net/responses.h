@@ -16,7 +16,8 @@ namespace specula::net {
 // The responses a later request may continue (previous_response_id) or read back. Past
 // kMaxResponses of them or kMaxBytes of their JSON, one goes: the oldest of the owner that holds the
 // most (by count, or by bytes where the bytes are over), so that one key's flood pushes out its own
-// first; pinned ones (background responses still running) stay. Each is its owner's (key_owner:
+// first; pinned ones (background responses still running) and the one just kept stay, even where
+// only they are left over the bounds (the running ones are bounded by the admission limit). Each is its owner's (key_owner:
 // the API key that made it, on a server that requires keys): to a request of another owner it is
 // not there, as one never kept. Owner: the I/O thread.
 class ResponseStore {
@@ -47,7 +48,7 @@ class ResponseStore {
   std::size_t bytes_ = 0;
   std::unordered_map<std::string, std::pair<std::size_t, std::size_t>> by_owner_;  // owner -> count, bytes
   void drop(const std::string& id);
-  bool push_out_one();  // false: nothing may go
+  bool push_out_one(const std::string& kept);  // false: nothing may go (`kept`, just put, stays)
 };
 
 // A Responses request as the chat completions request that serves it: `input` (a string, or

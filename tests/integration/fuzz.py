@@ -352,7 +352,11 @@ def fuzz_http(base_url: str, rng: random.Random, n: int, alive, report: Report) 
                 if res.status_code >= 500:
                     report.problems.append(f"HTTP {res.status_code} for {data[:200]!r}: {res.text[:200]}")
                 if responses and res.status_code == 200 and not res.headers.get("content-type", "").startswith("text/event-stream"):
-                    kept = res.json().get("id", "")
+                    try:
+                        kept = res.json().get("id", "")
+                    except ValueError:
+                        report.problems.append(f"a 200 from {path} that is not JSON: {res.text[:200]}")
+                        continue
                     # A kept response read, cancelled or deleted, under its id or a mutated one.
                     rid = kept if rng.random() < 0.7 else urllib.parse.quote(mutate_bytes(rng, kept.encode()), safe="")
                     method, suffix = rng.choice([("GET", ""), ("POST", "/cancel"), ("DELETE", ""), ("GET", "?stream=1")])

@@ -226,6 +226,7 @@ Outcome apply_response_event(const json& e, const std::string& type, double now_
   if (type == "error" || type == "response.failed") {
     if (!r.error_kind.empty()) return Outcome::Failed;  // (response.failed after its error event)
     json err = e;
+    err.erase("type");  // (the code is the error's, not the event's name)
     if (auto resp = e.find("response"); resp != e.end() && resp->is_object() && resp->contains("error") &&
                                         (*resp)["error"].is_object())
       err = (*resp)["error"];

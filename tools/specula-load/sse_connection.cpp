@@ -80,7 +80,7 @@ class SseConnection final : public Connection {
     } else if (outcome == Outcome::Pending) {
       r.end_s = clock_.now();
       r.error_kind = "protocol";
-      r.error_message = "the event stream ended without data: [DONE]";
+      r.error_message = "the event stream ended without data: [DONE] (or, from the Responses API, response.completed)";
     } else if (outcome == Outcome::Failed && r.error_kind == "protocol") {
       usable_ = false;
     }

@@ -219,6 +219,27 @@ TEST(ResponseStore, AFloodingOwnerPushesOutItsOwnFirstAndPinnedOnesStay) {
   EXPECT_NE(one.find("r1", ""), nullptr);
 }
 
+TEST(ResponseStore, TheResponseJustKeptIsNotPushedOutWhereOnlyRunningOnesAreLeft) {
+  ResponseStore store;
+  ResponseStore::Stored running;
+  running.conversation = ordered_json::array({std::string(ResponseStore::kMaxEntryBytes - 4096, 'r')});
+  running.response = json::object();
+  running.owner = "a";
+  running.pinned = true;
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(store.put("run" + std::to_string(i), running));
+  ResponseStore::Stored done;
+  done.conversation = ordered_json::array({std::string(1 << 20, 'd')});
+  done.response = json::object();
+  done.owner = "a";
+  ASSERT_TRUE(store.put("done", done));  // over 64 MiB with the running ones, and it stays
+  EXPECT_NE(store.find("done", "a"), nullptr);
+  EXPECT_EQ(store.size(), 9u);
+  ASSERT_TRUE(store.put("later", done));  // the next one pushes out the older unpinned one
+  EXPECT_EQ(store.find("done", "a"), nullptr);
+  EXPECT_NE(store.find("later", "a"), nullptr);
+  for (int i = 0; i < 8; ++i) EXPECT_NE(store.find("run" + std::to_string(i), "a"), nullptr);
+}
+
 TEST(ResponseStore, AResponseIsItsOwnersAndToAnotherIsNotThere) {
   ResponseStore store;
   ResponseStore::Stored kept;
