@@ -719,7 +719,8 @@ json response_usage(const GenerationStats& s, int64_t reasoning_tokens) {
 // each output item opened when its first text comes (reasoning, then the message, then each
 // call), its deltas, and its done events once the next one opens or the reply ends. With
 // `logprobs` (include's message.output_text.logprobs), the tokens' entries given to logprobs()
-// go out with the message's next text delta, and all of them with its done events.
+// go out with the message's next text delta, and all those given before it closes with its done
+// events.
 class ResponseEvents {
  public:
   ResponseEvents(std::string id, bool logprobs) : suffix_(id.substr(5)), logprobs_(logprobs) {}
@@ -899,6 +900,15 @@ class ResponseEvents {
   std::vector<Item> calls_;
 };
 
+// A kept conversation with the reply's message after it (its text and calls, as a later
+// previous_response_id continues it).
+nlohmann::ordered_json conversation_with_reply(nlohmann::ordered_json conversation, const json& message) {
+  nlohmann::ordered_json reply = {{"role", "assistant"}, {"content", plain_ordered(message.value("content", json()))}};
+  if (message.contains("tool_calls")) reply["tool_calls"] = plain_ordered(message["tool_calls"]);
+  conversation.push_back(std::move(reply));
+  return conversation;
+}
+
 // One response's reply as it comes (its text and log-probabilities gathered) and its end as the
 // Responses API shows it (its items, status and usage, kept in the store where asked): the
 // request's own, or in background mode the coroutine's that runs on after the request is answered.
@@ -975,10 +985,7 @@ struct ResponseRun {
     response["speculation"] = speculation_json(g->stats());
     if (store) {
       ResponseStore::Stored kept;
-      kept.conversation = conversation;
-      nlohmann::ordered_json reply = {{"role", "assistant"}, {"content", plain_ordered(message.value("content", json()))}};
-      if (message.contains("tool_calls")) reply["tool_calls"] = plain_ordered(message["tool_calls"]);
-      kept.conversation.push_back(std::move(reply));
+      kept.conversation = conversation_with_reply(conversation, message);
       kept.response = response;
       kept.owner = owner;
       st.responses.put(shape.id, std::move(kept));
@@ -999,13 +1006,8 @@ void keep_background_end(ResponseRun& run, json response) {
   const ResponseStore::Stored* running = st.responses.find(id, run.owner);
   if (!running) return;  // deleted while it ran
   ResponseStore::Stored end;
-  end.conversation = running->conversation;
-  if (response["status"] == "completed" || response["status"] == "incomplete") {  // its reply joins the conversation
-    const json message = run.final_message();
-    nlohmann::ordered_json reply = {{"role", "assistant"}, {"content", plain_ordered(message.value("content", json()))}};
-    if (message.contains("tool_calls")) reply["tool_calls"] = plain_ordered(message["tool_calls"]);
-    end.conversation.push_back(std::move(reply));
-  }
+  const bool replied = response["status"] == "completed" || response["status"] == "incomplete";  // (its reply joins it)
+  end.conversation = replied ? conversation_with_reply(running->conversation, run.final_message()) : running->conversation;
   end.response = std::move(response);
   end.owner = run.owner;
   const json usage = end.response["usage"];

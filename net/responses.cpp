@@ -2,9 +2,9 @@
 #include "net/responses.h"
 
 #include <algorithm>
-#include <vector>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "net/api_request.h"
 
@@ -131,7 +131,8 @@ bool ResponseStore::push_out_one(const std::string& kept) {
   // The owners from the one holding the most: its oldest unpinned entry goes, else the next's.
   std::vector<std::pair<std::size_t, std::string>> owners;
   for (const auto& [owner, held] : by_owner_) owners.emplace_back(by_bytes ? held.second : held.first, owner);
-  std::sort(owners.begin(), owners.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  std::sort(owners.begin(), owners.end(),
+            [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
   for (const auto& [amount, owner] : owners)
     for (const std::string& id : order_) {
       const Stored& s = map_.at(id);

@@ -14,12 +14,12 @@
 namespace specula::net {
 
 // The responses a later request may continue (previous_response_id) or read back. Past
-// kMaxResponses of them or kMaxBytes of their JSON, one goes: the oldest of the owner that holds the
-// most (by count, or by bytes where the bytes are over), so that one key's flood pushes out its own
-// first; pinned ones (background responses still running) and the one just kept stay, even where
-// only they are left over the bounds (the running ones are bounded by the admission limit). Each is its owner's (key_owner:
-// the API key that made it, on a server that requires keys): to a request of another owner it is
-// not there, as one never kept. Owner: the I/O thread.
+// kMaxResponses of them or kMaxBytes of their JSON, one goes: the oldest of the owner that holds
+// the most (by count, or by bytes where the bytes are over), so that one key's flood pushes out its
+// own first; pinned ones (background responses still running) and the one just kept stay, even
+// where only they are left over the bounds (the running ones are bounded by the admission limit).
+// Each is its owner's (key_owner: the API key that made it, on a server that requires keys): to a
+// request of another owner it is not there, as one never kept. Owner: the I/O thread.
 class ResponseStore {
  public:
   static constexpr std::size_t kMaxResponses = 1024, kMaxBytes = std::size_t{64} << 20, kMaxEntryBytes = kMaxBytes / 8;
@@ -55,12 +55,13 @@ class ResponseStore {
 // message, function_call and function_call_output items) after `instructions` (a system message)
 // and the previous response's conversation; max_output_tokens, text.format, tools (flat function
 // tools), tool_choice, truncation and include's message.output_text.logprobs (with top_logprobs)
-// in the chat fields' spelling; the sampling fields both take
-// as they are. `conversation` gets the messages a stored response keeps (the input without the
-// instructions). `owner`: the request's key_owner (a previous response of another's is not
-// found). Throws ApiError naming the field for what the route cannot serve.
-// `context`: the model's context length, `default_max_tokens` the server's; truncation "auto"
-// keeps the prompt's latest tokens with room for max_output_tokens (or that default) after them.
+// in the chat fields' spelling; the sampling fields both take as they are. `conversation` gets the
+// messages a stored response keeps (the input without the instructions). `owner`: the request's
+// key_owner (a previous response of another's is not found). Throws ApiError naming the field for
+// what the route cannot serve. `context`: the model's context length, `default_max_tokens` the
+// server's; truncation "auto" sets truncate_prompt_tokens to the room left for max_output_tokens
+// (or that default), which the route hands Generation::admit as its `fit_turns` too: whole turns
+// go first, and the cut takes what is left of a lone turn.
 nlohmann::ordered_json chat_request_of_response(const nlohmann::ordered_json& body, const ResponseStore& store,
                                                 const std::string& owner, int64_t context, int64_t default_max_tokens,
                                                 nlohmann::ordered_json& conversation);
