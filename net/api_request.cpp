@@ -492,31 +492,26 @@ ToolCalls tools_into_prompt(const json& body, std::string_view raw, const actors
 // spec/penalties.h, bad_words_token_ids), on both routes and the WebSocket.
 void parse_token_lists(const json& body, const LoadedModel& model, SamplingParams& sp) {
   const int64_t vocab = model.weights.config.vocab_size;
+  std::vector<int32_t> allowed;
   if (const json* v = field(body, "allowed_token_ids"); v && !v->is_null()) {
     if (!v->is_array()) bad("allowed_token_ids", "allowed_token_ids must be an array of token ids, got " + shown(*v));
     if (v->empty()) bad("allowed_token_ids", "allowed_token_ids is empty, so no token could be generated");
-    for (const json& t : *v) sp.allowed_token_ids.push_back(static_cast<int32_t>(integer(t, "allowed_token_ids", 0, vocab - 1)));
+    for (const json& t : *v) allowed.push_back(static_cast<int32_t>(integer(t, "allowed_token_ids", 0, vocab - 1)));
   }
+  std::vector<std::string> words;
   if (const json* v = field(body, "bad_words"); v && !v->is_null()) {
     const auto refuse = [&](const json& got) { bad("bad_words", "bad_words must be an array of strings, got " + shown(got)); };
     if (!v->is_array()) refuse(*v);
-    if (v->size() > kMaxBadWords)
+    if (v->size() > kMaxBadWords)  // (before the words are read: set_token_lists says the same)
       bad("bad_words", "bad_words has " + std::to_string(v->size()) + " words; the limit is " + std::to_string(kMaxBadWords));
-    std::vector<std::string> words;
     for (const json& w : *v) {
       if (!w.is_string()) refuse(w);
       words.push_back(w.get<std::string>());
     }
-    if (!words.empty() && !model.tokenizer) bad("bad_words", "bad_words needs the model's tokenizer");
-    try {
-      if (!words.empty()) sp.bad_words = bad_words_token_ids(*model.tokenizer, words);
-    } catch (const std::invalid_argument& e) {
-      bad("bad_words", e.what());
-    }
   }
-  if (sp.allowed_token_ids.empty() && sp.bad_words.empty()) return;
-  try {  // the lists' limits, and whether they leave any token at all
-    sp.validate_lists(vocab);
+  if (allowed.empty() && words.empty()) return;
+  try {  // the words tokenized, the lists' limits, and whether they leave any token at all
+    set_token_lists(sp, std::move(allowed), words, model.tokenizer.get(), vocab);
   } catch (const std::invalid_argument& e) {
     const std::string what = e.what();
     bad(what.rfind("allowed_token_ids", 0) == 0 ? "allowed_token_ids" : "bad_words", what);

@@ -389,6 +389,23 @@ void reply_delta(const json& m, ReplySent& sent, json& delta) {
   if (!pieces.empty()) delta["tool_calls"] = std::move(pieces);
 }
 
+// What a held reply read so far (`text`; all of it where `final`) adds to what has gone out
+// (`sent`), into `pieces` (content, reasoning_content, tool_calls): a reasoning reply without tools
+// from the split's views (it may be long, and is read at every update), else from the message the
+// chat route reads, which is returned (an empty one for the split).
+ReplyMessage held_delta(const Generation::Admitted& a, const std::string& text, const std::string& call_prefix, bool final,
+                        ReplySent& sent, json& pieces) {
+  if (a.reasoning && a.tool_mode == ToolCalls::Mode::None && !final) {
+    const ReasoningSplit split = split_reasoning(text, a.reasoning_open, false);
+    text_delta(split.content, sent.content, "content", pieces);
+    if (split.reasoning && a.include_reasoning) text_delta(*split.reasoning, sent.reasoning, "reasoning_content", pieces);
+    return {};
+  }
+  ReplyMessage message = reply_message(a, text, call_prefix, final);
+  reply_delta(message.message, sent, pieces);
+  return message;
+}
+
 // A 200 whose chunked body is server-sent events: its head written (`status` set), or false.
 asio::awaitable<bool> start_event_stream(beast::tcp_stream& stream, const HttpRequest& req, const CorsAnswer& cors, bool keep_alive,
                                          unsigned& status) {
@@ -590,15 +607,7 @@ asio::awaitable<bool> serve_openai_completion(ServerState& st, beast::tcp_stream
     if (held) {
       held_text[i] += u.text;
       const bool final = u.terminal && u.error.empty();
-      if (admitted.reasoning && admitted.tool_mode == ToolCalls::Mode::None && !final) {
-        // (the split's views, not a message: a reasoning reply may be long, and is read at every update)
-        const ReasoningSplit split = split_reasoning(held_text[i], admitted.reasoning_open, false);
-        text_delta(split.content, sent[i].content, "content", pieces);
-        if (split.reasoning && admitted.include_reasoning) text_delta(*split.reasoning, sent[i].reasoning, "reasoning_content", pieces);
-      } else {
-        message = reply_message(admitted, held_text[i], call_prefix(i), final);
-        reply_delta(message.message, sent[i], pieces);
-      }
+      message = held_delta(admitted, held_text[i], call_prefix(i), final, sent[i], pieces);
       u.text = pieces.value("content", std::string());
       pieces.erase("content");
     }
@@ -1160,7 +1169,6 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
     co_return co_await write_response(stream, std::move(ok), cors, status);
   }
 
-  const Generation::Admitted& admission = run->admitted;
   if (!co_await start_event_stream(stream, req, cors, keep_alive, status)) co_return false;
   ResponseEvents events(shape.id, run->want_logprobs);
   auto flush = [&]() -> asio::awaitable<bool> {
@@ -1188,13 +1196,7 @@ asio::awaitable<bool> serve_openai_response(ServerState& st, beast::tcp_stream& 
     // What this update adds goes out (a failing update's text too, before its error).
     json pieces = json::object();
     if (run->held) {
-      if (admission.reasoning && admission.tool_mode == ToolCalls::Mode::None) {
-        const ReasoningSplit split = split_reasoning(run->text, admission.reasoning_open, false);
-        text_delta(split.content, sent.content, "content", pieces);
-        if (split.reasoning && admission.include_reasoning) text_delta(*split.reasoning, sent.reasoning, "reasoning_content", pieces);
-      } else {
-        reply_delta(reply_message(admission, run->text, run->call_prefix, false).message, sent, pieces);
-      }
+      held_delta(run->admitted, run->text, run->call_prefix, /*final=*/false, sent, pieces);
     } else if (!u.text.empty()) {
       pieces["content"] = u.text;
     }

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "model/tokenizer.h"
+#include "spec/utf8.h"
 
 namespace specula {
 
@@ -38,27 +39,27 @@ namespace {
 size_t leading_whitespace(std::string_view text) {
   size_t at = 0;
   while (at < text.size()) {
-    const auto b = [&](size_t i) { return at + i < text.size() ? static_cast<unsigned char>(text[at + i]) : 0u; };
-    uint32_t cp = 0;
-    size_t len = 1;
-    if (b(0) < 0x80) {
-      cp = b(0);
-    } else if ((b(0) & 0xE0) == 0xC0 && (b(1) & 0xC0) == 0x80) {
-      cp = ((b(0) & 0x1Fu) << 6) | (b(1) & 0x3Fu), len = 2;
-    } else if ((b(0) & 0xF0) == 0xE0 && (b(1) & 0xC0) == 0x80 && (b(2) & 0xC0) == 0x80) {
-      cp = ((b(0) & 0x0Fu) << 12) | ((b(1) & 0x3Fu) << 6) | (b(2) & 0x3Fu), len = 3;
-    } else {
-      break;
-    }
-    const bool space = cp == ' ' || (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x1F) || cp == 0x85 || cp == 0xA0 ||
-                       cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
-                       cp == 0x205F || cp == 0x3000;
+    size_t next = at;
+    const std::optional<uint32_t> cp = utf8::decode(text, next);
+    const bool space = cp && (*cp == ' ' || (*cp >= 0x09 && *cp <= 0x0D) || (*cp >= 0x1C && *cp <= 0x1F) || *cp == 0x85 ||
+                              *cp == 0xA0 || *cp == 0x1680 || (*cp >= 0x2000 && *cp <= 0x200A) || *cp == 0x2028 ||
+                              *cp == 0x2029 || *cp == 0x202F || *cp == 0x205F || *cp == 0x3000);
     if (!space) break;
-    at += len;
+    at = next;
   }
   return at;
 }
 }  // namespace
+
+void set_token_lists(SamplingParams& sp, std::vector<int32_t> allowed, std::span<const std::string> words,
+                     const Tokenizer* tokenizer, int64_t vocab) {
+  sp.allowed_token_ids = std::move(allowed);
+  if (words.size() > kMaxBadWords)
+    throw std::invalid_argument("bad_words has " + std::to_string(words.size()) + " words; the limit is " + std::to_string(kMaxBadWords));
+  if (!words.empty() && !tokenizer) throw std::invalid_argument("bad_words needs the model's tokenizer");
+  sp.bad_words = words.empty() ? std::vector<std::vector<int32_t>>{} : bad_words_token_ids(*tokenizer, words);
+  if (!sp.allowed_token_ids.empty() || !sp.bad_words.empty()) sp.validate_lists(vocab);
+}
 
 std::vector<std::vector<int32_t>> bad_words_token_ids(const Tokenizer& tokenizer, std::span<const std::string> words) {
   std::vector<std::vector<int32_t>> out;

@@ -46,6 +46,14 @@ inline constexpr const char* kListsLeaveNoToken =
 // empty or only whitespace.
 std::vector<std::vector<int32_t>> bad_words_token_ids(const Tokenizer& tokenizer, std::span<const std::string> words);
 
+// vLLM's allowed_token_ids and bad_words (words, tokenized by bad_words_token_ids) into `sp`,
+// checked as every front end checks them: at most kMaxBadWords words and a tokenizer for them,
+// vLLM's limits once tokenized, every token inside a vocabulary of `vocab`, and some token left at
+// the first position. Throws std::invalid_argument whose message starts with the field at fault
+// ("allowed_token_ids" or "bad_words").
+void set_token_lists(SamplingParams& sp, std::vector<int32_t> allowed, std::span<const std::string> words,
+                     const Tokenizer* tokenizer, int64_t vocab);
+
 class PenaltyHistory {
  public:
   // `prompt`: the request's prompt tokens (read by the repetition penalty only). Tokens outside

@@ -60,7 +60,7 @@ struct SamplingParams {
   // Any of the nine above away from its neutral value: the rows must be adjusted before judging.
   bool penalized() const {
     return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f || !logit_bias.empty() ||
-           min_tokens > 0 || json_object != nullptr || grammar != nullptr || !allowed_token_ids.empty() || !bad_words.empty();
+           min_tokens > 0 || masks_tokens();
   }
   // JSON mode, a grammar, allowed_token_ids or bad_words: tokens may be masked out of a row.
   bool masks_tokens() const { return json_object != nullptr || grammar != nullptr || !allowed_token_ids.empty() || !bad_words.empty(); }

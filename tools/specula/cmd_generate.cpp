@@ -149,18 +149,19 @@ SamplingParams sampling_from_args(const Args& a, const SamplingDefaults& d) {
 
 void token_lists_from_args(const Args& a, const LoadedModel& model, SamplingParams& sp) {
   const int64_t vocab = model.weights.config.vocab_size;
+  std::vector<int32_t> allowed;
+  std::vector<std::string> words;
   if (a.has("allowed-token-ids")) {
     for (const int id : a.int_list("allowed-token-ids")) {
       if (id < 0 || id >= vocab)
         throw UsageError("--allowed-token-ids: token " + std::to_string(id) + " is outside the vocabulary (0.." +
                          std::to_string(vocab - 1) + ")");
-      sp.allowed_token_ids.push_back(id);
+      allowed.push_back(id);
     }
-    if (sp.allowed_token_ids.empty()) throw UsageError("--allowed-token-ids names no token, so none could be generated");
+    if (allowed.empty()) throw UsageError("--allowed-token-ids names no token, so none could be generated");
   }
   if (a.has("bad-words")) {
     const std::string text = a.str("bad-words");
-    std::vector<std::string> words;
     if (text.starts_with("[")) {  // a JSON array of strings, for words with commas in them
       const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
       if (!parsed.is_array()) throw UsageError("--bad-words: \"" + text + "\" starts with '[' but is not a JSON array of strings");
@@ -172,23 +173,15 @@ void token_lists_from_args(const Args& a, const LoadedModel& model, SamplingPara
       words = split(text, ',');
     }
     if (words.empty()) throw UsageError("--bad-words names no word");
-    if (words.size() > kMaxBadWords)
-      throw UsageError("--bad-words has " + std::to_string(words.size()) + " words; the limit is " + std::to_string(kMaxBadWords));
-    if (!model.tokenizer) throw UsageError("--bad-words needs the model's tokenizer");
-    try {
-      sp.bad_words = bad_words_token_ids(*model.tokenizer, words);
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(std::string("--bad-words: ") + e.what());
-    }
   }
-  if (sp.allowed_token_ids.empty() && sp.bad_words.empty()) return;
-  try {  // their limits, and that they leave some token to begin with
-    sp.validate_lists(vocab);
+  if (allowed.empty() && words.empty()) return;
+  try {  // the words tokenized, their limits, and that they leave some token to begin with
+    set_token_lists(sp, std::move(allowed), words, model.tokenizer.get(), vocab);
   } catch (const std::invalid_argument& e) {
     std::string what = e.what();
-    const bool allowed = what.starts_with("allowed_token_ids");
+    const bool about_ids = what.starts_with("allowed_token_ids");
     if (what.starts_with("bad_words: ")) what.erase(0, 11);  // (the flag names it)
-    throw UsageError((allowed ? "--allowed-token-ids: " : "--bad-words: ") + what);
+    throw UsageError((about_ids ? "--allowed-token-ids: " : "--bad-words: ") + what);
   }
 }
 
